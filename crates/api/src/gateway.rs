@@ -1,0 +1,409 @@
+//! gateway.networking.k8s.io/v1 (and v1beta1 ReferenceGrant) types.
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{LabelSelector, ObjectMeta};
+
+/// GatewayClass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayClass {
+    /// Metadata (cluster-scoped).
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: GatewayClassSpec,
+}
+
+/// GatewayClass spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayClassSpec {
+    /// The controller that owns Gateways of this class.
+    pub controller_name: String,
+}
+
+/// Gateway.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Gateway {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: GatewaySpec,
+}
+
+/// Gateway spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewaySpec {
+    /// Name of the GatewayClass.
+    pub gateway_class_name: String,
+    /// Requested addresses; in standalone mode an `IPAddress` is the bind address.
+    pub addresses: Vec<GatewayAddress>,
+    /// Listeners.
+    pub listeners: Vec<GatewayListener>,
+}
+
+/// A requested Gateway address.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayAddress {
+    /// `IPAddress` (default) or `Hostname`.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// The address.
+    pub value: String,
+}
+
+/// A Gateway listener.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayListener {
+    /// Unique name within the Gateway.
+    pub name: String,
+    /// Hostname (may be a `*.` wildcard).
+    pub hostname: Option<String>,
+    /// Port.
+    pub port: i32,
+    /// `HTTP`, `HTTPS`, `TLS`, `TCP`, `UDP`.
+    pub protocol: String,
+    /// TLS settings (HTTPS).
+    pub tls: Option<GatewayTlsConfig>,
+    /// Which routes may attach.
+    pub allowed_routes: Option<AllowedRoutes>,
+}
+
+/// Listener TLS settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayTlsConfig {
+    /// `Terminate` (default) or `Passthrough`.
+    pub mode: Option<String>,
+    /// Certificates (Secrets).
+    pub certificate_refs: Vec<SecretObjectReference>,
+}
+
+/// A reference to a Secret (or another certificate holder).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SecretObjectReference {
+    /// API group; empty for core.
+    pub group: Option<String>,
+    /// Kind; default `Secret`.
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace; default the referrer's.
+    pub namespace: Option<String>,
+}
+
+/// Listener `allowedRoutes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AllowedRoutes {
+    /// Namespaces routes may come from.
+    pub namespaces: Option<RouteNamespaces>,
+    /// Route kinds; empty means the protocol's default (HTTPRoute for HTTP/HTTPS).
+    pub kinds: Vec<RouteGroupKind>,
+}
+
+/// `allowedRoutes.namespaces`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RouteNamespaces {
+    /// `Same` (default), `All` or `Selector`.
+    pub from: Option<String>,
+    /// Selector over Namespace labels when `from: Selector`.
+    pub selector: Option<LabelSelector>,
+}
+
+/// A route kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RouteGroupKind {
+    /// Group; default `gateway.networking.k8s.io`.
+    pub group: Option<String>,
+    /// Kind.
+    pub kind: String,
+}
+
+/// HTTPRoute.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRoute {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: HttpRouteSpec,
+}
+
+/// HTTPRoute spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteSpec {
+    /// Gateways (and listeners) to attach to.
+    pub parent_refs: Vec<ParentReference>,
+    /// Hostnames; empty means the listener's.
+    pub hostnames: Vec<String>,
+    /// Rules; empty means one rule matching `/` with no backends.
+    pub rules: Vec<HttpRouteRule>,
+}
+
+/// A route's parent reference.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParentReference {
+    /// Group; default `gateway.networking.k8s.io`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind; default `Gateway`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Namespace; default the route's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Gateway name.
+    pub name: String,
+    /// Listener name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    /// Listener port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// An HTTPRoute rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteRule {
+    /// Optional rule name.
+    pub name: Option<String>,
+    /// Matches (OR); empty means prefix `/`.
+    pub matches: Vec<HttpRouteMatch>,
+    /// Filters.
+    pub filters: Vec<HttpRouteFilter>,
+    /// Backends.
+    pub backend_refs: Vec<HttpBackendRef>,
+    /// Timeouts.
+    pub timeouts: Option<HttpRouteTimeouts>,
+}
+
+/// An HTTPRoute match (AND of its conditions).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteMatch {
+    /// Path condition.
+    pub path: Option<HttpPathMatch>,
+    /// Header conditions.
+    pub headers: Vec<HttpHeaderMatch>,
+    /// Query parameter conditions.
+    pub query_params: Vec<HttpQueryParamMatch>,
+    /// Method.
+    pub method: Option<String>,
+}
+
+/// Path match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpPathMatch {
+    /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Value; default `/`.
+    pub value: Option<String>,
+}
+
+/// Header match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpHeaderMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// Query parameter match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpQueryParamMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Parameter name (case-sensitive).
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// An HTTPRoute filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteFilter {
+    /// `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`,
+    /// `URLRewrite`, `RequestMirror`, `ExtensionRef`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// For `RequestHeaderModifier`.
+    pub request_header_modifier: Option<HttpHeaderFilter>,
+    /// For `ResponseHeaderModifier`.
+    pub response_header_modifier: Option<HttpHeaderFilter>,
+    /// For `RequestRedirect`.
+    pub request_redirect: Option<HttpRequestRedirectFilter>,
+    /// For `URLRewrite`.
+    #[serde(rename = "urlRewrite")]
+    pub url_rewrite: Option<HttpUrlRewriteFilter>,
+    /// For `ExtensionRef` (weir: `DirectResponse`).
+    pub extension_ref: Option<LocalObjectReference>,
+}
+
+/// Header edits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpHeaderFilter {
+    /// Set (replace).
+    pub set: Vec<HttpHeader>,
+    /// Add (append).
+    pub add: Vec<HttpHeader>,
+    /// Remove by name.
+    pub remove: Vec<String>,
+}
+
+/// A header name and value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpHeader {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// Redirect filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRequestRedirectFilter {
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    /// New hostname.
+    pub hostname: Option<String>,
+    /// New path.
+    pub path: Option<HttpPathModifier>,
+    /// New port.
+    pub port: Option<i32>,
+    /// 301 or 302 (default 302).
+    pub status_code: Option<i32>,
+}
+
+/// URL rewrite filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpUrlRewriteFilter {
+    /// New Host.
+    pub hostname: Option<String>,
+    /// New path.
+    pub path: Option<HttpPathModifier>,
+}
+
+/// Path modifier of a redirect or rewrite.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpPathModifier {
+    /// `ReplaceFullPath` or `ReplacePrefixMatch`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// For `ReplaceFullPath`.
+    pub replace_full_path: Option<String>,
+    /// For `ReplacePrefixMatch`.
+    pub replace_prefix_match: Option<String>,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalObjectReference {
+    /// Group.
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// A backend reference of an HTTPRoute rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpBackendRef {
+    /// Group; empty for core (Service).
+    pub group: Option<String>,
+    /// Kind; default `Service`.
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace; default the route's (other namespaces need a ReferenceGrant).
+    pub namespace: Option<String>,
+    /// Service port (required for Services).
+    pub port: Option<i32>,
+    /// Weight; default 1.
+    pub weight: Option<i32>,
+    /// Per-backend filters.
+    pub filters: Vec<HttpRouteFilter>,
+}
+
+/// Rule timeouts (Gateway API durations such as `10s`, `500ms`, `1h`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteTimeouts {
+    /// Whole request.
+    pub request: Option<String>,
+    /// One backend attempt.
+    pub backend_request: Option<String>,
+}
+
+/// ReferenceGrant (v1beta1): lets objects in `from` namespaces refer to objects in this
+/// grant's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReferenceGrant {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: ReferenceGrantSpec,
+}
+
+/// ReferenceGrant spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReferenceGrantSpec {
+    /// Who may refer.
+    pub from: Vec<ReferenceGrantFrom>,
+    /// What may be referred to.
+    pub to: Vec<ReferenceGrantTo>,
+}
+
+/// ReferenceGrant `from` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReferenceGrantFrom {
+    /// Group of the referrer.
+    pub group: String,
+    /// Kind of the referrer.
+    pub kind: String,
+    /// Namespace of the referrer.
+    pub namespace: String,
+}
+
+/// ReferenceGrant `to` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReferenceGrantTo {
+    /// Group of the target ("" for core).
+    pub group: String,
+    /// Kind of the target.
+    pub kind: String,
+    /// Name of the target; absent means any.
+    pub name: Option<String>,
+}

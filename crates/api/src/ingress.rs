@@ -1,0 +1,129 @@
+//! networking.k8s.io/v1 Ingress and IngressClass.
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::ObjectMeta;
+
+/// Ingress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Ingress {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: IngressSpec,
+}
+
+/// Ingress spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressSpec {
+    /// Class; weir serves `weir` and (in standalone mode) Ingresses without a class.
+    pub ingress_class_name: Option<String>,
+    /// Backend for requests no rule matches.
+    pub default_backend: Option<IngressBackend>,
+    /// TLS hosts and their Secrets.
+    pub tls: Vec<IngressTls>,
+    /// Host rules.
+    pub rules: Vec<IngressRule>,
+}
+
+/// An Ingress backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressBackend {
+    /// A Service backend.
+    pub service: Option<IngressServiceBackend>,
+    /// A typed resource backend (weir: `weir.dev` `Backend`).
+    pub resource: Option<TypedLocalObjectReference>,
+}
+
+/// A Service backend of an Ingress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressServiceBackend {
+    /// Service name.
+    pub name: String,
+    /// Port by number or name.
+    pub port: ServiceBackendPort,
+}
+
+/// A Service port by number or name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceBackendPort {
+    /// Port number.
+    pub number: Option<i32>,
+    /// Port name.
+    pub name: Option<String>,
+}
+
+/// A typed reference in the same namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TypedLocalObjectReference {
+    /// API group.
+    pub api_group: Option<String>,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Ingress TLS entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressTls {
+    /// Hosts the certificate serves.
+    pub hosts: Vec<String>,
+    /// Secret (same namespace) with `tls.crt`/`tls.key`.
+    pub secret_name: Option<String>,
+}
+
+/// Ingress rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressRule {
+    /// Host (may be a `*.` wildcard covering one label, per the Ingress spec).
+    pub host: Option<String>,
+    /// Paths.
+    pub http: Option<HttpIngressRuleValue>,
+}
+
+/// The paths of an Ingress rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpIngressRuleValue {
+    /// Paths.
+    pub paths: Vec<HttpIngressPath>,
+}
+
+/// One Ingress path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpIngressPath {
+    /// Path; default `/`.
+    pub path: Option<String>,
+    /// `Exact`, `Prefix` or `ImplementationSpecific` (weir: same as `Prefix`).
+    pub path_type: String,
+    /// Backend.
+    pub backend: IngressBackend,
+}
+
+/// IngressClass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressClass {
+    /// Metadata (cluster-scoped).
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: IngressClassSpec,
+}
+
+/// IngressClass spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IngressClassSpec {
+    /// Controller, e.g. `weir.dev/ingress-controller`.
+    pub controller: String,
+}

@@ -1,0 +1,27 @@
+//! The Kubernetes-style objects weir reads, as plain serde types with the real field
+//! names of Kubernetes and Gateway API v1, and the statuses weir reports for them.
+//!
+//! Both providers (files and the Kubernetes API) produce [`Object`]s from JSON-shaped
+//! values with [`Object::from_value`]; the translator consumes them. Only the fields weir
+//! uses are modelled; unknown fields are ignored, as the API server would keep them.
+
+#![warn(missing_docs)]
+
+mod core;
+mod gateway;
+mod ingress;
+mod meta;
+mod object;
+mod status;
+mod weir;
+
+pub use crate::core::{
+    EndpointConditions, EndpointPort, EndpointSlice, EndpointSliceEndpoint, Namespace, Secret,
+    Service, ServicePort, ServiceSpec,
+};
+pub use crate::gateway::*;
+pub use crate::ingress::*;
+pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
+pub use crate::status::*;
+pub use crate::weir::{Backend, BackendSpec, DirectResponse, DirectResponseSpec, HeaderValue};

@@ -1,0 +1,342 @@
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::core::{EndpointSlice, Namespace, Secret, Service};
+use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
+use crate::ingress::{Ingress, IngressClass};
+use crate::meta::ObjectMeta;
+use crate::weir::{Backend, DirectResponse};
+
+/// The kinds weir reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// gateway.networking.k8s.io GatewayClass (cluster-scoped).
+    GatewayClass,
+    /// gateway.networking.k8s.io Gateway.
+    Gateway,
+    /// gateway.networking.k8s.io HTTPRoute.
+    HttpRoute,
+    /// gateway.networking.k8s.io ReferenceGrant.
+    ReferenceGrant,
+    /// networking.k8s.io Ingress.
+    Ingress,
+    /// networking.k8s.io IngressClass (cluster-scoped).
+    IngressClass,
+    /// v1 Secret.
+    Secret,
+    /// v1 Service.
+    Service,
+    /// discovery.k8s.io EndpointSlice.
+    EndpointSlice,
+    /// v1 Namespace (cluster-scoped).
+    Namespace,
+    /// weir.dev Backend.
+    Backend,
+    /// weir.dev DirectResponse.
+    DirectResponse,
+}
+
+impl Kind {
+    /// The `kind` field value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::Ingress => "Ingress",
+            Kind::IngressClass => "IngressClass",
+            Kind::Secret => "Secret",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Namespace => "Namespace",
+            Kind::Backend => "Backend",
+            Kind::DirectResponse => "DirectResponse",
+        }
+    }
+
+    /// The API group (`""` for core).
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::GatewayClass | Kind::Gateway | Kind::HttpRoute | Kind::ReferenceGrant => {
+                "gateway.networking.k8s.io"
+            }
+            Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
+            Kind::Secret | Kind::Service | Kind::Namespace => "",
+            Kind::EndpointSlice => "discovery.k8s.io",
+            Kind::Backend | Kind::DirectResponse => "weir.dev",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::GatewayClass | Kind::IngressClass | Kind::Namespace)
+    }
+
+    fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let k = match kind {
+            "GatewayClass" => Kind::GatewayClass,
+            "Gateway" => Kind::Gateway,
+            "HTTPRoute" => Kind::HttpRoute,
+            "ReferenceGrant" => Kind::ReferenceGrant,
+            "Ingress" => Kind::Ingress,
+            "IngressClass" => Kind::IngressClass,
+            "Secret" => Kind::Secret,
+            "Service" => Kind::Service,
+            "EndpointSlice" => Kind::EndpointSlice,
+            "Namespace" => Kind::Namespace,
+            "Backend" => Kind::Backend,
+            "DirectResponse" => Kind::DirectResponse,
+            _ => return None,
+        };
+        (k.group() == group).then_some(k)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Identity of an object: kind, namespace (empty for cluster-scoped kinds) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Kind.
+    pub kind: Kind,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+}
+
+impl ObjectKey {
+    /// Builds a key.
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        ObjectKey { kind, namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One object of a kind weir reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Object {
+    GatewayClass(GatewayClass),
+    Gateway(Gateway),
+    HttpRoute(HttpRoute),
+    ReferenceGrant(ReferenceGrant),
+    Ingress(Ingress),
+    IngressClass(IngressClass),
+    Secret(Secret),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
+    Namespace(Namespace),
+    Backend(Backend),
+    DirectResponse(DirectResponse),
+}
+
+/// Why a document could not be read as an object. Names the field when it can.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidObject {
+    /// The document is not a mapping with `apiVersion` and `kind` strings.
+    #[error("not a Kubernetes object: {0}")]
+    NotAnObject(String),
+    /// `apiVersion`/`kind` name a type weir does not read.
+    #[error("unsupported kind {kind} (apiVersion {api_version})")]
+    UnsupportedKind {
+        /// The document's apiVersion.
+        api_version: String,
+        /// The document's kind.
+        kind: String,
+    },
+    /// A field has the wrong shape.
+    #[error("{kind} {name}: field {field}: {message}")]
+    Field {
+        /// Kind.
+        kind: Kind,
+        /// `namespace/name` or `name` if known, else `?`.
+        name: String,
+        /// Path such as `spec.rules[0].matches[0].path.type`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Object {
+    /// Reads an object from a JSON-shaped value (a YAML document or an API server
+    /// response). Namespaced kinds without a namespace get `default`.
+    pub fn from_value(value: Value) -> Result<Object, InvalidObject> {
+        let Value::Object(map) = &value else {
+            return Err(InvalidObject::NotAnObject("document is not a mapping".into()));
+        };
+        let field = |f: &str| map.get(f).and_then(Value::as_str).map(str::to_owned);
+        let (Some(api_version), Some(kind_name)) = (field("apiVersion"), field("kind")) else {
+            return Err(InvalidObject::NotAnObject("missing apiVersion or kind".into()));
+        };
+        let Some(kind) = Kind::from_type(&api_version, &kind_name) else {
+            return Err(InvalidObject::UnsupportedKind { api_version, kind: kind_name });
+        };
+        let display_name = {
+            let meta = map.get("metadata");
+            let get = |f| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
+            match (get("namespace"), get("name")) {
+                (_, "") => "?".to_string(),
+                ("", n) => n.to_string(),
+                (ns, n) => format!("{ns}/{n}"),
+            }
+        };
+        fn typed<T: DeserializeOwned>(v: Value, kind: Kind, name: &str) -> Result<T, InvalidObject> {
+            serde_path_to_error::deserialize(v).map_err(|e| InvalidObject::Field {
+                kind,
+                name: name.to_string(),
+                field: e.path().to_string(),
+                message: e.into_inner().to_string(),
+            })
+        }
+        let mut obj = match kind {
+            Kind::GatewayClass => Object::GatewayClass(typed(value, kind, &display_name)?),
+            Kind::Gateway => Object::Gateway(typed(value, kind, &display_name)?),
+            Kind::HttpRoute => Object::HttpRoute(typed(value, kind, &display_name)?),
+            Kind::ReferenceGrant => Object::ReferenceGrant(typed(value, kind, &display_name)?),
+            Kind::Ingress => Object::Ingress(typed(value, kind, &display_name)?),
+            Kind::IngressClass => Object::IngressClass(typed(value, kind, &display_name)?),
+            Kind::Secret => Object::Secret(typed(value, kind, &display_name)?),
+            Kind::Service => Object::Service(typed(value, kind, &display_name)?),
+            Kind::EndpointSlice => Object::EndpointSlice(typed(value, kind, &display_name)?),
+            Kind::Namespace => Object::Namespace(typed(value, kind, &display_name)?),
+            Kind::Backend => Object::Backend(typed(value, kind, &display_name)?),
+            Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
+        };
+        let meta = obj.metadata_mut();
+        if meta.name.is_empty() {
+            return Err(InvalidObject::Field {
+                kind,
+                name: display_name,
+                field: "metadata.name".into(),
+                message: "required".into(),
+            });
+        }
+        if kind.namespaced() {
+            if meta.namespace.is_empty() {
+                meta.namespace = "default".into();
+            }
+        } else {
+            meta.namespace.clear();
+        }
+        Ok(obj)
+    }
+
+    /// The object's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::GatewayClass(_) => Kind::GatewayClass,
+            Object::Gateway(_) => Kind::Gateway,
+            Object::HttpRoute(_) => Kind::HttpRoute,
+            Object::ReferenceGrant(_) => Kind::ReferenceGrant,
+            Object::Ingress(_) => Kind::Ingress,
+            Object::IngressClass(_) => Kind::IngressClass,
+            Object::Secret(_) => Kind::Secret,
+            Object::Service(_) => Kind::Service,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::Backend(_) => Kind::Backend,
+            Object::DirectResponse(_) => Kind::DirectResponse,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Object::GatewayClass(o) => &o.metadata,
+            Object::Gateway(o) => &o.metadata,
+            Object::HttpRoute(o) => &o.metadata,
+            Object::ReferenceGrant(o) => &o.metadata,
+            Object::Ingress(o) => &o.metadata,
+            Object::IngressClass(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::EndpointSlice(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+            Object::Backend(o) => &o.metadata,
+            Object::DirectResponse(o) => &o.metadata,
+        }
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Object::GatewayClass(o) => &mut o.metadata,
+            Object::Gateway(o) => &mut o.metadata,
+            Object::HttpRoute(o) => &mut o.metadata,
+            Object::ReferenceGrant(o) => &mut o.metadata,
+            Object::Ingress(o) => &mut o.metadata,
+            Object::IngressClass(o) => &mut o.metadata,
+            Object::Secret(o) => &mut o.metadata,
+            Object::Service(o) => &mut o.metadata,
+            Object::EndpointSlice(o) => &mut o.metadata,
+            Object::Namespace(o) => &mut o.metadata,
+            Object::Backend(o) => &mut o.metadata,
+            Object::DirectResponse(o) => &mut o.metadata,
+        }
+    }
+
+    /// The object's key.
+    pub fn key(&self) -> ObjectKey {
+        let m = self.metadata();
+        ObjectKey::new(self.kind(), &m.namespace, &m.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_route_and_defaults_namespace() {
+        let o = Object::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r"},
+            "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"matches": [{"path": {"type": "Exact", "value": "/x"}}]}]}
+        }))
+        .unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::HttpRoute, "default", "r"));
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        let e = Object::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"rules": [{"matches": [{"path": {"value": 5}}]}]}
+        }))
+        .unwrap_err();
+        match e {
+            InvalidObject::Field { field, name, .. } => {
+                assert_eq!(field, "spec.rules[0].matches[0].path.value");
+                assert_eq!(name, "ns/r");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_wrong_group() {
+        let e = Object::from_value(json!({"apiVersion": "v1", "kind": "HTTPRoute", "metadata": {"name": "r"}}));
+        assert!(matches!(e, Err(InvalidObject::UnsupportedKind { .. })));
+    }
+}

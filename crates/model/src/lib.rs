@@ -1,0 +1,40 @@
+//! weir's intermediate representation (IR).
+//!
+//! The IR is what the translator produces and what a data plane consumes. It is made of
+//! a few kinds of *resources*, each addressed by a [`ResourceKey`]:
+//!
+//! - [`Listener`]: a socket the data plane binds (address + port + protocol).
+//! - [`VirtualHost`]: the ordered routing rules for one host pattern on one listener.
+//! - [`Cluster`]: a set of upstream endpoints that rules forward to, by name.
+//! - [`Certificate`]: a PEM certificate chain and key, addressed by its content hash.
+//! - [`SniCert`]: which certificate a listener presents for one host pattern.
+//!
+//! Every resource is immutable once built and carries a [`ContentHash`] computed in its
+//! constructor from its own fields and its children's hashes (a Merkle hash). Two values
+//! with equal hashes are treated as equal: nothing is ever serialized to be compared.
+//! Changes travel as [`Delta`]s (upsert or remove one resource) grouped in a
+//! [`DeltaBatch`] that a data plane applies atomically.
+//!
+//! This crate has no I/O dependencies.
+
+#![warn(missing_docs)]
+
+mod cluster;
+mod delta;
+mod hash;
+mod host;
+mod listener;
+mod route;
+mod tls;
+
+pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
+pub use delta::{Delta, DeltaBatch, Resource, ResourceKey};
+pub use hash::{ContentHash, content_hash};
+pub use host::{HostMatch, InvalidHostname};
+pub use listener::{Listener, ListenerKey, Protocol};
+pub use route::{
+    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite,
+    Pattern, QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch,
+    Timeouts, VirtualHost, WeightedBackend,
+};
+pub use tls::{Certificate, SniCert};

@@ -1,0 +1,357 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::cluster::ClusterKey;
+use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
+use crate::host::HostMatch;
+use crate::listener::ListenerKey;
+
+/// A compiled regular expression that must match the *whole* input.
+/// Equality and hashing use the source pattern.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    source: Arc<str>,
+    regex: regex::Regex,
+}
+
+impl Pattern {
+    /// Compiles `source`, anchored at both ends (Gateway API regex matches are full matches).
+    pub fn new(source: &str) -> Result<Self, regex::Error> {
+        let regex = regex::RegexBuilder::new(&format!("^(?:{source})$"))
+            .size_limit(1 << 20)
+            .build()?;
+        Ok(Pattern { source: source.into(), regex })
+    }
+
+    /// The pattern as written by the user.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the whole of `input` matches.
+    pub fn is_match(&self, input: &str) -> bool {
+        self.regex.is_match(input)
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+impl Eq for Pattern {}
+impl std::hash::Hash for Pattern {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.source.hash(state)
+    }
+}
+impl Serialize for Pattern {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.source)
+    }
+}
+
+/// A path match. Prefixes match whole segments: `/foo` matches `/foo` and `/foo/bar`,
+/// not `/foobar`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum PathMatch {
+    /// The path equals this string.
+    Exact(Arc<str>),
+    /// Segment-wise prefix; stored without a trailing `/` (except the root `/`).
+    Prefix(Arc<str>),
+    /// The whole path matches this expression.
+    Regex(Pattern),
+}
+
+impl PathMatch {
+    /// Whether `path` (without the query string) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathMatch::Exact(p) => **p == *path,
+            PathMatch::Prefix(p) => {
+                if &**p == "/" {
+                    return true;
+                }
+                path.starts_with(&**p)
+                    && (path.len() == p.len() || path.as_bytes()[p.len()] == b'/')
+            }
+            PathMatch::Regex(r) => r.is_match(path),
+        }
+    }
+}
+
+/// Matching a string value exactly or by a full-match regular expression.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum StringMatch {
+    /// Equal bytes.
+    Exact(Arc<str>),
+    /// Full match of the expression.
+    Regex(Pattern),
+}
+
+impl StringMatch {
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            StringMatch::Exact(v) => **v == *value,
+            StringMatch::Regex(r) => r.is_match(value),
+        }
+    }
+}
+
+/// A request header that must be present with a matching value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct HeaderMatch {
+    /// Lower-case header name.
+    pub name: Arc<str>,
+    /// Value condition.
+    pub value: StringMatch,
+}
+
+/// A query parameter that must be present with a matching value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct QueryMatch {
+    /// Parameter name (case-sensitive).
+    pub name: Arc<str>,
+    /// Value condition.
+    pub value: StringMatch,
+}
+
+/// All conditions of one Gateway API `HTTPRouteMatch`; every one must hold.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct RequestMatch {
+    /// Path condition (defaults to prefix `/`).
+    pub path: PathMatch,
+    /// Header conditions.
+    pub headers: Vec<HeaderMatch>,
+    /// Query parameter conditions.
+    pub query: Vec<QueryMatch>,
+    /// Upper-case method, if restricted.
+    pub method: Option<Arc<str>>,
+}
+
+/// Header edits (Gateway API `HTTPHeaderFilter`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct HeaderModifier {
+    /// Replace or add these headers (lower-case names).
+    pub set: Vec<(Arc<str>, Arc<str>)>,
+    /// Append these headers.
+    pub add: Vec<(Arc<str>, Arc<str>)>,
+    /// Remove these headers.
+    pub remove: Vec<Arc<str>>,
+}
+
+/// How a path is rewritten by a redirect or URL rewrite.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum PathRewrite {
+    /// Replace the whole path.
+    Full(Arc<str>),
+    /// Replace the part matched by the rule's [`PathMatch::Prefix`].
+    PrefixMatch(Arc<str>),
+}
+
+/// A filter applied to a request before it is forwarded, or to its response.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Filter {
+    /// Edit request headers.
+    RequestHeaders(HeaderModifier),
+    /// Edit response headers.
+    ResponseHeaders(HeaderModifier),
+    /// Rewrite host and/or path before forwarding.
+    UrlRewrite {
+        /// New Host header.
+        hostname: Option<Arc<str>>,
+        /// New path.
+        path: Option<PathRewrite>,
+    },
+}
+
+/// A redirect response (Gateway API `HTTPRequestRedirectFilter`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Redirect {
+    /// `http` or `https`; `None` keeps the request's.
+    pub scheme: Option<Arc<str>>,
+    /// New host; `None` keeps the request's.
+    pub hostname: Option<Arc<str>>,
+    /// New path; `None` keeps the request's.
+    pub path: Option<PathRewrite>,
+    /// New port; `None` derives it from the scheme per Gateway API.
+    pub port: Option<u16>,
+    /// 301 or 302 (or another 3xx).
+    pub status: u16,
+}
+
+/// A response produced by the gateway itself (weir's `DirectResponse` extension).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct DirectResponse {
+    /// Status code.
+    pub status: u16,
+    /// Response headers (lower-case names).
+    pub headers: Vec<(Arc<str>, Arc<str>)>,
+    /// Response body.
+    pub body: Arc<str>,
+}
+
+/// One weighted destination of a forwarding rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct WeightedBackend {
+    /// Target cluster. If the data plane has no such cluster it answers 500
+    /// (Gateway API: requests to an invalid backend get a 500).
+    pub cluster: ClusterKey,
+    /// Relative weight; 0 means never chosen.
+    pub weight: u32,
+}
+
+/// What a rule does with a matched request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Action {
+    /// Forward to one of the backends, chosen by weighted round-robin.
+    Forward(Vec<WeightedBackend>),
+    /// Answer with a redirect.
+    Redirect(Redirect),
+    /// Answer with a fixed response.
+    DirectResponse(DirectResponse),
+    /// Answer with an error status (e.g. 500 when every backendRef is invalid).
+    Fail {
+        /// Status code.
+        status: u16,
+        /// Short reason, sent as the body.
+        reason: Arc<str>,
+    },
+}
+
+/// Per-rule timeouts (Gateway API `HTTPRouteTimeouts`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Timeouts {
+    /// Whole request, from the gateway receiving it to the response headers.
+    pub request: Option<Duration>,
+    /// One attempt to a backend.
+    pub backend_request: Option<Duration>,
+}
+
+/// Which kind of object a rule came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum RouteKind {
+    /// gateway.networking.k8s.io HTTPRoute.
+    HttpRoute,
+    /// networking.k8s.io Ingress.
+    Ingress,
+}
+
+/// The object and rule a [`RouteRule`] came from (for logs and debugging).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct RouteRef {
+    /// Object kind.
+    pub kind: RouteKind,
+    /// Object namespace.
+    pub namespace: Arc<str>,
+    /// Object name.
+    pub name: Arc<str>,
+    /// Index of the rule within the object.
+    pub rule: u32,
+}
+
+/// One match of one rule of a route, with what to do when it matches. A Gateway API rule
+/// with several matches becomes several `RouteRule`s sharing filters and action, so that
+/// each can be ordered by its own precedence.
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteRule {
+    /// Origin.
+    pub route: RouteRef,
+    /// Conditions.
+    pub matcher: RequestMatch,
+    /// Filters, in order.
+    pub filters: Vec<Filter>,
+    /// What to do.
+    pub action: Action,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    hash: ContentHash,
+}
+eq_by_content_hash!(RouteRule);
+
+impl RouteRule {
+    /// Builds a rule and computes its content hash.
+    pub fn new(
+        route: RouteRef,
+        matcher: RequestMatch,
+        filters: Vec<Filter>,
+        action: Action,
+        timeouts: Timeouts,
+    ) -> Self {
+        let hash = content_hash(&(&route, &matcher, &filters, &action, &timeouts));
+        RouteRule { route, matcher, filters, action, timeouts, hash }
+    }
+
+    /// The content hash computed at construction.
+    pub fn hash(&self) -> ContentHash {
+        self.hash
+    }
+}
+
+/// All rules that apply to one host pattern on one listener, in precedence order: the
+/// data plane takes the first rule whose matcher holds.
+#[derive(Clone, Debug, Serialize)]
+pub struct VirtualHost {
+    /// The listener.
+    pub listener: ListenerKey,
+    /// The host pattern.
+    pub host: HostMatch,
+    /// Rules, highest precedence first.
+    pub rules: Vec<Arc<RouteRule>>,
+    hash: ContentHash,
+}
+eq_by_content_hash!(VirtualHost);
+
+impl VirtualHost {
+    /// Builds a virtual host; its hash covers its key and its rules' hashes (not their
+    /// contents).
+    pub fn new(listener: ListenerKey, host: HostMatch, rules: Vec<Arc<RouteRule>>) -> Self {
+        let rule_hashes: Vec<ContentHash> = rules.iter().map(|r| r.hash).collect();
+        let hash = content_hash(&(&listener, &host, &rule_hashes));
+        VirtualHost { listener, host, rules, hash }
+    }
+
+    /// The content hash computed at construction.
+    pub fn hash(&self) -> ContentHash {
+        self.hash
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_is_segment_wise() {
+        let p = PathMatch::Prefix("/foo".into());
+        assert!(p.matches("/foo"));
+        assert!(p.matches("/foo/bar"));
+        assert!(!p.matches("/foobar"));
+        assert!(PathMatch::Prefix("/".into()).matches("/anything"));
+    }
+
+    #[test]
+    fn regex_is_full_match() {
+        let p = PathMatch::Regex(Pattern::new("/v[0-9]+").unwrap());
+        assert!(p.matches("/v12"));
+        assert!(!p.matches("/v12/x"));
+    }
+
+    #[test]
+    fn hash_depends_on_content() {
+        let r = |path: &str| {
+            RouteRule::new(
+                RouteRef { kind: RouteKind::HttpRoute, namespace: "ns".into(), name: "r".into(), rule: 0 },
+                RequestMatch { path: PathMatch::Prefix(path.into()), headers: vec![], query: vec![], method: None },
+                vec![],
+                Action::Fail { status: 500, reason: "x".into() },
+                Timeouts::default(),
+            )
+        };
+        assert_eq!(r("/a"), r("/a"));
+        assert_ne!(r("/a").hash(), r("/b").hash());
+    }
+}
