@@ -1,1 +1,99 @@
-//! placeholder
+//! weir's file provider: Kubernetes-style YAML manifests read from a file or a directory
+//! tree, turned into [`weir_api::Object`]s, and watched for changes.
+//!
+//! [`FileProvider`] keeps what every file defined and answers each (re)read with an
+//! [`Update`]: the objects that appeared or changed, the keys that disappeared, and the
+//! problems found. Work is proportional to the files named in a reload, never to the whole
+//! tree: unchanged bytes (by content hash) are not parsed again, unchanged objects are not
+//! reported. Bad input stays local: a file that stops parsing keeps its last good objects,
+//! a document with a bad field keeps that object's previous version, and every problem is
+//! reported with its file, document, object and field.
+//!
+//! [`watch`] reports changed paths as they happen (no trailing debounce), ready to be fed
+//! to [`FileProvider::reload`].
+
+#![warn(missing_docs)]
+
+mod parse;
+mod provider;
+mod scan;
+mod watch;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use crate::provider::FileProvider;
+pub use crate::watch::{WatchError, Watcher, watch};
+
+/// Where an object was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The file, as found under the provider's root (symlinks not resolved).
+    pub file: PathBuf,
+    /// 0-based index of the YAML document in the file (empty documents count).
+    pub document: usize,
+}
+
+/// What kind of problem a [`FileError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileErrorKind {
+    /// The file or directory could not be read; its previous objects are kept.
+    Unreadable,
+    /// The file is not valid YAML (or not UTF-8); its previous objects are kept.
+    Syntax,
+    /// A document is not a valid object; that object's previous version (if any) is kept.
+    InvalidObject,
+    /// A document names a kind weir does not read (e.g. a Deployment); it is ignored.
+    UnsupportedKind,
+    /// The object is also defined in a file earlier in path order, which wins.
+    Duplicate,
+}
+
+/// A problem with one file or one document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileError {
+    /// The file (or directory) concerned.
+    pub file: PathBuf,
+    /// 0-based document index, when the problem is one document's.
+    pub document: Option<usize>,
+    /// What kind of problem.
+    pub kind: FileErrorKind,
+    /// What is wrong; names the object (`Kind ns/name`) and the field when known.
+    pub message: String,
+}
+
+impl fmt::Display for FileError {
+    /// `FILE#DOC: message`, or `FILE: message` for a problem of the whole file.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.document {
+            Some(d) => write!(f, "{}#{}: {}", self.file.display(), d, self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for FileError {}
+
+/// The object-level difference produced by (re)reading files.
+#[derive(Clone, Debug, Default)]
+pub struct Update {
+    /// Objects that are new or whose content changed, in key order.
+    pub upserts: Vec<Arc<weir_api::Object>>,
+    /// Keys of objects that no file defines any more, in key order.
+    pub deletes: Vec<weir_api::ObjectKey>,
+    /// Problems found while reading; they do not stop other objects from applying.
+    pub errors: Vec<FileError>,
+}
+
+impl Update {
+    /// True when there is nothing to apply and nothing to report.
+    pub fn is_empty(&self) -> bool {
+        self.upserts.is_empty() && self.deletes.is_empty() && self.errors.is_empty()
+    }
+
+    /// True when objects changed (errors aside).
+    pub fn has_changes(&self) -> bool {
+        !self.upserts.is_empty() || !self.deletes.is_empty()
+    }
+}

@@ -1,1 +1,23 @@
-//! placeholder
+//! weir's data plane: listeners, TLS by SNI, HTTP/1.1 and HTTP/2 routing and proxying
+//! over immutable IR snapshots.
+
+#![warn(missing_docs)]
+
+mod filters;
+mod hosts;
+mod router;
+mod sharded;
+mod snapshot;
+mod tls;
+
+mod admin;
+mod dataplane;
+mod error;
+mod listeners;
+mod metrics;
+mod server;
+mod upstream;
+
+pub use admin::serve_admin;
+pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use snapshot::{Snapshot, SnapshotStats};

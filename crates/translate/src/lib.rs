@@ -1,1 +1,88 @@
-//! placeholder
+//! Incremental translation of Kubernetes-style objects ([`weir_api::Object`]) into IR
+//! deltas ([`weir_model::DeltaBatch`]) and per-object statuses.
+//!
+//! The [`Translator`] keeps every object it was given plus reverse indexes (which routes
+//! use which Service, which Gateways use which Secret, …). [`Translator::apply`] marks
+//! only the things a change can affect as dirty and recomputes those, so the cost of one
+//! changed object is proportional to that object and the hosts it touches, never to the
+//! total configuration. Resources are compared by their content hash; only real changes
+//! are emitted.
+//!
+//! The crate is pure: no I/O, no async runtime. The same translator serves standalone
+//! files and the Kubernetes API.
+
+#![warn(missing_docs)]
+
+mod backend;
+mod duration;
+mod gateway;
+mod ingress;
+mod order;
+mod route;
+mod status;
+mod store;
+mod tls;
+mod translator;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use translator::Translator;
+
+/// Settings of a [`Translator`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TranslatorOptions {
+    /// Our GatewayClass `controllerName`, also written into route status entries.
+    pub controller_name: String,
+    /// Standalone mode: a Gateway whose `gatewayClassName` has no GatewayClass object is
+    /// accepted, and Ingresses without a class are ours. In Kubernetes mode (`false`) the
+    /// class must exist with our controller name.
+    pub standalone: bool,
+    /// The Ingress class we serve.
+    pub ingress_class: String,
+    /// Where Ingress plaintext traffic is served (no Ingress HTTP listener when `None`).
+    pub ingress_http: Option<SocketAddr>,
+    /// Where Ingress TLS traffic is served (no Ingress HTTPS listener when `None`).
+    pub ingress_https: Option<SocketAddr>,
+}
+
+impl Default for TranslatorOptions {
+    fn default() -> Self {
+        TranslatorOptions {
+            controller_name: "weir.dev/gateway-controller".into(),
+            standalone: false,
+            ingress_class: "weir".into(),
+            ingress_http: None,
+            ingress_https: None,
+        }
+    }
+}
+
+/// One change to the set of objects.
+#[derive(Clone, Debug)]
+pub enum ObjectChange {
+    /// The object was created or replaced.
+    Upsert(Arc<weir_api::Object>),
+    /// The object with this key was deleted.
+    Delete(weir_api::ObjectKey),
+}
+
+/// What one [`Translator::apply`] changed.
+#[derive(Clone, Debug, Default)]
+pub struct TranslateOutput {
+    /// IR changes, ordered so that a data plane never sees a dangling reference:
+    /// listener and certificate upserts, then SNI, cluster and virtual-host upserts, then
+    /// virtual-host and SNI removals, then certificate, listener and cluster removals.
+    pub batch: weir_model::DeltaBatch,
+    /// Statuses that differ from the last ones emitted, sorted by key. A status that
+    /// disappears because its problems were fixed is emitted once as an empty
+    /// [`weir_api::ObjectStatus::Problems`].
+    pub statuses: Vec<(weir_api::ObjectKey, weir_api::ObjectStatus)>,
+}
+
+impl TranslateOutput {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty() && self.statuses.is_empty()
+    }
+}

@@ -1,0 +1,154 @@
+//! The timed changes: add, modify and remove one domain, each timed from just before the
+//! rename or unlink to the first HTTPS response that shows the new state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use tokio::time::Instant;
+
+use crate::certs::Leaf;
+use crate::client::{Probe, Seen, Tls};
+use crate::manifests::{ConfigDir, domain, domain_yaml};
+use crate::progress::Progress;
+use crate::report::OpResult;
+
+/// How the changes are paced and bounded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pacing {
+    /// Pause after a failed poll.
+    pub(crate) poll_interval: Duration,
+    /// Longest wait for one change to show; longer counts as a failure.
+    pub(crate) timeout: Duration,
+    /// Pause between writing the staged file and the timed rename, so that the watcher
+    /// events of the staging write are not inside the timed window.
+    pub(crate) settle: Duration,
+}
+
+/// What a change waits for.
+enum Want {
+    /// `/` answers 200 (a new domain).
+    Serving,
+    /// `path` answers 200 and `/` answers 404: only the new rule can do both.
+    Moved { path: String },
+    /// `/` answers 404 or the handshake fails (the certificate is gone).
+    Gone,
+}
+
+/// Polls `probe` until `want` holds or the timeout passes. Returns the latency from
+/// `start`, the number of polls and the last observation.
+async fn wait_for(
+    probe: &mut Probe,
+    want: &Want,
+    start: Instant,
+    pacing: Pacing,
+) -> (Option<Duration>, u32, Seen) {
+    let deadline = start + pacing.timeout;
+    let mut polls = 0u32;
+    let max_polls = u32::MAX / 2;
+    loop {
+        polls += 1;
+        let (done, seen) = match want {
+            Want::Serving => {
+                let seen = probe.get("/").await;
+                (seen == Seen::Status(200), seen)
+            }
+            Want::Moved { path } => {
+                let seen = probe.get(path).await;
+                if seen == Seen::Status(200) {
+                    let root = probe.get("/").await;
+                    (root == Seen::Status(404), root)
+                } else {
+                    (false, seen)
+                }
+            }
+            Want::Gone => {
+                let seen = probe.get("/").await;
+                (matches!(seen, Seen::Status(404) | Seen::Handshake(_)), seen)
+            }
+        };
+        let now = Instant::now();
+        if done {
+            return (Some(now - start), polls, seen);
+        }
+        if now >= deadline || polls >= max_polls {
+            return (None, polls, seen);
+        }
+        tokio::time::sleep(pacing.poll_interval).await;
+    }
+}
+
+/// The changes of one run, sharing the config directory and the client.
+pub(crate) struct Changer<'a> {
+    pub(crate) dir: &'a ConfigDir,
+    pub(crate) tls: &'a Tls,
+    pub(crate) pacing: Pacing,
+    pub(crate) progress: Arc<Progress>,
+}
+
+impl Changer<'_> {
+    fn finish(&self, change: usize, i: usize, timed: (Option<Duration>, u32, Seen)) -> OpResult {
+        let (latency, polls, seen) = timed;
+        self.progress.step(latency);
+        if latency.is_none() {
+            self.progress.say(&format!(
+                "change {change} on {} timed out; last poll saw {seen}",
+                domain(i)
+            ));
+        }
+        OpResult {
+            change,
+            domain: domain(i),
+            ms: latency.map(|d| d.as_secs_f64() * 1000.0),
+            polls,
+            last_seen: seen.to_string(),
+        }
+    }
+
+    /// Change `change`: adds domain `i` with `leaf`.
+    pub(crate) async fn add(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
+        self.dir.stage(i, &domain_yaml(i, leaf, "/"))?;
+        tokio::time::sleep(self.pacing.settle).await;
+        let mut probe = Probe::new(self.tls, domain(i));
+        let start = Instant::now();
+        self.dir.commit(i)?;
+        let timed = wait_for(&mut probe, &Want::Serving, start, self.pacing).await;
+        Ok(self.finish(change, i, timed))
+    }
+
+    /// Change `change`: moves domain `i`'s route from `/` to `/v2-<change>`.
+    pub(crate) async fn modify(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
+        let path = format!("/v2-{change}");
+        self.dir.stage(i, &domain_yaml(i, leaf, &path))?;
+        let mut probe = self.warmed(i).await;
+        tokio::time::sleep(self.pacing.settle).await;
+        let start = Instant::now();
+        self.dir.commit(i)?;
+        let timed = wait_for(&mut probe, &Want::Moved { path }, start, self.pacing).await;
+        Ok(self.finish(change, i, timed))
+    }
+
+    /// Change `change`: removes domain `i`'s file.
+    pub(crate) async fn remove(&self, change: usize, i: usize) -> Result<OpResult> {
+        let mut probe = self.warmed(i).await;
+        tokio::time::sleep(self.pacing.settle).await;
+        let start = Instant::now();
+        self.dir.remove(i)?;
+        let timed = wait_for(&mut probe, &Want::Gone, start, self.pacing).await;
+        Ok(self.finish(change, i, timed))
+    }
+
+    /// A probe of domain `i` with its connection open and checked (outside the timed
+    /// window), so that polls reuse it while it lasts.
+    async fn warmed(&self, i: usize) -> Probe {
+        let mut probe = Probe::new(self.tls, domain(i));
+        let seen = probe.get("/").await;
+        if seen != Seen::Status(200) {
+            self.progress.say(&format!(
+                "{} did not answer 200 before its change: {seen}",
+                domain(i)
+            ));
+        }
+        probe
+    }
+}

@@ -1,0 +1,187 @@
+//! Child processes (weir, the echo backend) and what /proc says about them.
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use serde::Serialize;
+
+/// A child process that is killed when the guard is dropped, whatever the reason (error,
+/// panic, Ctrl-C unwinding the runtime).
+pub(crate) struct ChildGuard {
+    name: &'static str,
+    child: Option<Child>,
+}
+
+impl ChildGuard {
+    /// Spawns `program args…` with stdout and stderr appended to `log`.
+    pub(crate) fn spawn(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<ChildGuard> {
+        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        Ok(ChildGuard {
+            name,
+            child: Some(child),
+        })
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The exit status if the process has already exited.
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Asks the process to stop (SIGTERM through `kill`, so no unsafe code is needed),
+    /// waits up to `grace`, then kills it. Returns its exit status.
+    pub(crate) fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!(
+            "weir-bench: {} did not stop within {grace:?}; killing it",
+            self.name
+        );
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Resident memory and CPU time of a process.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub(crate) struct ProcStats {
+    /// VmRSS from /proc/PID/status, in KiB.
+    pub(crate) rss_kib: u64,
+    /// utime + stime from /proc/PID/stat, in seconds.
+    pub(crate) cpu_seconds: f64,
+}
+
+/// Reads the stats of process `pid`.
+pub(crate) fn proc_stats(pid: u32) -> Result<ProcStats> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    Ok(ProcStats {
+        rss_kib: parse_vm_rss(&status)?,
+        cpu_seconds: parse_cpu_ticks(&stat)? as f64 / clk_tck(),
+    })
+}
+
+fn parse_vm_rss(status: &str) -> Result<u64> {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or_else(|| anyhow!("no VmRSS line"))?;
+    let kib = line
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow!("empty VmRSS line"))?;
+    Ok(kib.parse()?)
+}
+
+/// utime + stime in clock ticks. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+fn parse_cpu_ticks(stat: &str) -> Result<u64> {
+    let rest = stat
+        .rfind(')')
+        .map(|at| &stat[at + 1..])
+        .ok_or_else(|| anyhow!("malformed stat"))?;
+    // After ")": field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| -> Result<u64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow!("short stat"))?
+            .parse()?)
+    };
+    Ok(get(11)? + get(12)?)
+}
+
+/// Clock ticks per second, asked of `getconf` once (100 if that fails: the usual value).
+fn clk_tck() -> f64 {
+    static TCK: OnceLock<f64> = OnceLock::new();
+    *TCK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|t| *t > 0.0)
+            .unwrap_or(100.0)
+    })
+}
+
+/// The last `lines` lines of a log file, for error messages.
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_files() {
+        let status = "Name:\tweir\nVmPeak:\t  9000 kB\nVmRSS:\t   12345 kB\n";
+        assert_eq!(parse_vm_rss(status).unwrap(), 12345);
+        let stat = "42 (we ir) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
+        assert_eq!(parse_cpu_ticks(stat).unwrap(), 300);
+        assert!(parse_cpu_ticks("garbage").is_err());
+    }
+
+    #[test]
+    fn reads_own_stats() {
+        let s = proc_stats(std::process::id()).unwrap();
+        assert!(s.rss_kib > 0);
+    }
+}

@@ -1,0 +1,220 @@
+//! One file's bytes → its documents → objects.
+//!
+//! The file is split into documents here, at `---` / `...` marker lines, rather than by
+//! the YAML library's multi-document reader, so that every document keeps its position in
+//! the file (the library silently drops empty documents, which would shift the indexes
+//! reported in errors and origins). Per the YAML spec a marker line at column 0 can never
+//! be part of a scalar, so this split agrees with the parser.
+
+use serde_json::Value;
+use weir_api::{InvalidObject, Object, ObjectKey};
+
+/// One object read from a document (a `v1 List` document yields several).
+#[derive(Debug)]
+pub(crate) struct ParsedDoc {
+    /// 0-based index of the document in the file.
+    pub(crate) index: usize,
+    /// The object, or why it could not be read.
+    pub(crate) result: Result<Object, DocError>,
+}
+
+/// A document that is valid YAML but not a valid object.
+#[derive(Debug)]
+pub(crate) struct DocError {
+    /// The object's key when `apiVersion`, `kind` and `metadata.name` are readable.
+    pub(crate) key: Option<ObjectKey>,
+    /// What is wrong.
+    pub(crate) error: InvalidObject,
+}
+
+/// Parses a whole file. `Err` is a syntax (or encoding) error that makes the whole file
+/// unusable; it names the line.
+pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
+    let mut docs = Vec::new();
+    for (index, chunk) in split_documents(text).into_iter().enumerate() {
+        let options = serde_saphyr::options! { with_snippet: false };
+        let value: Value = serde_saphyr::from_str_with_options(chunk.text, options).map_err(|e| {
+            let render = serde_saphyr::render_options! {
+                snippets: serde_saphyr::SnippetMode::Off,
+                line_offset: chunk.first_line as u64,
+            };
+            format!("invalid YAML in document {index}: {}", e.render_with_options(render))
+        })?;
+        push_objects(index, value, &mut docs);
+    }
+    Ok(docs)
+}
+
+fn push_objects(index: usize, value: Value, out: &mut Vec<ParsedDoc>) {
+    if value.is_null() {
+        return;
+    }
+    if is_list(&value) {
+        if let Value::Object(mut map) = value
+            && let Some(Value::Array(items)) = map.remove("items")
+        {
+            for item in items {
+                if !item.is_null() {
+                    out.push(ParsedDoc { index, result: to_object(item) });
+                }
+            }
+        }
+        return;
+    }
+    out.push(ParsedDoc { index, result: to_object(value) });
+}
+
+/// `apiVersion: v1, kind: List` (what `kubectl get -o yaml` writes) holds objects in `items`.
+fn is_list(value: &Value) -> bool {
+    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && value.get("kind").and_then(Value::as_str) == Some("List")
+        && value.get("items").is_some_and(Value::is_array)
+}
+
+fn to_object(value: Value) -> Result<Object, DocError> {
+    let key = probe_key(&value);
+    Object::from_value(value).map_err(|error| DocError { key, error })
+}
+
+/// The key an object would have, read from `apiVersion`, `kind` and `metadata` alone, so
+/// that a document with a bad field elsewhere can still be matched to its previous version.
+/// Only called on the error path.
+fn probe_key(value: &Value) -> Option<ObjectKey> {
+    let map = value.as_object()?;
+    let api_version = map.get("apiVersion")?.as_str()?;
+    let kind = map.get("kind")?.as_str()?;
+    let meta = map.get("metadata")?;
+    let name = meta.get("name")?.as_str()?;
+    let mut probe_meta = serde_json::Map::new();
+    probe_meta.insert("name".into(), name.into());
+    if let Some(ns) = meta.get("namespace").and_then(Value::as_str) {
+        probe_meta.insert("namespace".into(), ns.into());
+    }
+    let mut probe = serde_json::Map::new();
+    probe.insert("apiVersion".into(), api_version.into());
+    probe.insert("kind".into(), kind.into());
+    probe.insert("metadata".into(), Value::Object(probe_meta));
+    Object::from_value(Value::Object(probe)).ok().map(|o| o.key())
+}
+
+/// The text of one document and the 0-based line it starts on.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Chunk<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) first_line: usize,
+}
+
+/// Splits a YAML stream into documents. A `---` line starts a document (unless only
+/// comments, blank lines and directives precede it since the last document); a `...` line
+/// ends one. Text holding no document at all (only comments or blank lines) is dropped.
+pub(crate) fn split_documents(text: &str) -> Vec<Chunk<'_>> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut start_line = 0;
+    // Whether the current chunk is a document: it has a start marker or content.
+    let mut is_doc = false;
+    let mut offset = 0;
+    for (line_no, line) in text.split_inclusive('\n').enumerate() {
+        let end = offset + line.len();
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if marker(bare, "---") {
+            if is_doc {
+                chunks.push(Chunk { text: &text[start..offset], first_line: start_line });
+                start = offset;
+                start_line = line_no;
+            }
+            is_doc = true;
+        } else if marker(bare, "...") {
+            if is_doc {
+                chunks.push(Chunk { text: &text[start..end], first_line: start_line });
+            }
+            start = end;
+            start_line = line_no + 1;
+            is_doc = false;
+        } else if !is_doc {
+            let trimmed = bare.trim_start();
+            let ignorable = trimmed.is_empty() || trimmed.starts_with('#') || bare.starts_with('%');
+            is_doc = !ignorable;
+        }
+        offset = end;
+    }
+    if is_doc {
+        chunks.push(Chunk { text: &text[start..], first_line: start_line });
+    }
+    chunks
+}
+
+/// Whether `line` is the document marker `m`, alone or followed by whitespace.
+fn marker(line: &str, m: &str) -> bool {
+    line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_api::Kind;
+
+    fn texts(s: &str) -> Vec<(&str, usize)> {
+        split_documents(s).into_iter().map(|c| (c.text, c.first_line)).collect()
+    }
+
+    #[test]
+    fn splits_at_markers_and_keeps_line_offsets() {
+        assert_eq!(texts("a: 1\n---\nb: 2\n"), vec![("a: 1\n", 0), ("---\nb: 2\n", 1)]);
+        // Comments before the first marker belong to the first document.
+        assert_eq!(texts("# c\n---\na: 1\n"), vec![("# c\n---\na: 1\n", 0)]);
+        // An empty document between two markers keeps its index.
+        assert_eq!(texts("---\n---\na: 1\n"), vec![("---\n", 0), ("---\na: 1\n", 1)]);
+        // `...` ends a document; the next needs no marker.
+        assert_eq!(texts("a: 1\n...\nb: 2\n"), vec![("a: 1\n...\n", 0), ("b: 2\n", 2)]);
+        assert_eq!(texts("a: 1\n...\n---\nb: 2\n"), vec![("a: 1\n...\n", 0), ("---\nb: 2\n", 2)]);
+        // Content on the marker line, CRLF, and lookalikes that are not markers.
+        assert_eq!(texts("--- {a: 1}\r\n---\r\nb: '---x'\r\n----\r\n").len(), 2);
+        assert_eq!(texts(""), vec![]);
+        assert_eq!(texts("# only a comment\n\n"), vec![]);
+    }
+
+    #[test]
+    fn block_scalar_content_is_not_split() {
+        let docs = parse_file(b"apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  k: |\n    ---x\n    ...y\n").unwrap();
+        assert_eq!(docs.len(), 1);
+        let Ok(Object::Secret(s)) = &docs[0].result else { panic!("{docs:?}") };
+        assert_eq!(s.string_data["k"], "---x\n...y\n");
+    }
+
+    #[test]
+    fn syntax_error_names_the_file_line() {
+        let e = parse_file(b"a: 1\n---\nb: [1\n").unwrap_err();
+        assert!(e.contains("document 1"), "{e}");
+        assert!(e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn list_items_and_empty_documents() {
+        let yaml = b"---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: v1, kind: Namespace, metadata: {name: b}}\n";
+        let docs = parse_file(yaml).unwrap();
+        let keys: Vec<_> = docs.iter().map(|d| (d.index, d.result.as_ref().unwrap().key())).collect();
+        assert_eq!(
+            keys,
+            vec![(1, ObjectKey::new(Kind::Namespace, "", "a")), (1, ObjectKey::new(Kind::Namespace, "", "b"))]
+        );
+    }
+
+    #[test]
+    fn bad_object_still_has_its_key() {
+        let yaml = b"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\nspec: {rules: [{matches: [{path: {type: [1]}}]}]}\n";
+        let docs = parse_file(yaml).unwrap();
+        let Err(e) = &docs[0].result else { panic!("{docs:?}") };
+        assert_eq!(e.key, Some(ObjectKey::new(Kind::HttpRoute, "ns", "r")));
+        assert!(e.error.to_string().contains("spec.rules[0].matches[0].path.type"), "{}", e.error);
+        let docs = parse_file(b"apiVersion: v1\nkind: Namespace\nmetadata: {name: 5}\n").unwrap();
+        assert!(matches!(&docs[0].result, Err(DocError { key: None, .. })));
+    }
+
+    #[test]
+    fn not_utf8() {
+        assert!(parse_file(b"a: \xff\n").unwrap_err().contains("UTF-8"));
+    }
+}

@@ -1,0 +1,439 @@
+//! [`FileProvider`]: what every file defines, and the object-level difference of each
+//! (re)read.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::ffi::OsStr;
+use std::io;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weir_api::{InvalidObject, Object, ObjectKey};
+
+use crate::parse::{DocError, ParsedDoc};
+use crate::scan::{self, FileRead, WalkError};
+use crate::{FileError, FileErrorKind, Origin, Update};
+
+/// Name of the symlink Kubernetes swaps atomically when it updates a mounted Secret or
+/// ConfigMap; the visible files are symlinks through it.
+const K8S_DATA_LINK: &str = "..data";
+
+/// Reads Kubernetes-style YAML manifests under a path (a file, or a directory read
+/// recursively) and keeps, per object key, every definition found, so that it can report
+/// exactly what changed when files change.
+///
+/// Rules:
+/// - Directories are read recursively; only `*.yaml` / `*.yml` files are read; hidden
+///   entries (starting with `.`) are skipped; symlinks are followed, which covers the
+///   `..data` layout of mounted Secrets and ConfigMaps. A single-file root is read
+///   whatever its name.
+/// - The same key defined twice: the definition first in path order (then document
+///   order) wins; the others are reported as duplicates and take over if it goes away.
+/// - A file that becomes unreadable or invalid YAML keeps its previous objects. A
+///   document that is not a valid object keeps that object's previous version when its
+///   kind, namespace and name can be read. Either way an error is reported.
+#[derive(Debug)]
+pub struct FileProvider {
+    root: PathBuf,
+    /// Every file read at least once, in path order.
+    files: BTreeMap<PathBuf, FileState>,
+    /// Every definition of every key, sorted by (file, position in file); the first wins.
+    defs: HashMap<ObjectKey, Vec<Def>>,
+}
+
+#[derive(Debug, Default)]
+struct FileState {
+    /// Content hash of the bytes last parsed (valid or not).
+    hash: Option<u64>,
+    /// The keys this file currently defines (each once).
+    keys: Vec<ObjectKey>,
+}
+
+#[derive(Debug)]
+struct Def {
+    origin: Origin,
+    /// Position among the file's objects (a `List` document holds several).
+    seq: usize,
+    object: Arc<Object>,
+}
+
+impl Def {
+    fn sort_key(&self) -> (&Path, usize) {
+        (&self.origin.file, self.seq)
+    }
+}
+
+/// A key's winning definition before the current operation touched it.
+struct Before {
+    file: PathBuf,
+    seq: usize,
+    object: Arc<Object>,
+}
+
+/// The bookkeeping of one `load_all` / `reload`.
+#[derive(Default)]
+struct Tx {
+    before: BTreeMap<ObjectKey, Option<Before>>,
+    /// Files parsed in this operation (their duplicates are reported again).
+    parsed: HashSet<PathBuf>,
+    errors: Vec<FileError>,
+}
+
+impl FileProvider {
+    /// A provider for `path` (a file or a directory). Nothing is read until
+    /// [`load_all`](Self::load_all). A relative path is made absolute against the current
+    /// directory, so that it matches the paths [`crate::watch`] reports.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let root = std::path::absolute(&path).unwrap_or(path);
+        FileProvider { root, files: BTreeMap::new(), defs: HashMap::new() }
+    }
+
+    /// The path read (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the current definition of `key` was read from.
+    pub fn origin(&self, key: &ObjectKey) -> Option<&Origin> {
+        self.winner(key).map(|d| &d.origin)
+    }
+
+    /// The current object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<Object>> {
+        self.winner(key).map(|d| &d.object)
+    }
+
+    /// Every current object, in no particular order.
+    pub fn objects(&self) -> impl Iterator<Item = &Arc<Object>> {
+        self.defs.values().filter_map(|v| v.first()).map(|d| &d.object)
+    }
+
+    /// The number of current objects.
+    pub fn len(&self) -> usize {
+        self.defs.len()
+    }
+
+    /// True when no object is defined.
+    pub fn is_empty(&self) -> bool {
+        self.defs.is_empty()
+    }
+
+    /// Reads every manifest under the root (files whose bytes are unchanged since the
+    /// last read are not parsed again) and returns the difference against what was known:
+    /// on the first call, every object as an upsert.
+    pub fn load_all(&mut self) -> Update {
+        let mut tx = Tx::default();
+        self.refresh_root(&mut tx);
+        self.finish(tx)
+    }
+
+    /// Re-reads only `paths`: files created, changed or removed, or directories to rescan
+    /// (as [`crate::watch`] reports them), and returns the difference against what they
+    /// held before. Paths outside the root, hidden paths and non-manifest files are
+    /// ignored, except a `..data` symlink, whose directory is rescanned. The cost is that
+    /// of the files named (plus the listing of directories named), not of the whole tree.
+    pub fn reload(&mut self, paths: &[PathBuf]) -> Update {
+        let mut tx = Tx::default();
+        if paths.is_empty() {
+            return self.finish(tx);
+        }
+        let root_is_dir = std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir());
+        if !root_is_dir {
+            // A single-file root: whatever changed around it, re-read it (cheap when its
+            // bytes are unchanged). Also covers a root directory that disappeared.
+            self.refresh_root(&mut tx);
+            return self.finish(tx);
+        }
+        let mut rescans = BTreeSet::new();
+        let mut files = BTreeSet::new();
+        let mut removed = BTreeSet::new();
+        for path in paths {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            let Ok(rel) = path.strip_prefix(&self.root) else { continue };
+            let names: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+            let Some((last, parents)) = names.split_last() else {
+                rescans.insert(self.root.clone());
+                continue;
+            };
+            if parents.iter().any(|n| scan::is_hidden(n)) {
+                continue;
+            }
+            if scan::is_hidden(last) {
+                if *last == K8S_DATA_LINK
+                    && let Some(dir) = path.parent()
+                {
+                    rescans.insert(dir.to_path_buf());
+                }
+                continue;
+            }
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    rescans.insert(path);
+                }
+                Ok(_) => {
+                    if scan::is_manifest_name(last) {
+                        files.insert(path);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    removed.insert(path);
+                }
+                Err(_) => {
+                    // Reading it reports the problem.
+                    if scan::is_manifest_name(last) {
+                        files.insert(path);
+                    } else {
+                        rescans.insert(path);
+                    }
+                }
+            }
+        }
+        let covered = |p: &Path, dirs: &BTreeSet<PathBuf>| p.ancestors().skip(1).any(|a| dirs.contains(a));
+        let dirs: Vec<PathBuf> = rescans.iter().filter(|d| !covered(d, &rescans)).cloned().collect();
+        files.retain(|f| !covered(f, &rescans));
+        for r in &removed {
+            self.remove_under(r, &mut tx);
+        }
+        self.rescan(&dirs, files.into_iter().collect(), &mut tx);
+        self.finish(tx)
+    }
+
+    fn winner(&self, key: &ObjectKey) -> Option<&Def> {
+        self.defs.get(key).and_then(|v| v.first())
+    }
+
+    fn refresh_root(&mut self, tx: &mut Tx) {
+        let root = self.root.clone();
+        match std::fs::metadata(&root) {
+            Ok(m) if m.is_dir() => self.rescan(std::slice::from_ref(&root), Vec::new(), tx),
+            Ok(_) => {
+                // A single file. Anything known under it as a directory is gone.
+                let stale: Vec<PathBuf> = self.files_under(&root).filter(|p| *p != root).collect();
+                for p in stale {
+                    self.remove_file(&p, tx);
+                }
+                self.read_and_apply(vec![root], tx);
+            }
+            Err(e) => {
+                let missing = e.kind() == io::ErrorKind::NotFound;
+                if missing {
+                    self.remove_under(&root, tx);
+                }
+                tx.errors.push(FileError {
+                    file: root,
+                    document: None,
+                    kind: FileErrorKind::Unreadable,
+                    message: if missing { "does not exist".into() } else { format!("cannot read: {e}") },
+                });
+            }
+        }
+    }
+
+    /// Lists `dirs`, forgets the known files under them that are gone, and reads what is
+    /// there together with `extra` files.
+    fn rescan(&mut self, dirs: &[PathBuf], extra: Vec<PathBuf>, tx: &mut Tx) {
+        let mut to_read = extra;
+        for dir in dirs {
+            let start = to_read.len();
+            let mut walk_errors = Vec::new();
+            scan::walk(dir, &mut to_read, &mut walk_errors);
+            let found: HashSet<&Path> = to_read[start..].iter().map(PathBuf::as_path).collect();
+            // Files under a directory that could not be listed are kept as they were,
+            // unless the directory no longer exists.
+            let unlisted: Vec<&WalkError> =
+                walk_errors.iter().filter(|e| e.error.kind() != io::ErrorKind::NotFound).collect();
+            let gone: Vec<PathBuf> = self
+                .files_under(dir)
+                .filter(|p| !found.contains(p.as_path()))
+                .filter(|p| !unlisted.iter().any(|e| p.starts_with(&e.dir)))
+                .collect();
+            for e in unlisted {
+                tx.errors.push(FileError {
+                    file: e.dir.clone(),
+                    document: None,
+                    kind: FileErrorKind::Unreadable,
+                    message: format!("cannot list directory: {}", e.error),
+                });
+            }
+            for p in gone {
+                self.remove_file(&p, tx);
+            }
+        }
+        to_read.sort();
+        to_read.dedup();
+        self.read_and_apply(to_read, tx);
+    }
+
+    fn files_under<'a>(&'a self, prefix: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {
+        self.files
+            .range::<Path, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(p, _)| p.starts_with(prefix))
+            .map(|(p, _)| p.clone())
+    }
+
+    fn read_and_apply(&mut self, paths: Vec<PathBuf>, tx: &mut Tx) {
+        let files = &self.files;
+        let reads = scan::read_files(&paths, |p| files.get(p).and_then(|f| f.hash));
+        for (path, read) in paths.into_iter().zip(reads) {
+            self.apply_read(path, read, tx);
+        }
+    }
+
+    fn apply_read(&mut self, path: PathBuf, read: FileRead, tx: &mut Tx) {
+        match read {
+            FileRead::Unchanged => {}
+            FileRead::Missing => self.remove_file(&path, tx),
+            FileRead::Unreadable(e) => {
+                let message = format!("cannot read: {e}{}", self.keeping(&path));
+                tx.errors.push(FileError { file: path, document: None, kind: FileErrorKind::Unreadable, message });
+            }
+            FileRead::Syntax { hash, message } => {
+                let message = format!("{message}{}", self.keeping(&path));
+                self.files.entry(path.clone()).or_default().hash = Some(hash);
+                tx.errors.push(FileError { file: path, document: None, kind: FileErrorKind::Syntax, message });
+            }
+            FileRead::Parsed { hash, docs } => self.apply_docs(path, hash, docs, tx),
+        }
+    }
+
+    fn keeping(&self, path: &Path) -> &'static str {
+        if self.files.get(path).is_some_and(|f| !f.keys.is_empty()) {
+            "; keeping its previous objects"
+        } else {
+            ""
+        }
+    }
+
+    /// The definition `path` currently holds for `key`.
+    fn def_in(&self, path: &Path, key: &ObjectKey) -> Option<&Def> {
+        self.defs.get(key)?.iter().find(|d| d.origin.file == path)
+    }
+
+    fn apply_docs(&mut self, path: PathBuf, hash: u64, docs: Vec<ParsedDoc>, tx: &mut Tx) {
+        let mut new_defs: Vec<(ObjectKey, Def)> = Vec::with_capacity(docs.len());
+        for (seq, doc) in docs.into_iter().enumerate() {
+            let origin = Origin { file: path.clone(), document: doc.index };
+            match doc.result {
+                Ok(object) => {
+                    let key = object.key();
+                    // Keep the previous Arc when nothing changed: cheap to compare later,
+                    // and shared with whoever holds it.
+                    let object = match self.def_in(&path, &key) {
+                        Some(prev) if *prev.object == object => prev.object.clone(),
+                        _ => Arc::new(object),
+                    };
+                    new_defs.push((key, Def { origin, seq, object }));
+                }
+                Err(DocError { key, error }) => {
+                    let kind = match error {
+                        InvalidObject::UnsupportedKind { .. } => FileErrorKind::UnsupportedKind,
+                        _ => FileErrorKind::InvalidObject,
+                    };
+                    let mut message = error.to_string();
+                    if let Some(key) = key
+                        && let Some(prev) = self.def_in(&path, &key)
+                    {
+                        message.push_str("; keeping its previous version");
+                        let object = prev.object.clone();
+                        new_defs.push((key, Def { origin, seq, object }));
+                    }
+                    tx.errors.push(FileError { file: path.clone(), document: Some(doc.index), kind, message });
+                }
+            }
+        }
+
+        let old_keys = self.files.get(&path).map(|f| f.keys.clone()).unwrap_or_default();
+        for key in &old_keys {
+            self.touch(key, tx);
+            if let Some(v) = self.defs.get_mut(key) {
+                v.retain(|d| d.origin.file != path);
+            }
+        }
+        let mut keys = Vec::with_capacity(new_defs.len());
+        for (key, def) in new_defs {
+            self.touch(&key, tx);
+            let v = self.defs.entry(key.clone()).or_default();
+            let at = v.partition_point(|d| d.sort_key() < def.sort_key());
+            v.insert(at, def);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        tx.parsed.insert(path.clone());
+        self.files.insert(path, FileState { hash: Some(hash), keys });
+    }
+
+    fn remove_under(&mut self, prefix: &Path, tx: &mut Tx) {
+        let gone: Vec<PathBuf> = self.files_under(prefix).collect();
+        for p in gone {
+            self.remove_file(&p, tx);
+        }
+    }
+
+    fn remove_file(&mut self, path: &Path, tx: &mut Tx) {
+        let Some(state) = self.files.remove(path) else { return };
+        for key in &state.keys {
+            self.touch(key, tx);
+            if let Some(v) = self.defs.get_mut(key) {
+                v.retain(|d| d.origin.file != path);
+            }
+        }
+    }
+
+    /// Records the key's winner before the operation changes it (first touch only).
+    fn touch(&self, key: &ObjectKey, tx: &mut Tx) {
+        if tx.before.contains_key(key) {
+            return;
+        }
+        let before = self.winner(key).map(|d| Before {
+            file: d.origin.file.clone(),
+            seq: d.seq,
+            object: d.object.clone(),
+        });
+        tx.before.insert(key.clone(), before);
+    }
+
+    /// Compares every touched key's winner with the one before, and reports duplicates.
+    fn finish(&mut self, tx: Tx) -> Update {
+        let Tx { before, parsed, mut errors } = tx;
+        let mut update = Update::default();
+        for (key, before) in before {
+            let defs = self.defs.get(&key).map(Vec::as_slice).unwrap_or_default();
+            match (&before, defs.first()) {
+                (Some(_), None) => update.deletes.push(key.clone()),
+                (None, Some(now)) => update.upserts.push(now.object.clone()),
+                (Some(b), Some(now)) => {
+                    if !Arc::ptr_eq(&b.object, &now.object) && *b.object != *now.object {
+                        update.upserts.push(now.object.clone());
+                    }
+                }
+                (None, None) => {}
+            }
+            if let Some((winner, losers)) = defs.split_first() {
+                let winner_changed =
+                    before.as_ref().is_none_or(|b| b.file != winner.origin.file || b.seq != winner.seq);
+                for loser in losers {
+                    if winner_changed || parsed.contains(&loser.origin.file) {
+                        errors.push(FileError {
+                            file: loser.origin.file.clone(),
+                            document: Some(loser.origin.document),
+                            kind: FileErrorKind::Duplicate,
+                            message: format!(
+                                "duplicate of {key} defined in {}#{}; ignored",
+                                winner.origin.file.display(),
+                                winner.origin.document
+                            ),
+                        });
+                    }
+                }
+            } else {
+                self.defs.remove(&key);
+            }
+        }
+        update.errors = errors;
+        update
+    }
+}

@@ -1,0 +1,295 @@
+//! FileProvider behaviour on real files in a temporary directory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use weir_api::{Kind, Object, ObjectKey};
+use weir_provider_file::{FileErrorKind, FileProvider, Update};
+
+fn ns(name: &str, label: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{team: {label}}}\n")
+}
+
+fn route(name: &str, path_type: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: {name}\n  namespace: ns\nspec:\n  parentRefs: [{{name: gw}}]\n  rules:\n  - matches:\n    - path: {{type: {path_type}, value: /x}}\n"
+    )
+}
+
+fn ns_key(name: &str) -> ObjectKey {
+    ObjectKey::new(Kind::Namespace, "", name)
+}
+
+fn route_key(name: &str) -> ObjectKey {
+    ObjectKey::new(Kind::HttpRoute, "ns", name)
+}
+
+fn upserted(u: &Update) -> Vec<ObjectKey> {
+    u.upserts.iter().map(|o| o.key()).collect()
+}
+
+fn label(o: &Object) -> String {
+    o.metadata().labels.get("team").cloned().unwrap_or_default()
+}
+
+fn write(path: &Path, text: &str) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn reads_multi_document_files_with_document_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("all.yaml");
+    write(&file, &format!("# leading comment\n{}---\n---\n{}", ns("a", "x"), route("r", "Exact")));
+    let mut p = FileProvider::new(dir.path());
+    let u = p.load_all();
+    assert!(u.errors.is_empty(), "{:?}", u.errors);
+    assert_eq!(upserted(&u), vec![route_key("r"), ns_key("a")]);
+    assert_eq!(p.origin(&ns_key("a")).unwrap().document, 0);
+    let o = p.origin(&route_key("r")).unwrap();
+    assert_eq!((o.file.as_path(), o.document), (file.as_path(), 2));
+    assert_eq!(p.len(), 2);
+}
+
+#[test]
+fn invalid_yaml_keeps_the_last_good_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.yaml");
+    write(&file, &format!("{}---\n{}", ns("a", "x"), ns("b", "x")));
+    let mut p = FileProvider::new(dir.path());
+    assert_eq!(p.load_all().upserts.len(), 2);
+
+    write(&file, &format!("{}---\nmetadata: [unclosed\n", ns("a", "changed")));
+    let u = p.reload(std::slice::from_ref(&file));
+    assert!(!u.has_changes(), "{u:?}");
+    assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
+    assert_eq!(u.errors[0].kind, FileErrorKind::Syntax);
+    let shown = u.errors[0].to_string();
+    assert!(shown.starts_with(&format!("{}: ", file.display())), "{shown}");
+    assert!(shown.contains("line 7"), "{shown}");
+    assert_eq!(label(p.get(&ns_key("a")).unwrap()), "x");
+    assert!(p.get(&ns_key("b")).is_some());
+
+    // The same bad bytes again: not parsed again, nothing reported.
+    assert!(p.reload(std::slice::from_ref(&file)).is_empty());
+
+    // Fixed: the difference against the last good objects.
+    write(&file, &ns("a", "fixed"));
+    let u = p.reload(std::slice::from_ref(&file));
+    assert_eq!(upserted(&u), vec![ns_key("a")]);
+    assert_eq!(u.deletes, vec![ns_key("b")]);
+    assert!(u.errors.is_empty());
+}
+
+#[test]
+fn a_bad_field_keeps_that_objects_previous_version_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("routes.yaml");
+    write(&file, &format!("{}---\n{}", ns("a", "x"), route("r", "Exact")));
+    let mut p = FileProvider::new(dir.path());
+    p.load_all();
+    let before = p.get(&route_key("r")).unwrap().clone();
+
+    // Document 1 gets a wrongly typed field; document 0 changes validly; document 2 is a
+    // new, invalid object with no previous version.
+    write(
+        &file,
+        &format!("{}---\n{}---\n{}", ns("a", "z"), route("r", "[1]"), route("new", "{a: b}")),
+    );
+    let u = p.reload(std::slice::from_ref(&file));
+    assert_eq!(upserted(&u), vec![ns_key("a")]);
+    assert!(u.deletes.is_empty());
+    assert_eq!(u.errors.len(), 2, "{:?}", u.errors);
+    let e = &u.errors[0];
+    assert_eq!((e.kind, e.document), (FileErrorKind::InvalidObject, Some(1)));
+    let shown = e.to_string();
+    for part in [
+        format!("{}#1: ", file.display()),
+        "HTTPRoute ns/r".to_string(),
+        "spec.rules[0].matches[0].path.type".to_string(),
+        "keeping its previous version".to_string(),
+    ] {
+        assert!(shown.contains(&part), "{shown} lacks {part}");
+    }
+    assert!(u.errors[1].to_string().contains("#2: HTTPRoute ns/new"), "{}", u.errors[1]);
+    assert!(Arc::ptr_eq(p.get(&route_key("r")).unwrap(), &before));
+    assert!(p.get(&route_key("new")).is_none());
+
+    // Removing the bad document now deletes the object it kept.
+    write(&file, &ns("a", "z"));
+    let u = p.reload(std::slice::from_ref(&file));
+    assert_eq!(u.deletes, vec![route_key("r")]);
+    assert!(u.upserts.is_empty() && u.errors.is_empty(), "{u:?}");
+}
+
+#[test]
+fn unsupported_and_non_object_documents_are_reported_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("mixed.yaml"),
+        &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\n---\njust a string\n---\n{}", ns("a", "x")),
+    );
+    let mut p = FileProvider::new(dir.path());
+    let u = p.load_all();
+    assert_eq!(upserted(&u), vec![ns_key("a")]);
+    let kinds: Vec<_> = u.errors.iter().map(|e| (e.kind, e.document)).collect();
+    assert_eq!(
+        kinds,
+        vec![(FileErrorKind::UnsupportedKind, Some(0)), (FileErrorKind::InvalidObject, Some(1))]
+    );
+}
+
+#[test]
+fn added_modified_removed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = FileProvider::new(dir.path());
+    assert!(p.load_all().is_empty());
+
+    let a = dir.path().join("a.yaml");
+    write(&a, &format!("{}---\n{}", ns("a", "x"), ns("b", "x")));
+    let u = p.reload(std::slice::from_ref(&a));
+    assert_eq!(upserted(&u), vec![ns_key("a"), ns_key("b")]);
+
+    // Only the changed object is reported.
+    write(&a, &format!("{}---\n{}", ns("a", "x"), ns("b", "z")));
+    let u = p.reload(std::slice::from_ref(&a));
+    assert_eq!(upserted(&u), vec![ns_key("b")]);
+    assert!(u.deletes.is_empty());
+
+    // Same bytes, or the same objects written differently: nothing to report.
+    assert!(p.reload(std::slice::from_ref(&a)).is_empty());
+    write(&a, &format!("# reformatted\n{}---\n{}", ns("a", "x"), ns("b", "z")));
+    assert!(p.reload(std::slice::from_ref(&a)).is_empty());
+
+    std::fs::remove_file(&a).unwrap();
+    let u = p.reload(std::slice::from_ref(&a));
+    assert_eq!(u.deletes, vec![ns_key("a"), ns_key("b")]);
+    assert!(p.is_empty());
+}
+
+#[test]
+fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.yaml");
+    let b = dir.path().join("b.yaml");
+    write(&b, &ns("same", "from-b"));
+    write(&a, &ns("same", "from-a"));
+    let mut p = FileProvider::new(dir.path());
+    let u = p.load_all();
+    assert_eq!(u.upserts.len(), 1);
+    assert_eq!(label(&u.upserts[0]), "from-a");
+    assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
+    let e = &u.errors[0];
+    assert_eq!((e.kind, e.file.as_path()), (FileErrorKind::Duplicate, b.as_path()));
+    assert!(e.message.contains(&format!("duplicate of Namespace same defined in {}", a.display())), "{e}");
+
+    // Changing the losing definition changes nothing but is reported again.
+    write(&b, &ns("same", "from-b2"));
+    let u = p.reload(std::slice::from_ref(&b));
+    assert!(!u.has_changes());
+    assert_eq!(u.errors.len(), 1);
+
+    // The winner goes away: the other definition takes over.
+    std::fs::remove_file(&a).unwrap();
+    let u = p.reload(std::slice::from_ref(&a));
+    assert_eq!(u.upserts.len(), 1);
+    assert_eq!(label(&u.upserts[0]), "from-b2");
+    assert!(u.deletes.is_empty() && u.errors.is_empty(), "{u:?}");
+    assert_eq!(p.origin(&ns_key("same")).unwrap().file, b);
+
+    // And back.
+    write(&a, &ns("same", "from-a"));
+    let u = p.reload(std::slice::from_ref(&a));
+    assert_eq!(label(&u.upserts[0]), "from-a");
+    assert_eq!(u.errors.len(), 1);
+    assert_eq!(u.errors[0].file, b);
+}
+
+#[test]
+fn recursion_skips_hidden_and_non_manifest_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("sub/deep/a.yaml"), &ns("a", "x"));
+    write(&root.join("sub/b.YML"), &ns("b", "x"));
+    write(&root.join(".hidden/c.yaml"), &ns("c", "x"));
+    write(&root.join(".d.yaml"), &ns("d", "x"));
+    write(&root.join("e.yaml.swp"), &ns("e", "x"));
+    write(&root.join("f.json"), &ns("f", "x"));
+    let mut p = FileProvider::new(root);
+    let u = p.load_all();
+    assert_eq!(upserted(&u), vec![ns_key("a"), ns_key("b")]);
+
+    // A hidden or non-manifest path named in a reload is ignored.
+    let u = p.reload(&[root.join(".hidden/c.yaml"), root.join("f.json")]);
+    assert!(u.is_empty(), "{u:?}");
+
+    // A new directory is scanned; a removed one deletes what it held.
+    write(&root.join("new/g.yaml"), &ns("g", "x"));
+    assert_eq!(upserted(&p.reload(&[root.join("new")])), vec![ns_key("g")]);
+    std::fs::remove_dir_all(root.join("sub")).unwrap();
+    let u = p.reload(&[root.join("sub")]);
+    assert_eq!(u.deletes, vec![ns_key("a"), ns_key("b")]);
+
+    // Rescanning the root again reports nothing new.
+    assert!(p.reload(&[root.to_path_buf()]).is_empty());
+    assert!(p.load_all().is_empty());
+}
+
+#[cfg(unix)]
+#[test]
+fn follows_the_kubernetes_data_symlink_swap() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("..2026_01/cfg.yaml"), &ns("a", "v1"));
+    symlink("..2026_01", root.join("..data")).unwrap();
+    symlink("..data/cfg.yaml", root.join("cfg.yaml")).unwrap();
+    let mut p = FileProvider::new(root);
+    let u = p.load_all();
+    assert_eq!(upserted(&u), vec![ns_key("a")]);
+    assert_eq!(p.origin(&ns_key("a")).unwrap().file, root.join("cfg.yaml"));
+
+    // What the kubelet does: new directory, new link, rename over `..data`.
+    write(&root.join("..2026_02/cfg.yaml"), &ns("a", "v2"));
+    symlink("..2026_02", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_01")).unwrap();
+    let u = p.reload(&[root.join("..data")]);
+    assert_eq!(u.upserts.len(), 1);
+    assert_eq!(label(&u.upserts[0]), "v2");
+}
+
+#[test]
+fn a_single_file_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("weir.conf");
+    write(&file, &ns("a", "x"));
+    let mut p = FileProvider::new(&file);
+    assert_eq!(upserted(&p.load_all()), vec![ns_key("a")]);
+    write(&file, &ns("a", "z"));
+    assert_eq!(upserted(&p.reload(std::slice::from_ref(&file))), vec![ns_key("a")]);
+    std::fs::remove_file(&file).unwrap();
+    let u = p.reload(std::slice::from_ref(&file));
+    assert_eq!(u.deletes, vec![ns_key("a")]);
+    assert_eq!(u.errors.len(), 1);
+}
+
+#[test]
+fn loads_many_files_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..500 {
+        write(&dir.path().join(format!("r{i:04}.yaml")), &route(&format!("r{i}"), "PathPrefix"));
+    }
+    write(&dir.path().join("r0250.yaml"), "bad: [\n");
+    let mut p = FileProvider::new(dir.path());
+    assert!(p.root().is_absolute());
+    let u = p.load_all();
+    assert_eq!(u.upserts.len(), 499);
+    assert_eq!(u.errors.len(), 1);
+    assert!(u.errors[0].file.ends_with("r0250.yaml"));
+    assert_eq!(p.origin(&route_key("r7")).unwrap().file, dir.path().join("r0007.yaml"));
+}
+

@@ -1,0 +1,105 @@
+//! `watch` reports the changes editors and tools make, within a bounded wait.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use weir_provider_file::{FileProvider, watch};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Receives batches until one names `want` (or gives up after `WAIT`); returns every path
+/// received on the way.
+async fn wait_for(rx: &mut UnboundedReceiver<Vec<PathBuf>>, want: &Path) -> Vec<PathBuf> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !seen.iter().any(|p: &PathBuf| p == want) {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(batch)) => seen.extend(batch),
+            Ok(None) => panic!("watcher closed; got {seen:?}"),
+            Err(_) => panic!("no event for {} within {WAIT:?}; got {seen:?}", want.display()),
+        }
+    }
+    seen
+}
+
+fn ns(name: &str, team: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{team: {team}}}}}\n")
+}
+
+#[tokio::test]
+async fn an_atomic_rename_into_a_watched_directory_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (_watcher, mut rx) = watch(&root).unwrap();
+    let mut p = FileProvider::new(&root);
+    assert!(p.load_all().is_empty());
+
+    // Editor style: write a hidden temporary file, then rename it into place.
+    let target = root.join("app.yaml");
+    let tmp = root.join(".app.yaml.tmp");
+    std::fs::write(&tmp, ns("a", "v1")).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    let paths = wait_for(&mut rx, &target).await;
+    assert!(paths.iter().all(|p| p != &tmp), "{paths:?}");
+    let u = p.reload(&paths);
+    assert_eq!(u.upserts.len(), 1, "{u:?}");
+
+    // Again over the existing file (a new inode each time).
+    std::fs::write(&tmp, ns("a", "v2")).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    let paths = wait_for(&mut rx, &target).await;
+    let u = p.reload(&paths);
+    assert_eq!(u.upserts[0].metadata().labels["team"], "v2");
+
+    // In a new subdirectory.
+    let nested = root.join("sub/deeper/b.yaml");
+    std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
+    std::fs::write(&nested, ns("b", "v1")).unwrap();
+    let mut paths = Vec::new();
+    // The new directory or the file itself is reported, depending on timing.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while p.get(&weir_api::ObjectKey::new(weir_api::Kind::Namespace, "", "b")).is_none() {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(batch)) => {
+                paths.extend(batch.clone());
+                p.reload(&batch);
+            }
+            other => panic!("b.yaml not picked up: {other:?}, saw {paths:?}"),
+        }
+    }
+
+    // Removal.
+    std::fs::remove_file(&target).unwrap();
+    let paths = wait_for(&mut rx, &target).await;
+    let u = p.reload(&paths);
+    assert_eq!(u.deletes.len(), 1, "{u:?}");
+}
+
+#[tokio::test]
+async fn a_single_file_is_watched_through_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let file = root.join("weir.yaml");
+    std::fs::write(&file, ns("a", "v1")).unwrap();
+    let (_watcher, mut rx) = watch(&file).unwrap();
+    let mut p = FileProvider::new(&file);
+    assert_eq!(p.load_all().upserts.len(), 1);
+
+    // A sibling changing is not reported; the file replaced by rename is.
+    std::fs::write(root.join("other.yaml"), ns("x", "v1")).unwrap();
+    let tmp = root.join("weir.yaml.new");
+    std::fs::write(&tmp, ns("a", "v2")).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    let paths = wait_for(&mut rx, &file).await;
+    assert!(paths.iter().all(|p| p == &file), "{paths:?}");
+    let u = p.reload(&paths);
+    assert_eq!(u.upserts[0].metadata().labels["team"], "v2");
+}
+
+#[test]
+fn watching_a_missing_path_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = watch(&dir.path().join("nope")).unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}

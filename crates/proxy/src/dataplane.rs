@@ -1,0 +1,225 @@
+//! The data plane: the live snapshot, its listeners, and applying configuration batches.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use prometheus_client::registry::Registry;
+use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
+
+use crate::listeners::ListenerHandle;
+use crate::metrics::Metrics;
+use crate::snapshot::Snapshot;
+use crate::upstream::Upstreams;
+
+/// Data-plane settings that are not part of the IR.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Log one line per request (tracing target `weir::access`, level info).
+    pub access_log: bool,
+    /// Limit for establishing one upstream TCP connection.
+    pub connect_timeout: Duration,
+    /// Idle upstream connections are closed after this long.
+    pub upstream_idle_timeout: Duration,
+    /// On shutdown or listener removal, in-flight requests get this long to finish.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            access_log: true,
+            connect_timeout: Duration::from_secs(5),
+            upstream_idle_timeout: Duration::from_secs(90),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The outcome of [`DataPlane::apply`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Version of the snapshot now live.
+    pub version: u64,
+    /// Number of deltas in the batch that took effect (the batch size minus the
+    /// snapshot's rejections).
+    pub applied: usize,
+    /// Rejected resources with the reason: deltas the snapshot refused, and listeners
+    /// whose socket could not be bound (they are retried on the next apply).
+    pub rejected: Vec<(ResourceKey, String)>,
+}
+
+/// State shared by every accept loop and request.
+pub(crate) struct Shared {
+    pub(crate) snapshots: Arc<ArcSwap<Snapshot>>,
+    pub(crate) upstreams: Upstreams,
+    pub(crate) config: ProxyConfig,
+    pub(crate) metrics: Metrics,
+}
+
+/// A running data plane: applies configuration batches and serves traffic on the
+/// listeners they declare.
+pub struct DataPlane {
+    shared: Arc<Shared>,
+    listeners: Mutex<HashMap<ListenerKey, ListenerHandle>>,
+    /// Listeners in the snapshot whose bind failed; retried on every apply.
+    unbound: Mutex<BTreeSet<ListenerKey>>,
+    /// Serializes applies (snapshot derivation and listener reconciliation).
+    apply_lock: tokio::sync::Mutex<()>,
+    ready: AtomicBool,
+}
+
+impl DataPlane {
+    /// Creates a data plane with an empty snapshot and no listeners, registering the
+    /// data-plane metrics in `registry`.
+    pub fn new(config: ProxyConfig, registry: &mut Registry) -> Arc<DataPlane> {
+        let metrics = Metrics::register(registry);
+        let upstreams = Upstreams::new(
+            &config,
+            metrics.upstream_connections.clone(),
+            metrics.upstream_connect_errors.clone(),
+        );
+        Arc::new(DataPlane {
+            shared: Arc::new(Shared {
+                snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
+                upstreams,
+                config,
+                metrics,
+            }),
+            listeners: Mutex::new(HashMap::new()),
+            unbound: Mutex::new(BTreeSet::new()),
+            apply_lock: tokio::sync::Mutex::new(()),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// Applies a batch: derives the next snapshot, publishes it with one atomic swap, then
+    /// binds new listeners, updates changed ones in place (no rebind) and stops accepting
+    /// on removed ones (their open connections finish). Returns what was rejected.
+    pub async fn apply(&self, batch: &DeltaBatch) -> ApplyReport {
+        let _serial = self.apply_lock.lock().await;
+        let start = Instant::now();
+        let current = self.shared.snapshots.load_full();
+        let (next, mut rejected) = current.apply(batch);
+        let next = Arc::new(next);
+        self.shared.snapshots.store(Arc::clone(&next));
+
+        let mut touched: BTreeSet<ListenerKey> = batch
+            .deltas
+            .iter()
+            .filter_map(|d| match d {
+                Delta::Upsert(Resource::Listener(l)) => Some(l.key),
+                Delta::Remove(ResourceKey::Listener(k)) => Some(*k),
+                _ => None,
+            })
+            .collect();
+        touched.extend(lock(&self.unbound).iter().copied());
+        for key in touched {
+            if let Err(reason) = self.reconcile(&next, key).await {
+                rejected.push((ResourceKey::Listener(key), reason));
+            }
+        }
+
+        let m = &self.shared.metrics;
+        m.config_applies.inc();
+        m.config_rejected.inc_by(rejected.len() as u64);
+        m.config_version
+            .set(i64::try_from(next.version()).unwrap_or(i64::MAX));
+        m.record_stats(&next.stats());
+        m.config_apply_duration
+            .observe(start.elapsed().as_secs_f64());
+        for (key, reason) in &rejected {
+            tracing::warn!(resource = ?key, %reason, "rejected");
+        }
+        ApplyReport {
+            version: next.version(),
+            applied: batch.deltas.len().saturating_sub(rejected.len()),
+            rejected,
+        }
+    }
+
+    /// Brings the accept loop of `key` in line with `snapshot`.
+    async fn reconcile(&self, snapshot: &Snapshot, key: ListenerKey) -> Result<(), String> {
+        match snapshot.listener(&key) {
+            Some(state) => {
+                let listener = &state.listener;
+                let running = {
+                    let map = lock(&self.listeners);
+                    map.get(&key)
+                        .map(|h| h.update(&self.shared, listener))
+                        .is_some()
+                };
+                if running {
+                    return Ok(());
+                }
+                match ListenerHandle::bind(&self.shared, Arc::clone(listener)).await {
+                    Ok(handle) => {
+                        lock(&self.listeners).insert(key, handle);
+                        lock(&self.unbound).remove(&key);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        lock(&self.unbound).insert(key);
+                        Err(format!("cannot bind {key}: {e}"))
+                    }
+                }
+            }
+            None => {
+                lock(&self.unbound).remove(&key);
+                let handle = lock(&self.listeners).remove(&key);
+                if let Some(handle) = handle {
+                    // Wait until the socket is closed (so the key can be bound again);
+                    // draining continues in the background.
+                    drop(handle.stop().await);
+                    tracing::info!(listener = %key, "listener removed");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The live snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.snapshots.load_full()
+    }
+
+    /// Marks the data plane ready (call after the first complete configuration applied).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether [`DataPlane::set_ready`] was called.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The address a listener is bound to (differs from the key when its port is 0).
+    pub fn bound_addr(&self, key: &ListenerKey) -> Option<SocketAddr> {
+        lock(&self.listeners)
+            .get(key)
+            .map(ListenerHandle::local_addr)
+    }
+
+    /// Stops accepting on every listener and waits for in-flight requests to finish, up to
+    /// the drain timeout.
+    pub async fn shutdown(&self) {
+        self.ready.store(false, Ordering::Release);
+        let handles: Vec<ListenerHandle> = lock(&self.listeners).drain().map(|(_, h)| h).collect();
+        let mut tasks = Vec::with_capacity(handles.len());
+        for h in handles {
+            tasks.push(h.stop().await);
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Locks a mutex that is never held across an await; a poisoned lock still holds
+/// consistent data (every critical section is a single map operation).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

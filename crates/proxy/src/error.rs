@@ -1,0 +1,103 @@
+//! Request failures and the one place that turns them into HTTP responses.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::server::ProxyBody;
+
+/// A boxed error from the upstream client, kept for logs.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a request could not be answered by an upstream.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProxyError {
+    /// No virtual host or no rule matched the request.
+    #[error("no route")]
+    NoRoute,
+    /// The request head cannot be routed (e.g. a Host header that is not text).
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    /// The chosen cluster is not in the snapshot, or every backend weight is 0.
+    #[error("backend not found")]
+    BackendNotFound,
+    /// The cluster exists but has no endpoints.
+    #[error("no healthy endpoints")]
+    NoEndpoints,
+    /// Connecting to the endpoint failed (refused, unreachable, DNS, connect timeout).
+    #[error("upstream connect error: {0}")]
+    Connect(#[source] BoxError),
+    /// The upstream reset the connection or broke the protocol.
+    #[error("upstream error: {0}")]
+    Upstream(#[source] BoxError),
+    /// The request or backend-request timeout expired before response headers arrived.
+    #[error("upstream timeout")]
+    Timeout,
+}
+
+/// Whose fault a failure is (a label for metrics and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The request cannot be served as sent (no route, malformed head).
+    Client,
+    /// The backend side failed: missing or empty cluster, connect error, reset, timeout.
+    Upstream,
+}
+
+impl Fault {
+    /// Lower-case label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Fault::Client => "client",
+            Fault::Upstream => "upstream",
+        }
+    }
+}
+
+/// Turns a failure into the response sent to the client, and says whose fault it was.
+/// Bodies are short plain-text reasons.
+pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
+    let (status, fault, body) = match err {
+        ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
+        ProxyError::BadRequest(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n"),
+        ProxyError::BackendNotFound => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Fault::Upstream,
+            "backend not found\n",
+        ),
+        ProxyError::NoEndpoints => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Fault::Upstream,
+            "no healthy endpoints\n",
+        ),
+        ProxyError::Connect(_) => (
+            StatusCode::BAD_GATEWAY,
+            Fault::Upstream,
+            "upstream connect error\n",
+        ),
+        ProxyError::Upstream(_) => (
+            StatusCode::BAD_GATEWAY,
+            Fault::Upstream,
+            "upstream reset or protocol error\n",
+        ),
+        ProxyError::Timeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            Fault::Upstream,
+            "upstream timeout\n",
+        ),
+    };
+    (
+        text_response(status, Bytes::from_static(body.as_bytes())),
+        fault,
+    )
+}
+
+/// A plain-text response with a fixed body.
+pub(crate) fn text_response(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}

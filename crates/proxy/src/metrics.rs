@@ -1,0 +1,188 @@
+//! Data-plane metrics (prometheus-client).
+//!
+//! Every labelled handle the request path touches is resolved once, when an accept loop
+//! starts ([`Metrics::listener`]): `Family::get_or_create` takes a lock, so it is never
+//! called per request.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::snapshot::SnapshotStats;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    gateway: String,
+    listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    gateway: String,
+    listener: String,
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    // 100 µs .. ~26 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 19))
+}
+
+/// All data-plane metrics, registered once per [`crate::DataPlane`].
+#[derive(Clone)]
+pub(crate) struct Metrics {
+    requests: Family<RequestLabels, Counter>,
+    request_duration: HistogramFamily<ListenerLabels>,
+    /// Open upstream connections.
+    pub(crate) upstream_connections: Gauge,
+    /// Failed upstream connection attempts.
+    pub(crate) upstream_connect_errors: Counter,
+    /// Open downstream (client) connections.
+    pub(crate) downstream_connections: Gauge,
+    /// Applied batches.
+    pub(crate) config_applies: Counter,
+    /// Resources rejected by applies.
+    pub(crate) config_rejected: Counter,
+    /// Time to apply one batch, in seconds.
+    pub(crate) config_apply_duration: Histogram,
+    /// Version of the live snapshot.
+    pub(crate) config_version: Gauge,
+    resources: Family<KindLabels, Gauge>,
+}
+
+/// Per-listener handles, resolved when an accept loop starts.
+#[derive(Clone)]
+pub(crate) struct ListenerMetrics {
+    /// Request counters by status class: 2xx (and 1xx), 3xx, 4xx, 5xx.
+    classes: [Counter; 4],
+    duration: Histogram,
+    /// Open downstream connections (shared, unlabelled).
+    pub(crate) downstream_connections: Gauge,
+}
+
+impl ListenerMetrics {
+    /// Records one finished request (status and time to response headers).
+    pub(crate) fn record(&self, status: u16, seconds: f64) {
+        let i = match status {
+            0..=299 => 0,
+            300..=399 => 1,
+            400..=499 => 2,
+            _ => 3,
+        };
+        self.classes[i].inc();
+        self.duration.observe(seconds);
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub(crate) fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(request_histogram),
+            upstream_connections: Gauge::default(),
+            upstream_connect_errors: Counter::default(),
+            downstream_connections: Gauge::default(),
+            config_applies: Counter::default(),
+            config_rejected: Counter::default(),
+            // 10 µs .. ~5 s
+            config_apply_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 20)),
+            config_version: Gauge::default(),
+            resources: Family::default(),
+        };
+        registry.register(
+            "weir_requests",
+            "Requests answered, by gateway, listener and status class",
+            m.requests.clone(),
+        );
+        registry.register(
+            "weir_request_duration_seconds",
+            "Time from receiving a request to sending its response headers",
+            m.request_duration.clone(),
+        );
+        registry.register(
+            "weir_upstream_connections",
+            "Open connections to upstream endpoints",
+            m.upstream_connections.clone(),
+        );
+        registry.register(
+            "weir_upstream_connect_errors",
+            "Failed connection attempts to upstream endpoints",
+            m.upstream_connect_errors.clone(),
+        );
+        registry.register(
+            "weir_downstream_connections",
+            "Open client connections",
+            m.downstream_connections.clone(),
+        );
+        registry.register(
+            "weir_config_applies",
+            "Configuration batches applied",
+            m.config_applies.clone(),
+        );
+        registry.register(
+            "weir_config_rejected_resources",
+            "Resources rejected while applying configuration",
+            m.config_rejected.clone(),
+        );
+        registry.register(
+            "weir_config_apply_duration_seconds",
+            "Time to apply one configuration batch and publish its snapshot",
+            m.config_apply_duration.clone(),
+        );
+        registry.register(
+            "weir_config_version",
+            "Version of the live configuration snapshot",
+            m.config_version.clone(),
+        );
+        registry.register(
+            "weir_config_resources",
+            "Resources in the live configuration snapshot, by kind",
+            m.resources.clone(),
+        );
+        m
+    }
+
+    /// Resolves the handles of one listener (takes the family locks; call once per loop).
+    pub(crate) fn listener(&self, gateway: &str, listener: &str) -> ListenerMetrics {
+        let class = |class: &'static str| {
+            self.requests.get_or_create_owned(&RequestLabels {
+                gateway: gateway.to_owned(),
+                listener: listener.to_owned(),
+                class,
+            })
+        };
+        ListenerMetrics {
+            classes: [class("2xx"), class("3xx"), class("4xx"), class("5xx")],
+            duration: self.request_duration.get_or_create_owned(&ListenerLabels {
+                gateway: gateway.to_owned(),
+                listener: listener.to_owned(),
+            }),
+            downstream_connections: self.downstream_connections.clone(),
+        }
+    }
+
+    /// Publishes the resource counts of the live snapshot.
+    pub(crate) fn record_stats(&self, stats: &SnapshotStats) {
+        let set = |kind: &'static str, n: usize| {
+            self.resources
+                .get_or_create(&KindLabels { kind })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set("listener", stats.listeners);
+        set("virtual_host", stats.virtual_hosts);
+        set("cluster", stats.clusters);
+        set("certificate", stats.certificates);
+        set("sni", stats.sni_entries);
+    }
+}

@@ -1,0 +1,466 @@
+//! The per-request service: route on the live snapshot, answer or forward upstream.
+
+use std::convert::Infallible;
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use weir_model::{Action, EndpointAddr, ListenerKey, RouteRule, UpstreamProtocol};
+
+use crate::dataplane::Shared;
+use crate::error::{ProxyError, error_response, text_response};
+use crate::filters;
+use crate::metrics::ListenerMetrics;
+use crate::router::{self, RequestView, RouteOutcome};
+
+/// The response body: a small body produced here, or an upstream body streamed through.
+pub(crate) struct ProxyBody {
+    kind: BodyKind,
+}
+
+enum BodyKind {
+    Full(Option<Bytes>),
+    Upstream(Incoming),
+}
+
+impl ProxyBody {
+    /// A body made of one buffer.
+    pub(crate) fn full(data: Bytes) -> ProxyBody {
+        let data = (!data.is_empty()).then_some(data);
+        ProxyBody {
+            kind: BodyKind::Full(data),
+        }
+    }
+
+    fn upstream(body: Incoming) -> ProxyBody {
+        ProxyBody {
+            kind: BodyKind::Upstream(body),
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        // Both variants are Unpin, so the body can be re-pinned freely.
+        match &mut self.get_mut().kind {
+            BodyKind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            BodyKind::Upstream(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            BodyKind::Full(data) => data.is_none(),
+            BodyKind::Upstream(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            BodyKind::Full(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            BodyKind::Upstream(body) => body.size_hint(),
+        }
+    }
+}
+
+/// What a connection's requests need: the data plane, which listener accepted it, and
+/// the metric handles resolved when the accept loop started.
+pub(crate) struct ConnContext {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: ListenerKey,
+    /// The port actually bound (differs from the key's when the key's port is 0).
+    pub(crate) local_port: u16,
+    pub(crate) remote: SocketAddr,
+    /// The client's IP as a header value (for `x-forwarded-for`), formatted once.
+    pub(crate) client_ip: HeaderValue,
+    pub(crate) tls: bool,
+    pub(crate) metrics: ListenerMetrics,
+    pub(crate) listener_label: Arc<str>,
+}
+
+/// What the access log reports beyond the response status.
+#[derive(Default)]
+struct Outcome {
+    upstream: Option<EndpointAddr>,
+    fault: Option<&'static str>,
+}
+
+/// Serves one request. Never fails: every error becomes a response.
+pub(crate) async fn handle(
+    ctx: Arc<ConnContext>,
+    mut req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let start = Instant::now();
+    let request_id = ensure_request_id(req.headers_mut());
+    let log = ctx.shared.config.access_log
+        && tracing::enabled!(target: "weir::access", tracing::Level::INFO);
+    let logged = log.then(|| {
+        (
+            req.method().clone(),
+            req.uri().path().to_owned(),
+            raw_host(&req),
+        )
+    });
+
+    let mut outcome = Outcome::default();
+    let resp = match serve(&ctx, req, start, &mut outcome).await {
+        Ok(resp) => resp,
+        Err(err) => {
+            let (resp, fault) = error_response(&err);
+            outcome.fault = Some(fault.as_str());
+            tracing::debug!(error = %err, fault = fault.as_str(), "request failed");
+            resp
+        }
+    };
+    let elapsed = start.elapsed();
+    let status = resp.status().as_u16();
+    ctx.metrics.record(status, elapsed.as_secs_f64());
+    if let Some((method, path, host)) = logged {
+        let host = host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("");
+        let upstream = outcome.upstream.as_ref().map(|u| u.to_string());
+        tracing::info!(
+            target: "weir::access",
+            method = %method,
+            host,
+            path,
+            status,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            upstream = upstream.as_deref().unwrap_or("-"),
+            listener = &*ctx.listener_label,
+            client = %ctx.remote,
+            request_id = request_id.to_str().unwrap_or("-"),
+            fault = outcome.fault.unwrap_or("-"),
+        );
+    }
+    Ok(resp)
+}
+
+/// The request's host as sent: the URI authority for HTTP/2 (and absolute-form HTTP/1.1
+/// requests), else the Host header.
+fn raw_host(req: &Request<Incoming>) -> Option<HeaderValue> {
+    let from_uri = || {
+        req.uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    };
+    if req.version() == Version::HTTP_2 {
+        from_uri().or_else(|| req.headers().get(header::HOST).cloned())
+    } else {
+        req.headers().get(header::HOST).cloned().or_else(from_uri)
+    }
+}
+
+async fn serve(
+    ctx: &ConnContext,
+    req: Request<Incoming>,
+    start: Instant,
+    outcome: &mut Outcome,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let snapshot = ctx.shared.snapshots.load_full();
+    let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
+    let raw = raw_host(&req);
+    let raw_str = match &raw {
+        Some(v) => v
+            .to_str()
+            .map_err(|_| ProxyError::BadRequest("host is not text"))?,
+        None => "",
+    };
+    let host = router::normalize_host(raw_str);
+    let view = RequestView {
+        host: &host,
+        path: req.uri().path(),
+        query: req.uri().query(),
+        method: req.method(),
+        headers: req.headers(),
+    };
+    let rule: Arc<RouteRule> = match listener.route(&view) {
+        RouteOutcome::NoHost | RouteOutcome::NoRoute => return Err(ProxyError::NoRoute),
+        RouteOutcome::Matched(rule) => Arc::clone(rule),
+    };
+    match &rule.action {
+        Action::DirectResponse(d) => {
+            let status = status_or_500(d.status);
+            let mut resp = text_response(status, Bytes::copy_from_slice(d.body.as_bytes()));
+            resp.headers_mut().remove(header::CONTENT_TYPE);
+            for (name, value) in &d.headers {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    resp.headers_mut().append(n, v);
+                }
+            }
+            filters::apply_response_filters(&rule, resp.headers_mut());
+            Ok(resp)
+        }
+        Action::Redirect(redirect) => {
+            let scheme = if ctx.tls { "https" } else { "http" };
+            let location = filters::redirect_location(
+                &rule,
+                redirect,
+                scheme,
+                &host,
+                ctx.local_port,
+                req.uri().path(),
+                req.uri().query(),
+            );
+            let mut resp = text_response(status_or_500(redirect.status), Bytes::new());
+            resp.headers_mut().remove(header::CONTENT_TYPE);
+            match HeaderValue::try_from(location) {
+                Ok(v) => {
+                    resp.headers_mut().insert(header::LOCATION, v);
+                }
+                Err(_) => *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR,
+            }
+            filters::apply_response_filters(&rule, resp.headers_mut());
+            Ok(resp)
+        }
+        Action::Fail { status, reason } => {
+            let body = Bytes::from(format!("{reason}\n"));
+            Ok(text_response(status_or_500(*status), body))
+        }
+        Action::Forward(backends) => {
+            let backend = router::pick_backend(backends).ok_or(ProxyError::BackendNotFound)?;
+            let cluster = snapshot
+                .cluster(&backend.cluster)
+                .ok_or(ProxyError::BackendNotFound)?;
+            let endpoint = cluster.pick().ok_or(ProxyError::NoEndpoints)?;
+            let protocol = cluster.cluster.protocol;
+            let addr = endpoint.addr.clone();
+            outcome.upstream = Some(addr.clone());
+            drop(host);
+            forward(ctx, &rule, req, raw, addr, protocol, start).await
+        }
+    }
+}
+
+fn status_or_500(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+async fn forward(
+    ctx: &ConnContext,
+    rule: &RouteRule,
+    req: Request<Incoming>,
+    raw_host: Option<HeaderValue>,
+    addr: EndpointAddr,
+    protocol: UpstreamProtocol,
+    start: Instant,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers, protocol == UpstreamProtocol::H2c);
+    add_forwarded(&mut parts.headers, ctx, raw_host);
+    filters::apply_request_filters(rule, &mut parts);
+
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    parts.uri = upstream_uri(&addr, path)?;
+    parts.version = match protocol {
+        UpstreamProtocol::Http1 => Version::HTTP_11,
+        UpstreamProtocol::H2c => Version::HTTP_2,
+    };
+    let send = ctx
+        .shared
+        .upstreams
+        .send(protocol, Request::from_parts(parts, body));
+    let remaining = rule
+        .timeouts
+        .request
+        .map(|d| d.saturating_sub(start.elapsed()));
+    let limit = match (remaining, rule.timeouts.backend_request) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let resp = match limit {
+        Some(limit) => bounded(limit, send).await?,
+        None => send.await?,
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    filters::apply_response_filters(rule, &mut parts.headers);
+    Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, ProxyError>>,
+) -> Result<T, ProxyError> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| ProxyError::Timeout)?
+}
+
+fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
+    let authority = match addr {
+        EndpointAddr::Socket(s) => Authority::try_from(s.to_string()),
+        EndpointAddr::Host(h, p) => Authority::try_from(format!("{h}:{p}")),
+    }
+    .map_err(|e| ProxyError::Connect(Box::new(e)))?;
+    Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .map_err(|e| ProxyError::Connect(Box::new(e)))
+}
+
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers, including any named in `Connection`. `keep_te_trailers`
+/// keeps `te: trailers` (meaningful end to end over HTTP/2, e.g. for gRPC).
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    if headers.contains_key(header::TE) {
+        let trailers = keep_te_trailers
+            && headers.get_all(header::TE).iter().any(|v| {
+                v.to_str().is_ok_and(|s| {
+                    s.split(',')
+                        .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+                })
+            });
+        headers.remove(header::TE);
+        if trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+fn add_forwarded(headers: &mut HeaderMap, ctx: &ConnContext, raw_host: Option<HeaderValue>) {
+    let prior: Vec<&str> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if prior.is_empty() {
+        headers.insert(X_FORWARDED_FOR, ctx.client_ip.clone());
+    } else {
+        let ip = ctx.client_ip.to_str().unwrap_or_default();
+        if let Ok(v) = HeaderValue::try_from(format!("{}, {ip}", prior.join(", "))) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+    }
+    let proto = if ctx.tls { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if let Some(host) = raw_host {
+        headers.insert(X_FORWARDED_HOST, host.clone());
+        // HTTP/2 clients carry the host in :authority; the upstream gets it as Host.
+        headers.entry(header::HOST).or_insert(host);
+    }
+}
+
+/// Returns the request's `x-request-id`, generating and inserting one when absent:
+/// a per-process random prefix and a counter, in hex.
+fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(&X_REQUEST_ID) {
+        return v.clone();
+    }
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let id = format!("{prefix:016x}-{n:x}");
+    let v = HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("-"));
+    headers.insert(X_REQUEST_ID, v.clone());
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_named() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::TE, HeaderValue::from_static("trailers, deflate"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        let mut h2 = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+        strip_hop_by_hop(&mut h2, true);
+        assert_eq!(
+            h2.get(header::TE).map(|v| v.as_bytes()),
+            Some(&b"trailers"[..])
+        );
+    }
+
+    #[test]
+    fn request_ids_are_unique_and_kept() {
+        let mut a = HeaderMap::new();
+        let mut b = HeaderMap::new();
+        let ida = ensure_request_id(&mut a);
+        let idb = ensure_request_id(&mut b);
+        assert_ne!(ida, idb);
+        assert_eq!(a.get("x-request-id"), Some(&ida));
+        let mut c = HeaderMap::new();
+        c.insert("x-request-id", HeaderValue::from_static("given"));
+        assert_eq!(ensure_request_id(&mut c), "given");
+    }
+}

@@ -1,0 +1,819 @@
+//! Immutable data-plane configuration, built by applying IR delta batches.
+//!
+//! A [`Snapshot`] is a few `Arc`s: a small map of listeners (each with its virtual-host
+//! and SNI [`HostTable`]s), and sharded maps of clusters and certificates. Applying a
+//! batch clones the snapshot (pointer copies) and changes only the shards the deltas
+//! touch, so its cost follows the batch, not the size of the configuration, and every
+//! unchanged shard is shared with the previous version.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rustls::sign::CertifiedKey;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use weir_model::{
+    Cluster, ClusterKey, ContentHash, Delta, DeltaBatch, Endpoint, Listener, ListenerKey, Resource,
+    ResourceKey, SniCert, VirtualHost,
+};
+
+use crate::hosts::HostTable;
+use crate::router::{self, RequestView, RouteOutcome};
+use crate::sharded::ShardedMap;
+use crate::tls::CertEntry;
+
+/// Longest weighted round-robin cycle kept per cluster; larger weight sums are scaled.
+const MAX_SCHEDULE: u64 = 10_000;
+
+/// Why a delta was rejected (the rest of its batch still applies).
+#[derive(Debug, thiserror::Error)]
+enum Rejected {
+    /// A virtual host or SNI entry names a listener the snapshot does not have.
+    #[error("unknown listener {0}")]
+    UnknownListener(ListenerKey),
+    /// An SNI entry names a certificate the snapshot does not have.
+    #[error("unknown certificate {0}")]
+    UnknownCertificate(ContentHash),
+}
+
+/// Counts for metrics and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SnapshotStats {
+    /// Listeners.
+    pub listeners: usize,
+    /// Virtual hosts over all listeners.
+    pub virtual_hosts: usize,
+    /// Clusters.
+    pub clusters: usize,
+    /// Distinct certificates (by content).
+    pub certificates: usize,
+    /// SNI entries over all listeners.
+    pub sni_entries: usize,
+}
+
+/// Immutable data-plane configuration. Cheap to clone (all parts behind `Arc`s or
+/// sharded `Arc`s); versions built from one another share their unchanged parts.
+#[derive(Clone)]
+pub struct Snapshot {
+    version: u64,
+    listeners: Arc<HashMap<ListenerKey, Arc<ListenerState>>>,
+    clusters: ShardedMap<ClusterKey, Arc<ClusterState>>,
+    certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("version", &self.version)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Snapshot {
+    /// The empty configuration, version 0.
+    pub fn empty() -> Snapshot {
+        Snapshot {
+            version: 0,
+            listeners: Arc::default(),
+            clusters: ShardedMap::new(),
+            certificates: ShardedMap::new(),
+        }
+    }
+
+    /// Applies a batch in order, returning the new snapshot (version `self.version() + 1`)
+    /// and the deltas it rejected with a reason. A rejected delta changes nothing; the
+    /// others apply. Cost is proportional to the batch (times a shard size).
+    pub fn apply(&self, batch: &DeltaBatch) -> (Snapshot, Vec<(ResourceKey, String)>) {
+        let mut next = self.clone();
+        next.version = self.version + 1;
+        let mut rejected = Vec::new();
+        for delta in &batch.deltas {
+            let result = match delta {
+                Delta::Upsert(resource) => next.upsert(resource),
+                Delta::Remove(key) => {
+                    next.remove(key);
+                    Ok(())
+                }
+            };
+            if let Err(why) = result {
+                let key = match delta {
+                    Delta::Upsert(resource) => resource.key(),
+                    Delta::Remove(key) => key.clone(),
+                };
+                rejected.push((key, why.to_string()));
+            }
+        }
+        (next, rejected)
+    }
+
+    fn upsert(&mut self, resource: &Resource) -> Result<(), Rejected> {
+        match resource {
+            Resource::Listener(l) => {
+                let listeners = Arc::make_mut(&mut self.listeners);
+                match listeners.get_mut(&l.key) {
+                    Some(state) if state.listener == *l => {}
+                    Some(state) => Arc::make_mut(state).listener = l.clone(),
+                    None => {
+                        let state = ListenerState {
+                            listener: l.clone(),
+                            hosts: HostTable::new(),
+                            sni: HostTable::new(),
+                        };
+                        listeners.insert(l.key, Arc::new(state));
+                    }
+                }
+            }
+            Resource::VirtualHost(vh) => {
+                // Unchanged content (e.g. a full resync) copies no shard.
+                let state = self.listener(&vh.listener);
+                let unchanged = state
+                    .and_then(|st| st.hosts.get(&vh.host))
+                    .is_some_and(|old| old == vh);
+                if !unchanged {
+                    self.listener_mut(&vh.listener)?
+                        .hosts
+                        .insert(&vh.host, vh.clone());
+                }
+            }
+            Resource::Cluster(c) => {
+                // Same content: keep the state (and its round-robin position).
+                let unchanged = self.clusters.get(&c.key).is_some_and(|s| s.cluster == *c);
+                if !unchanged {
+                    self.clusters
+                        .insert(c.key.clone(), Arc::new(ClusterState::new(c.clone())));
+                }
+            }
+            Resource::Certificate(c) => {
+                // Same hash means same content: keep the entry and its parsed key.
+                if !self.certificates.contains_key(&c.hash()) {
+                    self.certificates
+                        .insert(c.hash(), Arc::new(CertEntry::new(c.clone())));
+                }
+            }
+            Resource::Sni(s) => {
+                if !self.listeners.contains_key(&s.listener) {
+                    return Err(Rejected::UnknownListener(s.listener));
+                }
+                let cert = self
+                    .certificates
+                    .get(&s.cert)
+                    .ok_or(Rejected::UnknownCertificate(s.cert))?;
+                let unchanged = self
+                    .listener(&s.listener)
+                    .and_then(|st| st.sni.get(&s.host))
+                    .is_some_and(|old| old.sni == *s && Arc::ptr_eq(&old.cert, cert));
+                if !unchanged {
+                    let entry = SniEntry {
+                        sni: s.clone(),
+                        cert: cert.clone(),
+                    };
+                    self.listener_mut(&s.listener)?.sni.insert(&s.host, entry);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &ResourceKey) {
+        match key {
+            ResourceKey::Listener(l) => {
+                if self.listeners.contains_key(l) {
+                    Arc::make_mut(&mut self.listeners).remove(l);
+                }
+            }
+            ResourceKey::VirtualHost(l, host) => {
+                if self
+                    .listeners
+                    .get(l)
+                    .is_some_and(|s| s.hosts.get(host).is_some())
+                    && let Ok(state) = self.listener_mut(l)
+                {
+                    state.hosts.remove(host);
+                }
+            }
+            ResourceKey::Sni(l, host) => {
+                if self
+                    .listeners
+                    .get(l)
+                    .is_some_and(|s| s.sni.get(host).is_some())
+                    && let Ok(state) = self.listener_mut(l)
+                {
+                    state.sni.remove(host);
+                }
+            }
+            ResourceKey::Cluster(c) => {
+                self.clusters.remove(c);
+            }
+            ResourceKey::Certificate(h) => {
+                // SNI entries still naming it keep their own Arc and keep working.
+                self.certificates.remove(h);
+            }
+        }
+    }
+
+    /// A listener's state, made unique to this snapshot for writing.
+    fn listener_mut(&mut self, key: &ListenerKey) -> Result<&mut ListenerState, Rejected> {
+        if !self.listeners.contains_key(key) {
+            return Err(Rejected::UnknownListener(*key));
+        }
+        Arc::make_mut(&mut self.listeners)
+            .get_mut(key)
+            .map(Arc::make_mut)
+            .ok_or(Rejected::UnknownListener(*key))
+    }
+
+    /// The version: 0 for [`Snapshot::empty`], +1 per applied batch.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Every listener, in no particular order.
+    pub fn listeners(&self) -> impl Iterator<Item = &ListenerState> {
+        self.listeners.values().map(|s| &**s)
+    }
+
+    /// One listener.
+    pub fn listener(&self, key: &ListenerKey) -> Option<&ListenerState> {
+        self.listeners.get(key).map(|s| &**s)
+    }
+
+    /// One cluster.
+    pub fn cluster(&self, key: &ClusterKey) -> Option<&Arc<ClusterState>> {
+        self.clusters.get(key)
+    }
+
+    /// Counts of each kind of resource.
+    pub fn stats(&self) -> SnapshotStats {
+        SnapshotStats {
+            listeners: self.listeners.len(),
+            virtual_hosts: self.listeners.values().map(|s| s.hosts.len()).sum(),
+            clusters: self.clusters.len(),
+            certificates: self.certificates.len(),
+            sni_entries: self.listeners.values().map(|s| s.sni.len()).sum(),
+        }
+    }
+
+    /// JSON dump of the live IR for the admin `/config` endpoint: listeners with their
+    /// virtual hosts (rules) and SNI entries (certificate hashes), clusters, and the
+    /// certificate hashes. Never key material. Object keys are sorted.
+    pub fn to_json(&self) -> Value {
+        let mut listeners = Map::new();
+        for state in self.listeners.values() {
+            let hosts: Map<String, Value> = state
+                .hosts
+                .iter()
+                .map(|(host, vh)| (host.to_string(), to_value(&vh.rules)))
+                .collect();
+            let sni: Map<String, Value> = state
+                .sni
+                .iter()
+                .map(|(host, e)| (host.to_string(), Value::String(e.sni.cert.to_string())))
+                .collect();
+            let l = &state.listener;
+            listeners.insert(
+                l.key.to_string(),
+                json!({
+                    "protocol": to_value(&l.protocol),
+                    "gateway": &*l.gateway,
+                    "name": &*l.name,
+                    "hosts": hosts,
+                    "sni": sni,
+                }),
+            );
+        }
+        let clusters: Map<String, Value> = self
+            .clusters
+            .iter()
+            .map(|(k, c)| {
+                let v = json!({
+                    "protocol": to_value(&c.cluster.protocol),
+                    "endpoints": to_value(&c.cluster.endpoints),
+                });
+                (k.to_string(), v)
+            })
+            .collect();
+        let mut certificates: Vec<String> = self
+            .certificates
+            .iter()
+            .map(|(h, _)| h.to_string())
+            .collect();
+        certificates.sort();
+        json!({
+            "version": self.version,
+            "listeners": listeners,
+            "clusters": clusters,
+            "certificates": certificates,
+        })
+    }
+}
+
+fn to_value<T: Serialize + ?Sized>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+}
+
+/// One SNI table entry: the IR entry and the certificate it resolved to when applied.
+#[derive(Clone, Debug)]
+struct SniEntry {
+    sni: Arc<SniCert>,
+    cert: Arc<CertEntry>,
+}
+
+/// One listener's configuration: the IR listener, its virtual hosts and SNI table.
+#[derive(Clone, Debug)]
+pub struct ListenerState {
+    /// The IR listener (address, protocol, labels).
+    pub listener: Arc<Listener>,
+    hosts: HostTable<Arc<VirtualHost>>,
+    sni: HostTable<SniEntry>,
+}
+
+impl ListenerState {
+    /// Finds the rule for a request (host normalized by [`router::normalize_host`]): the
+    /// best virtual host (exact, longest wildcard, catch-all), then its first rule whose
+    /// conditions all hold. No fallback to a less specific virtual host.
+    pub fn route(&self, req: &RequestView<'_>) -> RouteOutcome<'_> {
+        let Some(vh) = self.hosts.lookup(req.host) else {
+            return RouteOutcome::NoHost;
+        };
+        match router::first_match(&vh.rules, req) {
+            Some(rule) => RouteOutcome::Matched(rule),
+            None => RouteOutcome::NoRoute,
+        }
+    }
+
+    /// Certificate for a TLS ClientHello SNI: exact, then wildcard (longest suffix), then
+    /// the listener default ([`weir_model::HostMatch::Any`], also used without SNI).
+    /// Parsed once per certificate content and shared by every SNI entry with the same
+    /// hash and across snapshots. `None` when no entry matches or the chosen certificate
+    /// is unusable (no fallback to a less specific entry).
+    pub fn certificate(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let entry = match sni {
+            Some(name) => self.sni.lookup(&router::normalize_host(name)),
+            None => self.sni.any(),
+        }?;
+        entry.cert.certified_key()
+    }
+}
+
+/// A cluster plus its load-balancing state.
+pub struct ClusterState {
+    /// The IR cluster.
+    pub cluster: Arc<Cluster>,
+    /// Endpoint indexes over one smooth weighted round-robin cycle.
+    schedule: Box<[u32]>,
+    cursor: AtomicUsize,
+}
+
+impl std::fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("cluster", &self.cluster.key)
+            .field("endpoints", &self.cluster.endpoints.len())
+            .field("cycle", &self.schedule.len())
+            .finish()
+    }
+}
+
+impl ClusterState {
+    /// Precomputes the round-robin cycle. Endpoints of weight 0 are never picked.
+    pub(crate) fn new(cluster: Arc<Cluster>) -> Self {
+        let weights: Vec<u32> = cluster.endpoints.iter().map(|e| e.weight).collect();
+        let schedule = router::wrr_schedule(&weights, MAX_SCHEDULE).into_boxed_slice();
+        // Start where the content hash says, so that a change to a busy cluster does not
+        // send the next burst of requests to its first endpoint.
+        let start = if schedule.is_empty() {
+            0
+        } else {
+            (cluster.hash().0 % schedule.len() as u64) as usize
+        };
+        ClusterState {
+            cluster,
+            schedule,
+            cursor: AtomicUsize::new(start),
+        }
+    }
+
+    /// Next endpoint by smooth weighted round-robin; `None` when the cluster has no
+    /// endpoints. Lock-free: one relaxed atomic increment.
+    pub fn pick(&self) -> Option<&Endpoint> {
+        if self.schedule.is_empty() {
+            return None;
+        }
+        let n = self.cursor.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
+        self.cluster.endpoints.get(self.schedule[n] as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use weir_model::{
+        Action, Certificate, EndpointAddr, HostMatch, PathMatch, Protocol, RequestMatch, RouteKind,
+        RouteRef, RouteRule, Timeouts, UpstreamProtocol,
+    };
+
+    use super::*;
+    use crate::tls::test_certs::{broken, self_signed};
+
+    fn lk(port: u16) -> ListenerKey {
+        ListenerKey(([0, 0, 0, 0], port).into())
+    }
+
+    fn host(h: &str) -> HostMatch {
+        HostMatch::parse(Some(h)).unwrap()
+    }
+
+    fn listener(port: u16, name: &str) -> Resource {
+        Resource::Listener(Arc::new(Listener::new(
+            lk(port),
+            Protocol::Https,
+            "ns/gw".into(),
+            name.into(),
+        )))
+    }
+
+    fn rule(name: &str, path: &str) -> Arc<RouteRule> {
+        Arc::new(RouteRule::new(
+            RouteRef {
+                kind: RouteKind::HttpRoute,
+                namespace: "ns".into(),
+                name: name.into(),
+                rule: 0,
+            },
+            RequestMatch {
+                path: PathMatch::Prefix(path.into()),
+                headers: vec![],
+                query: vec![],
+                method: None,
+            },
+            vec![],
+            Action::Fail {
+                status: 503,
+                reason: "test".into(),
+            },
+            Timeouts::default(),
+        ))
+    }
+
+    fn vhost(port: u16, h: HostMatch, rule_name: &str) -> Resource {
+        Resource::VirtualHost(Arc::new(VirtualHost::new(
+            lk(port),
+            h,
+            vec![rule(rule_name, "/api")],
+        )))
+    }
+
+    fn cluster(name: &str, weights: &[u32]) -> Arc<Cluster> {
+        let endpoints = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Endpoint {
+                addr: EndpointAddr::Socket(([10, 0, 0, i as u8], 80).into()),
+                weight: *w,
+            })
+            .collect();
+        Arc::new(Cluster::new(
+            ClusterKey(name.into()),
+            endpoints,
+            UpstreamProtocol::Http1,
+        ))
+    }
+
+    fn sni(port: u16, h: HostMatch, cert: &Certificate) -> Resource {
+        Resource::Sni(Arc::new(SniCert::new(lk(port), h, cert.hash())))
+    }
+
+    fn apply(s: &Snapshot, deltas: Vec<Delta>) -> Snapshot {
+        let (next, rejected) = s.apply(&DeltaBatch { deltas });
+        assert!(rejected.is_empty(), "{rejected:?}");
+        next
+    }
+
+    fn up(r: Resource) -> Delta {
+        Delta::Upsert(r)
+    }
+
+    fn routed(s: &Snapshot, port: u16, h: &str, path: &str) -> Option<String> {
+        let headers = http::HeaderMap::new();
+        let req = RequestView {
+            host: h,
+            path,
+            query: None,
+            method: &http::Method::GET,
+            headers: &headers,
+        };
+        match s.listener(&lk(port))?.route(&req) {
+            RouteOutcome::NoHost => Some("no-host".into()),
+            RouteOutcome::NoRoute => Some("no-route".into()),
+            RouteOutcome::Matched(r) => Some(r.route.name.to_string()),
+        }
+    }
+
+    #[test]
+    fn upsert_and_remove_every_kind() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "https")),
+                up(vhost(443, host("a.test"), "ra")),
+                up(vhost(443, HostMatch::Any, "rany")),
+                up(Resource::Cluster(cluster("c1", &[1]))),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, host("a.test"), &cert)),
+            ],
+        );
+        assert_eq!(s.version(), 1);
+        assert_eq!(
+            s.stats(),
+            SnapshotStats {
+                listeners: 1,
+                virtual_hosts: 2,
+                clusters: 1,
+                certificates: 1,
+                sni_entries: 1
+            }
+        );
+        assert_eq!(s.listeners().count(), 1);
+        assert_eq!(routed(&s, 443, "a.test", "/api/x").as_deref(), Some("ra"));
+        assert_eq!(routed(&s, 443, "b.test", "/api").as_deref(), Some("rany"));
+        assert_eq!(
+            routed(&s, 443, "a.test", "/other").as_deref(),
+            Some("no-route")
+        );
+        assert!(s.cluster(&ClusterKey("c1".into())).is_some());
+        assert!(
+            s.listener(&lk(443))
+                .unwrap()
+                .certificate(Some("a.test"))
+                .is_some()
+        );
+
+        let s2 = apply(
+            &s,
+            vec![
+                Delta::Remove(ResourceKey::VirtualHost(lk(443), HostMatch::Any)),
+                Delta::Remove(ResourceKey::Cluster(ClusterKey("c1".into()))),
+                Delta::Remove(ResourceKey::Sni(lk(443), host("a.test"))),
+                Delta::Remove(ResourceKey::Certificate(cert.hash())),
+                // Removing what is absent is a no-op.
+                Delta::Remove(ResourceKey::VirtualHost(lk(9), HostMatch::Any)),
+                Delta::Remove(ResourceKey::Cluster(ClusterKey("nope".into()))),
+            ],
+        );
+        assert_eq!(s2.version(), 2);
+        assert_eq!(
+            s2.stats(),
+            SnapshotStats {
+                listeners: 1,
+                virtual_hosts: 1,
+                clusters: 0,
+                certificates: 0,
+                sni_entries: 0
+            }
+        );
+        assert_eq!(
+            routed(&s2, 443, "b.test", "/api").as_deref(),
+            Some("no-host")
+        );
+        assert!(
+            s2.listener(&lk(443))
+                .unwrap()
+                .certificate(Some("a.test"))
+                .is_none()
+        );
+        // The previous version is untouched.
+        assert_eq!(s.stats().virtual_hosts, 2);
+        assert_eq!(routed(&s, 443, "b.test", "/api").as_deref(), Some("rany"));
+
+        let s3 = apply(&s2, vec![Delta::Remove(ResourceKey::Listener(lk(443)))]);
+        assert_eq!(s3.stats(), SnapshotStats::default());
+        assert!(s3.listener(&lk(443)).is_none());
+        // A listener that comes back starts with empty tables.
+        let s4 = apply(&s3, vec![up(listener(443, "https"))]);
+        assert_eq!(s4.stats().virtual_hosts, 0);
+    }
+
+    #[test]
+    fn listener_upsert_keeps_tables() {
+        let s = apply(
+            &Snapshot::empty(),
+            vec![up(listener(80, "old")), up(vhost(80, host("a.test"), "ra"))],
+        );
+        let s2 = apply(&s, vec![up(listener(80, "new"))]);
+        let state = s2.listener(&lk(80)).unwrap();
+        assert_eq!(&*state.listener.name, "new");
+        assert_eq!(s2.stats().virtual_hosts, 1);
+        assert_eq!(routed(&s2, 80, "a.test", "/api").as_deref(), Some("ra"));
+    }
+
+    #[test]
+    fn rejections_are_local() {
+        let cert = self_signed(&["a.test"]);
+        let batch = DeltaBatch {
+            deltas: vec![
+                up(listener(443, "https")),
+                up(vhost(8443, host("a.test"), "orphan")),
+                up(sni(443, host("a.test"), &cert)),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(8443, host("a.test"), &cert)),
+                up(vhost(443, host("a.test"), "ok")),
+                up(sni(443, host("b.test"), &cert)),
+            ],
+        };
+        let (s, rejected) = Snapshot::empty().apply(&batch);
+        let reasons: Vec<(ResourceKey, String)> = rejected;
+        assert_eq!(
+            reasons,
+            [
+                (
+                    ResourceKey::VirtualHost(lk(8443), host("a.test")),
+                    "unknown listener 0.0.0.0:8443".to_string()
+                ),
+                (
+                    ResourceKey::Sni(lk(443), host("a.test")),
+                    format!("unknown certificate {}", cert.hash())
+                ),
+                (
+                    ResourceKey::Sni(lk(8443), host("a.test")),
+                    "unknown listener 0.0.0.0:8443".to_string()
+                ),
+            ]
+        );
+        assert_eq!(routed(&s, 443, "a.test", "/api").as_deref(), Some("ok"));
+        assert_eq!(s.stats().sni_entries, 1);
+        assert!(
+            s.listener(&lk(443))
+                .unwrap()
+                .certificate(Some("b.test"))
+                .is_some()
+        );
+        assert!(
+            s.listener(&lk(443))
+                .unwrap()
+                .certificate(Some("a.test"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn one_change_among_ten_thousand_shares_the_rest() {
+        let mut deltas = vec![
+            up(listener(80, "http")),
+            up(Resource::Cluster(cluster("c", &[1]))),
+        ];
+        deltas.extend((0..10_000).map(|i| up(vhost(80, host(&format!("h{i}.example.com")), "v1"))));
+        let s1 = apply(&Snapshot::empty(), deltas);
+        assert_eq!(s1.stats().virtual_hosts, 10_000);
+
+        let s2 = apply(&s1, vec![up(vhost(80, host("h42.example.com"), "v2"))]);
+        let (t1, t2) = (
+            &s1.listener(&lk(80)).unwrap().hosts,
+            &s2.listener(&lk(80)).unwrap().hosts,
+        );
+        let total = t2.exact_map().shard_count();
+        assert_eq!(t2.exact_map().shared_shards(t1.exact_map()), total - 1);
+        assert_eq!(s2.clusters.shared_shards(&s1.clusters), total);
+        assert_eq!(s2.certificates.shared_shards(&s1.certificates), total);
+        assert_eq!(
+            routed(&s2, 80, "h42.example.com", "/api").as_deref(),
+            Some("v2")
+        );
+        assert_eq!(
+            routed(&s1, 80, "h42.example.com", "/api").as_deref(),
+            Some("v1")
+        );
+        assert_eq!(
+            routed(&s2, 80, "h43.example.com", "/api").as_deref(),
+            Some("v1")
+        );
+
+        // Re-sending unchanged content (a resync) copies no shard.
+        let resync = apply(
+            &s2,
+            vec![
+                up(listener(80, "http")),
+                up(vhost(80, host("h7.example.com"), "v1")),
+            ],
+        );
+        let t3 = &resync.listener(&lk(80)).unwrap().hosts;
+        assert_eq!(t3.exact_map().shared_shards(t2.exact_map()), total);
+
+        // Same-content cluster upsert keeps the state object (and its cursor).
+        let s3 = apply(&s2, vec![up(Resource::Cluster(cluster("c", &[1])))]);
+        let key = ClusterKey("c".into());
+        assert!(Arc::ptr_eq(
+            s3.cluster(&key).unwrap(),
+            s2.cluster(&key).unwrap()
+        ));
+        let s4 = apply(&s3, vec![up(Resource::Cluster(cluster("c", &[1, 1])))]);
+        assert!(!Arc::ptr_eq(
+            s4.cluster(&key).unwrap(),
+            s3.cluster(&key).unwrap()
+        ));
+    }
+
+    #[test]
+    fn certificate_selection() {
+        let exact = self_signed(&["a.example.com"]);
+        let wild = self_signed(&["*.example.com"]);
+        let deflt = self_signed(&["default.test"]);
+        let bad = broken();
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "https")),
+                up(Resource::Certificate(exact.clone())),
+                up(Resource::Certificate(wild.clone())),
+                up(Resource::Certificate(deflt.clone())),
+                up(Resource::Certificate(bad.clone())),
+                up(sni(443, host("a.example.com"), &exact)),
+                up(sni(443, host("*.example.com"), &wild)),
+                up(sni(443, HostMatch::Any, &deflt)),
+                up(sni(443, host("bad.example.com"), &bad)),
+                // Same certificate content under two names.
+                up(sni(443, host("b.example.com"), &exact)),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        let leaf = |name: Option<&str>| l.certificate(name).map(|k| k.cert[0].clone());
+        let der = |c: &Certificate| {
+            let k = CertEntry::new(Arc::new(c.clone())).certified_key().unwrap();
+            k.cert[0].clone()
+        };
+        assert_eq!(leaf(Some("a.example.com")), Some(der(&exact)));
+        assert_eq!(leaf(Some("A.Example.COM")), Some(der(&exact)));
+        assert_eq!(leaf(Some("x.y.example.com")), Some(der(&wild)));
+        assert_eq!(leaf(Some("example.com")), Some(der(&deflt)));
+        assert_eq!(leaf(None), Some(der(&deflt)));
+        // The bad certificate fails its own name only.
+        assert_eq!(leaf(Some("bad.example.com")), None);
+        assert_eq!(leaf(Some("c.example.com")), Some(der(&wild)));
+
+        // One parse per content: shared by entries and by later snapshots.
+        let a = l.certificate(Some("a.example.com")).unwrap();
+        let b = l.certificate(Some("b.example.com")).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let s2 = apply(
+            &s,
+            vec![
+                up(Resource::Certificate(exact.clone())),
+                up(sni(443, host("c.example.com"), &exact)),
+            ],
+        );
+        let c = s2
+            .listener(&lk(443))
+            .unwrap()
+            .certificate(Some("c.example.com"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn cluster_round_robin() {
+        let state = ClusterState::new(cluster("c", &[2, 1]));
+        let picks: Vec<String> = (0..300)
+            .map(|_| state.pick().unwrap().addr.to_string())
+            .collect();
+        let first = picks.iter().filter(|p| p.as_str() == "10.0.0.0:80").count();
+        assert_eq!(first, 200);
+        // Never three of the weight-2 endpoint in a row, never two of the weight-1 one.
+        for w in picks.windows(3) {
+            assert!(!(w[0] == w[1] && w[1] == w[2]), "{w:?}");
+        }
+        for w in picks.windows(2) {
+            assert!(!(w[0] == "10.0.0.1:80" && w[1] == "10.0.0.1:80"), "{w:?}");
+        }
+        assert!(ClusterState::new(cluster("empty", &[])).pick().is_none());
+    }
+
+    #[test]
+    fn json_dump_has_no_key_material() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "https")),
+                up(vhost(443, host("*.test"), "rw")),
+                up(Resource::Cluster(cluster("c1", &[3]))),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, host("a.test"), &cert)),
+            ],
+        );
+        let v = s.to_json();
+        let l = &v["listeners"]["0.0.0.0:443"];
+        assert_eq!(l["name"], "https");
+        assert_eq!(l["hosts"]["*.test"][0]["route"]["name"], "rw");
+        assert_eq!(l["sni"]["a.test"], cert.hash().to_string());
+        assert_eq!(v["clusters"]["c1"]["endpoints"][0]["weight"], 3);
+        assert_eq!(v["certificates"][0], cert.hash().to_string());
+        let text = v.to_string();
+        assert!(
+            !text.contains("PRIVATE KEY") && !text.contains("BEGIN"),
+            "{text}"
+        );
+    }
+}

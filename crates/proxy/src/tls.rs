@@ -1,0 +1,357 @@
+//! TLS: certificates parsed once per content, and the SNI resolver over live snapshots.
+
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use weir_model::{Certificate, ListenerKey};
+
+use crate::snapshot::Snapshot;
+
+/// Why a certificate could not be turned into a signing key.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CertError {
+    /// The chain holds no `CERTIFICATE` block.
+    #[error("no certificate in the chain")]
+    NoCertificate,
+    /// A PEM block of the chain could not be decoded.
+    #[error("invalid certificate PEM: {0}")]
+    ChainPem(rustls_pki_types::pem::Error),
+    /// The key PEM holds no usable private key.
+    #[error("invalid private key PEM: {0}")]
+    KeyPem(rustls_pki_types::pem::Error),
+    /// The key's algorithm is not supported, or the key does not belong to the leaf.
+    #[error("unusable private key: {0}")]
+    Key(rustls::Error),
+}
+
+/// A certificate as held by snapshots: the IR value plus its parsed form, computed at the
+/// first handshake that needs it. The entry is shared (by `Arc`) by every SNI entry naming
+/// the same content hash and by every snapshot version, so a certificate is parsed at most
+/// once per content, and a bad one is reported once.
+#[derive(Debug)]
+pub(crate) struct CertEntry {
+    cert: Arc<Certificate>,
+    parsed: OnceLock<Result<Arc<CertifiedKey>, CertError>>,
+}
+
+impl CertEntry {
+    /// Wraps an IR certificate; nothing is parsed yet.
+    pub(crate) fn new(cert: Arc<Certificate>) -> Self {
+        CertEntry {
+            cert,
+            parsed: OnceLock::new(),
+        }
+    }
+
+    /// The signing key, parsing it on first use; `None` if the certificate is unusable
+    /// (the error is logged once, with the certificate's hash).
+    pub(crate) fn certified_key(&self) -> Option<Arc<CertifiedKey>> {
+        let parsed = self.parsed.get_or_init(|| {
+            let result = parse(&self.cert);
+            if let Err(e) = &result {
+                tracing::warn!(cert = %self.cert.hash(), error = %e, "certificate unusable; handshakes for its names fail");
+            }
+            result
+        });
+        parsed.as_ref().ok().cloned()
+    }
+
+    /// The parse result, if parsing has happened.
+    #[cfg(test)]
+    pub(crate) fn parse_error(&self) -> Option<String> {
+        self.parsed
+            .get()
+            .and_then(|r| r.as_ref().err())
+            .map(|e| e.to_string())
+    }
+}
+
+/// PEM chain + key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
+fn parse(cert: &Certificate) -> Result<Arc<CertifiedKey>, CertError> {
+    let chain = CertificateDer::pem_slice_iter(&cert.chain_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CertError::ChainPem)?;
+    if chain.is_empty() {
+        return Err(CertError::NoCertificate);
+    }
+    let key = PrivateKeyDer::from_pem_slice(&cert.key_pem).map_err(CertError::KeyPem)?;
+    let key = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key).map_err(CertError::Key)?;
+    let certified = CertifiedKey::new(chain, key);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(e) => return Err(CertError::Key(e)),
+    }
+    Ok(Arc::new(certified))
+}
+
+/// rustls certificate resolver for one TLS listener: reads the live snapshot on every
+/// ClientHello (lock-free) and calls [`ListenerState::certificate`](crate::snapshot::ListenerState::certificate).
+pub(crate) struct SniResolver {
+    snapshots: Arc<ArcSwap<Snapshot>>,
+    listener: ListenerKey,
+}
+
+impl SniResolver {
+    /// A resolver for `listener` over the published snapshots.
+    pub(crate) fn new(snapshots: Arc<ArcSwap<Snapshot>>, listener: ListenerKey) -> Self {
+        SniResolver {
+            snapshots,
+            listener,
+        }
+    }
+}
+
+impl std::fmt::Debug for SniResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SniResolver")
+            .field("listener", &self.listener)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let snapshot = self.snapshots.load();
+        let key = snapshot
+            .listener(&self.listener)?
+            .certificate(client_hello.server_name());
+        if key.is_none() {
+            tracing::debug!(listener = %self.listener, sni = ?client_hello.server_name(), "no certificate for server name");
+        }
+        key
+    }
+}
+
+/// Builds the ServerConfig for a TLS listener: aws-lc-rs provider, TLS 1.2 and 1.3, ALPN
+/// h2 + http/1.1, certificates chosen by [`SniResolver`].
+pub(crate) fn server_config(
+    snapshots: Arc<ArcSwap<Snapshot>>,
+    listener: ListenerKey,
+) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the aws-lc-rs default provider supports the default TLS versions");
+    let mut config = builder
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SniResolver::new(snapshots, listener)));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+#[cfg(test)]
+pub(crate) mod test_certs {
+    //! Certificates generated for tests.
+
+    use std::sync::Arc;
+
+    use weir_model::Certificate;
+
+    /// A self-signed certificate for `names`.
+    pub(crate) fn self_signed(names: &[&str]) -> Arc<Certificate> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let c = rcgen::generate_simple_self_signed(names).expect("rcgen");
+        Arc::new(Certificate::new(
+            c.cert.pem().into_bytes().into(),
+            c.signing_key.serialize_pem().into_bytes().into(),
+        ))
+    }
+
+    /// A certificate whose key is garbage.
+    pub(crate) fn broken() -> Arc<Certificate> {
+        let good = self_signed(&["broken.test"]);
+        Arc::new(Certificate::new(
+            good.chain_pem.clone(),
+            b"not a key".to_vec().into(),
+        ))
+    }
+
+    /// The leaf of `a` with the key of `b`.
+    pub(crate) fn mismatched(a: &Certificate, b: &Certificate) -> Arc<Certificate> {
+        Arc::new(Certificate::new(a.chain_pem.clone(), b.key_pem.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_certs::*;
+    use super::*;
+
+    #[test]
+    fn parses_once_and_shares() {
+        let entry = CertEntry::new(self_signed(&["a.test"]));
+        let k1 = entry.certified_key().expect("valid certificate");
+        let k2 = entry.certified_key().expect("valid certificate");
+        assert!(Arc::ptr_eq(&k1, &k2));
+        assert_eq!(k1.cert.len(), 1);
+        assert!(entry.parse_error().is_none());
+    }
+
+    #[test]
+    fn bad_certificates_are_rejected_and_cached() {
+        let entry = CertEntry::new(broken());
+        assert!(entry.certified_key().is_none());
+        assert!(
+            entry
+                .parse_error()
+                .is_some_and(|e| e.contains("private key")),
+            "{:?}",
+            entry.parse_error()
+        );
+
+        let empty = CertEntry::new(Arc::new(Certificate::new(
+            b"".to_vec().into(),
+            self_signed(&["x.test"]).key_pem.clone(),
+        )));
+        assert!(empty.certified_key().is_none());
+        assert_eq!(
+            empty.parse_error().as_deref(),
+            Some("no certificate in the chain")
+        );
+
+        let a = self_signed(&["a.test"]);
+        let b = self_signed(&["b.test"]);
+        let wrong = CertEntry::new(mismatched(&a, &b));
+        assert!(wrong.certified_key().is_none());
+        assert!(wrong.parse_error().is_some());
+    }
+
+    type TestResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+    /// Feeds everything `from` has to send into `to`.
+    fn transfer(
+        from: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+        to: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+    ) -> TestResult<()> {
+        let mut buf = Vec::new();
+        while from.wants_write() {
+            from.write_tls(&mut buf)?;
+        }
+        let mut rest = &buf[..];
+        while !rest.is_empty() {
+            to.read_tls(&mut rest)?;
+            to.process_new_packets()?;
+        }
+        Ok(())
+    }
+
+    /// An in-memory handshake; returns the leaf the server presented and the ALPN.
+    fn handshake(
+        server: &Arc<rustls::ServerConfig>,
+        trusted: &[&Certificate],
+        name: &str,
+    ) -> TestResult<(CertificateDer<'static>, Option<Vec<u8>>)> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in trusted {
+            for der in CertificateDer::pem_slice_iter(&c.chain_pem) {
+                roots.add(der?)?;
+            }
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client_config.alpn_protocols = vec![b"h2".to_vec()];
+        let server_name = rustls_pki_types::ServerName::try_from(name.to_string())?;
+        let mut client = rustls::ClientConnection::new(Arc::new(client_config), server_name)?;
+        let mut conn = rustls::ServerConnection::new(server.clone())?;
+        for _ in 0..10 {
+            transfer(&mut client, &mut conn)?;
+            transfer(&mut conn, &mut client)?;
+            if !client.is_handshaking() && !conn.is_handshaking() {
+                let leaf = client
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .ok_or("no certificate")?;
+                return Ok((
+                    leaf.clone().into_owned(),
+                    client.alpn_protocol().map(<[u8]>::to_vec),
+                ));
+            }
+        }
+        Err("handshake did not finish".into())
+    }
+
+    fn leaf_of(c: &Certificate) -> CertificateDer<'static> {
+        CertificateDer::pem_slice_iter(&c.chain_pem)
+            .next()
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn handshakes_follow_the_live_snapshot() -> TestResult<()> {
+        use weir_model::{Delta, DeltaBatch, HostMatch, Listener, Protocol, Resource, SniCert};
+
+        let key = ListenerKey("127.0.0.1:443".parse()?);
+        let a = self_signed(&["a.test"]);
+        let wild = self_signed(&["*.wild.test"]);
+        let bad = broken();
+        let sni = |host: &str, cert: &Certificate| {
+            let h = HostMatch::parse(Some(host)).unwrap();
+            Delta::Upsert(Resource::Sni(Arc::new(SniCert::new(key, h, cert.hash()))))
+        };
+        let batch = DeltaBatch {
+            deltas: vec![
+                Delta::Upsert(Resource::Listener(Arc::new(Listener::new(
+                    key,
+                    Protocol::Https,
+                    "gw".into(),
+                    "l".into(),
+                )))),
+                Delta::Upsert(Resource::Certificate(a.clone())),
+                Delta::Upsert(Resource::Certificate(wild.clone())),
+                Delta::Upsert(Resource::Certificate(bad.clone())),
+                sni("a.test", &a),
+                sni("*.wild.test", &wild),
+                sni("bad.test", &bad),
+            ],
+        };
+        let (snapshot, rejected) = Snapshot::empty().apply(&batch);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
+        let config = server_config(snapshots.clone(), key);
+
+        let (leaf, alpn) = handshake(&config, &[&a], "a.test")?;
+        assert_eq!(leaf, leaf_of(&a));
+        assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+        assert_eq!(
+            handshake(&config, &[&wild], "x.wild.test")?.0,
+            leaf_of(&wild)
+        );
+        assert!(handshake(&config, &[&bad], "bad.test").is_err());
+        assert!(handshake(&config, &[&a], "unknown.test").is_err());
+        // The bad certificate does not affect the others.
+        assert_eq!(handshake(&config, &[&a], "a.test")?.0, leaf_of(&a));
+
+        // A new name goes live with the next published snapshot, same ServerConfig.
+        let b = self_signed(&["b.test"]);
+        let next = snapshots.load().apply(&DeltaBatch {
+            deltas: vec![
+                Delta::Upsert(Resource::Certificate(b.clone())),
+                sni("b.test", &b),
+            ],
+        });
+        assert!(next.1.is_empty());
+        assert!(handshake(&config, &[&b], "b.test").is_err());
+        snapshots.store(Arc::new(next.0));
+        assert_eq!(handshake(&config, &[&b], "b.test")?.0, leaf_of(&b));
+        Ok(())
+    }
+
+    #[test]
+    fn server_config_offers_h2_and_http1() {
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::empty()));
+        let key = ListenerKey("127.0.0.1:443".parse().unwrap());
+        let config = server_config(snapshots, key);
+        assert_eq!(
+            config.alpn_protocols,
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! Upstream connection pools: one hyper-util client for HTTP/1.1 keep-alive and one for
+//! HTTP/2 with prior knowledge (h2c), sharing a connector that counts open connections.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::TcpStream;
+use weir_model::UpstreamProtocol;
+
+use crate::dataplane::ProxyConfig;
+use crate::error::{BoxError, ProxyError};
+
+/// The pools for both upstream protocols.
+pub(crate) struct Upstreams {
+    http1: Client<CountingConnector, Incoming>,
+    h2c: Client<CountingConnector, Incoming>,
+}
+
+impl Upstreams {
+    /// Builds both clients. `open` counts open upstream connections, `connect_errors`
+    /// failed connection attempts.
+    pub(crate) fn new(config: &ProxyConfig, open: Gauge, connect_errors: Counter) -> Upstreams {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        let connector = CountingConnector {
+            inner: http,
+            open,
+            connect_errors,
+        };
+        let build = |h2: bool| {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_idle_timeout(config.upstream_idle_timeout)
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .http2_only(h2);
+            b.build(connector.clone())
+        };
+        Upstreams {
+            http1: build(false),
+            h2c: build(true),
+        }
+    }
+
+    /// Sends one request (absolute URI naming the endpoint) and waits for response headers.
+    pub(crate) async fn send(
+        &self,
+        protocol: UpstreamProtocol,
+        req: Request<Incoming>,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let client = match protocol {
+            UpstreamProtocol::Http1 => &self.http1,
+            UpstreamProtocol::H2c => &self.h2c,
+        };
+        client.request(req).await.map_err(|e| {
+            if e.is_connect() {
+                ProxyError::Connect(Box::new(e))
+            } else {
+                ProxyError::Upstream(Box::new(e))
+            }
+        })
+    }
+}
+
+/// `HttpConnector` plus bookkeeping: the open-connection gauge follows each connection's
+/// lifetime and failed attempts are counted.
+#[derive(Clone)]
+pub(crate) struct CountingConnector {
+    inner: HttpConnector,
+    open: Gauge,
+    connect_errors: Counter,
+}
+
+type ConnectFuture = Pin<Box<dyn Future<Output = Result<CountedIo, BoxError>> + Send>>;
+
+impl tower_service::Service<Uri> for CountingConnector {
+    type Response = CountedIo;
+    type Error = BoxError;
+    type Future = ConnectFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let connecting = self.inner.call(dst);
+        let open = self.open.clone();
+        let errors = self.connect_errors.clone();
+        Box::pin(async move {
+            match connecting.await {
+                Ok(io) => {
+                    open.inc();
+                    Ok(CountedIo { inner: io, open })
+                }
+                Err(e) => {
+                    errors.inc();
+                    Err(e.into())
+                }
+            }
+        })
+    }
+}
+
+/// An upstream TCP connection that decrements the open-connection gauge when dropped.
+pub(crate) struct CountedIo {
+    inner: TokioIo<TcpStream>,
+    open: Gauge,
+}
+
+impl Drop for CountedIo {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+impl Connection for CountedIo {
+    fn connected(&self) -> Connected {
+        self.inner.connected()
+    }
+}
+
+impl hyper::rt::Read for CountedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for CountedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+}

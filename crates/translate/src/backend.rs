@@ -1,0 +1,186 @@
+//! Backend references (Service ports, weir Backends) and the clusters built from them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use weir_api::{Backend, EndpointSlice};
+use weir_model::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
+
+use crate::store::Store;
+
+const H2C: &str = "kubernetes.io/h2c";
+
+/// What a cluster is built from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ClusterSource {
+    /// One port of a Service.
+    Service { ns: Arc<str>, name: Arc<str>, port: u16 },
+    /// A weir Backend object.
+    Backend { ns: Arc<str>, name: Arc<str> },
+}
+
+/// A backend reference that cannot be used, with its Gateway API reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RefError {
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+impl RefError {
+    pub(crate) fn new(reason: &'static str, message: String) -> Self {
+        RefError { reason, message }
+    }
+}
+
+/// A usable reference: the cluster it names and how to build it.
+pub(crate) type Resolved = (ClusterKey, ClusterSource);
+
+/// The cluster key of an unusable reference: never the key of a real cluster, so the data
+/// plane answers 500 for the share of traffic that goes there.
+pub(crate) fn invalid_cluster_key(what: &str) -> ClusterKey {
+    ClusterKey(format!("invalid/{what}").into())
+}
+
+/// Resolves a Service port (the caller has checked permission).
+pub(crate) fn resolve_service(store: &Store, ns: &str, name: &str, port: Option<i32>, field: &str) -> Result<Resolved, RefError> {
+    let Some(port) = port else {
+        return Err(RefError::new("UnsupportedValue", format!("{field}.port: required for a Service")));
+    };
+    let Some(svc) = store.service(ns, name) else {
+        return Err(RefError::new("BackendNotFound", format!("{field}: Service {ns}/{name} not found")));
+    };
+    let Some(p) = u16::try_from(port).ok().filter(|p| *p != 0) else {
+        return Err(RefError::new("UnsupportedValue", format!("{field}.port: {port} is not a valid port")));
+    };
+    if !svc.spec.ports.iter().any(|sp| sp.port == port) {
+        return Err(RefError::new("BackendNotFound", format!("{field}: Service {ns}/{name} has no port {port}")));
+    }
+    Ok((
+        ClusterKey(format!("service/{ns}/{name}:{p}").into()),
+        ClusterSource::Service { ns: ns.into(), name: name.into(), port: p },
+    ))
+}
+
+/// Resolves a weir Backend (the caller has checked permission).
+pub(crate) fn resolve_backend(store: &Store, ns: &str, name: &str, field: &str) -> Result<Resolved, RefError> {
+    if store.backend(ns, name).is_none() {
+        return Err(RefError::new("BackendNotFound", format!("{field}: Backend {ns}/{name} not found")));
+    }
+    Ok((
+        ClusterKey(format!("backend/{ns}/{name}").into()),
+        ClusterSource::Backend { ns: ns.into(), name: name.into() },
+    ))
+}
+
+/// Builds the cluster `key` from the store; `None` when its source is gone.
+pub(crate) fn build_cluster(store: &Store, key: &ClusterKey, src: &ClusterSource) -> Option<Cluster> {
+    match src {
+        ClusterSource::Service { ns, name, port } => {
+            let svc = store.service(ns, name)?;
+            let sp = svc.spec.ports.iter().find(|p| p.port == i32::from(*port))?;
+            let sp_name = sp.name.as_deref().unwrap_or("");
+            let mut h2c = sp.app_protocol.as_deref() == Some(H2C);
+            let mut endpoints = Vec::new();
+            for slice in store.slices_of(ns, name) {
+                let single = slice.ports.len() == 1;
+                let Some(ep) = slice
+                    .ports
+                    .iter()
+                    .find(|p| p.name.as_deref().unwrap_or("") == sp_name)
+                    .or_else(|| slice.ports.first().filter(|_| single && sp_name.is_empty()))
+                else {
+                    continue;
+                };
+                let Some(target) = ep.port.and_then(|p| u16::try_from(p).ok()) else {
+                    continue;
+                };
+                h2c |= ep.app_protocol.as_deref() == Some(H2C);
+                for e in &slice.endpoints {
+                    if e.conditions.ready == Some(false) {
+                        continue;
+                    }
+                    for a in &e.addresses {
+                        if let Ok(ip) = a.parse::<IpAddr>() {
+                            endpoints.push(Endpoint { addr: EndpointAddr::Socket(SocketAddr::new(ip, target)), weight: 1 });
+                        }
+                    }
+                }
+            }
+            endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
+            endpoints.dedup();
+            let protocol = if h2c { UpstreamProtocol::H2c } else { UpstreamProtocol::Http1 };
+            Some(Cluster::new(key.clone(), endpoints, protocol))
+        }
+        ClusterSource::Backend { ns, name } => {
+            let b = store.backend(ns, name)?;
+            let (endpoints, protocol, _) = backend_endpoints(b);
+            Some(Cluster::new(key.clone(), endpoints, protocol))
+        }
+    }
+}
+
+/// The endpoints and protocol of a Backend, and the problems found on the way.
+pub(crate) fn backend_endpoints(b: &Backend) -> (Vec<Endpoint>, UpstreamProtocol, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut endpoints = Vec::new();
+    for (i, e) in b.spec.endpoints.iter().enumerate() {
+        match parse_endpoint(e) {
+            Some(addr) => endpoints.push(Endpoint { addr, weight: 1 }),
+            None => problems.push(format!(
+                "spec.endpoints[{i}]: {e:?} is not host:port (IPv6 as [addr]:port); endpoint skipped"
+            )),
+        }
+    }
+    let protocol = match b.spec.protocol.as_deref() {
+        None | Some("HTTP") => UpstreamProtocol::Http1,
+        Some("H2C") => UpstreamProtocol::H2c,
+        Some(other) => {
+            problems.push(format!("spec.protocol: {other:?} is not HTTP or H2C; using HTTP"));
+            UpstreamProtocol::Http1
+        }
+    };
+    (endpoints, protocol, problems)
+}
+
+fn parse_endpoint(s: &str) -> Option<EndpointAddr> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some(EndpointAddr::Socket(sa));
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    if host.is_empty() || host.contains(':') || host.contains('[') {
+        return None;
+    }
+    let ok = host.split('.').all(|l| {
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    });
+    ok.then(|| EndpointAddr::Host(host.to_ascii_lowercase().into(), port))
+}
+
+/// Problems with an EndpointSlice (addresses that are not IPs are skipped).
+pub(crate) fn slice_problems(s: &EndpointSlice) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, e) in s.endpoints.iter().enumerate() {
+        for (j, a) in e.addresses.iter().enumerate() {
+            if a.parse::<IpAddr>().is_err() {
+                problems.push(format!("endpoints[{i}].addresses[{j}]: {a:?} is not an IP address; skipped"));
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(parse_endpoint("10.0.0.1:80"), Some(EndpointAddr::Socket("10.0.0.1:80".parse().unwrap())));
+        assert_eq!(parse_endpoint("[::1]:80"), Some(EndpointAddr::Socket("[::1]:80".parse().unwrap())));
+        assert_eq!(parse_endpoint("Echo.local:8080"), Some(EndpointAddr::Host("echo.local".into(), 8080)));
+        assert_eq!(parse_endpoint("echo"), None);
+        assert_eq!(parse_endpoint("echo:0"), None);
+        assert_eq!(parse_endpoint("::1:80"), None);
+    }
+}

@@ -1,0 +1,103 @@
+//! Precedence: object age and the order of rules within a virtual host.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use weir_model::{PathMatch, RequestMatch, RouteKind};
+
+/// How old an object is: objects with a creation timestamp come first (oldest first),
+/// then objects without one in the order they were first seen.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Age {
+    no_timestamp: bool,
+    timestamp: Arc<str>,
+    seq: u64,
+}
+
+impl Age {
+    pub(crate) fn new(timestamp: Option<&str>, seq: u64) -> Self {
+        Age { no_timestamp: timestamp.is_none(), timestamp: timestamp.unwrap_or("").into(), seq }
+    }
+}
+
+/// The sort key of one rule (one match of one route rule) within a virtual host;
+/// smaller sorts first (higher precedence).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct RuleOrder {
+    /// 0 for ordinary rules; 1 for an Ingress default backend (always last).
+    tier: u8,
+    /// Exact, then regular expression, then prefix.
+    path_class: u8,
+    path_len: Reverse<usize>,
+    no_method: bool,
+    headers: Reverse<usize>,
+    query: Reverse<usize>,
+    age: Age,
+    kind: RouteKind,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    rule: u32,
+    matcher: u32,
+}
+
+/// Where a rule comes from, for [`RuleOrder::new`].
+pub(crate) struct RuleOrigin<'a> {
+    pub(crate) age: &'a Age,
+    pub(crate) kind: RouteKind,
+    pub(crate) namespace: &'a Arc<str>,
+    pub(crate) name: &'a Arc<str>,
+}
+
+impl RuleOrder {
+    pub(crate) fn new(origin: &RuleOrigin<'_>, m: &RequestMatch, default_backend: bool, rule: u32, matcher: u32) -> Self {
+        let (path_class, path_len) = match &m.path {
+            PathMatch::Exact(p) => (0, p.len()),
+            PathMatch::Regex(p) => (1, p.source().len()),
+            PathMatch::Prefix(p) => (2, p.len()),
+        };
+        RuleOrder {
+            tier: u8::from(default_backend),
+            path_class,
+            path_len: Reverse(path_len),
+            no_method: m.method.is_none(),
+            headers: Reverse(m.headers.len()),
+            query: Reverse(m.query.len()),
+            age: origin.age.clone(),
+            kind: origin.kind,
+            namespace: origin.namespace.clone(),
+            name: origin.name.clone(),
+            rule,
+            matcher,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_model::Pattern;
+
+    fn m(path: PathMatch, method: bool, headers: usize) -> RequestMatch {
+        let h = weir_model::HeaderMatch { name: "x".into(), value: weir_model::StringMatch::Exact("v".into()) };
+        RequestMatch { path, headers: vec![h; headers], query: vec![], method: method.then(|| "GET".into()) }
+    }
+
+    #[test]
+    fn precedence() {
+        let age = Age::new(None, 1);
+        let ns: Arc<str> = "ns".into();
+        let name: Arc<str> = "r".into();
+        let o = RuleOrigin { age: &age, kind: RouteKind::HttpRoute, namespace: &ns, name: &name };
+        let exact = RuleOrder::new(&o, &m(PathMatch::Exact("/a".into()), false, 0), false, 0, 0);
+        let regex = RuleOrder::new(&o, &m(PathMatch::Regex(Pattern::new("/a.*").unwrap()), false, 0), false, 0, 0);
+        let long = RuleOrder::new(&o, &m(PathMatch::Prefix("/abc".into()), false, 0), false, 0, 0);
+        let short = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), false, 0), false, 0, 0);
+        let method = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), true, 0), false, 0, 0);
+        let headers = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), false, 2), false, 0, 0);
+        assert!(exact < regex && regex < long && long < short);
+        assert!(method < headers && headers < short);
+        let older = Age::new(Some("2020-01-01T00:00:00Z"), 9);
+        assert!(older < age);
+        assert!(Age::new(None, 1) < Age::new(None, 2));
+    }
+}

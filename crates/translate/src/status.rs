@@ -1,0 +1,54 @@
+//! Statuses of kinds that are computed from the object alone.
+
+use weir_api::{Condition, GatewayClassStatus, Object, ObjectStatus};
+
+use crate::backend;
+use crate::route::direct_response_of;
+use crate::store::Store;
+use crate::tls;
+
+/// Gateway API features weir implements (reported in GatewayClass status).
+pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "Gateway",
+    "HTTPRoute",
+    "ReferenceGrant",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteSchemeRedirect",
+];
+
+/// The status of an object whose status depends on nothing else; `None` when it has none.
+pub(crate) fn standalone_status(store: &Store, controller: &str, obj: &Object) -> Option<ObjectStatus> {
+    let problems = match obj {
+        Object::GatewayClass(c) => {
+            if c.spec.controller_name != controller {
+                return None;
+            }
+            return Some(ObjectStatus::GatewayClass(GatewayClassStatus {
+                conditions: vec![Condition::new("Accepted", true, "Accepted", "GatewayClass accepted", c.metadata.generation)],
+                supported_features: SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect(),
+            }));
+        }
+        Object::Secret(s) => {
+            if !tls::looks_like_tls(s) {
+                return None;
+            }
+            match store.certificate(&s.metadata.namespace, &s.metadata.name) {
+                Some(Err(m)) => vec![m.clone()],
+                _ => Vec::new(),
+            }
+        }
+        Object::Backend(b) => backend::backend_endpoints(b).2,
+        Object::EndpointSlice(s) => backend::slice_problems(s),
+        Object::DirectResponse(d) => direct_response_of(d).err().unwrap_or_default(),
+        _ => return None,
+    };
+    (!problems.is_empty()).then_some(ObjectStatus::Problems(problems))
+}

@@ -1,0 +1,246 @@
+//! The objects the translator was given, with the few indexes lookups need.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use weir_api::{
+    Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress, Kind,
+    Object, ObjectKey, ReferenceGrant, Service,
+};
+use weir_model::Certificate;
+
+use crate::order::Age;
+use crate::tls;
+
+/// The label that ties an EndpointSlice to its Service.
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// A namespace and a name.
+pub(crate) type NsName = (Arc<str>, Arc<str>);
+
+/// Every stored object, by key, plus first-seen order and derived lookups.
+#[derive(Default)]
+pub(crate) struct Store {
+    objects: HashMap<ObjectKey, Arc<Object>>,
+    seq: HashMap<ObjectKey, u64>,
+    next_seq: u64,
+    /// ReferenceGrants by namespace.
+    grants: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<Object>>>,
+    /// EndpointSlice names by (namespace, service name).
+    slices: HashMap<NsName, BTreeSet<Arc<str>>>,
+    /// Parsed TLS Secrets (parsed once per Secret version).
+    certs: HashMap<NsName, Result<Arc<Certificate>, String>>,
+}
+
+impl Store {
+    /// Stores `obj`; returns the previous version, or `None` if the key is new.
+    /// `Err(())` means the object is identical to the stored one.
+    pub(crate) fn upsert(&mut self, obj: Arc<Object>) -> Result<Option<Arc<Object>>, ()> {
+        let key = obj.key();
+        if let Some(old) = self.objects.get(&key)
+            && (Arc::ptr_eq(old, &obj) || **old == *obj)
+        {
+            return Err(());
+        }
+        let old = self.objects.insert(key.clone(), obj.clone());
+        if old.is_none() {
+            self.seq.insert(key.clone(), self.next_seq);
+            self.next_seq += 1;
+        }
+        if let Some(o) = &old {
+            self.unindex(o);
+        }
+        self.index(&obj);
+        Ok(old)
+    }
+
+    /// Removes the object with `key`, returning it.
+    pub(crate) fn delete(&mut self, key: &ObjectKey) -> Option<Arc<Object>> {
+        let old = self.objects.remove(key)?;
+        self.seq.remove(key);
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn index(&mut self, obj: &Arc<Object>) {
+        let m = obj.metadata();
+        let ns: Arc<str> = m.namespace.as_str().into();
+        let name: Arc<str> = m.name.as_str().into();
+        match &**obj {
+            Object::ReferenceGrant(_) => {
+                self.grants.entry(ns).or_default().insert(name, obj.clone());
+            }
+            Object::EndpointSlice(s) => {
+                if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
+                    self.slices.entry((ns, svc.as_str().into())).or_default().insert(name);
+                }
+            }
+            Object::Secret(s) => {
+                self.certs.insert((ns, name), tls::certificate_from_secret(s));
+            }
+            _ => {}
+        }
+    }
+
+    fn unindex(&mut self, obj: &Object) {
+        let m = obj.metadata();
+        let ns: Arc<str> = m.namespace.as_str().into();
+        match obj {
+            Object::ReferenceGrant(_) => {
+                if let Some(g) = self.grants.get_mut(&ns) {
+                    g.remove(m.name.as_str());
+                    if g.is_empty() {
+                        self.grants.remove(&ns);
+                    }
+                }
+            }
+            Object::EndpointSlice(s) => {
+                if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
+                    let k: NsName = (ns, svc.as_str().into());
+                    if let Some(set) = self.slices.get_mut(&k) {
+                        set.remove(m.name.as_str());
+                        if set.is_empty() {
+                            self.slices.remove(&k);
+                        }
+                    }
+                }
+            }
+            Object::Secret(_) => {
+                self.certs.remove(&(ns, m.name.as_str().into()));
+            }
+            _ => {}
+        }
+    }
+
+    /// The stored object with `key`.
+    pub(crate) fn get(&self, key: &ObjectKey) -> Option<&Arc<Object>> {
+        self.objects.get(key)
+    }
+
+    fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
+        self.objects.get(&ObjectKey::new(kind, ns, name)).map(|o| &**o)
+    }
+
+    /// Precedence age of the object with `key` (creation time, then first-seen order).
+    pub(crate) fn age(&self, key: &ObjectKey) -> Age {
+        let ts = self.objects.get(key).and_then(|o| o.metadata().creation_timestamp.clone());
+        Age::new(ts.as_deref(), self.seq.get(key).copied().unwrap_or(u64::MAX))
+    }
+
+    pub(crate) fn gateway_class(&self, name: &str) -> Option<&GatewayClass> {
+        match self.get_ns(Kind::GatewayClass, "", name)? {
+            Object::GatewayClass(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn gateway(&self, key: &ObjectKey) -> Option<&Gateway> {
+        match &**self.objects.get(key)? {
+            Object::Gateway(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn route(&self, key: &ObjectKey) -> Option<&HttpRoute> {
+        match &**self.objects.get(key)? {
+            Object::HttpRoute(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn ingress(&self, key: &ObjectKey) -> Option<&Ingress> {
+        match &**self.objects.get(key)? {
+            Object::Ingress(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn service(&self, ns: &str, name: &str) -> Option<&Service> {
+        match self.get_ns(Kind::Service, ns, name)? {
+            Object::Service(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn backend(&self, ns: &str, name: &str) -> Option<&Backend> {
+        match self.get_ns(Kind::Backend, ns, name)? {
+            Object::Backend(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn direct_response(&self, ns: &str, name: &str) -> Option<&DirectResponse> {
+        match self.get_ns(Kind::DirectResponse, ns, name)? {
+            Object::DirectResponse(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Labels of a namespace, including the `kubernetes.io/metadata.name` label the API
+    /// server adds to every namespace (so selectors work without Namespace objects).
+    pub(crate) fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        let mut labels = match self.get_ns(Kind::Namespace, "", ns) {
+            Some(Object::Namespace(n)) => n.metadata.labels.clone(),
+            _ => BTreeMap::new(),
+        };
+        labels.insert("kubernetes.io/metadata.name".into(), ns.into());
+        labels
+    }
+
+    /// The EndpointSlices of a Service, by name.
+    pub(crate) fn slices_of(&self, ns: &str, service: &str) -> Vec<&EndpointSlice> {
+        let Some(names) = self.slices.get(&(Arc::from(ns), Arc::from(service))) else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|n| match self.get_ns(Kind::EndpointSlice, ns, n)? {
+                Object::EndpointSlice(s) => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The parsed certificate of a Secret; `None` if the Secret does not exist.
+    pub(crate) fn certificate(&self, ns: &str, name: &str) -> Option<&Result<Arc<Certificate>, String>> {
+        self.certs.get(&(Arc::from(ns), Arc::from(name)))
+    }
+
+    /// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of `from_ns` refer to
+    /// the `to_group`/`to_kind` object named `to_name`.
+    pub(crate) fn grant_allows(
+        &self,
+        from_kind: &str,
+        from_ns: &str,
+        to_ns: &str,
+        to_group: &str,
+        to_kind: &str,
+        to_name: &str,
+    ) -> bool {
+        let Some(grants) = self.grants.get(to_ns) else {
+            return false;
+        };
+        grants.values().any(|g| {
+            let Object::ReferenceGrant(ReferenceGrant { spec, .. }) = &**g else {
+                return false;
+            };
+            spec.from.iter().any(|f| {
+                f.group == "gateway.networking.k8s.io" && f.kind == from_kind && f.namespace == from_ns
+            }) && spec.to.iter().any(|t| {
+                t.group == to_group
+                    && t.kind == to_kind
+                    && t.name.as_deref().is_none_or(|n| n.is_empty() || n == to_name)
+            })
+        })
+    }
+}
+
+/// Something a derived object (Gateway, HTTPRoute, Ingress) was computed from; when it
+/// changes, the dependents are recomputed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Dep {
+    /// An object by key (it may not exist yet).
+    Object(ObjectKey),
+    /// The ReferenceGrants of a namespace.
+    GrantsIn(Arc<str>),
+}

@@ -1,0 +1,75 @@
+//! TLS Secrets → validated [`Certificate`]s.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use weir_api::Secret;
+use weir_model::Certificate;
+
+/// Why a Secret cannot serve as a TLS certificate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum InvalidSecret {
+    /// Neither `type: kubernetes.io/tls` nor `tls.crt`/`tls.key` keys.
+    #[error("not a TLS Secret (needs type kubernetes.io/tls with tls.crt and tls.key)")]
+    NotTls,
+    /// A required key is missing.
+    #[error("{0}: missing")]
+    Missing(&'static str),
+    /// A `data` value is not base64.
+    #[error("data.{0}: not valid base64")]
+    Base64(&'static str),
+    /// The chain holds no certificate or a malformed one.
+    #[error("tls.crt: {0}")]
+    Chain(String),
+    /// The key is not a PEM private key.
+    #[error("tls.key: {0}")]
+    Key(String),
+}
+
+const CRT: &str = "tls.crt";
+const KEY: &str = "tls.key";
+
+/// Whether a Secret claims to be a TLS Secret (and so gets a status when it is broken).
+pub(crate) fn looks_like_tls(s: &Secret) -> bool {
+    s.type_ == "kubernetes.io/tls"
+        || s.data.contains_key(CRT)
+        || s.string_data.contains_key(CRT)
+        || s.data.contains_key(KEY)
+        || s.string_data.contains_key(KEY)
+}
+
+fn value(s: &Secret, key: &'static str) -> Result<Vec<u8>, InvalidSecret> {
+    if let Some(v) = s.string_data.get(key) {
+        return Ok(v.as_bytes().to_vec());
+    }
+    let Some(v) = s.data.get(key) else {
+        return Err(InvalidSecret::Missing(key));
+    };
+    let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(compact).map_err(|_| InvalidSecret::Base64(key))
+}
+
+fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
+    if !looks_like_tls(s) {
+        return Err(InvalidSecret::NotTls);
+    }
+    let chain = value(s, CRT)?;
+    let key = value(s, KEY)?;
+    let mut count = 0;
+    for c in CertificateDer::pem_slice_iter(&chain) {
+        c.map_err(|e| InvalidSecret::Chain(format!("malformed PEM: {e}")))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(InvalidSecret::Chain("no PEM CERTIFICATE block".into()));
+    }
+    PrivateKeyDer::from_pem_slice(&key).map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
+    Ok(Arc::new(Certificate::new(chain.into(), key.into())))
+}
+
+/// Parses a Secret into a certificate; the error message names the Secret and field.
+pub(crate) fn certificate_from_secret(s: &Secret) -> Result<Arc<Certificate>, String> {
+    parse(s).map_err(|e| format!("Secret {}/{}: {e}", s.metadata.namespace, s.metadata.name))
+}

@@ -1,0 +1,85 @@
+//! Turning dirty resource keys into an ordered [`DeltaBatch`].
+
+use std::collections::{HashMap, HashSet};
+
+use weir_model::{ContentHash, Delta, DeltaBatch, Resource, ResourceKey};
+
+use super::Translator;
+
+/// Emission groups, in the order a data plane must apply them.
+fn group(d: &Delta) -> u8 {
+    match d {
+        Delta::Upsert(Resource::Listener(_) | Resource::Certificate(_)) => 0,
+        Delta::Upsert(_) => 1,
+        Delta::Remove(ResourceKey::VirtualHost(..) | ResourceKey::Sni(..)) => 2,
+        Delta::Remove(_) => 3,
+    }
+}
+
+fn key_of(d: &Delta) -> ResourceKey {
+    match d {
+        Delta::Upsert(r) => r.key(),
+        Delta::Remove(k) => k.clone(),
+    }
+}
+
+pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBatch {
+    let mut deltas = Vec::new();
+    // Certificates touched by SNI changes, with whether they were emitted before.
+    let mut certs: HashMap<ContentHash, bool> = HashMap::new();
+    for key in dirty {
+        let new = t.desired(key);
+        let old = t.emitted.get(key);
+        if old.map(Resource::hash) == new.as_ref().map(Resource::hash) {
+            continue;
+        }
+        if let Some(Resource::Sni(s)) = old {
+            let h = s.cert;
+            certs.entry(h).or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
+            if let Some(e) = t.cert_refs.get_mut(&h) {
+                e.1 -= 1;
+            }
+        }
+        if let Some(Resource::Sni(s)) = &new {
+            let h = s.cert;
+            certs.entry(h).or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
+            let cert = t.sni.get(&(s.listener, s.host.clone())).and_then(|m| m.values().next()).cloned();
+            match t.cert_refs.get_mut(&h) {
+                Some(e) => e.1 += 1,
+                None => {
+                    if let Some(c) = cert {
+                        t.cert_refs.insert(h, (c, 1));
+                    }
+                }
+            }
+        }
+        match new {
+            Some(r) => {
+                t.emitted.insert(key.clone(), r.clone());
+                deltas.push(Delta::Upsert(r));
+            }
+            None => {
+                t.emitted.remove(key);
+                deltas.push(Delta::Remove(key.clone()));
+            }
+        }
+    }
+    for (h, was) in certs {
+        let key = ResourceKey::Certificate(h);
+        let now = t.cert_refs.get(&h).is_some_and(|(_, n)| *n > 0);
+        if now && !was {
+            if let Some(r) = t.desired(&key) {
+                t.emitted.insert(key, r.clone());
+                deltas.push(Delta::Upsert(r));
+            }
+        } else if !now {
+            t.cert_refs.remove(&h);
+            if was {
+                t.emitted.remove(&key);
+                deltas.push(Delta::Remove(key));
+            }
+        }
+    }
+    deltas.sort_by_cached_key(|d| (group(d), key_of(d)));
+    DeltaBatch { deltas }
+}

@@ -1,0 +1,389 @@
+//! Incremental equivalence: applying random changes one at a time must end in exactly the
+//! state a fresh translator computes from the final objects.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::{Accumulator, load, options};
+use weir_api::{Object, ObjectKey};
+use weir_translate::{ObjectChange, Translator};
+
+const POOL: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: https, port: 443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, hostname: "*.test", allowedRoutes: {namespaces: {from: All}}}
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: cert}]}}
+  - {name: https-b, port: 443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert2}]}}
+  - {name: other-certs, port: 443, protocol: HTTPS, hostname: c.test, tls: {certificateRefs: [{name: cert, namespace: other}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: sel
+    port: 8080
+    protocol: HTTP
+    allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: blue}}}}
+  - {name: http, port: 80, protocol: HTTP, hostname: a.test}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: ingress-port, port: 8443, protocol: HTTP}]
+  addresses: [{value: 127.0.0.1}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.test]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
+  parentRefs: [{name: gw}, {name: gw2}]
+  hostnames: [a.test, b.test]
+  rules:
+  - matches: [{path: {value: /x}}, {path: {type: Exact, value: /y}}]
+    backendRefs: [{name: svc, port: 81, weight: 2}, {name: svc2, namespace: other, port: 80}]
+  - matches: [{path: {value: bad}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r2, namespace: other}
+spec:
+  parentRefs: [{name: gw, namespace: default}, {name: gw2, namespace: default}]
+  rules:
+  - backendRefs: [{name: svc2, port: 80}, {group: weir.dev, kind: Backend, name: b1}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r2, namespace: other}
+spec:
+  parentRefs: [{name: gw, namespace: default, sectionName: sel}]
+  hostnames: [c.test]
+  rules:
+  - filters: [{type: ExtensionRef, extensionRef: {group: weir.dev, kind: DirectResponse, name: d1}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r3, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: https}, {name: gw2}]
+  rules:
+  - filters: [{type: RequestRedirect, requestRedirect: {scheme: https}}]
+  - matches: [{path: {value: /api}}]
+    backendRefs: [{name: svc, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r3, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: ["*.test"]
+  rules:
+  - filters: [{type: ExtensionRef, extensionRef: {group: weir.dev, kind: DirectResponse, name: d1}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc, namespace: default}
+spec: {ports: [{port: 80, name: http}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc, namespace: default}
+spec: {ports: [{port: 80, name: http}, {port: 81, name: grpc, appProtocol: kubernetes.io/h2c}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc2, namespace: other}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc-1, namespace: default, labels: {kubernetes.io/service-name: svc}}
+addressType: IPv4
+ports: [{name: http, port: 8080}, {name: grpc, port: 9090}]
+endpoints: [{addresses: [10.0.0.1]}, {addresses: [10.0.0.2], conditions: {ready: false}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc-1, namespace: default, labels: {kubernetes.io/service-name: svc}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.3]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc-1, namespace: default, labels: {kubernetes.io/service-name: other-svc}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: [10.0.0.4]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc2-a, namespace: other, labels: {kubernetes.io/service-name: svc2}}
+addressType: IPv4
+ports: [{port: 7070}]
+endpoints: [{addresses: [10.1.0.1, bogus]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}, {group: gateway.networking.k8s.io, kind: Gateway, namespace: default}]
+  to: [{group: "", kind: Service}, {group: "", kind: Secret}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
+  to: [{group: "", kind: Service, name: not-svc2}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: other, labels: {team: blue}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: other, labels: {team: red}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: Backend
+metadata: {name: b1, namespace: other}
+spec: {endpoints: ["10.9.9.9:80", "svc.example:81"]}
+---
+apiVersion: weir.dev/v1alpha1
+kind: Backend
+metadata: {name: b1, namespace: other}
+spec: {endpoints: ["bad"], protocol: H2C}
+---
+apiVersion: weir.dev/v1alpha1
+kind: DirectResponse
+metadata: {name: d1, namespace: other}
+spec: {status: 404, body: nope}
+---
+apiVersion: weir.dev/v1alpha1
+kind: DirectResponse
+metadata: {name: d1, namespace: default}
+spec: {status: 503}
+---
+apiVersion: weir.dev/v1alpha1
+kind: DirectResponse
+metadata: {name: d1, namespace: default}
+spec: {status: 1000}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i1, namespace: default}
+spec:
+  tls: [{hosts: [a.test], secretName: cert}, {hosts: [b.test], secretName: cert2}]
+  rules:
+  - host: a.test
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {name: http}}}}]}
+  - host: b.test
+    http: {paths: [{path: /b, pathType: Exact, backend: {service: {name: svc, port: {number: 81}}}}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i1, namespace: default}
+spec:
+  ingressClassName: nginx
+  rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i2, namespace: default}
+spec:
+  tls: [{hosts: [a.test], secretName: cert2}]
+  defaultBackend: {service: {name: svc, port: {number: 80}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i2, namespace: default}
+spec:
+  defaultBackend: {resource: {apiGroup: weir.dev, kind: Backend, name: b1}}
+"#;
+
+/// Pool of variants per object key: the documents above plus certificate Secrets taken
+/// from the TLS golden input.
+fn pool() -> Vec<Vec<Arc<Object>>> {
+    let mut objects = load(POOL);
+    let tls = load(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/tls.in.yaml")).unwrap());
+    let secrets: Vec<weir_api::Secret> = tls
+        .iter()
+        .filter_map(|o| match &**o {
+            Object::Secret(s) if ["a", "b", "wild"].contains(&s.metadata.name.as_str()) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(secrets.len(), 3);
+    for (ns, name) in [("default", "cert"), ("default", "cert2"), ("other", "cert")] {
+        for s in &secrets {
+            let mut s = s.clone();
+            s.metadata.name = name.into();
+            s.metadata.namespace = ns.into();
+            objects.push(Arc::new(Object::Secret(s)));
+        }
+        let mut broken = secrets[0].clone();
+        broken.metadata.name = name.into();
+        broken.metadata.namespace = ns.into();
+        broken.string_data.insert("tls.crt".into(), "garbage".into());
+        objects.push(Arc::new(Object::Secret(broken)));
+    }
+    let mut by_key: BTreeMap<ObjectKey, Vec<Arc<Object>>> = BTreeMap::new();
+    for o in objects {
+        by_key.entry(o.key()).or_default().push(o);
+    }
+    by_key.into_values().collect()
+}
+
+/// xorshift64*: small, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn check_equivalent(t: &Translator, acc: &Accumulator, current: &[Arc<Object>], standalone: bool, step: usize) {
+    let incremental: Vec<_> = acc.resources.values().cloned().collect();
+    assert_eq!(incremental, t.resources(), "step {step}: accumulated deltas != resources()");
+    let mut fresh = Translator::new(options(standalone));
+    fresh.apply(current.iter().cloned().map(ObjectChange::Upsert));
+    let want = fresh.resources();
+    if incremental != want {
+        let a: Vec<_> = incremental.iter().filter(|r| !want.contains(r)).collect();
+        let b: Vec<_> = want.iter().filter(|r| !incremental.contains(r)).collect();
+        panic!("step {step}: incremental IR differs from fresh\nonly incremental: {a:#?}\nonly fresh: {b:#?}");
+    }
+    assert_eq!(t.statuses(), fresh.statuses(), "step {step}: statuses differ from fresh");
+    for (k, s) in fresh.statuses() {
+        assert_eq!(acc.statuses.get(&k), Some(&s), "step {step}: emitted status of {k} is stale");
+    }
+}
+
+fn run(seed: u64, standalone: bool, steps: usize) {
+    let pool = pool();
+    let mut rng = Rng(seed);
+    let mut t = Translator::new(options(standalone));
+    let mut acc = Accumulator::default();
+    // Current objects in first-seen order (what a fresh translator must be fed).
+    let mut current: Vec<Arc<Object>> = Vec::new();
+    for step in 0..steps {
+        let n = 1 + rng.below(3);
+        let mut changes = Vec::new();
+        for _ in 0..n {
+            let slot = &pool[rng.below(pool.len())];
+            let key = slot[0].key();
+            let pos = current.iter().position(|o| o.key() == key);
+            if pos.is_some() && rng.below(10) < 3 {
+                current.remove(pos.unwrap());
+                changes.push(ObjectChange::Delete(key));
+            } else {
+                let obj = slot[rng.below(slot.len())].clone();
+                match pos {
+                    Some(p) => current[p] = obj.clone(),
+                    None => current.push(obj.clone()),
+                }
+                changes.push(ObjectChange::Upsert(obj));
+            }
+        }
+        if std::env::var_os("WEIR_TRACE").is_some() {
+            for c in &changes {
+                match c {
+                    ObjectChange::Upsert(o) => eprintln!("{step}: upsert {} {o:?}", o.key()),
+                    ObjectChange::Delete(k) => eprintln!("{step}: delete {k}"),
+                }
+            }
+        }
+        let out = t.apply(changes);
+        acc.apply(&out);
+        check_equivalent(&t, &acc, &current, standalone, step);
+    }
+    // Deleting everything leaves nothing behind.
+    let out = t.apply(current.iter().map(|o| ObjectChange::Delete(o.key())));
+    acc.apply(&out);
+    assert!(t.resources().is_empty(), "resources left after deleting everything: {:?}", t.resources());
+    assert!(acc.resources.is_empty());
+    assert!(t.statuses().is_empty());
+}
+
+#[test]
+fn incremental_equals_fresh_standalone() {
+    for seed in 1..=(std::env::var("WEIR_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8u64)) {
+        run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), true, 250);
+    }
+}
+
+#[test]
+fn incremental_equals_fresh_kubernetes_mode() {
+    for seed in 1..=4u64 {
+        run(seed.wrapping_mul(0x5851_f42d_4c95_7f2d) + 1, false, 250);
+    }
+}
+
+#[test]
+fn identical_upsert_and_unknown_delete_are_noops() {
+    let pool = pool();
+    let mut t = Translator::new(options(true));
+    let all: Vec<_> = pool.iter().map(|v| ObjectChange::Upsert(v[0].clone())).collect();
+    assert!(!t.apply(all.clone()).is_empty());
+    assert!(t.apply(all).is_empty());
+    let k = ObjectKey::new(weir_api::Kind::HttpRoute, "default", "nope");
+    assert!(t.apply([ObjectChange::Delete(k)]).is_empty());
+}

@@ -1,0 +1,111 @@
+//! Scale: one change among 20,000 routes costs one route's worth of output.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::options;
+use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
+use weir_model::{Delta, ResourceKey};
+use weir_translate::{ObjectChange, Translator};
+
+const ROUTES: usize = 20_000;
+
+fn route(i: usize, path: &str, generation: i64) -> Arc<Object> {
+    let v = serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": format!("r{i}"), "namespace": "default", "generation": generation},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "hostnames": [format!("host{i}.example.com")],
+            "rules": [{"matches": [{"path": {"value": path}}], "backendRefs": [{"name": "svc", "port": 80}]}]
+        }
+    });
+    Arc::new(Object::from_value(v).unwrap())
+}
+
+fn object(v: serde_json::Value) -> Arc<Object> {
+    Arc::new(Object::from_value(v).unwrap())
+}
+
+#[test]
+fn one_route_change_among_many() {
+    let mut t = Translator::new(options(true));
+    let mut changes = vec![
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "default"},
+            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))),
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "svc", "namespace": "default"},
+            "spec": {"ports": [{"port": 80}]}
+        }))),
+    ];
+    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    let out = t.apply(changes);
+    // Listener + cluster + one virtual host per route.
+    assert_eq!(out.batch.deltas.len(), ROUTES + 2);
+    assert_eq!(t.resources().len(), ROUTES + 2);
+
+    // Change one route: exactly its virtual host changes, and only its status.
+    let changed = 12_345;
+    let out = t.apply([ObjectChange::Upsert(route(changed, "/v2", 2))]);
+    assert!(out.batch.deltas.len() <= 3, "{:?}", out.batch.deltas);
+    assert_eq!(out.batch.deltas.len(), 1);
+    match &out.batch.deltas[0] {
+        Delta::Upsert(r) => match r.key() {
+            ResourceKey::VirtualHost(_, h) => assert_eq!(h.to_string(), format!("host{changed}.example.com")),
+            other => panic!("unexpected {other:?}"),
+        },
+        other => panic!("unexpected {other:?}"),
+    }
+    let key = ObjectKey::new(Kind::HttpRoute, "default", &format!("r{changed}"));
+    assert_eq!(out.statuses.len(), 1);
+    assert_eq!(out.statuses[0].0, key);
+    assert!(matches!(out.statuses[0].1, ObjectStatus::Route(_)));
+
+    // Deleting one route removes only its virtual host; the Gateway's attachedRoutes changes.
+    let out = t.apply([ObjectChange::Delete(key.clone())]);
+    assert_eq!(out.batch.deltas.len(), 1);
+    assert!(matches!(&out.batch.deltas[0], Delta::Remove(ResourceKey::VirtualHost(..))));
+    let keys: Vec<_> = out.statuses.iter().map(|(k, _)| k.kind).collect();
+    assert_eq!(keys, vec![Kind::Gateway]);
+
+    // An endpoint change touches only the cluster.
+    let out = t.apply([ObjectChange::Upsert(object(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "svc-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "svc"}},
+        "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["10.0.0.1"]}]
+    })))]);
+    assert_eq!(out.batch.deltas.len(), 1);
+    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_))));
+    assert!(out.statuses.is_empty());
+}
+
+#[test]
+fn service_change_without_port_change_touches_only_clusters() {
+    let mut t = Translator::new(options(true));
+    let svc = |app: Option<&str>| {
+        object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "svc", "namespace": "default"},
+            "spec": {"ports": [{"port": 80, "appProtocol": app}]}
+        }))
+    };
+    let mut changes = vec![
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "default"},
+            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))),
+        ObjectChange::Upsert(svc(None)),
+    ];
+    changes.extend((0..100).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    t.apply(changes);
+    let out = t.apply([ObjectChange::Upsert(svc(Some("kubernetes.io/h2c")))]);
+    assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
+    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_))));
+    assert!(out.statuses.is_empty());
+}

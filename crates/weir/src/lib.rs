@@ -1,0 +1,10 @@
+//! The `weir` binary's library: wiring of provider → translator → data plane, the
+//! `check` and `echo` commands. `main.rs` only parses the command line.
+
+pub mod check;
+pub mod echo;
+pub mod logging;
+pub mod pipeline;
+pub mod propagation;
+pub mod report;
+pub mod standalone;

@@ -1,0 +1,100 @@
+//! The change path shared by every provider: object changes → translator → data plane,
+//! with each phase timed and every rejection logged once, next to where it came from.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir_api::{ObjectKey, ObjectStatus};
+use weir_proxy::DataPlane;
+use weir_translate::{ObjectChange, TranslateOutput, Translator, TranslatorOptions};
+
+use crate::propagation::{Phase, PropagationMetrics};
+use crate::report;
+
+/// What one change cycle did.
+#[derive(Debug, Default)]
+pub struct CycleReport {
+    /// Deltas sent to the data plane.
+    pub deltas: usize,
+    /// Statuses that changed.
+    pub statuses: usize,
+    /// Resources the data plane rejected.
+    pub rejected: usize,
+    /// Data plane snapshot version after the cycle.
+    pub version: u64,
+}
+
+/// Owns the translator and feeds the data plane.
+pub struct Pipeline {
+    translator: Translator,
+    dataplane: Arc<DataPlane>,
+    metrics: PropagationMetrics,
+}
+
+impl Pipeline {
+    /// A pipeline with an empty translator.
+    pub fn new(options: TranslatorOptions, dataplane: Arc<DataPlane>, metrics: PropagationMetrics) -> Self {
+        Pipeline { translator: Translator::new(options), dataplane, metrics }
+    }
+
+    /// The translator's current statuses (for `/status`-like reporting and tests).
+    pub fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
+        self.translator.statuses()
+    }
+
+    /// Translates `changes` and applies the result. `seen` is when the first change of
+    /// this cycle was observed; `parse` how long reading it took. `origin` names where an
+    /// object came from, for log lines.
+    pub async fn process(
+        &mut self,
+        changes: Vec<ObjectChange>,
+        seen: Instant,
+        parse: Duration,
+        origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
+    ) -> CycleReport {
+        let t = Instant::now();
+        let TranslateOutput { batch, statuses } =
+            tokio::task::block_in_place(|| self.translator.apply(changes));
+        let translate = t.elapsed();
+        for (key, status) in &statuses {
+            log_status(key, status, origin);
+        }
+        let t = Instant::now();
+        let applied = self.dataplane.apply(&batch).await;
+        let apply = t.elapsed();
+        for (key, reason) in &applied.rejected {
+            tracing::warn!(resource = ?key, %reason, "data plane rejected a resource; the rest is applied");
+        }
+        self.metrics.observe(Phase::Parse, parse);
+        self.metrics.observe(Phase::Translate, translate);
+        self.metrics.observe(Phase::Apply, apply);
+        self.metrics.observe(Phase::EndToEnd, seen.elapsed());
+        self.metrics.count_cycle();
+        tracing::debug!(
+            deltas = batch.deltas.len(),
+            statuses = statuses.len(),
+            version = applied.version,
+            parse_us = parse.as_micros() as u64,
+            translate_us = translate.as_micros() as u64,
+            apply_us = apply.as_micros() as u64,
+            "configuration applied"
+        );
+        CycleReport {
+            deltas: batch.deltas.len(),
+            statuses: statuses.len(),
+            rejected: applied.rejected.len(),
+            version: applied.version,
+        }
+    }
+}
+
+fn log_status(key: &ObjectKey, status: &ObjectStatus, origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync)) {
+    let problems = report::problems(status);
+    let at = origin(key).unwrap_or_else(|| "-".into());
+    if problems.is_empty() {
+        tracing::debug!(object = %key, origin = %at, "object accepted");
+    }
+    for p in problems {
+        tracing::warn!(object = %key, origin = %at, "{p}");
+    }
+}

@@ -1,0 +1,198 @@
+//! `weir run`: the file provider, the translator and the data plane in one process.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weir_provider_file::{FileProvider, Update};
+use weir_proxy::{DataPlane, ProxyConfig};
+use weir_translate::{ObjectChange, TranslatorOptions};
+
+use crate::pipeline::Pipeline;
+use crate::propagation::PropagationMetrics;
+
+/// Options of `weir run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// File or directory of manifests.
+    pub config: PathBuf,
+    /// Admin server address.
+    pub admin: SocketAddr,
+    /// Where Ingress plaintext traffic is served.
+    pub ingress_http: Option<SocketAddr>,
+    /// Where Ingress TLS traffic is served.
+    pub ingress_https: Option<SocketAddr>,
+    /// Ingress class served.
+    pub ingress_class: String,
+    /// One log line per request.
+    pub access_log: bool,
+    /// Watch the config path and apply changes.
+    pub watch: bool,
+}
+
+/// The translator options standalone mode uses for these run options.
+pub fn translator_options(
+    ingress_http: Option<SocketAddr>,
+    ingress_https: Option<SocketAddr>,
+    ingress_class: &str,
+) -> TranslatorOptions {
+    TranslatorOptions {
+        standalone: true,
+        ingress_class: ingress_class.to_string(),
+        ingress_http,
+        ingress_https,
+        ..TranslatorOptions::default()
+    }
+}
+
+/// A running standalone gateway.
+pub struct Standalone {
+    /// The data plane (for tests: bound addresses, snapshot).
+    pub dataplane: Arc<DataPlane>,
+    /// Where the admin server listens.
+    pub admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    config_task: JoinHandle<()>,
+    admin_task: JoinHandle<()>,
+}
+
+/// Turns a provider update into translator changes, logging file errors.
+fn changes_of(update: Update) -> Vec<ObjectChange> {
+    for e in &update.errors {
+        tracing::warn!("{e}");
+    }
+    let mut changes: Vec<ObjectChange> = update.deletes.into_iter().map(ObjectChange::Delete).collect();
+    changes.extend(update.upserts.into_iter().map(ObjectChange::Upsert));
+    changes
+}
+
+impl Standalone {
+    /// Loads the configuration, applies it, starts the admin server and (if asked) the
+    /// watcher. Returns once the first complete configuration is live and `/ready` is 200.
+    pub async fn start(opts: RunOptions) -> anyhow::Result<Standalone> {
+        let mut registry = Registry::default();
+        let dataplane = DataPlane::new(
+            ProxyConfig { access_log: opts.access_log, ..ProxyConfig::default() },
+            &mut registry,
+        );
+        let metrics = PropagationMetrics::new(&mut registry);
+        let registry = Arc::new(registry);
+
+        let admin = tokio::net::TcpListener::bind(opts.admin)
+            .await
+            .with_context(|| format!("binding the admin server to {}", opts.admin))?;
+        let admin_addr = admin.local_addr()?;
+        let admin_task = tokio::spawn(weir_proxy::serve_admin(admin, dataplane.clone(), registry));
+
+        // Watch before the first read, so that nothing written meanwhile is missed.
+        let watching = if opts.watch {
+            Some(weir_provider_file::watch(&opts.config).with_context(|| {
+                format!("watching {}", opts.config.display())
+            })?)
+        } else {
+            None
+        };
+
+        let mut provider = FileProvider::new(opts.config.clone());
+        let mut pipeline = Pipeline::new(
+            translator_options(opts.ingress_http, opts.ingress_https, &opts.ingress_class),
+            dataplane.clone(),
+            metrics,
+        );
+        let seen = Instant::now();
+        let update = tokio::task::block_in_place(|| provider.load_all());
+        let parse = seen.elapsed();
+        let objects = update.upserts.len();
+        let changes = changes_of(update);
+        let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
+        let report = pipeline.process(changes, seen, parse, &origin).await;
+        dataplane.set_ready();
+        tracing::info!(
+            objects,
+            resources = report.deltas,
+            ms = seen.elapsed().as_millis() as u64,
+            admin = %admin_addr,
+            "configuration loaded; ready"
+        );
+
+        let (stop, mut stopped) = watch::channel(false);
+        let config_task = tokio::spawn(async move {
+            let Some((_watcher, mut rx)) = watching else {
+                let _ = stopped.changed().await;
+                return;
+            };
+            loop {
+                let first = tokio::select! {
+                    paths = rx.recv() => match paths { Some(p) => p, None => return },
+                    _ = stopped.changed() => return,
+                };
+                // Leading edge: the first change starts work at once; whatever arrived
+                // while the previous cycle ran is drained and coalesced into this one.
+                let seen = Instant::now();
+                let mut paths: BTreeSet<PathBuf> = first.into_iter().collect();
+                while let Ok(more) = rx.try_recv() {
+                    paths.extend(more);
+                }
+                let paths: Vec<PathBuf> = paths.into_iter().collect();
+                let update = tokio::task::block_in_place(|| provider.reload(&paths));
+                if update.is_empty() {
+                    continue;
+                }
+                let parse = seen.elapsed();
+                let changes = changes_of(update);
+                let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
+                pipeline.process(changes, seen, parse, &origin).await;
+            }
+        });
+        Ok(Standalone { dataplane, admin_addr, stop, config_task, admin_task })
+    }
+
+    /// Stops watching, drains in-flight requests and stops the admin server.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.config_task.await;
+        self.dataplane.shutdown().await;
+        self.admin_task.abort();
+    }
+}
+
+fn origin_string(o: &weir_provider_file::Origin) -> String {
+    format!("{}#{}", o.file.display(), o.document)
+}
+
+/// `weir run`: start, then serve until SIGINT or SIGTERM, then drain.
+pub async fn run_until_signal(opts: RunOptions) -> anyhow::Result<()> {
+    let gateway = Standalone::start(opts).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    gateway.stop().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests: `weir run` in-process on 127.0.0.1 with real sockets, real echo
+//! backends and real clients. One test binary, several modules, to keep link time down.
+
+mod support;
+
+mod admin;
+mod ingress;
+mod reload;
+mod routing;
+mod tls;

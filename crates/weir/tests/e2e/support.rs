@@ -1,0 +1,297 @@
+//! Builders for end-to-end tests: a test PKI, echo backends, a gateway started from YAML
+//! written to a temporary directory, and HTTP/1.1, h2c and TLS clients.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+use tokio::net::TcpStream;
+use weir::standalone::{RunOptions, Standalone};
+
+/// A throwaway certificate authority; every certificate of a test is signed by it.
+pub struct Pki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, "weir test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Pki { ca }
+    }
+
+    /// A leaf certificate (PEM) and key (PEM) for these DNS names.
+    pub fn leaf(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A client configuration trusting only this CA.
+    pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(cfg)
+    }
+}
+
+/// A `kubernetes.io/tls` Secret manifest.
+pub fn tls_secret(namespace: &str, name: &str, cert_pem: &str, key_pem: &str) -> String {
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {namespace}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(cert_pem),
+        indent(key_pem)
+    )
+}
+
+/// A `weir.dev` Backend manifest with static endpoints.
+pub fn backend(namespace: &str, name: &str, endpoints: &[SocketAddr]) -> String {
+    let eps: String = endpoints.iter().map(|e| format!("    - \"{e}\"\n")).collect();
+    format!(
+        "apiVersion: weir.dev/v1alpha1\nkind: Backend\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  endpoints:\n{eps}"
+    )
+}
+
+/// Starts an echo backend named `name` on 127.0.0.1 and returns its address.
+pub async fn echo(name: &str) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(weir::echo::serve(l, name.into()));
+    addr
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A gateway started from manifests in a temporary directory.
+pub struct Gateway {
+    pub dir: tempfile::TempDir,
+    pub gw: Standalone,
+}
+
+impl Gateway {
+    /// Writes `files` (name → YAML) and starts weir on them, with the watcher on.
+    pub async fn start(files: &[(&str, String)]) -> Gateway {
+        Self::start_with(files, None, None).await
+    }
+
+    /// As `start`, with Ingress listener addresses.
+    pub async fn start_with(
+        files: &[(&str, String)],
+        ingress_http: Option<SocketAddr>,
+        ingress_https: Option<SocketAddr>,
+    ) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, body) in files {
+            write_atomic(&dir.path().join(name), body);
+        }
+        let gw = Standalone::start(RunOptions {
+            config: dir.path().to_path_buf(),
+            admin: "127.0.0.1:0".parse().unwrap(),
+            ingress_http,
+            ingress_https,
+            ingress_class: "weir".into(),
+            access_log: false,
+            watch: true,
+        })
+        .await
+        .unwrap();
+        Gateway { dir, gw }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Replaces a file the way editors and Kubernetes do: write a temporary file, rename.
+    pub fn write(&self, name: &str, body: &str) {
+        write_atomic(&self.path(name), body);
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.path(name)).unwrap();
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Resp {
+        http1(self.gw.admin_addr, "localhost", path).await.unwrap()
+    }
+}
+
+pub fn write_atomic(path: &Path, body: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, body).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A response with its body read whole (test responses are small).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+    pub version: http::Version,
+}
+
+impl Resp {
+    /// The body as JSON (echo backend responses).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The echo backend's name, if an echo backend answered.
+    pub fn echo_name(&self) -> Option<&str> {
+        self.headers.get("x-echo-name").and_then(|v| v.to_str().ok())
+    }
+}
+
+async fn read(resp: http::Response<hyper::body::Incoming>) -> Result<Resp, hyper::Error> {
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Resp {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        version: parts.version,
+    })
+}
+
+/// An HTTP/1.1 request builder for `path` with `Host: host`.
+pub fn get(host: &str, path: &str) -> http::request::Builder {
+    Request::get(path).header("host", host)
+}
+
+/// One request on a new HTTP/1.1 connection.
+pub async fn http1(addr: SocketAddr, host: &str, path: &str) -> Result<Resp, BoxError> {
+    send_http1(addr, get(host, path).body(Empty::new())?).await
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sends `req` on a new HTTP/1.1 connection.
+pub async fn send_http1(addr: SocketAddr, req: Request<Empty<Bytes>>) -> Result<Resp, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(read(tx.send_request(req).await?).await?)
+}
+
+/// One request over h2c (HTTP/2 with prior knowledge) on a new connection.
+pub async fn h2c(addr: SocketAddr, host: &str, path: &str) -> Result<Resp, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    let (mut tx, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{host}{path}")).body(Empty::<Bytes>::new())?;
+    Ok(read(tx.send_request(req).await?).await?)
+}
+
+/// What a TLS request saw: the response and the certificate the server presented.
+pub struct TlsResp {
+    pub resp: Resp,
+    pub alpn: Option<Vec<u8>>,
+    pub peer_cert: CertificateDer<'static>,
+}
+
+/// One request over TLS with SNI `sni` (HTTP/2 if ALPN picks it, else HTTP/1.1).
+pub async fn https(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    sni: &str,
+    path: &str,
+) -> Result<TlsResp, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tls = connector.connect(ServerName::try_from(sni.to_string())?, stream).await?;
+    let (_, session) = tls.get_ref();
+    let alpn = session.alpn_protocol().map(|p| p.to_vec());
+    let peer_cert = session.peer_certificates().and_then(|c| c.first()).cloned().ok_or("no peer certificate")?;
+    let resp = if alpn.as_deref() == Some(b"h2") {
+        let (mut tx, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let req = Request::get(format!("https://{sni}{path}")).body(Empty::<Bytes>::new())?;
+        read(tx.send_request(req).await?).await?
+    } else {
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        read(tx.send_request(get(sni, path).body(Empty::<Bytes>::new())?).await?).await?
+    };
+    Ok(TlsResp { resp, alpn, peer_cert })
+}
+
+/// Whether a DER certificate names `dns` among its subject alternative names (a crude but
+/// sufficient check for test certificates: the name appears verbatim in the DER).
+pub fn cert_names(der: &CertificateDer<'_>, dns: &str) -> bool {
+    der.as_ref().windows(dns.len()).any(|w| w == dns.as_bytes())
+}
+
+/// Parses a PEM certificate (for comparisons).
+pub fn der_of(pem: &str) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+/// Polls `f` every 2 ms until it returns true, for at most `limit`. Returns whether it did.
+pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    false
+}
+
+/// A keep-alive HTTP/1.1 client on one connection (re-dials if the server closes it, and
+/// counts that as a failure).
+pub struct KeepAlive {
+    addr: SocketAddr,
+    tx: Option<hyper::client::conn::http1::SendRequest<Empty<Bytes>>>,
+    pub reconnects: usize,
+}
+
+impl KeepAlive {
+    pub fn new(addr: SocketAddr) -> Self {
+        KeepAlive { addr, tx: None, reconnects: 0 }
+    }
+
+    pub async fn get(&mut self, host: &str, path: &str) -> Result<Resp, BoxError> {
+        if self.tx.as_ref().is_none_or(|t| t.is_closed()) {
+            if self.tx.is_some() {
+                self.reconnects += 1;
+            }
+            let stream = TcpStream::connect(self.addr).await?;
+            let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            self.tx = Some(tx);
+        }
+        let tx = self.tx.as_mut().ok_or("no connection")?;
+        tx.ready().await?;
+        Ok(read(tx.send_request(get(host, path).body(Empty::new())?).await?).await?)
+    }
+}
