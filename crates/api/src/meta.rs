@@ -50,7 +50,9 @@ pub struct LabelSelectorRequirement {
 impl LabelSelector {
     /// Whether `labels` satisfy the selector. An unknown operator never matches.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|e| {
                 let got = labels.get(&e.key);
                 match e.operator.as_str() {

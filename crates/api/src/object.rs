@@ -73,7 +73,10 @@ impl Kind {
 
     /// Whether objects of this kind live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::GatewayClass | Kind::IngressClass | Kind::Namespace)
+        !matches!(
+            self,
+            Kind::GatewayClass | Kind::IngressClass | Kind::Namespace
+        )
     }
 
     fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
@@ -117,7 +120,11 @@ pub struct ObjectKey {
 impl ObjectKey {
     /// Builds a key.
     pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
-        ObjectKey { kind, namespace: namespace.into(), name: name.into() }
+        ObjectKey {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
@@ -182,25 +189,40 @@ impl Object {
     /// response). Namespaced kinds without a namespace get `default`.
     pub fn from_value(value: Value) -> Result<Object, InvalidObject> {
         let Value::Object(map) = &value else {
-            return Err(InvalidObject::NotAnObject("document is not a mapping".into()));
+            return Err(InvalidObject::NotAnObject(
+                "document is not a mapping".into(),
+            ));
         };
         let field = |f: &str| map.get(f).and_then(Value::as_str).map(str::to_owned);
         let (Some(api_version), Some(kind_name)) = (field("apiVersion"), field("kind")) else {
-            return Err(InvalidObject::NotAnObject("missing apiVersion or kind".into()));
+            return Err(InvalidObject::NotAnObject(
+                "missing apiVersion or kind".into(),
+            ));
         };
         let Some(kind) = Kind::from_type(&api_version, &kind_name) else {
-            return Err(InvalidObject::UnsupportedKind { api_version, kind: kind_name });
+            return Err(InvalidObject::UnsupportedKind {
+                api_version,
+                kind: kind_name,
+            });
         };
         let display_name = {
             let meta = map.get("metadata");
-            let get = |f| meta.and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
+            let get = |f| {
+                meta.and_then(|m| m.get(f))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            };
             match (get("namespace"), get("name")) {
                 (_, "") => "?".to_string(),
                 ("", n) => n.to_string(),
                 (ns, n) => format!("{ns}/{n}"),
             }
         };
-        fn typed<T: DeserializeOwned>(v: Value, kind: Kind, name: &str) -> Result<T, InvalidObject> {
+        fn typed<T: DeserializeOwned>(
+            v: Value,
+            kind: Kind,
+            name: &str,
+        ) -> Result<T, InvalidObject> {
             serde_path_to_error::deserialize(v).map_err(|e| InvalidObject::Field {
                 kind,
                 name: name.to_string(),
@@ -336,7 +358,9 @@ mod tests {
 
     #[test]
     fn rejects_wrong_group() {
-        let e = Object::from_value(json!({"apiVersion": "v1", "kind": "HTTPRoute", "metadata": {"name": "r"}}));
+        let e = Object::from_value(
+            json!({"apiVersion": "v1", "kind": "HTTPRoute", "metadata": {"name": "r"}}),
+        );
         assert!(matches!(e, Err(InvalidObject::UnsupportedKind { .. })));
     }
 }

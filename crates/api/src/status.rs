@@ -25,7 +25,13 @@ pub struct Condition {
 
 impl Condition {
     /// Builds a condition; `ok` maps to `True`/`False`.
-    pub fn new(type_: &str, ok: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) -> Self {
+    pub fn new(
+        type_: &str,
+        ok: bool,
+        reason: &str,
+        message: impl Into<String>,
+        generation: Option<i64>,
+    ) -> Self {
         Condition {
             type_: type_.into(),
             status: if ok { "True" } else { "False" }.into(),

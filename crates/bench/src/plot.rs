@@ -74,7 +74,8 @@ fn draw(
     chart
         .configure_mesh()
         .x_desc("change index")
-        .y_desc("ms (rename/unlink → HTTPS shows it)")
+        .y_desc("ms from rename/unlink to the new state over HTTPS")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .label_style(("sans-serif", 14))
         .draw()?;
     let colors = [

@@ -48,6 +48,8 @@ fn propagation_bench_runs_end_to_end() {
     let weir = debug_weir();
     let out = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
+    let stdout = out.path().join("bench.stdout");
+    let stderr = out.path().join("bench.stderr");
     let child = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args([
             "propagation",
@@ -66,14 +68,22 @@ fn propagation_bench_runs_end_to_end() {
         .arg(out.path())
         .arg("--cache")
         .arg(cache.path())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .expect("starting weir-bench");
     let status = wait_bounded(child, Duration::from_secs(600), "weir-bench propagation");
-    let weir_log =
-        std::fs::read_to_string(out.path().join("propagation-20.weir.log")).unwrap_or_default();
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let weir_log = read(&out.path().join("propagation-20.weir.log"));
     assert!(
         status.success(),
-        "weir-bench failed: {status}; weir log:\n{weir_log}"
+        "weir-bench failed: {status}\nstderr:\n{}\nweir log:\n{weir_log}",
+        read(&stderr)
+    );
+    let table = read(&stdout);
+    assert!(
+        table.contains("| add | 3 |"),
+        "no markdown table on stdout:\n{table}"
     );
 
     let json = std::fs::read_to_string(out.path().join("propagation-20.json"))

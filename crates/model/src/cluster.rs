@@ -71,7 +71,12 @@ impl Cluster {
     /// Builds a cluster and computes its content hash.
     pub fn new(key: ClusterKey, endpoints: Vec<Endpoint>, protocol: UpstreamProtocol) -> Self {
         let hash = content_hash(&(&key, &endpoints, &protocol));
-        Cluster { key, endpoints, protocol, hash }
+        Cluster {
+            key,
+            endpoints,
+            protocol,
+            hash,
+        }
     }
 
     /// The content hash computed at construction.

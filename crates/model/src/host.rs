@@ -52,7 +52,9 @@ impl HostMatch {
             if label.is_empty() || label.len() > 63 {
                 return Err(bad("each label must have 1 to 63 characters"));
             }
-            if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            if !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 || label.starts_with('-')
                 || label.ends_with('-')
             {
@@ -124,7 +126,10 @@ mod tests {
 
     #[test]
     fn parse_and_match() {
-        assert_eq!(h("Foo.Example.com"), HostMatch::Exact("foo.example.com".into()));
+        assert_eq!(
+            h("Foo.Example.com"),
+            HostMatch::Exact("foo.example.com".into())
+        );
         let w = h("*.example.com");
         assert!(w.matches("a.example.com"));
         assert!(w.matches("a.b.example.com"));
@@ -138,9 +143,18 @@ mod tests {
 
     #[test]
     fn intersection() {
-        assert_eq!(h("*.example.com").intersect(&h("a.example.com")), Some(h("a.example.com")));
-        assert_eq!(h("*.com").intersect(&h("*.example.com")), Some(h("*.example.com")));
-        assert_eq!(h("*.example.com").intersect(&h("*.com")), Some(h("*.example.com")));
+        assert_eq!(
+            h("*.example.com").intersect(&h("a.example.com")),
+            Some(h("a.example.com"))
+        );
+        assert_eq!(
+            h("*.com").intersect(&h("*.example.com")),
+            Some(h("*.example.com"))
+        );
+        assert_eq!(
+            h("*.example.com").intersect(&h("*.com")),
+            Some(h("*.example.com"))
+        );
         assert_eq!(h("a.com").intersect(&h("b.com")), None);
         assert_eq!(h("*.a.com").intersect(&h("*.b.com")), None);
         assert_eq!(HostMatch::Any.intersect(&h("a.com")), Some(h("a.com")));

@@ -33,8 +33,8 @@ pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
 pub use listener::{Listener, ListenerKey, Protocol};
 pub use route::{
-    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite,
-    Pattern, QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch,
-    Timeouts, VirtualHost, WeightedBackend,
+    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
+    QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch, Timeouts,
+    VirtualHost, WeightedBackend,
 };
 pub use tls::{Certificate, SniCert};

@@ -45,7 +45,13 @@ impl Listener {
     /// Builds a listener and computes its content hash.
     pub fn new(key: ListenerKey, protocol: Protocol, gateway: Arc<str>, name: Arc<str>) -> Self {
         let hash = content_hash(&(&key, &protocol, &gateway, &name));
-        Listener { key, protocol, gateway, name, hash }
+        Listener {
+            key,
+            protocol,
+            gateway,
+            name,
+            hash,
+        }
     }
 
     /// The content hash computed at construction.

@@ -22,7 +22,10 @@ impl Pattern {
         let regex = regex::RegexBuilder::new(&format!("^(?:{source})$"))
             .size_limit(1 << 20)
             .build()?;
-        Ok(Pattern { source: source.into(), regex })
+        Ok(Pattern {
+            source: source.into(),
+            regex,
+        })
     }
 
     /// The pattern as written by the user.
@@ -282,7 +285,14 @@ impl RouteRule {
         timeouts: Timeouts,
     ) -> Self {
         let hash = content_hash(&(&route, &matcher, &filters, &action, &timeouts));
-        RouteRule { route, matcher, filters, action, timeouts, hash }
+        RouteRule {
+            route,
+            matcher,
+            filters,
+            action,
+            timeouts,
+            hash,
+        }
     }
 
     /// The content hash computed at construction.
@@ -311,7 +321,12 @@ impl VirtualHost {
     pub fn new(listener: ListenerKey, host: HostMatch, rules: Vec<Arc<RouteRule>>) -> Self {
         let rule_hashes: Vec<ContentHash> = rules.iter().map(|r| r.hash).collect();
         let hash = content_hash(&(&listener, &host, &rule_hashes));
-        VirtualHost { listener, host, rules, hash }
+        VirtualHost {
+            listener,
+            host,
+            rules,
+            hash,
+        }
     }
 
     /// The content hash computed at construction.
@@ -344,10 +359,23 @@ mod tests {
     fn hash_depends_on_content() {
         let r = |path: &str| {
             RouteRule::new(
-                RouteRef { kind: RouteKind::HttpRoute, namespace: "ns".into(), name: "r".into(), rule: 0 },
-                RequestMatch { path: PathMatch::Prefix(path.into()), headers: vec![], query: vec![], method: None },
+                RouteRef {
+                    kind: RouteKind::HttpRoute,
+                    namespace: "ns".into(),
+                    name: "r".into(),
+                    rule: 0,
+                },
+                RequestMatch {
+                    path: PathMatch::Prefix(path.into()),
+                    headers: vec![],
+                    query: vec![],
+                    method: None,
+                },
                 vec![],
-                Action::Fail { status: 500, reason: "x".into() },
+                Action::Fail {
+                    status: 500,
+                    reason: "x".into(),
+                },
                 Timeouts::default(),
             )
         };

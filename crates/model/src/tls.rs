@@ -27,7 +27,11 @@ impl Certificate {
     /// Wraps PEM bytes and hashes them.
     pub fn new(chain_pem: Arc<[u8]>, key_pem: Arc<[u8]>) -> Self {
         let hash = content_hash(&(&*chain_pem, &*key_pem));
-        Certificate { chain_pem, key_pem, hash }
+        Certificate {
+            chain_pem,
+            key_pem,
+            hash,
+        }
     }
 
     /// The content hash: the certificate's identity.
@@ -54,7 +58,12 @@ impl SniCert {
     /// Builds an SNI entry and computes its content hash.
     pub fn new(listener: ListenerKey, host: HostMatch, cert: ContentHash) -> Self {
         let hash = content_hash(&(&listener, &host, &cert));
-        SniCert { listener, host, cert, hash }
+        SniCert {
+            listener,
+            host,
+            cert,
+            hash,
+        }
     }
 
     /// The content hash computed at construction.

@@ -35,13 +35,17 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
     let mut docs = Vec::new();
     for (index, chunk) in split_documents(text).into_iter().enumerate() {
         let options = serde_saphyr::options! { with_snippet: false };
-        let value: Value = serde_saphyr::from_str_with_options(chunk.text, options).map_err(|e| {
-            let render = serde_saphyr::render_options! {
-                snippets: serde_saphyr::SnippetMode::Off,
-                line_offset: chunk.first_line as u64,
-            };
-            format!("invalid YAML in document {index}: {}", e.render_with_options(render))
-        })?;
+        let value: Value =
+            serde_saphyr::from_str_with_options(chunk.text, options).map_err(|e| {
+                let render = serde_saphyr::render_options! {
+                    snippets: serde_saphyr::SnippetMode::Off,
+                    line_offset: chunk.first_line as u64,
+                };
+                format!(
+                    "invalid YAML in document {index}: {}",
+                    e.render_with_options(render)
+                )
+            })?;
         push_objects(index, value, &mut docs);
     }
     Ok(docs)
@@ -57,13 +61,19 @@ fn push_objects(index: usize, value: Value, out: &mut Vec<ParsedDoc>) {
         {
             for item in items {
                 if !item.is_null() {
-                    out.push(ParsedDoc { index, result: to_object(item) });
+                    out.push(ParsedDoc {
+                        index,
+                        result: to_object(item),
+                    });
                 }
             }
         }
         return;
     }
-    out.push(ParsedDoc { index, result: to_object(value) });
+    out.push(ParsedDoc {
+        index,
+        result: to_object(value),
+    });
 }
 
 /// `apiVersion: v1, kind: List` (what `kubectl get -o yaml` writes) holds objects in `items`.
@@ -96,7 +106,9 @@ fn probe_key(value: &Value) -> Option<ObjectKey> {
     probe.insert("apiVersion".into(), api_version.into());
     probe.insert("kind".into(), kind.into());
     probe.insert("metadata".into(), Value::Object(probe_meta));
-    Object::from_value(Value::Object(probe)).ok().map(|o| o.key())
+    Object::from_value(Value::Object(probe))
+        .ok()
+        .map(|o| o.key())
 }
 
 /// The text of one document and the 0-based line it starts on.
@@ -121,14 +133,20 @@ pub(crate) fn split_documents(text: &str) -> Vec<Chunk<'_>> {
         let bare = line.trim_end_matches(['\n', '\r']);
         if marker(bare, "---") {
             if is_doc {
-                chunks.push(Chunk { text: &text[start..offset], first_line: start_line });
+                chunks.push(Chunk {
+                    text: &text[start..offset],
+                    first_line: start_line,
+                });
                 start = offset;
                 start_line = line_no;
             }
             is_doc = true;
         } else if marker(bare, "...") {
             if is_doc {
-                chunks.push(Chunk { text: &text[start..end], first_line: start_line });
+                chunks.push(Chunk {
+                    text: &text[start..end],
+                    first_line: start_line,
+                });
             }
             start = end;
             start_line = line_no + 1;
@@ -141,14 +159,18 @@ pub(crate) fn split_documents(text: &str) -> Vec<Chunk<'_>> {
         offset = end;
     }
     if is_doc {
-        chunks.push(Chunk { text: &text[start..], first_line: start_line });
+        chunks.push(Chunk {
+            text: &text[start..],
+            first_line: start_line,
+        });
     }
     chunks
 }
 
 /// Whether `line` is the document marker `m`, alone or followed by whitespace.
 fn marker(line: &str, m: &str) -> bool {
-    line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+    line.strip_prefix(m)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
 }
 
 #[cfg(test)]
@@ -157,19 +179,34 @@ mod tests {
     use weir_api::Kind;
 
     fn texts(s: &str) -> Vec<(&str, usize)> {
-        split_documents(s).into_iter().map(|c| (c.text, c.first_line)).collect()
+        split_documents(s)
+            .into_iter()
+            .map(|c| (c.text, c.first_line))
+            .collect()
     }
 
     #[test]
     fn splits_at_markers_and_keeps_line_offsets() {
-        assert_eq!(texts("a: 1\n---\nb: 2\n"), vec![("a: 1\n", 0), ("---\nb: 2\n", 1)]);
+        assert_eq!(
+            texts("a: 1\n---\nb: 2\n"),
+            vec![("a: 1\n", 0), ("---\nb: 2\n", 1)]
+        );
         // Comments before the first marker belong to the first document.
         assert_eq!(texts("# c\n---\na: 1\n"), vec![("# c\n---\na: 1\n", 0)]);
         // An empty document between two markers keeps its index.
-        assert_eq!(texts("---\n---\na: 1\n"), vec![("---\n", 0), ("---\na: 1\n", 1)]);
+        assert_eq!(
+            texts("---\n---\na: 1\n"),
+            vec![("---\n", 0), ("---\na: 1\n", 1)]
+        );
         // `...` ends a document; the next needs no marker.
-        assert_eq!(texts("a: 1\n...\nb: 2\n"), vec![("a: 1\n...\n", 0), ("b: 2\n", 2)]);
-        assert_eq!(texts("a: 1\n...\n---\nb: 2\n"), vec![("a: 1\n...\n", 0), ("---\nb: 2\n", 2)]);
+        assert_eq!(
+            texts("a: 1\n...\nb: 2\n"),
+            vec![("a: 1\n...\n", 0), ("b: 2\n", 2)]
+        );
+        assert_eq!(
+            texts("a: 1\n...\n---\nb: 2\n"),
+            vec![("a: 1\n...\n", 0), ("---\nb: 2\n", 2)]
+        );
         // Content on the marker line, CRLF, and lookalikes that are not markers.
         assert_eq!(texts("--- {a: 1}\r\n---\r\nb: '---x'\r\n----\r\n").len(), 2);
         assert_eq!(texts(""), vec![]);
@@ -180,7 +217,9 @@ mod tests {
     fn block_scalar_content_is_not_split() {
         let docs = parse_file(b"apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  k: |\n    ---x\n    ...y\n").unwrap();
         assert_eq!(docs.len(), 1);
-        let Ok(Object::Secret(s)) = &docs[0].result else { panic!("{docs:?}") };
+        let Ok(Object::Secret(s)) = &docs[0].result else {
+            panic!("{docs:?}")
+        };
         assert_eq!(s.string_data["k"], "---x\n...y\n");
     }
 
@@ -195,10 +234,16 @@ mod tests {
     fn list_items_and_empty_documents() {
         let yaml = b"---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: v1, kind: Namespace, metadata: {name: b}}\n";
         let docs = parse_file(yaml).unwrap();
-        let keys: Vec<_> = docs.iter().map(|d| (d.index, d.result.as_ref().unwrap().key())).collect();
+        let keys: Vec<_> = docs
+            .iter()
+            .map(|d| (d.index, d.result.as_ref().unwrap().key()))
+            .collect();
         assert_eq!(
             keys,
-            vec![(1, ObjectKey::new(Kind::Namespace, "", "a")), (1, ObjectKey::new(Kind::Namespace, "", "b"))]
+            vec![
+                (1, ObjectKey::new(Kind::Namespace, "", "a")),
+                (1, ObjectKey::new(Kind::Namespace, "", "b"))
+            ]
         );
     }
 
@@ -206,9 +251,17 @@ mod tests {
     fn bad_object_still_has_its_key() {
         let yaml = b"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\nspec: {rules: [{matches: [{path: {type: [1]}}]}]}\n";
         let docs = parse_file(yaml).unwrap();
-        let Err(e) = &docs[0].result else { panic!("{docs:?}") };
+        let Err(e) = &docs[0].result else {
+            panic!("{docs:?}")
+        };
         assert_eq!(e.key, Some(ObjectKey::new(Kind::HttpRoute, "ns", "r")));
-        assert!(e.error.to_string().contains("spec.rules[0].matches[0].path.type"), "{}", e.error);
+        assert!(
+            e.error
+                .to_string()
+                .contains("spec.rules[0].matches[0].path.type"),
+            "{}",
+            e.error
+        );
         let docs = parse_file(b"apiVersion: v1\nkind: Namespace\nmetadata: {name: 5}\n").unwrap();
         assert!(matches!(&docs[0].result, Err(DocError { key: None, .. })));
     }

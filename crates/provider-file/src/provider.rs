@@ -41,6 +41,8 @@ pub struct FileProvider {
     files: BTreeMap<PathBuf, FileState>,
     /// Every definition of every key, sorted by (file, position in file); the first wins.
     defs: HashMap<ObjectKey, Vec<Def>>,
+    /// Counts operations; a definition remembers the one that (re)read it.
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +59,8 @@ struct Def {
     /// Position among the file's objects (a `List` document holds several).
     seq: usize,
     object: Arc<Object>,
+    /// The operation that last read this definition from its file.
+    generation: u64,
 }
 
 impl Def {
@@ -76,8 +80,6 @@ struct Before {
 #[derive(Default)]
 struct Tx {
     before: BTreeMap<ObjectKey, Option<Before>>,
-    /// Files parsed in this operation (their duplicates are reported again).
-    parsed: HashSet<PathBuf>,
     errors: Vec<FileError>,
 }
 
@@ -88,7 +90,12 @@ impl FileProvider {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         let path = path.into();
         let root = std::path::absolute(&path).unwrap_or(path);
-        FileProvider { root, files: BTreeMap::new(), defs: HashMap::new() }
+        FileProvider {
+            root,
+            files: BTreeMap::new(),
+            defs: HashMap::new(),
+            generation: 0,
+        }
     }
 
     /// The path read (absolute).
@@ -108,7 +115,10 @@ impl FileProvider {
 
     /// Every current object, in no particular order.
     pub fn objects(&self) -> impl Iterator<Item = &Arc<Object>> {
-        self.defs.values().filter_map(|v| v.first()).map(|d| &d.object)
+        self.defs
+            .values()
+            .filter_map(|v| v.first())
+            .map(|d| &d.object)
     }
 
     /// The number of current objects.
@@ -125,7 +135,7 @@ impl FileProvider {
     /// last read are not parsed again) and returns the difference against what was known:
     /// on the first call, every object as an upsert.
     pub fn load_all(&mut self) -> Update {
-        let mut tx = Tx::default();
+        let mut tx = self.begin();
         self.refresh_root(&mut tx);
         self.finish(tx)
     }
@@ -136,7 +146,7 @@ impl FileProvider {
     /// ignored, except a `..data` symlink, whose directory is rescanned. The cost is that
     /// of the files named (plus the listing of directories named), not of the whole tree.
     pub fn reload(&mut self, paths: &[PathBuf]) -> Update {
-        let mut tx = Tx::default();
+        let mut tx = self.begin();
         if paths.is_empty() {
             return self.finish(tx);
         }
@@ -152,7 +162,9 @@ impl FileProvider {
         let mut removed = BTreeSet::new();
         for path in paths {
             let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-            let Ok(rel) = path.strip_prefix(&self.root) else { continue };
+            let Ok(rel) = path.strip_prefix(&self.root) else {
+                continue;
+            };
             let names: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
             let Some((last, parents)) = names.split_last() else {
                 rescans.insert(self.root.clone());
@@ -174,6 +186,8 @@ impl FileProvider {
                     rescans.insert(path);
                 }
                 Ok(_) => {
+                    // A directory replaced by a file: what was read under it is gone.
+                    self.remove_below(&path, &mut tx);
                     if scan::is_manifest_name(last) {
                         files.insert(path);
                     }
@@ -191,14 +205,24 @@ impl FileProvider {
                 }
             }
         }
-        let covered = |p: &Path, dirs: &BTreeSet<PathBuf>| p.ancestors().skip(1).any(|a| dirs.contains(a));
-        let dirs: Vec<PathBuf> = rescans.iter().filter(|d| !covered(d, &rescans)).cloned().collect();
+        let covered =
+            |p: &Path, dirs: &BTreeSet<PathBuf>| p.ancestors().skip(1).any(|a| dirs.contains(a));
+        let dirs: Vec<PathBuf> = rescans
+            .iter()
+            .filter(|d| !covered(d, &rescans))
+            .cloned()
+            .collect();
         files.retain(|f| !covered(f, &rescans));
         for r in &removed {
             self.remove_under(r, &mut tx);
         }
         self.rescan(&dirs, files.into_iter().collect(), &mut tx);
         self.finish(tx)
+    }
+
+    fn begin(&mut self) -> Tx {
+        self.generation += 1;
+        Tx::default()
     }
 
     fn winner(&self, key: &ObjectKey) -> Option<&Def> {
@@ -211,10 +235,7 @@ impl FileProvider {
             Ok(m) if m.is_dir() => self.rescan(std::slice::from_ref(&root), Vec::new(), tx),
             Ok(_) => {
                 // A single file. Anything known under it as a directory is gone.
-                let stale: Vec<PathBuf> = self.files_under(&root).filter(|p| *p != root).collect();
-                for p in stale {
-                    self.remove_file(&p, tx);
-                }
+                self.remove_below(&root, tx);
                 self.read_and_apply(vec![root], tx);
             }
             Err(e) => {
@@ -226,7 +247,11 @@ impl FileProvider {
                     file: root,
                     document: None,
                     kind: FileErrorKind::Unreadable,
-                    message: if missing { "does not exist".into() } else { format!("cannot read: {e}") },
+                    message: if missing {
+                        "does not exist".into()
+                    } else {
+                        format!("cannot read: {e}")
+                    },
                 });
             }
         }
@@ -243,8 +268,10 @@ impl FileProvider {
             let found: HashSet<&Path> = to_read[start..].iter().map(PathBuf::as_path).collect();
             // Files under a directory that could not be listed are kept as they were,
             // unless the directory no longer exists.
-            let unlisted: Vec<&WalkError> =
-                walk_errors.iter().filter(|e| e.error.kind() != io::ErrorKind::NotFound).collect();
+            let unlisted: Vec<&WalkError> = walk_errors
+                .iter()
+                .filter(|e| e.error.kind() != io::ErrorKind::NotFound)
+                .collect();
             let gone: Vec<PathBuf> = self
                 .files_under(dir)
                 .filter(|p| !found.contains(p.as_path()))
@@ -288,12 +315,22 @@ impl FileProvider {
             FileRead::Missing => self.remove_file(&path, tx),
             FileRead::Unreadable(e) => {
                 let message = format!("cannot read: {e}{}", self.keeping(&path));
-                tx.errors.push(FileError { file: path, document: None, kind: FileErrorKind::Unreadable, message });
+                tx.errors.push(FileError {
+                    file: path,
+                    document: None,
+                    kind: FileErrorKind::Unreadable,
+                    message,
+                });
             }
             FileRead::Syntax { hash, message } => {
                 let message = format!("{message}{}", self.keeping(&path));
                 self.files.entry(path.clone()).or_default().hash = Some(hash);
-                tx.errors.push(FileError { file: path, document: None, kind: FileErrorKind::Syntax, message });
+                tx.errors.push(FileError {
+                    file: path,
+                    document: None,
+                    kind: FileErrorKind::Syntax,
+                    message,
+                });
             }
             FileRead::Parsed { hash, docs } => self.apply_docs(path, hash, docs, tx),
         }
@@ -315,7 +352,10 @@ impl FileProvider {
     fn apply_docs(&mut self, path: PathBuf, hash: u64, docs: Vec<ParsedDoc>, tx: &mut Tx) {
         let mut new_defs: Vec<(ObjectKey, Def)> = Vec::with_capacity(docs.len());
         for (seq, doc) in docs.into_iter().enumerate() {
-            let origin = Origin { file: path.clone(), document: doc.index };
+            let origin = Origin {
+                file: path.clone(),
+                document: doc.index,
+            };
             match doc.result {
                 Ok(object) => {
                     let key = object.key();
@@ -325,7 +365,15 @@ impl FileProvider {
                         Some(prev) if *prev.object == object => prev.object.clone(),
                         _ => Arc::new(object),
                     };
-                    new_defs.push((key, Def { origin, seq, object }));
+                    new_defs.push((
+                        key,
+                        Def {
+                            origin,
+                            seq,
+                            object,
+                            generation: self.generation,
+                        },
+                    ));
                 }
                 Err(DocError { key, error }) => {
                     let kind = match error {
@@ -338,14 +386,31 @@ impl FileProvider {
                     {
                         message.push_str("; keeping its previous version");
                         let object = prev.object.clone();
-                        new_defs.push((key, Def { origin, seq, object }));
+                        new_defs.push((
+                            key,
+                            Def {
+                                origin,
+                                seq,
+                                object,
+                                generation: self.generation,
+                            },
+                        ));
                     }
-                    tx.errors.push(FileError { file: path.clone(), document: Some(doc.index), kind, message });
+                    tx.errors.push(FileError {
+                        file: path.clone(),
+                        document: Some(doc.index),
+                        kind,
+                        message,
+                    });
                 }
             }
         }
 
-        let old_keys = self.files.get(&path).map(|f| f.keys.clone()).unwrap_or_default();
+        let old_keys = self
+            .files
+            .get(&path)
+            .map(|f| f.keys.clone())
+            .unwrap_or_default();
         for key in &old_keys {
             self.touch(key, tx);
             if let Some(v) = self.defs.get_mut(key) {
@@ -362,8 +427,13 @@ impl FileProvider {
                 keys.push(key);
             }
         }
-        tx.parsed.insert(path.clone());
-        self.files.insert(path, FileState { hash: Some(hash), keys });
+        self.files.insert(
+            path,
+            FileState {
+                hash: Some(hash),
+                keys,
+            },
+        );
     }
 
     fn remove_under(&mut self, prefix: &Path, tx: &mut Tx) {
@@ -373,8 +443,18 @@ impl FileProvider {
         }
     }
 
+    /// Forgets the files strictly below `dir` (not `dir` itself).
+    fn remove_below(&mut self, dir: &Path, tx: &mut Tx) {
+        let gone: Vec<PathBuf> = self.files_under(dir).filter(|p| p != dir).collect();
+        for p in gone {
+            self.remove_file(&p, tx);
+        }
+    }
+
     fn remove_file(&mut self, path: &Path, tx: &mut Tx) {
-        let Some(state) = self.files.remove(path) else { return };
+        let Some(state) = self.files.remove(path) else {
+            return;
+        };
         for key in &state.keys {
             self.touch(key, tx);
             if let Some(v) = self.defs.get_mut(key) {
@@ -398,7 +478,7 @@ impl FileProvider {
 
     /// Compares every touched key's winner with the one before, and reports duplicates.
     fn finish(&mut self, tx: Tx) -> Update {
-        let Tx { before, parsed, mut errors } = tx;
+        let Tx { before, mut errors } = tx;
         let mut update = Update::default();
         for (key, before) in before {
             let defs = self.defs.get(&key).map(Vec::as_slice).unwrap_or_default();
@@ -413,10 +493,11 @@ impl FileProvider {
                 (None, None) => {}
             }
             if let Some((winner, losers)) = defs.split_first() {
-                let winner_changed =
-                    before.as_ref().is_none_or(|b| b.file != winner.origin.file || b.seq != winner.seq);
+                let winner_changed = before
+                    .as_ref()
+                    .is_none_or(|b| b.file != winner.origin.file || b.seq != winner.seq);
                 for loser in losers {
-                    if winner_changed || parsed.contains(&loser.origin.file) {
+                    if winner_changed || loser.generation == self.generation {
                         errors.push(FileError {
                             file: loser.origin.file.clone(),
                             document: Some(loser.origin.document),

@@ -57,7 +57,10 @@ fn walk_dir(
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(error) => {
-            errors.push(WalkError { dir: dir.to_path_buf(), error });
+            errors.push(WalkError {
+                dir: dir.to_path_buf(),
+                error,
+            });
             return;
         }
     };
@@ -65,7 +68,10 @@ fn walk_dir(
         let entry = match entry {
             Ok(e) => e,
             Err(error) => {
-                errors.push(WalkError { dir: dir.to_path_buf(), error });
+                errors.push(WalkError {
+                    dir: dir.to_path_buf(),
+                    error,
+                });
                 continue;
             }
         };
@@ -73,7 +79,9 @@ fn walk_dir(
         if is_hidden(&name) {
             continue;
         }
-        let Ok(mut file_type) = entry.file_type() else { continue };
+        let Ok(mut file_type) = entry.file_type() else {
+            continue;
+        };
         if file_type.is_symlink() {
             // Follow the link (Kubernetes' `file -> ..data/file` layout); a dangling one is
             // skipped.
@@ -128,14 +136,21 @@ pub(crate) fn read_files<F>(paths: &[PathBuf], known: F) -> Vec<FileRead>
 where
     F: Fn(&Path) -> Option<u64> + Sync,
 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
-    if threads < 2 || paths.len() < PARALLEL_MIN_FILES {
+    if paths.len() < PARALLEL_MIN_FILES {
+        return paths.iter().map(|p| read_file(p, known(p))).collect();
+    }
+    // Not cheap on Linux (it reads cgroup limits), hence only for large batches.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS);
+    if threads < 2 {
         return paths.iter().map(|p| read_file(p, known(p))).collect();
     }
     // Work is handed out one file at a time so that a few large files do not leave the
     // other threads idle.
     let next = AtomicUsize::new(0);
-    let mut slots: Vec<Option<FileRead>> = std::iter::repeat_with(|| None).take(paths.len()).collect();
+    let mut slots: Vec<Option<FileRead>> =
+        std::iter::repeat_with(|| None).take(paths.len()).collect();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -162,7 +177,9 @@ where
     });
     slots
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| FileRead::Unreadable(io::Error::other("reader thread failed"))))
+        .map(|r| {
+            r.unwrap_or_else(|| FileRead::Unreadable(io::Error::other("reader thread failed")))
+        })
         .collect()
 }
 
@@ -192,16 +209,24 @@ mod tests {
         let mut paths = Vec::new();
         for i in 0..(PARALLEL_MIN_FILES * 2) {
             let p = dir.path().join(format!("f{i}.yaml"));
-            std::fs::write(&p, format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: n{i}}}\n"))
-                .unwrap();
+            std::fs::write(
+                &p,
+                format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: n{i}}}\n"),
+            )
+            .unwrap();
             paths.push(p);
         }
         paths.push(dir.path().join("missing.yaml"));
         let reads = read_files(&paths, |_| None);
         assert_eq!(reads.len(), paths.len());
         for (i, r) in reads.iter().enumerate().take(PARALLEL_MIN_FILES * 2) {
-            let FileRead::Parsed { docs, .. } = r else { panic!("{r:?}") };
-            assert_eq!(docs[0].result.as_ref().unwrap().metadata().name, format!("n{i}"));
+            let FileRead::Parsed { docs, .. } = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(
+                docs[0].result.as_ref().unwrap().metadata().name,
+                format!("n{i}")
+            );
         }
         assert!(matches!(reads.last(), Some(FileRead::Missing)));
     }

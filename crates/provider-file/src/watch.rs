@@ -53,11 +53,20 @@ impl std::fmt::Debug for Watcher {
 /// event queue overflow the root itself is sent (rescan everything).
 pub fn watch(path: &Path) -> Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBuf>>), WatchError> {
     let root = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let meta = std::fs::metadata(&root).map_err(|source| WatchError::Path { path: root.clone(), source })?;
+    let meta = std::fs::metadata(&root).map_err(|source| WatchError::Path {
+        path: root.clone(),
+        source,
+    })?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let filter = Filter { single_file: !meta.is_dir(), root: root.clone() };
+    let filter = Filter {
+        single_file: !meta.is_dir(),
+        root: root.clone(),
+    };
     let (target, mode) = if filter.single_file {
-        let parent = root.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+        let parent = root
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
         (parent, RecursiveMode::NonRecursive)
     } else {
         (root.clone(), RecursiveMode::Recursive)
@@ -72,11 +81,17 @@ pub fn watch(path: &Path) -> Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBu
         }
         Err(e) => tracing::warn!(error = %e, "file watcher error"),
     };
-    let mut watcher = notify::recommended_watcher(handler)
-        .map_err(|source| WatchError::Notify { path: target.clone(), source })?;
+    let mut watcher =
+        notify::recommended_watcher(handler).map_err(|source| WatchError::Notify {
+            path: target.clone(),
+            source,
+        })?;
     watcher
         .watch(&target, mode)
-        .map_err(|source| WatchError::Notify { path: target.clone(), source })?;
+        .map_err(|source| WatchError::Notify {
+            path: target.clone(),
+            source,
+        })?;
     Ok((Watcher { _inner: watcher }, rx))
 }
 
@@ -160,7 +175,10 @@ mod tests {
     use notify::event::{DataChange, RenameMode};
 
     fn filter() -> Filter {
-        Filter { root: PathBuf::from("/cfg"), single_file: false }
+        Filter {
+            root: PathBuf::from("/cfg"),
+            single_file: false,
+        }
     }
 
     fn ev(kind: EventKind, paths: &[&str]) -> Event {
@@ -175,29 +193,53 @@ mod tests {
     fn keeps_manifests_renames_and_data_swaps() {
         let f = filter();
         let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
-        assert_eq!(f.paths(&ev(rename, &["/cfg/.a.yaml.tmp", "/cfg/a.yaml"])), vec![PathBuf::from("/cfg/a.yaml")]);
+        assert_eq!(
+            f.paths(&ev(rename, &["/cfg/.a.yaml.tmp", "/cfg/a.yaml"])),
+            vec![PathBuf::from("/cfg/a.yaml")]
+        );
         let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        assert_eq!(f.paths(&ev(close, &["/cfg/sub/b.yml"])), vec![PathBuf::from("/cfg/sub/b.yml")]);
-        assert_eq!(f.paths(&ev(rename, &["/cfg/..data_tmp", "/cfg/..data"])), vec![PathBuf::from("/cfg/..data")]);
+        assert_eq!(
+            f.paths(&ev(close, &["/cfg/sub/b.yml"])),
+            vec![PathBuf::from("/cfg/sub/b.yml")]
+        );
+        assert_eq!(
+            f.paths(&ev(rename, &["/cfg/..data_tmp", "/cfg/..data"])),
+            vec![PathBuf::from("/cfg/..data")]
+        );
         assert!(f.paths(&ev(close, &["/cfg/..2024_01/a.yaml"])).is_empty());
         assert!(f.paths(&ev(close, &["/cfg/notes.txt"])).is_empty());
         assert!(f.paths(&ev(close, &["/elsewhere/a.yaml"])).is_empty());
         let open = EventKind::Access(AccessKind::Open(AccessMode::Read));
         assert!(f.paths(&ev(open, &["/cfg/a.yaml"])).is_empty());
         let removed_dir = EventKind::Remove(RemoveKind::Folder);
-        assert_eq!(f.paths(&ev(removed_dir, &["/cfg/sub"])), vec![PathBuf::from("/cfg/sub")]);
+        assert_eq!(
+            f.paths(&ev(removed_dir, &["/cfg/sub"])),
+            vec![PathBuf::from("/cfg/sub")]
+        );
         let removed_file = EventKind::Remove(RemoveKind::File);
         assert!(f.paths(&ev(removed_file, &["/cfg/notes.txt"])).is_empty());
         let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
-        assert_eq!(f.paths(&ev(write, &["/cfg/a.yaml"])).is_empty(), cfg!(target_os = "linux"));
+        assert_eq!(
+            f.paths(&ev(write, &["/cfg/a.yaml"])).is_empty(),
+            cfg!(target_os = "linux")
+        );
     }
 
     #[test]
     fn single_file_root_maps_to_the_root() {
-        let f = Filter { root: PathBuf::from("/etc/weir/config.yaml"), single_file: true };
+        let f = Filter {
+            root: PathBuf::from("/etc/weir/config.yaml"),
+            single_file: true,
+        };
         let rename = EventKind::Modify(ModifyKind::Name(RenameMode::To));
-        assert_eq!(f.paths(&ev(rename, &["/etc/weir/config.yaml"])), vec![PathBuf::from("/etc/weir/config.yaml")]);
-        assert_eq!(f.paths(&ev(rename, &["/etc/weir/..data"])), vec![PathBuf::from("/etc/weir/config.yaml")]);
+        assert_eq!(
+            f.paths(&ev(rename, &["/etc/weir/config.yaml"])),
+            vec![PathBuf::from("/etc/weir/config.yaml")]
+        );
+        assert_eq!(
+            f.paths(&ev(rename, &["/etc/weir/..data"])),
+            vec![PathBuf::from("/etc/weir/config.yaml")]
+        );
         assert!(f.paths(&ev(rename, &["/etc/weir/other.yaml"])).is_empty());
     }
 }

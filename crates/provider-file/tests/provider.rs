@@ -7,7 +7,9 @@ use weir_api::{Kind, Object, ObjectKey};
 use weir_provider_file::{FileErrorKind, FileProvider, Update};
 
 fn ns(name: &str, label: &str) -> String {
-    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{team: {label}}}\n")
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{team: {label}}}\n"
+    )
 }
 
 fn route(name: &str, path_type: &str) -> String {
@@ -43,7 +45,14 @@ fn write(path: &Path, text: &str) {
 fn reads_multi_document_files_with_document_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("all.yaml");
-    write(&file, &format!("# leading comment\n{}---\n---\n{}", ns("a", "x"), route("r", "Exact")));
+    write(
+        &file,
+        &format!(
+            "# leading comment\n{}---\n---\n{}",
+            ns("a", "x"),
+            route("r", "Exact")
+        ),
+    );
     let mut p = FileProvider::new(dir.path());
     let u = p.load_all();
     assert!(u.errors.is_empty(), "{:?}", u.errors);
@@ -62,13 +71,19 @@ fn invalid_yaml_keeps_the_last_good_objects() {
     let mut p = FileProvider::new(dir.path());
     assert_eq!(p.load_all().upserts.len(), 2);
 
-    write(&file, &format!("{}---\nmetadata: [unclosed\n", ns("a", "changed")));
+    write(
+        &file,
+        &format!("{}---\nmetadata: [unclosed\n", ns("a", "changed")),
+    );
     let u = p.reload(std::slice::from_ref(&file));
     assert!(!u.has_changes(), "{u:?}");
     assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
     assert_eq!(u.errors[0].kind, FileErrorKind::Syntax);
     let shown = u.errors[0].to_string();
-    assert!(shown.starts_with(&format!("{}: ", file.display())), "{shown}");
+    assert!(
+        shown.starts_with(&format!("{}: ", file.display())),
+        "{shown}"
+    );
     assert!(shown.contains("line 7"), "{shown}");
     assert_eq!(label(p.get(&ns_key("a")).unwrap()), "x");
     assert!(p.get(&ns_key("b")).is_some());
@@ -88,7 +103,10 @@ fn invalid_yaml_keeps_the_last_good_objects() {
 fn a_bad_field_keeps_that_objects_previous_version_only() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("routes.yaml");
-    write(&file, &format!("{}---\n{}", ns("a", "x"), route("r", "Exact")));
+    write(
+        &file,
+        &format!("{}---\n{}", ns("a", "x"), route("r", "Exact")),
+    );
     let mut p = FileProvider::new(dir.path());
     p.load_all();
     let before = p.get(&route_key("r")).unwrap().clone();
@@ -97,14 +115,22 @@ fn a_bad_field_keeps_that_objects_previous_version_only() {
     // new, invalid object with no previous version.
     write(
         &file,
-        &format!("{}---\n{}---\n{}", ns("a", "z"), route("r", "[1]"), route("new", "{a: b}")),
+        &format!(
+            "{}---\n{}---\n{}",
+            ns("a", "z"),
+            route("r", "[1]"),
+            route("new", "{a: b}")
+        ),
     );
     let u = p.reload(std::slice::from_ref(&file));
     assert_eq!(upserted(&u), vec![ns_key("a")]);
     assert!(u.deletes.is_empty());
     assert_eq!(u.errors.len(), 2, "{:?}", u.errors);
     let e = &u.errors[0];
-    assert_eq!((e.kind, e.document), (FileErrorKind::InvalidObject, Some(1)));
+    assert_eq!(
+        (e.kind, e.document),
+        (FileErrorKind::InvalidObject, Some(1))
+    );
     let shown = e.to_string();
     for part in [
         format!("{}#1: ", file.display()),
@@ -114,7 +140,11 @@ fn a_bad_field_keeps_that_objects_previous_version_only() {
     ] {
         assert!(shown.contains(&part), "{shown} lacks {part}");
     }
-    assert!(u.errors[1].to_string().contains("#2: HTTPRoute ns/new"), "{}", u.errors[1]);
+    assert!(
+        u.errors[1].to_string().contains("#2: HTTPRoute ns/new"),
+        "{}",
+        u.errors[1]
+    );
     assert!(Arc::ptr_eq(p.get(&route_key("r")).unwrap(), &before));
     assert!(p.get(&route_key("new")).is_none());
 
@@ -130,7 +160,10 @@ fn unsupported_and_non_object_documents_are_reported_and_skipped() {
     let dir = tempfile::tempdir().unwrap();
     write(
         &dir.path().join("mixed.yaml"),
-        &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\n---\njust a string\n---\n{}", ns("a", "x")),
+        &format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\n---\njust a string\n---\n{}",
+            ns("a", "x")
+        ),
     );
     let mut p = FileProvider::new(dir.path());
     let u = p.load_all();
@@ -138,7 +171,10 @@ fn unsupported_and_non_object_documents_are_reported_and_skipped() {
     let kinds: Vec<_> = u.errors.iter().map(|e| (e.kind, e.document)).collect();
     assert_eq!(
         kinds,
-        vec![(FileErrorKind::UnsupportedKind, Some(0)), (FileErrorKind::InvalidObject, Some(1))]
+        vec![
+            (FileErrorKind::UnsupportedKind, Some(0)),
+            (FileErrorKind::InvalidObject, Some(1))
+        ]
     );
 }
 
@@ -161,7 +197,10 @@ fn added_modified_removed_files() {
 
     // Same bytes, or the same objects written differently: nothing to report.
     assert!(p.reload(std::slice::from_ref(&a)).is_empty());
-    write(&a, &format!("# reformatted\n{}---\n{}", ns("a", "x"), ns("b", "z")));
+    write(
+        &a,
+        &format!("# reformatted\n{}---\n{}", ns("a", "x"), ns("b", "z")),
+    );
     assert!(p.reload(std::slice::from_ref(&a)).is_empty());
 
     std::fs::remove_file(&a).unwrap();
@@ -183,8 +222,17 @@ fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
     assert_eq!(label(&u.upserts[0]), "from-a");
     assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
     let e = &u.errors[0];
-    assert_eq!((e.kind, e.file.as_path()), (FileErrorKind::Duplicate, b.as_path()));
-    assert!(e.message.contains(&format!("duplicate of Namespace same defined in {}", a.display())), "{e}");
+    assert_eq!(
+        (e.kind, e.file.as_path()),
+        (FileErrorKind::Duplicate, b.as_path())
+    );
+    assert!(
+        e.message.contains(&format!(
+            "duplicate of Namespace same defined in {}",
+            a.display()
+        )),
+        "{e}"
+    );
 
     // Changing the losing definition changes nothing but is reported again.
     write(&b, &ns("same", "from-b2"));
@@ -270,7 +318,10 @@ fn a_single_file_root() {
     let mut p = FileProvider::new(&file);
     assert_eq!(upserted(&p.load_all()), vec![ns_key("a")]);
     write(&file, &ns("a", "z"));
-    assert_eq!(upserted(&p.reload(std::slice::from_ref(&file))), vec![ns_key("a")]);
+    assert_eq!(
+        upserted(&p.reload(std::slice::from_ref(&file))),
+        vec![ns_key("a")]
+    );
     std::fs::remove_file(&file).unwrap();
     let u = p.reload(std::slice::from_ref(&file));
     assert_eq!(u.deletes, vec![ns_key("a")]);
@@ -281,7 +332,10 @@ fn a_single_file_root() {
 fn loads_many_files_in_parallel() {
     let dir = tempfile::tempdir().unwrap();
     for i in 0..500 {
-        write(&dir.path().join(format!("r{i:04}.yaml")), &route(&format!("r{i}"), "PathPrefix"));
+        write(
+            &dir.path().join(format!("r{i:04}.yaml")),
+            &route(&format!("r{i}"), "PathPrefix"),
+        );
     }
     write(&dir.path().join("r0250.yaml"), "bad: [\n");
     let mut p = FileProvider::new(dir.path());
@@ -290,6 +344,22 @@ fn loads_many_files_in_parallel() {
     assert_eq!(u.upserts.len(), 499);
     assert_eq!(u.errors.len(), 1);
     assert!(u.errors[0].file.ends_with("r0250.yaml"));
-    assert_eq!(p.origin(&route_key("r7")).unwrap().file, dir.path().join("r0007.yaml"));
+    assert_eq!(
+        p.origin(&route_key("r7")).unwrap().file,
+        dir.path().join("r0007.yaml")
+    );
 }
 
+#[test]
+fn a_directory_replaced_by_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("x.yaml");
+    write(&sub.join("inner.yaml"), &ns("inner", "x"));
+    let mut p = FileProvider::new(dir.path());
+    assert_eq!(upserted(&p.load_all()), vec![ns_key("inner")]);
+    std::fs::remove_dir_all(&sub).unwrap();
+    write(&sub, &ns("outer", "x"));
+    let u = p.reload(std::slice::from_ref(&sub));
+    assert_eq!(upserted(&u), vec![ns_key("outer")]);
+    assert_eq!(u.deletes, vec![ns_key("inner")]);
+}

@@ -17,14 +17,19 @@ async fn wait_for(rx: &mut UnboundedReceiver<Vec<PathBuf>>, want: &Path) -> Vec<
         match tokio::time::timeout_at(deadline, rx.recv()).await {
             Ok(Some(batch)) => seen.extend(batch),
             Ok(None) => panic!("watcher closed; got {seen:?}"),
-            Err(_) => panic!("no event for {} within {WAIT:?}; got {seen:?}", want.display()),
+            Err(_) => panic!(
+                "no event for {} within {WAIT:?}; got {seen:?}",
+                want.display()
+            ),
         }
     }
     seen
 }
 
 fn ns(name: &str, team: &str) -> String {
-    format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{team: {team}}}}}\n")
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{team: {team}}}}}\n"
+    )
 }
 
 #[tokio::test]
@@ -59,7 +64,14 @@ async fn an_atomic_rename_into_a_watched_directory_is_seen() {
     let mut paths = Vec::new();
     // The new directory or the file itself is reported, depending on timing.
     let deadline = tokio::time::Instant::now() + WAIT;
-    while p.get(&weir_api::ObjectKey::new(weir_api::Kind::Namespace, "", "b")).is_none() {
+    while p
+        .get(&weir_api::ObjectKey::new(
+            weir_api::Kind::Namespace,
+            "",
+            "b",
+        ))
+        .is_none()
+    {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
             Ok(Some(batch)) => {
                 paths.extend(batch.clone());

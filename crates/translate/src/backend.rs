@@ -14,7 +14,11 @@ const H2C: &str = "kubernetes.io/h2c";
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum ClusterSource {
     /// One port of a Service.
-    Service { ns: Arc<str>, name: Arc<str>, port: u16 },
+    Service {
+        ns: Arc<str>,
+        name: Arc<str>,
+        port: u16,
+    },
     /// A weir Backend object.
     Backend { ns: Arc<str>, name: Arc<str> },
 }
@@ -42,38 +46,75 @@ pub(crate) fn invalid_cluster_key(what: &str) -> ClusterKey {
 }
 
 /// Resolves a Service port (the caller has checked permission).
-pub(crate) fn resolve_service(store: &Store, ns: &str, name: &str, port: Option<i32>, field: &str) -> Result<Resolved, RefError> {
+pub(crate) fn resolve_service(
+    store: &Store,
+    ns: &str,
+    name: &str,
+    port: Option<i32>,
+    field: &str,
+) -> Result<Resolved, RefError> {
     let Some(port) = port else {
-        return Err(RefError::new("UnsupportedValue", format!("{field}.port: required for a Service")));
+        return Err(RefError::new(
+            "UnsupportedValue",
+            format!("{field}.port: required for a Service"),
+        ));
     };
     let Some(svc) = store.service(ns, name) else {
-        return Err(RefError::new("BackendNotFound", format!("{field}: Service {ns}/{name} not found")));
+        return Err(RefError::new(
+            "BackendNotFound",
+            format!("{field}: Service {ns}/{name} not found"),
+        ));
     };
     let Some(p) = u16::try_from(port).ok().filter(|p| *p != 0) else {
-        return Err(RefError::new("UnsupportedValue", format!("{field}.port: {port} is not a valid port")));
+        return Err(RefError::new(
+            "UnsupportedValue",
+            format!("{field}.port: {port} is not a valid port"),
+        ));
     };
     if !svc.spec.ports.iter().any(|sp| sp.port == port) {
-        return Err(RefError::new("BackendNotFound", format!("{field}: Service {ns}/{name} has no port {port}")));
+        return Err(RefError::new(
+            "BackendNotFound",
+            format!("{field}: Service {ns}/{name} has no port {port}"),
+        ));
     }
     Ok((
         ClusterKey(format!("service/{ns}/{name}:{p}").into()),
-        ClusterSource::Service { ns: ns.into(), name: name.into(), port: p },
+        ClusterSource::Service {
+            ns: ns.into(),
+            name: name.into(),
+            port: p,
+        },
     ))
 }
 
 /// Resolves a weir Backend (the caller has checked permission).
-pub(crate) fn resolve_backend(store: &Store, ns: &str, name: &str, field: &str) -> Result<Resolved, RefError> {
+pub(crate) fn resolve_backend(
+    store: &Store,
+    ns: &str,
+    name: &str,
+    field: &str,
+) -> Result<Resolved, RefError> {
     if store.backend(ns, name).is_none() {
-        return Err(RefError::new("BackendNotFound", format!("{field}: Backend {ns}/{name} not found")));
+        return Err(RefError::new(
+            "BackendNotFound",
+            format!("{field}: Backend {ns}/{name} not found"),
+        ));
     }
     Ok((
         ClusterKey(format!("backend/{ns}/{name}").into()),
-        ClusterSource::Backend { ns: ns.into(), name: name.into() },
+        ClusterSource::Backend {
+            ns: ns.into(),
+            name: name.into(),
+        },
     ))
 }
 
 /// Builds the cluster `key` from the store; `None` when its source is gone.
-pub(crate) fn build_cluster(store: &Store, key: &ClusterKey, src: &ClusterSource) -> Option<Cluster> {
+pub(crate) fn build_cluster(
+    store: &Store,
+    key: &ClusterKey,
+    src: &ClusterSource,
+) -> Option<Cluster> {
     match src {
         ClusterSource::Service { ns, name, port } => {
             let svc = store.service(ns, name)?;
@@ -101,14 +142,21 @@ pub(crate) fn build_cluster(store: &Store, key: &ClusterKey, src: &ClusterSource
                     }
                     for a in &e.addresses {
                         if let Ok(ip) = a.parse::<IpAddr>() {
-                            endpoints.push(Endpoint { addr: EndpointAddr::Socket(SocketAddr::new(ip, target)), weight: 1 });
+                            endpoints.push(Endpoint {
+                                addr: EndpointAddr::Socket(SocketAddr::new(ip, target)),
+                                weight: 1,
+                            });
                         }
                     }
                 }
             }
             endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
             endpoints.dedup();
-            let protocol = if h2c { UpstreamProtocol::H2c } else { UpstreamProtocol::Http1 };
+            let protocol = if h2c {
+                UpstreamProtocol::H2c
+            } else {
+                UpstreamProtocol::Http1
+            };
             Some(Cluster::new(key.clone(), endpoints, protocol))
         }
         ClusterSource::Backend { ns, name } => {
@@ -135,7 +183,9 @@ pub(crate) fn backend_endpoints(b: &Backend) -> (Vec<Endpoint>, UpstreamProtocol
         None | Some("HTTP") => UpstreamProtocol::Http1,
         Some("H2C") => UpstreamProtocol::H2c,
         Some(other) => {
-            problems.push(format!("spec.protocol: {other:?} is not HTTP or H2C; using HTTP"));
+            problems.push(format!(
+                "spec.protocol: {other:?} is not HTTP or H2C; using HTTP"
+            ));
             UpstreamProtocol::Http1
         }
     };
@@ -163,7 +213,9 @@ pub(crate) fn slice_problems(s: &EndpointSlice) -> Vec<String> {
     for (i, e) in s.endpoints.iter().enumerate() {
         for (j, a) in e.addresses.iter().enumerate() {
             if a.parse::<IpAddr>().is_err() {
-                problems.push(format!("endpoints[{i}].addresses[{j}]: {a:?} is not an IP address; skipped"));
+                problems.push(format!(
+                    "endpoints[{i}].addresses[{j}]: {a:?} is not an IP address; skipped"
+                ));
             }
         }
     }
@@ -176,9 +228,18 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        assert_eq!(parse_endpoint("10.0.0.1:80"), Some(EndpointAddr::Socket("10.0.0.1:80".parse().unwrap())));
-        assert_eq!(parse_endpoint("[::1]:80"), Some(EndpointAddr::Socket("[::1]:80".parse().unwrap())));
-        assert_eq!(parse_endpoint("Echo.local:8080"), Some(EndpointAddr::Host("echo.local".into(), 8080)));
+        assert_eq!(
+            parse_endpoint("10.0.0.1:80"),
+            Some(EndpointAddr::Socket("10.0.0.1:80".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_endpoint("[::1]:80"),
+            Some(EndpointAddr::Socket("[::1]:80".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_endpoint("Echo.local:8080"),
+            Some(EndpointAddr::Host("echo.local".into(), 8080))
+        );
         assert_eq!(parse_endpoint("echo"), None);
         assert_eq!(parse_endpoint("echo:0"), None);
         assert_eq!(parse_endpoint("::1:80"), None);

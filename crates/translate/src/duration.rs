@@ -6,7 +6,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum InvalidDuration {
     /// Not of the form `<digits><unit>` repeated 1 to 4 times.
-    #[error("{0:?} is not a duration (use 1 to 4 of <1-5 digits><h|m|s|ms>, e.g. \"1h30m\", \"500ms\")")]
+    #[error(
+        "{0:?} is not a duration (use 1 to 4 of <1-5 digits><h|m|s|ms>, e.g. \"1h30m\", \"500ms\")"
+    )]
     Syntax(String),
 }
 

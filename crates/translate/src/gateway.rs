@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use weir_api::{
-    Condition, Gateway, GatewayStatus, GatewayStatusAddress, Kind, LabelSelector, ListenerStatus, ObjectKey,
-    StatusRouteKind,
+    Condition, Gateway, GatewayStatus, GatewayStatusAddress, Kind, LabelSelector, ListenerStatus,
+    ObjectKey, StatusRouteKind,
 };
 use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
 
@@ -54,7 +54,11 @@ pub(crate) struct ListenerState {
 impl ListenerState {
     /// Whether routes may attach (before namespace and hostname checks).
     pub(crate) fn routable(&self) -> bool {
-        self.accepted.is_ok() && self.conflict.is_none() && self.taken_by.is_none() && self.key.is_some() && self.http_routes
+        self.accepted.is_ok()
+            && self.conflict.is_none()
+            && self.taken_by.is_none()
+            && self.key.is_some()
+            && self.http_routes
     }
 }
 
@@ -90,7 +94,13 @@ pub(crate) fn is_ours(store: &Store, controller: &str, standalone: bool, gw: &Ga
 }
 
 /// Validates a Gateway of ours (socket ownership is settled later by [`settle`]).
-pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, deps: &mut Vec<Dep>) -> GatewayState {
+pub(crate) fn compile(
+    store: &Store,
+    key: &ObjectKey,
+    age: Age,
+    gw: &Gateway,
+    deps: &mut Vec<Dep>,
+) -> GatewayState {
     let ns = &*key.namespace;
     let mut accepted: Outcome = Ok(());
     let mut ip = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -106,7 +116,10 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
             Err(_) => {
                 accepted = Err((
                     "UnsupportedAddress",
-                    format!("spec.addresses[{i}].value: {:?} is not an IP address", a.value),
+                    format!(
+                        "spec.addresses[{i}].value: {:?} is not an IP address",
+                        a.value
+                    ),
                 ))
             }
         }
@@ -118,7 +131,10 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
         let mut resolved = Vec::new();
         let port = u16::try_from(l.port).ok().filter(|p| *p != 0);
         if port.is_none() {
-            acc = Err(("UnsupportedValue", format!("{field}.port: {} is not a valid port", l.port)));
+            acc = Err((
+                "UnsupportedValue",
+                format!("{field}.port: {} is not a valid port", l.port),
+            ));
         }
         let hostname = match HostMatch::parse(l.hostname.as_deref()) {
             Ok(h) => h,
@@ -131,7 +147,10 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
             "HTTP" => Some(Protocol::Http),
             "HTTPS" => Some(Protocol::Https),
             other => {
-                acc = Err(("UnsupportedProtocol", format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS)")));
+                acc = Err((
+                    "UnsupportedProtocol",
+                    format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS)"),
+                ));
                 None
             }
         };
@@ -141,7 +160,10 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
                 Some(t) if t.mode.as_deref().is_some_and(|m| m != "Terminate") => {
                     acc = Err((
                         "UnsupportedValue",
-                        format!("{field}.tls.mode: {:?} is not supported (Terminate)", t.mode.as_deref().unwrap_or("")),
+                        format!(
+                            "{field}.tls.mode: {:?} is not supported (Terminate)",
+                            t.mode.as_deref().unwrap_or("")
+                        ),
                     ));
                 }
                 Some(t) if !t.certificate_refs.is_empty() => {
@@ -150,10 +172,17 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
                         let group = r.group.as_deref().unwrap_or("");
                         let kind = r.kind.as_deref().unwrap_or("Secret");
                         if !(group.is_empty() || group == "core") || kind != "Secret" {
-                            resolved.push(("InvalidCertificateRef", format!("{fr}: unsupported kind {group:?}/{kind:?} (Secret)")));
+                            resolved.push((
+                                "InvalidCertificateRef",
+                                format!("{fr}: unsupported kind {group:?}/{kind:?} (Secret)"),
+                            ));
                             continue;
                         }
-                        let sns = r.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(ns);
+                        let sns = r
+                            .namespace
+                            .as_deref()
+                            .filter(|n| !n.is_empty())
+                            .unwrap_or(ns);
                         deps.push(Dep::Object(ObjectKey::new(Kind::Secret, sns, &r.name)));
                         if sns != ns {
                             deps.push(Dep::GrantsIn(sns.into()));
@@ -166,8 +195,13 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
                             }
                         }
                         match store.certificate(sns, &r.name) {
-                            None => resolved.push(("InvalidCertificateRef", format!("{fr}: Secret {sns}/{} not found", r.name))),
-                            Some(Err(m)) => resolved.push(("InvalidCertificateRef", format!("{fr}: {m}"))),
+                            None => resolved.push((
+                                "InvalidCertificateRef",
+                                format!("{fr}: Secret {sns}/{} not found", r.name),
+                            )),
+                            Some(Err(m)) => {
+                                resolved.push(("InvalidCertificateRef", format!("{fr}: {m}")))
+                            }
                             Some(Ok(c)) => {
                                 if cert.is_none() {
                                     cert = Some(c.clone());
@@ -176,14 +210,20 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
                         }
                     }
                 }
-                _ => resolved.push(("InvalidCertificateRef", format!("{field}.tls.certificateRefs: HTTPS needs at least one"))),
+                _ => resolved.push((
+                    "InvalidCertificateRef",
+                    format!("{field}.tls.certificateRefs: HTTPS needs at least one"),
+                )),
             }
         }
-        let (allowed, http_routes, supported_kinds) = allowed_routes(l, protocol.is_some(), &field, &mut acc, &mut resolved);
+        let (allowed, http_routes, supported_kinds) =
+            allowed_routes(l, protocol.is_some(), &field, &mut acc, &mut resolved);
         listeners.push(ListenerState {
             name: l.name.as_str().into(),
             port: l.port,
-            key: port.filter(|_| accepted.is_ok()).map(|p| ListenerKey(SocketAddr::new(ip, p))),
+            key: port
+                .filter(|_| accepted.is_ok())
+                .map(|p| ListenerKey(SocketAddr::new(ip, p))),
             protocol,
             hostname,
             accepted: acc,
@@ -204,19 +244,40 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: Age, gw: &Gateway, de
         if l.accepted.is_err() || l.key.is_none() {
             continue;
         }
-        let earlier = before.iter().filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
+        let earlier = before
+            .iter()
+            .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
         for o in earlier {
             if o.protocol != l.protocol {
-                l.conflict = Some(("ProtocolConflict", format!("port {} is already used by listener {:?} with another protocol", l.port, o.name)));
+                l.conflict = Some((
+                    "ProtocolConflict",
+                    format!(
+                        "port {} is already used by listener {:?} with another protocol",
+                        l.port, o.name
+                    ),
+                ));
                 break;
             }
             if o.hostname == l.hostname {
-                l.conflict = Some(("HostnameConflict", format!("listener {:?} already serves hostname {} on port {}", o.name, l.hostname, l.port)));
+                l.conflict = Some((
+                    "HostnameConflict",
+                    format!(
+                        "listener {:?} already serves hostname {} on port {}",
+                        o.name, l.hostname, l.port
+                    ),
+                ));
                 break;
             }
         }
     }
-    GatewayState { key: key.clone(), age, generation: gw.metadata.generation, accepted, ip, listeners }
+    GatewayState {
+        key: key.clone(),
+        age,
+        generation: gw.metadata.generation,
+        accepted,
+        ip,
+        listeners,
+    }
 }
 
 fn allowed_routes(
@@ -234,19 +295,30 @@ fn allowed_routes(
         "Selector" => match ns.selector {
             Some(s) => Allowed::Selector(s),
             None => {
-                *acc = Err(("UnsupportedValue", format!("{field}.allowedRoutes.namespaces.selector: required for from: Selector")));
+                *acc = Err((
+                    "UnsupportedValue",
+                    format!(
+                        "{field}.allowedRoutes.namespaces.selector: required for from: Selector"
+                    ),
+                ));
                 Allowed::Nothing
             }
         },
         other => {
-            *acc = Err(("UnsupportedValue", format!("{field}.allowedRoutes.namespaces.from: unsupported {other:?}")));
+            *acc = Err((
+                "UnsupportedValue",
+                format!("{field}.allowedRoutes.namespaces.from: unsupported {other:?}"),
+            ));
             Allowed::Nothing
         }
     };
     if !supported_protocol {
         return (allowed, false, Vec::new());
     }
-    let http_route = || StatusRouteKind { group: GATEWAY_GROUP.into(), kind: "HTTPRoute".into() };
+    let http_route = || StatusRouteKind {
+        group: GATEWAY_GROUP.into(),
+        kind: "HTTPRoute".into(),
+    };
     if ar.kinds.is_empty() {
         return (allowed, true, vec![http_route()]);
     }
@@ -256,23 +328,43 @@ fn allowed_routes(
         if g == GATEWAY_GROUP && k.kind == "HTTPRoute" {
             ok = true;
         } else {
-            resolved.push(("InvalidRouteKinds", format!("{field}.allowedRoutes.kinds[{i}]: {g}/{} is not supported", k.kind)));
+            resolved.push((
+                "InvalidRouteKinds",
+                format!(
+                    "{field}.allowedRoutes.kinds[{i}]: {g}/{} is not supported",
+                    k.kind
+                ),
+            ));
         }
     }
-    (allowed, ok, if ok { vec![http_route()] } else { Vec::new() })
+    (
+        allowed,
+        ok,
+        if ok { vec![http_route()] } else { Vec::new() },
+    )
 }
 
 /// Settles socket ownership: `owner` names the Gateway owning a socket (the oldest
 /// claimant) and the protocol it serves there.
-pub(crate) fn settle(state: &mut GatewayState, owner: impl Fn(&ListenerKey) -> Option<(ObjectKey, Option<Protocol>)>) {
+pub(crate) fn settle(
+    state: &mut GatewayState,
+    owner: impl Fn(&ListenerKey) -> Option<(ObjectKey, Option<Protocol>)>,
+) {
     for l in &mut state.listeners {
         l.taken_by = None;
         if let Some(k) = &l.key
             && let Some((o, proto)) = owner(k)
             && o != state.key
         {
-            let reason = if proto == l.protocol { "HostnameConflict" } else { "ProtocolConflict" };
-            l.taken_by = Some((reason, format!("{k} is already used by Gateway {}/{}", o.namespace, o.name)));
+            let reason = if proto == l.protocol {
+                "HostnameConflict"
+            } else {
+                "ProtocolConflict"
+            };
+            l.taken_by = Some((
+                reason,
+                format!("{k} is already used by Gateway {}/{}", o.namespace, o.name),
+            ));
         }
         l.programmed = l.accepted.is_ok()
             && l.conflict.is_none()
@@ -284,13 +376,21 @@ pub(crate) fn settle(state: &mut GatewayState, owner: impl Fn(&ListenerKey) -> O
 
 /// The protocol a Gateway serves on socket `k` (from its first valid listener there).
 pub(crate) fn protocol_on(state: &GatewayState, k: &ListenerKey) -> Option<Protocol> {
-    state.listeners.iter().find(|l| l.key.as_ref() == Some(k) && l.accepted.is_ok() && l.conflict.is_none()).and_then(|l| l.protocol)
+    state
+        .listeners
+        .iter()
+        .find(|l| l.key.as_ref() == Some(k) && l.accepted.is_ok() && l.conflict.is_none())
+        .and_then(|l| l.protocol)
 }
 
 /// The sockets a Gateway claims (those of its valid listeners).
 pub(crate) fn claims(state: &GatewayState) -> Vec<ListenerKey> {
-    let mut v: Vec<ListenerKey> =
-        state.listeners.iter().filter(|l| l.accepted.is_ok() && l.conflict.is_none()).filter_map(|l| l.key).collect();
+    let mut v: Vec<ListenerKey> = state
+        .listeners
+        .iter()
+        .filter(|l| l.accepted.is_ok() && l.conflict.is_none())
+        .filter_map(|l| l.key)
+        .collect();
     v.sort();
     v.dedup();
     v
@@ -314,7 +414,10 @@ pub(crate) fn views(state: &GatewayState) -> Vec<ListenerView> {
 }
 
 /// The Gateway's status, given how many routes are attached to each listener (by name).
-pub(crate) fn status(state: &GatewayState, attached: Option<&HashMap<Arc<str>, i32>>) -> GatewayStatus {
+pub(crate) fn status(
+    state: &GatewayState,
+    attached: Option<&HashMap<Arc<str>, i32>>,
+) -> GatewayStatus {
     let g = state.generation;
     let cond = |t: &str, o: &Outcome, ok_reason: &str, ok_msg: &str| match o {
         Ok(()) => Condition::new(t, true, ok_reason, ok_msg, g),
@@ -326,7 +429,13 @@ pub(crate) fn status(state: &GatewayState, attached: Option<&HashMap<Arc<str>, i
         if any_programmed {
             Condition::new("Programmed", true, "Programmed", "Gateway programmed", g)
         } else {
-            Condition::new("Programmed", false, "Invalid", "no listener is programmed", g)
+            Condition::new(
+                "Programmed",
+                false,
+                "Invalid",
+                "no listener is programmed",
+                g,
+            )
         },
     ];
     let listeners = state
@@ -339,7 +448,13 @@ pub(crate) fn status(state: &GatewayState, attached: Option<&HashMap<Arc<str>, i
                 (Ok(()), None) => Ok(()),
             };
             let resolved = match l.resolved.first() {
-                None => Condition::new("ResolvedRefs", true, "ResolvedRefs", "all references resolved", g),
+                None => Condition::new(
+                    "ResolvedRefs",
+                    true,
+                    "ResolvedRefs",
+                    "all references resolved",
+                    g,
+                ),
                 Some((r, _)) => {
                     let msg: Vec<&str> = l.resolved.iter().map(|(_, m)| m.as_str()).collect();
                     Condition::new("ResolvedRefs", false, r, msg.join("; "), g)
@@ -348,23 +463,43 @@ pub(crate) fn status(state: &GatewayState, attached: Option<&HashMap<Arc<str>, i
             let conflicted = match (&l.conflict, &l.taken_by) {
                 (Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
                 (None, Some((r, m))) => Condition::new("Conflicted", true, r, m.clone(), g),
-                (None, None) => Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g),
+                (None, None) => {
+                    Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g)
+                }
             };
             let programmed = if l.programmed {
                 Condition::new("Programmed", true, "Programmed", "listener programmed", g)
             } else {
-                Condition::new("Programmed", false, "Invalid", "listener is not accepted, conflicted or has no valid certificate", g)
+                Condition::new(
+                    "Programmed",
+                    false,
+                    "Invalid",
+                    "listener is not accepted, conflicted or has no valid certificate",
+                    g,
+                )
             };
             ListenerStatus {
                 name: l.name.to_string(),
                 supported_kinds: l.supported_kinds.clone(),
                 attached_routes: attached.and_then(|a| a.get(&l.name)).copied().unwrap_or(0),
-                conditions: vec![cond("Accepted", &accepted, "Accepted", "listener accepted"), resolved, conflicted, programmed],
+                conditions: vec![
+                    cond("Accepted", &accepted, "Accepted", "listener accepted"),
+                    resolved,
+                    conflicted,
+                    programmed,
+                ],
             }
         })
         .collect();
     GatewayStatus {
-        addresses: vec![GatewayStatusAddress { type_: "IPAddress".into(), value: state.ip.to_string() }],
+        addresses: if state.accepted.is_ok() {
+            vec![GatewayStatusAddress {
+                type_: "IPAddress".into(),
+                value: state.ip.to_string(),
+            }]
+        } else {
+            Vec::new()
+        },
         conditions,
         listeners,
     }

@@ -4,14 +4,15 @@ use std::sync::Arc;
 
 use weir_api::{Ingress, IngressBackend, Kind, ObjectKey};
 use weir_model::{
-    Action, Certificate, HostMatch, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule, Timeouts, WeightedBackend,
+    Action, Certificate, HostMatch, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule,
+    Timeouts, WeightedBackend,
 };
 
-use crate::backend::{self, RefError, Resolved};
-use crate::order::{Age, RuleOrder, RuleOrigin};
-use crate::route::normalize_prefix;
-use crate::store::{Dep, Store};
 use crate::TranslatorOptions;
+use crate::backend::{self, RefError, Resolved};
+use crate::fields::normalize_prefix;
+use crate::order::{Age, RuleOrder, RuleOrigin};
+use crate::store::{Dep, Store};
 
 /// What an Ingress compiles to.
 #[derive(Default)]
@@ -28,11 +29,24 @@ pub(crate) struct CompiledIngress {
     pub(crate) deps: Vec<Dep>,
 }
 
-/// Whether `ing` is ours.
-pub(crate) fn is_ours(opts: &TranslatorOptions, ing: &Ingress) -> bool {
+/// The annotation that marks an IngressClass as the cluster default.
+const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
+
+/// Whether `ing` is ours: it names our class, or names none while we are standalone or
+/// our IngressClass is marked as the default class.
+pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) -> bool {
     match ing.spec.ingress_class_name.as_deref() {
         Some(c) => c == opts.ingress_class,
-        None => opts.standalone,
+        None => {
+            opts.standalone
+                || store.ingress_class(&opts.ingress_class).is_some_and(|c| {
+                    c.metadata
+                        .annotations
+                        .get(DEFAULT_CLASS_ANNOTATION)
+                        .map(String::as_str)
+                        == Some("true")
+                })
+        }
     }
 }
 
@@ -40,19 +54,44 @@ pub(crate) fn is_ours(opts: &TranslatorOptions, ing: &Ingress) -> bool {
 pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) -> CompiledIngress {
     let mut out = CompiledIngress::default();
     let ns = &*key.namespace;
-    let origin = RuleOrigin { age, kind: RouteKind::Ingress, namespace: &key.namespace, name: &key.name };
+    let origin = RuleOrigin {
+        age,
+        kind: RouteKind::Ingress,
+        namespace: &key.namespace,
+        name: &key.name,
+    };
     let mut flat: u32 = 0;
-    let push = |out: &mut CompiledIngress, host: HostMatch, path: PathMatch, action: Action, default: bool, flat: u32| {
-        let m = RequestMatch { path, headers: vec![], query: vec![], method: None };
+    let push = |out: &mut CompiledIngress,
+                host: HostMatch,
+                path: PathMatch,
+                action: Action,
+                default: bool,
+                flat: u32| {
+        let m = RequestMatch {
+            path,
+            headers: vec![],
+            query: vec![],
+            method: None,
+        };
         let order = RuleOrder::new(&origin, &m, default, flat, 0);
-        let r = RouteRef { kind: RouteKind::Ingress, namespace: key.namespace.clone(), name: key.name.clone(), rule: flat };
-        out.rules.push((host, order, Arc::new(RouteRule::new(r, m, vec![], action, Timeouts::default()))));
+        let r = RouteRef {
+            kind: RouteKind::Ingress,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            rule: flat,
+        };
+        out.rules.push((
+            host,
+            order,
+            Arc::new(RouteRule::new(r, m, vec![], action, Timeouts::default())),
+        ));
     };
     for (i, rule) in ing.spec.rules.iter().enumerate() {
         let host = match HostMatch::parse(rule.host.as_deref()) {
             Ok(h) => h,
             Err(e) => {
-                out.problems.push(format!("spec.rules[{i}].host: {e}; rule ignored"));
+                out.problems
+                    .push(format!("spec.rules[{i}].host: {e}; rule ignored"));
                 flat += rule.http.as_ref().map_or(0, |h| h.paths.len() as u32);
                 continue;
             }
@@ -64,14 +103,17 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             flat += 1;
             let value = p.path.as_deref().unwrap_or("/");
             if !value.starts_with('/') {
-                out.problems.push(format!("{field}.path: must start with \"/\"; path ignored"));
+                out.problems
+                    .push(format!("{field}.path: must start with \"/\"; path ignored"));
                 continue;
             }
             let path = match p.path_type.as_str() {
                 "Exact" => PathMatch::Exact(value.into()),
                 "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
                 other => {
-                    out.problems.push(format!("{field}.pathType: unsupported {other:?}; path ignored"));
+                    out.problems.push(format!(
+                        "{field}.pathType: unsupported {other:?}; path ignored"
+                    ));
                     continue;
                 }
             };
@@ -81,7 +123,23 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     }
     if let Some(b) = &ing.spec.default_backend {
         let action = action(store, ns, b, "spec.defaultBackend", &mut out);
-        push(&mut out, HostMatch::Any, PathMatch::Prefix("/".into()), action, true, flat);
+        // The default backend answers whatever no rule matches, also on the hosts that
+        // have rules (an exact host hides the catch-all host), so it closes every host
+        // of this Ingress as well as the catch-all.
+        let mut hosts: Vec<HostMatch> = out.rules.iter().map(|(h, _, _)| h.clone()).collect();
+        hosts.push(HostMatch::Any);
+        hosts.sort();
+        hosts.dedup();
+        for host in hosts {
+            push(
+                &mut out,
+                host,
+                PathMatch::Prefix("/".into()),
+                action.clone(),
+                true,
+                flat,
+            );
+        }
     }
     for (i, t) in ing.spec.tls.iter().enumerate() {
         let field = format!("spec.tls[{i}]");
@@ -89,20 +147,26 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             out.problems.push(format!("{field}.secretName: required"));
             continue;
         };
-        out.deps.push(Dep::Object(ObjectKey::new(Kind::Secret, ns, secret)));
+        out.deps
+            .push(Dep::Object(ObjectKey::new(Kind::Secret, ns, secret)));
         let cert = match store.certificate(ns, secret) {
             None => {
                 out.problems.push(format!("{field}.secretName: Secret {ns}/{secret} not found; its hosts get no certificate"));
                 continue;
             }
             Some(Err(m)) => {
-                out.problems.push(format!("{field}.secretName: {m}; its hosts get no certificate"));
+                out.problems.push(format!(
+                    "{field}.secretName: {m}; its hosts get no certificate"
+                ));
                 continue;
             }
             Some(Ok(c)) => c.clone(),
         };
-        let hosts: Vec<Option<&str>> =
-            if t.hosts.is_empty() { vec![None] } else { t.hosts.iter().map(|h| Some(h.as_str())).collect() };
+        let hosts: Vec<Option<&str>> = if t.hosts.is_empty() {
+            vec![None]
+        } else {
+            t.hosts.iter().map(|h| Some(h.as_str())).collect()
+        };
         for (j, h) in hosts.into_iter().enumerate() {
             match HostMatch::parse(h) {
                 Ok(m) => {
@@ -110,29 +174,49 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
                         out.tls.push((m, cert.clone()));
                     }
                 }
-                Err(e) => out.problems.push(format!("{field}.hosts[{j}]: {e}; ignored")),
+                Err(e) => out
+                    .problems
+                    .push(format!("{field}.hosts[{j}]: {e}; ignored")),
             }
         }
     }
     out
 }
 
-fn action(store: &Store, ns: &str, b: &IngressBackend, field: &str, out: &mut CompiledIngress) -> Action {
+fn action(
+    store: &Store,
+    ns: &str,
+    b: &IngressBackend,
+    field: &str,
+    out: &mut CompiledIngress,
+) -> Action {
     match resolve(store, ns, b, field, &mut out.deps) {
         Ok((key, src)) => {
             if !out.clusters.iter().any(|(k, _)| *k == key) {
                 out.clusters.push((key.clone(), src));
             }
-            Action::Forward(vec![WeightedBackend { cluster: key, weight: 1 }])
+            Action::Forward(vec![WeightedBackend {
+                cluster: key,
+                weight: 1,
+            }])
         }
         Err(e) => {
             out.problems.push(e.message);
-            Action::Fail { status: 500, reason: "invalid backend".into() }
+            Action::Fail {
+                status: 500,
+                reason: "invalid backend".into(),
+            }
         }
     }
 }
 
-fn resolve(store: &Store, ns: &str, b: &IngressBackend, field: &str, deps: &mut Vec<Dep>) -> Result<Resolved, RefError> {
+fn resolve(
+    store: &Store,
+    ns: &str,
+    b: &IngressBackend,
+    field: &str,
+    deps: &mut Vec<Dep>,
+) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
         deps.push(Dep::Object(ObjectKey::new(Kind::Service, ns, &s.name)));
         let fs = format!("{field}.service");
@@ -140,19 +224,35 @@ fn resolve(store: &Store, ns: &str, b: &IngressBackend, field: &str, deps: &mut 
             (Some(n), _) => *n,
             (None, Some(name)) => {
                 let Some(svc) = store.service(ns, &s.name) else {
-                    return Err(RefError::new("BackendNotFound", format!("{fs}: Service {ns}/{} not found", s.name)));
+                    return Err(RefError::new(
+                        "BackendNotFound",
+                        format!("{fs}: Service {ns}/{} not found", s.name),
+                    ));
                 };
-                match svc.spec.ports.iter().find(|p| p.name.as_deref() == Some(name.as_str())) {
+                match svc
+                    .spec
+                    .ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(name.as_str()))
+                {
                     Some(p) => p.port,
                     None => {
                         return Err(RefError::new(
                             "BackendNotFound",
-                            format!("{fs}.port.name: Service {ns}/{} has no port named {name:?}", s.name),
+                            format!(
+                                "{fs}.port.name: Service {ns}/{} has no port named {name:?}",
+                                s.name
+                            ),
                         ));
                     }
                 }
             }
-            (None, None) => return Err(RefError::new("UnsupportedValue", format!("{fs}.port: number or name required"))),
+            (None, None) => {
+                return Err(RefError::new(
+                    "UnsupportedValue",
+                    format!("{fs}.port: number or name required"),
+                ));
+            }
         };
         return backend::resolve_service(store, ns, &s.name, Some(port), &fs);
     }
@@ -163,8 +263,15 @@ fn resolve(store: &Store, ns: &str, b: &IngressBackend, field: &str, deps: &mut 
         }
         return Err(RefError::new(
             "InvalidKind",
-            format!("{field}.resource: unsupported {:?}/{:?} (weir.dev/Backend)", r.api_group.as_deref().unwrap_or(""), r.kind),
+            format!(
+                "{field}.resource: unsupported {:?}/{:?} (weir.dev/Backend)",
+                r.api_group.as_deref().unwrap_or(""),
+                r.kind
+            ),
         ));
     }
-    Err(RefError::new("UnsupportedValue", format!("{field}: service or resource required")))
+    Err(RefError::new(
+        "UnsupportedValue",
+        format!("{field}: service or resource required"),
+    ))
 }

@@ -10,11 +10,32 @@
 //!
 //! The crate is pure: no I/O, no async runtime. The same translator serves standalone
 //! files and the Kubernetes API.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use weir_api::Object;
+//! use weir_model::{Delta, Resource};
+//! use weir_translate::{ObjectChange, Translator, TranslatorOptions};
+//!
+//! let gateway = Object::from_value(serde_json::json!({
+//!     "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+//!     "metadata": {"name": "gw"},
+//!     "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}]}
+//! })).unwrap();
+//! let mut t = Translator::new(TranslatorOptions { standalone: true, ..Default::default() });
+//! let gateway = Arc::new(gateway);
+//! let out = t.apply([ObjectChange::Upsert(gateway.clone())]);
+//! assert!(matches!(&out.batch.deltas[..], [Delta::Upsert(Resource::Listener(_))]));
+//! assert_eq!(out.statuses.len(), 1); // the Gateway's status
+//! // Applying the same object again changes nothing.
+//! assert!(t.apply([ObjectChange::Upsert(gateway)]).is_empty());
+//! ```
 
 #![warn(missing_docs)]
 
 mod backend;
 mod duration;
+mod fields;
 mod gateway;
 mod ingress;
 mod order;

@@ -16,7 +16,11 @@ pub(crate) struct Age {
 
 impl Age {
     pub(crate) fn new(timestamp: Option<&str>, seq: u64) -> Self {
-        Age { no_timestamp: timestamp.is_none(), timestamp: timestamp.unwrap_or("").into(), seq }
+        Age {
+            no_timestamp: timestamp.is_none(),
+            timestamp: timestamp.unwrap_or("").into(),
+            seq,
+        }
     }
 }
 
@@ -49,7 +53,13 @@ pub(crate) struct RuleOrigin<'a> {
 }
 
 impl RuleOrder {
-    pub(crate) fn new(origin: &RuleOrigin<'_>, m: &RequestMatch, default_backend: bool, rule: u32, matcher: u32) -> Self {
+    pub(crate) fn new(
+        origin: &RuleOrigin<'_>,
+        m: &RequestMatch,
+        default_backend: bool,
+        rule: u32,
+        matcher: u32,
+    ) -> Self {
         let (path_class, path_len) = match &m.path {
             PathMatch::Exact(p) => (0, p.len()),
             PathMatch::Regex(p) => (1, p.source().len()),
@@ -78,8 +88,16 @@ mod tests {
     use weir_model::Pattern;
 
     fn m(path: PathMatch, method: bool, headers: usize) -> RequestMatch {
-        let h = weir_model::HeaderMatch { name: "x".into(), value: weir_model::StringMatch::Exact("v".into()) };
-        RequestMatch { path, headers: vec![h; headers], query: vec![], method: method.then(|| "GET".into()) }
+        let h = weir_model::HeaderMatch {
+            name: "x".into(),
+            value: weir_model::StringMatch::Exact("v".into()),
+        };
+        RequestMatch {
+            path,
+            headers: vec![h; headers],
+            query: vec![],
+            method: method.then(|| "GET".into()),
+        }
     }
 
     #[test]
@@ -87,13 +105,42 @@ mod tests {
         let age = Age::new(None, 1);
         let ns: Arc<str> = "ns".into();
         let name: Arc<str> = "r".into();
-        let o = RuleOrigin { age: &age, kind: RouteKind::HttpRoute, namespace: &ns, name: &name };
+        let o = RuleOrigin {
+            age: &age,
+            kind: RouteKind::HttpRoute,
+            namespace: &ns,
+            name: &name,
+        };
         let exact = RuleOrder::new(&o, &m(PathMatch::Exact("/a".into()), false, 0), false, 0, 0);
-        let regex = RuleOrder::new(&o, &m(PathMatch::Regex(Pattern::new("/a.*").unwrap()), false, 0), false, 0, 0);
-        let long = RuleOrder::new(&o, &m(PathMatch::Prefix("/abc".into()), false, 0), false, 0, 0);
-        let short = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), false, 0), false, 0, 0);
+        let regex = RuleOrder::new(
+            &o,
+            &m(PathMatch::Regex(Pattern::new("/a.*").unwrap()), false, 0),
+            false,
+            0,
+            0,
+        );
+        let long = RuleOrder::new(
+            &o,
+            &m(PathMatch::Prefix("/abc".into()), false, 0),
+            false,
+            0,
+            0,
+        );
+        let short = RuleOrder::new(
+            &o,
+            &m(PathMatch::Prefix("/a".into()), false, 0),
+            false,
+            0,
+            0,
+        );
         let method = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), true, 0), false, 0, 0);
-        let headers = RuleOrder::new(&o, &m(PathMatch::Prefix("/a".into()), false, 2), false, 0, 0);
+        let headers = RuleOrder::new(
+            &o,
+            &m(PathMatch::Prefix("/a".into()), false, 2),
+            false,
+            0,
+            0,
+        );
         assert!(exact < regex && regex < long && long < short);
         assert!(method < headers && headers < short);
         let older = Age::new(Some("2020-01-01T00:00:00Z"), 9);

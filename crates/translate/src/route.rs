@@ -2,17 +2,17 @@
 
 use std::sync::Arc;
 
-use weir_api::{
-    HttpBackendRef, HttpHeaderFilter, HttpPathModifier, HttpRoute, HttpRouteMatch, HttpRouteRule, Kind,
-    ObjectKey,
-};
+use weir_api::{HttpBackendRef, HttpRoute, HttpRouteRule, Kind, ObjectKey};
 use weir_model::{
-    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, HostMatch, PathMatch, PathRewrite, Pattern,
-    QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch, Timeouts, WeightedBackend,
+    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
+    Timeouts, WeightedBackend,
 };
 
 use crate::backend::{self, RefError, Resolved};
 use crate::duration;
+use crate::fields::{
+    compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
+};
 use crate::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
 
@@ -33,11 +33,6 @@ pub(crate) struct CompiledRoute {
     pub(crate) deps: Vec<Dep>,
 }
 
-/// Whether `s` is a non-empty HTTP token (header name, method).
-pub(crate) fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 struct Ctx<'a> {
     store: &'a Store,
     ns: &'a Arc<str>,
@@ -45,7 +40,12 @@ struct Ctx<'a> {
 }
 
 /// Compiles `route` (stored under `key`, with precedence `age`).
-pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> CompiledRoute {
+pub(crate) fn compile(
+    store: &Store,
+    key: &ObjectKey,
+    age: &Age,
+    route: &HttpRoute,
+) -> CompiledRoute {
     let mut out = CompiledRoute::default();
     if !route.spec.hostnames.is_empty() {
         let mut hosts = Vec::new();
@@ -64,23 +64,54 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRou
         out.hostnames = Some(hosts);
     }
     let default_rules = [HttpRouteRule::default()];
-    let rules: &[HttpRouteRule] = if route.spec.rules.is_empty() { &default_rules } else { &route.spec.rules };
-    let origin = RuleOrigin { age, kind: RouteKind::HttpRoute, namespace: &key.namespace, name: &key.name };
+    let rules: &[HttpRouteRule] = if route.spec.rules.is_empty() {
+        &default_rules
+    } else {
+        &route.spec.rules
+    };
+    let origin = RuleOrigin {
+        age,
+        kind: RouteKind::HttpRoute,
+        namespace: &key.namespace,
+        name: &key.name,
+    };
     for (i, rule) in rules.iter().enumerate() {
         let field = format!("spec.rules[{i}]");
-        let mut ctx = Ctx { store, ns: &key.namespace, out: &mut out };
+        let mut ctx = Ctx {
+            store,
+            ns: &key.namespace,
+            out: &mut out,
+        };
         match compile_rule(&mut ctx, rule, &field) {
             Ok((matches, filters, action, timeouts)) => {
                 let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
-                let route_ref =
-                    RouteRef { kind: RouteKind::HttpRoute, namespace: key.namespace.clone(), name: key.name.clone(), rule: rule_idx };
+                let route_ref = RouteRef {
+                    kind: RouteKind::HttpRoute,
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    rule: rule_idx,
+                };
                 for (j, m) in matches.into_iter().enumerate() {
-                    let order = RuleOrder::new(&origin, &m, false, rule_idx, u32::try_from(j).unwrap_or(u32::MAX));
-                    let rr = RouteRule::new(route_ref.clone(), m, filters.clone(), action.clone(), timeouts.clone());
+                    let order = RuleOrder::new(
+                        &origin,
+                        &m,
+                        false,
+                        rule_idx,
+                        u32::try_from(j).unwrap_or(u32::MAX),
+                    );
+                    let rr = RouteRule::new(
+                        route_ref.clone(),
+                        m,
+                        filters.clone(),
+                        action.clone(),
+                        timeouts.clone(),
+                    );
                     out.rules.push((order, Arc::new(rr)));
                 }
             }
-            Err(e) => out.problems.push(format!("{e} (rule {i} dropped; other rules still apply)")),
+            Err(e) => out
+                .problems
+                .push(format!("{e} (rule {i} dropped; other rules still apply)")),
         }
     }
     out
@@ -88,15 +119,26 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRou
 
 type CompiledRule = (Vec<RequestMatch>, Vec<Filter>, Action, Timeouts);
 
-fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<CompiledRule, String> {
+fn compile_rule(
+    ctx: &mut Ctx<'_>,
+    rule: &HttpRouteRule,
+    field: &str,
+) -> Result<CompiledRule, String> {
     let mut matches = Vec::new();
     for (j, m) in rule.matches.iter().enumerate() {
         matches.push(compile_match(m, &format!("{field}.matches[{j}]"))?);
     }
     if matches.is_empty() {
-        matches.push(RequestMatch { path: PathMatch::Prefix("/".into()), headers: vec![], query: vec![], method: None });
+        matches.push(RequestMatch {
+            path: PathMatch::Prefix("/".into()),
+            headers: vec![],
+            query: vec![],
+            method: None,
+        });
     }
-    let all_prefix = matches.iter().all(|m| matches!(m.path, PathMatch::Prefix(_)));
+    let all_prefix = matches
+        .iter()
+        .all(|m| matches!(m.path, PathMatch::Prefix(_)));
     let mut filters = Vec::new();
     let mut redirect = None;
     let mut direct: Option<(usize, String)> = None;
@@ -106,26 +148,52 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
         let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
         match f.type_.as_str() {
             "RequestHeaderModifier" => {
-                let h = f.request_header_modifier.as_ref().ok_or_else(|| missing("requestHeaderModifier"))?;
-                filters.push(Filter::RequestHeaders(header_modifier(h, &format!("{ff}.requestHeaderModifier"))?));
+                let h = f
+                    .request_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("requestHeaderModifier"))?;
+                filters.push(Filter::RequestHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.requestHeaderModifier"),
+                )?));
             }
             "ResponseHeaderModifier" => {
-                let h = f.response_header_modifier.as_ref().ok_or_else(|| missing("responseHeaderModifier"))?;
-                filters.push(Filter::ResponseHeaders(header_modifier(h, &format!("{ff}.responseHeaderModifier"))?));
+                let h = f
+                    .response_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("responseHeaderModifier"))?;
+                filters.push(Filter::ResponseHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.responseHeaderModifier"),
+                )?));
             }
             "URLRewrite" => {
-                let u = f.url_rewrite.as_ref().ok_or_else(|| missing("urlRewrite"))?;
+                let u = f
+                    .url_rewrite
+                    .as_ref()
+                    .ok_or_else(|| missing("urlRewrite"))?;
                 if rewrite {
                     return Err(format!("{ff}: only one URLRewrite filter is allowed"));
                 }
                 rewrite = true;
                 let fu = format!("{ff}.urlRewrite");
-                let hostname = u.hostname.as_deref().map(|h| exact_host(h, &format!("{fu}.hostname"))).transpose()?;
-                let path = u.path.as_ref().map(|p| path_modifier(p, all_prefix, &format!("{fu}.path"))).transpose()?;
+                let hostname = u
+                    .hostname
+                    .as_deref()
+                    .map(|h| exact_host(h, &format!("{fu}.hostname")))
+                    .transpose()?;
+                let path = u
+                    .path
+                    .as_ref()
+                    .map(|p| path_modifier(p, all_prefix, &format!("{fu}.path")))
+                    .transpose()?;
                 filters.push(Filter::UrlRewrite { hostname, path });
             }
             "RequestRedirect" => {
-                let r = f.request_redirect.as_ref().ok_or_else(|| missing("requestRedirect"))?;
+                let r = f
+                    .request_redirect
+                    .as_ref()
+                    .ok_or_else(|| missing("requestRedirect"))?;
                 if redirect.is_some() {
                     return Err(format!("{ff}: only one RequestRedirect filter is allowed"));
                 }
@@ -135,8 +203,16 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
                     Some(s @ ("http" | "https")) => Some(Arc::from(s)),
                     Some(s) => return Err(format!("{fr}.scheme: {s:?} is not http or https")),
                 };
-                let hostname = r.hostname.as_deref().map(|h| exact_host(h, &format!("{fr}.hostname"))).transpose()?;
-                let path = r.path.as_ref().map(|p| path_modifier(p, all_prefix, &format!("{fr}.path"))).transpose()?;
+                let hostname = r
+                    .hostname
+                    .as_deref()
+                    .map(|h| exact_host(h, &format!("{fr}.hostname")))
+                    .transpose()?;
+                let path = r
+                    .path
+                    .as_ref()
+                    .map(|p| path_modifier(p, all_prefix, &format!("{fr}.path")))
+                    .transpose()?;
                 let port = match r.port {
                     None => None,
                     Some(p) => Some(
@@ -148,12 +224,25 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
                 };
                 let status = match r.status_code.unwrap_or(302) {
                     s @ (301 | 302 | 303 | 307 | 308) => s as u16,
-                    s => return Err(format!("{fr}.statusCode: {s} is not one of 301, 302, 303, 307, 308")),
+                    s => {
+                        return Err(format!(
+                            "{fr}.statusCode: {s} is not one of 301, 302, 303, 307, 308"
+                        ));
+                    }
                 };
-                redirect = Some(Redirect { scheme, hostname, path, port, status });
+                redirect = Some(Redirect {
+                    scheme,
+                    hostname,
+                    path,
+                    port,
+                    status,
+                });
             }
             "ExtensionRef" => {
-                let e = f.extension_ref.as_ref().ok_or_else(|| missing("extensionRef"))?;
+                let e = f
+                    .extension_ref
+                    .as_ref()
+                    .ok_or_else(|| missing("extensionRef"))?;
                 if e.group != "weir.dev" || e.kind != "DirectResponse" {
                     return Err(format!(
                         "{ff}.extensionRef: unsupported extension {}/{} (weir supports weir.dev/DirectResponse)",
@@ -170,15 +259,20 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
         }
     }
     if redirect.is_some() && (direct.is_some() || rewrite) {
-        return Err(format!("{field}.filters: RequestRedirect cannot be combined with URLRewrite or a DirectResponse"));
+        return Err(format!(
+            "{field}.filters: RequestRedirect cannot be combined with URLRewrite or a DirectResponse"
+        ));
     }
     if (redirect.is_some() || direct.is_some()) && !rule.backend_refs.is_empty() {
-        return Err(format!("{field}.backendRefs: must be empty when the rule answers with a redirect or DirectResponse"));
+        return Err(format!(
+            "{field}.backendRefs: must be empty when the rule answers with a redirect or DirectResponse"
+        ));
     }
     let mut timeouts = Timeouts::default();
     if let Some(t) = &rule.timeouts {
         if let Some(r) = &t.request {
-            timeouts.request = duration::parse(r).map_err(|e| format!("{field}.timeouts.request: {e}"))?;
+            timeouts.request =
+                duration::parse(r).map_err(|e| format!("{field}.timeouts.request: {e}"))?;
         }
         if let Some(r) = &t.backend_request {
             timeouts.backend_request =
@@ -188,7 +282,9 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
     for (k, b) in rule.backend_refs.iter().enumerate() {
         let fb = format!("{field}.backendRefs[{k}]");
         if !b.filters.is_empty() {
-            return Err(format!("{fb}.filters: per-backend filters are not supported"));
+            return Err(format!(
+                "{fb}.filters: per-backend filters are not supported"
+            ));
         }
         if let Some(w) = b.weight
             && !(0..=1_000_000).contains(&w)
@@ -199,7 +295,11 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
     let action = if let Some(r) = redirect {
         Action::Redirect(r)
     } else if let Some((j, name)) = direct {
-        ctx.out.deps.push(Dep::Object(ObjectKey::new(Kind::DirectResponse, ctx.ns, &name)));
+        ctx.out.deps.push(Dep::Object(ObjectKey::new(
+            Kind::DirectResponse,
+            ctx.ns,
+            &name,
+        )));
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
         forward(ctx, &rule.backend_refs, field)
@@ -210,44 +310,36 @@ fn compile_rule(ctx: &mut Ctx<'_>, rule: &HttpRouteRule, field: &str) -> Result<
 fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
     let ns = ctx.ns.clone();
     let Some(d) = ctx.store.direct_response(&ns, name) else {
-        ctx.out
-            .ref_errors
-            .push(RefError::new("BackendNotFound", format!("{field}: DirectResponse {ns}/{name} not found")));
-        return Action::Fail { status: 500, reason: "direct response not found".into() };
+        ctx.out.ref_errors.push(RefError::new(
+            "BackendNotFound",
+            format!("{field}: DirectResponse {ns}/{name} not found"),
+        ));
+        return Action::Fail {
+            status: 500,
+            reason: "direct response not found".into(),
+        };
     };
     match direct_response_of(d) {
         Ok(d) => Action::DirectResponse(d),
         Err(_) => {
-            ctx.out.ref_errors.push(RefError::new("UnsupportedValue", format!("{field}: DirectResponse {ns}/{name} is invalid")));
-            Action::Fail { status: 500, reason: "invalid direct response".into() }
+            ctx.out.ref_errors.push(RefError::new(
+                "UnsupportedValue",
+                format!("{field}: DirectResponse {ns}/{name} is invalid"),
+            ));
+            Action::Fail {
+                status: 500,
+                reason: "invalid direct response".into(),
+            }
         }
     }
-}
-
-/// Converts a DirectResponse object; the error lists its problems.
-pub(crate) fn direct_response_of(d: &weir_api::DirectResponse) -> Result<DirectResponse, Vec<String>> {
-    let mut problems = Vec::new();
-    let status = d.spec.status.unwrap_or(200);
-    if !(100..=599).contains(&status) {
-        problems.push(format!("spec.status: {status} is not between 100 and 599"));
-    }
-    let mut headers = Vec::new();
-    for (i, h) in d.spec.headers.iter().enumerate() {
-        if is_token(&h.name) {
-            headers.push((Arc::from(h.name.to_ascii_lowercase()), Arc::from(h.value.as_str())));
-        } else {
-            problems.push(format!("spec.headers[{i}].name: {:?} is not a valid header name", h.name));
-        }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    Ok(DirectResponse { status: status as u16, headers, body: d.spec.body.as_deref().unwrap_or("").into() })
 }
 
 fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
     if refs.is_empty() {
-        return Action::Fail { status: 500, reason: "no backends".into() };
+        return Action::Fail {
+            status: 500,
+            reason: "no backends".into(),
+        };
     }
     let mut backends = Vec::new();
     let mut valid = 0;
@@ -255,27 +347,44 @@ fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
         let fb = format!("{field}.backendRefs[{k}]");
         let weight = b.weight.unwrap_or(1).max(0) as u32;
         let route_ns = ctx.ns.clone();
-        let ns = b.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&route_ns);
+        let ns = b
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&route_ns);
         let group = b.group.as_deref().unwrap_or("");
         let kind = b.kind.as_deref().unwrap_or("Service");
         let resolved = resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb);
         match resolved {
             Ok((key, src)) => {
                 valid += 1;
-                backends.push(WeightedBackend { cluster: key.clone(), weight });
+                backends.push(WeightedBackend {
+                    cluster: key.clone(),
+                    weight,
+                });
                 if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
                     ctx.out.clusters.push((key, src));
                 }
             }
             Err(e) => {
                 ctx.out.ref_errors.push(e);
-                let what = if group.is_empty() { format!("{kind}/{ns}/{}", b.name) } else { format!("{group}/{kind}/{ns}/{}", b.name) };
-                backends.push(WeightedBackend { cluster: backend::invalid_cluster_key(&what), weight });
+                let what = if group.is_empty() {
+                    format!("{kind}/{ns}/{}", b.name)
+                } else {
+                    format!("{group}/{kind}/{ns}/{}", b.name)
+                };
+                backends.push(WeightedBackend {
+                    cluster: backend::invalid_cluster_key(&what),
+                    weight,
+                });
             }
         }
     }
     if valid == 0 {
-        return Action::Fail { status: 500, reason: "no valid backends".into() };
+        return Action::Fail {
+            status: 500,
+            reason: "no valid backends".into(),
+        };
     }
     Action::Forward(backends)
 }
@@ -295,7 +404,9 @@ fn resolve_ref(
         _ => {
             return Err(RefError::new(
                 "InvalidKind",
-                format!("{field}: unsupported backend kind {group:?}/{kind:?} (use Service or weir.dev/Backend)"),
+                format!(
+                    "{field}: unsupported backend kind {group:?}/{kind:?} (use Service or weir.dev/Backend)"
+                ),
             ));
         }
     };
@@ -303,10 +414,16 @@ fn resolve_ref(
     if ns != &**ctx.ns {
         ctx.out.deps.push(Dep::GrantsIn(ns.into()));
         let g = if k == Kind::Service { "" } else { "weir.dev" };
-        if !ctx.store.grant_allows("HTTPRoute", ctx.ns, ns, g, k.name(), name) {
+        if !ctx
+            .store
+            .grant_allows("HTTPRoute", ctx.ns, ns, g, k.name(), name)
+        {
             return Err(RefError::new(
                 "RefNotPermitted",
-                format!("{field}: {} {ns}/{name} is in another namespace and no ReferenceGrant allows it", k.name()),
+                format!(
+                    "{field}: {} {ns}/{name} is in another namespace and no ReferenceGrant allows it",
+                    k.name()
+                ),
             ));
         }
     }
@@ -315,137 +432,4 @@ fn resolve_ref(
     } else {
         backend::resolve_backend(ctx.store, ns, name, field)
     }
-}
-
-fn compile_match(m: &HttpRouteMatch, field: &str) -> Result<RequestMatch, String> {
-    let path = match &m.path {
-        None => PathMatch::Prefix("/".into()),
-        Some(p) => {
-            let value = p.value.as_deref().unwrap_or("/");
-            let t = p.type_.as_deref().unwrap_or("PathPrefix");
-            match t {
-                "Exact" | "PathPrefix" if !value.starts_with('/') => {
-                    return Err(format!("{field}.path.value: must start with \"/\""));
-                }
-                "Exact" => PathMatch::Exact(value.into()),
-                "PathPrefix" => PathMatch::Prefix(normalize_prefix(value)),
-                "RegularExpression" => PathMatch::Regex(
-                    Pattern::new(value).map_err(|e| format!("{field}.path.value: {}", regex_error(e)))?,
-                ),
-                other => return Err(format!("{field}.path.type: unsupported {other:?}")),
-            }
-        }
-    };
-    let mut headers: Vec<HeaderMatch> = Vec::new();
-    for (i, h) in m.headers.iter().enumerate() {
-        let fh = format!("{field}.headers[{i}]");
-        if !is_token(&h.name) {
-            return Err(format!("{fh}.name: {:?} is not a valid header name", h.name));
-        }
-        let name: Arc<str> = h.name.to_ascii_lowercase().into();
-        let value = string_match(h.type_.as_deref(), &h.value, &fh)?;
-        if !headers.iter().any(|x| x.name == name) {
-            headers.push(HeaderMatch { name, value });
-        }
-    }
-    let mut query: Vec<QueryMatch> = Vec::new();
-    for (i, q) in m.query_params.iter().enumerate() {
-        let fq = format!("{field}.queryParams[{i}]");
-        if q.name.is_empty() {
-            return Err(format!("{fq}.name: must not be empty"));
-        }
-        let value = string_match(q.type_.as_deref(), &q.value, &fq)?;
-        if !query.iter().any(|x| *x.name == *q.name) {
-            query.push(QueryMatch { name: q.name.as_str().into(), value });
-        }
-    }
-    let method = match &m.method {
-        None => None,
-        Some(x) if is_token(x) => Some(Arc::from(x.to_ascii_uppercase())),
-        Some(x) => return Err(format!("{field}.method: {x:?} is not a valid HTTP method")),
-    };
-    Ok(RequestMatch { path, headers, query, method })
-}
-
-fn regex_error(e: regex::Error) -> String {
-    let text = e.to_string();
-    let last = text.lines().last().unwrap_or("").trim();
-    format!("invalid regular expression: {}", last.strip_prefix("error: ").unwrap_or(last))
-}
-
-fn string_match(t: Option<&str>, value: &str, field: &str) -> Result<StringMatch, String> {
-    match t.unwrap_or("Exact") {
-        "Exact" => Ok(StringMatch::Exact(value.into())),
-        "RegularExpression" => Pattern::new(value)
-            .map(StringMatch::Regex)
-            .map_err(|e| format!("{field}.value: {}", regex_error(e))),
-        other => Err(format!("{field}.type: unsupported {other:?}")),
-    }
-}
-
-/// A path prefix without its trailing `/` (except the root).
-pub(crate) fn normalize_prefix(p: &str) -> Arc<str> {
-    let t = p.trim_end_matches('/');
-    if t.is_empty() { "/".into() } else { t.into() }
-}
-
-fn exact_host(h: &str, field: &str) -> Result<Arc<str>, String> {
-    match HostMatch::parse(Some(h)) {
-        Ok(HostMatch::Exact(e)) => Ok(e),
-        _ => Err(format!("{field}: {h:?} is not a valid hostname")),
-    }
-}
-
-fn path_modifier(p: &HttpPathModifier, all_prefix: bool, field: &str) -> Result<PathRewrite, String> {
-    match p.type_.as_str() {
-        "ReplaceFullPath" => {
-            let v = p
-                .replace_full_path
-                .as_deref()
-                .ok_or_else(|| format!("{field}.replaceFullPath: required for ReplaceFullPath"))?;
-            if !v.starts_with('/') {
-                return Err(format!("{field}.replaceFullPath: must start with \"/\""));
-            }
-            Ok(PathRewrite::Full(v.into()))
-        }
-        "ReplacePrefixMatch" => {
-            let v = p
-                .replace_prefix_match
-                .as_deref()
-                .ok_or_else(|| format!("{field}.replacePrefixMatch: required for ReplacePrefixMatch"))?;
-            if !v.starts_with('/') {
-                return Err(format!("{field}.replacePrefixMatch: must start with \"/\""));
-            }
-            if !all_prefix {
-                return Err(format!("{field}: ReplacePrefixMatch needs every match of the rule to be a PathPrefix match"));
-            }
-            Ok(PathRewrite::PrefixMatch(v.into()))
-        }
-        other => Err(format!("{field}.type: unsupported {other:?}")),
-    }
-}
-
-fn header_modifier(h: &HttpHeaderFilter, field: &str) -> Result<HeaderModifier, String> {
-    let pairs = |list: &[weir_api::HttpHeader], f: &str| -> Result<Vec<(Arc<str>, Arc<str>)>, String> {
-        list.iter()
-            .enumerate()
-            .map(|(i, x)| {
-                if is_token(&x.name) {
-                    Ok((Arc::from(x.name.to_ascii_lowercase()), Arc::from(x.value.as_str())))
-                } else {
-                    Err(format!("{field}.{f}[{i}].name: {:?} is not a valid header name", x.name))
-                }
-            })
-            .collect()
-    };
-    let set = pairs(&h.set, "set")?;
-    let add = pairs(&h.add, "add")?;
-    let mut remove = Vec::new();
-    for (i, r) in h.remove.iter().enumerate() {
-        if !is_token(r) {
-            return Err(format!("{field}.remove[{i}]: {r:?} is not a valid header name"));
-        }
-        remove.push(Arc::from(r.to_ascii_lowercase()));
-    }
-    Ok(HeaderModifier { set, add, remove })
 }

@@ -3,7 +3,7 @@
 use weir_api::{Condition, GatewayClassStatus, Object, ObjectStatus};
 
 use crate::backend;
-use crate::route::direct_response_of;
+use crate::fields::direct_response_of;
 use crate::store::Store;
 use crate::tls;
 
@@ -25,14 +25,24 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
 ];
 
 /// The status of an object whose status depends on nothing else; `None` when it has none.
-pub(crate) fn standalone_status(store: &Store, controller: &str, obj: &Object) -> Option<ObjectStatus> {
+pub(crate) fn standalone_status(
+    store: &Store,
+    controller: &str,
+    obj: &Object,
+) -> Option<ObjectStatus> {
     let problems = match obj {
         Object::GatewayClass(c) => {
             if c.spec.controller_name != controller {
                 return None;
             }
             return Some(ObjectStatus::GatewayClass(GatewayClassStatus {
-                conditions: vec![Condition::new("Accepted", true, "Accepted", "GatewayClass accepted", c.metadata.generation)],
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    true,
+                    "Accepted",
+                    "GatewayClass accepted",
+                    c.metadata.generation,
+                )],
                 supported_features: SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect(),
             }));
         }

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use weir_api::{
-    Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress, Kind,
-    Object, ObjectKey, ReferenceGrant, Service,
+    Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress,
+    IngressClass, Kind, Object, ObjectKey, ReferenceGrant, Service,
 };
 use weir_model::Certificate;
 
@@ -72,11 +72,15 @@ impl Store {
             }
             Object::EndpointSlice(s) => {
                 if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
-                    self.slices.entry((ns, svc.as_str().into())).or_default().insert(name);
+                    self.slices
+                        .entry((ns, svc.as_str().into()))
+                        .or_default()
+                        .insert(name);
                 }
             }
             Object::Secret(s) => {
-                self.certs.insert((ns, name), tls::certificate_from_secret(s));
+                self.certs
+                    .insert((ns, name), tls::certificate_from_secret(s));
             }
             _ => {}
         }
@@ -118,18 +122,33 @@ impl Store {
     }
 
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
-        self.objects.get(&ObjectKey::new(kind, ns, name)).map(|o| &**o)
+        self.objects
+            .get(&ObjectKey::new(kind, ns, name))
+            .map(|o| &**o)
     }
 
     /// Precedence age of the object with `key` (creation time, then first-seen order).
     pub(crate) fn age(&self, key: &ObjectKey) -> Age {
-        let ts = self.objects.get(key).and_then(|o| o.metadata().creation_timestamp.clone());
-        Age::new(ts.as_deref(), self.seq.get(key).copied().unwrap_or(u64::MAX))
+        let ts = self
+            .objects
+            .get(key)
+            .and_then(|o| o.metadata().creation_timestamp.clone());
+        Age::new(
+            ts.as_deref(),
+            self.seq.get(key).copied().unwrap_or(u64::MAX),
+        )
     }
 
     pub(crate) fn gateway_class(&self, name: &str) -> Option<&GatewayClass> {
         match self.get_ns(Kind::GatewayClass, "", name)? {
             Object::GatewayClass(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn ingress_class(&self, name: &str) -> Option<&IngressClass> {
+        match self.get_ns(Kind::IngressClass, "", name)? {
+            Object::IngressClass(c) => Some(c),
             _ => None,
         }
     }
@@ -202,7 +221,11 @@ impl Store {
     }
 
     /// The parsed certificate of a Secret; `None` if the Secret does not exist.
-    pub(crate) fn certificate(&self, ns: &str, name: &str) -> Option<&Result<Arc<Certificate>, String>> {
+    pub(crate) fn certificate(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Option<&Result<Arc<Certificate>, String>> {
         self.certs.get(&(Arc::from(ns), Arc::from(name)))
     }
 
@@ -225,11 +248,15 @@ impl Store {
                 return false;
             };
             spec.from.iter().any(|f| {
-                f.group == "gateway.networking.k8s.io" && f.kind == from_kind && f.namespace == from_ns
+                f.group == "gateway.networking.k8s.io"
+                    && f.kind == from_kind
+                    && f.namespace == from_ns
             }) && spec.to.iter().any(|t| {
                 t.group == to_group
                     && t.kind == to_kind
-                    && t.name.as_deref().is_none_or(|n| n.is_empty() || n == to_name)
+                    && t.name
+                        .as_deref()
+                        .is_none_or(|n| n.is_empty() || n == to_name)
             })
         })
     }
@@ -237,7 +264,7 @@ impl Store {
 
 /// Something a derived object (Gateway, HTTPRoute, Ingress) was computed from; when it
 /// changes, the dependents are recomputed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Dep {
     /// An object by key (it may not exist yet).
     Object(ObjectKey),

@@ -48,7 +48,9 @@ fn value(s: &Secret, key: &'static str) -> Result<Vec<u8>, InvalidSecret> {
         return Err(InvalidSecret::Missing(key));
     };
     let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(compact).map_err(|_| InvalidSecret::Base64(key))
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .map_err(|_| InvalidSecret::Base64(key))
 }
 
 fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
@@ -65,11 +67,67 @@ fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
     if count == 0 {
         return Err(InvalidSecret::Chain("no PEM CERTIFICATE block".into()));
     }
-    PrivateKeyDer::from_pem_slice(&key).map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
+    PrivateKeyDer::from_pem_slice(&key)
+        .map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
     Ok(Arc::new(Certificate::new(chain.into(), key.into())))
 }
 
 /// Parses a Secret into a certificate; the error message names the Secret and field.
 pub(crate) fn certificate_from_secret(s: &Secret) -> Result<Arc<Certificate>, String> {
     parse(s).map_err(|e| format!("Secret {}/{}: {e}", s.metadata.namespace, s.metadata.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(crt: &str, key: &str, data: bool) -> Secret {
+        let mut s = Secret {
+            type_: "kubernetes.io/tls".into(),
+            ..Secret::default()
+        };
+        s.metadata.namespace = "ns".into();
+        s.metadata.name = "s".into();
+        let map = if data {
+            &mut s.data
+        } else {
+            &mut s.string_data
+        };
+        map.insert(CRT.into(), crt.into());
+        map.insert(KEY.into(), key.into());
+        s
+    }
+
+    #[test]
+    fn rejects_bad_secrets() {
+        assert_eq!(parse(&Secret::default()), Err(InvalidSecret::NotTls));
+        let mut s = secret("x", "y", false);
+        s.string_data.remove(KEY);
+        assert_eq!(parse(&s), Err(InvalidSecret::Missing(KEY)));
+        assert_eq!(
+            parse(&secret("%%%", "%%%", true)),
+            Err(InvalidSecret::Base64(CRT))
+        );
+        assert!(matches!(
+            parse(&secret("hello", "world", false)),
+            Err(InvalidSecret::Chain(_))
+        ));
+        let msg = certificate_from_secret(&secret("hello", "world", false)).unwrap_err();
+        assert_eq!(msg, "Secret ns/s: tls.crt: no PEM CERTIFICATE block");
+    }
+
+    #[test]
+    fn accepts_pem_and_shares_by_content() {
+        // Structurally valid PEM (the translator checks framing, not the DER contents).
+        let crt = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+        let key = "-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n";
+        let a = parse(&secret(crt, key, false)).unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let b = parse(&secret(&b64(crt), &b64(key), true)).unwrap();
+        assert_eq!(a.hash(), b.hash());
+        assert!(matches!(
+            parse(&secret(crt, "nope", false)),
+            Err(InvalidSecret::Key(_))
+        ));
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
 use weir_model::{
-    Certificate, ClusterKey, ContentHash, DeltaBatch, HostMatch, Listener, ListenerKey, Protocol, Resource,
+    Certificate, ClusterKey, ContentHash, DeltaBatch, HostMatch, Listener, ListenerKey, Resource,
     ResourceKey, RouteRule, SniCert, VirtualHost,
 };
 
@@ -19,6 +19,11 @@ use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
 
 mod attach;
 mod emit;
+mod gateways;
+mod ingresses;
+
+/// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
+const INGRESS_LABEL: &str = "ingress";
 
 /// A host on a listener: the key of a VirtualHost and of an SNI entry.
 pub(crate) type HostKey = (ListenerKey, HostMatch);
@@ -155,10 +160,19 @@ impl Translator {
 
     /// The current status of every object that has one, sorted by key.
     pub fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
-        self.statuses.iter().map(|(k, s)| (k.clone(), s.clone())).collect()
+        self.statuses
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect()
     }
 
-    fn on_change(&mut self, key: &ObjectKey, old: Option<&Object>, new: Option<&Object>, d: &mut Dirty) {
+    fn on_change(
+        &mut self,
+        key: &ObjectKey,
+        old: Option<&Object>,
+        new: Option<&Object>,
+        d: &mut Dirty,
+    ) {
         match key.kind {
             Kind::Gateway => {
                 d.gateways.insert(key.clone());
@@ -169,7 +183,7 @@ impl Translator {
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
             }
-            Kind::IngressClass => {}
+            Kind::IngressClass => self.mark_dependents(&Dep::Object(key.clone()), d),
             Kind::ReferenceGrant => self.mark_dependents(&Dep::GrantsIn(key.namespace.clone()), d),
             Kind::EndpointSlice => {
                 d.plain_status.insert(key.clone());
@@ -185,9 +199,13 @@ impl Translator {
                 // Routes and Ingresses see a Service's existence and port numbers/names;
                 // anything else (appProtocol, labels) reaches them only through clusters.
                 let ports = |o: Option<&Object>| match o {
-                    Some(Object::Service(s)) => {
-                        Some(s.spec.ports.iter().map(|p| (p.port, p.name.clone())).collect::<Vec<_>>())
-                    }
+                    Some(Object::Service(s)) => Some(
+                        s.spec
+                            .ports
+                            .iter()
+                            .map(|p| (p.port, p.name.clone()))
+                            .collect::<Vec<_>>(),
+                    ),
                     _ => None,
                 };
                 if ports(old) != ports(new) {
@@ -220,12 +238,15 @@ impl Translator {
 
     fn mark_service_clusters(&self, ns: &Arc<str>, svc: &str, d: &mut Dirty) {
         if let Some(set) = self.service_clusters.get(&(ns.clone(), Arc::from(svc))) {
-            d.resources.extend(set.iter().map(|c| ResourceKey::Cluster(c.clone())));
+            d.resources
+                .extend(set.iter().map(|c| ResourceKey::Cluster(c.clone())));
         }
     }
 
     fn mark_dependents(&self, dep: &Dep, d: &mut Dirty) {
-        let Some(set) = self.deps.get(dep) else { return };
+        let Some(set) = self.deps.get(dep) else {
+            return;
+        };
         for k in set {
             match k.kind {
                 Kind::Gateway => d.gateways.insert(k.clone()),
@@ -237,7 +258,7 @@ impl Translator {
     }
 
     fn set_deps(&mut self, key: &ObjectKey, mut deps: Vec<Dep>) {
-        deps.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        deps.sort();
         deps.dedup();
         if self.deps_of.get(key) == Some(&deps) {
             return;
@@ -256,7 +277,10 @@ impl Translator {
             return;
         }
         for dep in &deps {
-            self.deps.entry(dep.clone()).or_default().insert(key.clone());
+            self.deps
+                .entry(dep.clone())
+                .or_default()
+                .insert(key.clone());
         }
         self.deps_of.insert(key.clone(), deps);
     }
@@ -274,11 +298,16 @@ impl Translator {
         }
         self.update_ingress_listeners(d);
         for gk in std::mem::take(&mut d.gateway_status) {
-            let st = self.gateways.get(&gk).map(|s| ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk))));
+            let st = self
+                .gateways
+                .get(&gk)
+                .map(|s| ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk))));
             self.set_status(&gk, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
-            let st = self.store.get(&k).and_then(|o| status::standalone_status(&self.store, &self.opts.controller_name, o));
+            let st = self.store.get(&k).and_then(|o| {
+                status::standalone_status(&self.store, &self.opts.controller_name, o)
+            });
             self.set_status(&k, st, d);
         }
     }
@@ -295,201 +324,36 @@ impl Translator {
                 if let Some(ObjectStatus::Problems(_)) = self.statuses.remove(key)
                     && self.store.get(key).is_some()
                 {
-                    d.statuses.push((key.clone(), ObjectStatus::Problems(Vec::new())));
+                    d.statuses
+                        .push((key.clone(), ObjectStatus::Problems(Vec::new())));
                 }
-            }
-        }
-    }
-
-    fn recompute_gateways(&mut self, d: &mut Dirty) {
-        if d.gateways.is_empty() {
-            return;
-        }
-        let mut settle: HashSet<ObjectKey> = HashSet::new();
-        let mut touched: HashSet<ListenerKey> = HashSet::new();
-        for gk in std::mem::take(&mut d.gateways) {
-            let mut deps = Vec::new();
-            let state = match self.store.gateway(&gk) {
-                Some(gw) => {
-                    deps.push(Dep::Object(ObjectKey::new(Kind::GatewayClass, "", &gw.spec.gateway_class_name)));
-                    gateway::is_ours(&self.store, &self.opts.controller_name, self.opts.standalone, gw)
-                        .then(|| gateway::compile(&self.store, &gk, self.store.age(&gk), gw, &mut deps))
-                }
-                None => None,
-            };
-            self.set_deps(&gk, deps);
-            let new_claims = state.as_ref().map(|s| (s.age.clone(), gateway::claims(s)));
-            let old_claims = self.gw_claims.remove(&gk);
-            if old_claims != new_claims {
-                if let Some((age, keys)) = &old_claims {
-                    for k in keys {
-                        touched.insert(*k);
-                        if let Some(set) = self.port_claims.get_mut(k) {
-                            set.remove(&(age.clone(), gk.clone()));
-                            if set.is_empty() {
-                                self.port_claims.remove(k);
-                            }
-                        }
-                    }
-                }
-                if let Some((age, keys)) = &new_claims {
-                    for k in keys {
-                        touched.insert(*k);
-                        self.port_claims.entry(*k).or_default().insert((age.clone(), gk.clone()));
-                    }
-                }
-            }
-            if let Some(c) = new_claims {
-                self.gw_claims.insert(gk.clone(), c);
-            }
-            match state {
-                Some(s) => self.gateways.insert(gk.clone(), s),
-                None => self.gateways.remove(&gk),
-            };
-            d.gateway_status.insert(gk.clone());
-            settle.insert(gk);
-        }
-        for k in &touched {
-            if let Some(set) = self.port_claims.get(k) {
-                settle.extend(set.iter().map(|(_, g)| g.clone()));
-            }
-        }
-        // Undo the old outputs of every settled Gateway first: socket ownership may move
-        // from one of them to another.
-        for gk in &settle {
-            if let Some(out) = self.gw_outputs.remove(gk) {
-                for lk in out.listeners {
-                    self.listeners.remove(&lk);
-                    d.resources.insert(ResourceKey::Listener(lk));
-                }
-                for (hk, owner) in out.sni {
-                    self.remove_sni(&hk, &owner, d);
-                }
-            }
-        }
-        for gk in settle {
-            self.settle_gateway(&gk, d);
-        }
-    }
-
-    fn settle_gateway(&mut self, gk: &ObjectKey, d: &mut Dirty) {
-        let Some(mut state) = self.gateways.remove(gk) else {
-            if self.gw_views.remove(gk).is_some() {
-                self.mark_dependents(&Dep::Object(gk.clone()), d);
-            }
-            return;
-        };
-        let mut owners: HashMap<ListenerKey, (ObjectKey, Option<Protocol>)> = HashMap::new();
-        for l in &state.listeners {
-            if let Some(k) = l.key
-                && let Some((_, o)) = self.port_claims.get(&k).and_then(|s| s.first())
-            {
-                let proto = if o == gk { gateway::protocol_on(&state, &k) } else { self.gateways.get(o).and_then(|s| gateway::protocol_on(s, &k)) };
-                owners.insert(k, (o.clone(), proto));
-            }
-        }
-        gateway::settle(&mut state, |k| owners.get(k).cloned());
-        let mut out = GatewayOutputs::default();
-        let owner: SniOwner = (state.age.clone(), gk.clone());
-        for k in gateway::claims(&state) {
-            let on_key: Vec<_> = state.listeners.iter().filter(|l| l.programmed && l.key == Some(k)).collect();
-            let Some(first) = on_key.first() else { continue };
-            let Some(protocol) = first.protocol else { continue };
-            let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
-            let label: Arc<str> = format!("{}/{}", gk.namespace, gk.name).into();
-            self.listeners.insert(k, Arc::new(Listener::new(k, protocol, label, names.join(",").into())));
-            d.resources.insert(ResourceKey::Listener(k));
-            out.listeners.push(k);
-            if protocol == Protocol::Https {
-                let mut seen: Vec<HostMatch> = Vec::new();
-                for l in &on_key {
-                    if let Some(c) = &l.cert
-                        && !seen.contains(&l.hostname)
-                    {
-                        seen.push(l.hostname.clone());
-                        out.sni.push(((k, l.hostname.clone()), owner.clone()));
-                        self.add_sni((k, l.hostname.clone()), owner.clone(), c.clone(), d);
-                    }
-                }
-                if !seen.contains(&HostMatch::Any)
-                    && let Some(c) = on_key.iter().find_map(|l| l.cert.clone())
-                {
-                    out.sni.push(((k, HostMatch::Any), owner.clone()));
-                    self.add_sni((k, HostMatch::Any), owner.clone(), c, d);
-                }
-            }
-        }
-        self.gw_outputs.insert(gk.clone(), out);
-        let views = gateway::views(&state);
-        if self.gw_views.get(gk) != Some(&views) {
-            self.gw_views.insert(gk.clone(), views);
-            self.mark_dependents(&Dep::Object(gk.clone()), d);
-        }
-        d.gateway_status.insert(gk.clone());
-        self.gateways.insert(gk.clone(), state);
-    }
-
-    fn add_sni(&mut self, hk: HostKey, owner: SniOwner, cert: Arc<Certificate>, d: &mut Dirty) {
-        d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
-        self.sni.entry(hk).or_default().insert(owner, cert);
-    }
-
-    fn remove_sni(&mut self, hk: &HostKey, owner: &SniOwner, d: &mut Dirty) {
-        if let Some(m) = self.sni.get_mut(hk) {
-            m.remove(owner);
-            if m.is_empty() {
-                self.sni.remove(hk);
-            }
-        }
-        d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
-    }
-
-    fn ingress_keys(&self) -> [Option<ListenerKey>; 2] {
-        [self.opts.ingress_http.map(ListenerKey), self.opts.ingress_https.map(ListenerKey)]
-    }
-
-    fn check_ingress_blocked(&mut self, d: &mut Dirty) {
-        let blocked = self.ingress_keys().iter().flatten().any(|k| self.port_claims.contains_key(k));
-        if blocked != self.ingress_blocked {
-            self.ingress_blocked = blocked;
-            d.ingresses.extend(self.ingresses.keys().cloned());
-        }
-    }
-
-    fn update_ingress_listeners(&mut self, d: &mut Dirty) {
-        let [http, https] = self.ingress_keys();
-        let serve = !self.ingress_blocked;
-        let want = [
-            (http, serve && self.ingress_count > 0, Protocol::Http, "http"),
-            (https, serve && self.ingress_tls_hosts > 0, Protocol::Https, "https"),
-        ];
-        for (key, on, protocol, name) in want {
-            let Some(k) = key else { continue };
-            if self.port_claims.contains_key(&k) {
-                // A Gateway owns this socket and manages its Listener.
-                continue;
-            }
-            let has = self.listeners.contains_key(&k);
-            if on && !has {
-                self.listeners.insert(k, Arc::new(Listener::new(k, protocol, "ingress".into(), name.into())));
-                d.resources.insert(ResourceKey::Listener(k));
-            } else if !on && has {
-                self.listeners.remove(&k);
-                d.resources.insert(ResourceKey::Listener(k));
             }
         }
     }
 
     /// Replaces the host entries, SNI entries and cluster references of one route or
     /// Ingress, marking only the hosts and clusters it touched (before or after).
-    fn swap_contribution(&mut self, old: Option<Contribution>, new: &Contribution, rules: &[(HostKey, RuleOrder, Arc<RouteRule>)], sni: &[(HostKey, SniOwner, Arc<Certificate>)], d: &mut Dirty) {
+    fn swap_contribution(
+        &mut self,
+        old: Option<Contribution>,
+        new: &Contribution,
+        rules: &[(HostKey, RuleOrder, Arc<RouteRule>)],
+        sni: &[(HostKey, SniOwner, Arc<Certificate>)],
+        d: &mut Dirty,
+    ) {
         for (ck, src) in &new.clusters {
-            let e = self.cluster_refs.entry(ck.clone()).or_insert((0, src.clone()));
+            let e = self
+                .cluster_refs
+                .entry(ck.clone())
+                .or_insert((0, src.clone()));
             e.0 += 1;
             if e.0 == 1 {
                 d.resources.insert(ResourceKey::Cluster(ck.clone()));
                 if let ClusterSource::Service { ns, name, .. } = src {
-                    self.service_clusters.entry((ns.clone(), name.clone())).or_default().insert(ck.clone());
+                    self.service_clusters
+                        .entry((ns.clone(), name.clone()))
+                        .or_default()
+                        .insert(ck.clone());
                 }
             }
         }
@@ -515,7 +379,9 @@ impl Translator {
                     None => false,
                 };
                 if gone {
-                    if let Some((_, ClusterSource::Service { ns, name, .. })) = self.cluster_refs.remove(&ck) {
+                    if let Some((_, ClusterSource::Service { ns, name, .. })) =
+                        self.cluster_refs.remove(&ck)
+                    {
                         let k = (ns, name);
                         if let Some(set) = self.service_clusters.get_mut(&k) {
                             set.remove(&ck);
@@ -531,88 +397,31 @@ impl Translator {
             }
         }
         for (hk, order, rule) in rules {
-            self.hosts.entry(hk.clone()).or_default().insert(order.clone(), rule.clone());
-            d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
+            self.hosts
+                .entry(hk.clone())
+                .or_default()
+                .insert(order.clone(), rule.clone());
+            d.resources
+                .insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
         }
         for (hk, owner, cert) in sni {
             self.add_sni(hk.clone(), owner.clone(), cert.clone(), d);
         }
     }
 
-    fn recompute_ingress(&mut self, ik: &ObjectKey, d: &mut Dirty) {
-        let old = self.ingresses.remove(ik);
-        if let Some(o) = &old {
-            if o.ours {
-                self.ingress_count -= 1;
-            }
-            self.ingress_tls_hosts -= o.tls_hosts;
-        }
-        let mut new = Contribution::default();
-        let mut rules = Vec::new();
-        let mut sni = Vec::new();
-        let mut status = None;
-        let mut deps = Vec::new();
-        if let Some(ing) = self.store.ingress(ik).filter(|i| crate::ingress::is_ours(&self.opts, i)) {
-            let age = self.store.age(ik);
-            let c = crate::ingress::compile(&self.store, ik, &age, ing);
-            deps = c.deps;
-            new.ours = true;
-            let mut problems = c.problems;
-            let [http, https] = self.ingress_keys();
-            let mut addresses = Vec::new();
-            if self.ingress_blocked {
-                problems.push("the Ingress listener address is used by a Gateway; Ingresses are not served".into());
-            } else {
-                for k in [http, https].into_iter().flatten() {
-                    let ip = k.0.ip().to_string();
-                    if !addresses.contains(&ip) {
-                        addresses.push(ip);
-                    }
-                }
-                let covered = |h: &HostMatch| {
-                    c.tls.iter().any(|(t, _)| {
-                        t == h || *t == HostMatch::Any || *h == HostMatch::Any || matches!(h, HostMatch::Exact(e) if t.matches(e))
-                    })
-                };
-                for (h, order, rule) in &c.rules {
-                    if let Some(k) = http {
-                        rules.push(((k, h.clone()), order.clone(), rule.clone()));
-                    }
-                    if let Some(k) = https
-                        && covered(h)
-                    {
-                        rules.push(((k, h.clone()), order.clone(), rule.clone()));
-                    }
-                }
-                if let Some(k) = https {
-                    for (h, cert) in &c.tls {
-                        sni.push(((k, h.clone()), (age.clone(), ik.clone()), cert.clone()));
-                    }
-                    new.tls_hosts = c.tls.len();
-                }
-                new.clusters = c.clusters;
-            }
-            new.entries = rules.iter().map(|(hk, o, _)| (hk.clone(), o.clone())).collect();
-            new.sni = sni.iter().map(|(hk, o, _)| (hk.clone(), o.clone())).collect();
-            status = Some(ObjectStatus::Ingress { load_balancer: weir_api::IngressStatus { addresses }, problems });
-            self.ingress_count += 1;
-            self.ingress_tls_hosts += new.tls_hosts;
-        }
-        self.set_deps(ik, deps);
-        self.swap_contribution(old, &new, &rules, &sni, d);
-        if self.store.ingress(ik).is_some() {
-            self.ingresses.insert(ik.clone(), new);
-        }
-        self.set_status(ik, status, d);
-    }
-
     /// Builds the current version of a resource, if it should exist.
     fn desired(&self, key: &ResourceKey) -> Option<Resource> {
         match key {
-            ResourceKey::Listener(k) => self.listeners.get(k).map(|l| Resource::Listener(l.clone())),
+            ResourceKey::Listener(k) => {
+                self.listeners.get(k).map(|l| Resource::Listener(l.clone()))
+            }
             ResourceKey::VirtualHost(k, h) => {
                 let rules = self.hosts.get(&(*k, h.clone()))?;
-                Some(Resource::VirtualHost(Arc::new(VirtualHost::new(*k, h.clone(), rules.values().cloned().collect()))))
+                Some(Resource::VirtualHost(Arc::new(VirtualHost::new(
+                    *k,
+                    h.clone(),
+                    rules.values().cloned().collect(),
+                ))))
             }
             ResourceKey::Cluster(c) => {
                 let (_, src) = self.cluster_refs.get(c)?;
@@ -620,9 +429,17 @@ impl Translator {
             }
             ResourceKey::Sni(k, h) => {
                 let cert = self.sni.get(&(*k, h.clone()))?.values().next()?;
-                Some(Resource::Sni(Arc::new(SniCert::new(*k, h.clone(), cert.hash()))))
+                Some(Resource::Sni(Arc::new(SniCert::new(
+                    *k,
+                    h.clone(),
+                    cert.hash(),
+                ))))
             }
-            ResourceKey::Certificate(h) => self.cert_refs.get(h).filter(|(_, n)| *n > 0).map(|(c, _)| Resource::Certificate(c.clone())),
+            ResourceKey::Certificate(h) => self
+                .cert_refs
+                .get(h)
+                .filter(|(_, n)| *n > 0)
+                .map(|(c, _)| Resource::Certificate(c.clone())),
         }
     }
 

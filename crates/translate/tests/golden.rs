@@ -21,7 +21,12 @@ fn golden() {
     assert!(!cases.is_empty(), "no golden cases in {}", dir.display());
     let mut failures = Vec::new();
     for input in cases {
-        let name = input.file_name().unwrap().to_string_lossy().trim_end_matches(".in.yaml").to_string();
+        let name = input
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".in.yaml")
+            .to_string();
         let objects = load(&std::fs::read_to_string(&input).unwrap());
         let opts = options(!name.starts_with("k8s-"));
 
@@ -32,7 +37,11 @@ fn golden() {
         acc.apply(&out);
         let resources = t.resources();
         let statuses = t.statuses();
-        assert_eq!(acc.resources.values().cloned().collect::<Vec<_>>(), resources, "{name}: batch != resources()");
+        assert_eq!(
+            acc.resources.values().cloned().collect::<Vec<_>>(),
+            resources,
+            "{name}: batch != resources()"
+        );
 
         // One object at a time (then reversed), must end in the same state.
         for order in [objects.clone(), objects.iter().rev().cloned().collect()] {
@@ -41,10 +50,22 @@ fn golden() {
             for o in &order {
                 acc1.apply(&t1.apply(upserts(std::slice::from_ref(o))));
             }
-            assert_eq!(acc1.resources.values().cloned().collect::<Vec<_>>(), t1.resources(), "{name}: one by one");
+            assert_eq!(
+                acc1.resources.values().cloned().collect::<Vec<_>>(),
+                t1.resources(),
+                "{name}: one by one"
+            );
             if order.first().map(|o| o.key()) == objects.first().map(|o| o.key()) {
-                assert_eq!(t1.resources(), resources, "{name}: one by one differs from all at once");
-                assert_eq!(t1.statuses(), statuses, "{name}: one by one statuses differ");
+                assert_eq!(
+                    t1.resources(),
+                    resources,
+                    "{name}: one by one differs from all at once"
+                );
+                assert_eq!(
+                    t1.statuses(),
+                    statuses,
+                    "{name}: one by one statuses differ"
+                );
             }
         }
 
@@ -56,9 +77,16 @@ fn golden() {
         }
         match std::fs::read_to_string(&out_path) {
             Ok(want) if want == got => {}
-            Ok(_) => failures.push(format!("{name}: output differs from {}", out_path.display())),
+            Ok(_) => failures.push(format!(
+                "{name}: output differs from {}",
+                out_path.display()
+            )),
             Err(_) => failures.push(format!("{name}: missing {}", out_path.display())),
         }
     }
-    assert!(failures.is_empty(), "{}\n(run WEIR_BLESS=1 cargo test -p weir-translate --test golden to accept)", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{}\n(run WEIR_BLESS=1 cargo test -p weir-translate --test golden to accept)",
+        failures.join("\n")
+    );
 }

@@ -76,6 +76,14 @@ spec:
   addresses: [{value: 127.0.0.1}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  addresses: [{value: 127.0.0.1}]
+  listeners: [{name: broken, port: 8080, protocol: HTTPS, tls: {certificateRefs: [{name: nope}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: r1, namespace: default}
 spec:
@@ -129,6 +137,23 @@ spec:
   hostnames: ["*.test"]
   rules:
   - filters: [{type: ExtensionRef, extensionRef: {group: weir.dev, kind: DirectResponse, name: d1}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 80, protocol: HTTP, hostname: a.test}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r3, namespace: default, creationTimestamp: "2021-01-01T00:00:00Z"}
+spec:
+  parentRefs: [{name: gw}, {name: gw2}]
+  hostnames: [a.test]
+  rules:
+  - matches: [{path: {value: /}}]
+    backendRefs: [{name: svc, port: 80, weight: 0}]
 ---
 apiVersion: v1
 kind: Service
@@ -221,6 +246,18 @@ metadata: {name: d1, namespace: default}
 spec: {status: 1000}
 ---
 apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: weir
+  annotations: {ingressclass.kubernetes.io/is-default-class: "true"}
+spec: {controller: weir.dev/ingress-controller}
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: weir}
+spec: {controller: weir.dev/ingress-controller}
+---
+apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: i1, namespace: default}
 spec:
@@ -256,11 +293,16 @@ spec:
 /// from the TLS golden input.
 fn pool() -> Vec<Vec<Arc<Object>>> {
     let mut objects = load(POOL);
-    let tls = load(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/tls.in.yaml")).unwrap());
+    let tls = load(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/tls.in.yaml"))
+            .unwrap(),
+    );
     let secrets: Vec<weir_api::Secret> = tls
         .iter()
         .filter_map(|o| match &**o {
-            Object::Secret(s) if ["a", "b", "wild"].contains(&s.metadata.name.as_str()) => Some(s.clone()),
+            Object::Secret(s) if ["a", "b", "wild"].contains(&s.metadata.name.as_str()) => {
+                Some(s.clone())
+            }
             _ => None,
         })
         .collect();
@@ -275,7 +317,9 @@ fn pool() -> Vec<Vec<Arc<Object>>> {
         let mut broken = secrets[0].clone();
         broken.metadata.name = name.into();
         broken.metadata.namespace = ns.into();
-        broken.string_data.insert("tls.crt".into(), "garbage".into());
+        broken
+            .string_data
+            .insert("tls.crt".into(), "garbage".into());
         objects.push(Arc::new(Object::Secret(broken)));
     }
     let mut by_key: BTreeMap<ObjectKey, Vec<Arc<Object>>> = BTreeMap::new();
@@ -300,20 +344,40 @@ impl Rng {
     }
 }
 
-fn check_equivalent(t: &Translator, acc: &Accumulator, current: &[Arc<Object>], standalone: bool, step: usize) {
+fn check_equivalent(
+    t: &Translator,
+    acc: &Accumulator,
+    current: &[Arc<Object>],
+    standalone: bool,
+    step: usize,
+) {
     let incremental: Vec<_> = acc.resources.values().cloned().collect();
-    assert_eq!(incremental, t.resources(), "step {step}: accumulated deltas != resources()");
+    assert_eq!(
+        incremental,
+        t.resources(),
+        "step {step}: accumulated deltas != resources()"
+    );
     let mut fresh = Translator::new(options(standalone));
     fresh.apply(current.iter().cloned().map(ObjectChange::Upsert));
     let want = fresh.resources();
     if incremental != want {
         let a: Vec<_> = incremental.iter().filter(|r| !want.contains(r)).collect();
         let b: Vec<_> = want.iter().filter(|r| !incremental.contains(r)).collect();
-        panic!("step {step}: incremental IR differs from fresh\nonly incremental: {a:#?}\nonly fresh: {b:#?}");
+        panic!(
+            "step {step}: incremental IR differs from fresh\nonly incremental: {a:#?}\nonly fresh: {b:#?}"
+        );
     }
-    assert_eq!(t.statuses(), fresh.statuses(), "step {step}: statuses differ from fresh");
+    assert_eq!(
+        t.statuses(),
+        fresh.statuses(),
+        "step {step}: statuses differ from fresh"
+    );
     for (k, s) in fresh.statuses() {
-        assert_eq!(acc.statuses.get(&k), Some(&s), "step {step}: emitted status of {k} is stale");
+        assert_eq!(
+            acc.statuses.get(&k),
+            Some(&s),
+            "step {step}: emitted status of {k} is stale"
+        );
     }
 }
 
@@ -331,8 +395,8 @@ fn run(seed: u64, standalone: bool, steps: usize) {
             let slot = &pool[rng.below(pool.len())];
             let key = slot[0].key();
             let pos = current.iter().position(|o| o.key() == key);
-            if pos.is_some() && rng.below(10) < 3 {
-                current.remove(pos.unwrap());
+            if let Some(p) = pos.filter(|_| rng.below(10) < 3) {
+                current.remove(p);
                 changes.push(ObjectChange::Delete(key));
             } else {
                 let obj = slot[rng.below(slot.len())].clone();
@@ -358,14 +422,22 @@ fn run(seed: u64, standalone: bool, steps: usize) {
     // Deleting everything leaves nothing behind.
     let out = t.apply(current.iter().map(|o| ObjectChange::Delete(o.key())));
     acc.apply(&out);
-    assert!(t.resources().is_empty(), "resources left after deleting everything: {:?}", t.resources());
+    assert!(
+        t.resources().is_empty(),
+        "resources left after deleting everything: {:?}",
+        t.resources()
+    );
     assert!(acc.resources.is_empty());
     assert!(t.statuses().is_empty());
 }
 
 #[test]
 fn incremental_equals_fresh_standalone() {
-    for seed in 1..=(std::env::var("WEIR_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8u64)) {
+    for seed in 1..=(std::env::var("WEIR_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8u64))
+    {
         run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), true, 250);
     }
 }
@@ -381,9 +453,42 @@ fn incremental_equals_fresh_kubernetes_mode() {
 fn identical_upsert_and_unknown_delete_are_noops() {
     let pool = pool();
     let mut t = Translator::new(options(true));
-    let all: Vec<_> = pool.iter().map(|v| ObjectChange::Upsert(v[0].clone())).collect();
+    let all: Vec<_> = pool
+        .iter()
+        .map(|v| ObjectChange::Upsert(v[0].clone()))
+        .collect();
     assert!(!t.apply(all.clone()).is_empty());
     assert!(t.apply(all).is_empty());
     let k = ObjectKey::new(weir_api::Kind::HttpRoute, "default", "nope");
     assert!(t.apply([ObjectChange::Delete(k)]).is_empty());
+}
+
+#[test]
+fn gateway_taking_the_ingress_socket_without_programming_it_removes_the_ingress_listener() {
+    let objects = load(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i, namespace: default}
+spec:
+  defaultBackend: {service: {name: svc, port: {number: 80}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  addresses: [{value: 127.0.0.1}]
+  listeners: [{name: broken, port: 8080, protocol: HTTPS, tls: {certificateRefs: [{name: nope}]}}]
+"#,
+    );
+    let mut t = Translator::new(options(true));
+    let mut acc = Accumulator::default();
+    acc.apply(&t.apply([ObjectChange::Upsert(objects[0].clone())]));
+    assert_eq!(t.resources().len(), 2, "{:?}", t.resources());
+    acc.apply(&t.apply([ObjectChange::Upsert(objects[1].clone())]));
+    assert!(t.resources().is_empty(), "{:?}", t.resources());
+    acc.apply(&t.apply([ObjectChange::Delete(objects[1].key())]));
+    assert_eq!(t.resources().len(), 2);
+    check_equivalent(&t, &acc, &objects[..1], true, 0);
 }

@@ -56,7 +56,9 @@ fn one_route_change_among_many() {
     assert_eq!(out.batch.deltas.len(), 1);
     match &out.batch.deltas[0] {
         Delta::Upsert(r) => match r.key() {
-            ResourceKey::VirtualHost(_, h) => assert_eq!(h.to_string(), format!("host{changed}.example.com")),
+            ResourceKey::VirtualHost(_, h) => {
+                assert_eq!(h.to_string(), format!("host{changed}.example.com"))
+            }
             other => panic!("unexpected {other:?}"),
         },
         other => panic!("unexpected {other:?}"),
@@ -69,7 +71,10 @@ fn one_route_change_among_many() {
     // Deleting one route removes only its virtual host; the Gateway's attachedRoutes changes.
     let out = t.apply([ObjectChange::Delete(key.clone())]);
     assert_eq!(out.batch.deltas.len(), 1);
-    assert!(matches!(&out.batch.deltas[0], Delta::Remove(ResourceKey::VirtualHost(..))));
+    assert!(matches!(
+        &out.batch.deltas[0],
+        Delta::Remove(ResourceKey::VirtualHost(..))
+    ));
     let keys: Vec<_> = out.statuses.iter().map(|(k, _)| k.kind).collect();
     assert_eq!(keys, vec![Kind::Gateway]);
 
@@ -80,7 +85,9 @@ fn one_route_change_among_many() {
         "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["10.0.0.1"]}]
     })))]);
     assert_eq!(out.batch.deltas.len(), 1);
-    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_))));
+    assert!(
+        matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_)))
+    );
     assert!(out.statuses.is_empty());
 }
 
@@ -106,6 +113,8 @@ fn service_change_without_port_change_touches_only_clusters() {
     t.apply(changes);
     let out = t.apply([ObjectChange::Upsert(svc(Some("kubernetes.io/h2c")))]);
     assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
-    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_))));
+    assert!(
+        matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_)))
+    );
     assert!(out.statuses.is_empty());
 }

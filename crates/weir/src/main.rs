@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "A gateway for Kubernetes (Gateway API, Ingress) and a standalone reverse proxy")]
+#[command(
+    name = "weir",
+    version,
+    about = "A gateway for Kubernetes (Gateway API, Ingress) and a standalone reverse proxy"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "WEIR_LOG_FORMAT")]
@@ -75,7 +79,12 @@ struct CheckArgs {
 #[derive(clap::Args)]
 struct EchoArgs {
     /// Address to listen on.
-    #[arg(short, long, default_value = "127.0.0.1:3000", env = "WEIR_ECHO_LISTEN")]
+    #[arg(
+        short,
+        long,
+        default_value = "127.0.0.1:3000",
+        env = "WEIR_ECHO_LISTEN"
+    )]
     listen: SocketAddr,
     /// Identity reported in every response (`name` field, `x-echo-name` header).
     #[arg(short, long, default_value = "echo", env = "WEIR_ECHO_NAME")]
@@ -85,7 +94,10 @@ struct EchoArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     weir::logging::init(matches!(cli.log_format, LogFormat::Json));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("weir: cannot start the runtime: {e}");

@@ -33,8 +33,16 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline with an empty translator.
-    pub fn new(options: TranslatorOptions, dataplane: Arc<DataPlane>, metrics: PropagationMetrics) -> Self {
-        Pipeline { translator: Translator::new(options), dataplane, metrics }
+    pub fn new(
+        options: TranslatorOptions,
+        dataplane: Arc<DataPlane>,
+        metrics: PropagationMetrics,
+    ) -> Self {
+        Pipeline {
+            translator: Translator::new(options),
+            dataplane,
+            metrics,
+        }
     }
 
     /// The translator's current statuses (for `/status`-like reporting and tests).
@@ -88,7 +96,11 @@ impl Pipeline {
     }
 }
 
-fn log_status(key: &ObjectKey, status: &ObjectStatus, origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync)) {
+fn log_status(
+    key: &ObjectKey,
+    status: &ObjectStatus,
+    origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
+) {
     let problems = report::problems(status);
     let at = origin(key).unwrap_or_else(|| "-".into());
     if problems.is_empty() {

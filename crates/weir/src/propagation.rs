@@ -67,7 +67,11 @@ impl PropagationMetrics {
             "Configuration change cycles processed (a cycle may coalesce several changes)",
             changes.clone(),
         );
-        let get = |p: Phase| family.get_or_create(&PhaseLabel { phase: p.label() }).clone();
+        let get = |p: Phase| {
+            family
+                .get_or_create(&PhaseLabel { phase: p.label() })
+                .clone()
+        };
         PropagationMetrics {
             parse: get(Phase::Parse),
             translate: get(Phase::Translate),

@@ -5,26 +5,46 @@ use weir_api::{Condition, ObjectStatus};
 /// Conditions that mean something is wrong: any `False` condition except `Conflicted`,
 /// and `Conflicted=True`.
 fn bad(c: &Condition) -> bool {
-    if c.type_ == "Conflicted" { c.is_true() } else { !c.is_true() }
+    if c.type_ == "Conflicted" {
+        c.is_true()
+    } else {
+        !c.is_true()
+    }
 }
 
 fn line(scope: &str, c: &Condition) -> String {
-    let msg = if c.message.is_empty() { String::new() } else { format!(": {}", c.message) };
+    let msg = if c.message.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", c.message)
+    };
     format!("{scope}{}={} ({}){msg}", c.type_, c.status, c.reason)
 }
 
 /// Every problem a status reports, one line each; empty when the object is fine.
 pub fn problems(status: &ObjectStatus) -> Vec<String> {
     match status {
-        ObjectStatus::GatewayClass(s) => {
-            s.conditions.iter().filter(|c| bad(c)).map(|c| line("", c)).collect()
-        }
+        ObjectStatus::GatewayClass(s) => s
+            .conditions
+            .iter()
+            .filter(|c| bad(c))
+            .map(|c| line("", c))
+            .collect(),
         ObjectStatus::Gateway(s) => {
-            let mut out: Vec<String> =
-                s.conditions.iter().filter(|c| bad(c)).map(|c| line("", c)).collect();
+            let mut out: Vec<String> = s
+                .conditions
+                .iter()
+                .filter(|c| bad(c))
+                .map(|c| line("", c))
+                .collect();
             for l in &s.listeners {
                 let scope = format!("listener {}: ", l.name);
-                out.extend(l.conditions.iter().filter(|c| bad(c)).map(|c| line(&scope, c)));
+                out.extend(
+                    l.conditions
+                        .iter()
+                        .filter(|c| bad(c))
+                        .map(|c| line(&scope, c)),
+                );
             }
             out
         }
@@ -38,7 +58,10 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
                     scope.push_str(sec);
                 }
                 scope.push_str(": ");
-                p.conditions.iter().filter(|c| bad(c)).map(move |c| line(&scope, c))
+                p.conditions
+                    .iter()
+                    .filter(|c| bad(c))
+                    .map(move |c| line(&scope, c))
             })
             .collect(),
         ObjectStatus::Ingress { problems, .. } => problems.clone(),

@@ -67,7 +67,11 @@ fn changes_of(update: Update) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("{e}");
     }
-    let mut changes: Vec<ObjectChange> = update.deletes.into_iter().map(ObjectChange::Delete).collect();
+    let mut changes: Vec<ObjectChange> = update
+        .deletes
+        .into_iter()
+        .map(ObjectChange::Delete)
+        .collect();
     changes.extend(update.upserts.into_iter().map(ObjectChange::Upsert));
     changes
 }
@@ -78,7 +82,10 @@ impl Standalone {
     pub async fn start(opts: RunOptions) -> anyhow::Result<Standalone> {
         let mut registry = Registry::default();
         let dataplane = DataPlane::new(
-            ProxyConfig { access_log: opts.access_log, ..ProxyConfig::default() },
+            ProxyConfig {
+                access_log: opts.access_log,
+                ..ProxyConfig::default()
+            },
             &mut registry,
         );
         let metrics = PropagationMetrics::new(&mut registry);
@@ -92,9 +99,10 @@ impl Standalone {
 
         // Watch before the first read, so that nothing written meanwhile is missed.
         let watching = if opts.watch {
-            Some(weir_provider_file::watch(&opts.config).with_context(|| {
-                format!("watching {}", opts.config.display())
-            })?)
+            Some(
+                weir_provider_file::watch(&opts.config)
+                    .with_context(|| format!("watching {}", opts.config.display()))?,
+            )
         } else {
             None
         };
@@ -150,7 +158,13 @@ impl Standalone {
                 pipeline.process(changes, seen, parse, &origin).await;
             }
         });
-        Ok(Standalone { dataplane, admin_addr, stop, config_task, admin_task })
+        Ok(Standalone {
+            dataplane,
+            admin_addr,
+            stop,
+            config_task,
+            admin_task,
+        })
     }
 
     /// Stops watching, drains in-flight requests and stops the admin server.

@@ -17,7 +17,10 @@ impl Translator {
         let old = self.routes.remove(rk);
         let Some(route) = self.store.route(rk) else {
             self.set_deps(rk, Vec::new());
-            let old_att = old.as_ref().map(|o| o.attachments.clone()).unwrap_or_default();
+            let old_att = old
+                .as_ref()
+                .map(|o| o.attachments.clone())
+                .unwrap_or_default();
             self.update_attachments(&old_att, &[], d);
             self.swap_contribution(old, &Contribution::default(), &[], &[], d);
             self.set_status(rk, None, d);
@@ -26,31 +29,55 @@ impl Translator {
         let age = self.store.age(rk);
         let compiled = route::compile(&self.store, rk, &age, route);
         let mut deps = compiled.deps.clone();
-        deps.push(Dep::Object(ObjectKey::new(Kind::Namespace, "", &rk.namespace)));
+        deps.push(Dep::Object(ObjectKey::new(
+            Kind::Namespace,
+            "",
+            &rk.namespace,
+        )));
         let generation = route.metadata.generation;
         let mut parents = Vec::new();
         let mut hosts: Vec<HostKey> = Vec::new();
         let mut attachments: Vec<(ObjectKey, Arc<str>)> = Vec::new();
         let resolved = match compiled.ref_errors.first() {
-            None => Condition::new("ResolvedRefs", true, "ResolvedRefs", "all references resolved", generation),
+            None => Condition::new(
+                "ResolvedRefs",
+                true,
+                "ResolvedRefs",
+                "all references resolved",
+                generation,
+            ),
             Some(e) => {
-                let msgs: Vec<&str> = compiled.ref_errors.iter().map(|e| e.message.as_str()).collect();
+                let msgs: Vec<&str> = compiled
+                    .ref_errors
+                    .iter()
+                    .map(|e| e.message.as_str())
+                    .collect();
                 Condition::new("ResolvedRefs", false, e.reason, msgs.join("; "), generation)
             }
         };
         for pr in &route.spec.parent_refs {
-            if pr.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
+            if pr.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP
+                || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway"
+            {
                 continue;
             }
-            let gns = pr.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&rk.namespace);
+            let gns = pr
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&rk.namespace);
             let gk = ObjectKey::new(Kind::Gateway, gns, &pr.name);
             deps.push(Dep::Object(gk.clone()));
-            let Some(views) = self.gw_views.get(&gk) else { continue };
+            let Some(views) = self.gw_views.get(&gk) else {
+                continue;
+            };
             let mut candidates = 0;
             let mut allowed_any = false;
             let mut attached = false;
             for l in views {
-                if pr.section_name.as_deref().is_some_and(|s| s != &*l.name) || pr.port.is_some_and(|p| p != l.port) {
+                if pr.section_name.as_deref().is_some_and(|s| s != &*l.name)
+                    || pr.port.is_some_and(|p| p != l.port)
+                {
                     continue;
                 }
                 candidates += 1;
@@ -94,14 +121,38 @@ impl Translator {
                 if compiled.problems.is_empty() {
                     Condition::new("Accepted", true, "Accepted", "route accepted", generation)
                 } else {
-                    Condition::new("Accepted", false, "UnsupportedValue", compiled.problems.join("; "), generation)
+                    Condition::new(
+                        "Accepted",
+                        false,
+                        "UnsupportedValue",
+                        compiled.problems.join("; "),
+                        generation,
+                    )
                 }
             } else if candidates == 0 {
-                Condition::new("Accepted", false, "NoMatchingParent", "no listener matches the parentRef's sectionName/port", generation)
+                Condition::new(
+                    "Accepted",
+                    false,
+                    "NoMatchingParent",
+                    "no listener matches the parentRef's sectionName/port",
+                    generation,
+                )
             } else if !allowed_any {
-                Condition::new("Accepted", false, "NotAllowedByListeners", "no listener allows this route (namespace or kind)", generation)
+                Condition::new(
+                    "Accepted",
+                    false,
+                    "NotAllowedByListeners",
+                    "no listener allows this route (namespace or kind)",
+                    generation,
+                )
             } else {
-                Condition::new("Accepted", false, "NoMatchingListenerHostname", "no listener hostname intersects the route's hostnames", generation)
+                Condition::new(
+                    "Accepted",
+                    false,
+                    "NoMatchingListenerHostname",
+                    "no listener hostname intersects the route's hostnames",
+                    generation,
+                )
             };
             parents.push(RouteParentStatus {
                 parent_ref: pr.clone(),
@@ -117,11 +168,21 @@ impl Translator {
             }
         }
         let mut new = Contribution {
-            entries: rules.iter().map(|(hk, o, _)| (hk.clone(), o.clone())).collect(),
-            clusters: if hosts.is_empty() { Vec::new() } else { compiled.clusters },
+            entries: rules
+                .iter()
+                .map(|(hk, o, _)| (hk.clone(), o.clone()))
+                .collect(),
+            clusters: if hosts.is_empty() {
+                Vec::new()
+            } else {
+                compiled.clusters
+            },
             ..Contribution::default()
         };
-        let old_att = old.as_ref().map(|o| o.attachments.clone()).unwrap_or_default();
+        let old_att = old
+            .as_ref()
+            .map(|o| o.attachments.clone())
+            .unwrap_or_default();
         self.update_attachments(&old_att, &attachments, d);
         new.attachments = attachments;
         self.swap_contribution(old, &new, &rules, &[], d);
@@ -129,7 +190,12 @@ impl Translator {
         self.set_status(rk, Some(ObjectStatus::Route(RouteStatus { parents })), d);
     }
 
-    fn update_attachments(&mut self, old: &[(ObjectKey, Arc<str>)], new: &[(ObjectKey, Arc<str>)], d: &mut Dirty) {
+    fn update_attachments(
+        &mut self,
+        old: &[(ObjectKey, Arc<str>)],
+        new: &[(ObjectKey, Arc<str>)],
+        d: &mut Dirty,
+    ) {
         if old == new {
             return;
         }
@@ -148,7 +214,12 @@ impl Translator {
             d.gateway_status.insert(gk.clone());
         }
         for (gk, l) in new {
-            *self.attached.entry(gk.clone()).or_default().entry(l.clone()).or_insert(0) += 1;
+            *self
+                .attached
+                .entry(gk.clone())
+                .or_default()
+                .entry(l.clone())
+                .or_insert(0) += 1;
             d.gateway_status.insert(gk.clone());
         }
     }

@@ -35,15 +35,23 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
         }
         if let Some(Resource::Sni(s)) = old {
             let h = s.cert;
-            certs.entry(h).or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
+            certs
+                .entry(h)
+                .or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
             if let Some(e) = t.cert_refs.get_mut(&h) {
                 e.1 -= 1;
             }
         }
         if let Some(Resource::Sni(s)) = &new {
             let h = s.cert;
-            certs.entry(h).or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
-            let cert = t.sni.get(&(s.listener, s.host.clone())).and_then(|m| m.values().next()).cloned();
+            certs
+                .entry(h)
+                .or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
+            let cert = t
+                .sni
+                .get(&(s.listener, s.host.clone()))
+                .and_then(|m| m.values().next())
+                .cloned();
             match t.cert_refs.get_mut(&h) {
                 Some(e) => e.1 += 1,
                 None => {

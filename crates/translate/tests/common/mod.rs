@@ -34,7 +34,10 @@ pub(crate) fn upserts(objects: &[Arc<Object>]) -> Vec<ObjectChange> {
 }
 
 /// The IR and statuses, as one JSON value with status keys as display strings.
-pub(crate) fn snapshot(resources: &[Resource], statuses: &[(ObjectKey, ObjectStatus)]) -> serde_json::Value {
+pub(crate) fn snapshot(
+    resources: &[Resource],
+    statuses: &[(ObjectKey, ObjectStatus)],
+) -> serde_json::Value {
     let statuses: serde_json::Map<String, serde_json::Value> = statuses
         .iter()
         .map(|(k, s)| (k.to_string(), serde_json::to_value(s).unwrap()))
@@ -59,7 +62,10 @@ impl Accumulator {
                     self.resources.insert(r.key(), r.clone());
                 }
                 Delta::Remove(k) => {
-                    assert!(self.resources.remove(k).is_some(), "removal of absent {k:?}");
+                    assert!(
+                        self.resources.remove(k).is_some(),
+                        "removal of absent {k:?}"
+                    );
                     if let ResourceKey::Listener(l) = k {
                         assert!(
                             !self.resources.keys().any(|x| matches!(x, ResourceKey::VirtualHost(k2, _) | ResourceKey::Sni(k2, _) if k2 == l)),
@@ -68,7 +74,10 @@ impl Accumulator {
                     }
                     if let ResourceKey::Certificate(h) = k {
                         assert!(
-                            !self.resources.values().any(|r| matches!(r, Resource::Sni(s) if s.cert == *h)),
+                            !self
+                                .resources
+                                .values()
+                                .any(|r| matches!(r, Resource::Sni(s) if s.cert == *h)),
                             "certificate {h} removed while still referenced"
                         );
                     }
@@ -87,11 +96,26 @@ impl Accumulator {
     fn check_refs(&self, r: &Resource) {
         match r {
             Resource::VirtualHost(v) => {
-                assert!(self.resources.contains_key(&ResourceKey::Listener(v.listener)), "vhost before listener {}", v.listener)
+                assert!(
+                    self.resources
+                        .contains_key(&ResourceKey::Listener(v.listener)),
+                    "vhost before listener {}",
+                    v.listener
+                )
             }
             Resource::Sni(s) => {
-                assert!(self.resources.contains_key(&ResourceKey::Listener(s.listener)), "SNI before listener {}", s.listener);
-                assert!(self.resources.contains_key(&ResourceKey::Certificate(s.cert)), "SNI before certificate {}", s.cert);
+                assert!(
+                    self.resources
+                        .contains_key(&ResourceKey::Listener(s.listener)),
+                    "SNI before listener {}",
+                    s.listener
+                );
+                assert!(
+                    self.resources
+                        .contains_key(&ResourceKey::Certificate(s.cert)),
+                    "SNI before certificate {}",
+                    s.cert
+                );
             }
             _ => {}
         }

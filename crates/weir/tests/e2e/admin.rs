@@ -45,7 +45,10 @@ spec:
         "weir_config_apply_duration_seconds",
         "weir_propagation_seconds",
     ] {
-        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
     }
     assert!(metrics.contains("class=\"2xx\""), "{metrics}");
 

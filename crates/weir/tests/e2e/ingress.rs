@@ -32,19 +32,33 @@ spec:
         ("secret.yaml", tls_secret("default", "ing-cert", &crt, &key)),
         (
             "backends.yaml",
-            [backend("default", "a", &[a]), backend("default", "b", &[b]), backend("default", "default", &[d])].join("---\n"),
+            [
+                backend("default", "a", &[a]),
+                backend("default", "b", &[b]),
+                backend("default", "default", &[d]),
+            ]
+            .join("---\n"),
         ),
     ];
     let gw = Gateway::start_with(&files, Some(http_addr), Some(https_addr)).await;
     let name = |host: &'static str, path: &'static str| async move {
-        http1(http_addr, host, path).await.unwrap().echo_name().map(str::to_owned)
+        http1(http_addr, host, path)
+            .await
+            .unwrap()
+            .echo_name()
+            .map(str::to_owned)
     };
     assert_eq!(name("ing.test", "/exact").await.as_deref(), Some("a"));
-    assert_eq!(name("ing.test", "/exact/no").await.as_deref(), Some("default"));
+    assert_eq!(
+        name("ing.test", "/exact/no").await.as_deref(),
+        Some("default")
+    );
     assert_eq!(name("ing.test", "/app/x").await.as_deref(), Some("b"));
     assert_eq!(name("other.test", "/app").await.as_deref(), Some("default"));
 
-    let r = https(https_addr, pki.client_config(&[b"h2"]), "ing.test", "/app").await.unwrap();
+    let r = https(https_addr, pki.client_config(&[b"h2"]), "ing.test", "/app")
+        .await
+        .unwrap();
     assert_eq!(r.peer_cert, der_of(&crt));
     assert_eq!(r.resp.echo_name(), Some("b"));
     gw.gw.stop().await;

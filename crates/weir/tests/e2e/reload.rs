@@ -52,7 +52,12 @@ async fn routes_change_live_without_failing_other_requests() {
     let port = free_port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let (a, b, c) = (echo("a").await, echo("b").await, echo("c").await);
-    let backends = [backend("default", "a", &[a]), backend("default", "b", &[b]), backend("default", "c", &[c])].join("---\n");
+    let backends = [
+        backend("default", "a", &[a]),
+        backend("default", "b", &[b]),
+        backend("default", "c", &[c]),
+    ]
+    .join("---\n");
     let gw = Gateway::start(&[
         ("gw.yaml", gateway(port)),
         ("backends.yaml", backends),
@@ -80,19 +85,36 @@ async fn routes_change_live_without_failing_other_requests() {
 
     let limit = Duration::from_secs(10);
     gw.write("new.yaml", &route("new", "new.test", "/", "b"));
-    assert!(eventually(limit, || serves(addr, "new.test", "/", Some("b"))).await, "added route not live");
+    assert!(
+        eventually(limit, || serves(addr, "new.test", "/", Some("b"))).await,
+        "added route not live"
+    );
     gw.write("new.yaml", &route("new", "new.test", "/", "c"));
-    assert!(eventually(limit, || serves(addr, "new.test", "/", Some("c"))).await, "changed backend not live");
+    assert!(
+        eventually(limit, || serves(addr, "new.test", "/", Some("c"))).await,
+        "changed backend not live"
+    );
     gw.write("new.yaml", &route("new", "new.test", "/only", "c"));
-    assert!(eventually(limit, || serves(addr, "new.test", "/", None)).await, "changed path not live");
+    assert!(
+        eventually(limit, || serves(addr, "new.test", "/", None)).await,
+        "changed path not live"
+    );
     assert!(serves(addr, "new.test", "/only", Some("c")).await);
     gw.remove("new.yaml");
-    assert!(eventually(limit, || serves(addr, "new.test", "/only", None)).await, "removed route still live");
+    assert!(
+        eventually(limit, || serves(addr, "new.test", "/only", None)).await,
+        "removed route still live"
+    );
 
     stop.store(true, Ordering::Relaxed);
     let (ok, failed, reconnects) = looper.await.unwrap();
     assert!(ok > 0);
-    assert!(failed.is_empty(), "{} failures during changes, first: {:?}", failed.len(), failed.first());
+    assert!(
+        failed.is_empty(),
+        "{} failures during changes, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
     assert_eq!(reconnects, 0, "the client's connection was dropped");
     gw.gw.stop().await;
 }
@@ -120,18 +142,40 @@ spec:
     ])
     .await;
     assert!(serves(addr, "good.test", "/", Some("a")).await);
-    assert!(serves(addr, "bad.test", "/", None).await, "an invalid route must not be served");
+    assert!(
+        serves(addr, "bad.test", "/", None).await,
+        "an invalid route must not be served"
+    );
 
     // A file that stops being valid YAML keeps its last good objects.
     gw.write("good.yaml", "this: [is not: valid yaml\n");
     // Prove the broken write was processed: a later valid change to another file is live.
     gw.write("other.yaml", &route("other", "other.test", "/", "a"));
-    assert!(eventually(Duration::from_secs(10), || serves(addr, "other.test", "/", Some("a"))).await);
-    assert!(serves(addr, "good.test", "/", Some("a")).await, "last good config must keep serving");
+    assert!(
+        eventually(Duration::from_secs(10), || serves(
+            addr,
+            "other.test",
+            "/",
+            Some("a")
+        ))
+        .await
+    );
+    assert!(
+        serves(addr, "good.test", "/", Some("a")).await,
+        "last good config must keep serving"
+    );
 
     // Fixing the bad route makes it live.
     gw.write("bad.yaml", &route("bad", "bad.test", "/", "a"));
-    assert!(eventually(Duration::from_secs(10), || serves(addr, "bad.test", "/", Some("a"))).await);
+    assert!(
+        eventually(Duration::from_secs(10), || serves(
+            addr,
+            "bad.test",
+            "/",
+            Some("a")
+        ))
+        .await
+    );
     gw.gw.stop().await;
 }
 
@@ -159,7 +203,10 @@ spec:
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("bad.yaml"), "{stdout}");
     assert!(stdout.contains("default/bad"), "{stdout}");
-    assert!(stdout.contains("spec.rules[0].matches[0].path.type"), "{stdout}");
+    assert!(
+        stdout.contains("spec.rules[0].matches[0].path.type"),
+        "{stdout}"
+    );
 
     std::fs::remove_file(dir.path().join("bad.yaml")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -167,5 +214,10 @@ spec:
         .arg(dir.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

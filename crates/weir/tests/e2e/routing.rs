@@ -81,7 +81,12 @@ spec:
 async fn routes_by_host_path_header_query_and_method_with_precedence() {
     let port = free_port();
     let (bk, _) = backends(&["a", "b", "c", "d", "e"]).await;
-    let gw = Gateway::start(&[("gw.yaml", gateway(port)), ("backends.yaml", bk), ("routes.yaml", ROUTES.into())]).await;
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway(port)),
+        ("backends.yaml", bk),
+        ("routes.yaml", ROUTES.into()),
+    ])
+    .await;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
 
     let name = |host: &'static str, path: &'static str| async move {
@@ -93,25 +98,55 @@ async fn routes_by_host_path_header_query_and_method_with_precedence() {
     assert_eq!(name("foo.test", "/api/x").await, ok("b"));
     assert_eq!(name("foo.test", "/api").await, ok("b"));
     assert_eq!(name("foo.test", "/api/v2/x").await, ok("c"));
-    assert_eq!(name("foo.test", "/api/v2x").await, ok("b"), "prefixes match whole segments");
-    assert_eq!(name("FOO.test:80", "/api/x").await, ok("b"), "host is case-insensitive, port ignored");
+    assert_eq!(
+        name("foo.test", "/api/v2x").await,
+        ok("b"),
+        "prefixes match whole segments"
+    );
+    assert_eq!(
+        name("FOO.test:80", "/api/x").await,
+        ok("b"),
+        "host is case-insensitive, port ignored"
+    );
     assert_eq!(name("foo.test", "/q?debug=1").await, ok("e"));
     assert_eq!(name("foo.test", "/q?debug=2").await.0, 404);
     assert_eq!(name("foo.test", "/re/123").await, ok("a"));
     assert_eq!(name("foo.test", "/re/12x").await.0, 404);
-    assert_eq!(name("foo.test", "/m").await.0, 404, "GET does not match a POST-only rule");
+    assert_eq!(
+        name("foo.test", "/m").await.0,
+        404,
+        "GET does not match a POST-only rule"
+    );
     assert_eq!(name("foo.test", "/nothing").await.0, 404);
     assert_eq!(name("x.wild.test", "/").await, ok("a"));
-    assert_eq!(name("a.b.wild.test", "/").await, ok("a"), "wildcards cover several labels");
-    assert_eq!(name("bar.wild.test", "/").await, ok("b"), "exact host beats wildcard");
+    assert_eq!(
+        name("a.b.wild.test", "/").await,
+        ok("a"),
+        "wildcards cover several labels"
+    );
+    assert_eq!(
+        name("bar.wild.test", "/").await,
+        ok("b"),
+        "exact host beats wildcard"
+    );
     assert_eq!(name("wild.test", "/").await.0, 404);
     assert_eq!(name("other.test", "/").await.0, 404);
 
-    let canary = Request::get("/api/x").header("host", "foo.test").header("x-env", "canary");
-    let r = send_http1(addr, canary.body(Empty::<Bytes>::new()).unwrap()).await.unwrap();
-    assert_eq!(r.echo_name(), Some("d"), "more header matches win at equal path");
+    let canary = Request::get("/api/x")
+        .header("host", "foo.test")
+        .header("x-env", "canary");
+    let r = send_http1(addr, canary.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.echo_name(),
+        Some("d"),
+        "more header matches win at equal path"
+    );
     let post = Request::post("/m").header("host", "foo.test");
-    let r = send_http1(addr, post.body(Empty::<Bytes>::new()).unwrap()).await.unwrap();
+    let r = send_http1(addr, post.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.echo_name(), Some("e"));
 
     // The echo backend saw proxy headers.
@@ -146,7 +181,12 @@ spec:
     - {group: weir.dev, kind: Backend, name: light, weight: 1}
     - {group: weir.dev, kind: Backend, name: never, weight: 0}
 ";
-    let gw = Gateway::start(&[("gw.yaml", gateway(port)), ("b.yaml", bk), ("r.yaml", route.into())]).await;
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway(port)),
+        ("b.yaml", bk),
+        ("r.yaml", route.into()),
+    ])
+    .await;
     let mut client = KeepAlive::new(([127, 0, 0, 1], port).into());
     let (mut heavy, mut light, n) = (0, 0, 2000);
     for _ in 0..n {
@@ -158,7 +198,10 @@ spec:
         }
     }
     let share = heavy as f64 / n as f64;
-    assert!((0.70..=0.80).contains(&share), "heavy got {heavy}, light {light}");
+    assert!(
+        (0.70..=0.80).contains(&share),
+        "heavy got {heavy}, light {light}"
+    );
     gw.gw.stop().await;
 }
 
@@ -209,7 +252,12 @@ spec:
     - type: ExtensionRef
       extensionRef: {group: weir.dev, kind: DirectResponse, name: teapot}
 ";
-    let gw = Gateway::start(&[("gw.yaml", gateway(port)), ("b.yaml", bk), ("r.yaml", route.into())]).await;
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway(port)),
+        ("b.yaml", bk),
+        ("r.yaml", route.into()),
+    ])
+    .await;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
 
     let req = Request::get("/headers")
@@ -217,7 +265,9 @@ spec:
         .header("x-set", "original")
         .header("x-remove", "gone")
         .header("x-add", "first");
-    let r = send_http1(addr, req.body(Empty::<Bytes>::new()).unwrap()).await.unwrap();
+    let r = send_http1(addr, req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.headers["x-resp"], "yes");
     assert!(r.headers.get("x-echo-name").is_none());
     let j = r.json();

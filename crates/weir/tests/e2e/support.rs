@@ -1,6 +1,9 @@
 //! Builders for end-to-end tests: a test PKI, echo backends, a gateway started from YAML
 //! written to a temporary directory, and HTTP/1.1, h2c and TLS clients.
 
+// Test helpers are `pub` for the test modules of this binary only.
+#![allow(unreachable_pub)]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +27,9 @@ impl Pki {
     pub fn new() -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, "weir test CA");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "weir test CA");
         let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
         Pki { ca }
     }
@@ -33,7 +38,8 @@ impl Pki {
     pub fn leaf(&self, names: &[&str]) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
         (cert.pem(), key.serialize_pem())
     }
@@ -65,7 +71,10 @@ pub fn tls_secret(namespace: &str, name: &str, cert_pem: &str, key_pem: &str) ->
 
 /// A `weir.dev` Backend manifest with static endpoints.
 pub fn backend(namespace: &str, name: &str, endpoints: &[SocketAddr]) -> String {
-    let eps: String = endpoints.iter().map(|e| format!("    - \"{e}\"\n")).collect();
+    let eps: String = endpoints
+        .iter()
+        .map(|e| format!("    - \"{e}\"\n"))
+        .collect();
     format!(
         "apiVersion: weir.dev/v1alpha1\nkind: Backend\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  endpoints:\n{eps}"
     )
@@ -81,7 +90,11 @@ pub async fn echo(name: &str) -> SocketAddr {
 
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A gateway started from manifests in a temporary directory.
@@ -161,7 +174,9 @@ impl Resp {
 
     /// The echo backend's name, if an echo backend answered.
     pub fn echo_name(&self) -> Option<&str> {
-        self.headers.get("x-echo-name").and_then(|v| v.to_str().ok())
+        self.headers
+            .get("x-echo-name")
+            .and_then(|v| v.to_str().ok())
     }
 }
 
@@ -222,10 +237,16 @@ pub async fn https(
 ) -> Result<TlsResp, BoxError> {
     let stream = TcpStream::connect(addr).await?;
     let connector = tokio_rustls::TlsConnector::from(config);
-    let tls = connector.connect(ServerName::try_from(sni.to_string())?, stream).await?;
+    let tls = connector
+        .connect(ServerName::try_from(sni.to_string())?, stream)
+        .await?;
     let (_, session) = tls.get_ref();
     let alpn = session.alpn_protocol().map(|p| p.to_vec());
-    let peer_cert = session.peer_certificates().and_then(|c| c.first()).cloned().ok_or("no peer certificate")?;
+    let peer_cert = session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .cloned()
+        .ok_or("no peer certificate")?;
     let resp = if alpn.as_deref() == Some(b"h2") {
         let (mut tx, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
@@ -235,15 +256,17 @@ pub async fn https(
     } else {
         let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(conn);
-        read(tx.send_request(get(sni, path).body(Empty::<Bytes>::new())?).await?).await?
+        read(
+            tx.send_request(get(sni, path).body(Empty::<Bytes>::new())?)
+                .await?,
+        )
+        .await?
     };
-    Ok(TlsResp { resp, alpn, peer_cert })
-}
-
-/// Whether a DER certificate names `dns` among its subject alternative names (a crude but
-/// sufficient check for test certificates: the name appears verbatim in the DER).
-pub fn cert_names(der: &CertificateDer<'_>, dns: &str) -> bool {
-    der.as_ref().windows(dns.len()).any(|w| w == dns.as_bytes())
+    Ok(TlsResp {
+        resp,
+        alpn,
+        peer_cert,
+    })
 }
 
 /// Parses a PEM certificate (for comparisons).
@@ -277,7 +300,11 @@ pub struct KeepAlive {
 
 impl KeepAlive {
     pub fn new(addr: SocketAddr) -> Self {
-        KeepAlive { addr, tx: None, reconnects: 0 }
+        KeepAlive {
+            addr,
+            tx: None,
+            reconnects: 0,
+        }
     }
 
     pub async fn get(&mut self, host: &str, path: &str) -> Result<Resp, BoxError> {

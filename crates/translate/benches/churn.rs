@@ -1,0 +1,74 @@
+//! A criterion-free micro-benchmark of the O(change) promise: the cost of changing one
+//! route among N (each with its own hostname) should stay flat as N grows.
+//!
+//! Run with `cargo bench -p weir-translate --bench churn`. Prints numbers; asserts nothing
+//! about time.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use weir_api::Object;
+use weir_translate::{ObjectChange, Translator, TranslatorOptions};
+
+fn object(v: serde_json::Value) -> Arc<Object> {
+    Arc::new(Object::from_value(v).expect("valid object"))
+}
+
+fn route(i: usize, path: &str) -> Arc<Object> {
+    object(serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": format!("r{i}"), "namespace": "default"},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "hostnames": [format!("host{i}.example.com")],
+            "rules": [{"matches": [{"path": {"value": path}}], "backendRefs": [{"name": "svc", "port": 80}]}]
+        }
+    }))
+}
+
+fn main() {
+    let options = TranslatorOptions {
+        standalone: true,
+        ..TranslatorOptions::default()
+    };
+    println!(
+        "{:>8} {:>12} {:>16} {:>10}",
+        "routes", "initial", "per change", "deltas"
+    );
+    for n in [1_000usize, 10_000, 100_000] {
+        let mut t = Translator::new(options.clone());
+        let mut changes = vec![
+            ObjectChange::Upsert(object(serde_json::json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "gw", "namespace": "default"},
+                "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+            }))),
+            ObjectChange::Upsert(object(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "svc", "namespace": "default"}, "spec": {"ports": [{"port": 80}]}
+            }))),
+        ];
+        changes.extend((0..n).map(|i| ObjectChange::Upsert(route(i, "/"))));
+        let start = Instant::now();
+        t.apply(changes);
+        let initial = start.elapsed();
+
+        // Pre-build the changed objects so only translation is timed.
+        let rounds = 2_000;
+        let updates: Vec<_> = (0..rounds)
+            .map(|k| route((k * 7919) % n, &format!("/v{k}")))
+            .collect();
+        let mut deltas = 0;
+        let start = Instant::now();
+        for u in updates {
+            deltas += t.apply([ObjectChange::Upsert(u)]).batch.deltas.len();
+        }
+        let per = start.elapsed() / rounds as u32;
+        println!(
+            "{n:>8} {:>12.1?} {:>16.1?} {:>10.2}",
+            initial,
+            per,
+            deltas as f64 / rounds as f64
+        );
+    }
+}
