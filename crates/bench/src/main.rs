@@ -91,6 +91,10 @@ struct PropagationArgs {
     /// Longest wait from spawning weir to /ready and to all domains answering, in seconds.
     #[arg(long, default_value_t = 600)]
     startup_timeout_s: u64,
+    /// Idle window after startup (no changes, no side client) over which weir's CPU use is
+    /// measured, in milliseconds (0: skip).
+    #[arg(long, default_value_t = 2000)]
+    idle_ms: u64,
     /// Concurrent HTTPS clients checking that every domain answers after startup.
     #[arg(long, default_value_t = 32)]
     check_concurrency: usize,
@@ -121,6 +125,7 @@ impl PropagationArgs {
                 settle: Duration::from_millis(self.settle_ms),
             },
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
+            idle: Duration::from_millis(self.idle_ms),
             side_concurrency: self.side_concurrency,
             side_pause: Duration::from_micros(self.side_pause_us),
             check_concurrency: self.check_concurrency.max(1),

@@ -19,7 +19,7 @@ use crate::ops::{Changer, Pacing};
 use crate::procs::{ChildGuard, free_port, log_tail, proc_stats};
 use crate::progress::Progress;
 use crate::report::{
-    CertReport, Machine, MetricsReport, OpReport, Ops, Params, Report, Startup, WeirReport,
+    CertReport, Machine, MetricsReport, OpReport, Ops, Params, PerOp, Report, Startup, WeirReport,
 };
 use crate::side::{SideStats, SideWorker};
 
@@ -52,6 +52,8 @@ pub(crate) struct Options {
     pub(crate) work: PathBuf,
     pub(crate) pacing: Pacing,
     pub(crate) startup_timeout: Duration,
+    /// Idle window after startup over which weir's CPU use is measured.
+    pub(crate) idle: Duration,
     pub(crate) side_concurrency: usize,
     pub(crate) side_pause: Duration,
     pub(crate) check_concurrency: usize,
@@ -209,6 +211,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         all_domains.as_secs_f64() * 1000.0,
         after_startup.rss_kib as f64 / 1024.0
     ));
+    let idle_cpu_percent = measure_idle(weir.pid(), opts.idle, &progress).await;
 
     // 5. The side client on the untouched domains 2K..N.
     let side_stats = Arc::new(SideStats::default());
@@ -239,12 +242,12 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         pacing: opts.pacing,
         progress: progress.clone(),
     };
-    let changes = run_changes(&changer, &progress, n, k, &leaves).await;
+    let changes = run_changes(&changer, admin, n, k, &leaves).await;
     stop.store(true, Ordering::Relaxed);
     for t in side_tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }
-    let ops = changes?;
+    let (ops, per_op) = changes?;
     let side = side_stats.report(workers, untouched.len());
 
     // 7. Final state, then stop the processes.
@@ -282,6 +285,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         ops,
         side,
         weir: WeirReport {
+            idle_cpu_percent,
             after_startup,
             end,
             exit,
@@ -290,6 +294,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
             during_changes: metrics_end.since(&metrics_start),
             after_startup: metrics_start,
             end: metrics_end,
+            per_op,
         },
         total_seconds: run_start.elapsed().as_secs_f64(),
     };
@@ -297,33 +302,46 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     Ok((report, outputs))
 }
 
+/// The timed changes, with weir's propagation metrics scraped between the operations so
+/// that each operation's own phase times are known.
 async fn run_changes(
     changer: &Changer<'_>,
-    progress: &Progress,
+    admin: SocketAddr,
     n: usize,
     k: usize,
     leaves: &[Leaf],
-) -> Result<Ops> {
+) -> Result<(Ops, PerOp)> {
+    let progress = &changer.progress;
+    let before = scrape(admin).await;
     progress.phase(&format!("{k} adds"), k);
     let mut add = Vec::with_capacity(k);
     for (c, leaf) in leaves[n..n + k].iter().enumerate() {
         add.push(changer.add(c, n + c, leaf).await?);
     }
+    let after_add = scrape(admin).await;
     progress.phase(&format!("{k} modifications"), k);
     let mut modify = Vec::with_capacity(k);
     for (c, leaf) in leaves[..k].iter().enumerate() {
         modify.push(changer.modify(c, c, leaf).await?);
     }
+    let after_modify = scrape(admin).await;
     progress.phase(&format!("{k} removals"), k);
     let mut remove = Vec::with_capacity(k);
     for c in 0..k {
         remove.push(changer.remove(c, k + c).await?);
     }
-    Ok(Ops {
+    let after_remove = scrape(admin).await;
+    let ops = Ops {
         add: OpReport::new(add),
         modify: OpReport::new(modify),
         remove: OpReport::new(remove),
-    })
+    };
+    let per_op = PerOp {
+        add: after_add.since(&before),
+        modify: after_modify.since(&after_add),
+        remove: after_remove.since(&after_modify),
+    };
+    Ok((ops, per_op))
 }
 
 fn write_outputs(report: &Report, out: &Path, base: &str, weir_log: PathBuf) -> Result<Outputs> {
@@ -443,6 +461,22 @@ async fn check_all(
         let _ = t.await;
     }
     failed.load(Ordering::Relaxed)
+}
+
+/// weir's CPU use while nothing changes and no client sends anything, in percent of one
+/// core over `window` (None if the window is zero or /proc cannot be read).
+async fn measure_idle(pid: u32, window: Duration, progress: &Progress) -> Option<f64> {
+    if window.is_zero() {
+        return None;
+    }
+    progress.phase(&format!("measuring weir's idle CPU for {window:?}"), 1);
+    let before = proc_stats(pid).ok()?;
+    let t = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = proc_stats(pid).ok()?;
+    let pct = (after.cpu_seconds - before.cpu_seconds) * 100.0 / t.elapsed().as_secs_f64();
+    progress.say(&format!("weir idle CPU: {pct:.1} % of a core"));
+    Some(pct)
 }
 
 /// Scrapes weir's propagation metrics (empty when /metrics cannot be read).

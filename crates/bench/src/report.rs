@@ -125,6 +125,8 @@ pub(crate) struct OpResult {
 /// weir's process.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct WeirReport {
+    /// CPU use (% of one core) over an idle window after startup: no changes, no clients.
+    pub(crate) idle_cpu_percent: Option<f64>,
     pub(crate) after_startup: ProcStats,
     pub(crate) end: ProcStats,
     /// How weir exited when asked to stop.
@@ -138,6 +140,16 @@ pub(crate) struct MetricsReport {
     pub(crate) end: Propagation,
     /// end minus after_startup: the changes of the bench only.
     pub(crate) during_changes: Propagation,
+    /// The same, per operation (scraped between the operations).
+    pub(crate) per_op: PerOp,
+}
+
+/// weir's propagation metrics during each operation's changes.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct PerOp {
+    pub(crate) add: Propagation,
+    pub(crate) modify: Propagation,
+    pub(crate) remove: Propagation,
 }
 
 fn mib(kib: u64) -> String {
@@ -172,14 +184,14 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| startup → /ready | → all {} domains 200 over HTTPS | RSS after startup | RSS at end | weir CPU after startup | weir CPU at end | side requests | side errors |",
+            "| startup → /ready | → all {} domains 200 over HTTPS | RSS after startup | RSS at end | weir CPU after startup | weir CPU at end | weir idle CPU | side requests | side errors |",
             p.domains
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         let w = &self.weir;
         let _ = writeln!(
             s,
-            "| {:.0} ms | {:.0} ms{} | {} | {} | {:.2} s | {:.2} s | {} | {} |\n",
+            "| {:.0} ms | {:.0} ms{} | {} | {} | {:.2} s | {:.2} s | {} | {} | {} |\n",
             self.startup.ready_ms,
             self.startup.all_domains_ms,
             if self.startup.domains_not_serving > 0 {
@@ -191,6 +203,8 @@ impl Report {
             mib(w.end.rss_kib),
             w.after_startup.cpu_seconds,
             w.end.cpu_seconds,
+            w.idle_cpu_percent
+                .map_or("–".to_owned(), |p| format!("{p:.1} % of a core")),
             self.side.requests,
             self.side.non_200 + self.side.errors,
         );
@@ -213,34 +227,40 @@ impl Report {
                 ms(m.max_ms)
             );
         }
-        let during = &self.metrics.during_changes;
-        if !during.phases.is_empty() {
+        let m = &self.metrics;
+        if !m.during_changes.phases.is_empty() {
+            let cycles =
+                |p: &Propagation| p.change_cycles.map_or("?".to_owned(), |c| c.to_string());
             let _ = writeln!(
                 s,
-                "\n| weir phase (`weir_propagation_seconds`, during the changes{}) | count | mean ms | startup: count | startup: mean ms |",
-                during
-                    .change_cycles
-                    .map(|c| format!(", {c} cycles"))
-                    .unwrap_or_default()
+                "\n| weir phase (`weir_propagation_seconds`), mean ms (count) | startup | adds | modifications | removals | all changes |"
             );
-            let _ = writeln!(s, "|---|---|---|---|---|");
-            for (phase, t) in &during.phases {
-                let start = self
-                    .metrics
-                    .after_startup
-                    .phases
-                    .get(phase)
-                    .copied()
-                    .unwrap_or_default();
+            let _ = writeln!(s, "|---|---|---|---|---|---|");
+            let cell = |p: &Propagation, phase: &str| {
+                p.phases.get(phase).map_or("–".to_owned(), |t| {
+                    format!("{} ({})", ms(t.mean_ms), t.count)
+                })
+            };
+            for phase in m.during_changes.phases.keys() {
                 let _ = writeln!(
                     s,
-                    "| {phase} | {} | {} | {} | {} |",
-                    t.count,
-                    ms(t.mean_ms),
-                    start.count,
-                    ms(start.mean_ms)
+                    "| {phase} | {} | {} | {} | {} | {} |",
+                    cell(&m.after_startup, phase),
+                    cell(&m.per_op.add, phase),
+                    cell(&m.per_op.modify, phase),
+                    cell(&m.per_op.remove, phase),
+                    cell(&m.during_changes, phase),
                 );
             }
+            let _ = writeln!(
+                s,
+                "| change cycles | {} | {} | {} | {} | {} |",
+                cycles(&m.after_startup),
+                cycles(&m.per_op.add),
+                cycles(&m.per_op.modify),
+                cycles(&m.per_op.remove),
+                cycles(&m.during_changes),
+            );
         }
         s
     }

@@ -123,19 +123,21 @@ impl Filter {
             let name = path.file_name()?;
             let is_root = path == self.root;
             let is_swap = name == OsStr::new("..data");
-            return ((is_root && content_event(kind)) || is_swap).then(|| self.root.clone());
+            return ((is_root && content_event(kind)) || (is_swap && structural(kind)))
+                .then(|| self.root.clone());
         }
         let rel = path.strip_prefix(&self.root).ok()?;
         let names: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
         let Some((last, parents)) = names.split_last() else {
-            // The root itself (removed, moved, or a rescan of it).
-            return Some(self.root.clone());
+            // The root itself: removed, moved or recreated. Not merely opened — reading
+            // the directory on a rescan opens it, which must not trigger another rescan.
+            return structural(kind).then(|| self.root.clone());
         };
         if parents.iter().any(|n| scan::is_hidden(n)) {
             return None;
         }
         if scan::is_hidden(last) {
-            return (*last == OsStr::new("..data")).then(|| path.to_path_buf());
+            return (*last == OsStr::new("..data") && structural(kind)).then(|| path.to_path_buf());
         }
         if scan::is_manifest_name(last) {
             return content_event(kind).then(|| path.to_path_buf());
@@ -151,6 +153,19 @@ impl Filter {
         };
         relevant.then(|| path.to_path_buf())
     }
+}
+
+/// Whether the event changes what exists at a path (as opposed to an access or an
+/// in-place write), the only events that matter for directories and symlink swaps.
+fn structural(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Create(_)
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Name(_))
+            | EventKind::Any
+            | EventKind::Other
+    )
 }
 
 /// Whether the event may have changed what reading the file gives.
@@ -223,6 +238,24 @@ mod tests {
             f.paths(&ev(write, &["/cfg/a.yaml"])).is_empty(),
             cfg!(target_os = "linux")
         );
+    }
+
+    #[test]
+    fn opening_directories_does_not_trigger_a_rescan() {
+        // A rescan opens the root and its subdirectories; if that counted as a change,
+        // every rescan would cause the next one and the watcher would spin forever.
+        let f = filter();
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+        ] {
+            assert!(f.paths(&ev(kind, &["/cfg"])).is_empty(), "{kind:?} on the root");
+            assert!(f.paths(&ev(kind, &["/cfg/sub"])).is_empty(), "{kind:?} on a subdir");
+            assert!(f.paths(&ev(kind, &["/cfg/..data"])).is_empty(), "{kind:?} on ..data");
+        }
+        let removed = EventKind::Remove(RemoveKind::Folder);
+        assert_eq!(f.paths(&ev(removed, &["/cfg"])), vec![PathBuf::from("/cfg")]);
     }
 
     #[test]

@@ -115,3 +115,20 @@ fn watching_a_missing_path_fails() {
     let err = watch(&dir.path().join("nope")).unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");
 }
+
+#[tokio::test]
+async fn reading_the_watched_tree_reports_nothing() {
+    // Reading files and rescanning directories opens them; those accesses must not come
+    // back as changes, or every rescan would trigger the next one.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("a.yaml"), ns("a", "x")).unwrap();
+    std::fs::write(dir.path().join("sub/b.yaml"), ns("b", "x")).unwrap();
+    let (_w, mut rx) = watch(dir.path()).unwrap();
+    let mut p = FileProvider::new(dir.path());
+    p.load_all();
+    p.reload(&[dir.path().to_path_buf(), dir.path().join("sub")]);
+    // Bounded wait for something that must not arrive.
+    let got = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+    assert!(got.is_err(), "reading the tree reported changes: {got:?}");
+}
