@@ -250,12 +250,24 @@ mod tests {
             EventKind::Access(AccessKind::Close(AccessMode::Read)),
             EventKind::Access(AccessKind::Read),
         ] {
-            assert!(f.paths(&ev(kind, &["/cfg"])).is_empty(), "{kind:?} on the root");
-            assert!(f.paths(&ev(kind, &["/cfg/sub"])).is_empty(), "{kind:?} on a subdir");
-            assert!(f.paths(&ev(kind, &["/cfg/..data"])).is_empty(), "{kind:?} on ..data");
+            assert!(
+                f.paths(&ev(kind, &["/cfg"])).is_empty(),
+                "{kind:?} on the root"
+            );
+            assert!(
+                f.paths(&ev(kind, &["/cfg/sub"])).is_empty(),
+                "{kind:?} on a subdir"
+            );
+            assert!(
+                f.paths(&ev(kind, &["/cfg/..data"])).is_empty(),
+                "{kind:?} on ..data"
+            );
         }
         let removed = EventKind::Remove(RemoveKind::Folder);
-        assert_eq!(f.paths(&ev(removed, &["/cfg"])), vec![PathBuf::from("/cfg")]);
+        assert_eq!(
+            f.paths(&ev(removed, &["/cfg"])),
+            vec![PathBuf::from("/cfg")]
+        );
     }
 
     #[test]
