@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod core;
+mod direct;
 mod gateway;
 mod ingress;
 mod meta;

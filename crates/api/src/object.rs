@@ -79,7 +79,7 @@ impl Kind {
         )
     }
 
-    fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+    pub(crate) fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         let k = match kind {
             "GatewayClass" => Kind::GatewayClass,
@@ -253,13 +253,7 @@ impl Object {
                 message: "required".into(),
             });
         }
-        if kind.namespaced() {
-            if meta.namespace.is_empty() {
-                meta.namespace = "default".into();
-            }
-        } else {
-            meta.namespace.clear();
-        }
+        normalize_namespace(kind, meta);
         Ok(obj)
     }
 
@@ -299,7 +293,7 @@ impl Object {
         }
     }
 
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+    pub(crate) fn metadata_mut(&mut self) -> &mut ObjectMeta {
         match self {
             Object::GatewayClass(o) => &mut o.metadata,
             Object::Gateway(o) => &mut o.metadata,
@@ -320,6 +314,17 @@ impl Object {
     pub fn key(&self) -> ObjectKey {
         let m = self.metadata();
         ObjectKey::new(self.kind(), &m.namespace, &m.name)
+    }
+}
+
+/// Namespaced kinds without a namespace get `default`; cluster-scoped kinds get none.
+pub(crate) fn normalize_namespace(kind: Kind, meta: &mut ObjectMeta) {
+    if kind.namespaced() {
+        if meta.namespace.is_empty() {
+            meta.namespace = "default".into();
+        }
+    } else {
+        meta.namespace.clear();
     }
 }
 

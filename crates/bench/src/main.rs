@@ -1,7 +1,8 @@
 //! `weir-bench`: benchmarks that drive the real weir binary.
 //!
 //! `weir-bench propagation` measures how fast configuration changes reach the data plane
-//! when weir serves many TLS domains from a directory of manifests.
+//! when weir serves many TLS domains from a directory of manifests. `weir-bench traffic`
+//! measures the data plane's throughput, latency and CPU cost against nginx and HAProxy.
 
 mod certs;
 mod client;
@@ -15,6 +16,7 @@ mod propagation;
 mod report;
 mod side;
 mod stats;
+mod traffic;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -44,6 +46,106 @@ enum Command {
     /// Time how long adds, modifications and removals of TLS domains take to be served, with
     /// N domains live, while a side client checks that untouched domains never fail.
     Propagation(PropagationArgs),
+    /// Data-plane throughput, latency and CPU per request of weir, nginx and HAProxy,
+    /// configured alike, each pinned to CPU 0 with the load on CPU 1.
+    Traffic(TrafficArgs),
+    /// The fixed-response backend the traffic bench runs behind the proxies.
+    #[command(hide = true)]
+    Backend(BackendArgs),
+    /// The traffic bench's full-handshake client.
+    #[command(hide = true)]
+    Handshakes(traffic::clients::HandshakeArgs),
+    /// The traffic bench's open-loop fixed-rate client.
+    #[command(hide = true)]
+    FixedRate(traffic::clients::RateArgs),
+}
+
+#[derive(clap::Args)]
+struct TrafficArgs {
+    /// Short run: 3 s per scenario and fewer scenarios (no large setup).
+    #[arg(long)]
+    quick: bool,
+    /// Seconds measured per scenario and proxy [default: 10, or 3 with --quick].
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Warm-up seconds before each measurement (same load, not counted).
+    #[arg(long, default_value_t = 1)]
+    warmup: u64,
+    /// Domains of the large setup (handshakes with SNI over all certificates, Host
+    /// rotating over all domains).
+    #[arg(long, default_value_t = 20_000)]
+    domains: usize,
+    /// Requests/s of the fixed-rate latency scenario.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Proxies to measure, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [
+        traffic::proxies::ProxyKind::Weir,
+        traffic::proxies::ProxyKind::Nginx,
+        traffic::proxies::ProxyKind::Haproxy,
+    ])]
+    proxies: Vec<traffic::proxies::ProxyKind>,
+    /// Only these scenario ids, comma-separated [default: all]. Ids: h1-c1, h1-c16, h1-c64,
+    /// h1-c256, h1-c64-4k, https-c64, h2-c16-m32, tls-new-1cert, rate-<RATE>, and on the
+    /// large setup tls-new-many-cold (run it before tls-new-many: it is the first use of
+    /// each certificate), tls-new-many, hosts-many.
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Vec<String>,
+    /// Do not install missing Debian packages (nginx-light, haproxy, wrk, nghttp2-client).
+    #[arg(long)]
+    no_install: bool,
+    /// The weir binary [default: <workspace>/target/release/weir].
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Directory for the JSON, markdown and PNG outputs
+    /// [default: <workspace>/target/weir-bench/results].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Certificate cache (shared with `propagation`) [default: <workspace>/target/weir-bench/certs].
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Longest wait for a proxy to serve after it is started, in seconds.
+    #[arg(long, default_value_t = 600)]
+    startup_timeout_s: u64,
+    /// Keep the run's directory under <workspace>/target/weir-bench/work (proxy
+    /// configurations and logs, load generator outputs).
+    #[arg(long)]
+    keep_work: bool,
+}
+
+impl TrafficArgs {
+    fn options(self) -> traffic::Options {
+        let bench_dir = workspace_path("target/weir-bench");
+        let default = if self.quick { 3 } else { 10 };
+        traffic::Options {
+            quick: self.quick,
+            duration: Duration::from_secs(self.duration.unwrap_or(default).max(1)),
+            warmup: Duration::from_secs(self.warmup),
+            domains: self.domains.max(1),
+            rate: self.rate.max(1),
+            proxies: self.proxies,
+            only: self.scenarios,
+            install: !self.no_install,
+            weir: self
+                .weir
+                .unwrap_or_else(|| workspace_path("target/release/weir")),
+            out: self.out.unwrap_or_else(|| bench_dir.join("results")),
+            cache: self.cache.unwrap_or_else(|| bench_dir.join("certs")),
+            work: bench_dir.join("work"),
+            startup_timeout: Duration::from_secs(self.startup_timeout_s),
+            keep_work: self.keep_work,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct BackendArgs {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Body size of every response except `/bytes/<n>`.
+    #[arg(long, default_value_t = 0)]
+    size: usize,
 }
 
 #[derive(clap::Args)]
@@ -146,6 +248,18 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
+        Command::Traffic(args) => run_traffic(&runtime, args.options()),
+        Command::Backend(args) => {
+            match runtime.block_on(traffic::backend::serve(args.listen, args.size)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir-bench backend: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Handshakes(args) => run_client(&runtime, traffic::clients::handshakes(&args)),
+        Command::FixedRate(args) => run_client(&runtime, traffic::clients::fixed_rate(&args)),
         Command::Propagation(args) => {
             let opts = args.options();
             runtime.block_on(async {
@@ -174,4 +288,50 @@ fn main() -> ExitCode {
     };
     runtime.shutdown_timeout(Duration::from_secs(2));
     code
+}
+
+fn run_traffic(runtime: &tokio::runtime::Runtime, opts: traffic::Options) -> ExitCode {
+    runtime.block_on(async {
+        // Ctrl-C drops the run, and with it the guards that kill the proxies and backend.
+        let result = tokio::select! {
+            r = traffic::run(&opts) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        };
+        match result {
+            Ok((report, files)) => {
+                println!("{}", report.markdown());
+                for f in files {
+                    println!("wrote {}", f.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("weir-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Runs a hidden client and prints its result as one JSON line.
+fn run_client<F>(runtime: &tokio::runtime::Runtime, fut: F) -> ExitCode
+where
+    F: std::future::Future<Output = anyhow::Result<traffic::loadgen::LoadResult>>,
+{
+    match runtime.block_on(fut) {
+        Ok(r) => match serde_json::to_string(&r) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("weir-bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("weir-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,4 +1,5 @@
-//! A PNG plot of latency per change index, one series per operation.
+//! PNG plots: latency per change index (propagation), and values per category with one
+//! line per series (traffic).
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -37,16 +38,145 @@ pub(crate) fn latency_png(path: &Path, title: &str, series: &[Series<'_>]) -> Re
     register_font()?;
     let mut rgb = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
     draw(&mut rgb, title, series).map_err(|e| anyhow!("drawing the plot: {e}"))?;
+    write_png(path, &rgb)
+}
+
+fn write_png(path: &Path, rgb: &[u8]) -> Result<()> {
     let file =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), WIDTH, HEIGHT);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let mut writer = enc.write_header()?;
-    writer.write_image_data(&rgb)?;
+    writer.write_image_data(rgb)?;
     writer.finish()?;
     Ok(())
 }
+
+/// One line of a category chart: a value per category (None: no point).
+pub(crate) struct CategorySeries {
+    pub(crate) name: String,
+    pub(crate) values: Vec<Option<f64>>,
+}
+
+/// The y axis of a category chart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum YScale {
+    /// From 0, linear.
+    Linear,
+    /// Powers of ten (values ≤ 0 are not drawn).
+    Log,
+}
+
+/// Draws one line per series over evenly spaced categories `labels` to a PNG at `path`.
+pub(crate) fn category_png(
+    path: &Path,
+    title: &str,
+    axes: (&str, &str, YScale),
+    labels: &[String],
+    series: &[CategorySeries],
+) -> Result<()> {
+    register_font()?;
+    let mut rgb = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
+    draw_categories(&mut rgb, title, axes, labels, series)
+        .map_err(|e| anyhow!("drawing the chart: {e}"))?;
+    write_png(path, &rgb)
+}
+
+fn draw_categories(
+    rgb: &mut [u8],
+    title: &str,
+    (x_desc, y_desc, scale): (&str, &str, YScale),
+    labels: &[String],
+    series: &[CategorySeries],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let root = BitMapBackend::with_buffer(rgb, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE)?;
+    // On a log scale the chart plots log10(v) and labels ticks with 10^y.
+    let map = |v: f64| match scale {
+        YScale::Linear => Some(v),
+        YScale::Log => (v > 0.0).then(|| v.log10()),
+    };
+    let mapped: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten().copied())
+        .filter_map(map)
+        .collect();
+    let top = mapped.iter().copied().fold(f64::MIN, f64::max);
+    let bottom = mapped.iter().copied().fold(f64::MAX, f64::min);
+    let (y_min, y_max) = match scale {
+        YScale::Linear if top > 0.0 => (0.0, top * 1.15),
+        YScale::Linear => (0.0, 1.0),
+        YScale::Log if !mapped.is_empty() => (bottom.floor(), top.ceil().max(bottom.floor() + 1.0)),
+        YScale::Log => (0.0, 1.0),
+    };
+    let n = labels.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), y_min..y_max)?;
+    let label_of = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            labels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(n)
+        .x_label_formatter(&label_of)
+        .y_label_formatter(&|y| match scale {
+            YScale::Linear => format!("{y:.0}"),
+            YScale::Log => {
+                let v = 10f64.powf(*y);
+                if v >= 1.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.3}")
+                }
+            }
+        })
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    for (idx, s) in series.iter().enumerate() {
+        let color = COLORS[idx % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.and_then(map).map(|v| (i as f64, v)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+];
 
 fn draw(
     rgb: &mut [u8],
@@ -78,14 +208,8 @@ fn draw(
         .x_label_formatter(&|x| format!("{x:.0}"))
         .label_style(("sans-serif", 14))
         .draw()?;
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-    ];
     for (idx, s) in series.iter().enumerate() {
-        let color = colors[idx % colors.len()];
+        let color = COLORS[idx % COLORS.len()];
         let ok: Vec<(f64, f64)> = s
             .points
             .iter()
@@ -142,5 +266,16 @@ mod tests {
         latency_png(&path, "test", &series).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
+
+        let cat = dir.path().join("c.png");
+        let labels: Vec<String> = ["1", "16", "64"].map(String::from).to_vec();
+        let lines = [CategorySeries {
+            name: "weir".into(),
+            values: vec![Some(10.0), None, Some(30.0)],
+        }];
+        category_png(&cat, "t", ("x", "y", YScale::Linear), &labels, &lines).unwrap();
+        assert_eq!(&std::fs::read(&cat).unwrap()[1..4], b"PNG");
+        category_png(&cat, "t", ("x", "y", YScale::Log), &labels, &lines).unwrap();
+        assert_eq!(&std::fs::read(&cat).unwrap()[1..4], b"PNG");
     }
 }

@@ -487,7 +487,8 @@ async fn scrape(admin: SocketAddr) -> Propagation {
     }
 }
 
-fn machine(cores: usize) -> Machine {
+/// The machine the run is on (cores, CPU model, kernel).
+pub(crate) fn machine(cores: usize) -> Machine {
     let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
         s.lines()
             .find(|l| l.starts_with("model name"))

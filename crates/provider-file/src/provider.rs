@@ -420,7 +420,11 @@ impl FileProvider {
         let mut keys = Vec::with_capacity(new_defs.len());
         for (key, def) in new_defs {
             self.touch(&key, tx);
-            let v = self.defs.entry(key.clone()).or_default();
+            // Nearly every key has one definition: no spare slots.
+            let v = self
+                .defs
+                .entry(key.clone())
+                .or_insert_with(|| Vec::with_capacity(1));
             let at = v.partition_point(|d| d.sort_key() < def.sort_key());
             v.insert(at, def);
             if !keys.contains(&key) {

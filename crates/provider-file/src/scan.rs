@@ -139,9 +139,12 @@ where
     if paths.len() < PARALLEL_MIN_FILES {
         return paths.iter().map(|p| read_file(p, known(p))).collect();
     }
-    // Not cheap on Linux (it reads cgroup limits), hence only for large batches.
+    // Not cheap on Linux (it reads cgroup limits), hence only for large batches. Two
+    // threads per core: reading a file also waits on open/read (and on the disk when the
+    // page cache is cold), which the other thread of the core fills with parsing.
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
+        .saturating_mul(2)
         .min(MAX_THREADS);
     if threads < 2 {
         return paths.iter().map(|p| read_file(p, known(p))).collect();

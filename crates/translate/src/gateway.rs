@@ -1,6 +1,6 @@
 //! Gateway → validated listeners, and the Gateway's status.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 

@@ -40,6 +40,7 @@ mod gateway;
 mod ingress;
 mod order;
 mod route;
+mod small;
 mod status;
 mod store;
 mod tls;

@@ -1,7 +1,9 @@
 //! The objects the translator was given, with the few indexes lookups need.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use foldhash::HashMap;
 
 use weir_api::{
     Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress,
@@ -21,8 +23,8 @@ pub(crate) type NsName = (Arc<str>, Arc<str>);
 /// Every stored object, by key, plus first-seen order and derived lookups.
 #[derive(Default)]
 pub(crate) struct Store {
-    objects: HashMap<ObjectKey, Arc<Object>>,
-    seq: HashMap<ObjectKey, u64>,
+    /// Every object with its first-seen sequence number (one map: one hash per lookup).
+    objects: HashMap<ObjectKey, (Arc<Object>, u64)>,
     next_seq: u64,
     /// ReferenceGrants by namespace.
     grants: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<Object>>>,
@@ -35,18 +37,22 @@ pub(crate) struct Store {
 impl Store {
     /// Stores `obj`; returns the previous version, or `None` if the key is new.
     /// `Err(())` means the object is identical to the stored one.
-    pub(crate) fn upsert(&mut self, obj: Arc<Object>) -> Result<Option<Arc<Object>>, ()> {
-        let key = obj.key();
-        if let Some(old) = self.objects.get(&key)
-            && (Arc::ptr_eq(old, &obj) || **old == *obj)
-        {
-            return Err(());
-        }
-        let old = self.objects.insert(key.clone(), obj.clone());
-        if old.is_none() {
-            self.seq.insert(key.clone(), self.next_seq);
-            self.next_seq += 1;
-        }
+    /// `key` must be `obj.key()`; passing it in spares building (allocating) it twice.
+    pub(crate) fn upsert(
+        &mut self,
+        key: &ObjectKey,
+        obj: Arc<Object>,
+    ) -> Result<Option<Arc<Object>>, ()> {
+        let old = match self.objects.get_mut(key) {
+            Some((old, _)) if Arc::ptr_eq(old, &obj) || **old == *obj => return Err(()),
+            Some((old, _)) => Some(std::mem::replace(old, obj.clone())),
+            None => {
+                self.objects
+                    .insert(key.clone(), (obj.clone(), self.next_seq));
+                self.next_seq += 1;
+                None
+            }
+        };
         if let Some(o) = &old {
             self.unindex(o);
         }
@@ -54,10 +60,15 @@ impl Store {
         Ok(old)
     }
 
+    /// Makes room for `additional` more objects (a bulk load), so the table is not rehashed
+    /// step by step while it grows.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.objects.reserve(additional);
+    }
+
     /// Removes the object with `key`, returning it.
     pub(crate) fn delete(&mut self, key: &ObjectKey) -> Option<Arc<Object>> {
-        let old = self.objects.remove(key)?;
-        self.seq.remove(key);
+        let (old, _) = self.objects.remove(key)?;
         self.unindex(&old);
         Some(old)
     }
@@ -118,25 +129,21 @@ impl Store {
 
     /// The stored object with `key`.
     pub(crate) fn get(&self, key: &ObjectKey) -> Option<&Arc<Object>> {
-        self.objects.get(key)
+        self.objects.get(key).map(|(o, _)| o)
     }
 
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
         self.objects
             .get(&ObjectKey::new(kind, ns, name))
-            .map(|o| &**o)
+            .map(|(o, _)| &**o)
     }
 
     /// Precedence age of the object with `key` (creation time, then first-seen order).
     pub(crate) fn age(&self, key: &ObjectKey) -> Age {
-        let ts = self
-            .objects
-            .get(key)
-            .and_then(|o| o.metadata().creation_timestamp.clone());
-        Age::new(
-            ts.as_deref(),
-            self.seq.get(key).copied().unwrap_or(u64::MAX),
-        )
+        match self.objects.get(key) {
+            Some((o, seq)) => Age::new(o.metadata().creation_timestamp.as_deref(), *seq),
+            None => Age::new(None, u64::MAX),
+        }
     }
 
     pub(crate) fn gateway_class(&self, name: &str) -> Option<&GatewayClass> {
@@ -154,21 +161,21 @@ impl Store {
     }
 
     pub(crate) fn gateway(&self, key: &ObjectKey) -> Option<&Gateway> {
-        match &**self.objects.get(key)? {
+        match &*self.objects.get(key)?.0 {
             Object::Gateway(g) => Some(g),
             _ => None,
         }
     }
 
     pub(crate) fn route(&self, key: &ObjectKey) -> Option<&HttpRoute> {
-        match &**self.objects.get(key)? {
+        match &*self.objects.get(key)?.0 {
             Object::HttpRoute(r) => Some(r),
             _ => None,
         }
     }
 
     pub(crate) fn ingress(&self, key: &ObjectKey) -> Option<&Ingress> {
-        match &**self.objects.get(key)? {
+        match &*self.objects.get(key)?.0 {
             Object::Ingress(i) => Some(i),
             _ => None,
         }

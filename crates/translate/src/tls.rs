@@ -40,9 +40,10 @@ pub(crate) fn looks_like_tls(s: &Secret) -> bool {
         || s.string_data.contains_key(KEY)
 }
 
-fn value(s: &Secret, key: &'static str) -> Result<Vec<u8>, InvalidSecret> {
+/// The bytes of a Secret key, copied once into the shared buffer the certificate keeps.
+fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
     if let Some(v) = s.string_data.get(key) {
-        return Ok(v.as_bytes().to_vec());
+        return Ok(Arc::from(v.as_bytes()));
     }
     let Some(v) = s.data.get(key) else {
         return Err(InvalidSecret::Missing(key));
@@ -50,6 +51,7 @@ fn value(s: &Secret, key: &'static str) -> Result<Vec<u8>, InvalidSecret> {
     let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
         .decode(compact)
+        .map(Arc::from)
         .map_err(|_| InvalidSecret::Base64(key))
 }
 
@@ -69,7 +71,7 @@ fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
     }
     PrivateKeyDer::from_pem_slice(&key)
         .map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
-    Ok(Arc::new(Certificate::new(chain.into(), key.into())))
+    Ok(Arc::new(Certificate::new(chain, key)))
 }
 
 /// Parses a Secret into a certificate; the error message names the Secret and field.

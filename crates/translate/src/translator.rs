@@ -1,8 +1,10 @@
 //! The incremental translator: change bookkeeping, recomputation of dirty objects and
 //! emission of deltas.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
 use weir_model::{
@@ -13,6 +15,7 @@ use weir_model::{
 use crate::backend::{self, ClusterSource};
 use crate::gateway::{self, GatewayState, ListenerView};
 use crate::order::{Age, RuleOrder};
+use crate::small::SmallOrdMap;
 use crate::status;
 use crate::store::{Dep, NsName, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -24,6 +27,9 @@ mod ingresses;
 
 /// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
 const INGRESS_LABEL: &str = "ingress";
+
+/// A batch at least this large (the initial load, a resync) pre-sizes the tables.
+const BULK: usize = 1024;
 
 /// A host on a listener: the key of a VirtualHost and of an SNI entry.
 pub(crate) type HostKey = (ListenerKey, HostMatch);
@@ -84,8 +90,8 @@ pub struct Translator {
     ingress_blocked: bool,
 
     listeners: HashMap<ListenerKey, Arc<Listener>>,
-    hosts: HashMap<HostKey, BTreeMap<RuleOrder, Arc<RouteRule>>>,
-    sni: HashMap<HostKey, BTreeMap<SniOwner, Arc<Certificate>>>,
+    hosts: HashMap<HostKey, SmallOrdMap<RuleOrder, Arc<RouteRule>>>,
+    sni: HashMap<HostKey, SmallOrdMap<SniOwner, Arc<Certificate>>>,
     cluster_refs: HashMap<ClusterKey, (u32, ClusterSource)>,
     service_clusters: HashMap<NsName, BTreeSet<ClusterKey>>,
 
@@ -129,11 +135,15 @@ impl Translator {
     /// is a no-op.
     pub fn apply(&mut self, changes: impl IntoIterator<Item = ObjectChange>) -> TranslateOutput {
         let mut d = Dirty::default();
+        let changes: Vec<ObjectChange> = changes.into_iter().collect();
+        if changes.len() >= BULK {
+            self.reserve_for(&changes, &mut d);
+        }
         for change in changes {
             match change {
                 ObjectChange::Upsert(obj) => {
                     let key = obj.key();
-                    if let Ok(old) = self.store.upsert(obj.clone()) {
+                    if let Ok(old) = self.store.upsert(&key, obj.clone()) {
                         self.on_change(&key, old.as_deref(), Some(&obj), &mut d);
                     }
                 }
@@ -149,6 +159,38 @@ impl Translator {
         let mut statuses = std::mem::take(&mut d.statuses);
         statuses.sort_by(|a, b| a.0.cmp(&b.0));
         TranslateOutput { batch, statuses }
+    }
+
+    /// Sizes the tables a large batch (the initial load) will fill, so that they are
+    /// allocated once instead of being rehashed at every doubling. Estimates from the kinds
+    /// of the upserted objects; an overestimate only costs spare capacity.
+    fn reserve_for(&mut self, changes: &[ObjectChange], d: &mut Dirty) {
+        let (mut ingresses, mut routes, mut other) = (0, 0, 0);
+        for c in changes {
+            match c {
+                ObjectChange::Upsert(o) => match o.kind() {
+                    Kind::Ingress => ingresses += 1,
+                    Kind::HttpRoute => routes += 1,
+                    _ => other += 1,
+                },
+                ObjectChange::Delete(_) => {}
+            }
+        }
+        let derived = ingresses + routes;
+        self.store.reserve(derived + other);
+        d.ingresses.reserve(ingresses);
+        d.routes.reserve(routes);
+        d.plain_status.reserve(other);
+        // An Ingress host yields a virtual host per listener (HTTP and HTTPS) and an SNI
+        // entry; a route yields at least one virtual host.
+        d.resources.reserve(3 * ingresses + routes);
+        self.ingresses.reserve(ingresses);
+        self.routes.reserve(routes);
+        self.deps_of.reserve(derived);
+        self.deps.reserve(other);
+        self.hosts.reserve(2 * ingresses + routes);
+        self.sni.reserve(ingresses);
+        self.emitted.reserve(3 * ingresses + routes);
     }
 
     /// The complete current IR, sorted by [`ResourceKey`].

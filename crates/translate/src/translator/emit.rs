@@ -1,6 +1,6 @@
 //! Turning dirty resource keys into an ordered [`DeltaBatch`].
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_model::{ContentHash, Delta, DeltaBatch, Resource, ResourceKey};
 
@@ -16,15 +16,8 @@ fn group(d: &Delta) -> u8 {
     }
 }
 
-fn key_of(d: &Delta) -> ResourceKey {
-    match d {
-        Delta::Upsert(r) => r.key(),
-        Delta::Remove(k) => k.clone(),
-    }
-}
-
 pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBatch {
-    let mut deltas = Vec::new();
+    let mut deltas: Vec<(ResourceKey, Delta)> = Vec::with_capacity(dirty.len());
     // Certificates touched by SNI changes, with whether they were emitted before.
     let mut certs: HashMap<ContentHash, bool> = HashMap::new();
     for key in dirty {
@@ -64,11 +57,11 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
         match new {
             Some(r) => {
                 t.emitted.insert(key.clone(), r.clone());
-                deltas.push(Delta::Upsert(r));
+                deltas.push((key.clone(), Delta::Upsert(r)));
             }
             None => {
                 t.emitted.remove(key);
-                deltas.push(Delta::Remove(key.clone()));
+                deltas.push((key.clone(), Delta::Remove(key.clone())));
             }
         }
     }
@@ -77,17 +70,20 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
         let now = t.cert_refs.get(&h).is_some_and(|(_, n)| *n > 0);
         if now && !was {
             if let Some(r) = t.desired(&key) {
-                t.emitted.insert(key, r.clone());
-                deltas.push(Delta::Upsert(r));
+                t.emitted.insert(key.clone(), r.clone());
+                deltas.push((key, Delta::Upsert(r)));
             }
         } else if !now {
             t.cert_refs.remove(&h);
             if was {
                 t.emitted.remove(&key);
-                deltas.push(Delta::Remove(key));
+                deltas.push((key.clone(), Delta::Remove(key)));
             }
         }
     }
-    deltas.sort_by_cached_key(|d| (group(d), key_of(d)));
-    DeltaBatch { deltas }
+    // Each delta carries its key from the loop above, so sorting builds no key.
+    deltas.sort_by(|(ka, a), (kb, b)| (group(a), ka).cmp(&(group(b), kb)));
+    DeltaBatch {
+        deltas: deltas.into_iter().map(|(_, d)| d).collect(),
+    }
 }

@@ -1,6 +1,6 @@
 //! Gateway recomputation: socket ownership, Listener resources and SNI entries.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use weir_api::{Kind, ObjectKey};

@@ -1,0 +1,621 @@
+//! The traffic report: JSON, markdown tables and PNG charts.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::plot::{CategorySeries, YScale, category_png};
+use crate::report::Machine;
+use crate::traffic::loadgen::{Latency, LoadResult};
+use crate::traffic::proxies::ProxyKind;
+use crate::traffic::sys::{TreeStats, Versions};
+use crate::traffic::{PROXY_CPU, Scenario};
+
+/// Everything one traffic run measured.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TrafficReport {
+    pub(crate) tool: &'static str,
+    pub(crate) bench_version: &'static str,
+    pub(crate) started_unix: u64,
+    pub(crate) machine: Machine,
+    pub(crate) pinning: String,
+    pub(crate) versions: Versions,
+    pub(crate) params: Params,
+    /// One per proxy and setup (1 domain, or the large one).
+    pub(crate) runs: Vec<ProxyRun>,
+    pub(crate) results: Vec<Measured>,
+    pub(crate) total_seconds: f64,
+}
+
+/// The run's parameters.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Params {
+    pub(crate) quick: bool,
+    pub(crate) duration_s: f64,
+    pub(crate) warmup_s: f64,
+    pub(crate) domains: usize,
+    pub(crate) rate: u64,
+    pub(crate) weir: String,
+    /// (id, description) in run order.
+    pub(crate) scenarios: Vec<(String, String)>,
+}
+
+/// One proxy process serving one setup.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ProxyRun {
+    pub(crate) proxy: ProxyKind,
+    pub(crate) domains: usize,
+    /// Spawn → the last domain answered over plaintext and TLS.
+    pub(crate) startup_ms: Option<f64>,
+    /// Memory and CPU after startup and at the end.
+    pub(crate) idle: Option<TreeStats>,
+    pub(crate) end: Option<TreeStats>,
+    /// Processes and threads, as seen in /proc after startup.
+    pub(crate) threads: Option<String>,
+    pub(crate) exit: Option<String>,
+    /// weir's last log lines (errors show up there).
+    pub(crate) log_tail: Option<String>,
+    pub(crate) error: Option<String>,
+}
+
+impl ProxyRun {
+    /// A proxy that did not start.
+    pub(crate) fn failed(proxy: ProxyKind, domains: usize, error: String) -> ProxyRun {
+        ProxyRun {
+            proxy,
+            domains,
+            startup_ms: None,
+            idle: None,
+            end: None,
+            threads: None,
+            exit: None,
+            log_tail: None,
+            error: Some(error),
+        }
+    }
+}
+
+/// One proxy in one scenario.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Measured {
+    pub(crate) scenario: String,
+    pub(crate) proxy: ProxyKind,
+    pub(crate) load: Option<LoadResult>,
+    /// Proxy CPU time (all its processes) during the measurement.
+    pub(crate) proxy_cpu_seconds: f64,
+    /// Proxy CPU seconds per 100,000 requests (or connections).
+    pub(crate) cpu_s_per_100k: Option<f64>,
+    /// Proxy CPU as % of one core over the measurement.
+    pub(crate) proxy_cpu_percent: Option<f64>,
+    /// The proxy's processes at the end of the measurement.
+    pub(crate) end: TreeStats,
+    /// How busy each CPU was: the proxy's, and the load generator's + backend's.
+    pub(crate) proxy_cpu_busy_percent: Option<f64>,
+    pub(crate) load_cpu_busy_percent: Option<f64>,
+    pub(crate) error: Option<String>,
+}
+
+impl Measured {
+    /// A finished measurement.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        sc: &Scenario,
+        proxy: ProxyKind,
+        load: LoadResult,
+        cpu: f64,
+        wall: f64,
+        end: TreeStats,
+        proxy_busy: Option<f64>,
+        load_busy: Option<f64>,
+    ) -> Measured {
+        let ok = load.requests.saturating_sub(load.errors);
+        Measured {
+            scenario: sc.id.clone(),
+            proxy,
+            cpu_s_per_100k: (ok > 0).then(|| cpu * 100_000.0 / ok as f64),
+            proxy_cpu_percent: (wall > 0.0).then(|| cpu * 100.0 / wall),
+            load: Some(load),
+            proxy_cpu_seconds: cpu,
+            end,
+            proxy_cpu_busy_percent: proxy_busy,
+            load_cpu_busy_percent: load_busy,
+            error: None,
+        }
+    }
+
+    /// A measurement that failed.
+    pub(crate) fn error(sc: &Scenario, proxy: ProxyKind, error: String) -> Measured {
+        Measured {
+            scenario: sc.id.clone(),
+            proxy,
+            load: None,
+            proxy_cpu_seconds: 0.0,
+            cpu_s_per_100k: None,
+            proxy_cpu_percent: None,
+            end: TreeStats::default(),
+            proxy_cpu_busy_percent: None,
+            load_cpu_busy_percent: None,
+            error: Some(error),
+        }
+    }
+
+    fn rps(&self) -> Option<f64> {
+        self.load.as_ref().map(|l| l.rps)
+    }
+
+    fn latency(&self) -> Option<Latency> {
+        self.load.as_ref().and_then(|l| l.latency)
+    }
+
+    /// A progress line.
+    pub(crate) fn one_line(&self) -> String {
+        match (&self.load, &self.error) {
+            (Some(l), _) => format!(
+                "  {:<14} {:<8} {:>9.0} req/s  p50 {}  p99 {}  errors {}  CPU {:.2} s/100k  load CPU {:.0} %",
+                self.scenario,
+                self.proxy.name(),
+                l.rps,
+                ms_opt(l.latency.map(|x| x.p50_ms)),
+                ms_opt(l.latency.map(|x| x.p99_ms)),
+                l.errors,
+                self.cpu_s_per_100k.unwrap_or(0.0),
+                self.load_cpu_busy_percent.unwrap_or(0.0)
+            ),
+            (None, e) => format!(
+                "  {:<14} {:<8} failed: {}",
+                self.scenario,
+                self.proxy.name(),
+                e.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+}
+
+fn ms_opt(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v >= 100.0 => format!("{v:.0} ms"),
+        Some(v) if v >= 10.0 => format!("{v:.1} ms"),
+        Some(v) => format!("{v:.2} ms"),
+        None => "–".into(),
+    }
+}
+
+fn num(v: f64) -> String {
+    // Thousands separators for request rates.
+    let s = format!("{:.0}", v);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Proxy CPU (% of its core) under which a throughput figure is marked as not the
+/// proxy's limit.
+const SATURATED: f64 = 90.0;
+
+/// How to read the tables.
+const NOTES: &str = "
+\\* the proxy used less than 90 % of its core: the load core (load generator + backend) or the \
+scenario's concurrency limited the figure, not the proxy. Proxy CPU s / 100k req is then the \
+fairer comparison: user + system time of all the proxy's processes (from /proc) over the \
+measurement, per 100,000 successful requests (connections for `tls-new-*`). Memory is PSS summed over the \
+proxy's processes (shared pages split between them; the JSON also has the RSS sum). Latency: wrk's percentiles (closed loop), h2load's per-request log, and \
+the bench's own clients: `tls-new-*` time connect + full TLS 1.3 handshake (X25519 only, \
+no resumption, the leaf compared byte for byte, signatures not checked) + one GET with \
+`connection: close`; `rate-*` is open loop over 64 kept connections, paced by a 1 ms timer \
+(bursts of rate/1000 requests), latency counted from the scheduled send time when the client \
+was behind.";
+
+impl TrafficReport {
+    fn proxies(&self) -> Vec<ProxyKind> {
+        let mut v: Vec<ProxyKind> = Vec::new();
+        for r in &self.results {
+            if !v.contains(&r.proxy) {
+                v.push(r.proxy);
+            }
+        }
+        v
+    }
+
+    fn get(&self, scenario: &str, proxy: ProxyKind) -> Option<&Measured> {
+        self.results
+            .iter()
+            .find(|m| m.scenario == scenario && m.proxy == proxy)
+    }
+
+    /// weir's throughput divided by the best peer's, per scenario.
+    pub(crate) fn ratio(&self, scenario: &str) -> Option<f64> {
+        let weir = self.get(scenario, ProxyKind::Weir)?.rps()?;
+        let best = self
+            .results
+            .iter()
+            .filter(|m| m.scenario == scenario && m.proxy != ProxyKind::Weir)
+            .filter_map(Measured::rps)
+            .fold(0.0f64, f64::max);
+        (best > 0.0).then(|| weir / best)
+    }
+
+    /// weir's proxy CPU per request divided by the lowest peer's, per scenario (below 1:
+    /// weir spends less CPU per request).
+    pub(crate) fn cpu_ratio(&self, scenario: &str) -> Option<f64> {
+        let weir = self.get(scenario, ProxyKind::Weir)?.cpu_s_per_100k?;
+        let best = self
+            .results
+            .iter()
+            .filter(|m| m.scenario == scenario && m.proxy != ProxyKind::Weir)
+            .filter_map(|m| m.cpu_s_per_100k)
+            .filter(|c| *c > 0.0)
+            .reduce(f64::min)?;
+        Some(weir / best)
+    }
+
+    /// Markdown: setup, a throughput summary and the full table.
+    pub(crate) fn markdown(&self) -> String {
+        let mut s = String::new();
+        let p = &self.params;
+        let _ = writeln!(
+            s,
+            "### Data-plane throughput: {} s per scenario (+{} s warm-up){}, {} cores{}\n",
+            p.duration_s,
+            p.warmup_s,
+            if p.quick { ", quick" } else { "" },
+            self.machine.cores,
+            self.machine
+                .cpu_model
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(s, "Pinning: {}.\n", self.pinning);
+        let v = &self.versions;
+        let _ = writeln!(
+            s,
+            "Versions: {}; {}; {}; {}.\n",
+            v.nginx.as_deref().unwrap_or("nginx ?"),
+            v.haproxy.as_deref().unwrap_or("HAProxy ?"),
+            v.wrk.as_deref().unwrap_or("wrk ?"),
+            v.h2load.as_deref().unwrap_or("h2load ?")
+        );
+        let _ = writeln!(
+            s,
+            "| proxy | domains | startup | memory idle (PSS) | memory at end (PSS) | processes / threads |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in &self.runs {
+            let mib = |t: Option<TreeStats>| {
+                t.map_or("–".into(), |t| {
+                    format!("{:.1} MiB", t.pss_kib as f64 / 1024.0)
+                })
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                r.proxy.name(),
+                num(r.domains as f64),
+                r.startup_ms
+                    .map_or("failed".into(), |m| format!("{m:.0} ms")),
+                mib(r.idle),
+                mib(r.end),
+                r.threads
+                    .as_deref()
+                    .or(r.error.as_deref())
+                    .unwrap_or("–")
+                    .replace('\n', " ")
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nWorkers: weir's tokio runtime sizes its pool from the CPU affinity mask (`taskset -c {PROXY_CPU}` → one CPU → the `tokio-rt-worker` count above); nginx `worker_processes 1`; HAProxy `nbthread 1`."
+        );
+        let proxies = self.proxies();
+        let _ = write!(s, "\n| scenario |");
+        for px in &proxies {
+            let _ = write!(s, " {} req/s |", px.name());
+        }
+        let _ = write!(s, " weir / best peer (req/s) |");
+        for px in &proxies {
+            let _ = write!(s, " {} CPU s / 100k |", px.name());
+        }
+        let _ = writeln!(s, " weir / best peer (CPU per req) |");
+        let _ = write!(s, "|---|");
+        for _ in 0..proxies.len() * 2 + 2 {
+            let _ = write!(s, "---|");
+        }
+        let _ = writeln!(s);
+        for (id, label) in &p.scenarios {
+            let _ = write!(s, "| {label} (`{id}`) |");
+            for px in &proxies {
+                let cell = match self.get(id, *px) {
+                    Some(m) => {
+                        // A star: the proxy's core was not the limit.
+                        let star = if m.proxy_cpu_percent.is_some_and(|c| c < SATURATED) {
+                            "*"
+                        } else {
+                            ""
+                        };
+                        match &m.load {
+                            Some(l) if l.errors > 0 => {
+                                format!("{}{star} ({} err)", num(l.rps), l.errors)
+                            }
+                            Some(l) => format!("{}{star}", num(l.rps)),
+                            None => "failed".into(),
+                        }
+                    }
+                    None => "–".into(),
+                };
+                let _ = write!(s, " {cell} |");
+            }
+            let _ = write!(
+                s,
+                " {} |",
+                self.ratio(id).map_or("–".into(), |r| format!("{r:.2}"))
+            );
+            for px in &proxies {
+                let cell = self
+                    .get(id, *px)
+                    .and_then(|m| m.cpu_s_per_100k)
+                    .map_or("–".into(), |c| format!("{c:.2}"));
+                let _ = write!(s, " {cell} |");
+            }
+            let _ = writeln!(
+                s,
+                " {} |",
+                self.cpu_ratio(id).map_or("–".into(), |r| format!("{r:.2}"))
+            );
+        }
+        let _ = writeln!(s, "{NOTES}");
+        let _ = writeln!(
+            s,
+            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req | proxy CPU | proxy PSS / RSS | errors | load CPU busy |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for (id, _) in &p.scenarios {
+            for px in &proxies {
+                let Some(m) = self.get(id, *px) else { continue };
+                match &m.load {
+                    Some(l) => {
+                        let lat = m.latency();
+                        let _ = writeln!(
+                            s,
+                            "| `{id}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {:.1} MiB | {} | {} |",
+                            px.name(),
+                            num(l.rps),
+                            ms_opt(lat.map(|x| x.p50_ms)),
+                            ms_opt(lat.map(|x| x.p90_ms)),
+                            ms_opt(lat.map(|x| x.p99_ms)),
+                            ms_opt(lat.and_then(|x| x.p999_ms)),
+                            m.cpu_s_per_100k.map_or("–".into(), |c| format!("{c:.2}")),
+                            m.proxy_cpu_percent
+                                .map_or("–".into(), |c| format!("{c:.0} %")),
+                            m.end.pss_kib as f64 / 1024.0,
+                            m.end.rss_kib as f64 / 1024.0,
+                            l.errors,
+                            m.load_cpu_busy_percent
+                                .map_or("–".into(), |c| format!("{c:.0} %")),
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(
+                            s,
+                            "| `{id}` | {} | failed: {} |  |  |  |  |  |  |  |  |  |",
+                            px.name(),
+                            m.error.as_deref().unwrap_or("?").replace(['\n', '|'], " ")
+                        );
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// Chart: HTTP/1.1 plaintext throughput against the number of connections.
+    fn throughput_chart(&self, path: &Path) -> Result<bool> {
+        let conns: Vec<(String, String)> = self
+            .params
+            .scenarios
+            .iter()
+            .filter_map(|(id, _)| {
+                let c = id.strip_prefix("h1-c")?;
+                c.parse::<usize>().ok().map(|_| (id.clone(), c.to_owned()))
+            })
+            .collect();
+        if conns.len() < 2 {
+            return Ok(false);
+        }
+        let labels: Vec<String> = conns.iter().map(|(_, c)| c.clone()).collect();
+        let series: Vec<CategorySeries> = self
+            .proxies()
+            .into_iter()
+            .map(|px| CategorySeries {
+                name: px.name().to_owned(),
+                values: conns
+                    .iter()
+                    .map(|(id, _)| self.get(id, px).and_then(Measured::rps))
+                    .collect(),
+            })
+            .collect();
+        category_png(
+            path,
+            "HTTP/1.1 keep-alive through one proxy core: throughput",
+            ("connections", "requests / s", YScale::Linear),
+            &labels,
+            &series,
+        )?;
+        Ok(true)
+    }
+
+    /// Chart: p99 latency per scenario and proxy.
+    fn latency_chart(&self, path: &Path) -> Result<bool> {
+        let ids: Vec<&String> = self
+            .params
+            .scenarios
+            .iter()
+            .map(|(id, _)| id)
+            .filter(|id| {
+                self.results
+                    .iter()
+                    .any(|m| &m.scenario == *id && m.latency().is_some())
+            })
+            .collect();
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        let labels: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        let series: Vec<CategorySeries> = self
+            .proxies()
+            .into_iter()
+            .map(|px| CategorySeries {
+                name: px.name().to_owned(),
+                values: ids
+                    .iter()
+                    .map(|id| self.get(id, px).and_then(|m| m.latency()).map(|l| l.p99_ms))
+                    .collect(),
+            })
+            .collect();
+        category_png(
+            path,
+            "p99 latency per scenario (closed loop except rate-*), log scale",
+            ("scenario", "p99 latency, ms", YScale::Log),
+            &labels,
+            &series,
+        )?;
+        Ok(true)
+    }
+}
+
+/// Draws one chart to a path; false when there is nothing to draw.
+type Chart = fn(&TrafficReport, &Path) -> Result<bool>;
+
+/// Writes `traffic.json`, `traffic.md` and the charts into `out`; returns their paths.
+pub(crate) fn write(report: &TrafficReport, out: &Path) -> Result<Vec<PathBuf>> {
+    let base = if report.params.quick {
+        "traffic-quick"
+    } else {
+        "traffic"
+    };
+    let mut files = Vec::new();
+    let json = out.join(format!("{base}.json"));
+    std::fs::write(&json, serde_json::to_vec_pretty(report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    files.push(json);
+    let md = out.join(format!("{base}.md"));
+    std::fs::write(&md, report.markdown()).with_context(|| format!("writing {}", md.display()))?;
+    files.push(md);
+    let charts: [(&str, Chart); 2] = [
+        ("throughput", TrafficReport::throughput_chart),
+        ("latency", TrafficReport::latency_chart),
+    ];
+    for (name, draw) in charts {
+        let path = out.join(format!("{base}-{name}.png"));
+        match draw(report, &path) {
+            Ok(true) => files.push(path),
+            Ok(false) => {}
+            Err(e) => eprintln!("weir-bench: no {name} chart: {e:#}"),
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::scenarios;
+
+    fn load(rps: f64, errors: u64) -> LoadResult {
+        LoadResult {
+            requests: (rps * 3.0) as u64,
+            seconds: 3.0,
+            rps,
+            errors,
+            latency: Some(Latency {
+                p50_ms: 1.0,
+                p90_ms: 2.0,
+                p99_ms: 3.0,
+                p999_ms: None,
+                max_ms: None,
+            }),
+        }
+    }
+
+    fn report() -> TrafficReport {
+        let sc = scenarios(true, 10, 1000);
+        let m = |i: usize, px, rps, err| {
+            Measured::new(
+                &sc[i],
+                px,
+                load(rps, err),
+                1.5,
+                3.0,
+                TreeStats::default(),
+                Some(99.0),
+                Some(60.0),
+            )
+        };
+        TrafficReport {
+            tool: "t",
+            bench_version: "0",
+            started_unix: 0,
+            machine: Machine {
+                cores: 2,
+                cpu_model: None,
+                kernel: None,
+            },
+            pinning: "p".into(),
+            versions: Versions::default(),
+            params: Params {
+                quick: true,
+                duration_s: 3.0,
+                warmup_s: 1.0,
+                domains: 10,
+                rate: 1000,
+                weir: "w".into(),
+                scenarios: sc.iter().map(|s| (s.id.clone(), s.label.clone())).collect(),
+            },
+            runs: vec![ProxyRun::failed(ProxyKind::Haproxy, 1, "boom".into())],
+            results: vec![
+                m(0, ProxyKind::Weir, 30_000.0, 0),
+                m(0, ProxyKind::Nginx, 40_000.0, 2),
+                m(1, ProxyKind::Weir, 50_000.0, 0),
+                Measured::error(&sc[1], ProxyKind::Nginx, "broken | pipe".into()),
+            ],
+            total_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn ratio_is_weir_over_best_peer() {
+        let r = report();
+        assert_eq!(r.ratio("h1-c1"), Some(0.75));
+        assert_eq!(r.ratio("h1-c64"), None);
+        assert_eq!(r.cpu_ratio("h1-c64"), None);
+        // The same CPU time over 90,000 (weir) and 119,998 good requests (nginx).
+        let c = r.cpu_ratio("h1-c1").unwrap();
+        assert!((c - 119_998.0 / 90_000.0).abs() < 1e-9);
+        let m = r.get("h1-c1", ProxyKind::Weir).unwrap();
+        // 1.5 s of CPU for 90,000 requests.
+        assert!((m.cpu_s_per_100k.unwrap() - 1.5 * 100_000.0 / 90_000.0).abs() < 1e-9);
+        assert_eq!(m.proxy_cpu_percent, Some(50.0));
+    }
+
+    #[test]
+    fn markdown_tables() {
+        let md = report().markdown();
+        assert!(md.contains(
+            "| scenario | weir req/s | nginx req/s | weir / best peer (req/s) | weir CPU s / 100k | nginx CPU s / 100k | weir / best peer (CPU per req) |"
+        ));
+        assert!(md.contains("| 30,000* | 40,000* (2 err) | 0.75 | 1.67 | 1.25 | 1.33 |"));
+        assert!(md.contains(
+            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 | 50 % | 0.0 / 0.0 MiB | 0 | 60 % |"
+        ));
+        assert!(md.contains("failed: broken   pipe"));
+        assert!(md.contains("| haproxy | 1 | failed |"));
+        assert_eq!(num(1_234_567.4), "1,234,567");
+        assert_eq!(num(999.0), "999");
+    }
+}
