@@ -1,0 +1,207 @@
+//! The Kubernetes resources weir watches, and how an API object becomes a
+//! [`weir_api::Object`].
+
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::Value;
+use weir_api::{InvalidObject, Kind, Object};
+
+/// One watched resource type.
+#[derive(Clone, Debug)]
+pub(crate) struct Watched {
+    pub(crate) kind: Kind,
+    pub(crate) resource: ApiResource,
+    /// Server-side field selector, so that the API server filters (Secrets by type).
+    pub(crate) fields: Option<&'static str>,
+    /// Whether weir writes this kind's status (its live status is then cached).
+    pub(crate) has_status: bool,
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Every resource the controller watches. ReferenceGrant is served as `v1beta1` by the
+/// standard channel of Gateway API v1.4; the other Gateway API kinds as `v1`.
+pub(crate) fn watched() -> Vec<Watched> {
+    const GW: &str = "gateway.networking.k8s.io";
+    const NET: &str = "networking.k8s.io";
+    let w = |kind, resource, fields, has_status| Watched {
+        kind,
+        resource,
+        fields,
+        has_status,
+    };
+    vec![
+        w(
+            Kind::GatewayClass,
+            resource(GW, "v1", "GatewayClass", "gatewayclasses"),
+            None,
+            true,
+        ),
+        w(
+            Kind::Gateway,
+            resource(GW, "v1", "Gateway", "gateways"),
+            None,
+            true,
+        ),
+        w(
+            Kind::HttpRoute,
+            resource(GW, "v1", "HTTPRoute", "httproutes"),
+            None,
+            true,
+        ),
+        w(
+            Kind::ReferenceGrant,
+            resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),
+            None,
+            false,
+        ),
+        w(
+            Kind::Ingress,
+            resource(NET, "v1", "Ingress", "ingresses"),
+            None,
+            true,
+        ),
+        w(
+            Kind::IngressClass,
+            resource(NET, "v1", "IngressClass", "ingressclasses"),
+            None,
+            false,
+        ),
+        // Only TLS Secrets: the API server filters, so other Secrets' data never
+        // reaches (or is cached by) weir.
+        w(
+            Kind::Secret,
+            resource("", "v1", "Secret", "secrets"),
+            Some("type=kubernetes.io/tls"),
+            false,
+        ),
+        w(
+            Kind::Service,
+            resource("", "v1", "Service", "services"),
+            None,
+            false,
+        ),
+        w(
+            Kind::EndpointSlice,
+            resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+            None,
+            false,
+        ),
+        w(
+            Kind::Namespace,
+            resource("", "v1", "Namespace", "namespaces"),
+            None,
+            false,
+        ),
+    ]
+}
+
+/// What the status writer needs to know of an object as the API server has it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Live {
+    /// `metadata.resourceVersion`, for optimistic concurrency on status writes.
+    pub(crate) resource_version: String,
+    /// `status` as stored (`Value::Null` when absent).
+    pub(crate) status: Value,
+}
+
+/// Splits an API object into the [`Object`] the translator reads and its [`Live`]
+/// status. The object is stripped of `status`, `managedFields` and `resourceVersion`,
+/// so that a status write (ours or another controller's) does not look like a change.
+pub(crate) fn convert(w: &Watched, obj: DynamicObject) -> (Result<Object, InvalidObject>, Live) {
+    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    let mut live = Live {
+        resource_version: String::new(),
+        status: Value::Null,
+    };
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), w.resource.api_version.clone().into());
+        map.insert("kind".into(), w.resource.kind.clone().into());
+        if let Some(s) = map.remove("status") {
+            live.status = s;
+        }
+        if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+            meta.remove("managedFields");
+            if let Some(Value::String(rv)) = meta.remove("resourceVersion") {
+                live.resource_version = rv;
+            }
+        }
+    }
+    (Object::from_value(value), live)
+}
+
+/// Whether resource version `a` is newer than `b`. Resource versions are opaque to
+/// clients, but every API server backed by etcd issues increasing integers; when either
+/// is not an integer the newer one is assumed to be `a` (the one seen last).
+pub(crate) fn newer(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a >= b,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn list_items_without_type_meta_convert() {
+        let w = watched()
+            .into_iter()
+            .find(|w| w.kind == Kind::HttpRoute)
+            .unwrap();
+        // Items of a list response carry no apiVersion/kind.
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "r", "namespace": "ns", "resourceVersion": "42",
+                         "managedFields": [{"manager": "kubectl"}], "generation": 3},
+            "spec": {"parentRefs": [{"name": "gw"}]},
+            "status": {"parents": [{"controllerName": "other.example/x"}]}
+        }))
+        .unwrap();
+        let (o, live) = convert(&w, obj);
+        let o = o.unwrap();
+        assert_eq!(o.kind(), Kind::HttpRoute);
+        assert_eq!(o.metadata().generation, Some(3));
+        assert_eq!(o.metadata().resource_version, None);
+        assert_eq!(live.resource_version, "42");
+        assert_eq!(live.status["parents"][0]["controllerName"], "other.example/x");
+    }
+
+    #[test]
+    fn status_only_change_is_not_a_change() {
+        let w = watched()
+            .into_iter()
+            .find(|w| w.kind == Kind::Gateway)
+            .unwrap();
+        let mk = |rv: &str, status: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "metadata": {"name": "g", "namespace": "ns", "resourceVersion": rv},
+                "spec": {"gatewayClassName": "weir", "listeners": []},
+                "status": status
+            }))
+            .unwrap()
+        };
+        let (a, _) = convert(&w, mk("1", json!({})));
+        let (b, _) = convert(&w, mk("2", json!({"conditions": []})));
+        assert_eq!(a.unwrap(), b.unwrap());
+    }
+
+    #[test]
+    fn resource_versions_compare_numerically() {
+        assert!(newer("10", "9"));
+        assert!(!newer("9", "10"));
+        assert!(newer("abc", "10"));
+    }
+}

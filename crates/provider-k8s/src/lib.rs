@@ -1,0 +1,59 @@
+//! weir's Kubernetes provider: watches the API server for the objects weir reads
+//! (Gateway API, Ingress, Services, EndpointSlices, TLS Secrets, Namespaces) and turns
+//! them into [`weir_api::Object`]s for the same incremental translator the file mode
+//! uses; and writes the translator's statuses back.
+//!
+//! - [`KubeProvider`] runs one watcher per kind. [`KubeProvider::initial`] returns only
+//!   once every watcher has listed everything, so translation never starts from a
+//!   partial view; [`KubeProvider::next`] then returns changes as they come, coalescing
+//!   whatever queued up behind the first one. Status-only updates (ours or another
+//!   controller's) are not changes.
+//! - [`StatusWriter`] writes a status only when it differs from the stored one, with the
+//!   object's resourceVersion as a precondition (a conflict re-reads and merges again),
+//!   at most one write per object in flight (newer statuses replace queued ones), and
+//!   keeps route `parents` entries of other controllers exactly as they are.
+//!
+//! This crate knows nothing of the file provider, the translator or the data plane.
+
+#![warn(missing_docs)]
+
+mod kinds;
+mod render;
+mod status;
+mod watch;
+
+pub use crate::render::RenderOptions;
+pub use crate::status::{StatusWriter, WriteResult, WriterStats};
+pub use crate::watch::{KubeProvider, LiveCache, Update};
+
+/// Builds a client from `kubeconfig` if given, else from the environment (in-cluster
+/// service account, then `$KUBECONFIG` / `~/.kube/config`).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ClientError::Kubeconfig(path.display().to_string(), e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ClientError::Kubeconfig(path.display().to_string(), e.to_string()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ClientError::Infer(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| ClientError::Client(e.to_string()))
+}
+
+/// Why no client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file could not be read or used.
+    #[error("kubeconfig {0}: {1}")]
+    Kubeconfig(String, String),
+    /// Neither an in-cluster config nor a kubeconfig was found.
+    #[error("no Kubernetes configuration found (in-cluster or $KUBECONFIG): {0}")]
+    Infer(String),
+    /// The configuration could not be turned into a client (e.g. bad TLS data).
+    #[error("building the Kubernetes client: {0}")]
+    Client(String),
+}
