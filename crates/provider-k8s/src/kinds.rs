@@ -176,7 +176,10 @@ mod tests {
         assert_eq!(o.metadata().generation, Some(3));
         assert_eq!(o.metadata().resource_version, None);
         assert_eq!(live.resource_version, "42");
-        assert_eq!(live.status["parents"][0]["controllerName"], "other.example/x");
+        assert_eq!(
+            live.status["parents"][0]["controllerName"],
+            "other.example/x"
+        );
     }
 
     #[test]

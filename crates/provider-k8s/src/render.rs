@@ -37,7 +37,10 @@ pub(crate) fn render(
                     let old = current
                         .get("listeners")
                         .and_then(Value::as_array)
-                        .and_then(|v| v.iter().find(|o| o.get("name").and_then(Value::as_str) == Some(&l.name)))
+                        .and_then(|v| {
+                            v.iter()
+                                .find(|o| o.get("name").and_then(Value::as_str) == Some(&l.name))
+                        })
                         .and_then(|o| o.get("conditions"));
                     json!({
                         "name": l.name,
@@ -77,13 +80,17 @@ pub(crate) fn render(
                 p.get("controllerName").and_then(Value::as_str) == Some(&opts.controller_name)
             };
             // Other controllers' entries first, as they were, in their order.
-            let mut parents: Vec<Value> = existing.iter().filter(|p| !is_ours(p)).cloned().collect();
+            let mut parents: Vec<Value> =
+                existing.iter().filter(|p| !is_ours(p)).cloned().collect();
             for p in &s.parents {
                 let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
                 let old = existing
                     .iter()
                     .filter(|e| is_ours(e))
-                    .find(|e| e.get("parentRef").is_some_and(|r| same_parent_ref(r, &parent_ref)))
+                    .find(|e| {
+                        e.get("parentRef")
+                            .is_some_and(|r| same_parent_ref(r, &parent_ref))
+                    })
                     .and_then(|e| e.get("conditions"));
                 parents.push(json!({
                     "parentRef": parent_ref,
@@ -148,7 +155,10 @@ fn conditions(desired: &[Condition], current: Option<&Value>, now: &str) -> Vec<
         .map(|c| {
             let ltt = current
                 .and_then(Value::as_array)
-                .and_then(|v| v.iter().find(|o| o.get("type").and_then(Value::as_str) == Some(&c.type_)))
+                .and_then(|v| {
+                    v.iter()
+                        .find(|o| o.get("type").and_then(Value::as_str) == Some(&c.type_))
+                })
                 .filter(|o| o.get("status").and_then(Value::as_str) == Some(&c.status))
                 .and_then(|o| o.get("lastTransitionTime").and_then(Value::as_str))
                 .unwrap_or(now);
@@ -212,7 +222,13 @@ mod tests {
                     ..Default::default()
                 },
                 controller_name: "weir.dev/gateway-controller".into(),
-                conditions: vec![Condition::new("Accepted", cond_ok, "Accepted", "ok", Some(2))],
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    cond_ok,
+                    "Accepted",
+                    "ok",
+                    Some(2),
+                )],
             }],
         })
     }

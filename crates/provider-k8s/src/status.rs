@@ -14,6 +14,10 @@ use futures_util::stream::FuturesUnordered;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -41,63 +45,93 @@ pub enum WriteResult {
     Failed,
 }
 
-/// Counts of finished writes, by result.
-#[derive(Debug, Default)]
+/// Counts of finished writes, by result; also exported as
+/// `weir_status_writes_total{result}` and `weir_status_write_conflicts_total`.
+#[derive(Clone, Debug)]
 pub struct WriterStats {
-    written: AtomicU64,
-    unchanged: AtomicU64,
-    gone: AtomicU64,
-    failed: AtomicU64,
-    conflicts: AtomicU64,
+    written: Counter,
+    unchanged: Counter,
+    gone: Counter,
+    failed: Counter,
+    conflicts: Counter,
     /// Writes of Gateway statuses (the object every route attachment changes).
-    gateway_writes: AtomicU64,
+    gateway_writes: Counter,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct WriteLabels {
+    result: &'static str,
+    kind: &'static str,
 }
 
 impl WriterStats {
-    fn record(&self, kind: Kind, r: WriteResult) {
-        let c = match r {
-            WriteResult::Written => &self.written,
-            WriteResult::Unchanged => &self.unchanged,
-            WriteResult::Gone => &self.gone,
-            WriteResult::Failed => &self.failed,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-        if r == WriteResult::Written && kind == Kind::Gateway {
-            self.gateway_writes.fetch_add(1, Ordering::Relaxed);
+    fn new(registry: &mut Registry) -> WriterStats {
+        let family = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "weir_status_writes",
+            "Status writes to the API server by result (written, unchanged, gone, failed)",
+            family.clone(),
+        );
+        let conflicts = Counter::default();
+        registry.register(
+            "weir_status_write_conflicts",
+            "Status writes that met a newer object (409) and were merged again",
+            conflicts.clone(),
+        );
+        let get = |result, kind| family.get_or_create(&WriteLabels { result, kind }).clone();
+        WriterStats {
+            written: get("written", "other"),
+            unchanged: get("unchanged", "any"),
+            gone: get("gone", "any"),
+            failed: get("failed", "any"),
+            conflicts,
+            gateway_writes: get("written", "Gateway"),
         }
+    }
+
+    fn record(&self, kind: Kind, r: WriteResult) {
+        match r {
+            WriteResult::Written if kind == Kind::Gateway => self.gateway_writes.inc(),
+            WriteResult::Written => self.written.inc(),
+            WriteResult::Unchanged => self.unchanged.inc(),
+            WriteResult::Gone => self.gone.inc(),
+            WriteResult::Failed => self.failed.inc(),
+        };
     }
 
     /// PATCH requests that succeeded.
     pub fn written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
+        self.written.get() + self.gateway_writes.get()
     }
     /// Of those, writes of Gateway statuses.
     pub fn gateway_writes(&self) -> u64 {
-        self.gateway_writes.load(Ordering::Relaxed)
+        self.gateway_writes.get()
     }
     /// Writes skipped because the stored status was already right.
     pub fn unchanged(&self) -> u64 {
-        self.unchanged.load(Ordering::Relaxed)
+        self.unchanged.get()
     }
     /// Writes that failed (after retries).
     pub fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
+        self.failed.get()
     }
     /// 409 Conflicts met (each retried with the fresh object).
     pub fn conflicts(&self) -> u64 {
-        self.conflicts.load(Ordering::Relaxed)
+        self.conflicts.get()
     }
     /// Writes skipped because the object was deleted.
     pub fn gone(&self) -> u64 {
-        self.gone.load(Ordering::Relaxed)
+        self.gone.get()
     }
 }
 
 /// Hands statuses to a background task that writes them. Dropping it stops the task.
 pub struct StatusWriter {
     tx: mpsc::UnboundedSender<Vec<(ObjectKey, ObjectStatus)>>,
-    pending: watch::Receiver<usize>,
-    stats: Arc<WriterStats>,
+    /// (batches received, objects queued or in flight), published by the task.
+    progress: watch::Receiver<(u64, usize)>,
+    sent: AtomicU64,
+    stats: WriterStats,
     task: JoinHandle<()>,
 }
 
@@ -112,16 +146,21 @@ struct Shared {
     live: LiveCache,
     opts: RenderOptions,
     resources: HashMap<Kind, ApiResource>,
-    stats: Arc<WriterStats>,
+    stats: WriterStats,
 }
 
 impl StatusWriter {
     /// Starts the writer. `live` must be the provider's cache (see
     /// [`crate::KubeProvider::live`]): it tells what is stored and at which version.
-    pub fn spawn(client: kube::Client, live: LiveCache, opts: RenderOptions) -> StatusWriter {
+    pub fn spawn(
+        client: kube::Client,
+        live: LiveCache,
+        opts: RenderOptions,
+        registry: &mut Registry,
+    ) -> StatusWriter {
         let (tx, rx) = mpsc::unbounded_channel();
-        let (pending_tx, pending) = watch::channel(0);
-        let stats = Arc::new(WriterStats::default());
+        let (progress_tx, progress) = watch::channel((0, 0));
+        let stats = WriterStats::new(registry);
         let resources = kinds::watched()
             .into_iter()
             .filter(|w| w.has_status)
@@ -134,10 +173,11 @@ impl StatusWriter {
             resources,
             stats: stats.clone(),
         });
-        let task = tokio::spawn(run(shared, rx, pending_tx));
+        let task = tokio::spawn(run(shared, rx, progress_tx));
         StatusWriter {
             tx,
-            pending,
+            progress,
+            sent: AtomicU64::new(0),
             stats,
             task,
         }
@@ -154,27 +194,33 @@ impl StatusWriter {
                 ) && !matches!(s, ObjectStatus::Problems(_))
             })
             .collect();
-        if !writable.is_empty() {
-            let _ = self.tx.send(writable);
+        if !writable.is_empty() && self.tx.send(writable).is_ok() {
+            self.sent.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// Write counters.
-    pub fn stats(&self) -> Arc<WriterStats> {
+    pub fn stats(&self) -> WriterStats {
         self.stats.clone()
     }
 
-    /// Objects queued or being written; 0 when idle.
-    pub fn pending(&self) -> watch::Receiver<usize> {
-        self.pending.clone()
+    /// Waits until everything submitted so far has been written (or found unchanged,
+    /// gone or failed).
+    pub async fn idle(&self) {
+        let sent = self.sent.load(Ordering::SeqCst);
+        let mut progress = self.progress.clone();
+        let _ = progress
+            .wait_for(|(received, outstanding)| *received >= sent && *outstanding == 0)
+            .await;
     }
 }
 
 async fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Vec<(ObjectKey, ObjectStatus)>>,
-    pending_count: watch::Sender<usize>,
+    progress: watch::Sender<(u64, usize)>,
 ) {
+    let mut received = 0u64;
     let mut pending: HashMap<ObjectKey, ObjectStatus> = HashMap::new();
     let mut queue: VecDeque<ObjectKey> = VecDeque::new();
     let mut in_flight: HashSet<ObjectKey> = HashSet::new();
@@ -192,9 +238,11 @@ async fn run(
                         }
                     };
                     add(batch);
+                    received += 1;
                     // Coalesce everything already queued behind it.
                     while let Ok(more) = rx.try_recv() {
                         add(more);
+                        received += 1;
                     }
                 }
                 None => open = false,
@@ -227,7 +275,7 @@ async fn run(
         for k in waiting.into_iter().rev() {
             queue.push_front(k);
         }
-        pending_count.send_replace(pending.len() + in_flight.len());
+        progress.send_replace((received, pending.len() + in_flight.len()));
     }
 }
 
@@ -273,13 +321,17 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
             }
             Err(kube::Error::Api(s)) if s.code == 404 => return WriteResult::Gone,
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                shared.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                shared.stats.conflicts.inc();
                 // Someone else wrote the object: read it again and merge anew.
                 match api.get_status(&key.name).await {
                     Ok(obj) => shared.live.put(
                         key.clone(),
                         Live {
-                            resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+                            resource_version: obj
+                                .metadata
+                                .resource_version
+                                .clone()
+                                .unwrap_or_default(),
                             status: obj.data.get("status").cloned().unwrap_or(Value::Null),
                         },
                     ),
@@ -304,7 +356,11 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
 /// removed explicitly with `null`.
 fn with_removals(current: &Value, mut status: Value) -> Value {
     if let (Some(cur), Value::Object(new)) = (current.as_object(), &mut status) {
-        let gone: Vec<String> = cur.keys().filter(|k| !new.contains_key(*k)).cloned().collect();
+        let gone: Vec<String> = cur
+            .keys()
+            .filter(|k| !new.contains_key(*k))
+            .cloned()
+            .collect();
         for k in gone {
             new.insert(k, Value::Null);
         }

@@ -2,6 +2,7 @@
 //! `check` and `echo` commands. `main.rs` only parses the command line.
 
 pub mod check;
+pub mod controller;
 pub mod echo;
 pub mod logging;
 pub mod pipeline;

@@ -30,6 +30,8 @@ enum LogFormat {
 enum Command {
     /// Serve Kubernetes-style YAML manifests from a file or directory, hot reloaded.
     Run(RunArgs),
+    /// Watch a Kubernetes API server (Gateway API, Ingress), serve its Gateways and Ingresses, write status.
+    Controller(ControllerArgs),
     /// Validate a config path: print every problem with file, object and field; exit 1 if any.
     Check(CheckArgs),
     /// Run a small HTTP/1.1 + h2c echo backend that answers with a JSON description of each request.
@@ -65,6 +67,35 @@ struct RunArgs {
     /// Do not watch the config path for changes.
     #[arg(long)]
     no_watch: bool,
+}
+
+#[derive(clap::Args)]
+struct ControllerArgs {
+    /// Kubeconfig file (default: in-cluster service account, then $KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The GatewayClass `controllerName` this controller owns.
+    #[arg(
+        long,
+        default_value = "weir.dev/gateway-controller",
+        env = "WEIR_CONTROLLER_NAME"
+    )]
+    controller_name: String,
+    /// Admin server address (/ready, /metrics, /config).
+    #[arg(long, default_value = "127.0.0.1:9901", env = "WEIR_ADMIN")]
+    admin: SocketAddr,
+    #[command(flatten)]
+    ingress: IngressArgs,
+    /// Address reported in Gateway and Ingress status where listeners bind 0.0.0.0 (repeatable; e.g. the Pod IP).
+    #[arg(
+        long = "advertise-address",
+        env = "WEIR_ADVERTISE_ADDRESS",
+        value_delimiter = ','
+    )]
+    advertise: Vec<String>,
+    /// Do not write one access-log line per request.
+    #[arg(long)]
+    no_access_log: bool,
 }
 
 #[derive(clap::Args)]
@@ -117,6 +148,19 @@ fn main() -> ExitCode {
                     watch: !a.no_watch,
                 };
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Controller(a) => {
+                let opts = weir::controller::ControllerOptions {
+                    kubeconfig: a.kubeconfig,
+                    controller_name: a.controller_name,
+                    admin: a.admin,
+                    ingress_http: Some(a.ingress.ingress_http),
+                    ingress_https: Some(a.ingress.ingress_https),
+                    ingress_class: a.ingress.ingress_class,
+                    advertise: a.advertise,
+                    access_log: !a.no_access_log,
+                };
+                weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Check(a) => {
                 let opts = weir::check::CheckOptions {

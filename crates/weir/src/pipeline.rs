@@ -16,8 +16,8 @@ use crate::report;
 pub struct CycleReport {
     /// Deltas sent to the data plane.
     pub deltas: usize,
-    /// Statuses that changed.
-    pub statuses: usize,
+    /// Statuses that changed (to be written back by a provider that has a status API).
+    pub statuses: Vec<(ObjectKey, ObjectStatus)>,
     /// Resources the data plane rejected.
     pub rejected: usize,
     /// Data plane snapshot version after the cycle.
@@ -89,7 +89,7 @@ impl Pipeline {
         );
         CycleReport {
             deltas: batch.deltas.len(),
-            statuses: statuses.len(),
+            statuses,
             rejected: applied.rejected.len(),
             version: applied.version,
         }

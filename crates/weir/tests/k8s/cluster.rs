@@ -1,0 +1,168 @@
+//! Creating, changing and reading objects on the test API server.
+
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::Value;
+
+pub fn resource(api_version: &str, kind: &str) -> ApiResource {
+    let plural = match kind {
+        "GatewayClass" => "gatewayclasses",
+        "Gateway" => "gateways",
+        "HTTPRoute" => "httproutes",
+        "ReferenceGrant" => "referencegrants",
+        "Ingress" => "ingresses",
+        "IngressClass" => "ingressclasses",
+        "Secret" => "secrets",
+        "Service" => "services",
+        "EndpointSlice" => "endpointslices",
+        "Namespace" => "namespaces",
+        other => panic!("no plural known for {other}"),
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn cluster_scoped(kind: &str) -> bool {
+    matches!(kind, "GatewayClass" | "IngressClass" | "Namespace")
+}
+
+fn api_for(client: &kube::Client, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let ar = resource(api_version, kind);
+    if cluster_scoped(kind) {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    }
+}
+
+fn parts(obj: &Value) -> (String, String, String, String) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    (
+        s(&obj["apiVersion"]),
+        s(&obj["kind"]),
+        s(&obj["metadata"]["namespace"]),
+        s(&obj["metadata"]["name"]),
+    )
+}
+
+/// Server-side applies each object (creates or updates it).
+pub async fn apply(client: &kube::Client, objects: &[Value]) {
+    for obj in objects {
+        let (av, kind, ns, name) = parts(obj);
+        api_for(client, &av, &kind, &ns)
+            .patch(
+                &name,
+                &PatchParams::apply("weir-tests").force(),
+                &Patch::Apply(obj),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying {kind} {ns}/{name}: {e}"));
+    }
+}
+
+/// Creates an object (fails if it exists).
+pub async fn create(client: &kube::Client, obj: &Value) {
+    let (av, kind, ns, name) = parts(obj);
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api_for(client, &av, &kind, &ns)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind} {ns}/{name}: {e}"));
+}
+
+pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: &str, name: &str) {
+    match api_for(client, api_version, kind, ns)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("deleting {kind} {ns}/{name}: {e}"),
+    }
+}
+
+/// The object's `status` (`Null` when it has none or does not exist).
+pub async fn status(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Value {
+    match api_for(client, api_version, kind, ns).get(name).await {
+        Ok(o) => o.data.get("status").cloned().unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+/// Replaces the object's status as another controller would (a merge patch of the status
+/// subresource).
+pub async fn patch_status(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    status: Value,
+) {
+    api_for(client, api_version, kind, ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching status of {kind} {ns}/{name}: {e}"));
+}
+
+/// Polls the object's status until `ok` holds (bounded); panics with the last status.
+pub async fn wait_status(
+    client: &kube::Client,
+    (api_version, kind): (&str, &str),
+    ns: &str,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = status(client, api_version, kind, ns, name).await;
+        if ok(&s) {
+            return s;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{kind} {ns}/{name}: timed out waiting for {what}; status: {}",
+                serde_json::to_string_pretty(&s).unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The condition of `type_` in a list of conditions.
+pub fn condition<'a>(conditions: &'a Value, type_: &str) -> Option<&'a Value> {
+    conditions.as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Whether condition `type_` has this status and reason.
+pub fn has(conditions: &Value, type_: &str, status: &str, reason: &str) -> bool {
+    condition(conditions, type_).is_some_and(|c| c["status"] == status && c["reason"] == reason)
+}
+
+/// Our parent entry of a route status for the Gateway `gw`.
+pub fn our_parent<'a>(status: &'a Value, gw: &str) -> Option<&'a Value> {
+    status["parents"]
+        .as_array()?
+        .iter()
+        .find(|p| p["controllerName"] == crate::CONTROLLER && p["parentRef"]["name"] == gw)
+}
