@@ -6,6 +6,7 @@
 
 mod certs;
 mod client;
+mod k8s;
 mod manifests;
 mod metrics;
 mod ops;
@@ -49,6 +50,9 @@ enum Command {
     /// Data-plane throughput, latency and CPU per request of weir, nginx and HAProxy,
     /// configured alike, each pinned to CPU 0 with the load on CPU 1.
     Traffic(TrafficArgs),
+    /// Kubernetes mode: time HTTPRoute create → first 200 (and delete → 404) through
+    /// `weir controller` with N routes attached, against a real kube-apiserver.
+    K8s(K8sArgs),
     /// The fixed-response backend the traffic bench runs behind the proxies.
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -58,6 +62,31 @@ enum Command {
     /// The traffic bench's open-loop fixed-rate client.
     #[command(hide = true)]
     FixedRate(traffic::clients::RateArgs),
+}
+
+#[derive(clap::Args)]
+struct K8sArgs {
+    /// HTTPRoutes attached to the Gateway before the timed changes.
+    #[arg(long, default_value_t = 1000)]
+    routes: usize,
+    /// Timed creations (then as many deletions).
+    #[arg(long, default_value_t = 100)]
+    changes: usize,
+    /// Side-client workers looping on the untouched routes.
+    #[arg(long, default_value_t = 2)]
+    side_workers: usize,
+    /// Poll interval while waiting for a change to be served, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    poll_interval_us: u64,
+    /// Longest wait for one change, in milliseconds (then counted as a timeout).
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
+    /// The weir binary [default: <workspace>/target/release/weir].
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Directory for the JSON and PNG outputs [default: <workspace>/target/weir-bench/results].
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -257,6 +286,41 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::K8s(a) => {
+            let bench_dir = workspace_path("target/weir-bench");
+            let opts = k8s::Options {
+                routes: a.routes.max(1),
+                changes: a.changes,
+                side_workers: a.side_workers,
+                poll: Duration::from_micros(a.poll_interval_us),
+                timeout: Duration::from_millis(a.timeout_ms),
+                weir: a
+                    .weir
+                    .unwrap_or_else(|| workspace_path("target/release/weir")),
+                workspace: workspace_path(""),
+                work: bench_dir.join("work"),
+                out: a.out.unwrap_or_else(|| bench_dir.join("results")),
+            };
+            runtime.block_on(async {
+                let result = tokio::select! {
+                    r = k8s::run(&opts) => r,
+                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                };
+                match result {
+                    Ok((report, files)) => {
+                        println!("{}", report.markdown());
+                        for f in files {
+                            println!("wrote {}", f.display());
+                        }
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("weir-bench: {e:#}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
         }
         Command::Handshakes(args) => run_client(&runtime, traffic::clients::handshakes(&args)),
         Command::FixedRate(args) => run_client(&runtime, traffic::clients::fixed_rate(&args)),
