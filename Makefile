@@ -1,9 +1,9 @@
 # One entry point for humans and CI. `make test` is the whole test suite.
 CARGO ?= cargo
 
-.PHONY: test lint unit quickstart echo bless
+.PHONY: test lint unit k8s-env quickstart echo bless
 
-test: lint unit
+test: lint k8s-env unit
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -11,6 +11,12 @@ lint:
 
 unit:
 	$(CARGO) test --workspace
+
+# The Kubernetes-mode tests start a real kube-apiserver + etcd (scripts/k8s-env). This
+# builds/caches them once (about 9 minutes the first time, then 0.1 s) and apt-installs
+# etcd-server if missing.
+k8s-env:
+	scripts/k8s-env install
 
 # Regenerate the translator's golden files after an intended change.
 bless:

@@ -50,6 +50,10 @@ pub(crate) struct Report {
     pub(crate) add: Summary,
     /// Delete → first 404 per route.
     pub(crate) remove: Summary,
+    /// Of the add latency, the API call alone (create request → response).
+    pub(crate) add_api: Summary,
+    /// Of the remove latency, the API call alone.
+    pub(crate) remove_api: Summary,
     pub(crate) add_ms: Vec<Option<f64>>,
     pub(crate) remove_ms: Vec<Option<f64>>,
     pub(crate) side_requests: u64,
@@ -81,6 +85,8 @@ impl Report {
         );
         out += &row("add (create → 200)", &self.add);
         out += &row("remove (delete → 404)", &self.remove);
+        out += &row("of which add API call", &self.add_api);
+        out += &row("of which remove API call", &self.remove_api);
         out += &format!(
             "\nside client: {} requests, {} failures; weir RSS {:.0} MiB, CPU {:.1} s; status writes {}\n",
             self.side_requests,
@@ -185,6 +191,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
 
     let side = Side::start(listen, opts.routes, opts.side_workers);
     let mut add_ms = Vec::with_capacity(opts.changes);
+    let mut add_api = Vec::with_capacity(opts.changes);
     progress.phase("adds: create → first 200", opts.changes);
     for k in 0..opts.changes {
         let i = opts.routes + k;
@@ -192,11 +199,13 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         probe.status().await; // connect before the clock starts
         let t = Instant::now();
         objects.create_route(&route_name(i), &host(i)).await?;
+        add_api.push(ms(t.elapsed()));
         let r = probe.until(200, t, opts.poll, opts.timeout).await;
         progress.step(r);
         add_ms.push(r.map(ms));
     }
     let mut remove_ms = Vec::with_capacity(opts.changes);
+    let mut remove_api = Vec::with_capacity(opts.changes);
     progress.phase("removals: delete → first 404", opts.changes);
     for k in 0..opts.changes {
         let i = opts.routes + k;
@@ -204,6 +213,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         probe.status().await;
         let t = Instant::now();
         objects.delete_route(&route_name(i)).await?;
+        remove_api.push(ms(t.elapsed()));
         let r = probe.until(404, t, opts.poll, opts.timeout).await;
         progress.step(r);
         remove_ms.push(r.map(ms));
@@ -240,6 +250,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         attached_all_ms,
         add: Summary::of(&a, af),
         remove: Summary::of(&r, rf),
+        add_api: Summary::of(&add_api, 0),
+        remove_api: Summary::of(&remove_api, 0),
         add_ms,
         remove_ms,
         side_requests,

@@ -19,6 +19,9 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "Service" => "services",
         "EndpointSlice" => "endpointslices",
         "Namespace" => "namespaces",
+        "ServiceAccount" => "serviceaccounts",
+        "ClusterRole" => "clusterroles",
+        "ClusterRoleBinding" => "clusterrolebindings",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -32,7 +35,10 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
 }
 
 fn cluster_scoped(kind: &str) -> bool {
-    matches!(kind, "GatewayClass" | "IngressClass" | "Namespace")
+    matches!(
+        kind,
+        "GatewayClass" | "IngressClass" | "Namespace" | "ClusterRole" | "ClusterRoleBinding"
+    )
 }
 
 fn api_for(client: &kube::Client, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {

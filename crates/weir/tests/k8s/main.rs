@@ -17,6 +17,7 @@ mod cluster;
 mod env;
 mod gateway;
 mod ingress;
+mod rbac;
 mod refs;
 mod scale;
 
@@ -44,6 +45,8 @@ pub struct Ctx {
     /// Where the controller serves Ingress plaintext traffic.
     pub ingress_http: SocketAddr,
     pub pki: support::Pki,
+    /// The admin kubeconfig of the test API server.
+    pub kubeconfig: std::path::PathBuf,
     next_ip: AtomicU8,
 }
 
@@ -70,6 +73,7 @@ const TESTS: &[(&str, Test)] = tests![
     refs::cross_namespace_backend_needs_a_grant,
     refs::route_that_loses_its_backend,
     ingress::ingress_traffic_and_status,
+    rbac::deploy_manifest_rbac_is_sufficient,
     scale::attached_routes_follow_a_thousand_routes,
 ];
 
@@ -151,7 +155,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
     .await;
     let ingress_http = SocketAddr::from(([127, 0, 2, 1], support::free_port()));
     let controller = Controller::start(ControllerOptions {
-        kubeconfig: Some(kubeconfig),
+        kubeconfig: Some(kubeconfig.clone()),
         controller_name: CONTROLLER.into(),
         admin: "127.0.0.1:0".parse().unwrap(),
         ingress_http: Some(ingress_http),
@@ -169,6 +173,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         b,
         ingress_http,
         pki: support::Pki::new(),
+        kubeconfig,
         next_ip: AtomicU8::new(1),
     }
 }
