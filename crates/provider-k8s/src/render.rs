@@ -25,10 +25,16 @@ pub(crate) fn render(
     now: &str,
 ) -> Option<Value> {
     Some(match desired {
-        ObjectStatus::GatewayClass(s) => json!({
-            "conditions": conditions(&s.conditions, current.get("conditions"), now),
-            "supportedFeatures": s.supported_features.iter().map(|f| json!({"name": f})).collect::<Vec<_>>(),
-        }),
+        ObjectStatus::GatewayClass(s) => {
+            // The CRD keys the list by name and wants it sorted.
+            let mut features: Vec<&String> = s.supported_features.iter().collect();
+            features.sort();
+            features.dedup();
+            json!({
+                "conditions": conditions(&s.conditions, current.get("conditions"), now),
+                "supportedFeatures": features.iter().map(|f| json!({"name": f})).collect::<Vec<_>>(),
+            })
+        }
         ObjectStatus::Gateway(s) => {
             let listeners: Vec<Value> = s
                 .listeners
@@ -286,6 +292,16 @@ mod tests {
             out["loadBalancer"]["ingress"],
             json!([{"ip": "10.0.0.5"}, {"ip": "192.0.2.1"}])
         );
+    }
+
+    #[test]
+    fn supported_features_are_sorted_objects() {
+        let s = ObjectStatus::GatewayClass(weir_api::GatewayClassStatus {
+            conditions: vec![],
+            supported_features: vec!["HTTPRoute".into(), "Gateway".into(), "HTTPRoute".into()],
+        });
+        let out = render(&opts(), &Value::Null, &s, "t").unwrap();
+        assert_eq!(out["supportedFeatures"], json!([{"name": "Gateway"}, {"name": "HTTPRoute"}]));
     }
 
     #[test]
