@@ -34,10 +34,15 @@ fn register_font() -> Result<()> {
 
 /// Draws `series` to a PNG at `path`. Timed-out changes are drawn as crosses on the top
 /// edge.
-pub(crate) fn latency_png(path: &Path, title: &str, series: &[Series<'_>]) -> Result<()> {
+pub(crate) fn latency_png(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[Series<'_>],
+) -> Result<()> {
     register_font()?;
     let mut rgb = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
-    draw(&mut rgb, title, series).map_err(|e| anyhow!("drawing the plot: {e}"))?;
+    draw(&mut rgb, title, y_desc, series).map_err(|e| anyhow!("drawing the plot: {e}"))?;
     write_png(path, &rgb)
 }
 
@@ -181,6 +186,7 @@ const COLORS: [RGBColor; 4] = [
 fn draw(
     rgb: &mut [u8],
     title: &str,
+    y_desc: &str,
     series: &[Series<'_>],
 ) -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::with_buffer(rgb, (WIDTH, HEIGHT)).into_drawing_area();
@@ -204,7 +210,7 @@ fn draw(
     chart
         .configure_mesh()
         .x_desc("change index")
-        .y_desc("ms from rename/unlink to the new state over HTTPS")
+        .y_desc(y_desc)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .label_style(("sans-serif", 14))
         .draw()?;
@@ -263,7 +269,7 @@ mod tests {
                 points: vec![(0, Some(1.0)), (1, Some(2.0)), (2, Some(1.5))],
             },
         ];
-        latency_png(&path, "test", &series).unwrap();
+        latency_png(&path, "test", "ms", &series).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
 

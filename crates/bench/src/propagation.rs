@@ -362,7 +362,12 @@ fn write_outputs(report: &Report, out: &Path, base: &str, weir_log: PathBuf) -> 
         "weir propagation, {} domains: latency per change",
         report.params.domains
     );
-    let png = match crate::plot::latency_png(&png_path, &title, &series) {
+    let png = match crate::plot::latency_png(
+        &png_path,
+        &title,
+        "ms from rename/unlink to the new state over HTTPS",
+        &series,
+    ) {
         Ok(()) => Some(png_path),
         Err(e) => {
             eprintln!("weir-bench: no plot: {e:#}");

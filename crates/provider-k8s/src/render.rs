@@ -301,7 +301,10 @@ mod tests {
             supported_features: vec!["HTTPRoute".into(), "Gateway".into(), "HTTPRoute".into()],
         });
         let out = render(&opts(), &Value::Null, &s, "t").unwrap();
-        assert_eq!(out["supportedFeatures"], json!([{"name": "Gateway"}, {"name": "HTTPRoute"}]));
+        assert_eq!(
+            out["supportedFeatures"],
+            json!([{"name": "Gateway"}, {"name": "HTTPRoute"}])
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use kube::core::{ApiResource, DynamicObject};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
@@ -56,6 +57,8 @@ pub struct WriterStats {
     conflicts: Counter,
     /// Writes of Gateway statuses (the object every route attachment changes).
     gateway_writes: Counter,
+    /// Objects whose status is queued or being written.
+    pending: Gauge,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -78,6 +81,12 @@ impl WriterStats {
             "Status writes that met a newer object (409) and were merged again",
             conflicts.clone(),
         );
+        let pending = Gauge::default();
+        registry.register(
+            "weir_status_pending_objects",
+            "Objects whose status is queued or being written",
+            pending.clone(),
+        );
         let get = |result, kind| family.get_or_create(&WriteLabels { result, kind }).clone();
         WriterStats {
             written: get("written", "other"),
@@ -86,6 +95,7 @@ impl WriterStats {
             failed: get("failed", "any"),
             conflicts,
             gateway_writes: get("written", "Gateway"),
+            pending,
         }
     }
 
@@ -275,7 +285,9 @@ async fn run(
         for k in waiting.into_iter().rev() {
             queue.push_front(k);
         }
-        progress.send_replace((received, pending.len() + in_flight.len()));
+        let outstanding = pending.len() + in_flight.len();
+        shared.stats.pending.set(outstanding as i64);
+        progress.send_replace((received, outstanding));
     }
 }
 

@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use crate::client::admin_get;
+use crate::metrics::Propagation;
 use crate::plot::{self, Series};
 use crate::procs::{self, ChildGuard, ProcStats};
 use crate::progress::Progress;
@@ -46,6 +47,8 @@ pub(crate) struct Report {
     pub(crate) ready_ms: f64,
     /// weir started → Gateway status shows N attached routes.
     pub(crate) attached_all_ms: f64,
+    /// weir started → every initial status written.
+    pub(crate) statuses_settled_ms: f64,
     /// Create → first 200 per route.
     pub(crate) add: Summary,
     /// Delete → first 404 per route.
@@ -59,6 +62,10 @@ pub(crate) struct Report {
     pub(crate) side_requests: u64,
     pub(crate) side_failures: u64,
     pub(crate) weir: ProcStats,
+    /// weir's own `weir_propagation_seconds` during the adds and during the removals
+    /// (watch event received → snapshot published), per phase.
+    pub(crate) weir_during_adds: Propagation,
+    pub(crate) weir_during_removals: Propagation,
     /// Status writes by weir during the whole run (from its /metrics).
     pub(crate) status_writes: u64,
 }
@@ -73,7 +80,8 @@ impl Report {
         };
         let mut out = format!(
             "weir controller, {} HTTPRoutes on one Gateway; {} changes per operation\n\n\
-             create {} routes: {:.0} ms; weir start → /ready {:.0} ms, → attachedRoutes={} {:.0} ms\n\n\
+             create {} routes: {:.0} ms; weir start → /ready {:.0} ms, → attachedRoutes={} {:.0} ms, \
+             → all statuses written {:.0} ms\n\n\
              | operation | n | timeouts | mean ms | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|\n",
             self.routes,
             self.changes,
@@ -81,12 +89,25 @@ impl Report {
             self.create_all_ms,
             self.ready_ms,
             self.routes,
-            self.attached_all_ms
+            self.attached_all_ms,
+            self.statuses_settled_ms
         );
         out += &row("add (create → 200)", &self.add);
         out += &row("remove (delete → 404)", &self.remove);
         out += &row("of which add API call", &self.add_api);
         out += &row("of which remove API call", &self.remove_api);
+        let phases = |p: &Propagation| {
+            p.phases
+                .iter()
+                .map(|(k, v)| format!("{k} {:.3} ms", v.mean_ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out += &format!(
+            "\nweir's own mean per change (watch event → published): adds: {}; removals: {}\n",
+            phases(&self.weir_during_adds),
+            phases(&self.weir_during_removals)
+        );
         out += &format!(
             "\nside client: {} requests, {} failures; weir RSS {:.0} MiB, CPU {:.1} s; status writes {}\n",
             self.side_requests,
@@ -184,12 +205,39 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let attached_all_ms = ms(started.elapsed());
+    // Changes are timed on a steady state: wait until weir has written every route's
+    // status (1 PATCH per route at startup, which keeps the API server busy for a while).
+    progress.phase("waiting for the initial status writes", 1);
+    loop {
+        let pending = match admin_get(admin, "/metrics").await {
+            Ok((200, text)) => text
+                .lines()
+                .find_map(|l| l.strip_prefix("weir_status_pending_objects "))
+                .and_then(|v| v.trim().parse::<f64>().ok()),
+            _ => None,
+        };
+        if pending == Some(0.0) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("status writes never settled");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let settled_ms = ms(started.elapsed());
     // Every existing route answers before changes start.
     http::until(listen, &host(opts.routes - 1), 200, opts.timeout)
         .await
         .context("the last route never answered")?;
 
+    let scrape = || async {
+        match admin_get(admin, "/metrics").await {
+            Ok((200, text)) => Propagation::parse(&text),
+            _ => Propagation::default(),
+        }
+    };
     let side = Side::start(listen, opts.routes, opts.side_workers);
+    let before_adds = scrape().await;
     let mut add_ms = Vec::with_capacity(opts.changes);
     let mut add_api = Vec::with_capacity(opts.changes);
     progress.phase("adds: create → first 200", opts.changes);
@@ -204,6 +252,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         progress.step(r);
         add_ms.push(r.map(ms));
     }
+    let after_adds = scrape().await;
     let mut remove_ms = Vec::with_capacity(opts.changes);
     let mut remove_api = Vec::with_capacity(opts.changes);
     progress.phase("removals: delete → first 404", opts.changes);
@@ -218,6 +267,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         progress.step(r);
         remove_ms.push(r.map(ms));
     }
+    let after_removals = scrape().await;
     let (side_requests, side_failures) = side.stop().await;
     let weir_stats = procs::proc_stats(weir.pid()).unwrap_or_default();
     let status_writes = match admin_get(admin, "/metrics").await {
@@ -248,6 +298,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         create_all_ms,
         ready_ms,
         attached_all_ms,
+        statuses_settled_ms: settled_ms,
         add: Summary::of(&a, af),
         remove: Summary::of(&r, rf),
         add_api: Summary::of(&add_api, 0),
@@ -256,6 +307,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         remove_ms,
         side_requests,
         side_failures,
+        weir_during_adds: after_adds.since(&before_adds),
+        weir_during_removals: after_removals.since(&after_adds),
         weir: weir_stats,
         status_writes,
     };
@@ -277,6 +330,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
             "weir controller: HTTPRoute change → served, {} routes",
             opts.routes
         ),
+        "ms from the API call to the new state over HTTP",
         &[
             series("add (create → 200)", &report.add_ms),
             series("remove (delete → 404)", &report.remove_ms),
