@@ -42,6 +42,8 @@ impl std::fmt::Display for Seen {
 #[derive(Clone)]
 pub(crate) struct Tls {
     addr: SocketAddr,
+    /// Layout `gateway`: each domain's Gateway has its own address, on this port.
+    per_gateway_port: Option<u16>,
     connector: tokio_rustls::TlsConnector,
 }
 
@@ -60,15 +62,31 @@ impl Tls {
         cfg.resumption = rustls::client::Resumption::disabled();
         Ok(Tls {
             addr,
+            per_gateway_port: None,
             connector: tokio_rustls::TlsConnector::from(Arc::new(cfg)),
         })
+    }
+
+    /// A client that connects to each domain's Gateway address (layout `gateway`).
+    pub(crate) fn per_gateway(port: u16, ca: &CertificateDer<'static>) -> Result<Tls> {
+        let mut tls = Tls::new(SocketAddr::from(([127, 1, 0, 0], port)), ca)?;
+        tls.per_gateway_port = Some(port);
+        Ok(tls)
+    }
+
+    fn addr_of(&self, host: &str) -> SocketAddr {
+        match (self.per_gateway_port, crate::manifests::domain_index(host)) {
+            (Some(port), Some(i)) => crate::manifests::gateway_addr(i, port),
+            _ => self.addr,
+        }
     }
 
     /// Opens a new connection with SNI `host`.
     pub(crate) async fn connect(&self, host: &str) -> Result<Conn, Seen> {
         let name =
             ServerName::try_from(host.to_owned()).map_err(|e| Seen::Failed(e.to_string()))?;
-        let tcp = match tokio::time::timeout(IO_LIMIT, TcpStream::connect(self.addr)).await {
+        let addr = self.addr_of(host);
+        let tcp = match tokio::time::timeout(IO_LIMIT, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(Seen::Failed(format!("connect: {e}"))),
             Err(_) => return Err(Seen::Failed("connect timed out".into())),

@@ -188,7 +188,9 @@ struct PropagationArgs {
     #[arg(long, default_value_t = 200)]
     changes: usize,
     /// Manifest layout. `ingress`: one file per domain holding its Ingress and TLS Secret,
-    /// plus one shared Backend file.
+    /// plus one shared Backend file. `gateway`: Gateways of 64 HTTPS listeners (one per
+    /// domain, each on its own loopback address 127.1.x.y) and one file per domain with its
+    /// Secret and an HTTPRoute.
     #[arg(long, value_enum, default_value_t = Layout::Ingress)]
     layout: Layout,
     /// The weir binary (also runs `weir echo`) [default: <workspace>/target/release/weir].

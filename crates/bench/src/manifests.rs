@@ -3,9 +3,15 @@
 //! Layout `ingress`: one file per domain, `d<i>.yaml`, holding the domain's TLS Secret and
 //! its Ingress (host `d<i>.bench.test`, one Prefix path to the shared Backend), plus one
 //! `backend.yaml` with the Backend that points at the echo server.
+//!
+//! Layout `gateway`: Gateway API objects. Gateway API caps a Gateway at 64 listeners, so
+//! domain `i` belongs to Gateway `g<i/64>` (file `g<j>.yaml`), which has one HTTPS
+//! listener `l<i>` per domain (hostname `d<i>.bench.test`, certificate from Secret
+//! `d<i>-tls`) and binds its own address 127.1.x.y (`gateway_addr`), all on the same port.
+//! Domain `i`'s file holds its Secret and an HTTPRoute attached to listener `l<i>`.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -22,6 +28,68 @@ pub(crate) fn domain(i: usize) -> String {
     format!("d{i}.bench.test")
 }
 
+/// Gateway API's limit of listeners per Gateway.
+pub(crate) const LISTENERS_PER_GATEWAY: usize = 64;
+
+/// Domain `i`'s index back from its host name.
+pub(crate) fn domain_index(host: &str) -> Option<usize> {
+    host.strip_prefix('d')?
+        .strip_suffix(".bench.test")?
+        .parse()
+        .ok()
+}
+
+/// The address of the Gateway that serves domain `i` (layout `gateway`).
+pub(crate) fn gateway_addr(i: usize, port: u16) -> SocketAddr {
+    let j = i / LISTENERS_PER_GATEWAY;
+    SocketAddr::from((
+        Ipv4Addr::new(127, 1, (j >> 8) as u8, (j & 0xff) as u8),
+        port,
+    ))
+}
+
+/// Gateway `g<j>` with listeners for the domains of its range below `upto`.
+pub(crate) fn gateway_yaml(j: usize, upto: usize, port: u16) -> String {
+    let first = j * LISTENERS_PER_GATEWAY;
+    let ip = gateway_addr(first, port).ip();
+    let mut s = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: g{j}\n  namespace: {NAMESPACE}\nspec:\n  gatewayClassName: weir\n  addresses:\n  - type: IPAddress\n    value: \"{ip}\"\n  listeners:\n"
+    );
+    for i in first..upto.min(first + LISTENERS_PER_GATEWAY) {
+        let _ = write!(
+            s,
+            "  - name: l{i}\n    hostname: \"{}\"\n    port: {port}\n    protocol: HTTPS\n    tls:\n      certificateRefs:\n      - name: d{i}-tls\n",
+            domain(i)
+        );
+    }
+    s
+}
+
+/// Domain `i`'s file in layout `gateway`: its Secret and an HTTPRoute on listener `l<i>`
+/// routing `path` (PathPrefix) to the shared Backend.
+pub(crate) fn route_domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
+    let mut s = secret_yaml(i, leaf);
+    let _ = write!(
+        s,
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  parentRefs:\n  - name: g{}\n    sectionName: l{i}\n  hostnames: [\"{}\"]\n  rules:\n  - matches:\n    - path: {{type: PathPrefix, value: \"{path}\"}}\n    backendRefs:\n    - {{group: weir.dev, kind: Backend, name: {BACKEND}}}\n",
+        i / LISTENERS_PER_GATEWAY,
+        domain(i)
+    );
+    s
+}
+
+fn secret_yaml(i: usize, leaf: &Leaf) -> String {
+    let mut s = String::with_capacity(leaf.cert_pem.len() + leaf.key_pem.len() + 800);
+    let _ = write!(
+        s,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: d{i}-tls\n  namespace: {NAMESPACE}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n"
+    );
+    indent(&mut s, &leaf.cert_pem);
+    s.push_str("  tls.key: |\n");
+    indent(&mut s, &leaf.key_pem);
+    s
+}
+
 /// The shared Backend manifest, pointing at `echo`.
 pub(crate) fn backend_yaml(echo: SocketAddr) -> String {
     format!(
@@ -33,14 +101,7 @@ pub(crate) fn backend_yaml(echo: SocketAddr) -> String {
 /// (Prefix) on its host to the shared Backend, with TLS from that Secret.
 pub(crate) fn domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
     let host = domain(i);
-    let mut s = String::with_capacity(leaf.cert_pem.len() + leaf.key_pem.len() + 800);
-    let _ = write!(
-        s,
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: d{i}-tls\n  namespace: {NAMESPACE}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n"
-    );
-    indent(&mut s, &leaf.cert_pem);
-    s.push_str("  tls.key: |\n");
-    indent(&mut s, &leaf.key_pem);
+    let mut s = secret_yaml(i, leaf);
     let _ = write!(
         s,
         "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  tls:\n  - hosts: [\"{host}\"]\n    secretName: d{i}-tls\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: \"{path}\"\n        pathType: Prefix\n        backend:\n          resource: {{apiGroup: weir.dev, kind: Backend, name: {BACKEND}}}\n"
@@ -107,6 +168,14 @@ impl ConfigDir {
             .with_context(|| format!("removing {}", self.file(i).display()))
     }
 
+    /// Writes Gateway `j`'s file atomically (temporary name, then rename).
+    pub(crate) fn write_gateway(&self, j: usize, body: &str) -> Result<()> {
+        let tmp = self.dir.join(format!(".g{j}.yaml.tmp"));
+        let path = self.dir.join(format!("g{j}.yaml"));
+        std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming into {}", path.display()))
+    }
+
     /// Writes domain `i`'s file directly (initial population, before weir starts).
     pub(crate) fn write_domain(&self, i: usize, body: &str) -> Result<()> {
         std::fs::write(self.file(i), body)
@@ -131,6 +200,24 @@ mod tests {
         assert!(y.contains("host: \"d7.bench.test\""));
         assert!(y.contains("path: \"/v2-3\""));
         assert!(y.contains("secretName: d7-tls"));
+    }
+
+    #[test]
+    fn gateway_layout_files() {
+        let g = gateway_yaml(1, 66, 8443);
+        assert!(g.contains("name: g1\n"));
+        assert!(g.contains("value: \"127.1.0.1\""));
+        assert!(g.contains("- name: l64\n") && g.contains("- name: l65\n"));
+        assert!(!g.contains("l66") && !g.contains("l63"));
+        assert_eq!(gateway_addr(64 * 300, 1).to_string(), "127.1.1.44:1");
+        assert_eq!(domain_index("d123.bench.test"), Some(123));
+        let leaf = Leaf {
+            cert_pem: "C\n".into(),
+            key_pem: "K\n".into(),
+        };
+        let r = route_domain_yaml(65, &leaf, "/");
+        assert!(r.contains("- name: g1\n    sectionName: l65\n"));
+        assert!(r.contains("name: d65-tls"));
     }
 
     #[test]

@@ -9,8 +9,9 @@ use tokio::time::Instant;
 
 use crate::certs::Leaf;
 use crate::client::{Probe, Seen, Tls};
-use crate::manifests::{ConfigDir, domain, domain_yaml};
+use crate::manifests::{ConfigDir, LISTENERS_PER_GATEWAY, domain, gateway_yaml};
 use crate::progress::Progress;
+use crate::propagation::Layout;
 use crate::report::OpResult;
 
 /// How the changes are paced and bounded.
@@ -31,7 +32,9 @@ enum Want {
     Serving,
     /// `path` answers 200 and `/` answers 404: only the new rule can do both.
     Moved { path: String },
-    /// `/` answers 404 or the handshake fails (the certificate is gone).
+    /// `/` answers 404, the handshake fails (the certificate is gone) or the connection is
+    /// refused (layout `gateway`: the last listener of a Gateway went away, so it no longer
+    /// listens).
     Gone,
 }
 
@@ -64,7 +67,11 @@ async fn wait_for(
             }
             Want::Gone => {
                 let seen = probe.get("/").await;
-                (matches!(seen, Seen::Status(404) | Seen::Handshake(_)), seen)
+                let refused = matches!(&seen, Seen::Failed(e) if e.contains("Connection refused"));
+                (
+                    refused || matches!(seen, Seen::Status(404) | Seen::Handshake(_)),
+                    seen,
+                )
             }
         };
         let now = Instant::now();
@@ -82,6 +89,9 @@ async fn wait_for(
 pub(crate) struct Changer<'a> {
     pub(crate) dir: &'a ConfigDir,
     pub(crate) tls: &'a Tls,
+    pub(crate) layout: Layout,
+    /// The port every Gateway listens on (layout `gateway`).
+    pub(crate) https_port: u16,
     pub(crate) pacing: Pacing,
     pub(crate) progress: Arc<Progress>,
 }
@@ -105,13 +115,19 @@ impl Changer<'_> {
         }
     }
 
-    /// Change `change`: adds domain `i` with `leaf`.
+    /// Change `change`: adds domain `i` with `leaf`. In layout `gateway` this also adds
+    /// listener `l<i>` to its Gateway: two renames, timed from the first.
     pub(crate) async fn add(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
-        self.dir.stage(i, &domain_yaml(i, leaf, "/"))?;
+        self.dir.stage(i, &self.layout.domain_file(i, leaf, "/"))?;
         tokio::time::sleep(self.pacing.settle).await;
         let mut probe = Probe::new(self.tls, domain(i));
         let start = Instant::now();
         self.dir.commit(i)?;
+        if self.layout == Layout::Gateway {
+            let j = i / LISTENERS_PER_GATEWAY;
+            self.dir
+                .write_gateway(j, &gateway_yaml(j, i + 1, self.https_port))?;
+        }
         let timed = wait_for(&mut probe, &Want::Serving, start, self.pacing).await;
         Ok(self.finish(change, i, timed))
     }
@@ -119,7 +135,8 @@ impl Changer<'_> {
     /// Change `change`: moves domain `i`'s route from `/` to `/v2-<change>`.
     pub(crate) async fn modify(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
         let path = format!("/v2-{change}");
-        self.dir.stage(i, &domain_yaml(i, leaf, &path))?;
+        self.dir
+            .stage(i, &self.layout.domain_file(i, leaf, &path))?;
         let mut probe = self.warmed(i).await;
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();

@@ -13,7 +13,10 @@ use tokio::time::Instant;
 
 use crate::certs::{Leaf, Pki};
 use crate::client::{Seen, Tls, admin_get};
-use crate::manifests::{ConfigDir, backend_yaml, domain, domain_yaml};
+use crate::manifests::{
+    ConfigDir, LISTENERS_PER_GATEWAY, backend_yaml, domain, domain_yaml, gateway_yaml,
+    route_domain_yaml,
+};
 use crate::metrics::Propagation;
 use crate::ops::{Changer, Pacing};
 use crate::procs::{ChildGuard, free_port, log_tail, proc_stats};
@@ -28,6 +31,9 @@ use crate::side::{SideStats, SideWorker};
 pub(crate) enum Layout {
     /// One file per domain with its Ingress and TLS Secret, plus one shared Backend file.
     Ingress,
+    /// Gateway API: Gateways of 64 HTTPS listeners (one per domain, each with its
+    /// certificate), one file per domain with its Secret and an HTTPRoute.
+    Gateway,
 }
 
 impl Layout {
@@ -35,6 +41,15 @@ impl Layout {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Layout::Ingress => "ingress",
+            Layout::Gateway => "gateway",
+        }
+    }
+
+    /// Domain `i`'s file, routing `path`.
+    pub(crate) fn domain_file(self, i: usize, leaf: &Leaf, path: &str) -> String {
+        match self {
+            Layout::Ingress => domain_yaml(i, leaf, path),
+            Layout::Gateway => route_domain_yaml(i, leaf, path),
         }
     }
 }
@@ -136,7 +151,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     );
     dir.write_plain("backend.yaml", &backend_yaml(echo_addr))?;
     for (i, leaf) in leaves.iter().enumerate().take(n) {
-        dir.write_domain(i, &domain_yaml(i, leaf, "/"))?;
+        dir.write_domain(i, &opts.layout.domain_file(i, leaf, "/"))?;
     }
 
     // 3. The echo backend, then weir.
@@ -160,6 +175,11 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let http: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let https: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    if opts.layout == Layout::Gateway {
+        for j in 0..n.div_ceil(LISTENERS_PER_GATEWAY) {
+            dir.write_gateway(j, &gateway_yaml(j, n, https.port()))?;
+        }
+    }
     progress.phase(
         &format!("starting weir on {n} domains (admin {admin}, https {https})"),
         1,
@@ -190,7 +210,10 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     ));
 
     // 4. Every domain answering over HTTPS.
-    let tls = Tls::new(https, pki.ca_der())?;
+    let tls = match opts.layout {
+        Layout::Ingress => Tls::new(https, pki.ca_der())?,
+        Layout::Gateway => Tls::per_gateway(https.port(), pki.ca_der())?,
+    };
     progress.phase(
         &format!("checking that all {n} domains answer 200 over HTTPS"),
         n,
@@ -239,6 +262,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     let changer = Changer {
         dir: &dir,
         tls: &tls,
+        layout: opts.layout,
+        https_port: https.port(),
         pacing: opts.pacing,
         progress: progress.clone(),
     };
