@@ -1,0 +1,544 @@
+//! Model ⇄ wire. Encoding cannot fail; decoding rebuilds each IR resource through its
+//! constructor (so its content hash is computed here, once) and refuses anything that is
+//! not a valid resource with an [`InvalidResource`] naming the field.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_model::{
+    Action, Certificate, Cluster, ClusterKey, ContentHash, DirectResponse, Endpoint, EndpointAddr,
+    Filter, HeaderMatch, HeaderModifier, HostMatch, Listener, ListenerKey, PathMatch, PathRewrite,
+    Pattern, Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, RouteKind,
+    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
+    WeightedBackend,
+};
+
+use crate::proto as wire;
+
+/// Why a wire resource was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidResource {
+    /// The offending field, e.g. `rules[2].match.path.regex`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> InvalidResource {
+    InvalidResource {
+        field: field.into(),
+        message: message.to_string(),
+    }
+}
+
+fn missing(field: &str) -> InvalidResource {
+    invalid(field, "missing")
+}
+
+/// Prefixes the field of an error with `at`.
+fn within(at: &str) -> impl Fn(InvalidResource) -> InvalidResource + '_ {
+    move |e| InvalidResource {
+        field: format!("{at}.{}", e.field),
+        message: e.message,
+    }
+}
+
+// ---------------------------------------------------------------- keys
+
+fn addr(field: &str, s: &str) -> Result<SocketAddr, InvalidResource> {
+    s.parse()
+        .map_err(|_| invalid(field, format!("{s:?} is not ip:port")))
+}
+
+fn host_to_wire(h: &HostMatch) -> wire::Host {
+    use wire::host::Host as H;
+    wire::Host {
+        host: Some(match h {
+            HostMatch::Exact(s) => H::Exact(s.to_string()),
+            HostMatch::Wildcard(s) => H::Wildcard(s.to_string()),
+            HostMatch::Any => H::Any(true),
+        }),
+    }
+}
+
+fn host_from_wire(field: &str, h: Option<&wire::Host>) -> Result<HostMatch, InvalidResource> {
+    use wire::host::Host as H;
+    match h.and_then(|h| h.host.as_ref()) {
+        Some(H::Exact(s)) => Ok(HostMatch::Exact(s.as_str().into())),
+        Some(H::Wildcard(s)) => Ok(HostMatch::Wildcard(s.as_str().into())),
+        Some(H::Any(_)) => Ok(HostMatch::Any),
+        None => Err(missing(field)),
+    }
+}
+
+/// The wire form of a key.
+pub fn key_to_wire(k: &ResourceKey) -> wire::ResourceKey {
+    use wire::resource_key::Key;
+    let hk = |l: &ListenerKey, h: &HostMatch| wire::HostKey {
+        listener: l.0.to_string(),
+        host: Some(host_to_wire(h)),
+    };
+    wire::ResourceKey {
+        key: Some(match k {
+            ResourceKey::Listener(l) => Key::Listener(l.0.to_string()),
+            ResourceKey::VirtualHost(l, h) => Key::VirtualHost(hk(l, h)),
+            ResourceKey::Cluster(c) => Key::Cluster(c.0.to_string()),
+            ResourceKey::Certificate(h) => Key::Certificate(h.0),
+            ResourceKey::Sni(l, h) => Key::Sni(hk(l, h)),
+        }),
+    }
+}
+
+/// A key from the wire.
+pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResource> {
+    use wire::resource_key::Key;
+    let hk = |f: &str, h: &wire::HostKey| -> Result<(ListenerKey, HostMatch), InvalidResource> {
+        Ok((
+            ListenerKey(addr(&format!("{f}.listener"), &h.listener)?),
+            host_from_wire(&format!("{f}.host"), h.host.as_ref())?,
+        ))
+    };
+    Ok(match k.key.as_ref().ok_or_else(|| missing("key"))? {
+        Key::Listener(a) => ResourceKey::Listener(ListenerKey(addr("listener", a)?)),
+        Key::VirtualHost(h) => {
+            let (l, h) = hk("virtual_host", h)?;
+            ResourceKey::VirtualHost(l, h)
+        }
+        Key::Cluster(c) => ResourceKey::Cluster(ClusterKey(c.as_str().into())),
+        Key::Certificate(h) => ResourceKey::Certificate(ContentHash(*h)),
+        Key::Sni(h) => {
+            let (l, h) = hk("sni", h)?;
+            ResourceKey::Sni(l, h)
+        }
+    })
+}
+
+/// The content hash a resource was built with: its version on the wire.
+pub fn version_of(r: &Resource) -> u64 {
+    match r {
+        Resource::Listener(l) => l.hash().0,
+        Resource::VirtualHost(v) => v.hash().0,
+        Resource::Cluster(c) => c.hash().0,
+        Resource::Certificate(c) => c.hash().0,
+        Resource::Sni(s) => s.hash().0,
+    }
+}
+
+// ---------------------------------------------------------------- resources
+
+/// The wire form of a resource (key material included for certificates).
+pub fn resource_to_wire(r: &Resource) -> wire::Resource {
+    use wire::resource::Resource as R;
+    let resource = match r {
+        Resource::Listener(l) => R::Listener(wire::Listener {
+            address: l.key.0.to_string(),
+            protocol: match l.protocol {
+                Protocol::Http => wire::ListenerProtocol::Http,
+                Protocol::Https => wire::ListenerProtocol::Https,
+            } as i32,
+            gateway: l.gateway.to_string(),
+            name: l.name.to_string(),
+        }),
+        Resource::VirtualHost(v) => R::VirtualHost(wire::VirtualHost {
+            listener: v.listener.0.to_string(),
+            host: Some(host_to_wire(&v.host)),
+            rules: v.rules.iter().map(|r| rule_to_wire(r)).collect(),
+        }),
+        Resource::Cluster(c) => R::Cluster(wire::Cluster {
+            name: c.key.0.to_string(),
+            endpoints: c
+                .endpoints
+                .iter()
+                .map(|e| wire::Endpoint {
+                    address: Some(match &e.addr {
+                        EndpointAddr::Socket(a) => wire::endpoint::Address::Socket(a.to_string()),
+                        EndpointAddr::Host(h, p) => wire::endpoint::Address::Host(wire::HostPort {
+                            host: h.to_string(),
+                            port: u32::from(*p),
+                        }),
+                    }),
+                    weight: e.weight,
+                })
+                .collect(),
+            protocol: match c.protocol {
+                UpstreamProtocol::Http1 => wire::cluster::Protocol::Http1,
+                UpstreamProtocol::H2c => wire::cluster::Protocol::H2c,
+            } as i32,
+        }),
+        Resource::Certificate(c) => R::Certificate(wire::Certificate {
+            chain_pem: c.chain_pem.to_vec(),
+            key_pem: c.key_pem.to_vec(),
+        }),
+        Resource::Sni(s) => R::Sni(wire::SniCert {
+            listener: s.listener.0.to_string(),
+            host: Some(host_to_wire(&s.host)),
+            certificate: s.cert.0,
+        }),
+    };
+    wire::Resource {
+        version: version_of(r),
+        resource: Some(resource),
+    }
+}
+
+/// A resource from the wire, rebuilt and checked against the version it was sent with.
+pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResource> {
+    use wire::resource::Resource as R;
+    let built = match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
+        R::Listener(l) => Resource::Listener(Arc::new(Listener::new(
+            ListenerKey(addr("address", &l.address)?),
+            match wire::ListenerProtocol::try_from(l.protocol) {
+                Ok(wire::ListenerProtocol::Http) => Protocol::Http,
+                Ok(wire::ListenerProtocol::Https) => Protocol::Https,
+                Err(_) => return Err(invalid("protocol", l.protocol)),
+            },
+            l.gateway.as_str().into(),
+            l.name.as_str().into(),
+        ))),
+        R::VirtualHost(v) => {
+            let rules = v
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    rule_from_wire(r)
+                        .map(Arc::new)
+                        .map_err(within(&format!("rules[{i}]")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Resource::VirtualHost(Arc::new(VirtualHost::new(
+                ListenerKey(addr("listener", &v.listener)?),
+                host_from_wire("host", v.host.as_ref())?,
+                rules,
+            )))
+        }
+        R::Cluster(c) => {
+            let endpoints = c
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let f = format!("endpoints[{i}]");
+                    let addr = match e.address.as_ref().ok_or_else(|| missing(&f))? {
+                        wire::endpoint::Address::Socket(a) => EndpointAddr::Socket(addr(&f, a)?),
+                        wire::endpoint::Address::Host(h) => EndpointAddr::Host(
+                            h.host.as_str().into(),
+                            u16::try_from(h.port).map_err(|_| invalid(&f, "port out of range"))?,
+                        ),
+                    };
+                    Ok(Endpoint {
+                        addr,
+                        weight: e.weight,
+                    })
+                })
+                .collect::<Result<Vec<_>, InvalidResource>>()?;
+            let protocol = match wire::cluster::Protocol::try_from(c.protocol) {
+                Ok(wire::cluster::Protocol::Http1) => UpstreamProtocol::Http1,
+                Ok(wire::cluster::Protocol::H2c) => UpstreamProtocol::H2c,
+                Err(_) => return Err(invalid("protocol", c.protocol)),
+            };
+            Resource::Cluster(Arc::new(Cluster::new(
+                ClusterKey(c.name.as_str().into()),
+                endpoints,
+                protocol,
+            )))
+        }
+        R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
+            c.chain_pem.as_slice().into(),
+            c.key_pem.as_slice().into(),
+        ))),
+        R::Sni(s) => Resource::Sni(Arc::new(SniCert::new(
+            ListenerKey(addr("listener", &s.listener)?),
+            host_from_wire("host", s.host.as_ref())?,
+            ContentHash(s.certificate),
+        ))),
+    };
+    if version_of(&built) != r.version {
+        return Err(invalid(
+            "version",
+            format!(
+                "rebuilt resource hashes to {:016x}, sent as {:016x} (controller and data plane disagree on the IR)",
+                version_of(&built),
+                r.version
+            ),
+        ));
+    }
+    Ok(built)
+}
+
+// ---------------------------------------------------------------- route rules
+
+fn opt(s: &Option<Arc<str>>) -> Option<String> {
+    s.as_ref().map(|s| s.to_string())
+}
+
+fn pairs_to_wire(v: &[(Arc<str>, Arc<str>)]) -> Vec<wire::HeaderPair> {
+    v.iter()
+        .map(|(n, val)| wire::HeaderPair {
+            name: n.to_string(),
+            value: val.to_string(),
+        })
+        .collect()
+}
+
+fn pairs_from_wire(v: &[wire::HeaderPair]) -> Vec<(Arc<str>, Arc<str>)> {
+    v.iter()
+        .map(|p| (p.name.as_str().into(), p.value.as_str().into()))
+        .collect()
+}
+
+fn modifier_to_wire(m: &HeaderModifier) -> wire::HeaderModifier {
+    wire::HeaderModifier {
+        set: pairs_to_wire(&m.set),
+        add: pairs_to_wire(&m.add),
+        remove: m.remove.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn modifier_from_wire(m: &wire::HeaderModifier) -> HeaderModifier {
+    HeaderModifier {
+        set: pairs_from_wire(&m.set),
+        add: pairs_from_wire(&m.add),
+        remove: m.remove.iter().map(|s| s.as_str().into()).collect(),
+    }
+}
+
+fn rewrite_to_wire(p: &Option<PathRewrite>) -> Option<wire::PathRewrite> {
+    use wire::path_rewrite::Rewrite;
+    p.as_ref().map(|p| wire::PathRewrite {
+        rewrite: Some(match p {
+            PathRewrite::Full(s) => Rewrite::Full(s.to_string()),
+            PathRewrite::PrefixMatch(s) => Rewrite::PrefixMatch(s.to_string()),
+        }),
+    })
+}
+
+fn rewrite_from_wire(
+    f: &str,
+    p: Option<&wire::PathRewrite>,
+) -> Result<Option<PathRewrite>, InvalidResource> {
+    use wire::path_rewrite::Rewrite;
+    Ok(match p {
+        None => None,
+        Some(p) => Some(match p.rewrite.as_ref().ok_or_else(|| missing(f))? {
+            Rewrite::Full(s) => PathRewrite::Full(s.as_str().into()),
+            Rewrite::PrefixMatch(s) => PathRewrite::PrefixMatch(s.as_str().into()),
+        }),
+    })
+}
+
+fn value_match_to_wire(name: &Arc<str>, v: &StringMatch) -> wire::ValueMatch {
+    use wire::value_match::Value;
+    wire::ValueMatch {
+        name: name.to_string(),
+        value: Some(match v {
+            StringMatch::Exact(s) => Value::Exact(s.to_string()),
+            StringMatch::Regex(p) => Value::Regex(p.source().to_string()),
+        }),
+    }
+}
+
+fn value_match_from_wire(
+    f: &str,
+    v: &wire::ValueMatch,
+) -> Result<(Arc<str>, StringMatch), InvalidResource> {
+    use wire::value_match::Value;
+    let m = match v.value.as_ref().ok_or_else(|| missing(f))? {
+        Value::Exact(s) => StringMatch::Exact(s.as_str().into()),
+        Value::Regex(s) => {
+            StringMatch::Regex(Pattern::new(s).map_err(|e| invalid(format!("{f}.regex"), e))?)
+        }
+    };
+    Ok((v.name.as_str().into(), m))
+}
+
+fn status(f: &str, v: u32) -> Result<u16, InvalidResource> {
+    u16::try_from(v).map_err(|_| invalid(f, format!("{v} is not a status code")))
+}
+
+fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
+    use wire::action::Action as A;
+    use wire::request_match::Path;
+    let m = &r.matcher;
+    wire::RouteRule {
+        route: Some(wire::RouteRef {
+            kind: match r.route.kind {
+                RouteKind::HttpRoute => wire::route_ref::Kind::HttpRoute,
+                RouteKind::Ingress => wire::route_ref::Kind::Ingress,
+            } as i32,
+            namespace: r.route.namespace.to_string(),
+            name: r.route.name.to_string(),
+            rule: r.route.rule,
+        }),
+        r#match: Some(wire::RequestMatch {
+            path: Some(match &m.path {
+                PathMatch::Exact(s) => Path::Exact(s.to_string()),
+                PathMatch::Prefix(s) => Path::Prefix(s.to_string()),
+                PathMatch::Regex(p) => Path::Regex(p.source().to_string()),
+            }),
+            headers: m
+                .headers
+                .iter()
+                .map(|h| value_match_to_wire(&h.name, &h.value))
+                .collect(),
+            query: m
+                .query
+                .iter()
+                .map(|q| value_match_to_wire(&q.name, &q.value))
+                .collect(),
+            method: opt(&m.method),
+        }),
+        filters: r
+            .filters
+            .iter()
+            .map(|f| wire::Filter {
+                filter: Some(match f {
+                    Filter::RequestHeaders(m) => {
+                        wire::filter::Filter::RequestHeaders(modifier_to_wire(m))
+                    }
+                    Filter::ResponseHeaders(m) => {
+                        wire::filter::Filter::ResponseHeaders(modifier_to_wire(m))
+                    }
+                    Filter::UrlRewrite { hostname, path } => {
+                        wire::filter::Filter::UrlRewrite(wire::filter::UrlRewrite {
+                            hostname: opt(hostname),
+                            path: rewrite_to_wire(path),
+                        })
+                    }
+                }),
+            })
+            .collect(),
+        action: Some(wire::Action {
+            action: Some(match &r.action {
+                Action::Forward(b) => A::Forward(wire::action::Forward {
+                    backends: b
+                        .iter()
+                        .map(|b| wire::WeightedBackend {
+                            cluster: b.cluster.0.to_string(),
+                            weight: b.weight,
+                        })
+                        .collect(),
+                }),
+                Action::Redirect(rd) => A::Redirect(wire::Redirect {
+                    scheme: opt(&rd.scheme),
+                    hostname: opt(&rd.hostname),
+                    path: rewrite_to_wire(&rd.path),
+                    port: rd.port.map(u32::from),
+                    status: u32::from(rd.status),
+                }),
+                Action::DirectResponse(d) => A::DirectResponse(wire::DirectResponse {
+                    status: u32::from(d.status),
+                    headers: pairs_to_wire(&d.headers),
+                    body: d.body.to_string(),
+                }),
+                Action::Fail { status, reason } => A::Fail(wire::action::Fail {
+                    status: u32::from(*status),
+                    reason: reason.to_string(),
+                }),
+            }),
+        }),
+        timeouts: Some(wire::Timeouts {
+            request_ns: r.timeouts.request.map(|d| d.as_nanos() as u64),
+            backend_request_ns: r.timeouts.backend_request.map(|d| d.as_nanos() as u64),
+        }),
+    }
+}
+
+fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
+    use wire::action::Action as A;
+    use wire::request_match::Path;
+    let rr = r.route.as_ref().ok_or_else(|| missing("route"))?;
+    let route = RouteRef {
+        kind: match wire::route_ref::Kind::try_from(rr.kind) {
+            Ok(wire::route_ref::Kind::HttpRoute) => RouteKind::HttpRoute,
+            Ok(wire::route_ref::Kind::Ingress) => RouteKind::Ingress,
+            Err(_) => return Err(invalid("route.kind", rr.kind)),
+        },
+        namespace: rr.namespace.as_str().into(),
+        name: rr.name.as_str().into(),
+        rule: rr.rule,
+    };
+    let m = r.r#match.as_ref().ok_or_else(|| missing("match"))?;
+    let path = match m.path.as_ref().ok_or_else(|| missing("match.path"))? {
+        Path::Exact(s) => PathMatch::Exact(s.as_str().into()),
+        Path::Prefix(s) => PathMatch::Prefix(s.as_str().into()),
+        Path::Regex(s) => {
+            PathMatch::Regex(Pattern::new(s).map_err(|e| invalid("match.path.regex", e))?)
+        }
+    };
+    let mut headers = Vec::with_capacity(m.headers.len());
+    for (i, h) in m.headers.iter().enumerate() {
+        let (name, value) = value_match_from_wire(&format!("match.headers[{i}]"), h)?;
+        headers.push(HeaderMatch { name, value });
+    }
+    let mut query = Vec::with_capacity(m.query.len());
+    for (i, q) in m.query.iter().enumerate() {
+        let (name, value) = value_match_from_wire(&format!("match.query[{i}]"), q)?;
+        query.push(QueryMatch { name, value });
+    }
+    let matcher = RequestMatch {
+        path,
+        headers,
+        query,
+        method: m.method.as_deref().map(Into::into),
+    };
+    let mut filters = Vec::with_capacity(r.filters.len());
+    for (i, f) in r.filters.iter().enumerate() {
+        let at = format!("filters[{i}]");
+        filters.push(match f.filter.as_ref().ok_or_else(|| missing(&at))? {
+            wire::filter::Filter::RequestHeaders(m) => {
+                Filter::RequestHeaders(modifier_from_wire(m))
+            }
+            wire::filter::Filter::ResponseHeaders(m) => {
+                Filter::ResponseHeaders(modifier_from_wire(m))
+            }
+            wire::filter::Filter::UrlRewrite(u) => Filter::UrlRewrite {
+                hostname: u.hostname.as_deref().map(Into::into),
+                path: rewrite_from_wire(&format!("{at}.url_rewrite.path"), u.path.as_ref())?,
+            },
+        });
+    }
+    let action = match r
+        .action
+        .as_ref()
+        .and_then(|a| a.action.as_ref())
+        .ok_or_else(|| missing("action"))?
+    {
+        A::Forward(f) => Action::Forward(
+            f.backends
+                .iter()
+                .map(|b| WeightedBackend {
+                    cluster: ClusterKey(b.cluster.as_str().into()),
+                    weight: b.weight,
+                })
+                .collect(),
+        ),
+        A::Redirect(rd) => Action::Redirect(Redirect {
+            scheme: rd.scheme.as_deref().map(Into::into),
+            hostname: rd.hostname.as_deref().map(Into::into),
+            path: rewrite_from_wire("action.redirect.path", rd.path.as_ref())?,
+            port: rd
+                .port
+                .map(|p| u16::try_from(p).map_err(|_| invalid("action.redirect.port", p)))
+                .transpose()?,
+            status: status("action.redirect.status", rd.status)?,
+        }),
+        A::DirectResponse(d) => Action::DirectResponse(DirectResponse {
+            status: status("action.direct_response.status", d.status)?,
+            headers: pairs_from_wire(&d.headers),
+            body: d.body.as_str().into(),
+        }),
+        A::Fail(f) => Action::Fail {
+            status: status("action.fail.status", f.status)?,
+            reason: f.reason.as_str().into(),
+        },
+    };
+    let t = r.timeouts.unwrap_or_default();
+    let timeouts = Timeouts {
+        request: t.request_ns.map(Duration::from_nanos),
+        backend_request: t.backend_request_ns.map(Duration::from_nanos),
+    };
+    Ok(RouteRule::new(route, matcher, filters, action, timeouts))
+}
