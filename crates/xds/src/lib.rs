@@ -8,6 +8,9 @@
 #![warn(missing_docs)]
 
 pub mod convert;
+mod hub;
+
+pub use crate::hub::{Hub, Refused, Session};
 
 /// The generated protocol types, client and server.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]

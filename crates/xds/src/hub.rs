@@ -1,0 +1,424 @@
+//! The controller side's state: the complete IR, indexed by the Gateway that owns each
+//! listener, and one [`Session`] per connected data plane that tracks what that data
+//! plane holds and computes the next update from the keys that changed since its last one.
+//!
+//! Work per change is O(keys changed × sessions of the owning Gateway); clusters and
+//! certificates are looked at by every session but included only where a virtual host or
+//! SNI entry of the session's Gateway references them.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use tokio::sync::{Notify, watch};
+use weir_model::{Action, Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
+
+use crate::convert::{key_to_wire, resource_to_wire, version_of};
+use crate::proto as wire;
+
+/// The IR every session reads, and who must hear about which change.
+pub struct Hub {
+    inner: Mutex<Inner>,
+    synced: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Inner {
+    resources: HashMap<ResourceKey, Resource>,
+    /// Listener → the Gateway label (`namespace/name`) of its owner.
+    owner: HashMap<ListenerKey, Arc<str>>,
+    /// Listener → its virtual-host and SNI keys.
+    on_listener: HashMap<ListenerKey, HashSet<ResourceKey>>,
+    sessions: HashMap<u64, Registered>,
+    next_id: u64,
+}
+
+struct Registered {
+    gateway: Arc<str>,
+    dirty: HashSet<ResourceKey>,
+    notify: Arc<Notify>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            inner: Mutex::new(Inner::default()),
+            synced: watch::channel(false).0,
+        }
+    }
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies a batch of IR changes and wakes the sessions they concern.
+    pub fn apply(&self, batch: &DeltaBatch) {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let mut touched: Vec<(Option<Arc<str>>, ResourceKey)> =
+            Vec::with_capacity(batch.deltas.len());
+        for d in &batch.deltas {
+            let key = match d {
+                Delta::Upsert(r) => r.key(),
+                Delta::Remove(k) => k.clone(),
+            };
+            // The owner before the change (a listener may change hands).
+            let before = owner_of(inner, &key);
+            match d {
+                Delta::Upsert(r) => {
+                    match r {
+                        Resource::Listener(l) => {
+                            inner.owner.insert(l.key, l.gateway.clone());
+                        }
+                        Resource::VirtualHost(v) => {
+                            inner
+                                .on_listener
+                                .entry(v.listener)
+                                .or_default()
+                                .insert(key.clone());
+                        }
+                        Resource::Sni(s) => {
+                            inner
+                                .on_listener
+                                .entry(s.listener)
+                                .or_default()
+                                .insert(key.clone());
+                        }
+                        Resource::Cluster(_) | Resource::Certificate(_) => {}
+                    }
+                    inner.resources.insert(key.clone(), r.clone());
+                }
+                Delta::Remove(k) => {
+                    inner.resources.remove(k);
+                    match k {
+                        ResourceKey::Listener(l) => {
+                            inner.owner.remove(l);
+                        }
+                        ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
+                            if let Some(set) = inner.on_listener.get_mut(l) {
+                                set.remove(k);
+                                if set.is_empty() {
+                                    inner.on_listener.remove(l);
+                                }
+                            }
+                        }
+                        ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => {}
+                    }
+                }
+            }
+            let after = owner_of(inner, &key);
+            if before.is_some() && before != after {
+                touched.push((before, key.clone()));
+            }
+            touched.push((after, key));
+        }
+        for (owner, key) in touched {
+            let shared = matches!(key, ResourceKey::Cluster(_) | ResourceKey::Certificate(_));
+            for s in inner.sessions.values_mut() {
+                if shared || owner.as_ref() == Some(&s.gateway) {
+                    s.dirty.insert(key.clone());
+                }
+            }
+        }
+        for s in inner.sessions.values() {
+            if !s.dirty.is_empty() {
+                s.notify.notify_one();
+            }
+        }
+    }
+
+    /// Marks the hub as holding the controller's complete initial state; sessions send
+    /// nothing before.
+    pub fn set_synced(&self) {
+        self.synced.send_replace(true);
+    }
+
+    /// Waits until [`Hub::set_synced`].
+    pub async fn synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Registers a data plane for `gateway` (`namespace/name`) that already holds `held`
+    /// (key → version). Its first update brings it to the complete current state.
+    pub fn subscribe(self: &Arc<Self>, gateway: &str, held: HashMap<ResourceKey, u64>) -> Session {
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let gateway: Arc<str> = gateway.into();
+        let mut dirty: HashSet<ResourceKey> = held.keys().cloned().collect();
+        let listeners: Vec<ListenerKey> = inner
+            .owner
+            .iter()
+            .filter(|(_, g)| **g == gateway)
+            .map(|(l, _)| *l)
+            .collect();
+        for l in listeners {
+            dirty.insert(ResourceKey::Listener(l));
+            if let Some(keys) = inner.on_listener.get(&l) {
+                dirty.extend(keys.iter().cloned());
+            }
+        }
+        let notify = Arc::new(Notify::new());
+        notify.notify_one();
+        inner.sessions.insert(
+            id,
+            Registered {
+                gateway: gateway.clone(),
+                dirty,
+                notify: notify.clone(),
+            },
+        );
+        Session {
+            id,
+            hub: self.clone(),
+            gateway,
+            notify,
+            sent: held,
+            refs: HashMap::new(),
+            view_refs: HashMap::new(),
+            rejected: HashMap::new(),
+            in_flight: None,
+            next_nonce: 1,
+            updates: 0,
+        }
+    }
+
+    /// How many data planes are connected.
+    pub fn sessions(&self) -> usize {
+        self.lock().sessions.len()
+    }
+}
+
+fn owner_of(inner: &Inner, key: &ResourceKey) -> Option<Arc<str>> {
+    match key {
+        ResourceKey::Listener(l) | ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
+            inner.owner.get(l).cloned()
+        }
+        ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => None,
+    }
+}
+
+/// What a virtual host or SNI entry needs the data plane to hold as well.
+fn refs_of(r: &Resource) -> Vec<ResourceKey> {
+    match r {
+        Resource::VirtualHost(v) => {
+            let mut out: Vec<ResourceKey> = v
+                .rules
+                .iter()
+                .filter_map(|rule| match &rule.action {
+                    Action::Forward(b) => Some(b),
+                    _ => None,
+                })
+                .flatten()
+                .map(|b| ResourceKey::Cluster(b.cluster.clone()))
+                .collect();
+            out.sort();
+            out.dedup();
+            out
+        }
+        Resource::Sni(s) => vec![ResourceKey::Certificate(s.cert)],
+        _ => Vec::new(),
+    }
+}
+
+/// Order in which a data plane can apply changes without dangling references.
+fn rank(k: &ResourceKey, upsert: bool) -> u8 {
+    match (k, upsert) {
+        (ResourceKey::Listener(_), true) => 0,
+        (ResourceKey::Certificate(_), true) => 1,
+        (ResourceKey::Cluster(_), true) => 2,
+        (ResourceKey::VirtualHost(..), true) => 3,
+        (ResourceKey::Sni(..), true) => 4,
+        (ResourceKey::VirtualHost(..), false) => 5,
+        (ResourceKey::Sni(..), false) => 6,
+        (ResourceKey::Certificate(_), false) => 7,
+        (ResourceKey::Cluster(_), false) => 8,
+        (ResourceKey::Listener(_), false) => 9,
+    }
+}
+
+/// One connected data plane: what it holds, and what it was last sent.
+pub struct Session {
+    id: u64,
+    hub: Arc<Hub>,
+    gateway: Arc<str>,
+    notify: Arc<Notify>,
+    /// Key → version the data plane holds (as acknowledged).
+    sent: HashMap<ResourceKey, u64>,
+    /// Cluster/certificate → how many entries in the view reference it.
+    refs: HashMap<ResourceKey, u32>,
+    /// Virtual host / SNI in the view → what it references.
+    view_refs: HashMap<ResourceKey, Vec<ResourceKey>>,
+    /// Versions the data plane refused (not sent again).
+    rejected: HashMap<ResourceKey, u64>,
+    in_flight: Option<InFlight>,
+    next_nonce: u64,
+    updates: u64,
+}
+
+struct InFlight {
+    nonce: u64,
+    changes: Vec<(ResourceKey, Option<u64>)>,
+}
+
+/// A refusal reported by a data plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The resource.
+    pub key: ResourceKey,
+    /// The data plane's reason.
+    pub error: String,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.hub.lock().sessions.remove(&self.id);
+    }
+}
+
+impl Session {
+    /// The Gateway this session serves.
+    pub fn gateway(&self) -> &str {
+        &self.gateway
+    }
+
+    /// Woken when something this session may need changed.
+    pub fn notify(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    /// Whether an update awaits its acknowledgement (then nothing else is sent).
+    pub fn waiting_for_ack(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The next update, or `None` when the data plane is up to date or an update is in
+    /// flight. The first update of a session is sent even when empty: it tells the data
+    /// plane it holds the complete state.
+    pub fn next_update(&mut self) -> Option<wire::Update> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        let hub = self.hub.clone();
+        let mut inner = hub.lock();
+        let dirty = match inner.sessions.get_mut(&self.id) {
+            Some(r) => std::mem::take(&mut r.dirty),
+            None => return None,
+        };
+        let mut work: VecDeque<ResourceKey> = dirty.into_iter().collect();
+        let mut seen: HashSet<ResourceKey> = HashSet::with_capacity(work.len());
+        // A key can be looked at twice (a reference count changed after it was seen): the
+        // last look decides.
+        let mut changes: HashMap<ResourceKey, Option<&Resource>> = HashMap::new();
+        while let Some(k) = work.pop_front() {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            let mine = |l: &ListenerKey| inner.owner.get(l) == Some(&self.gateway);
+            let desired = inner.resources.get(&k).filter(|_| match &k {
+                ResourceKey::Listener(l)
+                | ResourceKey::VirtualHost(l, _)
+                | ResourceKey::Sni(l, _) => mine(l),
+                ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => {
+                    self.refs.get(&k).is_some_and(|n| *n > 0)
+                }
+            });
+            if matches!(k, ResourceKey::VirtualHost(..) | ResourceKey::Sni(..)) {
+                let old = self.view_refs.remove(&k).unwrap_or_default();
+                let new = desired.map(refs_of).unwrap_or_default();
+                for r in &new {
+                    let n = self.refs.entry(r.clone()).or_insert(0);
+                    *n += 1;
+                    if *n == 1 {
+                        seen.remove(r);
+                        work.push_back(r.clone());
+                    }
+                }
+                for r in &old {
+                    if let Some(n) = self.refs.get_mut(r) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.refs.remove(r);
+                            seen.remove(r);
+                            work.push_back(r.clone());
+                        }
+                    }
+                }
+                if desired.is_some() {
+                    self.view_refs.insert(k.clone(), new);
+                }
+            }
+            let want = desired.map(version_of);
+            let held = self.sent.get(&k).copied();
+            let unchanged = want == held
+                || (want.is_some() && self.rejected.get(&k).copied() == want)
+                || (want.is_none() && held.is_none());
+            if unchanged {
+                changes.remove(&k);
+            } else {
+                changes.insert(k, desired);
+            }
+        }
+        let mut changes: Vec<(ResourceKey, Option<&Resource>)> = changes.into_iter().collect();
+        let first = self.updates == 0;
+        if changes.is_empty() && !first {
+            return None;
+        }
+        changes.sort_by(|(a, ra), (b, rb)| {
+            (rank(a, ra.is_some()), a).cmp(&(rank(b, rb.is_some()), b))
+        });
+        let nonce = self.next_nonce;
+        self.next_nonce += 1;
+        self.updates += 1;
+        let mut update = wire::Update {
+            nonce,
+            complete: true,
+            upserts: Vec::new(),
+            removes: Vec::new(),
+        };
+        let mut recorded = Vec::with_capacity(changes.len());
+        for (k, r) in changes {
+            match r {
+                Some(r) => {
+                    update.upserts.push(resource_to_wire(r));
+                    recorded.push((k, Some(version_of(r))));
+                }
+                None => {
+                    update.removes.push(key_to_wire(&k));
+                    recorded.push((k, None));
+                }
+            }
+        }
+        self.in_flight = Some(InFlight {
+            nonce,
+            changes: recorded,
+        });
+        Some(update)
+    }
+
+    /// Records the data plane's answer to update `nonce`: refused resources keep what the
+    /// data plane held before (and the refused version is not offered again); the rest is
+    /// held as sent. Returns the refusals.
+    pub fn ack(&mut self, nonce: u64, refused: Vec<Refused>) -> Vec<Refused> {
+        let Some(f) = self.in_flight.take_if(|f| f.nonce == nonce) else {
+            return Vec::new();
+        };
+        for (k, v) in f.changes {
+            if refused.iter().any(|r| r.key == k) {
+                if let Some(v) = v {
+                    self.rejected.insert(k, v);
+                }
+                continue;
+            }
+            self.rejected.remove(&k);
+            match v {
+                Some(v) => self.sent.insert(k, v),
+                None => self.sent.remove(&k),
+            };
+        }
+        refused
+    }
+}

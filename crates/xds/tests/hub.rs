@@ -1,0 +1,213 @@
+//! The controller side of the protocol without a network: what each session is sent.
+
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use weir_model::*;
+use weir_xds::convert::{key_from_wire, resource_from_wire};
+use weir_xds::{Hub, Refused};
+
+fn listener(port: u16, gw: &str) -> Resource {
+    Resource::Listener(Arc::new(Listener::new(
+        ListenerKey(([127, 0, 0, 1], port).into()),
+        Protocol::Http,
+        gw.into(),
+        "http".into(),
+    )))
+}
+
+fn vhost(port: u16, host: &str, cluster: &str) -> Resource {
+    let rule = RouteRule::new(
+        RouteRef {
+            kind: RouteKind::HttpRoute,
+            namespace: "ns".into(),
+            name: host.into(),
+            rule: 0,
+        },
+        RequestMatch {
+            path: PathMatch::Prefix("/".into()),
+            headers: vec![],
+            query: vec![],
+            method: None,
+        },
+        vec![],
+        Action::Forward(vec![WeightedBackend {
+            cluster: ClusterKey(cluster.into()),
+            weight: 1,
+        }]),
+        Timeouts::default(),
+    );
+    Resource::VirtualHost(Arc::new(VirtualHost::new(
+        ListenerKey(([127, 0, 0, 1], port).into()),
+        HostMatch::Exact(host.into()),
+        vec![Arc::new(rule)],
+    )))
+}
+
+fn cluster(name: &str, port: u16) -> Resource {
+    Resource::Cluster(Arc::new(Cluster::new(
+        ClusterKey(name.into()),
+        vec![Endpoint {
+            addr: EndpointAddr::Socket(([10, 0, 0, 1], port).into()),
+            weight: 1,
+        }],
+        UpstreamProtocol::Http1,
+    )))
+}
+
+fn batch(upserts: Vec<Resource>, removes: Vec<ResourceKey>) -> DeltaBatch {
+    let mut deltas: Vec<Delta> = upserts.into_iter().map(Delta::Upsert).collect();
+    deltas.extend(removes.into_iter().map(Delta::Remove));
+    DeltaBatch { deltas }
+}
+
+/// Keys of an update: (upserted, removed).
+fn keys(u: &weir_xds::proto::Update) -> (Vec<ResourceKey>, Vec<ResourceKey>) {
+    (
+        u.upserts
+            .iter()
+            .map(|r| resource_from_wire(r).unwrap().key())
+            .collect(),
+        u.removes
+            .iter()
+            .map(|k| key_from_wire(k).unwrap())
+            .collect(),
+    )
+}
+
+fn two_gateways() -> Arc<Hub> {
+    let hub = Arc::new(Hub::default());
+    hub.apply(&batch(
+        vec![
+            listener(8001, "ns/a"),
+            listener(8002, "ns/b"),
+            cluster("shared", 80),
+            cluster("only-b", 80),
+            vhost(8001, "a.test", "shared"),
+            vhost(8002, "b.test", "shared"),
+            vhost(8002, "b2.test", "only-b"),
+        ],
+        vec![],
+    ));
+    hub.set_synced();
+    hub
+}
+
+#[test]
+fn a_session_gets_its_gateway_only_and_what_it_references() {
+    let hub = two_gateways();
+    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let u = a.next_update().unwrap();
+    assert!(u.complete);
+    let (up, rm) = keys(&u);
+    assert_eq!(up.len(), 3, "{up:?}");
+    assert!(up.contains(&listener(8001, "ns/a").key()));
+    assert!(up.contains(&ResourceKey::Cluster(ClusterKey("shared".into()))));
+    assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-b".into()))));
+    assert!(rm.is_empty());
+    // The listener comes before what sits on it, the cluster before the virtual host.
+    assert!(matches!(up[0], ResourceKey::Listener(_)));
+    assert!(matches!(up[2], ResourceKey::VirtualHost(..)));
+    // Nothing more until the update is acknowledged.
+    hub.apply(&batch(vec![cluster("shared", 81)], vec![]));
+    assert!(a.next_update().is_none());
+    a.ack(u.nonce, vec![]);
+    let u = a.next_update().unwrap();
+    assert_eq!(
+        keys(&u).0,
+        vec![ResourceKey::Cluster(ClusterKey("shared".into()))]
+    );
+    a.ack(u.nonce, vec![]);
+    // Another Gateway's change does not reach this session.
+    hub.apply(&batch(vec![vhost(8002, "b3.test", "only-b")], vec![]));
+    assert!(a.next_update().is_none());
+}
+
+#[test]
+fn changes_during_an_update_fold_into_the_next() {
+    let hub = two_gateways();
+    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let first = a.next_update().unwrap();
+    for port in 90..100 {
+        hub.apply(&batch(vec![cluster("shared", port)], vec![]));
+    }
+    a.ack(first.nonce, vec![]);
+    let u = a.next_update().unwrap();
+    assert_eq!(u.upserts.len(), 1, "only the latest version");
+    let c = resource_from_wire(&u.upserts[0]).unwrap();
+    assert_eq!(c, cluster("shared", 99));
+}
+
+#[test]
+fn a_reconnect_sends_only_the_differences() {
+    let hub = two_gateways();
+    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let u = a.next_update().unwrap();
+    let held: HashMap<ResourceKey, u64> = u
+        .upserts
+        .iter()
+        .map(|r| (resource_from_wire(r).unwrap().key(), r.version))
+        .collect();
+    drop(a);
+    assert_eq!(hub.sessions(), 0);
+    // Nothing changed: the first update of the new session is empty but complete.
+    let mut again = hub.subscribe("ns/a", held.clone());
+    let u = again.next_update().unwrap();
+    assert!(u.complete && u.upserts.is_empty() && u.removes.is_empty());
+    drop(again);
+    // One virtual host changed and one was removed while disconnected.
+    hub.apply(&batch(vec![vhost(8001, "a.test", "only-b")], vec![]));
+    let mut again = hub.subscribe("ns/a", held);
+    let (up, rm) = keys(&again.next_update().unwrap());
+    assert_eq!(up.len(), 2, "the new cluster and the changed host: {up:?}");
+    assert_eq!(rm, vec![ResourceKey::Cluster(ClusterKey("shared".into()))]);
+}
+
+#[test]
+fn a_refused_version_is_not_sent_again() {
+    let hub = two_gateways();
+    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let u = a.next_update().unwrap();
+    a.ack(u.nonce, vec![]);
+    hub.apply(&batch(vec![cluster("shared", 7)], vec![]));
+    let u = a.next_update().unwrap();
+    let key = ResourceKey::Cluster(ClusterKey("shared".into()));
+    a.ack(
+        u.nonce,
+        vec![Refused {
+            key: key.clone(),
+            error: "nope".into(),
+        }],
+    );
+    // The same refused version comes back through another change: not resent.
+    hub.apply(&batch(vec![cluster("shared", 7)], vec![]));
+    assert!(a.next_update().is_none());
+    // A new version is.
+    hub.apply(&batch(vec![cluster("shared", 8)], vec![]));
+    assert_eq!(keys(&a.next_update().unwrap()).0, vec![key]);
+}
+
+#[test]
+fn a_listener_removed_takes_its_hosts_and_unreferenced_clusters() {
+    let hub = two_gateways();
+    let mut b = hub.subscribe("ns/b", HashMap::default());
+    let u = b.next_update().unwrap();
+    assert_eq!(u.upserts.len(), 5);
+    b.ack(u.nonce, vec![]);
+    hub.apply(&batch(
+        vec![],
+        vec![
+            vhost(8002, "b2.test", "only-b").key(),
+            cluster("only-b", 80).key(),
+        ],
+    ));
+    let (up, rm) = keys(&b.next_update().unwrap());
+    assert!(up.is_empty());
+    assert_eq!(
+        rm,
+        vec![
+            vhost(8002, "b2.test", "only-b").key(),
+            cluster("only-b", 80).key()
+        ]
+    );
+}
