@@ -37,6 +37,11 @@ pub struct ControllerOptions {
     pub advertise: Vec<String>,
     /// One log line per request.
     pub access_log: bool,
+    /// Serve the configuration push protocol here (split mode: `weir proxy` data planes).
+    pub xds_listen: Option<SocketAddr>,
+    /// Whether the controller's embedded data plane serves Gateways and Ingresses (turn
+    /// off when separate data planes serve them).
+    pub embedded_proxy: bool,
 }
 
 /// A running controller.
@@ -47,6 +52,11 @@ pub struct Controller {
     pub admin_addr: SocketAddr,
     /// Status write counters.
     pub status_stats: WriterStats,
+    /// Where the push server listens (split mode).
+    pub xds_addr: Option<SocketAddr>,
+    /// Push server counters (split mode).
+    pub xds_metrics: Option<weir_xds::ServerMetrics>,
+    xds_task: Option<JoinHandle<()>>,
     writer: Arc<StatusWriter>,
     stop: watch::Sender<bool>,
     config_task: JoinHandle<()>,
@@ -90,6 +100,32 @@ impl Controller {
             },
             &mut registry,
         ));
+        let hub = Arc::new(weir_xds::Hub::default());
+        let mut xds = None;
+        if let Some(addr) = opts.xds_listen {
+            let metrics = weir_xds::ServerMetrics::new(&mut registry);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the push server to {addr}"))?;
+            let bound = listener.local_addr()?;
+            let service = weir_xds::XdsService::new(
+                hub.clone(),
+                Arc::new(weir_xds::AllowAll),
+                metrics.clone(),
+            );
+            let task = tokio::spawn(async move {
+                let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                if let Err(e) = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming)
+                    .await
+                {
+                    tracing::error!(error = %e, "push server failed");
+                }
+            });
+            tracing::info!(addr = %bound, "push server listening");
+            xds = Some((bound, metrics, task));
+        }
         let registry = Arc::new(registry);
         let admin = tokio::net::TcpListener::bind(opts.admin)
             .await
@@ -107,7 +143,8 @@ impl Controller {
             },
             dataplane.clone(),
             metrics,
-        );
+        )
+        .with_hub(hub.clone(), opts.embedded_proxy);
         let seen = Instant::now();
         let update = provider.initial().await;
         let objects = update.upserts.len();
@@ -116,6 +153,7 @@ impl Controller {
             .process(changes, seen, seen.elapsed(), &|_| None)
             .await;
         writer.submit(report.statuses);
+        hub.set_synced();
         dataplane.set_ready();
         tracing::info!(
             objects,
@@ -142,9 +180,16 @@ impl Controller {
                 task_writer.submit(report.statuses);
             }
         });
+        let (xds_addr, xds_metrics, xds_task) = match xds {
+            Some((a, m, t)) => (Some(a), Some(m), Some(t)),
+            None => (None, None, None),
+        };
         Ok(Controller {
             dataplane,
             admin_addr,
+            xds_addr,
+            xds_metrics,
+            xds_task,
             status_stats: writer.stats(),
             writer,
             stop,
@@ -162,6 +207,9 @@ impl Controller {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.config_task.await;
+        if let Some(t) = &self.xds_task {
+            t.abort();
+        }
         self.dataplane.shutdown().await;
         self.admin_task.abort();
     }

@@ -7,5 +7,6 @@ pub mod echo;
 pub mod logging;
 pub mod pipeline;
 pub mod propagation;
+pub mod proxy;
 pub mod report;
 pub mod standalone;

@@ -32,6 +32,8 @@ enum Command {
     Run(RunArgs),
     /// Watch a Kubernetes API server (Gateway API, Ingress), serve its Gateways and Ingresses, write status.
     Controller(ControllerArgs),
+    /// A data plane for one Gateway, configured by a controller's push protocol (split mode).
+    Proxy(ProxyArgs),
     /// Validate a config path: print every problem with file, object and field; exit 1 if any.
     Check(CheckArgs),
     /// Run a small HTTP/1.1 + h2c echo backend that answers with a JSON description of each request.
@@ -93,6 +95,35 @@ struct ControllerArgs {
         value_delimiter = ','
     )]
     advertise: Vec<String>,
+    /// Do not write one access-log line per request.
+    #[arg(long)]
+    no_access_log: bool,
+    /// Serve the configuration push protocol (gRPC) here, for `weir proxy` data planes.
+    #[arg(long, env = "WEIR_XDS_LISTEN")]
+    xds_listen: Option<SocketAddr>,
+    /// Do not serve Gateways and Ingresses from this process (split mode: `weir proxy`
+    /// data planes serve them).
+    #[arg(long, requires = "xds_listen")]
+    no_embedded_proxy: bool,
+}
+
+#[derive(clap::Args)]
+struct ProxyArgs {
+    /// The controller's push endpoint.
+    #[arg(long, env = "WEIR_CONTROLLER")]
+    controller: String,
+    /// The Gateway to serve, NAMESPACE/NAME.
+    #[arg(long, env = "WEIR_GATEWAY")]
+    gateway: String,
+    /// Admin server address (/ready, /metrics, /config).
+    #[arg(long, default_value = "127.0.0.1:9902", env = "WEIR_ADMIN")]
+    admin: SocketAddr,
+    /// Name in the controller's logs [default: the host name].
+    #[arg(long, env = "WEIR_NODE")]
+    node: Option<String>,
+    /// File holding a bearer token to present to the controller.
+    #[arg(long, env = "WEIR_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Do not write one access-log line per request.
     #[arg(long)]
     no_access_log: bool,
@@ -159,8 +190,29 @@ fn main() -> ExitCode {
                     ingress_class: a.ingress.ingress_class,
                     advertise: a.advertise,
                     access_log: !a.no_access_log,
+                    xds_listen: a.xds_listen,
+                    embedded_proxy: !a.no_embedded_proxy,
                 };
                 weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Proxy(a) => {
+                let token = match &a.token_file {
+                    Some(p) => Some(std::fs::read_to_string(p)?.trim().to_string()),
+                    None => None,
+                };
+                let opts = weir::proxy::ProxyOptions {
+                    controller: a.controller,
+                    gateway: a.gateway,
+                    admin: a.admin,
+                    node: a.node.unwrap_or_else(|| {
+                        std::fs::read_to_string("/proc/sys/kernel/hostname")
+                            .map(|h| h.trim().to_string())
+                            .unwrap_or_else(|_| "weir-proxy".into())
+                    }),
+                    token,
+                    access_log: !a.no_access_log,
+                };
+                weir::proxy::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Check(a) => {
                 let opts = weir::check::CheckOptions {

@@ -29,6 +29,11 @@ pub struct Pipeline {
     translator: Translator,
     dataplane: Arc<DataPlane>,
     metrics: PropagationMetrics,
+    /// Where IR changes go besides (or instead of) the embedded data plane.
+    hub: Option<Arc<weir_xds::Hub>>,
+    /// Whether the embedded data plane serves traffic (false: split mode, data planes
+    /// are separate `weir proxy` processes fed by the hub).
+    embedded: bool,
 }
 
 impl Pipeline {
@@ -42,7 +47,17 @@ impl Pipeline {
             translator: Translator::new(options),
             dataplane,
             metrics,
+            hub: None,
+            embedded: true,
         }
+    }
+
+    /// Also publishes every change to `hub` (the push server); with `embedded` false the
+    /// embedded data plane is not fed (and binds no listener).
+    pub fn with_hub(mut self, hub: Arc<weir_xds::Hub>, embedded: bool) -> Self {
+        self.hub = Some(hub);
+        self.embedded = embedded;
+        self
     }
 
     /// The translator's current statuses (for `/status`-like reporting and tests).
@@ -68,7 +83,14 @@ impl Pipeline {
             log_status(key, status, origin);
         }
         let t = Instant::now();
-        let applied = self.dataplane.apply(&batch).await;
+        if let Some(hub) = &self.hub {
+            hub.apply(&batch);
+        }
+        let applied = if self.embedded {
+            self.dataplane.apply(&batch).await
+        } else {
+            weir_proxy::ApplyReport::default()
+        };
         let apply = t.elapsed();
         for (key, reason) in &applied.rejected {
             tracing::warn!(resource = ?key, %reason, "data plane rejected a resource; the rest is applied");

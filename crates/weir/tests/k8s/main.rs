@@ -163,6 +163,8 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         ingress_class: "weir".into(),
         advertise: vec!["192.0.2.10".into()],
         access_log: false,
+        xds_listen: None,
+        embedded_proxy: true,
     })
     .await
     .expect("starting the controller");

@@ -76,6 +76,8 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             ingress_class: "weir-rbac".into(),
             advertise: vec![],
             access_log: false,
+            xds_listen: None,
+            embedded_proxy: true,
         }),
     )
     .await

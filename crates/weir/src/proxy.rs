@@ -1,0 +1,132 @@
+//! `weir proxy`: a data plane fed by the controller's push protocol, for one Gateway.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use futures_util::future::BoxFuture;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weir_model::{DeltaBatch, ResourceKey};
+use weir_proxy::{DataPlane, ProxyConfig};
+use weir_xds::client::{self, Apply, ClientOptions};
+
+/// Options of `weir proxy`.
+#[derive(Clone, Debug)]
+pub struct ProxyOptions {
+    /// The controller's push endpoint, e.g. `http://127.0.0.1:18000`.
+    pub controller: String,
+    /// The Gateway served, `namespace/name`.
+    pub gateway: String,
+    /// Admin server address.
+    pub admin: SocketAddr,
+    /// This data plane's name in the controller's logs.
+    pub node: String,
+    /// Bearer token presented to the controller.
+    pub token: Option<String>,
+    /// One log line per request.
+    pub access_log: bool,
+}
+
+/// A running data plane.
+pub struct Proxy {
+    /// The data plane.
+    pub dataplane: Arc<DataPlane>,
+    /// Where the admin server listens.
+    pub admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    client_task: JoinHandle<()>,
+    admin_task: JoinHandle<()>,
+}
+
+struct Sink {
+    dataplane: Arc<DataPlane>,
+    ready: bool,
+}
+
+impl Apply for Sink {
+    fn apply(&mut self, batch: DeltaBatch) -> BoxFuture<'_, Vec<(ResourceKey, String)>> {
+        Box::pin(async move {
+            let report = self.dataplane.apply(&batch).await;
+            for (key, reason) in &report.rejected {
+                tracing::warn!(resource = ?key, %reason, "refused; the last good version stays");
+            }
+            report.rejected
+        })
+    }
+
+    fn complete(&mut self) {
+        if !self.ready {
+            self.ready = true;
+            self.dataplane.set_ready();
+            tracing::info!("complete configuration applied; ready");
+        }
+    }
+}
+
+impl Proxy {
+    /// Starts the admin server and the subscription. `/ready` turns 200 once the first
+    /// complete configuration is applied; until then nothing is served.
+    pub async fn start(opts: ProxyOptions) -> anyhow::Result<Proxy> {
+        let (namespace, name) = opts
+            .gateway
+            .split_once('/')
+            .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+            .context("--gateway must be NAMESPACE/NAME")?;
+        let mut registry = Registry::default();
+        let dataplane = DataPlane::new(
+            ProxyConfig {
+                access_log: opts.access_log,
+                ..ProxyConfig::default()
+            },
+            &mut registry,
+        );
+        let admin = tokio::net::TcpListener::bind(opts.admin)
+            .await
+            .with_context(|| format!("binding the admin server to {}", opts.admin))?;
+        let admin_addr = admin.local_addr()?;
+        let admin_task = tokio::spawn(weir_proxy::serve_admin(
+            admin,
+            dataplane.clone(),
+            Arc::new(registry),
+        ));
+        let (stop, stopped) = watch::channel(false);
+        let client_opts = ClientOptions {
+            endpoint: opts.controller.clone(),
+            namespace: namespace.into(),
+            name: name.into(),
+            node: opts.node.clone(),
+            token: opts.token.clone(),
+        };
+        let sink = Sink {
+            dataplane: dataplane.clone(),
+            ready: false,
+        };
+        let client_task = tokio::spawn(client::run(client_opts, sink, stopped));
+        Ok(Proxy {
+            dataplane,
+            admin_addr,
+            stop,
+            client_task,
+            admin_task,
+        })
+    }
+
+    /// Stops the subscription, stops accepting, lets in-flight requests finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.client_task.await;
+        self.dataplane.shutdown().await;
+        self.admin_task.abort();
+    }
+}
+
+/// `weir proxy`: run until SIGINT or SIGTERM, then drain.
+pub async fn run_until_signal(opts: ProxyOptions) -> anyhow::Result<()> {
+    let proxy = Proxy::start(opts).await?;
+    crate::standalone::shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    proxy.stop().await;
+    Ok(())
+}

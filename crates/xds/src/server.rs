@@ -1,0 +1,218 @@
+//! The controller side: a tonic service that runs one [`Session`] per data-plane stream.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use futures_util::future::BoxFuture;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::convert::key_from_wire;
+use crate::hub::{Hub, Refused, Session};
+use crate::proto::config_discovery_server::{ConfigDiscovery, ConfigDiscoveryServer};
+use crate::proto::{DataPlaneMessage, Update, data_plane_message::Message};
+
+/// Decides whether the caller of a stream may receive a Gateway's configuration.
+pub trait Authorize: Send + Sync + 'static {
+    /// `token` is the bearer token of the request, if any; `Err` says why not.
+    fn authorize<'a>(
+        &'a self,
+        token: Option<&'a str>,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// Lets everyone in (for tests and trusted networks).
+pub struct AllowAll;
+
+impl Authorize for AllowAll {
+    fn authorize<'a>(
+        &'a self,
+        _: Option<&'a str>,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Counters of the push server (`weir_xds_*`).
+#[derive(Clone, Debug, Default)]
+pub struct ServerMetrics {
+    /// Connected data planes.
+    pub connected: Gauge,
+    /// Updates sent.
+    pub updates: Counter,
+    /// Resources sent (upserts and removals).
+    pub resources: Counter,
+    /// Resources refused by data planes.
+    pub refused: Counter,
+}
+
+impl ServerMetrics {
+    /// Registers the metrics.
+    pub fn new(registry: &mut Registry) -> ServerMetrics {
+        let m = ServerMetrics::default();
+        registry.register(
+            "weir_xds_connected_data_planes",
+            "Data planes connected to the push server",
+            m.connected.clone(),
+        );
+        registry.register(
+            "weir_xds_updates",
+            "Updates sent to data planes",
+            m.updates.clone(),
+        );
+        registry.register(
+            "weir_xds_resources_sent",
+            "Resources sent to data planes (upserts and removals)",
+            m.resources.clone(),
+        );
+        registry.register(
+            "weir_xds_resources_refused",
+            "Resources data planes refused (NACKed)",
+            m.refused.clone(),
+        );
+        m
+    }
+}
+
+/// The gRPC service over a [`Hub`].
+pub struct XdsService {
+    hub: Arc<Hub>,
+    auth: Arc<dyn Authorize>,
+    metrics: ServerMetrics,
+}
+
+impl XdsService {
+    /// A service for `hub`, admitting streams that `auth` allows.
+    pub fn new(
+        hub: Arc<Hub>,
+        auth: Arc<dyn Authorize>,
+        metrics: ServerMetrics,
+    ) -> ConfigDiscoveryServer<XdsService> {
+        ConfigDiscoveryServer::new(XdsService { hub, auth, metrics })
+    }
+}
+
+type UpdateStream = Pin<Box<dyn Stream<Item = Result<Update, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ConfigDiscovery for XdsService {
+    type StreamStream = UpdateStream;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<DataPlaneMessage>>,
+    ) -> Result<Response<UpdateStream>, Status> {
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let mut inbound = request.into_inner();
+        let sub = match inbound.message().await? {
+            Some(DataPlaneMessage {
+                message: Some(Message::Subscribe(s)),
+            }) => s,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must be Subscribe",
+                ));
+            }
+        };
+        if sub.gateway_namespace.is_empty() || sub.gateway_name.is_empty() {
+            return Err(Status::invalid_argument("Subscribe names no Gateway"));
+        }
+        self.auth
+            .authorize(token.as_deref(), &sub.gateway_namespace, &sub.gateway_name)
+            .await
+            .map_err(Status::permission_denied)?;
+        let mut held = foldhash::HashMap::default();
+        for h in &sub.held {
+            if let Some(k) = h.key.as_ref().and_then(|k| key_from_wire(k).ok()) {
+                held.insert(k, h.version);
+            }
+        }
+        let gateway = format!("{}/{}", sub.gateway_namespace, sub.gateway_name);
+        tracing::info!(%gateway, node = %sub.node, held = held.len(), "data plane subscribed");
+        let session = self.hub.subscribe(&gateway, held);
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(drive(
+            self.hub.clone(),
+            session,
+            inbound,
+            tx,
+            self.metrics.clone(),
+            sub.node,
+        ));
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|u| (u, rx)) },
+            );
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+async fn drive(
+    hub: Arc<Hub>,
+    mut session: Session,
+    mut inbound: Streaming<DataPlaneMessage>,
+    tx: mpsc::Sender<Result<Update, Status>>,
+    metrics: ServerMetrics,
+    node: String,
+) {
+    metrics.connected.inc();
+    hub.synced().await;
+    let notify = session.notify();
+    loop {
+        if !session.waiting_for_ack() {
+            if let Some(u) = session.next_update() {
+                metrics.updates.inc();
+                metrics
+                    .resources
+                    .inc_by((u.upserts.len() + u.removes.len()) as u64);
+                if tx.send(Ok(u)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = notify.notified() => continue,
+                msg = inbound.message() => if !matches!(msg, Ok(Some(_))) { break },
+            }
+            continue;
+        }
+        match inbound.message().await {
+            Ok(Some(DataPlaneMessage {
+                message: Some(Message::Ack(a)),
+            })) => {
+                let refused: Vec<Refused> = a
+                    .rejected
+                    .iter()
+                    .filter_map(|r| {
+                        Some(Refused {
+                            key: key_from_wire(r.key.as_ref()?).ok()?,
+                            error: r.error.clone(),
+                        })
+                    })
+                    .collect();
+                for r in session.ack(a.nonce, refused) {
+                    metrics.refused.inc();
+                    tracing::warn!(gateway = session.gateway(), %node, resource = ?r.key, error = %r.error, "data plane refused a resource; it keeps its last good version");
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    metrics.connected.dec();
+    tracing::info!(gateway = session.gateway(), %node, "data plane disconnected");
+}
