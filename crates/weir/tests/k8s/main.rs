@@ -20,6 +20,7 @@ mod ingress;
 mod rbac;
 mod refs;
 mod scale;
+mod split;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -74,6 +75,7 @@ const TESTS: &[(&str, Test)] = tests![
     refs::route_that_loses_its_backend,
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
+    split::two_proxies_fed_by_a_controller,
     scale::attached_routes_follow_a_thousand_routes,
 ];
 

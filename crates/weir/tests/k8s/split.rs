@@ -1,0 +1,259 @@
+//! Split mode with real processes: a `weir controller --xds-listen --no-embedded-proxy`
+//! and one `weir proxy` per Gateway. Each proxy serves only its Gateway; both keep serving
+//! while the controller is down; a restarted controller sends only the differences; a
+//! restarted proxy is not ready until configured; a resource a proxy refuses is NACKed
+//! and counted while the rest applies.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::build::{self, until_http};
+use crate::cluster::{self, has, wait_status};
+use crate::{Ctx, GW_V1, support};
+
+const NAME: &str = "weir.dev/split-check";
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn controller(kubeconfig: &Path, xds: SocketAddr, admin: SocketAddr) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["controller", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args([
+                "--controller-name",
+                NAME,
+                "--ingress-class",
+                "none-here",
+                "--no-embedded-proxy",
+                "--no-access-log",
+            ])
+            .arg(format!("--xds-listen={xds}"))
+            .arg(format!("--admin={admin}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting weir controller"),
+    )
+}
+
+fn proxy(xds: SocketAddr, gateway: &str, admin: SocketAddr) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["proxy", "--no-access-log", "--gateway", gateway])
+            .arg(format!("--controller=http://{xds}"))
+            .arg(format!("--admin={admin}"))
+            .args(["--node", gateway])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting weir proxy"),
+    )
+}
+
+async fn status_of(admin: SocketAddr, path: &str) -> Option<support::Resp> {
+    support::http1(admin, "localhost", path).await.ok()
+}
+
+async fn until_ready(admin: SocketAddr) {
+    let ok = support::eventually(Duration::from_secs(30), || async {
+        status_of(admin, "/ready")
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+    assert!(ok, "{admin} never became ready");
+}
+
+/// A counter from a Prometheus text page.
+async fn metric(admin: SocketAddr, name: &str) -> u64 {
+    let page = status_of(admin, "/metrics").await.expect("metrics").body;
+    page.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0) as u64
+}
+
+pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t10";
+    let (ip1, ip2) = (ctx.gateway_ip(), ctx.gateway_ip());
+    let (p1, p2) = (support::free_port(), support::free_port());
+    let (a1, a2) = (SocketAddr::from((ip1, p1)), SocketAddr::from((ip2, p2)));
+    cluster::apply(
+        c,
+        &[
+            build::namespace(ns, json!({})),
+            build::gateway_class("weir-split", NAME),
+        ],
+    )
+    .await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    let gw = |name: &str, ip, port: u16| {
+        let mut g = build::gateway(
+            ns,
+            name,
+            ip,
+            json!([{"name": "http", "port": port, "protocol": "HTTP"}]),
+        );
+        g["spec"]["gatewayClassName"] = "weir-split".into();
+        g
+    };
+    let mut objects = vec![gw("gw1", ip1, p1), gw("gw2", ip2, p2)];
+    for i in 0..10 {
+        objects.push(build::route(
+            ns,
+            &format!("one-{i}"),
+            json!([{"name": "gw1"}]),
+            &[&format!("h{i}.one.test")],
+            json!([build::rule("/", "svc-a", None)]),
+        ));
+        objects.push(build::route(
+            ns,
+            &format!("two-{i}"),
+            json!([{"name": "gw2"}]),
+            &[&format!("h{i}.two.test")],
+            json!([build::rule("/", "svc-b", None)]),
+        ));
+    }
+    cluster::apply(c, &objects).await;
+
+    let xds = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let cadmin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let mut ctl = Some(controller(&ctx.kubeconfig, xds, cadmin));
+    until_ready(cadmin).await;
+    let (pa1, pa2) = (
+        SocketAddr::from(([127, 0, 0, 1], support::free_port())),
+        SocketAddr::from(([127, 0, 0, 1], support::free_port())),
+    );
+    let _proxy1 = proxy(xds, "t10/gw1", pa1);
+    let mut proxy2 = Some(proxy(xds, "t10/gw2", pa2));
+    until_ready(pa1).await;
+    until_ready(pa2).await;
+    wait_status(c, GW_V1, ns, "gw1", "gw1 programmed", |s| {
+        has(&s["conditions"], "Programmed", "True", "Programmed")
+            && s["listeners"][0]["attachedRoutes"] == 10
+    })
+    .await;
+
+    // Each proxy serves its own Gateway only.
+    until_http(a1, "h3.one.test", "/", Ok("echo-a")).await;
+    until_http(a2, "h3.two.test", "/", Ok("echo-b")).await;
+    until_http(a1, "h3.two.test", "/", Err(404)).await;
+    for (admin, mine, theirs) in [(pa1, a1, a2), (pa2, a2, a1)] {
+        let config = status_of(admin, "/config").await.unwrap().json();
+        let listeners: Vec<String> = config["listeners"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            listeners,
+            vec![mine.to_string()],
+            "proxy at {admin} holds {listeners:?}, not {theirs}"
+        );
+    }
+    let full = metric(cadmin, "weir_xds_resources_sent_total").await;
+    assert!(full >= 2 * 12, "both complete sets were sent: {full}");
+    println!("SPLIT complete sets: {full} resources");
+
+    // The controller goes away: both proxies keep serving.
+    drop(ctl.take());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_http(a1, "h1.one.test", "/", Ok("echo-a")).await;
+    until_http(a2, "h1.two.test", "/", Ok("echo-b")).await;
+    // A proxy restarted meanwhile is not ready (and serves nothing) until configured.
+    drop(proxy2.take());
+    let _proxy2 = proxy(xds, "t10/gw2", pa2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = status_of(pa2, "/ready")
+        .await
+        .expect("the restarted proxy's admin answers");
+    assert_ne!(r.status, 200, "ready without a configuration");
+    assert!(
+        support::http1(a2, "h1.two.test", "/").await.is_err(),
+        "serving without a configuration"
+    );
+
+    // A change while the controller is down, then a new controller: gw1's proxy resumes
+    // by version and receives only what differs.
+    cluster::apply(
+        c,
+        &[build::route(
+            ns,
+            "one-0",
+            json!([{"name": "gw1"}]),
+            &["h0.one.test"],
+            json!([build::rule("/", "svc-b", None)]),
+        )],
+    )
+    .await;
+    ctl = Some(controller(&ctx.kubeconfig, xds, cadmin));
+    until_ready(cadmin).await;
+    until_http(a1, "h0.one.test", "/", Ok("echo-b")).await;
+    until_ready(pa2).await;
+    until_http(a2, "h1.two.test", "/", Ok("echo-b")).await;
+    let ok = support::eventually(Duration::from_secs(10), || async {
+        metric(cadmin, "weir_xds_connected_data_planes").await == 2
+    })
+    .await;
+    assert!(ok, "both proxies reconnected");
+    let resent = metric(cadmin, "weir_xds_resources_sent_total").await;
+    println!("SPLIT after the controller restart: {resent} resources sent");
+    // gw1: its one changed virtual host and the svc-b cluster it now uses (svc-a is still
+    // used by the others); gw2: its complete set (12), since that proxy restarted empty.
+    assert!(
+        resent <= 2 + 12 + 1,
+        "after the restart only differences were sent to gw1: {resent} resources in all"
+    );
+
+    // A resource the proxy refuses: a listener on a port it cannot bind.
+    let blocker_port = support::free_port();
+    let _blocker = std::net::TcpListener::bind((ip1, blocker_port)).unwrap();
+    let mut g = gw("gw1", ip1, p1);
+    g["spec"]["listeners"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "taken", "port": blocker_port, "protocol": "HTTP"}));
+    cluster::apply(c, &[g]).await;
+    let ok = support::eventually(Duration::from_secs(20), || async {
+        metric(cadmin, "weir_xds_resources_refused_total").await >= 1
+    })
+    .await;
+    assert!(ok, "the refused listener is counted on the controller");
+    println!("SPLIT refused: {}", metric(cadmin, "weir_xds_resources_refused_total").await);
+    // The rest still applies and serves.
+    cluster::apply(
+        c,
+        &[build::route(
+            ns,
+            "one-1",
+            json!([{"name": "gw1"}]),
+            &["h1.one.test"],
+            json!([build::rule("/", "svc-b", None)]),
+        )],
+    )
+    .await;
+    until_http(a1, "h1.one.test", "/", Ok("echo-b")).await;
+    drop(ctl);
+}
