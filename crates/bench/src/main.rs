@@ -75,6 +75,10 @@ struct K8sArgs {
     /// Side-client workers looping on the untouched routes.
     #[arg(long, default_value_t = 2)]
     side_workers: usize,
+    /// Split mode: traffic goes through a `weir proxy` fed by the controller's push
+    /// protocol (the controller serves none).
+    #[arg(long)]
+    split: bool,
     /// Poll interval while waiting for a change to be served, in microseconds.
     #[arg(long, default_value_t = 1000)]
     poll_interval_us: u64,
@@ -294,6 +298,7 @@ fn main() -> ExitCode {
             let opts = k8s::Options {
                 routes: a.routes.max(1),
                 changes: a.changes,
+                split: a.split,
                 side_workers: a.side_workers,
                 poll: Duration::from_micros(a.poll_interval_us),
                 timeout: Duration::from_millis(a.timeout_ms),

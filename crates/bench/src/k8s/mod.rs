@@ -27,6 +27,9 @@ use crate::stats::Summary;
 pub(crate) struct Options {
     pub(crate) routes: usize,
     pub(crate) changes: usize,
+    /// Split mode: the controller serves no traffic; a `weir proxy` fed over the push
+    /// protocol does.
+    pub(crate) split: bool,
     pub(crate) side_workers: usize,
     pub(crate) poll: Duration,
     pub(crate) timeout: Duration,
@@ -39,6 +42,8 @@ pub(crate) struct Options {
 /// What a run measured.
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
+    /// `embedded` or `split`.
+    pub(crate) mode: &'static str,
     pub(crate) routes: usize,
     pub(crate) changes: usize,
     /// Creating the N routes (before weir starts).
@@ -62,6 +67,8 @@ pub(crate) struct Report {
     pub(crate) side_requests: u64,
     pub(crate) side_failures: u64,
     pub(crate) weir: ProcStats,
+    /// The `weir proxy` process in split mode.
+    pub(crate) proxy: Option<ProcStats>,
     /// weir's own `weir_propagation_seconds` during the adds and during the removals
     /// (watch event received → snapshot published), per phase.
     pub(crate) weir_during_adds: Propagation,
@@ -79,10 +86,11 @@ impl Report {
             )
         };
         let mut out = format!(
-            "weir controller, {} HTTPRoutes on one Gateway; {} changes per operation\n\n\
+            "weir controller ({} data plane), {} HTTPRoutes on one Gateway; {} changes per operation\n\n\
              create {} routes: {:.0} ms; weir start → /ready {:.0} ms, → attachedRoutes={} {:.0} ms, \
              → all statuses written {:.0} ms\n\n\
              | operation | n | timeouts | mean ms | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|\n",
+            self.mode,
             self.routes,
             self.changes,
             self.routes,
@@ -168,7 +176,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
 
     progress.phase("starting weir controller", 1);
     let admin = SocketAddr::from(([127, 0, 0, 1], procs::free_port()?));
-    let args: Vec<String> = vec![
+    let xds = SocketAddr::from(([127, 0, 0, 1], procs::free_port()?));
+    let mut args: Vec<String> = vec![
         "controller".into(),
         "--kubeconfig".into(),
         apiserver.kubeconfig().display().to_string(),
@@ -180,6 +189,9 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         format!("127.0.2.1:{}", procs::free_port()?),
         "--no-access-log".into(),
     ];
+    if opts.split {
+        args.extend([format!("--xds-listen={xds}"), "--no-embedded-proxy".into()]);
+    }
     let log = opts.work.join("k8s-weir.log");
     let started = Instant::now();
     let mut weir = ChildGuard::spawn("weir", &opts.weir, &args, &log)?;
@@ -196,6 +208,36 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
             bail!("weir not ready after 300 s: {}", procs::log_tail(&log, 20));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Split mode: the data plane is a separate process fed by the controller.
+    let mut proxy = None;
+    if opts.split {
+        let padmin = SocketAddr::from(([127, 0, 0, 1], procs::free_port()?));
+        let plog = opts.work.join("k8s-proxy.log");
+        let pargs: Vec<String> = vec![
+            "proxy".into(),
+            format!("--controller=http://{xds}"),
+            format!("--gateway={}/gw", env::NS),
+            format!("--admin={padmin}"),
+            "--no-access-log".into(),
+        ];
+        let mut p = ChildGuard::spawn("weir proxy", &opts.weir, &pargs, &plog)?;
+        loop {
+            if let Some(status) = p.exited() {
+                bail!(
+                    "weir proxy exited ({status}): {}",
+                    procs::log_tail(&plog, 20)
+                );
+            }
+            if matches!(admin_get(padmin, "/ready").await, Ok((200, _))) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("weir proxy not ready: {}", procs::log_tail(&plog, 20));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy = Some(p);
     }
     let ready_ms = ms(started.elapsed());
     while objects.attached_routes().await.ok().flatten() != Some(opts.routes as i64) {
@@ -280,6 +322,10 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
             .sum(),
         _ => 0,
     };
+    let proxy_stats = proxy.as_ref().and_then(|p| procs::proc_stats(p.pid()).ok());
+    if let Some(mut p) = proxy {
+        p.stop(Duration::from_secs(5));
+    }
     weir.stop(Duration::from_secs(5));
     drop(backend);
     drop(apiserver);
@@ -293,6 +339,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
     let (a, af) = finite(&add_ms);
     let (r, rf) = finite(&remove_ms);
     let report = Report {
+        mode: if opts.split { "split" } else { "embedded" },
+        proxy: proxy_stats,
         routes: opts.routes,
         changes: opts.changes,
         create_all_ms,

@@ -241,7 +241,10 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "the refused listener is counted on the controller");
-    println!("SPLIT refused: {}", metric(cadmin, "weir_xds_resources_refused_total").await);
+    println!(
+        "SPLIT refused: {}",
+        metric(cadmin, "weir_xds_resources_refused_total").await
+    );
     // The rest still applies and serves.
     cluster::apply(
         c,
