@@ -57,3 +57,54 @@ pub enum ClientError {
     #[error("building the Kubernetes client: {0}")]
     Client(String),
 }
+
+/// The ServiceAccount a bearer token belongs to, as the API server's TokenReview says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceAccountIdentity {
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub name: String,
+}
+
+/// Asks the API server (TokenReview) who `token` belongs to. `Err` says why the token is
+/// not a valid ServiceAccount token.
+pub async fn review_token(
+    client: &kube::Client,
+    token: &str,
+) -> Result<ServiceAccountIdentity, String> {
+    let body = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token}
+    });
+    let req = http::Request::post("/apis/authentication.k8s.io/v1/tokenreviews")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let resp: serde_json::Value = client
+        .request(req)
+        .await
+        .map_err(|e| format!("TokenReview failed: {e}"))?;
+    let status = &resp["status"];
+    if status["authenticated"] != true {
+        return Err(format!(
+            "token not authenticated: {}",
+            status["error"].as_str().unwrap_or("no reason given")
+        ));
+    }
+    let user = status["user"]["username"].as_str().unwrap_or("");
+    let mut parts = user
+        .strip_prefix("system:serviceaccount:")
+        .unwrap_or("")
+        .splitn(2, ':');
+    match (parts.next(), parts.next()) {
+        (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => {
+            Ok(ServiceAccountIdentity {
+                namespace: ns.into(),
+                name: name.into(),
+            })
+        }
+        _ => Err(format!("{user:?} is not a ServiceAccount")),
+    }
+}

@@ -42,6 +42,43 @@ pub struct ControllerOptions {
     /// Whether the controller's embedded data plane serves Gateways and Ingresses (turn
     /// off when separate data planes serve them).
     pub embedded_proxy: bool,
+    /// Data planes must present a token of ServiceAccount `weir-<gateway>` in the
+    /// Gateway's namespace (checked with TokenReview); `false` admits every data plane.
+    pub xds_auth: bool,
+}
+
+/// Admits a data plane to Gateway `ns/name` only with a token of ServiceAccount
+/// `ns/weir-<name>`: each data plane can read its own Gateway's configuration only.
+struct ServiceAccountAuth {
+    client: kube::Client,
+}
+
+/// The ServiceAccount a Gateway's data planes run as.
+pub fn data_plane_service_account(gateway: &str) -> String {
+    format!("weir-{gateway}")
+}
+
+impl weir_xds::Authorize for ServiceAccountAuth {
+    fn authorize<'a>(
+        &'a self,
+        token: Option<&'a str>,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let token = token.ok_or("no bearer token")?;
+            let id = weir_provider_k8s::review_token(&self.client, token).await?;
+            let want = data_plane_service_account(name);
+            if id.namespace == namespace && id.name == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ServiceAccount {}/{} may not read Gateway {namespace}/{name} (needs {namespace}/{want})",
+                    id.namespace, id.name
+                ))
+            }
+        })
+    }
 }
 
 /// A running controller.
@@ -92,7 +129,7 @@ impl Controller {
         let metrics = PropagationMetrics::new(&mut registry);
         let mut provider = KubeProvider::start(client.clone());
         let writer = Arc::new(StatusWriter::spawn(
-            client,
+            client.clone(),
             provider.live(),
             RenderOptions {
                 controller_name: opts.controller_name.clone(),
@@ -108,11 +145,14 @@ impl Controller {
                 .await
                 .with_context(|| format!("binding the push server to {addr}"))?;
             let bound = listener.local_addr()?;
-            let service = weir_xds::XdsService::new(
-                hub.clone(),
-                Arc::new(weir_xds::AllowAll),
-                metrics.clone(),
-            );
+            let auth: Arc<dyn weir_xds::Authorize> = if opts.xds_auth {
+                Arc::new(ServiceAccountAuth {
+                    client: client.clone(),
+                })
+            } else {
+                Arc::new(weir_xds::AllowAll)
+            };
+            let service = weir_xds::XdsService::new(hub.clone(), auth, metrics.clone());
             let task = tokio::spawn(async move {
                 let incoming = tonic::transport::server::TcpIncoming::from(listener);
                 if let Err(e) = tonic::transport::Server::builder()

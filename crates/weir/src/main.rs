@@ -105,6 +105,17 @@ struct ControllerArgs {
     /// data planes serve them).
     #[arg(long, requires = "xds_listen")]
     no_embedded_proxy: bool,
+    /// Who may subscribe to a Gateway's configuration: `service-account` (a token of
+    /// ServiceAccount `weir-<gateway>` in the Gateway's namespace, checked by TokenReview)
+    /// or `none` (anyone who can reach the port).
+    #[arg(long, value_enum, default_value_t = XdsAuth::ServiceAccount)]
+    xds_auth: XdsAuth,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum XdsAuth {
+    ServiceAccount,
+    None,
 }
 
 #[derive(clap::Args)]
@@ -192,6 +203,7 @@ fn main() -> ExitCode {
                     access_log: !a.no_access_log,
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,
+                    xds_auth: matches!(a.xds_auth, XdsAuth::ServiceAccount),
                 };
                 weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }

@@ -172,3 +172,26 @@ pub fn our_parent<'a>(status: &'a Value, gw: &str) -> Option<&'a Value> {
         .iter()
         .find(|p| p["controllerName"] == crate::CONTROLLER && p["parentRef"]["name"] == gw)
 }
+
+/// A token of ServiceAccount `ns/name` (TokenRequest), valid for an hour.
+pub async fn token(client: &kube::Client, ns: &str, name: &str) -> String {
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/serviceaccounts/{name}/token"))
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}))
+                .unwrap(),
+        )
+        .unwrap();
+    let resp: Value = client
+        .request(req)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {ns}/{name}: {e}"));
+    resp["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string()
+}
+
+pub fn service_account(ns: &str, name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}})
+}

@@ -167,6 +167,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         access_log: false,
         xds_listen: None,
         embedded_proxy: true,
+        xds_auth: false,
     })
     .await
     .expect("starting the controller");

@@ -78,6 +78,7 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             access_log: false,
             xds_listen: None,
             embedded_proxy: true,
+            xds_auth: false,
         }),
     )
     .await

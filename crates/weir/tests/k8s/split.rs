@@ -2,7 +2,8 @@
 //! and one `weir proxy` per Gateway. Each proxy serves only its Gateway; both keep serving
 //! while the controller is down; a restarted controller sends only the differences; a
 //! restarted proxy is not ready until configured; a resource a proxy refuses is NACKed
-//! and counted while the rest applies.
+//! and counted while the rest applies; a data plane cannot read another Gateway's
+//! configuration (ServiceAccount tokens checked by TokenReview).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -50,10 +51,12 @@ fn controller(kubeconfig: &Path, xds: SocketAddr, admin: SocketAddr) -> Proc {
     )
 }
 
-fn proxy(xds: SocketAddr, gateway: &str, admin: SocketAddr) -> Proc {
+fn proxy(xds: SocketAddr, gateway: &str, admin: SocketAddr, token: &Path) -> Proc {
     Proc(
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["proxy", "--no-access-log", "--gateway", gateway])
+            .arg("--token-file")
+            .arg(token)
             .arg(format!("--controller=http://{xds}"))
             .arg(format!("--admin={admin}"))
             .args(["--node", gateway])
@@ -137,6 +140,19 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     }
     cluster::apply(c, &objects).await;
 
+    // Data planes authenticate with a token of ServiceAccount weir-<gateway>.
+    cluster::apply(
+        c,
+        &[
+            cluster::service_account(ns, "weir-gw1"),
+            cluster::service_account(ns, "weir-gw2"),
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (t1, t2) = (dir.path().join("gw1"), dir.path().join("gw2"));
+    std::fs::write(&t1, cluster::token(c, ns, "weir-gw1").await).unwrap();
+    std::fs::write(&t2, cluster::token(c, ns, "weir-gw2").await).unwrap();
     let xds = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let cadmin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let mut ctl = Some(controller(&ctx.kubeconfig, xds, cadmin));
@@ -145,10 +161,27 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
         SocketAddr::from(([127, 0, 0, 1], support::free_port())),
         SocketAddr::from(([127, 0, 0, 1], support::free_port())),
     );
-    let _proxy1 = proxy(xds, "t10/gw1", pa1);
-    let mut proxy2 = Some(proxy(xds, "t10/gw2", pa2));
+    let _proxy1 = proxy(xds, "t10/gw1", pa1, &t1);
+    let mut proxy2 = Some(proxy(xds, "t10/gw2", pa2, &t2));
     until_ready(pa1).await;
     until_ready(pa2).await;
+    // gw1's token does not open gw2's configuration.
+    let pa3 = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let intruder = proxy(xds, "t10/gw2", pa3, &t1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = status_of(pa3, "/ready")
+        .await
+        .expect("the intruder's admin answers");
+    assert_ne!(
+        r.status, 200,
+        "a data plane read another Gateway's configuration"
+    );
+    let config = status_of(pa3, "/config").await.unwrap().json();
+    assert!(
+        config["listeners"].as_object().is_none_or(|l| l.is_empty()),
+        "{config}"
+    );
+    drop(intruder);
     wait_status(c, GW_V1, ns, "gw1", "gw1 programmed", |s| {
         has(&s["conditions"], "Programmed", "True", "Programmed")
             && s["listeners"][0]["attachedRoutes"] == 10
@@ -184,7 +217,7 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     until_http(a2, "h1.two.test", "/", Ok("echo-b")).await;
     // A proxy restarted meanwhile is not ready (and serves nothing) until configured.
     drop(proxy2.take());
-    let _proxy2 = proxy(xds, "t10/gw2", pa2);
+    let _proxy2 = proxy(xds, "t10/gw2", pa2, &t2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let r = status_of(pa2, "/ready")
         .await
