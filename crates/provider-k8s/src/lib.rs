@@ -18,10 +18,12 @@
 #![warn(missing_docs)]
 
 mod kinds;
+mod provision;
 mod render;
 mod status;
 mod watch;
 
+pub use crate::provision::{ProvisionOptions, Provisioner, manifests, provisioned_name};
 pub use crate::render::RenderOptions;
 pub use crate::status::{StatusWriter, WriteResult, WriterStats};
 pub use crate::watch::{KubeProvider, LiveCache, Update};

@@ -42,6 +42,9 @@ pub struct ControllerOptions {
     /// Whether the controller's embedded data plane serves Gateways and Ingresses (turn
     /// off when separate data planes serve them).
     pub embedded_proxy: bool,
+    /// Split mode: provision a data-plane Deployment, Service and ServiceAccount per
+    /// accepted Gateway.
+    pub provision: Option<weir_provider_k8s::ProvisionOptions>,
     /// Data planes must present a token of ServiceAccount `weir-<gateway>` in the
     /// Gateway's namespace (checked with TokenReview); `false` admits every data plane.
     pub xds_auth: bool,
@@ -185,13 +188,25 @@ impl Controller {
             metrics,
         )
         .with_hub(hub.clone(), opts.embedded_proxy);
+        let mut provisioning = opts.provision.clone().map(|p| {
+            crate::provisioning::Provisioning::start(weir_provider_k8s::Provisioner::new(
+                client.clone(),
+                p,
+            ))
+        });
         let seen = Instant::now();
         let update = provider.initial().await;
+        if let Some(p) = &mut provisioning {
+            p.observe(&update.upserts, &update.deletes);
+        }
         let objects = update.upserts.len();
         let changes = changes_of(update);
         let report = pipeline
             .process(changes, seen, seen.elapsed(), &|_| None)
             .await;
+        if let Some(p) = &provisioning {
+            p.statuses(&report.statuses);
+        }
         writer.submit(report.statuses);
         hub.set_synced();
         dataplane.set_ready();
@@ -215,8 +230,14 @@ impl Controller {
                     continue;
                 }
                 let parse = seen.elapsed();
+                if let Some(p) = &mut provisioning {
+                    p.observe(&update.upserts, &update.deletes);
+                }
                 let changes = changes_of(update);
                 let report = pipeline.process(changes, seen, parse, &|_| None).await;
+                if let Some(p) = &provisioning {
+                    p.statuses(&report.statuses);
+                }
                 task_writer.submit(report.statuses);
             }
         });

@@ -7,6 +7,7 @@ pub mod echo;
 pub mod logging;
 pub mod pipeline;
 pub mod propagation;
+mod provisioning;
 pub mod proxy;
 pub mod report;
 pub mod standalone;

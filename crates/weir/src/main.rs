@@ -110,6 +110,19 @@ struct ControllerArgs {
     /// or `none` (anyone who can reach the port).
     #[arg(long, value_enum, default_value_t = XdsAuth::ServiceAccount)]
     xds_auth: XdsAuth,
+    /// Split mode: create a Deployment (running `weir proxy` with this image), a Service
+    /// and a ServiceAccount per accepted Gateway, in its namespace, owned by it.
+    #[arg(long, requires = "xds_listen")]
+    provision_image: Option<String>,
+    /// The push endpoint as provisioned data planes reach it.
+    #[arg(long, default_value = "http://weir.weir-system:18000")]
+    provision_controller_url: String,
+    /// Replicas of each provisioned data plane.
+    #[arg(long, default_value_t = 1)]
+    provision_replicas: i32,
+    /// Type of each provisioned Service.
+    #[arg(long, default_value = "LoadBalancer")]
+    provision_service_type: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -204,6 +217,12 @@ fn main() -> ExitCode {
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,
                     xds_auth: matches!(a.xds_auth, XdsAuth::ServiceAccount),
+                    provision: a.provision_image.map(|image| weir_provider_k8s::ProvisionOptions {
+                        image,
+                        controller_url: a.provision_controller_url,
+                        replicas: a.provision_replicas,
+                        service_type: a.provision_service_type,
+                    }),
                 };
                 weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }

@@ -20,6 +20,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "EndpointSlice" => "endpointslices",
         "Namespace" => "namespaces",
         "ServiceAccount" => "serviceaccounts",
+        "Deployment" => "deployments",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
         other => panic!("no plural known for {other}"),

@@ -168,6 +168,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         xds_listen: None,
         embedded_proxy: true,
         xds_auth: false,
+        provision: None,
     })
     .await
     .expect("starting the controller");

@@ -79,6 +79,7 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             xds_listen: None,
             embedded_proxy: true,
             xds_auth: false,
+            provision: None,
         }),
     )
     .await

@@ -35,6 +35,13 @@ fn controller(kubeconfig: &Path, xds: SocketAddr, admin: SocketAddr) -> Proc {
             .args(["controller", "--kubeconfig"])
             .arg(kubeconfig)
             .args([
+                "--provision-image",
+                "weir:test",
+                "--provision-service-type",
+                "ClusterIP",
+            ])
+            .arg(format!("--provision-controller-url=http://{xds}"))
+            .args([
                 "--controller-name",
                 NAME,
                 "--ingress-class",
@@ -291,5 +298,78 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     )
     .await;
     until_http(a1, "h1.one.test", "/", Ok("echo-b")).await;
+
+    // Provisioning: per accepted Gateway a ServiceAccount, Deployment and Service in its
+    // namespace, owned by it; removed with the Gateway.
+    let gw1 = get(c, "gateway.networking.k8s.io/v1", "Gateway", ns, "gw1")
+        .await
+        .expect("gw1");
+    for (av, kind) in [
+        ("v1", "ServiceAccount"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+    ] {
+        let ok = support::eventually(Duration::from_secs(20), || async {
+            get(c, av, kind, ns, "weir-gw1").await.is_some()
+        })
+        .await;
+        assert!(ok, "{kind} weir-gw1 provisioned");
+        let o = get(c, av, kind, ns, "weir-gw1").await.unwrap();
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"], gw1["metadata"]["uid"],
+            "{kind}"
+        );
+    }
+    let dep = get(c, "apps/v1", "Deployment", ns, "weir-gw1")
+        .await
+        .unwrap();
+    let args = dep["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--gateway=t10/gw1")),
+        "{args}"
+    );
+    let svc = get(c, "v1", "Service", ns, "weir-gw1").await.unwrap();
+    let ports: Vec<i64> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
+    let mut want = vec![i64::from(p1), i64::from(blocker_port)];
+    want.sort();
+    assert_eq!(
+        ports, want,
+        "the Service exposes the Gateway's listener ports"
+    );
+    cluster::delete(c, "gateway.networking.k8s.io/v1", "Gateway", ns, "gw2").await;
+    for (av, kind) in [
+        ("v1", "ServiceAccount"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+    ] {
+        let ok = support::eventually(Duration::from_secs(20), || async {
+            get(c, av, kind, ns, "weir-gw2").await.is_none()
+        })
+        .await;
+        assert!(ok, "{kind} weir-gw2 removed with its Gateway");
+    }
     drop(ctl);
+}
+
+/// The whole object, `None` when absent.
+async fn get(
+    c: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Option<serde_json::Value> {
+    let ar = cluster::resource(api_version, kind);
+    let api: kube::Api<kube::core::DynamicObject> = kube::Api::namespaced_with(c.clone(), ns, &ar);
+    api.get(name)
+        .await
+        .ok()
+        .map(|o| serde_json::to_value(o).unwrap())
 }

@@ -1,0 +1,92 @@
+//! Split mode: keeps one data-plane deployment per accepted Gateway (see
+//! [`weir_provider_k8s::Provisioner`]), off the change path: the config loop hands over
+//! what changed and a background task writes, newest request per Gateway first.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
+use weir_provider_k8s::Provisioner;
+
+/// What one Gateway should have.
+enum Want {
+    Present(Arc<Object>),
+    Absent,
+}
+
+/// Tracks Gateways and their acceptance; sends provisioning work to its task.
+pub(crate) struct Provisioning {
+    gateways: BTreeMap<ObjectKey, Arc<Object>>,
+    tx: mpsc::UnboundedSender<(ObjectKey, Want)>,
+}
+
+impl Provisioning {
+    pub(crate) fn start(provisioner: Provisioner) -> Provisioning {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(ObjectKey, Want)>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                // The newest request per Gateway wins.
+                let mut batch = BTreeMap::new();
+                batch.insert(first.0, first.1);
+                while let Ok((k, w)) = rx.try_recv() {
+                    batch.insert(k, w);
+                }
+                for (key, want) in batch {
+                    let r = match &want {
+                        Want::Present(o) => match &**o {
+                            Object::Gateway(gw) => provisioner.ensure(gw).await,
+                            _ => Ok(()),
+                        },
+                        Want::Absent => provisioner.remove(&key).await,
+                    };
+                    match r {
+                        Ok(()) => {
+                            tracing::info!(gateway = %key, present = matches!(want, Want::Present(_)), "data-plane objects provisioned")
+                        }
+                        Err(e) => {
+                            tracing::warn!(gateway = %key, error = %e, "provisioning failed; retried on the Gateway's next change")
+                        }
+                    }
+                }
+            }
+        });
+        Provisioning {
+            gateways: BTreeMap::new(),
+            tx,
+        }
+    }
+
+    /// Notes Gateway objects among the changes (before they are translated).
+    pub(crate) fn observe(&mut self, upserts: &[Arc<Object>], deletes: &[ObjectKey]) {
+        for o in upserts {
+            if o.kind() == Kind::Gateway {
+                self.gateways.insert(o.key(), o.clone());
+            }
+        }
+        for k in deletes {
+            if k.kind == Kind::Gateway && self.gateways.remove(k).is_some() {
+                let _ = self.tx.send((k.clone(), Want::Absent));
+            }
+        }
+    }
+
+    /// Provisions accepted Gateways of ours and removes the objects of refused ones, from
+    /// the statuses a change produced.
+    pub(crate) fn statuses(&self, statuses: &[(ObjectKey, ObjectStatus)]) {
+        for (key, status) in statuses {
+            let ObjectStatus::Gateway(s) = status else {
+                continue;
+            };
+            let accepted = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.is_true());
+            let want = match (accepted, self.gateways.get(key)) {
+                (true, Some(o)) => Want::Present(o.clone()),
+                _ => Want::Absent,
+            };
+            let _ = self.tx.send((key.clone(), want));
+        }
+    }
+}
