@@ -360,14 +360,15 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         weir: weir_stats,
         status_writes,
     };
-    let json = opts
-        .out
-        .join(format!("k8s-propagation-{}.json", opts.routes));
+    let base = format!(
+        "k8s-propagation-{}{}",
+        opts.routes,
+        if opts.split { "-split" } else { "" }
+    );
+    let json = opts.out.join(format!("{base}.json"));
     std::fs::write(&json, serde_json::to_vec_pretty(&report)?)?;
     let mut files = vec![json];
-    let png = opts
-        .out
-        .join(format!("k8s-propagation-{}.png", opts.routes));
+    let png = opts.out.join(format!("{base}.png"));
     let series = |name, v: &[Option<f64>]| Series {
         name,
         points: v.iter().copied().enumerate().collect(),
