@@ -5,6 +5,20 @@
 use serde_json::{Map, Value, json};
 use weir_api::{Condition, ObjectStatus};
 
+/// Problems of a Gateway found outside the translator (e.g. resources its data planes
+/// refused), by namespace and name; they turn the Gateway's `Programmed` condition False.
+#[derive(Clone)]
+pub struct GatewayProblems(pub std::sync::Arc<ProblemsOf>);
+
+/// `(namespace, name) → problems` of a Gateway.
+pub type ProblemsOf = dyn Fn(&str, &str) -> Vec<String> + Send + Sync;
+
+impl std::fmt::Debug for GatewayProblems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatewayProblems(..)")
+    }
+}
+
 /// How rendering is configured.
 #[derive(Clone, Debug, Default)]
 pub struct RenderOptions {
@@ -14,12 +28,15 @@ pub struct RenderOptions {
     /// (`0.0.0.0`/`::`): Gateway `status.addresses` and Ingress `status.loadBalancer`.
     /// Unspecified addresses are dropped when this is empty.
     pub advertise: Vec<String>,
+    /// Extra problems per Gateway (split mode: data-plane refusals).
+    pub gateway_problems: Option<GatewayProblems>,
 }
 
 /// The status to write for an object whose stored status is `current`, or `None` when
 /// this kind of status is not written to the API server (e.g. problems of a Secret).
 pub(crate) fn render(
     opts: &RenderOptions,
+    key: &weir_api::ObjectKey,
     current: &Value,
     desired: &ObjectStatus,
     now: &str,
@@ -69,9 +86,28 @@ pub(crate) fn render(
             if !addresses.is_empty() {
                 out.insert("addresses".into(), addresses.into());
             }
+            let mut conds = s.conditions.clone();
+            let problems = opts
+                .gateway_problems
+                .as_ref()
+                .map(|p| (p.0)(&key.namespace, &key.name))
+                .unwrap_or_default();
+            if !problems.is_empty() {
+                let mut message = problems.join("; ");
+                message.truncate(32_000);
+                let generation = conds.first().and_then(|c| c.observed_generation);
+                conds.retain(|c| c.type_ != "Programmed");
+                conds.push(Condition::new(
+                    "Programmed",
+                    false,
+                    "Invalid",
+                    message,
+                    generation,
+                ));
+            }
             out.insert(
                 "conditions".into(),
-                conditions(&s.conditions, current.get("conditions"), now).into(),
+                conditions(&conds, current.get("conditions"), now).into(),
             );
             out.insert("listeners".into(), listeners.into());
             Value::Object(out)
@@ -217,7 +253,12 @@ mod tests {
         RenderOptions {
             controller_name: "weir.dev/gateway-controller".into(),
             advertise: vec!["10.0.0.5".into()],
+            gateway_problems: None,
         }
+    }
+
+    fn key() -> weir_api::ObjectKey {
+        weir_api::ObjectKey::new(weir_api::Kind::Gateway, "ns", "gw")
     }
 
     fn route(cond_ok: bool) -> ObjectStatus {
@@ -246,7 +287,14 @@ mod tests {
         let current = json!({"parents": [other.clone(),
             {"parentRef": {"name": "old", "group": "gateway.networking.k8s.io", "kind": "Gateway"},
              "controllerName": "weir.dev/gateway-controller", "conditions": []}]});
-        let out = render(&opts(), &current, &route(true), "2026-01-01T00:00:00Z").unwrap();
+        let out = render(
+            &opts(),
+            &key(),
+            &current,
+            &route(true),
+            "2026-01-01T00:00:00Z",
+        )
+        .unwrap();
         let parents = out["parents"].as_array().unwrap();
         assert_eq!(parents.len(), 2);
         assert_eq!(parents[0], other);
@@ -257,10 +305,24 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_changes() {
         let t0 = "2026-01-01T00:00:00Z";
-        let first = render(&opts(), &Value::Null, &route(true), t0).unwrap();
-        let same = render(&opts(), &first, &route(true), "2026-01-02T00:00:00Z").unwrap();
+        let first = render(&opts(), &key(), &Value::Null, &route(true), t0).unwrap();
+        let same = render(
+            &opts(),
+            &key(),
+            &first,
+            &route(true),
+            "2026-01-02T00:00:00Z",
+        )
+        .unwrap();
         assert_eq!(same, first, "nothing changed, so nothing to write");
-        let flipped = render(&opts(), &first, &route(false), "2026-01-03T00:00:00Z").unwrap();
+        let flipped = render(
+            &opts(),
+            &key(),
+            &first,
+            &route(false),
+            "2026-01-03T00:00:00Z",
+        )
+        .unwrap();
         assert_eq!(
             flipped["parents"][0]["conditions"][0]["lastTransitionTime"],
             "2026-01-03T00:00:00Z"
@@ -287,7 +349,7 @@ mod tests {
             },
             problems: vec![],
         };
-        let out = render(&opts(), &Value::Null, &s, "t").unwrap();
+        let out = render(&opts(), &key(), &Value::Null, &s, "t").unwrap();
         assert_eq!(
             out["loadBalancer"]["ingress"],
             json!([{"ip": "10.0.0.5"}, {"ip": "192.0.2.1"}])
@@ -300,7 +362,7 @@ mod tests {
             conditions: vec![],
             supported_features: vec!["HTTPRoute".into(), "Gateway".into(), "HTTPRoute".into()],
         });
-        let out = render(&opts(), &Value::Null, &s, "t").unwrap();
+        let out = render(&opts(), &key(), &Value::Null, &s, "t").unwrap();
         assert_eq!(
             out["supportedFeatures"],
             json!([{"name": "Gateway"}, {"name": "HTTPRoute"}])

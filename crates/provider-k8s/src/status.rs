@@ -138,6 +138,8 @@ impl WriterStats {
 /// Hands statuses to a background task that writes them. Dropping it stops the task.
 pub struct StatusWriter {
     tx: mpsc::UnboundedSender<Vec<(ObjectKey, ObjectStatus)>>,
+    /// The last Gateway statuses submitted, for [`StatusWriter::refresh`].
+    gateways: std::sync::Mutex<HashMap<ObjectKey, ObjectStatus>>,
     /// (batches received, objects queued or in flight), published by the task.
     progress: watch::Receiver<(u64, usize)>,
     sent: AtomicU64,
@@ -186,6 +188,7 @@ impl StatusWriter {
         let task = tokio::spawn(run(shared, rx, progress_tx));
         StatusWriter {
             tx,
+            gateways: std::sync::Mutex::new(HashMap::new()),
             progress,
             sent: AtomicU64::new(0),
             stats,
@@ -204,7 +207,30 @@ impl StatusWriter {
                 ) && !matches!(s, ObjectStatus::Problems(_))
             })
             .collect();
+        {
+            let mut g = self.gateways.lock().unwrap_or_else(|p| p.into_inner());
+            for (k, s) in &writable {
+                if k.kind == Kind::Gateway {
+                    g.insert(k.clone(), s.clone());
+                }
+            }
+        }
         if !writable.is_empty() && self.tx.send(writable).is_ok() {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes the last submitted status of these Gateways again (rendered anew, e.g.
+    /// because what their data planes refuse changed).
+    pub fn refresh(&self, gateways: &[ObjectKey]) {
+        let again: Vec<(ObjectKey, ObjectStatus)> = {
+            let g = self.gateways.lock().unwrap_or_else(|p| p.into_inner());
+            gateways
+                .iter()
+                .filter_map(|k| g.get(k).map(|s| (k.clone(), s.clone())))
+                .collect()
+        };
+        if !again.is_empty() && self.tx.send(again).is_ok() {
             self.sent.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -305,7 +331,7 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
             return WriteResult::Gone;
         };
         let now = render::rfc3339(SystemTime::now());
-        let Some(status) = render::render(&shared.opts, &live.status, desired, &now) else {
+        let Some(status) = render::render(&shared.opts, key, &live.status, desired, &now) else {
             return WriteResult::Unchanged;
         };
         if status == live.status {

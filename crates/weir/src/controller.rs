@@ -97,6 +97,7 @@ pub struct Controller {
     /// Push server counters (split mode).
     pub xds_metrics: Option<weir_xds::ServerMetrics>,
     xds_task: Option<JoinHandle<()>>,
+    refusal_task: JoinHandle<()>,
     writer: Arc<StatusWriter>,
     stop: watch::Sender<bool>,
     config_task: JoinHandle<()>,
@@ -131,16 +132,21 @@ impl Controller {
         );
         let metrics = PropagationMetrics::new(&mut registry);
         let mut provider = KubeProvider::start(client.clone());
+        let hub = Arc::new(weir_xds::Hub::default());
+        let problems_hub = hub.clone();
         let writer = Arc::new(StatusWriter::spawn(
             client.clone(),
             provider.live(),
             RenderOptions {
                 controller_name: opts.controller_name.clone(),
                 advertise: opts.advertise.clone(),
+                // Split mode: what a Gateway's data planes refuse makes it not Programmed.
+                gateway_problems: Some(weir_provider_k8s::GatewayProblems(Arc::new(
+                    move |ns: &str, name: &str| problems_hub.refusals(&format!("{ns}/{name}")),
+                ))),
             },
             &mut registry,
         ));
-        let hub = Arc::new(weir_xds::Hub::default());
         let mut xds = None;
         if let Some(addr) = opts.xds_listen {
             let metrics = weir_xds::ServerMetrics::new(&mut registry);
@@ -218,6 +224,29 @@ impl Controller {
             "initial state synced and applied; ready"
         );
 
+        // Re-render the status of Gateways whose data planes' refusals changed.
+        let refusal_task = {
+            let hub = hub.clone();
+            let writer = writer.clone();
+            let mut changes = hub.refusal_changes();
+            tokio::spawn(async move {
+                let mut refused: std::collections::BTreeSet<Arc<str>> = Default::default();
+                while changes.changed().await.is_ok() {
+                    let now: std::collections::BTreeSet<Arc<str>> = hub
+                        .gateways()
+                        .into_iter()
+                        .filter(|g| !hub.refusals(g).is_empty())
+                        .collect();
+                    let keys: Vec<weir_api::ObjectKey> = now
+                        .union(&refused)
+                        .filter_map(|g| g.split_once('/'))
+                        .map(|(ns, n)| weir_api::ObjectKey::new(weir_api::Kind::Gateway, ns, n))
+                        .collect();
+                    writer.refresh(&keys);
+                    refused = now;
+                }
+            })
+        };
         let (stop, mut stopped) = watch::channel(false);
         let task_writer = writer.clone();
         let config_task = tokio::spawn(async move {
@@ -251,6 +280,7 @@ impl Controller {
             xds_addr,
             xds_metrics,
             xds_task,
+            refusal_task,
             status_stats: writer.stats(),
             writer,
             stop,
@@ -271,6 +301,7 @@ impl Controller {
         if let Some(t) = &self.xds_task {
             t.abort();
         }
+        self.refusal_task.abort();
         self.dataplane.shutdown().await;
         self.admin_task.abort();
     }

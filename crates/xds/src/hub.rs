@@ -20,6 +20,8 @@ use crate::proto as wire;
 pub struct Hub {
     inner: Mutex<Inner>,
     synced: watch::Sender<bool>,
+    /// Bumped whenever the refusals of some Gateway's data planes change.
+    refusals: watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -35,8 +37,11 @@ struct Inner {
 
 struct Registered {
     gateway: Arc<str>,
+    node: Arc<str>,
     dirty: HashSet<ResourceKey>,
     notify: Arc<Notify>,
+    /// What this data plane currently refuses, with its reasons.
+    refused: HashMap<ResourceKey, String>,
 }
 
 impl Default for Hub {
@@ -44,6 +49,7 @@ impl Default for Hub {
         Hub {
             inner: Mutex::new(Inner::default()),
             synced: watch::channel(false).0,
+            refusals: watch::channel(0).0,
         }
     }
 }
@@ -143,7 +149,12 @@ impl Hub {
 
     /// Registers a data plane for `gateway` (`namespace/name`) that already holds `held`
     /// (key → version). Its first update brings it to the complete current state.
-    pub fn subscribe(self: &Arc<Self>, gateway: &str, held: HashMap<ResourceKey, u64>) -> Session {
+    pub fn subscribe(
+        self: &Arc<Self>,
+        gateway: &str,
+        node: &str,
+        held: HashMap<ResourceKey, u64>,
+    ) -> Session {
         let mut inner = self.lock();
         let id = inner.next_id;
         inner.next_id += 1;
@@ -167,8 +178,10 @@ impl Hub {
             id,
             Registered {
                 gateway: gateway.clone(),
+                node: node.into(),
                 dirty,
                 notify: notify.clone(),
+                refused: HashMap::new(),
             },
         );
         Session {
@@ -184,6 +197,42 @@ impl Hub {
             next_nonce: 1,
             updates: 0,
         }
+    }
+
+    /// What the data planes of `gateway` (`namespace/name`) currently refuse, one line
+    /// per data plane and resource, sorted.
+    pub fn refusals(&self, gateway: &str) -> Vec<String> {
+        let inner = self.lock();
+        let mut out: Vec<String> = inner
+            .sessions
+            .values()
+            .filter(|s| &*s.gateway == gateway)
+            .flat_map(|s| {
+                s.refused
+                    .iter()
+                    .map(move |(k, e)| format!("data plane {} refused {k:?}: {e}", s.node))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Changes whenever some data plane's refusals change.
+    pub fn refusal_changes(&self) -> watch::Receiver<u64> {
+        self.refusals.subscribe()
+    }
+
+    /// Gateways (`namespace/name`) of the connected data planes.
+    pub fn gateways(&self) -> Vec<Arc<str>> {
+        let mut v: Vec<Arc<str>> = self
+            .lock()
+            .sessions
+            .values()
+            .map(|s| s.gateway.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// How many data planes are connected.
@@ -275,7 +324,15 @@ pub struct Refused {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.hub.lock().sessions.remove(&self.id);
+        let had = self
+            .hub
+            .lock()
+            .sessions
+            .remove(&self.id)
+            .is_some_and(|r| !r.refused.is_empty());
+        if had {
+            self.hub.refusals.send_modify(|n| *n += 1);
+        }
     }
 }
 
@@ -418,6 +475,31 @@ impl Session {
                 Some(v) => self.sent.insert(k, v),
                 None => self.sent.remove(&k),
             };
+        }
+        // What the data plane refuses now: add the new refusals, drop those it accepted
+        // (or that were removed) in this update.
+        let changed = {
+            let mut inner = self.hub.lock();
+            match inner.sessions.get_mut(&self.id) {
+                Some(reg) => {
+                    let before = reg.refused.len();
+                    let mut changed = false;
+                    reg.refused.retain(|k, _| {
+                        let keep = self.rejected.contains_key(k);
+                        changed |= !keep;
+                        keep
+                    });
+                    for r in &refused {
+                        changed |= reg.refused.insert(r.key.clone(), r.error.clone()).as_ref()
+                            != Some(&r.error);
+                    }
+                    changed || before != reg.refused.len()
+                }
+                None => false,
+            }
+        };
+        if changed {
+            self.hub.refusals.send_modify(|n| *n += 1);
         }
         refused
     }

@@ -7,6 +7,7 @@ use futures_util::Stream;
 use futures_util::future::BoxFuture;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
@@ -42,7 +43,7 @@ impl Authorize for AllowAll {
 }
 
 /// Counters of the push server (`weir_xds_*`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServerMetrics {
     /// Connected data planes.
     pub connected: Gauge,
@@ -52,12 +53,25 @@ pub struct ServerMetrics {
     pub resources: Counter,
     /// Resources refused by data planes.
     pub refused: Counter,
+    /// Update sent → its Ack received (the data plane's decode + apply + the round trip).
+    pub ack_seconds: Histogram,
 }
 
 impl ServerMetrics {
     /// Registers the metrics.
     pub fn new(registry: &mut Registry) -> ServerMetrics {
-        let m = ServerMetrics::default();
+        let m = ServerMetrics {
+            connected: Gauge::default(),
+            updates: Counter::default(),
+            resources: Counter::default(),
+            refused: Counter::default(),
+            ack_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
+        };
+        registry.register(
+            "weir_xds_update_ack_seconds",
+            "Update sent to a data plane until its Ack arrived (decode, apply, round trip)",
+            m.ack_seconds.clone(),
+        );
         registry.register(
             "weir_xds_connected_data_planes",
             "Data planes connected to the push server",
@@ -142,7 +156,7 @@ impl ConfigDiscovery for XdsService {
         }
         let gateway = format!("{}/{}", sub.gateway_namespace, sub.gateway_name);
         tracing::info!(%gateway, node = %sub.node, held = held.len(), "data plane subscribed");
-        let session = self.hub.subscribe(&gateway, held);
+        let session = self.hub.subscribe(&gateway, &sub.node, held);
         let (tx, rx) = mpsc::channel(1);
         tokio::spawn(drive(
             self.hub.clone(),
@@ -172,6 +186,7 @@ async fn drive(
     metrics.connected.inc();
     hub.synced().await;
     let notify = session.notify();
+    let mut sent_at = std::time::Instant::now();
     loop {
         if !session.waiting_for_ack() {
             if let Some(u) = session.next_update() {
@@ -179,6 +194,7 @@ async fn drive(
                 metrics
                     .resources
                     .inc_by((u.upserts.len() + u.removes.len()) as u64);
+                sent_at = std::time::Instant::now();
                 if tx.send(Ok(u)).await.is_err() {
                     break;
                 }
@@ -194,6 +210,7 @@ async fn drive(
             Ok(Some(DataPlaneMessage {
                 message: Some(Message::Ack(a)),
             })) => {
+                metrics.ack_seconds.observe(sent_at.elapsed().as_secs_f64());
                 let refused: Vec<Refused> = a
                     .rejected
                     .iter()

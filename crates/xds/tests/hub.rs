@@ -96,7 +96,7 @@ fn two_gateways() -> Arc<Hub> {
 #[test]
 fn a_session_gets_its_gateway_only_and_what_it_references() {
     let hub = two_gateways();
-    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
     let u = a.next_update().unwrap();
     assert!(u.complete);
     let (up, rm) = keys(&u);
@@ -126,7 +126,7 @@ fn a_session_gets_its_gateway_only_and_what_it_references() {
 #[test]
 fn changes_during_an_update_fold_into_the_next() {
     let hub = two_gateways();
-    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
     let first = a.next_update().unwrap();
     for port in 90..100 {
         hub.apply(&batch(vec![cluster("shared", port)], vec![]));
@@ -141,7 +141,7 @@ fn changes_during_an_update_fold_into_the_next() {
 #[test]
 fn a_reconnect_sends_only_the_differences() {
     let hub = two_gateways();
-    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
     let u = a.next_update().unwrap();
     let held: HashMap<ResourceKey, u64> = u
         .upserts
@@ -151,13 +151,13 @@ fn a_reconnect_sends_only_the_differences() {
     drop(a);
     assert_eq!(hub.sessions(), 0);
     // Nothing changed: the first update of the new session is empty but complete.
-    let mut again = hub.subscribe("ns/a", held.clone());
+    let mut again = hub.subscribe("ns/a", "n", held.clone());
     let u = again.next_update().unwrap();
     assert!(u.complete && u.upserts.is_empty() && u.removes.is_empty());
     drop(again);
     // One virtual host changed and one was removed while disconnected.
     hub.apply(&batch(vec![vhost(8001, "a.test", "only-b")], vec![]));
-    let mut again = hub.subscribe("ns/a", held);
+    let mut again = hub.subscribe("ns/a", "n", held);
     let (up, rm) = keys(&again.next_update().unwrap());
     assert_eq!(up.len(), 2, "the new cluster and the changed host: {up:?}");
     assert_eq!(rm, vec![ResourceKey::Cluster(ClusterKey("shared".into()))]);
@@ -166,7 +166,7 @@ fn a_reconnect_sends_only_the_differences() {
 #[test]
 fn a_refused_version_is_not_sent_again() {
     let hub = two_gateways();
-    let mut a = hub.subscribe("ns/a", HashMap::default());
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
     let u = a.next_update().unwrap();
     a.ack(u.nonce, vec![]);
     hub.apply(&batch(vec![cluster("shared", 7)], vec![]));
@@ -184,13 +184,17 @@ fn a_refused_version_is_not_sent_again() {
     assert!(a.next_update().is_none());
     // A new version is.
     hub.apply(&batch(vec![cluster("shared", 8)], vec![]));
-    assert_eq!(keys(&a.next_update().unwrap()).0, vec![key]);
+    let u = a.next_update().unwrap();
+    assert_eq!(keys(&u).0, vec![key]);
+    // Accepted this time: the refusal is gone.
+    a.ack(u.nonce, vec![]);
+    assert!(hub.refusals("ns/a").is_empty());
 }
 
 #[test]
 fn a_listener_removed_takes_its_hosts_and_unreferenced_clusters() {
     let hub = two_gateways();
-    let mut b = hub.subscribe("ns/b", HashMap::default());
+    let mut b = hub.subscribe("ns/b", "n", HashMap::default());
     let u = b.next_update().unwrap();
     assert_eq!(u.upserts.len(), 5);
     b.ack(u.nonce, vec![]);

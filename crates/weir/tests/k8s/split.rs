@@ -285,6 +285,26 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
         "SPLIT refused: {}",
         metric(cadmin, "weir_xds_resources_refused_total").await
     );
+    // ... and shows in the Gateway's status.
+    let s = wait_status(
+        c,
+        GW_V1,
+        ns,
+        "gw1",
+        "Programmed=False for the refused listener",
+        |s| {
+            crate::cluster::condition(&s["conditions"], "Programmed").is_some_and(|p| {
+                p["status"] == "False"
+                    && p["reason"] == "Invalid"
+                    && p["message"].as_str().is_some_and(|m| m.contains("refused"))
+            })
+        },
+    )
+    .await;
+    println!(
+        "SPLIT gw1 Programmed: {}",
+        crate::cluster::condition(&s["conditions"], "Programmed").unwrap()["message"]
+    );
     // The rest still applies and serves.
     cluster::apply(
         c,
