@@ -121,7 +121,10 @@ impl Http1Pool {
                 },
             }
         }
-        let mut sender = self.connect(addr).await?;
+        // Boxed: connecting (with DNS resolution) is the largest state of this future,
+        // and a new connection is the rare case; unboxed it made every request's future
+        // several KiB, copied each time hyper moves the future.
+        let mut sender = Box::pin(self.connect(addr)).await?;
         match sender.send_request(req).await {
             Ok(resp) => Ok((resp, self.lease(addr, sender))),
             Err(e) => Err(ProxyError::Upstream(Box::new(e))),

@@ -315,10 +315,6 @@ async fn forward(
             parts.version = Version::HTTP_2;
         }
     }
-    let send = ctx
-        .shared
-        .upstreams
-        .send(protocol, &addr, Request::from_parts(parts, body));
     let remaining = rule
         .timeouts
         .request
@@ -327,10 +323,9 @@ async fn forward(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let (resp, lease) = match limit {
-        Some(limit) => bounded(limit, send).await?,
-        None => send.await?,
-    };
+    let req = Request::from_parts(parts, body);
+    let send = ctx.shared.upstreams.send(protocol, &addr, req);
+    let (resp, lease) = Bounded::new(limit, send).await?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     filters::apply_response_filters(rule, &mut parts.headers);
@@ -355,13 +350,40 @@ fn endpoint_host(addr: &EndpointAddr) -> Result<HeaderValue, ProxyError> {
     HeaderValue::try_from(text).map_err(|e| ProxyError::Connect(Box::new(e)))
 }
 
-async fn bounded<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, ProxyError>>,
-) -> Result<T, ProxyError> {
-    tokio::time::timeout(limit, fut)
-        .await
-        .map_err(|_| ProxyError::Timeout)?
+pin_project_lite::pin_project! {
+    /// `fut`, failing with [`ProxyError::Timeout`] once `sleep` (if any) fires. One
+    /// future type for both cases: with `match limit { Some => timeout(fut), None => fut }`
+    /// the request future held two copies of the (large) upstream send future.
+    struct Bounded<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+    }
+}
+
+impl<F> Bounded<F> {
+    fn new(limit: Option<Duration>, fut: F) -> Bounded<F> {
+        Bounded {
+            fut,
+            sleep: limit.map(tokio::time::sleep),
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T, ProxyError>>> Future for Bounded<F> {
+    type Output = Result<T, ProxyError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
+            return Poll::Ready(out);
+        }
+        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(ProxyError::Timeout)),
+            _ => Poll::Pending,
+        }
+    }
 }
 
 fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
