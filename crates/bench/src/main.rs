@@ -140,6 +140,10 @@ struct TrafficArgs {
     /// Longest wait for a proxy to serve after it is started, in seconds.
     #[arg(long, default_value_t = 600)]
     startup_timeout_s: u64,
+    /// Rounds per scenario: each round measures every proxy in turn; the round with the
+    /// median requests/s is reported (the cold handshake pass runs once).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Keep the run's directory under <workspace>/target/weir-bench/work (proxy
     /// configurations and logs, load generator outputs).
     #[arg(long)]
@@ -166,6 +170,7 @@ impl TrafficArgs {
             cache: self.cache.unwrap_or_else(|| bench_dir.join("certs")),
             work: bench_dir.join("work"),
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
+            rounds: self.rounds.max(1),
             keep_work: self.keep_work,
         }
     }

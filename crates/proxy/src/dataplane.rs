@@ -14,6 +14,7 @@ use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::upstream::Upstreams;
+use crate::workers::Workers;
 
 /// Data-plane settings that are not part of the IR.
 #[derive(Clone, Debug)]
@@ -26,6 +27,9 @@ pub struct ProxyConfig {
     pub upstream_idle_timeout: Duration,
     /// On shutdown or listener removal, in-flight requests get this long to finish.
     pub drain_timeout: Duration,
+    /// Worker threads serving connections, each with its own single-threaded runtime;
+    /// 0 means one per CPU this process may use (its affinity mask).
+    pub workers: usize,
 }
 
 impl Default for ProxyConfig {
@@ -35,6 +39,7 @@ impl Default for ProxyConfig {
             connect_timeout: Duration::from_secs(5),
             upstream_idle_timeout: Duration::from_secs(90),
             drain_timeout: Duration::from_secs(10),
+            workers: 0,
         }
     }
 }
@@ -58,6 +63,7 @@ pub(crate) struct Shared {
     pub(crate) upstreams: Upstreams,
     pub(crate) config: ProxyConfig,
     pub(crate) metrics: Metrics,
+    pub(crate) workers: Workers,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -75,25 +81,30 @@ pub struct DataPlane {
 impl DataPlane {
     /// Creates a data plane with an empty snapshot and no listeners, registering the
     /// data-plane metrics in `registry`.
-    pub fn new(config: ProxyConfig, registry: &mut Registry) -> Arc<DataPlane> {
+    ///
+    /// Starts the worker threads ([`ProxyConfig::workers`]); fails only when the system
+    /// refuses to create a thread.
+    pub fn new(config: ProxyConfig, registry: &mut Registry) -> std::io::Result<Arc<DataPlane>> {
+        let workers = Workers::start(config.workers)?;
         let metrics = Metrics::register(registry);
         let upstreams = Upstreams::new(
             &config,
             metrics.upstream_connections.clone(),
             metrics.upstream_connect_errors.clone(),
         );
-        Arc::new(DataPlane {
+        Ok(Arc::new(DataPlane {
             shared: Arc::new(Shared {
                 snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
                 upstreams,
                 config,
                 metrics,
+                workers,
             }),
             listeners: Mutex::new(HashMap::new()),
             unbound: Mutex::new(BTreeSet::new()),
             apply_lock: tokio::sync::Mutex::new(()),
             ready: AtomicBool::new(false),
-        })
+        }))
     }
 
     /// Applies a batch: derives the next snapshot, publishes it with one atomic swap, then

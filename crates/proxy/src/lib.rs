@@ -12,11 +12,14 @@ mod tls;
 
 mod admin;
 mod dataplane;
+mod drain;
 mod error;
 mod listeners;
 mod metrics;
+mod pool;
 mod server;
 mod upstream;
+mod workers;
 
 pub use admin::serve_admin;
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};

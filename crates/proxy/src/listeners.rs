@@ -9,7 +9,6 @@ use arc_swap::ArcSwap;
 use http::HeaderValue;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
@@ -18,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use weir_model::{Listener, ListenerKey, Protocol};
 
 use crate::dataplane::Shared;
+use crate::drain::{Drain, Ticket};
 use crate::metrics::ListenerMetrics;
 use crate::server::{self, ConnContext};
 use crate::tls;
@@ -82,20 +82,32 @@ impl ListenerHandle {
         listener: Arc<Listener>,
     ) -> std::io::Result<ListenerHandle> {
         let key = listener.key;
+        // Bound here so that a failure is reported to the caller; the socket then moves
+        // to a worker, whose runtime registers it.
         let tcp = TcpListener::bind(key.0).await?;
         let local_addr = tcp.local_addr()?;
+        let tcp = tcp.into_std()?;
         let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(shared, listener)));
         let (stop, stop_rx) = watch::channel(false);
         let (closed_tx, closed) = oneshot::channel();
-        let task = tokio::spawn(accept_loop(AcceptLoop {
-            tcp,
+        let l = AcceptLoop {
             shared: Arc::clone(shared),
             key,
             local_port: local_addr.port(),
             runtime: Arc::clone(&runtime),
             stop: stop_rx,
             closed: closed_tx,
-        }));
+        };
+        let worker = shared.workers.pick();
+        let task = shared.workers.spawn_on(worker, async move {
+            match TcpListener::from_std(tcp) {
+                Ok(tcp) => accept_loop(tcp, l).await,
+                Err(e) => {
+                    tracing::warn!(listener = %key, error = %e, "cannot register the listener");
+                    let _ = l.closed.send(());
+                }
+            }
+        });
         tracing::info!(listener = %key, addr = %local_addr, "listening");
         Ok(ListenerHandle {
             local_addr,
@@ -130,7 +142,6 @@ impl ListenerHandle {
 }
 
 struct AcceptLoop {
-    tcp: TcpListener,
     shared: Arc<Shared>,
     key: ListenerKey,
     local_port: u16,
@@ -139,28 +150,24 @@ struct AcceptLoop {
     closed: oneshot::Sender<()>,
 }
 
-async fn accept_loop(mut l: AcceptLoop) {
-    let graceful = GracefulShutdown::new();
-    // Fired when the drain timeout expires: connections still open are closed.
-    let (force_tx, force) = watch::channel(false);
+async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
+    let drain = Drain::default();
     loop {
         tokio::select! {
             biased;
             _ = l.stop.changed() => break,
-            accepted = l.tcp.accept() => match accepted {
+            accepted = tcp.accept() => match accepted {
                 Ok((stream, remote)) => {
                     let _ = stream.set_nodelay(true);
                     let conn = Conn {
-                        stream,
                         remote,
                         runtime: l.runtime.load_full(),
                         shared: Arc::clone(&l.shared),
                         key: l.key,
                         local_port: l.local_port,
-                        watcher: graceful.watcher(),
-                        force: force.clone(),
+                        ticket: drain.ticket(),
                     };
-                    tokio::spawn(serve_connection(conn));
+                    hand_over(&l.shared, stream, conn);
                 }
                 Err(e) => {
                     tracing::warn!(listener = %l.key, error = %e, "accept failed");
@@ -172,28 +179,21 @@ async fn accept_loop(mut l: AcceptLoop) {
             },
         }
     }
-    drop(l.tcp);
+    drop(tcp);
     let _ = l.closed.send(());
     tracing::info!(listener = %l.key, "stopped accepting; draining");
-    let drain = l.shared.config.drain_timeout;
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if !drain.drain(l.shared.config.drain_timeout).await {
         tracing::warn!(listener = %l.key, "drain timeout: closing remaining connections");
-        let _ = force_tx.send(true);
     }
 }
 
 struct Conn {
-    stream: TcpStream,
     remote: SocketAddr,
     runtime: Arc<Runtime>,
     shared: Arc<Shared>,
     key: ListenerKey,
     local_port: u16,
-    watcher: Watcher,
-    force: watch::Receiver<bool>,
+    ticket: Ticket,
 }
 
 /// Decrements the downstream connection gauge when the connection ends.
@@ -205,15 +205,29 @@ impl Drop for GaugeGuard {
     }
 }
 
-async fn serve_connection(c: Conn) {
-    let mut force = c.force.clone();
-    tokio::select! {
-        () = serve_until_done(c) => {}
-        _ = force.wait_for(|closed| *closed) => {}
+/// Serves the connection on the next worker: here if that is this thread, else the
+/// socket moves to the worker's runtime.
+fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
+    let target = shared.workers.pick();
+    if crate::workers::current() == Some(target) || shared.workers.len() == 1 {
+        tokio::spawn(serve_connection(stream, conn));
+        return;
+    }
+    match stream.into_std() {
+        Ok(std) => {
+            shared.workers.spawn_on(target, async move {
+                match TcpStream::from_std(std) {
+                    Ok(stream) => serve_connection(stream, conn).await,
+                    Err(e) => tracing::debug!(error = %e, "cannot register a connection"),
+                }
+            });
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot move a connection to its worker"),
     }
 }
 
-async fn serve_until_done(c: Conn) {
+async fn serve_connection(stream: TcpStream, c: Conn) {
+    let mut ticket = c.ticket;
     let rt = c.runtime;
     rt.metrics.downstream_connections.inc();
     let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
@@ -231,18 +245,19 @@ async fn serve_until_done(c: Conn) {
     let svc = hyper::service::service_fn(move |req| server::handle(Arc::clone(&ctx), req));
     let result = match &rt.tls {
         None => {
-            let conn = rt.auto.serve_connection(TokioIo::new(c.stream), svc);
-            c.watcher.watch(conn).await
+            let conn = rt.auto.serve_connection(TokioIo::new(stream), svc);
+            ticket.serve(conn).await
         }
         Some(acceptor) => {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(c.stream)).await
-            {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            let tls = match ticket.until_closed(handshake).await {
+                None => return,
+                Some(Ok(Ok(tls))) => tls,
+                Some(Ok(Err(e))) => {
                     tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "TLS handshake failed");
                     return;
                 }
-                Err(_) => {
+                Some(Err(_)) => {
                     tracing::debug!(listener = %c.key, remote = %c.remote, "TLS handshake timed out");
                     return;
                 }
@@ -250,10 +265,10 @@ async fn serve_until_done(c: Conn) {
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let builder = if h2 { &rt.h2 } else { &rt.h1 };
             let conn = builder.serve_connection(TokioIo::new(tls), svc);
-            c.watcher.watch(conn).await
+            ticket.serve(conn).await
         }
     };
-    if let Err(e) = result {
+    if let Some(Err(e)) = result {
         tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "connection error");
     }
 }

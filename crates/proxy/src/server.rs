@@ -22,6 +22,7 @@ use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
+use crate::pool::Lease;
 use crate::router::{self, RequestView, RouteOutcome};
 
 /// The response body: a small body produced here, or an upstream body streamed through.
@@ -31,7 +32,9 @@ pub(crate) struct ProxyBody {
 
 enum BodyKind {
     Full(Option<Bytes>),
-    Upstream(Incoming),
+    /// An upstream body; for HTTP/1.1 with the lease of its connection, given back to
+    /// the pool when the body has been read to its end.
+    Upstream(Incoming, Option<Lease>),
 }
 
 impl ProxyBody {
@@ -43,9 +46,22 @@ impl ProxyBody {
         }
     }
 
-    fn upstream(body: Incoming) -> ProxyBody {
+    fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
         ProxyBody {
-            kind: BodyKind::Upstream(body),
+            kind: BodyKind::Upstream(body, lease),
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    /// A body dropped after its end (the server stops polling once it has written the
+    /// announced length) gives its connection back; one dropped before closes it.
+    fn drop(&mut self) {
+        if let BodyKind::Upstream(body, lease) = &mut self.kind
+            && body.is_end_stream()
+            && let Some(lease) = lease.take()
+        {
+            lease.release();
         }
     }
 }
@@ -61,14 +77,25 @@ impl Body for ProxyBody {
         // Both variants are Unpin, so the body can be re-pinned freely.
         match &mut self.get_mut().kind {
             BodyKind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            BodyKind::Upstream(body) => Pin::new(body).poll_frame(cx),
+            BodyKind::Upstream(body, lease) => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                let done = match &polled {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    _ => false,
+                };
+                if done && let Some(lease) = lease.take() {
+                    lease.release();
+                }
+                polled
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             BodyKind::Full(data) => data.is_none(),
-            BodyKind::Upstream(body) => body.is_end_stream(),
+            BodyKind::Upstream(body, _) => body.is_end_stream(),
         }
     }
 
@@ -77,7 +104,7 @@ impl Body for ProxyBody {
             BodyKind::Full(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            BodyKind::Upstream(body) => body.size_hint(),
+            BodyKind::Upstream(body, _) => body.size_hint(),
         }
     }
 }
@@ -271,20 +298,23 @@ async fn forward(
     add_forwarded(&mut parts.headers, ctx, raw_host);
     filters::apply_request_filters(rule, &mut parts);
 
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    parts.uri = upstream_uri(&addr, path)?;
-    parts.version = match protocol {
-        UpstreamProtocol::Http1 => Version::HTTP_11,
-        UpstreamProtocol::H2c => Version::HTTP_2,
-    };
-    let send = ctx
-        .shared
-        .upstreams
-        .send(protocol, Request::from_parts(parts, body));
+    match protocol {
+        UpstreamProtocol::Http1 => {
+            // Origin-form: the pool's connection already names the endpoint. A request in
+            // origin-form (the usual case) keeps its URI as parsed.
+            if parts.uri.scheme().is_some() || parts.uri.path_and_query().is_none() {
+                parts.uri = Uri::from(origin_form(&parts.uri));
+            }
+            if !parts.headers.contains_key(header::HOST) {
+                parts.headers.insert(header::HOST, endpoint_host(&addr)?);
+            }
+            parts.version = Version::HTTP_11;
+        }
+        UpstreamProtocol::H2c => {
+            parts.uri = upstream_uri(&addr, origin_form(&parts.uri))?;
+            parts.version = Version::HTTP_2;
+        }
+    }
     let remaining = rule
         .timeouts
         .request
@@ -293,23 +323,67 @@ async fn forward(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let resp = match limit {
-        Some(limit) => bounded(limit, send).await?,
-        None => send.await?,
-    };
+    let req = Request::from_parts(parts, body);
+    let send = ctx.shared.upstreams.send(protocol, &addr, req);
+    let (resp, lease) = Bounded::new(limit, send).await?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     filters::apply_response_filters(rule, &mut parts.headers);
-    Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::upstream(body, lease),
+    ))
 }
 
-async fn bounded<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, ProxyError>>,
-) -> Result<T, ProxyError> {
-    tokio::time::timeout(limit, fut)
-        .await
-        .map_err(|_| ProxyError::Timeout)?
+fn origin_form(uri: &Uri) -> PathAndQuery {
+    uri.path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"))
+}
+
+/// `Host` for a request that arrived without one (HTTP/1.0): the endpoint's address.
+fn endpoint_host(addr: &EndpointAddr) -> Result<HeaderValue, ProxyError> {
+    let text = match addr {
+        EndpointAddr::Socket(s) => s.to_string(),
+        EndpointAddr::Host(h, p) => format!("{h}:{p}"),
+    };
+    HeaderValue::try_from(text).map_err(|e| ProxyError::Connect(Box::new(e)))
+}
+
+pin_project_lite::pin_project! {
+    /// `fut`, failing with [`ProxyError::Timeout`] once `sleep` (if any) fires. One
+    /// future type for both cases: with `match limit { Some => timeout(fut), None => fut }`
+    /// the request future held two copies of the (large) upstream send future.
+    struct Bounded<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+    }
+}
+
+impl<F> Bounded<F> {
+    fn new(limit: Option<Duration>, fut: F) -> Bounded<F> {
+        Bounded {
+            fut,
+            sleep: limit.map(tokio::time::sleep),
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T, ProxyError>>> Future for Bounded<F> {
+    type Output = Result<T, ProxyError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
+            return Poll::Ready(out);
+        }
+        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(ProxyError::Timeout)),
+            _ => Poll::Pending,
+        }
+    }
 }
 
 fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
@@ -338,6 +412,14 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 /// Removes hop-by-hop headers, including any named in `Connection`. `keep_te_trailers`
 /// keeps `te: trailers` (meaningful end to end over HTTP/2, e.g. for gRPC).
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    // One pass over the few names present decides whether anything must go: comparing
+    // names is cheap, where each of the eight lookups below hashes its name.
+    if !headers
+        .keys()
+        .any(|n| n == header::TE || HOP_BY_HOP.contains(n))
+    {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -415,10 +497,25 @@ fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
         h.finish()
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let id = format!("{prefix:016x}-{n:x}");
-    let v = HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("-"));
+    // Hex digits written into a stack buffer: one allocation (the header's), where
+    // `format!` made two on every request.
+    let mut buf = [0u8; 33];
+    hex_into(&mut buf[..16], prefix);
+    buf[16] = b'-';
+    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
+    hex_into(&mut buf[17..17 + digits], n);
+    let v = HeaderValue::from_bytes(&buf[..17 + digits])
+        .unwrap_or_else(|_| HeaderValue::from_static("-"));
     headers.insert(X_REQUEST_ID, v.clone());
     v
+}
+
+/// Writes the low `out.len()` hex digits of `n` into `out`, most significant first.
+fn hex_into(out: &mut [u8], mut n: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
+    }
 }
 
 #[cfg(test)]
@@ -459,8 +556,23 @@ mod tests {
         let idb = ensure_request_id(&mut b);
         assert_ne!(ida, idb);
         assert_eq!(a.get("x-request-id"), Some(&ida));
+        let text = ida.to_str().unwrap();
+        let (prefix, count) = text.split_once('-').unwrap();
+        assert_eq!(prefix.len(), 16);
+        assert!(u64::from_str_radix(prefix, 16).is_ok());
+        assert!(u64::from_str_radix(count, 16).is_ok());
         let mut c = HeaderMap::new();
         c.insert("x-request-id", HeaderValue::from_static("given"));
         assert_eq!(ensure_request_id(&mut c), "given");
+    }
+
+    #[test]
+    fn hex_digits() {
+        let mut b = [0u8; 4];
+        hex_into(&mut b, 0xbeef);
+        assert_eq!(&b, b"beef");
+        let mut one = [0u8; 1];
+        hex_into(&mut one, 0);
+        assert_eq!(&one, b"0");
     }
 }

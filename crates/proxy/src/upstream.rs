@@ -1,8 +1,10 @@
-//! Upstream connection pools: one hyper-util client for HTTP/1.1 keep-alive and one for
-//! HTTP/2 with prior knowledge (h2c), sharing a connector that counts open connections.
+//! Upstream connection pools: weir's own per-endpoint pool for HTTP/1.1 keep-alive
+//! ([`crate::pool`]) and a hyper-util client for HTTP/2 with prior knowledge (h2c, one
+//! multiplexed connection per endpoint), both counting open connections.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response, Uri};
@@ -13,14 +15,15 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
-use weir_model::UpstreamProtocol;
+use weir_model::{EndpointAddr, UpstreamProtocol};
 
 use crate::dataplane::ProxyConfig;
 use crate::error::{BoxError, ProxyError};
+use crate::pool::{Http1Pool, Lease};
 
 /// The pools for both upstream protocols.
 pub(crate) struct Upstreams {
-    http1: Client<CountingConnector, Incoming>,
+    http1: Arc<Http1Pool>,
     h2c: Client<CountingConnector, Incoming>,
 }
 
@@ -31,42 +34,49 @@ impl Upstreams {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(config.connect_timeout));
+        let http1 = Arc::new(Http1Pool::new(
+            config.connect_timeout,
+            config.upstream_idle_timeout,
+            open.clone(),
+            connect_errors.clone(),
+        ));
         let connector = CountingConnector {
             inner: http,
             open,
             connect_errors,
         };
-        let build = |h2: bool| {
-            let mut b = Client::builder(TokioExecutor::new());
-            b.pool_idle_timeout(config.upstream_idle_timeout)
-                .pool_timer(TokioTimer::new())
-                .timer(TokioTimer::new())
-                .http2_only(h2);
-            b.build(connector.clone())
-        };
+        let mut b = Client::builder(TokioExecutor::new());
+        b.pool_idle_timeout(config.upstream_idle_timeout)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(true);
         Upstreams {
-            http1: build(false),
-            h2c: build(true),
+            http1,
+            h2c: b.build(connector),
         }
     }
 
-    /// Sends one request (absolute URI naming the endpoint) and waits for response headers.
+    /// Sends one request to `addr` and waits for response headers. HTTP/1.1 requests
+    /// carry an origin-form URI and come back with the [`Lease`] of their connection,
+    /// which the response body returns to the pool at its end; h2c requests carry an
+    /// absolute URI naming the endpoint.
     pub(crate) async fn send(
         &self,
         protocol: UpstreamProtocol,
+        addr: &EndpointAddr,
         req: Request<Incoming>,
-    ) -> Result<Response<Incoming>, ProxyError> {
-        let client = match protocol {
-            UpstreamProtocol::Http1 => &self.http1,
-            UpstreamProtocol::H2c => &self.h2c,
-        };
-        client.request(req).await.map_err(|e| {
-            if e.is_connect() {
-                ProxyError::Connect(Box::new(e))
-            } else {
-                ProxyError::Upstream(Box::new(e))
+    ) -> Result<(Response<Incoming>, Option<Lease>), ProxyError> {
+        match protocol {
+            UpstreamProtocol::Http1 => {
+                let (resp, lease) = self.http1.send(addr, req).await?;
+                Ok((resp, Some(lease)))
             }
-        })
+            UpstreamProtocol::H2c => match self.h2c.request(req).await {
+                Ok(resp) => Ok((resp, None)),
+                Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
+                Err(e) => Err(ProxyError::Upstream(Box::new(e))),
+            },
+        }
     }
 }
 

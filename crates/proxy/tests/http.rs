@@ -460,7 +460,7 @@ async fn bind_failures_are_reported_and_retried() {
         .expect("bind");
     let taken = ListenerKey(blocker.local_addr().expect("addr"));
     let mut registry = Registry::default();
-    let dp = DataPlane::new(ProxyConfig::default(), &mut registry);
+    let dp = DataPlane::new(ProxyConfig::default(), &mut registry).expect("workers");
     let l = Listener::new(taken, Protocol::Http, "test/gw".into(), "web".into());
     let report = dp
         .apply(&upserts(vec![Resource::Listener(Arc::new(l))]))

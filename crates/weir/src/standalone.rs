@@ -87,7 +87,8 @@ impl Standalone {
                 ..ProxyConfig::default()
             },
             &mut registry,
-        );
+        )
+        .context("starting the data-plane workers")?;
         let metrics = PropagationMetrics::new(&mut registry);
         let registry = Arc::new(registry);
 

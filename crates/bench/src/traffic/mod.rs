@@ -51,6 +51,8 @@ pub(crate) struct Options {
     pub(crate) cache: PathBuf,
     pub(crate) work: PathBuf,
     pub(crate) startup_timeout: Duration,
+    /// Measurements per scenario and proxy (interleaved); the median one is reported.
+    pub(crate) rounds: usize,
     /// Keep the run's directory (configurations, logs, load generator outputs).
     pub(crate) keep_work: bool,
 }
@@ -175,6 +177,43 @@ pub(crate) fn scenarios(quick: bool, domains: usize, rate: u64) -> Vec<Scenario>
     v
 }
 
+/// A proxy started for one group of scenarios.
+struct Started {
+    kind: ProxyKind,
+    site: Site,
+    dir: PathBuf,
+    proxy: Running,
+    ready: Duration,
+    idle: sys::TreeStats,
+    threads: String,
+    alive: bool,
+}
+
+/// One result per scenario and proxy: over several rounds, the round with the median
+/// requests/s (the lower middle one for an even count); a failed round counts lowest.
+fn median_rounds(raw: Vec<Measured>) -> Vec<Measured> {
+    let mut groups: Vec<Vec<Measured>> = Vec::new();
+    for m in raw {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].scenario == m.scenario && g[0].proxy == m.proxy)
+        {
+            Some(g) => g.push(m),
+            None => groups.push(vec![m]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            g.sort_by(|a, b| a.rps().unwrap_or(-1.0).total_cmp(&b.rps().unwrap_or(-1.0)));
+            let rounds = g.len();
+            let mut m = g.swap_remove((rounds - 1) / 2);
+            m.rounds = rounds;
+            m
+        })
+        .collect()
+}
+
 /// What a scenario needs from the running proxy.
 struct Target<'a> {
     site: &'a Site,
@@ -291,6 +330,11 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
             continue;
         }
         let domains = if is_large { opts.domains.max(1) } else { 1 };
+        // Every proxy of the group runs at once (idle ones cost nothing on the proxy CPU),
+        // so that each scenario measures the proxies one right after the other: on a
+        // machine shared with other work, load that comes and goes then hits all of them
+        // alike instead of whichever proxy happened to run during it.
+        let mut started: Vec<Started> = Vec::new();
         for &kind in &opts.proxies {
             let site = Site {
                 domains,
@@ -325,40 +369,62 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
                 ready.as_secs_f64() * 1000.0,
                 idle.pss_kib as f64 / 1024.0
             ));
-            let target = Target {
-                site: &site,
-                pid: proxy.pid(),
-                dir: &dir,
-                cache: &opts.cache,
-                taskset: &bins.taskset,
-                wrk: &wrk,
-                h2load: &h2load,
-                me: &me,
-            };
+            started.push(Started {
+                kind,
+                site,
+                dir,
+                proxy,
+                ready,
+                idle,
+                threads,
+                alive: true,
+            });
+        }
+        let mut raw = Vec::new();
+        for round in 0..opts.rounds.max(1) {
             for sc in &group {
-                let m = measure(sc, kind, &target, opts).await;
-                say(&m.one_line());
-                results.push(m);
-                if let Some(status) = proxy.exited() {
-                    say(&format!(
-                        "{} exited ({status}); log:\n{}",
-                        kind.name(),
-                        log_tail(&proxy.log, 20)
-                    ));
-                    break;
+                let cold = matches!(sc.load, Load::Handshakes { cold: true, .. });
+                if cold && round > 0 {
+                    continue;
+                }
+                for st in started.iter_mut().filter(|st| st.alive) {
+                    let target = Target {
+                        site: &st.site,
+                        pid: st.proxy.pid(),
+                        dir: &st.dir,
+                        cache: &opts.cache,
+                        taskset: &bins.taskset,
+                        wrk: &wrk,
+                        h2load: &h2load,
+                        me: &me,
+                    };
+                    let m = measure(sc, st.kind, &target, opts).await;
+                    say(&m.one_line());
+                    raw.push(m);
+                    if let Some(status) = st.proxy.exited() {
+                        say(&format!(
+                            "{} exited ({status}); log:\n{}",
+                            st.kind.name(),
+                            log_tail(&st.proxy.log, 20)
+                        ));
+                        st.alive = false;
+                    }
                 }
             }
-            let end = tree_stats(proxy.pid());
-            let log = proxy.log.clone();
-            let exit = proxy.stop();
-            let weir_log_tail = (kind == ProxyKind::Weir).then(|| log_tail(&log, 10));
+        }
+        results.extend(median_rounds(raw));
+        for st in started {
+            let end = tree_stats(st.proxy.pid());
+            let log = st.proxy.log.clone();
+            let exit = st.proxy.stop();
+            let weir_log_tail = (st.kind == ProxyKind::Weir).then(|| log_tail(&log, 10));
             runs.push(ProxyRun {
-                proxy: kind,
+                proxy: st.kind,
                 domains,
-                startup_ms: Some(ready.as_secs_f64() * 1000.0),
-                idle: Some(idle),
+                startup_ms: Some(st.ready.as_secs_f64() * 1000.0),
+                idle: Some(st.idle),
                 end: Some(end),
-                threads: Some(threads),
+                threads: Some(st.threads),
                 exit,
                 log_tail: weir_log_tail,
                 error: None,
@@ -384,6 +450,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
             domains: opts.domains,
             rate: opts.rate,
             weir: opts.weir.display().to_string(),
+            rounds: opts.rounds.max(1),
             scenarios: selected
                 .iter()
                 .map(|s| (s.id.clone(), s.label.clone()))
@@ -589,6 +656,35 @@ async fn wait_port(addr: SocketAddr, child: &mut ChildGuard, log: &Path) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_round_per_scenario_and_proxy() {
+        let sc = &scenarios(true, 10, 1000)[0];
+        let run = |proxy, rps: f64| {
+            let load = LoadResult {
+                requests: 100,
+                seconds: 1.0,
+                rps,
+                errors: 0,
+                latency: None,
+            };
+            Measured::new(sc, proxy, load, 1.0, 1.0, Default::default(), None, None)
+        };
+        let raw = vec![
+            run(ProxyKind::Weir, 30.0),
+            run(ProxyKind::Nginx, 5.0),
+            run(ProxyKind::Weir, 10.0),
+            Measured::error(sc, ProxyKind::Nginx, "x".into()),
+            run(ProxyKind::Weir, 20.0),
+        ];
+        let picked = median_rounds(raw);
+        assert_eq!(picked.len(), 2);
+        let weir = picked.iter().find(|m| m.proxy == ProxyKind::Weir).unwrap();
+        assert_eq!((weir.rps(), weir.rounds), (Some(20.0), 3));
+        // Of two rounds the lower one; a failed round counts lowest.
+        let nginx = picked.iter().find(|m| m.proxy == ProxyKind::Nginx).unwrap();
+        assert_eq!((nginx.rps(), nginx.rounds), (None, 2));
+    }
 
     #[test]
     fn full_and_quick_scenario_sets() {

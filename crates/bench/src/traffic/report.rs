@@ -38,6 +38,8 @@ pub(crate) struct Params {
     pub(crate) domains: usize,
     pub(crate) rate: u64,
     pub(crate) weir: String,
+    /// Rounds per scenario and proxy (the median round is reported).
+    pub(crate) rounds: usize,
     /// (id, description) in run order.
     pub(crate) scenarios: Vec<(String, String)>,
 }
@@ -95,6 +97,8 @@ pub(crate) struct Measured {
     pub(crate) proxy_cpu_busy_percent: Option<f64>,
     pub(crate) load_cpu_busy_percent: Option<f64>,
     pub(crate) error: Option<String>,
+    /// Rounds measured; this one had the median requests/s.
+    pub(crate) rounds: usize,
 }
 
 impl Measured {
@@ -122,6 +126,7 @@ impl Measured {
             proxy_cpu_busy_percent: proxy_busy,
             load_cpu_busy_percent: load_busy,
             error: None,
+            rounds: 1,
         }
     }
 
@@ -138,10 +143,11 @@ impl Measured {
             proxy_cpu_busy_percent: None,
             load_cpu_busy_percent: None,
             error: Some(error),
+            rounds: 1,
         }
     }
 
-    fn rps(&self) -> Option<f64> {
+    pub(crate) fn rps(&self) -> Option<f64> {
         self.load.as_ref().map(|l| l.rps)
     }
 
@@ -311,7 +317,12 @@ impl TrafficReport {
         }
         let _ = writeln!(
             s,
-            "\nWorkers: weir's tokio runtime sizes its pool from the CPU affinity mask (`taskset -c {PROXY_CPU}` → one CPU → the `tokio-rt-worker` count above); nginx `worker_processes 1`; HAProxy `nbthread 1`."
+            "\nWorkers: weir starts one worker thread (a single-threaded tokio runtime) per CPU of its affinity mask (`taskset -c {PROXY_CPU}` → one CPU → the `weir-worker-*` count above); nginx `worker_processes 1`; HAProxy `nbthread 1`."
+        );
+        let _ = writeln!(
+            s,
+            "\nOrder: the proxies of a setup run side by side (idle ones use no CPU) and each scenario measures them one right after the other, so that load from elsewhere on the machine falls on all alike; {} round(s) per scenario, the round with the median requests/s reported.",
+            self.params.rounds
         );
         let proxies = self.proxies();
         let _ = write!(s, "\n| scenario |");
@@ -575,6 +586,7 @@ mod tests {
                 domains: 10,
                 rate: 1000,
                 weir: "w".into(),
+                rounds: 1,
                 scenarios: sc.iter().map(|s| (s.id.clone(), s.label.clone())).collect(),
             },
             runs: vec![ProxyRun::failed(ProxyKind::Haproxy, 1, "boom".into())],

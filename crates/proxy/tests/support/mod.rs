@@ -451,7 +451,7 @@ impl Proxy {
             drain_timeout: Duration::from_secs(2),
             ..ProxyConfig::default()
         };
-        let dp = DataPlane::new(config, &mut registry);
+        let dp = DataPlane::new(config, &mut registry).expect("workers");
         let report = dp.apply(&upserts(resources)).await;
         assert!(
             report.rejected.is_empty(),
