@@ -35,6 +35,9 @@ pub struct ControllerOptions {
     /// Addresses written into Gateway and Ingress status where the data plane listens on
     /// `0.0.0.0`/`::` (e.g. the Pod IP or the load balancer's address).
     pub advertise: Vec<String>,
+    /// Gives each Gateway without an IP in `spec.addresses` its own address from this
+    /// range instead of `0.0.0.0` (e.g. loopback addresses for tests).
+    pub gateway_address_pool: Option<weir_translate::AddressPool>,
     /// One log line per request.
     pub access_log: bool,
 }
@@ -104,6 +107,7 @@ impl Controller {
                 ingress_class: opts.ingress_class.clone(),
                 ingress_http: opts.ingress_http,
                 ingress_https: opts.ingress_https,
+                gateway_address_pool: opts.gateway_address_pool,
             },
             dataplane.clone(),
             metrics,

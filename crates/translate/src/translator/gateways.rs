@@ -32,7 +32,16 @@ impl Translator {
                         self.opts.standalone,
                         gw,
                     )
-                    .then(|| gateway::compile(&self.store, &gk, self.store.age(&gk), gw, &mut deps))
+                    .then(|| {
+                        gateway::compile(
+                            &self.store,
+                            &gk,
+                            self.store.age(&gk),
+                            gw,
+                            self.opts.gateway_address_pool.as_ref(),
+                            &mut deps,
+                        )
+                    })
                 }
                 None => None,
             };
