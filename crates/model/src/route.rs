@@ -205,6 +205,10 @@ pub struct WeightedBackend {
     pub cluster: ClusterKey,
     /// Relative weight; 0 means never chosen.
     pub weight: u32,
+    /// Header filters for requests sent to this backend only (Gateway API `backendRefs[].filters`):
+    /// only [`Filter::RequestHeaders`] and [`Filter::ResponseHeaders`], applied after the
+    /// rule's filters.
+    pub filters: Vec<Filter>,
 }
 
 /// What a rule does with a matched request.

@@ -16,7 +16,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use weir_model::{Action, EndpointAddr, ListenerKey, RouteRule, UpstreamProtocol};
+use weir_model::{Action, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol};
 
 use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
@@ -248,7 +248,17 @@ async fn serve(
             let addr = endpoint.addr.clone();
             outcome.upstream = Some(addr.clone());
             drop(host);
-            forward(ctx, &rule, req, raw, addr, protocol, start).await
+            forward(
+                ctx,
+                &rule,
+                &backend.filters,
+                req,
+                raw,
+                addr,
+                protocol,
+                start,
+            )
+            .await
         }
     }
 }
@@ -260,6 +270,7 @@ fn status_or_500(code: u16) -> StatusCode {
 async fn forward(
     ctx: &ConnContext,
     rule: &RouteRule,
+    backend_filters: &[Filter],
     req: Request<Incoming>,
     raw_host: Option<HeaderValue>,
     addr: EndpointAddr,
@@ -267,9 +278,25 @@ async fn forward(
     start: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (mut parts, body) = req.into_parts();
+    // An HTTP/1.1 upgrade (e.g. WebSocket) is passed on to an HTTP/1.1 upstream; if it
+    // answers 101 the two connections are joined (see `tunnel`).
+    let upgrade = (protocol == UpstreamProtocol::Http1)
+        .then(|| upgrade_requested(&parts))
+        .flatten();
+    let client_upgrade = upgrade
+        .is_some()
+        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+        .flatten();
     strip_hop_by_hop(&mut parts.headers, protocol == UpstreamProtocol::H2c);
+    if let Some(u) = &upgrade {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, u.clone());
+    }
     add_forwarded(&mut parts.headers, ctx, raw_host);
     filters::apply_request_filters(rule, &mut parts);
+    filters::apply_request_header_filters(backend_filters, &mut parts.headers);
 
     let path = parts
         .uri
@@ -293,14 +320,62 @@ async fn forward(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let resp = match limit {
+    let mut resp = match limit {
         Some(limit) => bounded(limit, send).await?,
         None => send.await?,
     };
+    let switched = match client_upgrade {
+        Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let upstream = hyper::upgrade::on(&mut resp);
+            tokio::spawn(tunnel(client, upstream));
+            resp.headers().get(header::UPGRADE).cloned()
+        }
+        _ => None,
+    };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
+    if let Some(u) = switched {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, u);
+    }
     filters::apply_response_filters(rule, &mut parts.headers);
+    filters::apply_response_header_filters(backend_filters, &mut parts.headers);
     Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
+}
+
+/// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` plus an
+/// `Upgrade` header), if any.
+fn upgrade_requested(parts: &http::request::Parts) -> Option<HeaderValue> {
+    if parts.version != Version::HTTP_11 {
+        return None;
+    }
+    let asks = parts.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+    });
+    asks.then(|| parts.headers.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Joins an upgraded client connection and the upgraded upstream connection, copying
+/// both ways until either side closes.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let mut client = hyper_util::rt::TokioIo::new(client);
+    let mut upstream = hyper_util::rt::TokioIo::new(upstream);
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(error = %e, "upgraded connection closed with an error");
+    }
 }
 
 async fn bounded<T>(

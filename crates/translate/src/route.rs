@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRoute, HttpRouteRule, Kind, ObjectKey};
+use weir_api::{HttpBackendRef, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey};
 use weir_model::{
     Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
     Timeouts, WeightedBackend,
@@ -279,13 +279,10 @@ fn compile_rule(
                 duration::parse(r).map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?;
         }
     }
+    let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
     for (k, b) in rule.backend_refs.iter().enumerate() {
         let fb = format!("{field}.backendRefs[{k}]");
-        if !b.filters.is_empty() {
-            return Err(format!(
-                "{fb}.filters: per-backend filters are not supported"
-            ));
-        }
+        backend_filters.push(compile_backend_filters(&b.filters, &fb)?);
         if let Some(w) = b.weight
             && !(0..=1_000_000).contains(&w)
         {
@@ -302,7 +299,7 @@ fn compile_rule(
         )));
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
-        forward(ctx, &rule.backend_refs, field)
+        forward(ctx, &rule.backend_refs, backend_filters, field)
     };
     Ok((matches, filters, action, timeouts))
 }
@@ -334,7 +331,53 @@ fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
     }
 }
 
-fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
+/// Filters of one backendRef: header modifiers only (a redirect, rewrite or response of
+/// its own makes no sense per backend, and mirroring is not supported).
+fn compile_backend_filters(
+    filters: &[HttpRouteFilter],
+    field: &str,
+) -> Result<Vec<Filter>, String> {
+    let mut out = Vec::with_capacity(filters.len());
+    for (j, f) in filters.iter().enumerate() {
+        let ff = format!("{field}.filters[{j}]");
+        let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
+        match f.type_.as_str() {
+            "RequestHeaderModifier" => {
+                let h = f
+                    .request_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("requestHeaderModifier"))?;
+                out.push(Filter::RequestHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.requestHeaderModifier"),
+                )?));
+            }
+            "ResponseHeaderModifier" => {
+                let h = f
+                    .response_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("responseHeaderModifier"))?;
+                out.push(Filter::ResponseHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.responseHeaderModifier"),
+                )?));
+            }
+            other => {
+                return Err(format!(
+                    "{ff}.type: {other:?} is not supported on a backendRef (RequestHeaderModifier, ResponseHeaderModifier)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn forward(
+    ctx: &mut Ctx<'_>,
+    refs: &[HttpBackendRef],
+    mut filters: Vec<Vec<Filter>>,
+    field: &str,
+) -> Action {
     if refs.is_empty() {
         return Action::Fail {
             status: 500,
@@ -361,6 +404,7 @@ fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
                 backends.push(WeightedBackend {
                     cluster: key.clone(),
                     weight,
+                    filters: std::mem::take(&mut filters[k]),
                 });
                 if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
                     ctx.out.clusters.push((key, src));
@@ -376,6 +420,7 @@ fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
                 backends.push(WeightedBackend {
                     cluster: backend::invalid_cluster_key(&what),
                     weight,
+                    filters: Vec::new(),
                 });
             }
         }
