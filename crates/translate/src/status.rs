@@ -13,6 +13,7 @@ use crate::tls;
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
     "HTTPRoute",
     "HTTPRouteBackendProtocolH2C",
