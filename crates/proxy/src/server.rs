@@ -248,17 +248,12 @@ async fn serve(
             let addr = endpoint.addr.clone();
             outcome.upstream = Some(addr.clone());
             drop(host);
-            forward(
-                ctx,
-                &rule,
-                &backend.filters,
-                req,
-                raw,
+            let target = Target {
                 addr,
                 protocol,
-                start,
-            )
-            .await
+                filters: &backend.filters,
+            };
+            forward(ctx, &rule, target, req, raw, start).await
         }
     }
 }
@@ -267,16 +262,27 @@ fn status_or_500(code: u16) -> StatusCode {
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
+/// Where one request is forwarded: the chosen endpoint, its cluster's protocol and the
+/// chosen backend's own filters.
+struct Target<'a> {
+    addr: EndpointAddr,
+    protocol: UpstreamProtocol,
+    filters: &'a [Filter],
+}
+
 async fn forward(
     ctx: &ConnContext,
     rule: &RouteRule,
-    backend_filters: &[Filter],
+    target: Target<'_>,
     req: Request<Incoming>,
     raw_host: Option<HeaderValue>,
-    addr: EndpointAddr,
-    protocol: UpstreamProtocol,
     start: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let Target {
+        addr,
+        protocol,
+        filters: backend_filters,
+    } = target;
     let (mut parts, body) = req.into_parts();
     // An HTTP/1.1 upgrade (e.g. WebSocket) is passed on to an HTTP/1.1 upstream; if it
     // answers 101 the two connections are joined (see `tunnel`).
