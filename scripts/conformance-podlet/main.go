@@ -7,22 +7,38 @@
 // (10.240.N.2, host side 10.240.N.1 on a veth pair), plus a Pod object marked Running and
 // Ready with that address. Every Service with a selector gets one EndpointSlice listing
 // the Ready Pods it selects. Deployments of other images get no Pods (logged once).
+//
+// It also serves what the API server asks a kubelet for Pod logs: it registers a Node
+// (its address and kubelet port) and answers /containerLogs/NS/POD/CONTAINER over HTTPS
+// with each echo-basic's output, timestamped as it was written (sinceTime, sinceSeconds,
+// tailLines, timestamps honoured), so `kubectl logs` and the suite's log readers work.
 // Everything is reconciled by polling the API server; SIGINT/SIGTERM stops the
 // processes, removes the network namespaces and exits.
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"flag"
 	"fmt"
 	"log"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,7 +54,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-const managedBy = "weir-conformance-podlet"
+const (
+	managedBy = "weir-conformance-podlet"
+	nodeName  = "weir-conformance-node"
+)
 
 type options struct {
 	echoBasic string
@@ -62,6 +81,7 @@ type pod struct {
 type podlet struct {
 	opts    options
 	cs      kubernetes.Interface
+	logMu   sync.Mutex      // guards the log files' appends against the log server's reads
 	pods    map[string]*pod // ns/name
 	slots   map[int]bool
 	skipped map[string]bool // deployments that cannot run here, logged once
@@ -91,6 +111,9 @@ func main() {
 	p := &podlet{opts: opts, cs: cs, pods: map[string]*pod{}, slots: map[int]bool{}, skipped: map[string]bool{}}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
+	if err := p.serveKubeletLogs(ctx); err != nil {
+		log.Fatalf("kubelet log endpoint: %v", err)
+	}
 	defer p.stopAll()
 	tick := time.NewTicker(opts.interval)
 	defer tick.Stop()
@@ -161,6 +184,112 @@ func (p *podlet) reconcile(ctx context.Context) error {
 	return p.reconcileSlices(ctx)
 }
 
+func (p *podlet) logPath(ns, name string) string {
+	return filepath.Join(p.opts.workDir, "logs", ns+"_"+name+".log")
+}
+
+// serveKubeletLogs starts the HTTPS log endpoint on 127.0.0.1 (self-signed certificate:
+// the API server does not verify kubelets when it has no --kubelet-certificate-authority)
+// and registers the Node that points at it.
+func (p *podlet) serveKubeletLogs(ctx context.Context) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: nodeName},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", p.containerLogs)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: map[string]string{"weir.dev/podlet": managedBy}}}
+	_ = p.cs.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+	created, err := p.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Node %s: %v", nodeName, err)
+	}
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+	created.Status.DaemonEndpoints.KubeletEndpoint.Port = port
+	if _, err := p.cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("Node %s status: %v", nodeName, err)
+	}
+	log.Printf("kubelet log endpoint https://127.0.0.1:%d (Node %s)", port, nodeName)
+	return nil
+}
+
+// containerLogs answers like the kubelet's /containerLogs for the Pods this podlet runs.
+func (p *podlet) containerLogs(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("ns"), r.PathValue("pod")
+	q := r.URL.Query()
+	var since time.Time
+	if v := q.Get("sinceTime"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			http.Error(w, "bad sinceTime", http.StatusBadRequest)
+			return
+		}
+		since = t
+	}
+	if v := q.Get("sinceSeconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			http.Error(w, "bad sinceSeconds", http.StatusBadRequest)
+			return
+		}
+		since = time.Now().Add(-time.Duration(n) * time.Second)
+	}
+	p.logMu.Lock()
+	data, err := os.ReadFile(p.logPath(ns, name))
+	p.logMu.Unlock()
+	if err != nil {
+		http.Error(w, "no such container", http.StatusNotFound)
+		return
+	}
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		ts, text, ok := strings.Cut(line, " ")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil || t.Before(since) {
+			continue
+		}
+		if q.Get("timestamps") == "true" {
+			text = line
+		}
+		lines = append(lines, text)
+	}
+	if v := q.Get("tailLines"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < len(lines) {
+			lines = lines[len(lines)-n:]
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+}
+
 func runsEchoBasic(d *appsv1.Deployment) bool {
 	c := d.Spec.Template.Spec.Containers
 	return len(c) == 1 && strings.Contains(c[0].Image, "echo-basic")
@@ -191,7 +320,16 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 	netns := fmt.Sprintf("%s-%d", p.opts.prefix, n)
 	hostIf, podIf := fmt.Sprintf("%sh%d", p.opts.prefix, n), fmt.Sprintf("%sp%d", p.opts.prefix, n)
 	ip := fmt.Sprintf("10.%d.%d.2", p.opts.subnet, n)
+	// Resolve the environment first: a Secret it mounts may not exist yet (retried on the
+	// next pass, with nothing to undo).
+	env, err := p.containerEnv(ctx, d, name)
+	if err != nil {
+		return err
+	}
+	// Leftovers of an earlier attempt: the host side of the veth pair goes away only
+	// asynchronously when its namespace is deleted, so it is removed explicitly.
 	_ = run("ip", "netns", "del", netns)
+	_ = run("ip", "link", "del", hostIf)
 	steps := [][]string{
 		{"ip", "netns", "add", netns},
 		{"ip", "link", "add", hostIf, "type", "veth", "peer", "name", podIf},
@@ -205,31 +343,54 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 	for _, s := range steps {
 		if err := run(s...); err != nil {
 			_ = run("ip", "netns", "del", netns)
+			_ = run("ip", "link", "del", hostIf)
 			return err
 		}
 	}
-	env, err := p.containerEnv(ctx, d, name)
+	logPath := p.logPath(d.Namespace, name)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		_ = run("ip", "netns", "del", netns)
+		return err
+	}
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		_ = run("ip", "netns", "del", netns)
 		return err
 	}
-	logPath := filepath.Join(p.opts.workDir, "logs", d.Namespace+"_"+name+".log")
-	_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
-	logFile, err := os.Create(logPath)
+	out, in, err := os.Pipe()
 	if err != nil {
-		return err
-	}
-	cmd := exec.Command("ip", "netns", "exec", netns, p.opts.echoBasic)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		_ = run("ip", "netns", "del", netns)
 		return err
 	}
+	cmd := exec.Command("ip", "netns", "exec", netns, p.opts.echoBasic)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = in, in
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		out.Close()
+		in.Close()
+		_ = run("ip", "netns", "del", netns)
+		return err
+	}
+	in.Close()
+	// Each output line is stored as "<RFC3339Nano time> <line>", as a container runtime
+	// does, so that log readers can ask for lines since a time.
+	copied := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			p.logMu.Lock()
+			fmt.Fprintf(logFile, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), sc.Text())
+			p.logMu.Unlock()
+		}
+		out.Close()
+		close(copied)
+	}()
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
+	go func() { _ = cmd.Wait(); <-copied; logFile.Close(); close(exited) }()
 	p.slots[n] = true
 	pd := &pod{ns: d.Namespace, name: name, deployment: d.Name, slot: n, netns: netns, cmd: cmd, exited: exited, ip: ip}
 	p.pods[d.Namespace+"/"+name] = pd
@@ -244,7 +405,7 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 		},
 		Spec: tmpl.Spec,
 	}
-	obj.Spec.NodeName = "weir-conformance-node"
+	obj.Spec.NodeName = nodeName
 	_ = p.cs.CoreV1().Pods(d.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	if _, err := p.cs.CoreV1().Pods(d.Namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the Pod: %v", err)
@@ -335,6 +496,16 @@ func (p *podlet) markReady(ctx context.Context, pd *pod) {
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		},
 	}
+	for _, c := range obj.Spec.Containers {
+		obj.Status.ContainerStatuses = append(obj.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name:    c.Name,
+			Image:   c.Image,
+			ImageID: c.Image,
+			Ready:   true,
+			Started: ptr(true),
+			State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
 	if _, err := p.cs.CoreV1().Pods(pd.ns).UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		log.Printf("pod %s/%s: status: %v", pd.ns, pd.name, err)
 		return
@@ -369,6 +540,7 @@ func (p *podlet) stopAll() {
 	for _, pd := range p.pods {
 		p.stopPod(ctx, pd)
 	}
+	_ = p.cs.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
 }
 
 // reconcileSlices writes one EndpointSlice per Service with a selector.
