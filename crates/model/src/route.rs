@@ -169,6 +169,14 @@ pub enum Filter {
         /// New path.
         path: Option<PathRewrite>,
     },
+    /// Send a copy of the request (as forwarded, after the other request filters) to
+    /// another cluster and discard its response.
+    Mirror {
+        /// Where copies go.
+        cluster: ClusterKey,
+        /// Share of requests mirrored, in millionths (1_000_000 = every request).
+        per_million: u32,
+    },
 }
 
 /// A redirect response (Gateway API `HTTPRequestRedirectFilter`).

@@ -555,3 +555,52 @@ async fn http1_upgrade_is_tunnelled_to_the_backend() {
         assert_eq!(got, msg);
     }
 }
+
+#[tokio::test]
+async fn request_mirror_sends_a_copy_and_answers_from_the_backend() {
+    use weir_model::{ClusterKey, Filter, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule};
+    let main = Backend::start("main").await;
+    let mirror = Backend::start("mirror").await;
+    let rule = Arc::new(RouteRule::new(
+        RouteRef {
+            kind: RouteKind::HttpRoute,
+            namespace: "default".into(),
+            name: "r".into(),
+            rule: 0,
+        },
+        RequestMatch {
+            path: PathMatch::Prefix("/".into()),
+            headers: vec![],
+            query: vec![],
+            method: None,
+        },
+        vec![Filter::Mirror {
+            cluster: ClusterKey("c2".into()),
+            per_million: 1_000_000,
+        }],
+        forward(&[("c1", 1)]),
+        Timeouts::default(),
+    ));
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("a.test"), vec![rule]),
+        cluster("c1", &[main.addr], UpstreamProtocol::Http1),
+        cluster("c2", &[mirror.addr], UpstreamProtocol::Http1),
+    ])
+    .await;
+    let r = get(p.addr, "a.test", "/copied").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.backend(),
+        "main",
+        "the response comes from the backend, not the mirror"
+    );
+    // The copy is sent in the background: bounded wait for the mirror's connection.
+    for _ in 0..100 {
+        if mirror.connections() > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the mirror backend got no request within 5 s");
+}

@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey};
+use weir_api::{
+    HttpBackendRef, HttpRequestMirrorFilter, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind,
+    ObjectKey,
+};
 use weir_model::{
     Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
     Timeouts, WeightedBackend,
@@ -254,7 +257,15 @@ fn compile_rule(
                 }
                 direct = Some((j, e.name.clone()));
             }
-            "RequestMirror" => return Err(format!("{ff}.type: RequestMirror is not supported")),
+            "RequestMirror" => {
+                let m = f
+                    .request_mirror
+                    .as_ref()
+                    .ok_or_else(|| missing("requestMirror"))?;
+                if let Some(filter) = mirror(ctx, m, &format!("{ff}.requestMirror"))? {
+                    filters.push(filter);
+                }
+            }
             other => return Err(format!("{ff}.type: unsupported filter type {other:?}")),
         }
     }
@@ -327,6 +338,60 @@ fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
                 status: 500,
                 reason: "invalid direct response".into(),
             }
+        }
+    }
+}
+
+/// A RequestMirror filter. An unresolvable backend is reported in ResolvedRefs and the
+/// filter dropped (the rule still serves); a bad share rejects the rule.
+fn mirror(
+    ctx: &mut Ctx<'_>,
+    m: &HttpRequestMirrorFilter,
+    field: &str,
+) -> Result<Option<Filter>, String> {
+    let per_million = match (m.percent, &m.fraction) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "{field}: percent and fraction are mutually exclusive"
+            ));
+        }
+        (Some(p), None) if (0..=100).contains(&p) => p as u32 * 10_000,
+        (Some(p), None) => return Err(format!("{field}.percent: {p} is not between 0 and 100")),
+        (None, Some(f)) => {
+            let d = f.denominator.unwrap_or(100);
+            if d <= 0 || f.numerator < 0 || f.numerator > d {
+                return Err(format!(
+                    "{field}.fraction: {}/{d} is not a fraction between 0 and 1",
+                    f.numerator
+                ));
+            }
+            (i64::from(f.numerator) * 1_000_000 / i64::from(d)) as u32
+        }
+        (None, None) => 1_000_000,
+    };
+    let b = &m.backend_ref;
+    let route_ns = ctx.ns.clone();
+    let ns = b
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&route_ns);
+    let group = b.group.as_deref().unwrap_or("");
+    let kind = b.kind.as_deref().unwrap_or("Service");
+    let fb = format!("{field}.backendRef");
+    match resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb) {
+        Ok((key, src)) => {
+            if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
+                ctx.out.clusters.push((key.clone(), src));
+            }
+            Ok(Some(Filter::Mirror {
+                cluster: key,
+                per_million,
+            }))
+        }
+        Err(e) => {
+            ctx.out.ref_errors.push(e);
+            Ok(None)
         }
     }
 }
