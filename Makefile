@@ -1,7 +1,7 @@
 # One entry point for humans and CI. `make test` is the whole test suite.
 CARGO ?= cargo
 
-.PHONY: test lint unit k8s-env quickstart echo bless
+.PHONY: test lint unit k8s-env quickstart echo bless conformance
 
 test: lint k8s-env unit
 
@@ -27,3 +27,9 @@ quickstart:
 
 echo:
 	$(CARGO) run --release -- echo
+
+# The upstream Gateway API conformance suite (GATEWAY-HTTP profile) against `weir
+# controller` on a local kube-apiserver; see CONFORMANCE.md. Needs root (network
+# namespaces) and Go; the suite's builds are cached in ~/.cache/weir/conformance.
+conformance: k8s-env
+	scripts/conformance run

@@ -258,6 +258,48 @@ pub struct HttpRouteFilter {
     pub url_rewrite: Option<HttpUrlRewriteFilter>,
     /// For `ExtensionRef` (weir: `DirectResponse`).
     pub extension_ref: Option<LocalObjectReference>,
+    /// For `RequestMirror`.
+    pub request_mirror: Option<HttpRequestMirrorFilter>,
+}
+
+/// Mirror filter: a copy of each (or a share of the) request goes to another backend;
+/// its response is discarded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRequestMirrorFilter {
+    /// Where copies go.
+    pub backend_ref: BackendObjectReference,
+    /// Share of requests mirrored, in percent (0–100); all when neither this nor
+    /// `fraction` is set.
+    pub percent: Option<i32>,
+    /// Share of requests mirrored as a fraction.
+    pub fraction: Option<Fraction>,
+}
+
+/// `numerator / denominator` (denominator default 100).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Fraction {
+    /// Numerator.
+    pub numerator: i32,
+    /// Denominator; default 100.
+    pub denominator: Option<i32>,
+}
+
+/// A reference to a backend object (no weight, no filters).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendObjectReference {
+    /// Group; empty for core (Service).
+    pub group: Option<String>,
+    /// Kind; default `Service`.
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace; default the route's (other namespaces need a ReferenceGrant).
+    pub namespace: Option<String>,
+    /// Service port (required for Services).
+    pub port: Option<i32>,
 }
 
 /// Header edits.

@@ -83,6 +83,12 @@ impl HostMatch {
         }
     }
 
+    /// Whether every host `other` matches is also matched by `self` (`*.example.com`
+    /// covers `*.foo.example.com` and `a.example.com`; [`HostMatch::Any`] covers all).
+    pub fn covers(&self, other: &HostMatch) -> bool {
+        self.intersect(other).as_ref() == Some(other)
+    }
+
     /// The intersection of a listener hostname and a route hostname, per Gateway API:
     /// the more specific of the two when one covers the other, `None` when disjoint.
     pub fn intersect(&self, other: &HostMatch) -> Option<HostMatch> {
@@ -122,6 +128,19 @@ mod tests {
 
     fn h(s: &str) -> HostMatch {
         HostMatch::parse(Some(s)).unwrap()
+    }
+
+    #[test]
+    fn covers() {
+        let any = HostMatch::Any;
+        assert!(any.covers(&h("*.example.com")) && any.covers(&any));
+        assert!(h("*.example.com").covers(&h("*.foo.example.com")));
+        assert!(h("*.example.com").covers(&h("abc.foo.example.com")));
+        assert!(h("*.example.com").covers(&h("*.example.com")));
+        assert!(!h("*.foo.example.com").covers(&h("*.example.com")));
+        assert!(!h("*.example.com").covers(&h("example.com")));
+        assert!(!h("a.example.com").covers(&h("*.example.com")));
+        assert!(!h("*.example.com").covers(&any));
     }
 
     #[test]

@@ -169,6 +169,14 @@ pub enum Filter {
         /// New path.
         path: Option<PathRewrite>,
     },
+    /// Send a copy of the request (as forwarded, after the other request filters) to
+    /// another cluster and discard its response.
+    Mirror {
+        /// Where copies go.
+        cluster: ClusterKey,
+        /// Share of requests mirrored, in millionths (1_000_000 = every request).
+        per_million: u32,
+    },
 }
 
 /// A redirect response (Gateway API `HTTPRequestRedirectFilter`).
@@ -205,6 +213,10 @@ pub struct WeightedBackend {
     pub cluster: ClusterKey,
     /// Relative weight; 0 means never chosen.
     pub weight: u32,
+    /// Header filters for requests sent to this backend only (Gateway API `backendRefs[].filters`):
+    /// only [`Filter::RequestHeaders`] and [`Filter::ResponseHeaders`], applied after the
+    /// rule's filters.
+    pub filters: Vec<Filter>,
 }
 
 /// What a rule does with a matched request.

@@ -21,14 +21,28 @@ pub(crate) fn apply_request_filters(rule: &RouteRule, parts: &mut http::request:
                     set_path(&new_path, &mut parts.uri);
                 }
             }
-            Filter::ResponseHeaders(_) => {}
+            Filter::ResponseHeaders(_) | Filter::Mirror { .. } => {}
         }
     }
 }
 
 /// Applies the rule's ResponseHeaders filters, in order, to a response's headers.
 pub(crate) fn apply_response_filters(rule: &RouteRule, headers: &mut HeaderMap) {
-    for filter in &rule.filters {
+    apply_response_header_filters(&rule.filters, headers);
+}
+
+/// Applies the RequestHeaders filters among `filters` (a backend's own), in order.
+pub(crate) fn apply_request_header_filters(filters: &[Filter], headers: &mut HeaderMap) {
+    for filter in filters {
+        if let Filter::RequestHeaders(m) = filter {
+            modify_headers(m, headers);
+        }
+    }
+}
+
+/// Applies the ResponseHeaders filters among `filters`, in order.
+pub(crate) fn apply_response_header_filters(filters: &[Filter], headers: &mut HeaderMap) {
+    for filter in filters {
         if let Filter::ResponseHeaders(m) = filter {
             modify_headers(m, headers);
         }

@@ -245,7 +245,9 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
     let svc = hyper::service::service_fn(move |req| server::handle(Arc::clone(&ctx), req));
     let result = match &rt.tls {
         None => {
-            let conn = rt.auto.serve_connection(TokioIo::new(stream), svc);
+            let conn = rt
+                .auto
+                .serve_connection_with_upgrades(TokioIo::new(stream), svc);
             ticket.serve(conn).await
         }
         Some(acceptor) => {
@@ -264,7 +266,7 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
             };
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let builder = if h2 { &rt.h2 } else { &rt.h1 };
-            let conn = builder.serve_connection(TokioIo::new(tls), svc);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
             ticket.serve(conn).await
         }
     };

@@ -190,7 +190,10 @@ impl Http1Pool {
         let open = self.open.clone();
         open.inc();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // With upgrades: after a 101 (WebSocket) the connection is handed to the
+            // tunnel instead of being closed; its sender is closed then, so the lease is
+            // not returned to the pool.
+            if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "upstream connection ended");
             }
             open.dec();

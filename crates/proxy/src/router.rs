@@ -398,6 +398,7 @@ mod tests {
         WeightedBackend {
             cluster: ClusterKey(name.into()),
             weight,
+            filters: Vec::new(),
         }
     }
 

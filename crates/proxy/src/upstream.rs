@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response, Uri};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -25,6 +27,9 @@ use crate::pool::{Http1Pool, Lease};
 pub(crate) struct Upstreams {
     http1: Arc<Http1Pool>,
     h2c: Client<CountingConnector, Incoming>,
+    /// Mirrored copies (RequestMirror) carry no body of their own.
+    mirror_http1: Client<CountingConnector, Empty<Bytes>>,
+    mirror_h2c: Client<CountingConnector, Empty<Bytes>>,
 }
 
 impl Upstreams {
@@ -45,15 +50,36 @@ impl Upstreams {
             open,
             connect_errors,
         };
-        let mut b = Client::builder(TokioExecutor::new());
-        b.pool_idle_timeout(config.upstream_idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .http2_only(true);
+        let builder = |h2: bool| {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_idle_timeout(config.upstream_idle_timeout)
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .http2_only(h2);
+            b
+        };
         Upstreams {
             http1,
-            h2c: b.build(connector),
+            h2c: builder(true).build(connector.clone()),
+            mirror_http1: builder(false).build(connector.clone()),
+            mirror_h2c: builder(true).build(connector),
         }
+    }
+
+    /// Sends a mirrored copy and reads its response to the end (the response is
+    /// discarded; reading it lets the connection be reused).
+    pub(crate) async fn send_mirror(
+        &self,
+        protocol: UpstreamProtocol,
+        req: Request<Empty<Bytes>>,
+    ) -> Result<(), BoxError> {
+        let client = match protocol {
+            UpstreamProtocol::Http1 => &self.mirror_http1,
+            UpstreamProtocol::H2c => &self.mirror_h2c,
+        };
+        let resp = client.request(req).await?;
+        resp.into_body().collect().await?;
+        Ok(())
     }
 
     /// Sends one request to `addr` and waits for response headers. HTTP/1.1 requests

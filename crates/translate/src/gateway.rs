@@ -11,6 +11,7 @@ use weir_api::{
 use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
 
 use crate::order::Age;
+use crate::pool::AddressPool;
 use crate::store::{Dep, Store};
 
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -99,11 +100,15 @@ pub(crate) fn compile(
     key: &ObjectKey,
     age: Age,
     gw: &Gateway,
+    pool: Option<&AddressPool>,
     deps: &mut Vec<Dep>,
 ) -> GatewayState {
     let ns = &*key.namespace;
     let mut accepted: Outcome = Ok(());
-    let mut ip = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let mut ip = match pool {
+        Some(p) => IpAddr::V4(p.address_for(ns, &key.name)),
+        None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    };
     if let Some((i, a)) = gw
         .spec
         .addresses

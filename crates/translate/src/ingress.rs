@@ -196,6 +196,7 @@ fn action(
                 out.clusters.push((key.clone(), src));
             }
             Action::Forward(vec![WeightedBackend {
+                filters: Vec::new(),
                 cluster: key,
                 weight: 1,
             }])

@@ -39,6 +39,7 @@ mod fields;
 mod gateway;
 mod ingress;
 mod order;
+mod pool;
 mod route;
 mod small;
 mod status;
@@ -49,6 +50,7 @@ mod translator;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use pool::{AddressPool, InvalidAddressPool};
 pub use translator::Translator;
 
 /// Settings of a [`Translator`].
@@ -66,6 +68,9 @@ pub struct TranslatorOptions {
     pub ingress_http: Option<SocketAddr>,
     /// Where Ingress TLS traffic is served (no Ingress HTTPS listener when `None`).
     pub ingress_https: Option<SocketAddr>,
+    /// Where a Gateway that names no IP address in `spec.addresses` listens: its own
+    /// address from this pool, or `0.0.0.0` when `None`.
+    pub gateway_address_pool: Option<AddressPool>,
 }
 
 impl Default for TranslatorOptions {
@@ -76,6 +81,7 @@ impl Default for TranslatorOptions {
             ingress_class: "weir".into(),
             ingress_http: None,
             ingress_https: None,
+            gateway_address_pool: None,
         }
     }
 }

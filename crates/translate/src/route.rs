@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRoute, HttpRouteRule, Kind, ObjectKey};
+use weir_api::{
+    HttpBackendRef, HttpRequestMirrorFilter, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind,
+    ObjectKey,
+};
 use weir_model::{
     Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
     Timeouts, WeightedBackend,
@@ -254,7 +257,15 @@ fn compile_rule(
                 }
                 direct = Some((j, e.name.clone()));
             }
-            "RequestMirror" => return Err(format!("{ff}.type: RequestMirror is not supported")),
+            "RequestMirror" => {
+                let m = f
+                    .request_mirror
+                    .as_ref()
+                    .ok_or_else(|| missing("requestMirror"))?;
+                if let Some(filter) = mirror(ctx, m, &format!("{ff}.requestMirror"))? {
+                    filters.push(filter);
+                }
+            }
             other => return Err(format!("{ff}.type: unsupported filter type {other:?}")),
         }
     }
@@ -279,13 +290,10 @@ fn compile_rule(
                 duration::parse(r).map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?;
         }
     }
+    let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
     for (k, b) in rule.backend_refs.iter().enumerate() {
         let fb = format!("{field}.backendRefs[{k}]");
-        if !b.filters.is_empty() {
-            return Err(format!(
-                "{fb}.filters: per-backend filters are not supported"
-            ));
-        }
+        backend_filters.push(compile_backend_filters(&b.filters, &fb)?);
         if let Some(w) = b.weight
             && !(0..=1_000_000).contains(&w)
         {
@@ -302,7 +310,7 @@ fn compile_rule(
         )));
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
-        forward(ctx, &rule.backend_refs, field)
+        forward(ctx, &rule.backend_refs, backend_filters, field)
     };
     Ok((matches, filters, action, timeouts))
 }
@@ -334,7 +342,107 @@ fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
     }
 }
 
-fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
+/// A RequestMirror filter. An unresolvable backend is reported in ResolvedRefs and the
+/// filter dropped (the rule still serves); a bad share rejects the rule.
+fn mirror(
+    ctx: &mut Ctx<'_>,
+    m: &HttpRequestMirrorFilter,
+    field: &str,
+) -> Result<Option<Filter>, String> {
+    let per_million = match (m.percent, &m.fraction) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "{field}: percent and fraction are mutually exclusive"
+            ));
+        }
+        (Some(p), None) if (0..=100).contains(&p) => p as u32 * 10_000,
+        (Some(p), None) => return Err(format!("{field}.percent: {p} is not between 0 and 100")),
+        (None, Some(f)) => {
+            let d = f.denominator.unwrap_or(100);
+            if d <= 0 || f.numerator < 0 || f.numerator > d {
+                return Err(format!(
+                    "{field}.fraction: {}/{d} is not a fraction between 0 and 1",
+                    f.numerator
+                ));
+            }
+            (i64::from(f.numerator) * 1_000_000 / i64::from(d)) as u32
+        }
+        (None, None) => 1_000_000,
+    };
+    let b = &m.backend_ref;
+    let route_ns = ctx.ns.clone();
+    let ns = b
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&route_ns);
+    let group = b.group.as_deref().unwrap_or("");
+    let kind = b.kind.as_deref().unwrap_or("Service");
+    let fb = format!("{field}.backendRef");
+    match resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb) {
+        Ok((key, src)) => {
+            if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
+                ctx.out.clusters.push((key.clone(), src));
+            }
+            Ok(Some(Filter::Mirror {
+                cluster: key,
+                per_million,
+            }))
+        }
+        Err(e) => {
+            ctx.out.ref_errors.push(e);
+            Ok(None)
+        }
+    }
+}
+
+/// Filters of one backendRef: header modifiers only (a redirect, rewrite or response of
+/// its own makes no sense per backend, and mirroring is not supported).
+fn compile_backend_filters(
+    filters: &[HttpRouteFilter],
+    field: &str,
+) -> Result<Vec<Filter>, String> {
+    let mut out = Vec::with_capacity(filters.len());
+    for (j, f) in filters.iter().enumerate() {
+        let ff = format!("{field}.filters[{j}]");
+        let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
+        match f.type_.as_str() {
+            "RequestHeaderModifier" => {
+                let h = f
+                    .request_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("requestHeaderModifier"))?;
+                out.push(Filter::RequestHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.requestHeaderModifier"),
+                )?));
+            }
+            "ResponseHeaderModifier" => {
+                let h = f
+                    .response_header_modifier
+                    .as_ref()
+                    .ok_or_else(|| missing("responseHeaderModifier"))?;
+                out.push(Filter::ResponseHeaders(header_modifier(
+                    h,
+                    &format!("{ff}.responseHeaderModifier"),
+                )?));
+            }
+            other => {
+                return Err(format!(
+                    "{ff}.type: {other:?} is not supported on a backendRef (RequestHeaderModifier, ResponseHeaderModifier)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn forward(
+    ctx: &mut Ctx<'_>,
+    refs: &[HttpBackendRef],
+    mut filters: Vec<Vec<Filter>>,
+    field: &str,
+) -> Action {
     if refs.is_empty() {
         return Action::Fail {
             status: 500,
@@ -361,6 +469,7 @@ fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
                 backends.push(WeightedBackend {
                     cluster: key.clone(),
                     weight,
+                    filters: std::mem::take(&mut filters[k]),
                 });
                 if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
                     ctx.out.clusters.push((key, src));
@@ -376,6 +485,7 @@ fn forward(ctx: &mut Ctx<'_>, refs: &[HttpBackendRef], field: &str) -> Action {
                 backends.push(WeightedBackend {
                     cluster: backend::invalid_cluster_key(&what),
                     weight,
+                    filters: Vec::new(),
                 });
             }
         }

@@ -7,21 +7,35 @@ use crate::fields::direct_response_of;
 use crate::store::Store;
 use crate::tls;
 
-/// Gateway API features weir implements (reported in GatewayClass status).
+/// Gateway API features weir implements, reported in GatewayClass `status.supportedFeatures`:
+/// exactly those whose upstream conformance tests weir passes (CONFORMANCE.md), sorted by
+/// name as the API expects.
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
+    "GatewayAddressEmpty",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
     "HTTPRoute",
-    "ReferenceGrant",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
     "HTTPRoutePathRedirect",
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
     "HTTPRouteRequestTimeout",
-    "HTTPRouteBackendTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
 ];
 
 /// The status of an object whose status depends on nothing else; `None` when it has none.
@@ -61,4 +75,13 @@ pub(crate) fn standalone_status(
         _ => return None,
     };
     (!problems.is_empty()).then_some(ObjectStatus::Problems(problems))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn supported_features_are_sorted_and_unique() {
+        let f = super::SUPPORTED_FEATURES;
+        assert!(f.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+    }
 }

@@ -55,6 +55,8 @@ struct Contribution {
 struct GatewayOutputs {
     listeners: Vec<ListenerKey>,
     sni: Vec<(HostKey, SniOwner)>,
+    /// Virtual hosts that exist even without routes (listener isolation).
+    isolated: Vec<HostKey>,
 }
 
 /// Things to recompute in one [`Translator::apply`].
@@ -91,6 +93,10 @@ pub struct Translator {
 
     listeners: HashMap<ListenerKey, Arc<Listener>>,
     hosts: HashMap<HostKey, SmallOrdMap<RuleOrder, Arc<RouteRule>>>,
+    /// Listener hostnames that shadow a less specific listener on the same socket, with
+    /// how many Gateways ask for them: their virtual host exists even with no routes, so
+    /// that their hosts never fall through to the less specific listener's routes.
+    isolated_hosts: HashMap<HostKey, u32>,
     sni: HashMap<HostKey, SmallOrdMap<SniOwner, Arc<Certificate>>>,
     cluster_refs: HashMap<ClusterKey, (u32, ClusterSource)>,
     service_clusters: HashMap<NsName, BTreeSet<ClusterKey>>,
@@ -121,6 +127,7 @@ impl Translator {
             ingress_blocked: false,
             listeners: HashMap::new(),
             hosts: HashMap::new(),
+            isolated_hosts: HashMap::new(),
             sni: HashMap::new(),
             cluster_refs: HashMap::new(),
             service_clusters: HashMap::new(),
@@ -458,11 +465,16 @@ impl Translator {
                 self.listeners.get(k).map(|l| Resource::Listener(l.clone()))
             }
             ResourceKey::VirtualHost(k, h) => {
-                let rules = self.hosts.get(&(*k, h.clone()))?;
+                let hk = (*k, h.clone());
+                let rules = match self.hosts.get(&hk) {
+                    Some(rules) => rules.values().cloned().collect(),
+                    None if self.isolated_hosts.contains_key(&hk) => Vec::new(),
+                    None => return None,
+                };
                 Some(Resource::VirtualHost(Arc::new(VirtualHost::new(
                     *k,
                     h.clone(),
-                    rules.values().cloned().collect(),
+                    rules,
                 ))))
             }
             ResourceKey::Cluster(c) => {

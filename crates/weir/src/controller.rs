@@ -35,6 +35,9 @@ pub struct ControllerOptions {
     /// Addresses written into Gateway and Ingress status where the data plane listens on
     /// `0.0.0.0`/`::` (e.g. the Pod IP or the load balancer's address).
     pub advertise: Vec<String>,
+    /// Gives each Gateway without an IP in `spec.addresses` its own address from this
+    /// range instead of `0.0.0.0` (e.g. loopback addresses for tests).
+    pub gateway_address_pool: Option<weir_translate::AddressPool>,
     /// One log line per request.
     pub access_log: bool,
     /// Serve the configuration push protocol here (split mode: `weir proxy` data planes).
@@ -129,7 +132,8 @@ impl Controller {
                 ..ProxyConfig::default()
             },
             &mut registry,
-        );
+        )
+        .context("starting the data-plane workers")?;
         let metrics = PropagationMetrics::new(&mut registry);
         let mut provider = KubeProvider::start(client.clone());
         let hub = Arc::new(weir_xds::Hub::default());
@@ -189,6 +193,7 @@ impl Controller {
                 ingress_class: opts.ingress_class.clone(),
                 ingress_http: opts.ingress_http,
                 ingress_https: opts.ingress_https,
+                gateway_address_pool: opts.gateway_address_pool,
             },
             dataplane.clone(),
             metrics,

@@ -95,6 +95,10 @@ struct ControllerArgs {
         value_delimiter = ','
     )]
     advertise: Vec<String>,
+    /// Give each Gateway that names no IP address its own address from this IPv4 range
+    /// (CIDR, e.g. 127.10.0.0/16), reported in its status, instead of binding 0.0.0.0.
+    #[arg(long, env = "WEIR_GATEWAY_ADDRESS_POOL")]
+    gateway_address_pool: Option<weir_translate::AddressPool>,
     /// Do not write one access-log line per request.
     #[arg(long)]
     no_access_log: bool,
@@ -213,6 +217,7 @@ fn main() -> ExitCode {
                     ingress_https: Some(a.ingress.ingress_https),
                     ingress_class: a.ingress.ingress_class,
                     advertise: a.advertise,
+                    gateway_address_pool: a.gateway_address_pool,
                     access_log: !a.no_access_log,
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,

@@ -81,7 +81,8 @@ impl Proxy {
                 ..ProxyConfig::default()
             },
             &mut registry,
-        );
+        )
+        .context("starting the data-plane workers")?;
         let admin = tokio::net::TcpListener::bind(opts.admin)
             .await
             .with_context(|| format!("binding the admin server to {}", opts.admin))?;

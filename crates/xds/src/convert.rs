@@ -358,6 +358,48 @@ fn status(f: &str, v: u32) -> Result<u16, InvalidResource> {
     u16::try_from(v).map_err(|_| invalid(f, format!("{v} is not a status code")))
 }
 
+fn filter_to_wire(f: &Filter) -> wire::Filter {
+    use wire::filter::Filter as F;
+    wire::Filter {
+        filter: Some(match f {
+            Filter::RequestHeaders(m) => F::RequestHeaders(modifier_to_wire(m)),
+            Filter::ResponseHeaders(m) => F::ResponseHeaders(modifier_to_wire(m)),
+            Filter::UrlRewrite { hostname, path } => F::UrlRewrite(wire::filter::UrlRewrite {
+                hostname: opt(hostname),
+                path: rewrite_to_wire(path),
+            }),
+            Filter::Mirror {
+                cluster,
+                per_million,
+            } => F::Mirror(wire::filter::Mirror {
+                cluster: cluster.0.to_string(),
+                per_million: *per_million,
+            }),
+        }),
+    }
+}
+
+fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, InvalidResource> {
+    use wire::filter::Filter as F;
+    let mut out = Vec::with_capacity(v.len());
+    for (i, f) in v.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        out.push(match f.filter.as_ref().ok_or_else(|| missing(&at))? {
+            F::RequestHeaders(m) => Filter::RequestHeaders(modifier_from_wire(m)),
+            F::ResponseHeaders(m) => Filter::ResponseHeaders(modifier_from_wire(m)),
+            F::UrlRewrite(u) => Filter::UrlRewrite {
+                hostname: u.hostname.as_deref().map(Into::into),
+                path: rewrite_from_wire(&format!("{at}.url_rewrite.path"), u.path.as_ref())?,
+            },
+            F::Mirror(m) => Filter::Mirror {
+                cluster: ClusterKey(m.cluster.as_str().into()),
+                per_million: m.per_million,
+            },
+        });
+    }
+    Ok(out)
+}
+
 fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
     use wire::action::Action as A;
     use wire::request_match::Path;
@@ -390,26 +432,7 @@ fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
                 .collect(),
             method: opt(&m.method),
         }),
-        filters: r
-            .filters
-            .iter()
-            .map(|f| wire::Filter {
-                filter: Some(match f {
-                    Filter::RequestHeaders(m) => {
-                        wire::filter::Filter::RequestHeaders(modifier_to_wire(m))
-                    }
-                    Filter::ResponseHeaders(m) => {
-                        wire::filter::Filter::ResponseHeaders(modifier_to_wire(m))
-                    }
-                    Filter::UrlRewrite { hostname, path } => {
-                        wire::filter::Filter::UrlRewrite(wire::filter::UrlRewrite {
-                            hostname: opt(hostname),
-                            path: rewrite_to_wire(path),
-                        })
-                    }
-                }),
-            })
-            .collect(),
+        filters: r.filters.iter().map(filter_to_wire).collect(),
         action: Some(wire::Action {
             action: Some(match &r.action {
                 Action::Forward(b) => A::Forward(wire::action::Forward {
@@ -418,6 +441,7 @@ fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
                         .map(|b| wire::WeightedBackend {
                             cluster: b.cluster.0.to_string(),
                             weight: b.weight,
+                            filters: b.filters.iter().map(filter_to_wire).collect(),
                         })
                         .collect(),
                 }),
@@ -484,22 +508,7 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
         query,
         method: m.method.as_deref().map(Into::into),
     };
-    let mut filters = Vec::with_capacity(r.filters.len());
-    for (i, f) in r.filters.iter().enumerate() {
-        let at = format!("filters[{i}]");
-        filters.push(match f.filter.as_ref().ok_or_else(|| missing(&at))? {
-            wire::filter::Filter::RequestHeaders(m) => {
-                Filter::RequestHeaders(modifier_from_wire(m))
-            }
-            wire::filter::Filter::ResponseHeaders(m) => {
-                Filter::ResponseHeaders(modifier_from_wire(m))
-            }
-            wire::filter::Filter::UrlRewrite(u) => Filter::UrlRewrite {
-                hostname: u.hostname.as_deref().map(Into::into),
-                path: rewrite_from_wire(&format!("{at}.url_rewrite.path"), u.path.as_ref())?,
-            },
-        });
-    }
+    let filters = filters_from_wire("filters", &r.filters)?;
     let action = match r
         .action
         .as_ref()
@@ -509,11 +518,18 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
         A::Forward(f) => Action::Forward(
             f.backends
                 .iter()
-                .map(|b| WeightedBackend {
-                    cluster: ClusterKey(b.cluster.as_str().into()),
-                    weight: b.weight,
+                .enumerate()
+                .map(|(i, b)| {
+                    Ok(WeightedBackend {
+                        cluster: ClusterKey(b.cluster.as_str().into()),
+                        weight: b.weight,
+                        filters: filters_from_wire(
+                            &format!("action.forward.backends[{i}].filters"),
+                            &b.filters,
+                        )?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<Vec<_>, InvalidResource>>()?,
         ),
         A::Redirect(rd) => Action::Redirect(Redirect {
             scheme: rd.scheme.as_deref().map(Into::into),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
-use weir_model::{Action, Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
+use weir_model::{Action, Delta, DeltaBatch, Filter, ListenerKey, Resource, ResourceKey};
 
 use crate::convert::{key_to_wire, resource_to_wire, version_of};
 use crate::proto as wire;
@@ -254,16 +254,29 @@ fn owner_of(inner: &Inner, key: &ResourceKey) -> Option<Arc<str>> {
 fn refs_of(r: &Resource) -> Vec<ResourceKey> {
     match r {
         Resource::VirtualHost(v) => {
-            let mut out: Vec<ResourceKey> = v
-                .rules
-                .iter()
-                .filter_map(|rule| match &rule.action {
-                    Action::Forward(b) => Some(b),
-                    _ => None,
-                })
-                .flatten()
-                .map(|b| ResourceKey::Cluster(b.cluster.clone()))
-                .collect();
+            // Backends, and the clusters mirror filters copy requests to (on the rule or on
+            // a backend).
+            let mirrors = |filters: &[Filter]| -> Vec<ResourceKey> {
+                filters
+                    .iter()
+                    .filter_map(|f| match f {
+                        Filter::Mirror { cluster, .. } => {
+                            Some(ResourceKey::Cluster(cluster.clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let mut out: Vec<ResourceKey> = Vec::new();
+            for rule in &v.rules {
+                out.extend(mirrors(&rule.filters));
+                if let Action::Forward(backends) = &rule.action {
+                    for b in backends {
+                        out.push(ResourceKey::Cluster(b.cluster.clone()));
+                        out.extend(mirrors(&b.filters));
+                    }
+                }
+            }
             out.sort();
             out.dedup();
             out

@@ -34,6 +34,7 @@ fn vhost(port: u16, host: &str, cluster: &str) -> Resource {
         Action::Forward(vec![WeightedBackend {
             cluster: ClusterKey(cluster.into()),
             weight: 1,
+            filters: vec![],
         }]),
         Timeouts::default(),
     );

@@ -400,6 +400,7 @@ pub fn forward(clusters: &[(&str, u32)]) -> Action {
             .map(|(c, w)| WeightedBackend {
                 cluster: ClusterKey((*c).into()),
                 weight: *w,
+                filters: Vec::new(),
             })
             .collect(),
     )

@@ -109,7 +109,20 @@ impl Translator {
                 if l.programmed
                     && let Some(k) = l.key
                 {
-                    for h in effective {
+                    // Listener isolation: hosts that a more specific listener on the same
+                    // socket also matches belong to that listener, so this listener's
+                    // routes do not serve them (e.g. a route on a catch-all listener with
+                    // hostname `*.example.com` next to a listener for `*.example.com`).
+                    let owned_elsewhere = |h: &HostMatch| {
+                        views.iter().any(|o| {
+                            o.programmed
+                                && o.key == l.key
+                                && o.hostname != l.hostname
+                                && l.hostname.covers(&o.hostname)
+                                && o.hostname.covers(h)
+                        })
+                    };
+                    for h in effective.into_iter().filter(|h| !owned_elsewhere(h)) {
                         let hk = (k, h);
                         if !hosts.contains(&hk) {
                             hosts.push(hk);

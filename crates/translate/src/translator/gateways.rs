@@ -32,7 +32,16 @@ impl Translator {
                         self.opts.standalone,
                         gw,
                     )
-                    .then(|| gateway::compile(&self.store, &gk, self.store.age(&gk), gw, &mut deps))
+                    .then(|| {
+                        gateway::compile(
+                            &self.store,
+                            &gk,
+                            self.store.age(&gk),
+                            gw,
+                            self.opts.gateway_address_pool.as_ref(),
+                            &mut deps,
+                        )
+                    })
                 }
                 None => None,
             };
@@ -87,6 +96,15 @@ impl Translator {
                 for (hk, owner) in out.sni {
                     self.remove_sni(&hk, &owner, d);
                 }
+                for hk in out.isolated {
+                    if let Some(n) = self.isolated_hosts.get_mut(&hk) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.isolated_hosts.remove(&hk);
+                        }
+                    }
+                    d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1));
+                }
             }
         }
         for gk in settle {
@@ -139,6 +157,21 @@ impl Translator {
             );
             d.resources.insert(ResourceKey::Listener(k));
             out.listeners.push(k);
+            // Listener isolation: a listener whose hostname a less specific listener on
+            // the same socket also matches gets its virtual host even without routes, so
+            // its hosts answer 404 rather than reach the other listener's routes.
+            for l in &on_key {
+                let shadows = on_key
+                    .iter()
+                    .any(|o| o.hostname != l.hostname && o.hostname.covers(&l.hostname));
+                let hk = (k, l.hostname.clone());
+                if shadows && !out.isolated.contains(&hk) {
+                    *self.isolated_hosts.entry(hk.clone()).or_insert(0) += 1;
+                    d.resources
+                        .insert(ResourceKey::VirtualHost(k, l.hostname.clone()));
+                    out.isolated.push(hk);
+                }
+            }
             if protocol == Protocol::Https {
                 let mut seen: Vec<HostMatch> = Vec::new();
                 for l in &on_key {

@@ -164,6 +164,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         ingress_https: None,
         ingress_class: "weir".into(),
         advertise: vec!["192.0.2.10".into()],
+        gateway_address_pool: None,
         access_log: false,
         xds_listen: None,
         embedded_proxy: true,

@@ -75,6 +75,7 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             ingress_https: None,
             ingress_class: "weir-rbac".into(),
             advertise: vec![],
+            gateway_address_pool: None,
             access_log: false,
             xds_listen: None,
             embedded_proxy: true,
