@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures_util::Stream;
 use futures_util::future::BoxFuture;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -55,6 +56,29 @@ pub struct ServerMetrics {
     pub refused: Counter,
     /// Update sent → its Ack received (the data plane's decode + apply + the round trip).
     pub ack_seconds: Histogram,
+    /// Per data plane (labels `gateway`, `node`; as many series as data planes): whether it
+    /// is connected, the nonce of its last acknowledged update, and its refusals.
+    pub per_data_plane: PerDataPlane,
+}
+
+/// Label set of the per-data-plane series.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelSet)]
+pub struct DataPlaneLabels {
+    /// `namespace/name` of the Gateway.
+    pub gateway: String,
+    /// The data plane's node name.
+    pub node: String,
+}
+
+/// See [`ServerMetrics::per_data_plane`].
+#[derive(Clone, Debug, Default)]
+pub struct PerDataPlane {
+    /// 1 while connected.
+    pub connected: Family<DataPlaneLabels, Gauge>,
+    /// Nonce of the last acknowledged update.
+    pub last_ack: Family<DataPlaneLabels, Gauge>,
+    /// Resources refused.
+    pub refused: Family<DataPlaneLabels, Counter>,
 }
 
 impl ServerMetrics {
@@ -66,7 +90,24 @@ impl ServerMetrics {
             resources: Counter::default(),
             refused: Counter::default(),
             ack_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
+            per_data_plane: PerDataPlane::default(),
         };
+        let p = &m.per_data_plane;
+        registry.register(
+            "weir_xds_data_plane_connected",
+            "1 while the data plane is connected",
+            p.connected.clone(),
+        );
+        registry.register(
+            "weir_xds_data_plane_last_ack_nonce",
+            "Nonce of the data plane's last acknowledged update",
+            p.last_ack.clone(),
+        );
+        registry.register(
+            "weir_xds_data_plane_refused",
+            "Resources the data plane refused",
+            p.refused.clone(),
+        );
         registry.register(
             "weir_xds_update_ack_seconds",
             "Update sent to a data plane until its Ack arrived (decode, apply, round trip)",
@@ -184,6 +225,29 @@ async fn drive(
     node: String,
 ) {
     metrics.connected.inc();
+    let labels = DataPlaneLabels {
+        gateway: session.gateway().to_string(),
+        node: node.clone(),
+    };
+    // Resolved once: a family lookup takes a lock.
+    let (connected, last_ack, refused_here) = (
+        metrics
+            .per_data_plane
+            .connected
+            .get_or_create(&labels)
+            .clone(),
+        metrics
+            .per_data_plane
+            .last_ack
+            .get_or_create(&labels)
+            .clone(),
+        metrics
+            .per_data_plane
+            .refused
+            .get_or_create(&labels)
+            .clone(),
+    );
+    connected.set(1);
     hub.synced().await;
     let notify = session.notify();
     let mut sent_at = std::time::Instant::now();
@@ -211,6 +275,7 @@ async fn drive(
                 message: Some(Message::Ack(a)),
             })) => {
                 metrics.ack_seconds.observe(sent_at.elapsed().as_secs_f64());
+                last_ack.set(i64::try_from(a.nonce).unwrap_or(i64::MAX));
                 let refused: Vec<Refused> = a
                     .rejected
                     .iter()
@@ -223,6 +288,7 @@ async fn drive(
                     .collect();
                 for r in session.ack(a.nonce, refused) {
                     metrics.refused.inc();
+                    refused_here.inc();
                     tracing::warn!(gateway = session.gateway(), %node, resource = ?r.key, error = %r.error, "data plane refused a resource; it keeps its last good version");
                 }
             }
@@ -231,5 +297,6 @@ async fn drive(
         }
     }
     metrics.connected.dec();
+    connected.set(0);
     tracing::info!(gateway = session.gateway(), %node, "data plane disconnected");
 }

@@ -258,6 +258,11 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "both proxies reconnected");
+    let page = status_of(cadmin, "/metrics").await.unwrap().body;
+    for gw in ["t10/gw1", "t10/gw2"] {
+        let line = format!("weir_xds_data_plane_connected{{gateway=\"{gw}\",node=\"{gw}\"}} 1");
+        assert!(page.contains(&line), "per-data-plane series {line}");
+    }
     let resent = metric(cadmin, "weir_xds_resources_sent_total").await;
     println!("SPLIT after the controller restart: {resent} resources sent");
     // gw1: its one changed virtual host and the svc-b cluster it now uses (svc-a is still
