@@ -20,6 +20,42 @@ pub struct GatewayClass {
 pub struct GatewayClassSpec {
     /// The controller that owns Gateways of this class.
     pub controller_name: String,
+    /// Implementation parameters (weir: a ConfigMap of data-plane provisioning settings).
+    pub parameters_ref: Option<ParametersReference>,
+}
+
+/// A GatewayClass `parametersRef`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParametersReference {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace (for namespaced kinds).
+    pub namespace: Option<String>,
+}
+
+/// A Gateway's `infrastructure`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayInfrastructure {
+    /// Implementation parameters in the Gateway's namespace (weir: a ConfigMap).
+    pub parameters_ref: Option<LocalParametersReference>,
+}
+
+/// A Gateway `infrastructure.parametersRef` (same namespace as the Gateway).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalParametersReference {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
 }
 
 /// Gateway.
@@ -42,6 +78,8 @@ pub struct GatewaySpec {
     pub addresses: Vec<GatewayAddress>,
     /// Listeners.
     pub listeners: Vec<GatewayListener>,
+    /// Infrastructure settings (parameters for the provisioned data plane).
+    pub infrastructure: Option<GatewayInfrastructure>,
 }
 
 /// A requested Gateway address.

@@ -24,7 +24,9 @@ mod status;
 mod watch;
 
 pub use crate::provision::{ProvisionOptions, Provisioner, manifests, provisioned_name};
-pub use crate::render::{GatewayProblems, ProblemsOf, RenderOptions};
+pub use crate::render::{
+    AddressesOf, GatewayAddresses, GatewayProblems, ProblemsOf, RenderOptions,
+};
 pub use crate::status::{StatusWriter, WriteResult, WriterStats};
 pub use crate::watch::{KubeProvider, LiveCache, Update};
 

@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
-use weir_api::{Gateway, ObjectKey};
+use weir_api::{Gateway, GatewayClass, ObjectKey};
 
 /// How data planes are deployed.
 #[derive(Clone, Debug)]
@@ -125,6 +125,32 @@ pub fn manifests(opts: &ProvisionOptions, gw: &Gateway) -> Vec<Value> {
     ]
 }
 
+/// A Service's reachable addresses: its load-balancer ingress, else its cluster IP.
+fn service_addresses(data: &Value) -> Vec<String> {
+    let lb: Vec<String> = data
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|v| {
+            v.iter()
+                .filter_map(|i| {
+                    i.get("ip")
+                        .or_else(|| i.get("hostname"))
+                        .and_then(Value::as_str)
+                })
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if !lb.is_empty() {
+        return lb;
+    }
+    data.pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(|ip| vec![ip.to_string()])
+        .unwrap_or_default()
+}
+
 /// Creates, updates and deletes the data-plane objects of Gateways.
 pub struct Provisioner {
     client: kube::Client,
@@ -137,20 +163,75 @@ impl Provisioner {
         Provisioner { client, opts }
     }
 
-    /// Brings Gateway `gw`'s objects to their desired state.
-    pub async fn ensure(&self, gw: &Gateway) -> Result<(), kube::Error> {
+    /// Brings Gateway `gw`'s objects to their desired state, with the settings of its
+    /// class's `parametersRef` and its own `infrastructure.parametersRef` (ConfigMaps with
+    /// keys `image`, `replicas`, `serviceType`; the Gateway's win) over the defaults.
+    /// Returns the addresses of its Service (load-balancer ingress, else cluster IP).
+    pub async fn ensure(
+        &self,
+        gw: &Gateway,
+        class: Option<&GatewayClass>,
+    ) -> Result<Vec<String>, kube::Error> {
+        let mut opts = self.opts.clone();
+        let class_ref = class
+            .and_then(|c| c.spec.parameters_ref.as_ref())
+            .filter(|r| r.group.is_empty() && r.kind == "ConfigMap")
+            .and_then(|r| Some((r.namespace.clone()?, r.name.clone())));
+        let gw_ref = gw
+            .spec
+            .infrastructure
+            .as_ref()
+            .and_then(|i| i.parameters_ref.as_ref())
+            .filter(|r| r.group.is_empty() && r.kind == "ConfigMap")
+            .map(|r| (gw.metadata.namespace.clone(), r.name.clone()));
+        for (ns, name) in [class_ref, gw_ref].into_iter().flatten() {
+            self.overlay(&mut opts, &ns, &name).await;
+        }
         let pp = PatchParams::apply("weir-provisioner").force();
-        for (obj, ar) in manifests(&self.opts, gw).into_iter().zip(kinds()) {
+        let mut addresses = Vec::new();
+        for (obj, ar) in manifests(&opts, gw).into_iter().zip(kinds()) {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), &gw.metadata.namespace, &ar);
-            api.patch(
-                &provisioned_name(&gw.metadata.name),
-                &pp,
-                &Patch::Apply(&obj),
-            )
-            .await?;
+            let applied = api
+                .patch(
+                    &provisioned_name(&gw.metadata.name),
+                    &pp,
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+            if ar.kind == "Service" {
+                addresses = service_addresses(&applied.data);
+            }
         }
-        Ok(())
+        Ok(addresses)
+    }
+
+    /// Applies the keys of ConfigMap `ns/name` to `opts` (a missing or bad one is logged
+    /// and skipped: the defaults stay).
+    async fn overlay(&self, opts: &mut ProvisionOptions, ns: &str, name: &str) {
+        let cm = resource("", "v1", "ConfigMap", "configmaps");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &cm);
+        let data = match api.get(name).await {
+            Ok(o) => o.data.get("data").cloned().unwrap_or(Value::Null),
+            Err(e) => {
+                tracing::warn!(configmap = %format!("{ns}/{name}"), error = %e, "provisioning parameters not readable; using the defaults");
+                return;
+            }
+        };
+        if let Some(v) = data.get("image").and_then(Value::as_str) {
+            opts.image = v.to_string();
+        }
+        if let Some(v) = data.get("serviceType").and_then(Value::as_str) {
+            opts.service_type = v.to_string();
+        }
+        if let Some(v) = data.get("replicas").and_then(Value::as_str) {
+            match v.parse() {
+                Ok(n) => opts.replicas = n,
+                Err(_) => {
+                    tracing::warn!(configmap = %format!("{ns}/{name}"), value = v, "replicas is not a number; ignored")
+                }
+            }
+        }
     }
 
     /// Deletes Gateway `key`'s objects (absent ones are fine).

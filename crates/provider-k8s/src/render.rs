@@ -19,6 +19,20 @@ impl std::fmt::Debug for GatewayProblems {
     }
 }
 
+/// Addresses of a Gateway known outside the translator (split mode: its provisioned
+/// Service), by namespace and name; they replace the listener bind addresses in status.
+#[derive(Clone)]
+pub struct GatewayAddresses(pub std::sync::Arc<AddressesOf>);
+
+/// `(namespace, name) → addresses` of a Gateway, if known.
+pub type AddressesOf = dyn Fn(&str, &str) -> Option<Vec<String>> + Send + Sync;
+
+impl std::fmt::Debug for GatewayAddresses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatewayAddresses(..)")
+    }
+}
+
 /// How rendering is configured.
 #[derive(Clone, Debug, Default)]
 pub struct RenderOptions {
@@ -30,6 +44,8 @@ pub struct RenderOptions {
     pub advertise: Vec<String>,
     /// Extra problems per Gateway (split mode: data-plane refusals).
     pub gateway_problems: Option<GatewayProblems>,
+    /// Addresses per Gateway that replace the bind addresses (split mode).
+    pub gateway_addresses: Option<GatewayAddresses>,
 }
 
 /// The status to write for an object whose stored status is `current`, or `None` when
@@ -74,11 +90,29 @@ pub(crate) fn render(
                 })
                 .collect();
             let mut addresses = Vec::new();
-            for a in &s.addresses {
-                for v in advertised(opts, &a.value) {
-                    let entry = json!({"type": a.type_, "value": v});
-                    if !addresses.contains(&entry) {
-                        addresses.push(entry);
+            let known = opts
+                .gateway_addresses
+                .as_ref()
+                .and_then(|a| (a.0)(&key.namespace, &key.name));
+            match known {
+                Some(known) => {
+                    for v in known {
+                        let type_ = if v.parse::<std::net::IpAddr>().is_ok() {
+                            "IPAddress"
+                        } else {
+                            "Hostname"
+                        };
+                        addresses.push(json!({"type": type_, "value": v}));
+                    }
+                }
+                None => {
+                    for a in &s.addresses {
+                        for v in advertised(opts, &a.value) {
+                            let entry = json!({"type": a.type_, "value": v});
+                            if !addresses.contains(&entry) {
+                                addresses.push(entry);
+                            }
+                        }
                     }
                 }
             }
@@ -254,6 +288,7 @@ mod tests {
             controller_name: "weir.dev/gateway-controller".into(),
             advertise: vec!["10.0.0.5".into()],
             gateway_problems: None,
+            gateway_addresses: None,
         }
     }
 

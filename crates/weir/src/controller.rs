@@ -138,6 +138,8 @@ impl Controller {
         let mut provider = KubeProvider::start(client.clone());
         let hub = Arc::new(weir_xds::Hub::default());
         let problems_hub = hub.clone();
+        let addresses: crate::provisioning::Addresses = Default::default();
+        let status_addresses = addresses.clone();
         let writer = Arc::new(StatusWriter::spawn(
             client.clone(),
             provider.live(),
@@ -147,6 +149,17 @@ impl Controller {
                 // Split mode: what a Gateway's data planes refuse makes it not Programmed.
                 gateway_problems: Some(weir_provider_k8s::GatewayProblems(Arc::new(
                     move |ns: &str, name: &str| problems_hub.refusals(&format!("{ns}/{name}")),
+                ))),
+                // Split mode with provisioning: the provisioned Service's addresses.
+                gateway_addresses: Some(weir_provider_k8s::GatewayAddresses(Arc::new(
+                    move |ns: &str, name: &str| {
+                        let key = weir_api::ObjectKey::new(weir_api::Kind::Gateway, ns, name);
+                        status_addresses
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get(&key)
+                            .cloned()
+                    },
                 ))),
             },
             &mut registry,
@@ -200,10 +213,12 @@ impl Controller {
         )
         .with_hub(hub.clone(), opts.embedded_proxy);
         let mut provisioning = opts.provision.clone().map(|p| {
-            crate::provisioning::Provisioning::start(weir_provider_k8s::Provisioner::new(
-                client.clone(),
-                p,
-            ))
+            let writer = writer.clone();
+            crate::provisioning::Provisioning::start(
+                weir_provider_k8s::Provisioner::new(client.clone(), p),
+                addresses.clone(),
+                move |gateway| writer.refresh(&[gateway]),
+            )
         });
         let seen = Instant::now();
         let update = provider.initial().await;

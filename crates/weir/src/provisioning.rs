@@ -18,12 +18,24 @@ enum Want {
 /// Tracks Gateways and their acceptance; sends provisioning work to its task.
 pub(crate) struct Provisioning {
     gateways: BTreeMap<ObjectKey, Arc<Object>>,
+    classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>>,
     tx: mpsc::UnboundedSender<(ObjectKey, Want)>,
 }
 
+/// The addresses of each provisioned Gateway's Service, for its status.
+pub(crate) type Addresses = Arc<std::sync::Mutex<BTreeMap<ObjectKey, Vec<String>>>>;
+
 impl Provisioning {
-    pub(crate) fn start(provisioner: Provisioner) -> Provisioning {
+    /// `addresses` receives each Gateway's Service addresses; `changed` is called with the
+    /// Gateway whose addresses changed (to write its status again).
+    pub(crate) fn start(
+        provisioner: Provisioner,
+        addresses: Addresses,
+        changed: impl Fn(ObjectKey) + Send + 'static,
+    ) -> Provisioning {
         let (tx, mut rx) = mpsc::unbounded_channel::<(ObjectKey, Want)>();
+        let classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>> = Default::default();
+        let task_classes = classes.clone();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 // The newest request per Gateway wins.
@@ -35,10 +47,35 @@ impl Provisioning {
                 for (key, want) in batch {
                     let r = match &want {
                         Want::Present(o) => match &**o {
-                            Object::Gateway(gw) => provisioner.ensure(gw).await,
+                            Object::Gateway(gw) => {
+                                let class = task_classes
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get(&gw.spec.gateway_class_name)
+                                    .cloned();
+                                let class = class.as_deref().and_then(|c| match c {
+                                    Object::GatewayClass(c) => Some(c),
+                                    _ => None,
+                                });
+                                provisioner.ensure(gw, class).await.map(|a| {
+                                    let mut all =
+                                        addresses.lock().unwrap_or_else(|p| p.into_inner());
+                                    if all.get(&key) != Some(&a) {
+                                        all.insert(key.clone(), a);
+                                        drop(all);
+                                        changed(key.clone());
+                                    }
+                                })
+                            }
                             _ => Ok(()),
                         },
-                        Want::Absent => provisioner.remove(&key).await,
+                        Want::Absent => {
+                            addresses
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .remove(&key);
+                            provisioner.remove(&key).await
+                        }
                     };
                     match r {
                         Ok(()) => {
@@ -53,6 +90,7 @@ impl Provisioning {
         });
         Provisioning {
             gateways: BTreeMap::new(),
+            classes,
             tx,
         }
     }
@@ -60,8 +98,15 @@ impl Provisioning {
     /// Notes Gateway objects among the changes (before they are translated).
     pub(crate) fn observe(&mut self, upserts: &[Arc<Object>], deletes: &[ObjectKey]) {
         for o in upserts {
-            if o.kind() == Kind::Gateway {
-                self.gateways.insert(o.key(), o.clone());
+            match o.kind() {
+                Kind::Gateway => {
+                    self.gateways.insert(o.key(), o.clone());
+                }
+                Kind::GatewayClass => {
+                    let mut c = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+                    c.insert(o.metadata().name.clone(), o.clone());
+                }
+                _ => {}
             }
         }
         for k in deletes {

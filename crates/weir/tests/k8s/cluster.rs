@@ -21,6 +21,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "Namespace" => "namespaces",
         "ServiceAccount" => "serviceaccounts",
         "Deployment" => "deployments",
+        "ConfigMap" => "configmaps",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
         other => panic!("no plural known for {other}"),

@@ -345,6 +345,38 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
             "{kind}"
         );
     }
+    // The Gateway's status reports its provisioned Service's address.
+    let svc = get(c, "v1", "Service", ns, "weir-gw1").await.unwrap();
+    let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    wait_status(c, GW_V1, ns, "gw1", "the Service's address", |s| {
+        s["addresses"] == json!([{"type": "IPAddress", "value": cluster_ip}])
+    })
+    .await;
+    // Parameters from a ConfigMap named by the Gateway's infrastructure.parametersRef.
+    cluster::apply(
+        c,
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "weir-params", "namespace": ns},
+                 "data": {"replicas": "3", "image": "weir:from-params"}})],
+    )
+    .await;
+    let mut g = gw("gw1", ip1, p1);
+    g["spec"]["listeners"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "taken", "port": blocker_port, "protocol": "HTTP"}));
+    g["spec"]["infrastructure"] =
+        json!({"parametersRef": {"group": "", "kind": "ConfigMap", "name": "weir-params"}});
+    cluster::apply(c, &[g]).await;
+    let ok = support::eventually(Duration::from_secs(20), || async {
+        get(c, "apps/v1", "Deployment", ns, "weir-gw1")
+            .await
+            .is_some_and(|d| {
+                d["spec"]["replicas"] == 3
+                    && d["spec"]["template"]["spec"]["containers"][0]["image"] == "weir:from-params"
+            })
+    })
+    .await;
+    assert!(ok, "the Deployment follows the parameters ConfigMap");
     let dep = get(c, "apps/v1", "Deployment", ns, "weir-gw1")
         .await
         .unwrap();
