@@ -15,7 +15,9 @@ mod dataplane;
 mod error;
 mod listeners;
 mod metrics;
+mod mirror;
 mod server;
+mod upgrade;
 mod upstream;
 
 pub use admin::serve_admin;
