@@ -16,8 +16,10 @@ mod drain;
 mod error;
 mod listeners;
 mod metrics;
+mod mirror;
 mod pool;
 mod server;
+mod upgrade;
 mod upstream;
 mod workers;
 

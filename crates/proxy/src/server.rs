@@ -22,8 +22,10 @@ use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
+use crate::mirror;
 use crate::pool::Lease;
 use crate::router::{self, RequestView, RouteOutcome};
+use crate::upgrade;
 
 /// The response body: a small body produced here, or an upstream body streamed through.
 pub(crate) struct ProxyBody {
@@ -275,7 +277,7 @@ async fn serve(
             let addr = endpoint.addr.clone();
             outcome.upstream = Some(addr.clone());
             drop(host);
-            let mirrors = mirror_targets(&snapshot, &rule);
+            let mirrors = mirror::targets(&snapshot, &rule);
             let target = Target {
                 addr,
                 protocol,
@@ -301,89 +303,6 @@ struct Target<'a> {
     mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
 }
 
-/// The endpoint of each RequestMirror filter of `rule` that this request is sampled for
-/// (no allocation when the rule mirrors nothing). A mirror cluster that is missing or
-/// empty is skipped.
-fn mirror_targets(
-    snapshot: &crate::snapshot::Snapshot,
-    rule: &RouteRule,
-) -> Vec<(EndpointAddr, UpstreamProtocol)> {
-    rule.filters
-        .iter()
-        .filter_map(|f| match f {
-            Filter::Mirror {
-                cluster,
-                per_million,
-            } if sampled(*per_million) => {
-                let c = snapshot.cluster(cluster)?;
-                let e = c.pick()?;
-                Some((e.addr.clone(), c.cluster.protocol))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether a request falls in a share of `per_million` millionths: a counter through a
-/// SplitMix64 finalizer, uniform enough for traffic shares and lock-free.
-fn sampled(per_million: u32) -> bool {
-    if per_million >= 1_000_000 {
-        return true;
-    }
-    static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
-    let mut z = STATE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    z % 1_000_000 < u64::from(per_million)
-}
-
-/// Sends a copy of a bodiless request head to each mirror endpoint in the background,
-/// each bounded by `limit`. Requests with a body are not mirrored (the body is streamed
-/// to the chosen backend once, not buffered).
-fn send_mirrors(
-    ctx: &ConnContext,
-    parts: &http::request::Parts,
-    has_body: bool,
-    mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
-    limit: Duration,
-) {
-    if has_body {
-        tracing::debug!("request with a body not mirrored");
-        return;
-    }
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    for (addr, protocol) in mirrors {
-        let Ok(uri) = upstream_uri(&addr, path.clone()) else {
-            continue;
-        };
-        let mut req = Request::new(http_body_util::Empty::<Bytes>::new());
-        *req.method_mut() = parts.method.clone();
-        *req.uri_mut() = uri;
-        *req.headers_mut() = parts.headers.clone();
-        // A copy never upgrades (its connection is not joined to anything).
-        req.headers_mut().remove(header::CONNECTION);
-        req.headers_mut().remove(header::UPGRADE);
-        *req.version_mut() = match protocol {
-            UpstreamProtocol::Http1 => Version::HTTP_11,
-            UpstreamProtocol::H2c => Version::HTTP_2,
-        };
-        let shared = Arc::clone(&ctx.shared);
-        tokio::spawn(async move {
-            let sent = tokio::time::timeout(limit, shared.upstreams.send_mirror(protocol, req));
-            match sent.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(upstream = %addr, error = %e, "mirror failed"),
-                Err(_) => tracing::debug!(upstream = %addr, "mirror timed out"),
-            }
-        });
-    }
-}
-
 async fn forward(
     ctx: &ConnContext,
     rule: &RouteRule,
@@ -400,9 +319,9 @@ async fn forward(
     } = target;
     let (mut parts, body) = req.into_parts();
     // An HTTP/1.1 upgrade (e.g. WebSocket) is passed on to an HTTP/1.1 upstream; if it
-    // answers 101 the two connections are joined (see `tunnel`).
+    // answers 101 the two connections are joined (see `upgrade::tunnel`).
     let upgrade = (protocol == UpstreamProtocol::Http1)
-        .then(|| upgrade_requested(&parts))
+        .then(|| upgrade::requested(&parts))
         .flatten();
     let client_upgrade = upgrade
         .is_some()
@@ -422,8 +341,8 @@ async fn forward(
             .timeouts
             .request
             .or(rule.timeouts.backend_request)
-            .unwrap_or(MIRROR_TIMEOUT);
-        send_mirrors(ctx, &parts, !body.is_end_stream(), mirrors, limit);
+            .unwrap_or(mirror::DEFAULT_TIMEOUT);
+        mirror::send(ctx, &parts, !body.is_end_stream(), mirrors, limit);
     }
     filters::apply_request_header_filters(backend_filters, &mut parts.headers);
 
@@ -458,7 +377,7 @@ async fn forward(
     let switched = match client_upgrade {
         Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let upstream = hyper::upgrade::on(&mut resp);
-            tokio::spawn(tunnel(client, upstream));
+            tokio::spawn(upgrade::tunnel(client, upstream));
             resp.headers().get(header::UPGRADE).cloned()
         }
         _ => None,
@@ -530,40 +449,7 @@ impl<T, F: Future<Output = Result<T, ProxyError>>> Future for Bounded<F> {
     }
 }
 
-/// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` plus an
-/// `Upgrade` header), if any.
-fn upgrade_requested(parts: &http::request::Parts) -> Option<HeaderValue> {
-    if parts.version != Version::HTTP_11 {
-        return None;
-    }
-    let asks = parts.headers.get_all(header::CONNECTION).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-        })
-    });
-    asks.then(|| parts.headers.get(header::UPGRADE).cloned())
-        .flatten()
-}
-
-/// Joins an upgraded client connection and the upgraded upstream connection, copying
-/// both ways until either side closes.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(both) => both,
-        Err(e) => {
-            tracing::debug!(error = %e, "upgrade failed");
-            return;
-        }
-    };
-    let mut client = hyper_util::rt::TokioIo::new(client);
-    let mut upstream = hyper_util::rt::TokioIo::new(upstream);
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        tracing::debug!(error = %e, "upgraded connection closed with an error");
-    }
-}
-
-fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
+pub(crate) fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
     let authority = match addr {
         EndpointAddr::Socket(s) => Authority::try_from(s.to_string()),
         EndpointAddr::Host(h, p) => Authority::try_from(format!("{h}:{p}")),
@@ -576,9 +462,6 @@ fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyErr
         .build()
         .map_err(|e| ProxyError::Connect(Box::new(e)))
 }
-
-/// How long a mirrored copy may take when the rule sets no timeout.
-const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
 
 const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,

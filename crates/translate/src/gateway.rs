@@ -82,6 +82,9 @@ pub(crate) struct GatewayState {
     pub(crate) age: Age,
     pub(crate) generation: Option<i64>,
     pub(crate) accepted: Outcome,
+    /// Why the requested addresses cannot be served (`AddressNotUsable`): the Gateway is
+    /// accepted but nothing of it is programmed.
+    pub(crate) unusable: Option<String>,
     pub(crate) ip: IpAddr,
     pub(crate) listeners: Vec<ListenerState>,
 }
@@ -109,15 +112,41 @@ pub(crate) fn compile(
         Some(p) => IpAddr::V4(p.address_for(ns, &key.name)),
         None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };
-    if let Some((i, a)) = gw
-        .spec
-        .addresses
-        .iter()
-        .enumerate()
-        .find(|(_, a)| a.type_.as_deref().is_none_or(|t| t == "IPAddress"))
-    {
+    // Requested addresses: an IPAddress is where the Gateway listens (one per Gateway);
+    // a Hostname names it from outside (e.g. a load balancer's DNS name) and does not
+    // change where it listens; any other type is unsupported. With a pool, only the
+    // pool's addresses can be served (they are the ones this controller hands out).
+    let mut unusable: Option<String> = None;
+    let mut requested: Vec<IpAddr> = Vec::new();
+    for (i, a) in gw.spec.addresses.iter().enumerate() {
+        match a.type_.as_deref().unwrap_or("IPAddress") {
+            "IPAddress" => {}
+            "Hostname" => continue,
+            t => {
+                accepted = Err((
+                    "UnsupportedAddress",
+                    format!(
+                        "spec.addresses[{i}].type: {t:?} is not supported (IPAddress, Hostname)"
+                    ),
+                ));
+                continue;
+            }
+        }
+        if a.value.is_empty() {
+            // An empty value asks the implementation to pick (GatewayAddressEmpty).
+            continue;
+        }
         match a.value.parse::<IpAddr>() {
-            Ok(v) => ip = v,
+            Ok(v) => {
+                if let Some(p) = pool
+                    && !p.contains(v)
+                {
+                    unusable.get_or_insert(format!(
+                        "spec.addresses[{i}].value: {v} is outside the address pool {p}"
+                    ));
+                }
+                requested.push(v);
+            }
             Err(_) => {
                 accepted = Err((
                     "UnsupportedAddress",
@@ -128,6 +157,15 @@ pub(crate) fn compile(
                 ))
             }
         }
+    }
+    if requested.len() > 1 {
+        unusable.get_or_insert(format!(
+            "spec.addresses: {} addresses requested; a Gateway is served on one",
+            requested.len()
+        ));
+    }
+    if let Some(v) = requested.first() {
+        ip = *v;
     }
     let mut listeners = Vec::with_capacity(gw.spec.listeners.len());
     for (i, l) in gw.spec.listeners.iter().enumerate() {
@@ -227,7 +265,7 @@ pub(crate) fn compile(
             name: l.name.as_str().into(),
             port: l.port,
             key: port
-                .filter(|_| accepted.is_ok())
+                .filter(|_| accepted.is_ok() && unusable.is_none())
                 .map(|p| ListenerKey(SocketAddr::new(ip, p))),
             protocol,
             hostname,
@@ -280,6 +318,7 @@ pub(crate) fn compile(
         age,
         generation: gw.metadata.generation,
         accepted,
+        unusable,
         ip,
         listeners,
     }
@@ -431,7 +470,9 @@ pub(crate) fn status(
     let any_programmed = state.listeners.iter().any(|l| l.programmed);
     let conditions = vec![
         cond("Accepted", &state.accepted, "Accepted", "Gateway accepted"),
-        if any_programmed {
+        if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
+            Condition::new("Programmed", false, "AddressNotUsable", m.clone(), g)
+        } else if any_programmed {
             Condition::new("Programmed", true, "Programmed", "Gateway programmed", g)
         } else {
             Condition::new(
@@ -497,7 +538,7 @@ pub(crate) fn status(
         })
         .collect();
     GatewayStatus {
-        addresses: if state.accepted.is_ok() {
+        addresses: if state.accepted.is_ok() && state.unusable.is_none() {
             vec![GatewayStatusAddress {
                 type_: "IPAddress".into(),
                 value: state.ip.to_string(),

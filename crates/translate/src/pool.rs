@@ -52,6 +52,17 @@ impl fmt::Display for AddressPool {
 }
 
 impl AddressPool {
+    /// Whether `ip` is inside the range.
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                let mask = u32::MAX << (32 - self.prefix_len);
+                u32::from(v4) & mask == self.base
+            }
+            std::net::IpAddr::V6(_) => false,
+        }
+    }
+
     /// The address of Gateway `namespace/name`: never the range's first or last address.
     pub fn address_for(&self, namespace: &str, name: &str) -> Ipv4Addr {
         // FNV-1a: stable across builds and platforms (std's hasher is not guaranteed to be).
@@ -92,6 +103,14 @@ mod tests {
         let p: AddressPool = "127.10.0.0/16".parse().unwrap();
         assert_eq!(p.address_for("a", "b"), p.address_for("a", "b"));
         assert_ne!(p.address_for("a", "bc"), p.address_for("ab", "c"));
+    }
+
+    #[test]
+    fn contains() {
+        let p: AddressPool = "127.10.0.0/16".parse().unwrap();
+        assert!(p.contains("127.10.255.1".parse().unwrap()));
+        assert!(!p.contains("127.11.0.1".parse().unwrap()));
+        assert!(!p.contains("::1".parse().unwrap()));
     }
 
     #[test]

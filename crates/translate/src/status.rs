@@ -15,6 +15,7 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
