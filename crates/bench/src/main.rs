@@ -130,6 +130,10 @@ struct TrafficArgs {
     /// The weir binary [default: <workspace>/target/release/weir].
     #[arg(long)]
     weir: Option<PathBuf>,
+    /// A second weir binary, measured in the same run as `weir-baseline` right after weir
+    /// (e.g. the build before a change); not a peer in the ratios.
+    #[arg(long)]
+    weir_baseline: Option<PathBuf>,
     /// Directory for the JSON, markdown and PNG outputs
     /// [default: <workspace>/target/weir-bench/results].
     #[arg(long)]
@@ -150,6 +154,25 @@ struct TrafficArgs {
     keep_work: bool,
 }
 
+/// The proxies to run: with a baseline binary, `weir-baseline` right after weir (unless
+/// listed explicitly); without one, never.
+fn with_baseline(
+    mut proxies: Vec<traffic::proxies::ProxyKind>,
+    baseline: bool,
+) -> Vec<traffic::proxies::ProxyKind> {
+    use traffic::proxies::ProxyKind;
+    if !baseline {
+        proxies.retain(|p| *p != ProxyKind::WeirBaseline);
+    } else if !proxies.contains(&ProxyKind::WeirBaseline) {
+        let at = proxies
+            .iter()
+            .position(|p| *p == ProxyKind::Weir)
+            .map_or(0, |i| i + 1);
+        proxies.insert(at, ProxyKind::WeirBaseline);
+    }
+    proxies
+}
+
 impl TrafficArgs {
     fn options(self) -> traffic::Options {
         let bench_dir = workspace_path("target/weir-bench");
@@ -160,12 +183,13 @@ impl TrafficArgs {
             warmup: Duration::from_secs(self.warmup),
             domains: self.domains.max(1),
             rate: self.rate.max(1),
-            proxies: self.proxies,
             only: self.scenarios,
             install: !self.no_install,
             weir: self
                 .weir
                 .unwrap_or_else(|| workspace_path("target/release/weir")),
+            proxies: with_baseline(self.proxies, self.weir_baseline.is_some()),
+            weir_baseline: self.weir_baseline,
             out: self.out.unwrap_or_else(|| bench_dir.join("results")),
             cache: self.cache.unwrap_or_else(|| bench_dir.join("certs")),
             work: bench_dir.join("work"),

@@ -47,6 +47,8 @@ pub(crate) struct Options {
     pub(crate) only: Vec<String>,
     pub(crate) install: bool,
     pub(crate) weir: PathBuf,
+    /// A second weir binary measured as `weir-baseline` (e.g. the build before a change).
+    pub(crate) weir_baseline: Option<PathBuf>,
     pub(crate) out: PathBuf,
     pub(crate) cache: PathBuf,
     pub(crate) work: PathBuf,
@@ -273,9 +275,18 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
     let weir_copy = work.path().join("weir");
     std::fs::copy(&opts.weir, &weir_copy)
         .with_context(|| format!("copying {}", opts.weir.display()))?;
+    let weir_baseline = match &opts.weir_baseline {
+        Some(path) => {
+            let copy = work.path().join("weir-baseline");
+            std::fs::copy(path, &copy).with_context(|| format!("copying {}", path.display()))?;
+            Some(copy)
+        }
+        None => None,
+    };
     let tool = |name: &str| which(name).with_context(|| format!("{name} not found"));
     let bins = Binaries {
         weir: weir_copy,
+        weir_baseline,
         nginx: tool("nginx")?,
         haproxy: tool("haproxy")?,
         taskset: tool("taskset")?,
@@ -417,7 +428,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
             let end = tree_stats(st.proxy.pid());
             let log = st.proxy.log.clone();
             let exit = st.proxy.stop();
-            let weir_log_tail = (st.kind == ProxyKind::Weir).then(|| log_tail(&log, 10));
+            let weir_log_tail = (!st.kind.is_peer()).then(|| log_tail(&log, 10));
             runs.push(ProxyRun {
                 proxy: st.kind,
                 domains,

@@ -29,6 +29,9 @@ use crate::traffic::sys::{kill_descendants, thread_names};
 pub(crate) enum ProxyKind {
     /// weir itself (`weir run`).
     Weir,
+    /// A second weir binary (`--weir-baseline`), e.g. the build before a change, measured
+    /// in the same run; never counted as a peer.
+    WeirBaseline,
     /// nginx, one worker process.
     Nginx,
     /// HAProxy, one thread.
@@ -40,9 +43,15 @@ impl ProxyKind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             ProxyKind::Weir => "weir",
+            ProxyKind::WeirBaseline => "weir-baseline",
             ProxyKind::Nginx => "nginx",
             ProxyKind::Haproxy => "haproxy",
         }
+    }
+
+    /// nginx and HAProxy: the proxies weir is compared with.
+    pub(crate) fn is_peer(self) -> bool {
+        matches!(self, ProxyKind::Nginx | ProxyKind::Haproxy)
     }
 }
 
@@ -194,6 +203,8 @@ pub(crate) fn haproxy_hosts_map(site: &Site) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct Binaries {
     pub(crate) weir: PathBuf,
+    /// The `--weir-baseline` binary, if any.
+    pub(crate) weir_baseline: Option<PathBuf>,
     pub(crate) nginx: PathBuf,
     pub(crate) haproxy: PathBuf,
     pub(crate) taskset: PathBuf,
@@ -222,7 +233,14 @@ impl Running {
         let log = dir.join(format!("{}.log", kind.name()));
         let mut admin = None;
         let (program, args): (&Path, Vec<String>) = match kind {
-            ProxyKind::Weir => {
+            ProxyKind::Weir | ProxyKind::WeirBaseline => {
+                let program = match (kind, &bins.weir_baseline) {
+                    (ProxyKind::WeirBaseline, Some(b)) => b,
+                    (ProxyKind::WeirBaseline, None) => {
+                        anyhow::bail!("weir-baseline needs --weir-baseline PATH")
+                    }
+                    _ => &bins.weir,
+                };
                 let cfg = dir.join("manifests");
                 std::fs::create_dir_all(&cfg)?;
                 let cfg_dir = ConfigDir::new(&cfg);
@@ -233,7 +251,7 @@ impl Running {
                 let a: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
                 admin = Some(a);
                 (
-                    &bins.weir,
+                    program,
                     vec![
                         "run".into(),
                         "-c".into(),

@@ -241,7 +241,7 @@ impl TrafficReport {
         let best = self
             .results
             .iter()
-            .filter(|m| m.scenario == scenario && m.proxy != ProxyKind::Weir)
+            .filter(|m| m.scenario == scenario && m.proxy.is_peer())
             .filter_map(Measured::rps)
             .fold(0.0f64, f64::max);
         (best > 0.0).then(|| weir / best)
@@ -254,7 +254,7 @@ impl TrafficReport {
         let best = self
             .results
             .iter()
-            .filter(|m| m.scenario == scenario && m.proxy != ProxyKind::Weir)
+            .filter(|m| m.scenario == scenario && m.proxy.is_peer())
             .filter_map(|m| m.cpu_s_per_100k)
             .filter(|c| *c > 0.0)
             .reduce(f64::min)?;
