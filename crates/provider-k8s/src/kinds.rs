@@ -16,7 +16,8 @@ pub(crate) struct Watched {
     pub(crate) has_status: bool,
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+/// The `ApiResource` of a kind (`group` empty for the core group).
+pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
         version: version.into(),
@@ -44,37 +45,37 @@ pub(crate) fn watched() -> Vec<Watched> {
     vec![
         w(
             Kind::GatewayClass,
-            resource(GW, "v1", "GatewayClass", "gatewayclasses"),
+            api_resource(GW, "v1", "GatewayClass", "gatewayclasses"),
             None,
             true,
         ),
         w(
             Kind::Gateway,
-            resource(GW, "v1", "Gateway", "gateways"),
+            api_resource(GW, "v1", "Gateway", "gateways"),
             None,
             true,
         ),
         w(
             Kind::HttpRoute,
-            resource(GW, "v1", "HTTPRoute", "httproutes"),
+            api_resource(GW, "v1", "HTTPRoute", "httproutes"),
             None,
             true,
         ),
         w(
             Kind::ReferenceGrant,
-            resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),
+            api_resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),
             None,
             false,
         ),
         w(
             Kind::Ingress,
-            resource(NET, "v1", "Ingress", "ingresses"),
+            api_resource(NET, "v1", "Ingress", "ingresses"),
             None,
             true,
         ),
         w(
             Kind::IngressClass,
-            resource(NET, "v1", "IngressClass", "ingressclasses"),
+            api_resource(NET, "v1", "IngressClass", "ingressclasses"),
             None,
             false,
         ),
@@ -82,25 +83,25 @@ pub(crate) fn watched() -> Vec<Watched> {
         // reaches (or is cached by) weir.
         w(
             Kind::Secret,
-            resource("", "v1", "Secret", "secrets"),
+            api_resource("", "v1", "Secret", "secrets"),
             Some("type=kubernetes.io/tls"),
             false,
         ),
         w(
             Kind::Service,
-            resource("", "v1", "Service", "services"),
+            api_resource("", "v1", "Service", "services"),
             None,
             false,
         ),
         w(
             Kind::EndpointSlice,
-            resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+            api_resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
             None,
             false,
         ),
         w(
             Kind::Namespace,
-            resource("", "v1", "Namespace", "namespaces"),
+            api_resource("", "v1", "Namespace", "namespaces"),
             None,
             false,
         ),

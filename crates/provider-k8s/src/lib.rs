@@ -23,6 +23,7 @@ mod render;
 mod status;
 mod watch;
 
+pub use crate::kinds::api_resource;
 pub use crate::provision::{ProvisionOptions, Provisioner, manifests, provisioned_name};
 pub use crate::render::{
     AddressesOf, GatewayAddresses, GatewayProblems, ProblemsOf, RenderOptions,

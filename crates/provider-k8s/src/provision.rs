@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
+
+use crate::kinds::api_resource;
 use serde_json::{Value, json};
 use weir_api::{Gateway, GatewayClass, ObjectKey};
 
@@ -27,25 +29,11 @@ pub struct ProvisionOptions {
     pub service_type: String,
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 fn kinds() -> [ApiResource; 3] {
     [
-        resource("", "v1", "ServiceAccount", "serviceaccounts"),
-        resource("apps", "v1", "Deployment", "deployments"),
-        resource("", "v1", "Service", "services"),
+        api_resource("", "v1", "ServiceAccount", "serviceaccounts"),
+        api_resource("apps", "v1", "Deployment", "deployments"),
+        api_resource("", "v1", "Service", "services"),
     ]
 }
 
@@ -209,7 +197,7 @@ impl Provisioner {
     /// Applies the keys of ConfigMap `ns/name` to `opts` (a missing or bad one is logged
     /// and skipped: the defaults stay).
     async fn overlay(&self, opts: &mut ProvisionOptions, ns: &str, name: &str) {
-        let cm = resource("", "v1", "ConfigMap", "configmaps");
+        let cm = api_resource("", "v1", "ConfigMap", "configmaps");
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &cm);
         let data = match api.get(name).await {
             Ok(o) => o.data.get("data").cloned().unwrap_or(Value::Null),

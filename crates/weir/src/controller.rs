@@ -111,13 +111,7 @@ fn changes_of(update: Update) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("rejected: {e}");
     }
-    let mut changes: Vec<ObjectChange> = update
-        .deletes
-        .into_iter()
-        .map(ObjectChange::Delete)
-        .collect();
-    changes.extend(update.upserts.into_iter().map(ObjectChange::Upsert));
-    changes
+    crate::pipeline::changes(update.deletes, update.upserts)
 }
 
 impl Controller {

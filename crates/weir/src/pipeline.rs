@@ -11,6 +11,13 @@ use weir_translate::{ObjectChange, TranslateOutput, Translator, TranslatorOption
 use crate::propagation::{Phase, PropagationMetrics};
 use crate::report;
 
+/// A provider's update as translator changes: deletions first, then upserts.
+pub fn changes(deletes: Vec<ObjectKey>, upserts: Vec<Arc<weir_api::Object>>) -> Vec<ObjectChange> {
+    let mut changes: Vec<ObjectChange> = deletes.into_iter().map(ObjectChange::Delete).collect();
+    changes.extend(upserts.into_iter().map(ObjectChange::Upsert));
+    changes
+}
+
 /// What one change cycle did.
 #[derive(Debug, Default)]
 pub struct CycleReport {

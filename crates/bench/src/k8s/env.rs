@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::{Value, json};
+use weir_provider_k8s::api_resource;
 
 use crate::procs::ChildGuard;
 
@@ -128,20 +129,6 @@ impl Drop for Backend {
     }
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 /// The objects of one bench run.
 pub(crate) struct Objects {
     client: kube::Client,
@@ -156,12 +143,12 @@ impl Objects {
             routes: Api::namespaced_with(
                 client.clone(),
                 NS,
-                &resource(gw, "v1", "HTTPRoute", "httproutes"),
+                &api_resource(gw, "v1", "HTTPRoute", "httproutes"),
             ),
             gateways: Api::namespaced_with(
                 client.clone(),
                 NS,
-                &resource(gw, "v1", "Gateway", "gateways"),
+                &api_resource(gw, "v1", "Gateway", "gateways"),
             ),
             client,
         }
@@ -173,22 +160,22 @@ impl Objects {
         let gw = "gateway.networking.k8s.io";
         let objects = [
             (
-                resource("", "v1", "Namespace", "namespaces"),
+                api_resource("", "v1", "Namespace", "namespaces"),
                 false,
                 json!({"metadata": {"name": NS}}),
             ),
             (
-                resource(gw, "v1", "GatewayClass", "gatewayclasses"),
+                api_resource(gw, "v1", "GatewayClass", "gatewayclasses"),
                 false,
                 json!({"metadata": {"name": "weir"}, "spec": {"controllerName": "weir.dev/gateway-controller"}}),
             ),
             (
-                resource("", "v1", "Service", "services"),
+                api_resource("", "v1", "Service", "services"),
                 true,
                 json!({"metadata": {"name": "echo"}, "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": backend.port()}]}}),
             ),
             (
-                resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+                api_resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
                 true,
                 json!({"metadata": {"name": "echo-1", "labels": {"kubernetes.io/service-name": "echo"}},
                        "addressType": "IPv4",
@@ -196,7 +183,7 @@ impl Objects {
                        "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}]}),
             ),
             (
-                resource(gw, "v1", "Gateway", "gateways"),
+                api_resource(gw, "v1", "Gateway", "gateways"),
                 true,
                 json!({"metadata": {"name": "gw"},
                        "spec": {"gatewayClassName": "weir",
