@@ -338,25 +338,7 @@ fn main() -> ExitCode {
                 work: bench_dir.join("work"),
                 out: a.out.unwrap_or_else(|| bench_dir.join("results")),
             };
-            runtime.block_on(async {
-                let result = tokio::select! {
-                    r = k8s::run(&opts) => r,
-                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-                };
-                match result {
-                    Ok((report, files)) => {
-                        println!("{}", report.markdown());
-                        for f in files {
-                            println!("wrote {}", f.display());
-                        }
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("weir-bench: {e:#}");
-                        ExitCode::FAILURE
-                    }
-                }
-            })
+            run_with_files(&runtime, k8s::run(&opts), |r| r.markdown())
         }
         Command::Handshakes(args) => run_client(&runtime, traffic::clients::handshakes(&args)),
         Command::FixedRate(args) => run_client(&runtime, traffic::clients::fixed_rate(&args)),
@@ -391,15 +373,24 @@ fn main() -> ExitCode {
 }
 
 fn run_traffic(runtime: &tokio::runtime::Runtime, opts: traffic::Options) -> ExitCode {
+    run_with_files(runtime, traffic::run(&opts), |r| r.markdown())
+}
+
+/// Runs a bench that reports markdown and the files it wrote. Ctrl-C drops the run, and
+/// with it the guards that kill the processes it started.
+fn run_with_files<R>(
+    runtime: &tokio::runtime::Runtime,
+    run: impl std::future::Future<Output = anyhow::Result<(R, Vec<PathBuf>)>>,
+    markdown: impl Fn(&R) -> String,
+) -> ExitCode {
     runtime.block_on(async {
-        // Ctrl-C drops the run, and with it the guards that kill the proxies and backend.
         let result = tokio::select! {
-            r = traffic::run(&opts) => r,
+            r = run => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         };
         match result {
             Ok((report, files)) => {
-                println!("{}", report.markdown());
+                println!("{}", markdown(&report));
                 for f in files {
                     println!("wrote {}", f.display());
                 }

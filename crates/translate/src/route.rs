@@ -150,25 +150,8 @@ fn compile_rule(
         let ff = format!("{field}.filters[{j}]");
         let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
         match f.type_.as_str() {
-            "RequestHeaderModifier" => {
-                let h = f
-                    .request_header_modifier
-                    .as_ref()
-                    .ok_or_else(|| missing("requestHeaderModifier"))?;
-                filters.push(Filter::RequestHeaders(header_modifier(
-                    h,
-                    &format!("{ff}.requestHeaderModifier"),
-                )?));
-            }
-            "ResponseHeaderModifier" => {
-                let h = f
-                    .response_header_modifier
-                    .as_ref()
-                    .ok_or_else(|| missing("responseHeaderModifier"))?;
-                filters.push(Filter::ResponseHeaders(header_modifier(
-                    h,
-                    &format!("{ff}.responseHeaderModifier"),
-                )?));
+            "RequestHeaderModifier" | "ResponseHeaderModifier" => {
+                filters.push(header_filter(f, &ff)?);
             }
             "URLRewrite" => {
                 let u = f
@@ -398,6 +381,31 @@ fn mirror(
 
 /// Filters of one backendRef: header modifiers only (a redirect, rewrite or response of
 /// its own makes no sense per backend, and mirroring is not supported).
+/// A `RequestHeaderModifier` or `ResponseHeaderModifier` filter (`f.type_` is one of
+/// them); `ff` names the filter's field.
+fn header_filter(f: &HttpRouteFilter, ff: &str) -> Result<Filter, String> {
+    let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
+    if f.type_ == "RequestHeaderModifier" {
+        let h = f
+            .request_header_modifier
+            .as_ref()
+            .ok_or_else(|| missing("requestHeaderModifier"))?;
+        Ok(Filter::RequestHeaders(header_modifier(
+            h,
+            &format!("{ff}.requestHeaderModifier"),
+        )?))
+    } else {
+        let h = f
+            .response_header_modifier
+            .as_ref()
+            .ok_or_else(|| missing("responseHeaderModifier"))?;
+        Ok(Filter::ResponseHeaders(header_modifier(
+            h,
+            &format!("{ff}.responseHeaderModifier"),
+        )?))
+    }
+}
+
 fn compile_backend_filters(
     filters: &[HttpRouteFilter],
     field: &str,
@@ -405,28 +413,8 @@ fn compile_backend_filters(
     let mut out = Vec::with_capacity(filters.len());
     for (j, f) in filters.iter().enumerate() {
         let ff = format!("{field}.filters[{j}]");
-        let missing = |name: &str| format!("{ff}.{name}: required for type {}", f.type_);
         match f.type_.as_str() {
-            "RequestHeaderModifier" => {
-                let h = f
-                    .request_header_modifier
-                    .as_ref()
-                    .ok_or_else(|| missing("requestHeaderModifier"))?;
-                out.push(Filter::RequestHeaders(header_modifier(
-                    h,
-                    &format!("{ff}.requestHeaderModifier"),
-                )?));
-            }
-            "ResponseHeaderModifier" => {
-                let h = f
-                    .response_header_modifier
-                    .as_ref()
-                    .ok_or_else(|| missing("responseHeaderModifier"))?;
-                out.push(Filter::ResponseHeaders(header_modifier(
-                    h,
-                    &format!("{ff}.responseHeaderModifier"),
-                )?));
-            }
+            "RequestHeaderModifier" | "ResponseHeaderModifier" => out.push(header_filter(f, &ff)?),
             other => {
                 return Err(format!(
                     "{ff}.type: {other:?} is not supported on a backendRef (RequestHeaderModifier, ResponseHeaderModifier)"

@@ -187,11 +187,8 @@ impl Controller {
             xds = Some((bound, metrics, task));
         }
         let registry = Arc::new(registry);
-        let admin = tokio::net::TcpListener::bind(opts.admin)
-            .await
-            .with_context(|| format!("binding the admin server to {}", opts.admin))?;
-        let admin_addr = admin.local_addr()?;
-        let admin_task = tokio::spawn(weir_proxy::serve_admin(admin, dataplane.clone(), registry));
+        let (admin_addr, admin_task) =
+            crate::standalone::start_admin(opts.admin, &dataplane, registry).await?;
 
         let mut pipeline = Pipeline::new(
             TranslatorOptions {
@@ -324,8 +321,6 @@ impl Controller {
 /// `weir controller`: start, then serve until SIGINT or SIGTERM, then drain.
 pub async fn run_until_signal(opts: ControllerOptions) -> anyhow::Result<()> {
     let controller = Controller::start(opts).await?;
-    crate::standalone::shutdown_signal().await;
-    tracing::info!("shutting down: draining in-flight requests");
-    controller.stop().await;
+    crate::standalone::drain_on_signal(|| controller.stop()).await;
     Ok(())
 }

@@ -83,15 +83,8 @@ impl Proxy {
             &mut registry,
         )
         .context("starting the data-plane workers")?;
-        let admin = tokio::net::TcpListener::bind(opts.admin)
-            .await
-            .with_context(|| format!("binding the admin server to {}", opts.admin))?;
-        let admin_addr = admin.local_addr()?;
-        let admin_task = tokio::spawn(weir_proxy::serve_admin(
-            admin,
-            dataplane.clone(),
-            Arc::new(registry),
-        ));
+        let (admin_addr, admin_task) =
+            crate::standalone::start_admin(opts.admin, &dataplane, Arc::new(registry)).await?;
         let (stop, stopped) = watch::channel(false);
         let client_opts = ClientOptions {
             endpoint: opts.controller.clone(),
@@ -126,8 +119,6 @@ impl Proxy {
 /// `weir proxy`: run until SIGINT or SIGTERM, then drain.
 pub async fn run_until_signal(opts: ProxyOptions) -> anyhow::Result<()> {
     let proxy = Proxy::start(opts).await?;
-    crate::standalone::shutdown_signal().await;
-    tracing::info!("shutting down: draining in-flight requests");
-    proxy.stop().await;
+    crate::standalone::drain_on_signal(|| proxy.stop()).await;
     Ok(())
 }

@@ -86,11 +86,7 @@ impl Standalone {
         let metrics = PropagationMetrics::new(&mut registry);
         let registry = Arc::new(registry);
 
-        let admin = tokio::net::TcpListener::bind(opts.admin)
-            .await
-            .with_context(|| format!("binding the admin server to {}", opts.admin))?;
-        let admin_addr = admin.local_addr()?;
-        let admin_task = tokio::spawn(weir_proxy::serve_admin(admin, dataplane.clone(), registry));
+        let (admin_addr, admin_task) = start_admin(opts.admin, &dataplane, registry).await?;
 
         // Watch before the first read, so that nothing written meanwhile is missed.
         let watching = if opts.watch {
@@ -178,10 +174,31 @@ fn origin_string(o: &weir_provider_file::Origin) -> String {
 /// `weir run`: start, then serve until SIGINT or SIGTERM, then drain.
 pub async fn run_until_signal(opts: RunOptions) -> anyhow::Result<()> {
     let gateway = Standalone::start(opts).await?;
+    drain_on_signal(|| gateway.stop()).await;
+    Ok(())
+}
+
+/// Binds the admin server (`/ready`, `/metrics`, `/config`) and serves it in a task.
+pub(crate) async fn start_admin(
+    addr: SocketAddr,
+    dataplane: &Arc<DataPlane>,
+    registry: Arc<Registry>,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let admin = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin server to {addr}"))?;
+    let bound = admin.local_addr()?;
+    Ok((
+        bound,
+        tokio::spawn(weir_proxy::serve_admin(admin, dataplane.clone(), registry)),
+    ))
+}
+
+/// Waits for SIGINT or SIGTERM, then runs `stop` (stop accepting, drain in-flight requests).
+pub(crate) async fn drain_on_signal<F: std::future::Future<Output = ()>>(stop: impl FnOnce() -> F) {
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
-    gateway.stop().await;
-    Ok(())
+    stop().await;
 }
 
 pub(crate) async fn shutdown_signal() {
