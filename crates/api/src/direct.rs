@@ -71,6 +71,7 @@ impl<'de> Visitor<'de> for DirectVisitor {
             Kind::Namespace => Object::Namespace(Deserialize::deserialize(rest)?),
             Kind::Backend => Object::Backend(Deserialize::deserialize(rest)?),
             Kind::DirectResponse => Object::DirectResponse(Deserialize::deserialize(rest)?),
+            Kind::XListenerSet => Object::XListenerSet(Deserialize::deserialize(rest)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {

@@ -80,6 +80,63 @@ pub struct GatewaySpec {
     pub listeners: Vec<GatewayListener>,
     /// Infrastructure settings (parameters for the provisioned data plane).
     pub infrastructure: Option<GatewayInfrastructure>,
+    /// Which XListenerSets may add listeners to this Gateway (experimental; none when
+    /// unset).
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// `spec.allowedListeners` of a Gateway.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AllowedListeners {
+    /// Namespaces XListenerSets may come from.
+    pub namespaces: Option<ListenerNamespaces>,
+}
+
+/// `allowedListeners.namespaces`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListenerNamespaces {
+    /// `None` (default), `Same`, `All` or `Selector`.
+    pub from: Option<String>,
+    /// Selector over Namespace labels when `from: Selector`.
+    pub selector: Option<LabelSelector>,
+}
+
+/// gateway.networking.x-k8s.io/v1alpha1 XListenerSet: listeners added to a Gateway by
+/// another object, so that one Gateway can serve more than 64 listeners and each
+/// domain's listener can live (and change) on its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct XListenerSet {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: ListenerSetSpec,
+}
+
+/// XListenerSet spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListenerSetSpec {
+    /// The Gateway the listeners are added to.
+    pub parent_ref: ParentGatewayReference,
+    /// The listeners (same shape as a Gateway's).
+    pub listeners: Vec<GatewayListener>,
+}
+
+/// `spec.parentRef` of an XListenerSet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParentGatewayReference {
+    /// Group; default `gateway.networking.k8s.io`.
+    pub group: Option<String>,
+    /// Kind; default `Gateway`.
+    pub kind: Option<String>,
+    /// Gateway name.
+    pub name: String,
+    /// Namespace; default the XListenerSet's.
+    pub namespace: Option<String>,
 }
 
 /// A requested Gateway address.

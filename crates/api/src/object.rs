@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
-use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
+use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::ingress::{Ingress, IngressClass};
 use crate::meta::ObjectMeta;
 use crate::weir::{Backend, DirectResponse};
@@ -37,6 +37,8 @@ pub enum Kind {
     Backend,
     /// weir.dev DirectResponse.
     DirectResponse,
+    /// gateway.networking.x-k8s.io XListenerSet (experimental).
+    XListenerSet,
 }
 
 impl Kind {
@@ -55,6 +57,7 @@ impl Kind {
             Kind::Namespace => "Namespace",
             Kind::Backend => "Backend",
             Kind::DirectResponse => "DirectResponse",
+            Kind::XListenerSet => "XListenerSet",
         }
     }
 
@@ -68,6 +71,7 @@ impl Kind {
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Backend | Kind::DirectResponse => "weir.dev",
+            Kind::XListenerSet => "gateway.networking.x-k8s.io",
         }
     }
 
@@ -94,6 +98,7 @@ impl Kind {
             "Namespace" => Kind::Namespace,
             "Backend" => Kind::Backend,
             "DirectResponse" => Kind::DirectResponse,
+            "XListenerSet" => Kind::XListenerSet,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -154,6 +159,7 @@ pub enum Object {
     Namespace(Namespace),
     Backend(Backend),
     DirectResponse(DirectResponse),
+    XListenerSet(XListenerSet),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -243,6 +249,7 @@ impl Object {
             Kind::Namespace => Object::Namespace(typed(value, kind, &display_name)?),
             Kind::Backend => Object::Backend(typed(value, kind, &display_name)?),
             Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
+            Kind::XListenerSet => Object::XListenerSet(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -272,6 +279,7 @@ impl Object {
             Object::Namespace(_) => Kind::Namespace,
             Object::Backend(_) => Kind::Backend,
             Object::DirectResponse(_) => Kind::DirectResponse,
+            Object::XListenerSet(_) => Kind::XListenerSet,
         }
     }
 
@@ -290,6 +298,7 @@ impl Object {
             Object::Namespace(o) => &o.metadata,
             Object::Backend(o) => &o.metadata,
             Object::DirectResponse(o) => &o.metadata,
+            Object::XListenerSet(o) => &o.metadata,
         }
     }
 
@@ -307,6 +316,7 @@ impl Object {
             Object::Namespace(o) => &mut o.metadata,
             Object::Backend(o) => &mut o.metadata,
             Object::DirectResponse(o) => &mut o.metadata,
+            Object::XListenerSet(o) => &mut o.metadata,
         }
     }
 

@@ -104,6 +104,32 @@ pub struct StatusRouteKind {
     pub kind: String,
 }
 
+/// XListenerSet status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetStatus {
+    /// `Accepted`, `Programmed`.
+    pub conditions: Vec<Condition>,
+    /// Per listener.
+    pub listeners: Vec<ListenerEntryStatus>,
+}
+
+/// One XListenerSet listener's status (a Gateway listener's, plus its port).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerEntryStatus {
+    /// Listener name.
+    pub name: String,
+    /// Listener port.
+    pub port: i32,
+    /// Route kinds accepted by this listener.
+    pub supported_kinds: Vec<StatusRouteKind>,
+    /// Routes attached.
+    pub attached_routes: i32,
+    /// `Accepted`, `ResolvedRefs`, `Conflicted`, `Programmed`.
+    pub conditions: Vec<Condition>,
+}
+
 /// HTTPRoute (and other route) status: one entry per parentRef weir owns.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -141,6 +167,8 @@ pub enum ObjectStatus {
     GatewayClass(GatewayClassStatus),
     /// For a Gateway.
     Gateway(GatewayStatus),
+    /// For an XListenerSet.
+    ListenerSet(ListenerSetStatus),
     /// For an HTTPRoute.
     Route(RouteStatus),
     /// For an Ingress: its addresses and, since Ingress has no conditions, any problems.

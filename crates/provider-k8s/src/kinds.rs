@@ -61,6 +61,19 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        // Experimental channel only; without its CRD the watcher reports it synced and
+        // empty.
+        w(
+            Kind::XListenerSet,
+            api_resource(
+                "gateway.networking.x-k8s.io",
+                "v1alpha1",
+                "XListenerSet",
+                "xlistenersets",
+            ),
+            None,
+            true,
+        ),
         w(
             Kind::ReferenceGrant,
             api_resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),

@@ -146,6 +146,33 @@ pub(crate) fn render(
             out.insert("listeners".into(), listeners.into());
             Value::Object(out)
         }
+        ObjectStatus::ListenerSet(s) => {
+            let listeners: Vec<Value> = s
+                .listeners
+                .iter()
+                .map(|l| {
+                    let old = current
+                        .get("listeners")
+                        .and_then(Value::as_array)
+                        .and_then(|v| {
+                            v.iter()
+                                .find(|o| o.get("name").and_then(Value::as_str) == Some(&l.name))
+                        })
+                        .and_then(|o| o.get("conditions"));
+                    json!({
+                        "name": l.name,
+                        "port": l.port,
+                        "supportedKinds": l.supported_kinds,
+                        "attachedRoutes": l.attached_routes,
+                        "conditions": conditions(&l.conditions, old, now),
+                    })
+                })
+                .collect();
+            json!({
+                "conditions": conditions(&s.conditions, current.get("conditions"), now),
+                "listeners": listeners,
+            })
+        }
         ObjectStatus::Route(s) => {
             let existing: Vec<Value> = current
                 .get("parents")

@@ -203,7 +203,11 @@ impl StatusWriter {
             .filter(|(k, s)| {
                 matches!(
                     k.kind,
-                    Kind::GatewayClass | Kind::Gateway | Kind::HttpRoute | Kind::Ingress
+                    Kind::GatewayClass
+                        | Kind::Gateway
+                        | Kind::XListenerSet
+                        | Kind::HttpRoute
+                        | Kind::Ingress
                 ) && !matches!(s, ObjectStatus::Problems(_))
             })
             .collect();

@@ -5,8 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use weir_api::{
-    Condition, Gateway, GatewayStatus, GatewayStatusAddress, Kind, LabelSelector, ListenerStatus,
-    ObjectKey, StatusRouteKind,
+    Condition, Gateway, GatewayListener, GatewayStatus, GatewayStatusAddress, Kind, LabelSelector,
+    ListenerEntryStatus, ListenerSetStatus, ListenerStatus, ObjectKey, StatusRouteKind,
+    XListenerSet,
 };
 use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
 
@@ -75,10 +76,30 @@ pub(crate) struct ListenerView {
     pub(crate) programmed: bool,
 }
 
-/// A Gateway of ours after validation.
+/// Which namespaces' XListenerSets may add listeners to a Gateway
+/// (`spec.allowedListeners`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum SetsAllowed {
+    None,
+    Same,
+    All,
+    Selector(LabelSelector),
+}
+
+/// A Gateway of ours, or an XListenerSet attached to one, after validation.
+///
+/// An XListenerSet's listeners live on its parent Gateway's sockets: `group` is the
+/// Gateway that owns those sockets (the object itself for a Gateway) and `label` the
+/// metrics/data-plane label of its listeners (`namespace/name` of that Gateway).
 #[derive(Clone, Debug)]
 pub(crate) struct GatewayState {
     pub(crate) key: ObjectKey,
+    pub(crate) group: ObjectKey,
+    /// The group Gateway's age (socket ownership between Gateways: oldest wins).
+    pub(crate) group_age: Age,
+    pub(crate) label: Arc<str>,
+    /// `spec.allowedListeners` of a Gateway (`None` when the field is unset, and for sets).
+    pub(crate) sets_allowed: Option<SetsAllowed>,
     pub(crate) age: Age,
     pub(crate) generation: Option<i64>,
     pub(crate) accepted: Outcome,
@@ -167,9 +188,190 @@ pub(crate) fn compile(
     if let Some(v) = requested.first() {
         ip = *v;
     }
-    let mut listeners = Vec::with_capacity(gw.spec.listeners.len());
-    for (i, l) in gw.spec.listeners.iter().enumerate() {
-        let field = format!("spec.listeners[{i}]");
+    let socket_ip = (accepted.is_ok() && unusable.is_none()).then_some(ip);
+    let listeners = compile_listeners(
+        store,
+        ns,
+        "Gateway",
+        "spec.listeners",
+        &gw.spec.listeners,
+        socket_ip,
+        deps,
+    );
+    let sets_allowed = gw.spec.allowed_listeners.as_ref().map(|a| {
+        let n = a.namespaces.clone().unwrap_or_default();
+        match n.from.as_deref().unwrap_or("None") {
+            "Same" => SetsAllowed::Same,
+            "All" => SetsAllowed::All,
+            "Selector" => n.selector.map_or(SetsAllowed::None, SetsAllowed::Selector),
+            _ => SetsAllowed::None,
+        }
+    });
+    GatewayState {
+        key: key.clone(),
+        group: key.clone(),
+        group_age: age.clone(),
+        label: format!("{}/{}", key.namespace, key.name).into(),
+        sets_allowed,
+        age,
+        generation: gw.metadata.generation,
+        accepted,
+        unusable,
+        ip,
+        listeners,
+    }
+}
+
+/// The Gateway an XListenerSet names as its parent.
+pub(crate) fn set_parent(key: &ObjectKey, set: &XListenerSet) -> ObjectKey {
+    let pr = &set.spec.parent_ref;
+    let ns = pr
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&key.namespace);
+    ObjectKey::new(Kind::Gateway, ns, &pr.name)
+}
+
+/// Validates an XListenerSet whose parent Gateway is ours (`parent`: its state, `None`
+/// when the Gateway does not exist). Its listeners listen on the parent's address and
+/// conflict with the parent's own listeners (which win) on the same port.
+pub(crate) fn compile_set(
+    store: &Store,
+    key: &ObjectKey,
+    age: Age,
+    set: &XListenerSet,
+    parent: Option<&GatewayState>,
+    deps: &mut Vec<Dep>,
+) -> GatewayState {
+    let ns = &*key.namespace;
+    let pk = set_parent(key, set);
+    deps.push(Dep::Object(pk.clone()));
+    let pr = &set.spec.parent_ref;
+    let mut accepted: Outcome = Ok(());
+    if pr.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP
+        || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway"
+    {
+        accepted = Err((
+            "ParentNotAccepted",
+            format!(
+                "spec.parentRef: {}/{} is not supported (gateway.networking.k8s.io/Gateway)",
+                pr.group.as_deref().unwrap_or(GATEWAY_GROUP),
+                pr.kind.as_deref().unwrap_or("Gateway")
+            ),
+        ));
+    }
+    let gw_name = format!("Gateway {}/{}", pk.namespace, pk.name);
+    match parent {
+        _ if accepted.is_err() => {}
+        None => accepted = Err(("ParentNotAccepted", format!("{gw_name} not found"))),
+        Some(p) if p.accepted.is_err() || p.unusable.is_some() => {
+            accepted = Err(("ParentNotAccepted", format!("{gw_name} is not accepted")))
+        }
+        Some(p) => {
+            let allowed = match &p.sets_allowed {
+                None | Some(SetsAllowed::None) => false,
+                Some(SetsAllowed::Same) => *pk.namespace == *ns,
+                Some(SetsAllowed::All) => true,
+                Some(SetsAllowed::Selector(sel)) => {
+                    deps.push(Dep::Object(ObjectKey::new(Kind::Namespace, "", ns)));
+                    sel.matches(&store.namespace_labels(ns))
+                }
+            };
+            if !allowed {
+                accepted = Err((
+                    "NotAllowed",
+                    format!(
+                        "{gw_name} does not allow XListenerSets from namespace {ns} (spec.allowedListeners)"
+                    ),
+                ));
+            }
+        }
+    }
+    let socket_ip = match (parent, &accepted) {
+        (Some(p), Ok(())) => Some(p.ip),
+        _ => None,
+    };
+    let mut listeners = compile_listeners(
+        store,
+        ns,
+        "XListenerSet",
+        "spec.listeners",
+        &set.spec.listeners,
+        socket_ip,
+        deps,
+    );
+    if let Some(p) = parent {
+        for l in &mut listeners {
+            if l.accepted.is_err() || l.conflict.is_some() || l.key.is_none() {
+                continue;
+            }
+            let theirs = p
+                .listeners
+                .iter()
+                .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
+            for o in theirs {
+                if o.protocol != l.protocol {
+                    l.conflict = Some((
+                        "ProtocolConflict",
+                        format!(
+                            "port {} is used by listener {:?} of {gw_name} with another protocol",
+                            l.port, o.name
+                        ),
+                    ));
+                    break;
+                }
+                if o.hostname == l.hostname {
+                    l.conflict = Some((
+                        "HostnameConflict",
+                        format!(
+                            "listener {:?} of {gw_name} already serves hostname {} on port {}",
+                            o.name, l.hostname, l.port
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    let (group_age, label, ip) = match parent {
+        Some(p) => (p.group_age.clone(), p.label.clone(), p.ip),
+        None => (
+            Age::new(None, u64::MAX),
+            format!("{}/{}", pk.namespace, pk.name).into(),
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        ),
+    };
+    GatewayState {
+        key: key.clone(),
+        group: pk,
+        group_age,
+        label,
+        sets_allowed: None,
+        age,
+        generation: set.metadata.generation,
+        accepted,
+        unusable: None,
+        ip,
+        listeners,
+    }
+}
+
+/// Validates listeners (of a Gateway or an XListenerSet in namespace `ns`), including
+/// conflicts among them (the earlier listener wins). `socket_ip` is where they listen,
+/// `None` when the owner is not accepted (no listener gets a socket then).
+fn compile_listeners(
+    store: &Store,
+    ns: &str,
+    from_kind: &str,
+    prefix: &str,
+    specs: &[GatewayListener],
+    socket_ip: Option<IpAddr>,
+    deps: &mut Vec<Dep>,
+) -> Vec<ListenerState> {
+    let mut listeners = Vec::with_capacity(specs.len());
+    for (i, l) in specs.iter().enumerate() {
+        let field = format!("{prefix}[{i}]");
         let mut acc: Outcome = Ok(());
         let mut resolved = Vec::new();
         let port = u16::try_from(l.port).ok().filter(|p| *p != 0);
@@ -229,7 +431,7 @@ pub(crate) fn compile(
                         deps.push(Dep::Object(ObjectKey::new(Kind::Secret, sns, &r.name)));
                         if sns != ns {
                             deps.push(Dep::GrantsIn(sns.into()));
-                            if !store.grant_allows("Gateway", ns, sns, "", "Secret", &r.name) {
+                            if !store.grant_allows(from_kind, ns, sns, "", "Secret", &r.name) {
                                 resolved.push((
                                     "RefNotPermitted",
                                     format!("{fr}: Secret {sns}/{} is in another namespace and no ReferenceGrant allows it", r.name),
@@ -265,8 +467,8 @@ pub(crate) fn compile(
             name: l.name.as_str().into(),
             port: l.port,
             key: port
-                .filter(|_| accepted.is_ok() && unusable.is_none())
-                .map(|p| ListenerKey(SocketAddr::new(ip, p))),
+                .zip(socket_ip)
+                .map(|(p, ip)| ListenerKey(SocketAddr::new(ip, p))),
             protocol,
             hostname,
             accepted: acc,
@@ -313,15 +515,7 @@ pub(crate) fn compile(
             }
         }
     }
-    GatewayState {
-        key: key.clone(),
-        age,
-        generation: gw.metadata.generation,
-        accepted,
-        unusable,
-        ip,
-        listeners,
-    }
+    listeners
 }
 
 fn allowed_routes(
@@ -398,7 +592,7 @@ pub(crate) fn settle(
         l.taken_by = None;
         if let Some(k) = &l.key
             && let Some((o, proto)) = owner(k)
-            && o != state.key
+            && o != state.group
         {
             let reason = if proto == l.protocol {
                 "HostnameConflict"
@@ -457,19 +651,23 @@ pub(crate) fn views(state: &GatewayState) -> Vec<ListenerView> {
         .collect()
 }
 
-/// The Gateway's status, given how many routes are attached to each listener (by name).
+/// The Gateway's status, given how many routes are attached to each listener (by name)
+/// and how many XListenerSets are attached to it.
 pub(crate) fn status(
     state: &GatewayState,
     attached: Option<&HashMap<Arc<str>, i32>>,
+    sets_attached: u32,
 ) -> GatewayStatus {
     let g = state.generation;
-    let cond = |t: &str, o: &Outcome, ok_reason: &str, ok_msg: &str| match o {
-        Ok(()) => Condition::new(t, true, ok_reason, ok_msg, g),
-        Err((r, m)) => Condition::new(t, false, r, m.clone(), g),
-    };
     let any_programmed = state.listeners.iter().any(|l| l.programmed);
-    let conditions = vec![
-        cond("Accepted", &state.accepted, "Accepted", "Gateway accepted"),
+    let mut conditions = vec![
+        outcome(
+            "Accepted",
+            &state.accepted,
+            "Accepted",
+            "Gateway accepted",
+            g,
+        ),
         if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
             Condition::new("Programmed", false, "AddressNotUsable", m.clone(), g)
         } else if any_programmed {
@@ -484,58 +682,35 @@ pub(crate) fn status(
             )
         },
     ];
+    // Reported only by Gateways that opted into XListenerSets (`spec.allowedListeners`).
+    match &state.sets_allowed {
+        None => {}
+        Some(SetsAllowed::None) => conditions.push(Condition::new(
+            "AttachedListenerSets",
+            false,
+            "ListenerSetsNotAllowed",
+            "spec.allowedListeners allows no namespace",
+            g,
+        )),
+        Some(_) if sets_attached > 0 => conditions.push(Condition::new(
+            "AttachedListenerSets",
+            true,
+            "ListenerSetsAttached",
+            "XListenerSets are attached",
+            g,
+        )),
+        Some(_) => conditions.push(Condition::new(
+            "AttachedListenerSets",
+            false,
+            "NoListenerSetsAttached",
+            "no XListenerSet is attached",
+            g,
+        )),
+    }
     let listeners = state
         .listeners
         .iter()
-        .map(|l| {
-            let accepted = match (&l.accepted, &l.taken_by) {
-                (Err(e), _) => Err(e.clone()),
-                (Ok(()), Some((_, m))) => Err(("PortUnavailable", m.clone())),
-                (Ok(()), None) => Ok(()),
-            };
-            let resolved = match l.resolved.first() {
-                None => Condition::new(
-                    "ResolvedRefs",
-                    true,
-                    "ResolvedRefs",
-                    "all references resolved",
-                    g,
-                ),
-                Some((r, _)) => {
-                    let msg: Vec<&str> = l.resolved.iter().map(|(_, m)| m.as_str()).collect();
-                    Condition::new("ResolvedRefs", false, r, msg.join("; "), g)
-                }
-            };
-            let conflicted = match (&l.conflict, &l.taken_by) {
-                (Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
-                (None, Some((r, m))) => Condition::new("Conflicted", true, r, m.clone(), g),
-                (None, None) => {
-                    Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g)
-                }
-            };
-            let programmed = if l.programmed {
-                Condition::new("Programmed", true, "Programmed", "listener programmed", g)
-            } else {
-                Condition::new(
-                    "Programmed",
-                    false,
-                    "Invalid",
-                    "listener is not accepted, conflicted or has no valid certificate",
-                    g,
-                )
-            };
-            ListenerStatus {
-                name: l.name.to_string(),
-                supported_kinds: l.supported_kinds.clone(),
-                attached_routes: attached.and_then(|a| a.get(&l.name)).copied().unwrap_or(0),
-                conditions: vec![
-                    cond("Accepted", &accepted, "Accepted", "listener accepted"),
-                    resolved,
-                    conflicted,
-                    programmed,
-                ],
-            }
-        })
+        .map(|l| listener_status(l, attached, g))
         .collect();
     GatewayStatus {
         addresses: if state.accepted.is_ok() && state.unusable.is_none() {
@@ -548,5 +723,120 @@ pub(crate) fn status(
         },
         conditions,
         listeners,
+    }
+}
+
+/// An XListenerSet's status, given how many routes are attached to each listener.
+pub(crate) fn set_status(
+    state: &GatewayState,
+    attached: Option<&HashMap<Arc<str>, i32>>,
+) -> ListenerSetStatus {
+    let g = state.generation;
+    let any_accepted = state
+        .listeners
+        .iter()
+        .any(|l| l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none());
+    let accepted = match &state.accepted {
+        Ok(()) if !any_accepted => Condition::new(
+            "Accepted",
+            false,
+            "ListenersNotValid",
+            "no listener is valid",
+            g,
+        ),
+        o => outcome("Accepted", o, "Accepted", "XListenerSet accepted", g),
+    };
+    let programmed = if state.listeners.iter().any(|l| l.programmed) {
+        Condition::new(
+            "Programmed",
+            true,
+            "Programmed",
+            "XListenerSet programmed",
+            g,
+        )
+    } else {
+        Condition::new(
+            "Programmed",
+            false,
+            "Invalid",
+            "no listener is programmed",
+            g,
+        )
+    };
+    ListenerSetStatus {
+        conditions: vec![accepted, programmed],
+        listeners: state
+            .listeners
+            .iter()
+            .map(|l| {
+                let st = listener_status(l, attached, g);
+                ListenerEntryStatus {
+                    name: st.name,
+                    port: l.port,
+                    supported_kinds: st.supported_kinds,
+                    attached_routes: st.attached_routes,
+                    conditions: st.conditions,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn outcome(t: &str, o: &Outcome, ok_reason: &str, ok_msg: &str, g: Option<i64>) -> Condition {
+    match o {
+        Ok(()) => Condition::new(t, true, ok_reason, ok_msg, g),
+        Err((r, m)) => Condition::new(t, false, r, m.clone(), g),
+    }
+}
+
+fn listener_status(
+    l: &ListenerState,
+    attached: Option<&HashMap<Arc<str>, i32>>,
+    g: Option<i64>,
+) -> ListenerStatus {
+    let accepted = match (&l.accepted, &l.taken_by) {
+        (Err(e), _) => Err(e.clone()),
+        (Ok(()), Some((_, m))) => Err(("PortUnavailable", m.clone())),
+        (Ok(()), None) => Ok(()),
+    };
+    let resolved = match l.resolved.first() {
+        None => Condition::new(
+            "ResolvedRefs",
+            true,
+            "ResolvedRefs",
+            "all references resolved",
+            g,
+        ),
+        Some((r, _)) => {
+            let msg: Vec<&str> = l.resolved.iter().map(|(_, m)| m.as_str()).collect();
+            Condition::new("ResolvedRefs", false, r, msg.join("; "), g)
+        }
+    };
+    let conflicted = match (&l.conflict, &l.taken_by) {
+        (Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
+        (None, Some((r, m))) => Condition::new("Conflicted", true, r, m.clone(), g),
+        (None, None) => Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g),
+    };
+    let programmed = if l.programmed {
+        Condition::new("Programmed", true, "Programmed", "listener programmed", g)
+    } else {
+        Condition::new(
+            "Programmed",
+            false,
+            "Invalid",
+            "listener is not accepted, conflicted or has no valid certificate",
+            g,
+        )
+    };
+    ListenerStatus {
+        name: l.name.to_string(),
+        supported_kinds: l.supported_kinds.clone(),
+        attached_routes: attached.and_then(|a| a.get(&l.name)).copied().unwrap_or(0),
+        conditions: vec![
+            outcome("Accepted", &accepted, "Accepted", "listener accepted", g),
+            resolved,
+            conflicted,
+            programmed,
+        ],
     }
 }

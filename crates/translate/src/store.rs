@@ -7,7 +7,7 @@ use foldhash::HashMap;
 
 use weir_api::{
     Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress,
-    IngressClass, Kind, Object, ObjectKey, ReferenceGrant, Service,
+    IngressClass, Kind, Object, ObjectKey, ReferenceGrant, Service, XListenerSet,
 };
 use weir_model::Certificate;
 
@@ -167,6 +167,13 @@ impl Store {
         }
     }
 
+    pub(crate) fn listener_set(&self, key: &ObjectKey) -> Option<&XListenerSet> {
+        match &*self.objects.get(key)?.0 {
+            Object::XListenerSet(s) => Some(s),
+            _ => None,
+        }
+    }
+
     pub(crate) fn route(&self, key: &ObjectKey) -> Option<&HttpRoute> {
         match &*self.objects.get(key)?.0 {
             Object::HttpRoute(r) => Some(r),
@@ -254,17 +261,21 @@ impl Store {
             let Object::ReferenceGrant(ReferenceGrant { spec, .. }) = &**g else {
                 return false;
             };
-            spec.from.iter().any(|f| {
-                f.group == "gateway.networking.k8s.io"
-                    && f.kind == from_kind
-                    && f.namespace == from_ns
-            }) && spec.to.iter().any(|t| {
-                t.group == to_group
-                    && t.kind == to_kind
-                    && t.name
-                        .as_deref()
-                        .is_none_or(|n| n.is_empty() || n == to_name)
-            })
+            let from_group = if from_kind == "XListenerSet" {
+                "gateway.networking.x-k8s.io"
+            } else {
+                "gateway.networking.k8s.io"
+            };
+            spec.from
+                .iter()
+                .any(|f| f.group == from_group && f.kind == from_kind && f.namespace == from_ns)
+                && spec.to.iter().any(|t| {
+                    t.group == to_group
+                        && t.kind == to_kind
+                        && t.name
+                            .as_deref()
+                            .is_none_or(|n| n.is_empty() || n == to_name)
+                })
         })
     }
 }

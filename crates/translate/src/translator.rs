@@ -8,8 +8,8 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
 use weir_model::{
-    Certificate, ClusterKey, ContentHash, DeltaBatch, HostMatch, Listener, ListenerKey, Resource,
-    ResourceKey, RouteRule, SniCert, VirtualHost,
+    Certificate, ClusterKey, ContentHash, DeltaBatch, HostMatch, Listener, ListenerKey, Protocol,
+    Resource, ResourceKey, RouteRule, SniCert, VirtualHost,
 };
 
 use crate::backend::{self, ClusterSource};
@@ -54,6 +54,9 @@ struct Contribution {
 #[derive(Default)]
 struct GatewayOutputs {
     listeners: Vec<ListenerKey>,
+    /// The listeners are an XListenerSet's share of its Gateway's sockets
+    /// (`set_sockets`), not sockets of its own (`listeners`).
+    shared: bool,
     sni: Vec<(HostKey, SniOwner)>,
     /// Virtual hosts that exist even without routes (listener isolation).
     isolated: Vec<HostKey>,
@@ -80,8 +83,20 @@ pub struct Translator {
 
     gateways: HashMap<ObjectKey, GatewayState>,
     gw_views: HashMap<ObjectKey, Vec<ListenerView>>,
-    gw_claims: HashMap<ObjectKey, (Age, Vec<ListenerKey>)>,
-    port_claims: HashMap<ListenerKey, BTreeSet<(Age, ObjectKey)>>,
+    /// Sockets claimed by each Gateway and XListenerSet, with the age and key of the
+    /// Gateway that owns them (the group: itself, or a set's parent).
+    gw_claims: HashMap<ObjectKey, (Age, ObjectKey, Vec<ListenerKey>)>,
+    /// Per socket, the groups claiming it (oldest owns it), with how many members of
+    /// each group claim it.
+    port_claims: HashMap<ListenerKey, BTreeMap<(Age, ObjectKey), u32>>,
+    /// Members (the Gateway and its XListenerSets) of each group that claim sockets.
+    group_members: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    /// Sockets XListenerSets listen on: how many sets, protocol, Gateway label. The
+    /// Listener resource comes from the Gateway's own listener there if it has one.
+    set_sockets: HashMap<ListenerKey, (u32, Protocol, Arc<str>)>,
+    /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
+    set_parents: HashMap<ObjectKey, ObjectKey>,
+    sets_attached: HashMap<ObjectKey, u32>,
     gw_outputs: HashMap<ObjectKey, GatewayOutputs>,
     attached: HashMap<ObjectKey, HashMap<Arc<str>, i32>>,
 
@@ -118,6 +133,10 @@ impl Translator {
             gw_views: HashMap::new(),
             gw_claims: HashMap::new(),
             port_claims: HashMap::new(),
+            group_members: HashMap::new(),
+            set_sockets: HashMap::new(),
+            set_parents: HashMap::new(),
+            sets_attached: HashMap::new(),
             gw_outputs: HashMap::new(),
             attached: HashMap::new(),
             routes: HashMap::new(),
@@ -223,7 +242,7 @@ impl Translator {
         d: &mut Dirty,
     ) {
         match key.kind {
-            Kind::Gateway => {
+            Kind::Gateway | Kind::XListenerSet => {
                 d.gateways.insert(key.clone());
             }
             Kind::HttpRoute => {
@@ -298,7 +317,7 @@ impl Translator {
         };
         for k in set {
             match k.kind {
-                Kind::Gateway => d.gateways.insert(k.clone()),
+                Kind::Gateway | Kind::XListenerSet => d.gateways.insert(k.clone()),
                 Kind::HttpRoute => d.routes.insert(k.clone()),
                 Kind::Ingress => d.ingresses.insert(k.clone()),
                 _ => false,
@@ -347,10 +366,14 @@ impl Translator {
         }
         self.update_ingress_listeners(d);
         for gk in std::mem::take(&mut d.gateway_status) {
-            let st = self
-                .gateways
-                .get(&gk)
-                .map(|s| ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk))));
+            let st = self.gateways.get(&gk).map(|s| {
+                if gk.kind == Kind::XListenerSet {
+                    ObjectStatus::ListenerSet(gateway::set_status(s, self.attached.get(&gk)))
+                } else {
+                    let sets = self.sets_attached.get(&gk).copied().unwrap_or(0);
+                    ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk), sets))
+                }
+            });
             self.set_status(&gk, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
@@ -461,9 +484,17 @@ impl Translator {
     /// Builds the current version of a resource, if it should exist.
     fn desired(&self, key: &ResourceKey) -> Option<Resource> {
         match key {
-            ResourceKey::Listener(k) => {
-                self.listeners.get(k).map(|l| Resource::Listener(l.clone()))
-            }
+            ResourceKey::Listener(k) => match self.listeners.get(k) {
+                Some(l) => Some(Resource::Listener(l.clone())),
+                None => self.set_sockets.get(k).map(|(_, protocol, label)| {
+                    Resource::Listener(Arc::new(Listener::new(
+                        *k,
+                        *protocol,
+                        label.clone(),
+                        "xlistenersets".into(),
+                    )))
+                }),
+            },
             ResourceKey::VirtualHost(k, h) => {
                 let hk = (*k, h.clone());
                 let rules = match self.hosts.get(&hk) {

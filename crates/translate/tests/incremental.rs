@@ -287,6 +287,75 @@ kind: Ingress
 metadata: {name: i2, namespace: default}
 spec:
   defaultBackend: {resource: {apiGroup: weir.dev, kind: Backend, name: b1}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: Same}}
+  listeners: [{name: http, port: 9080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: Selector, selector: {matchLabels: {team: blue}}}}
+  listeners: [{name: https, port: 9443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 9080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
+metadata: {name: s1, namespace: default}
+spec:
+  parentRef: {name: gw3}
+  listeners:
+  - {name: a, port: 9443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}
+  - {name: b, port: 9443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert2}]}}
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
+metadata: {name: s1, namespace: default}
+spec:
+  parentRef: {name: gw3}
+  listeners: [{name: a, port: 9080, protocol: HTTP, hostname: c.test}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
+metadata: {name: s2, namespace: other}
+spec:
+  parentRef: {name: gw3, namespace: default}
+  listeners:
+  - {name: b, port: 9443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert}]}, allowedRoutes: {namespaces: {from: All}}}
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
+metadata: {name: s2, namespace: other}
+spec:
+  parentRef: {name: gw, namespace: default}
+  listeners: [{name: b, port: 9443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r4, namespace: default}
+spec:
+  parentRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1, sectionName: a}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r4, namespace: default}
+spec:
+  parentRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s2, namespace: other}, {name: gw3}]
+  hostnames: [b.test]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
 "#;
 
 /// Pool of variants per object key: the documents above plus certificate Secrets taken

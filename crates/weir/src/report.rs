@@ -2,13 +2,13 @@
 
 use weir_api::{Condition, ObjectStatus};
 
-/// Conditions that mean something is wrong: any `False` condition except `Conflicted`,
-/// and `Conflicted=True`.
+/// Conditions that mean something is wrong: any `False` condition except `Conflicted`
+/// and the informational `AttachedListenerSets`, and `Conflicted=True`.
 fn bad(c: &Condition) -> bool {
-    if c.type_ == "Conflicted" {
-        c.is_true()
-    } else {
-        !c.is_true()
+    match c.type_.as_str() {
+        "Conflicted" => c.is_true(),
+        "AttachedListenerSets" => false,
+        _ => !c.is_true(),
     }
 }
 
@@ -21,6 +21,22 @@ fn line(scope: &str, c: &Condition) -> String {
     format!("{scope}{}={} ({}){msg}", c.type_, c.status, c.reason)
 }
 
+fn with_listeners<'a>(
+    conditions: &[Condition],
+    listeners: impl Iterator<Item = (&'a String, &'a Vec<Condition>)>,
+) -> Vec<String> {
+    let mut out: Vec<String> = conditions
+        .iter()
+        .filter(|c| bad(c))
+        .map(|c| line("", c))
+        .collect();
+    for (name, conds) in listeners {
+        let scope = format!("listener {name}: ");
+        out.extend(conds.iter().filter(|c| bad(c)).map(|c| line(&scope, c)));
+    }
+    out
+}
+
 /// Every problem a status reports, one line each; empty when the object is fine.
 pub fn problems(status: &ObjectStatus) -> Vec<String> {
     match status {
@@ -31,22 +47,12 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
             .map(|c| line("", c))
             .collect(),
         ObjectStatus::Gateway(s) => {
-            let mut out: Vec<String> = s
-                .conditions
-                .iter()
-                .filter(|c| bad(c))
-                .map(|c| line("", c))
-                .collect();
-            for l in &s.listeners {
-                let scope = format!("listener {}: ", l.name);
-                out.extend(
-                    l.conditions
-                        .iter()
-                        .filter(|c| bad(c))
-                        .map(|c| line(&scope, c)),
-                );
-            }
-            out
+            let listeners = s.listeners.iter().map(|l| (&l.name, &l.conditions));
+            with_listeners(&s.conditions, listeners)
+        }
+        ObjectStatus::ListenerSet(s) => {
+            let listeners = s.listeners.iter().map(|l| (&l.name, &l.conditions));
+            with_listeners(&s.conditions, listeners)
         }
         ObjectStatus::Route(s) => s
             .parents

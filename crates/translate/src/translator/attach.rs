@@ -11,6 +11,7 @@ use crate::route;
 use crate::store::Dep;
 
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+const SETS_GROUP: &str = "gateway.networking.x-k8s.io";
 
 impl Translator {
     pub(super) fn recompute_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
@@ -56,17 +57,20 @@ impl Translator {
             }
         };
         for pr in &route.spec.parent_refs {
-            if pr.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP
-                || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway"
-            {
-                continue;
-            }
+            let kind = match (
+                pr.group.as_deref().unwrap_or(GATEWAY_GROUP),
+                pr.kind.as_deref().unwrap_or("Gateway"),
+            ) {
+                (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
+                (SETS_GROUP, "XListenerSet") => Kind::XListenerSet,
+                _ => continue,
+            };
             let gns = pr
                 .namespace
                 .as_deref()
                 .filter(|n| !n.is_empty())
                 .unwrap_or(&rk.namespace);
-            let gk = ObjectKey::new(Kind::Gateway, gns, &pr.name);
+            let gk = ObjectKey::new(kind, gns, &pr.name);
             deps.push(Dep::Object(gk.clone()));
             let Some(views) = self.gw_views.get(&gk) else {
                 continue;

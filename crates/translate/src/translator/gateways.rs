@@ -17,57 +17,84 @@ impl Translator {
         }
         let mut settle: HashSet<ObjectKey> = HashSet::new();
         let mut touched: HashSet<ListenerKey> = HashSet::new();
-        for gk in std::mem::take(&mut d.gateways) {
+        // Gateways first: an XListenerSet is compiled against its parent's new state, and
+        // every set of a recompiled Gateway is queued behind it.
+        let mut todo: Vec<ObjectKey> = std::mem::take(&mut d.gateways).into_iter().collect();
+        todo.sort_by_key(|k| k.kind != Kind::Gateway);
+        let mut queued: HashSet<ObjectKey> = todo.iter().cloned().collect();
+        let mut next = 0;
+        while next < todo.len() {
+            let gk = todo[next].clone();
+            next += 1;
             let mut deps = Vec::new();
-            let state = match self.store.gateway(&gk) {
-                Some(gw) => {
-                    deps.push(Dep::Object(ObjectKey::new(
-                        Kind::GatewayClass,
-                        "",
-                        &gw.spec.gateway_class_name,
-                    )));
-                    gateway::is_ours(
-                        &self.store,
-                        &self.opts.controller_name,
-                        self.opts.standalone,
-                        gw,
-                    )
-                    .then(|| {
-                        gateway::compile(
-                            &self.store,
-                            &gk,
-                            self.store.age(&gk),
-                            gw,
-                            self.opts.gateway_address_pool.as_ref(),
-                            &mut deps,
-                        )
-                    })
-                }
-                None => None,
+            let state = if gk.kind == Kind::Gateway {
+                self.compile_gateway(&gk, &mut deps)
+            } else {
+                self.compile_listener_set(&gk, &mut deps)
             };
             self.set_deps(&gk, deps);
-            let new_claims = state.as_ref().map(|s| (s.age.clone(), gateway::claims(s)));
+            if gk.kind == Kind::Gateway
+                && let Some(dependents) = self.deps.get(&Dep::Object(gk.clone()))
+            {
+                for k in dependents {
+                    if k.kind == Kind::XListenerSet && queued.insert(k.clone()) {
+                        todo.push(k.clone());
+                    }
+                }
+            }
+            if gk.kind == Kind::XListenerSet {
+                let parent = state
+                    .as_ref()
+                    .filter(|s| s.accepted.is_ok())
+                    .map(|s| s.group.clone());
+                self.set_attached_parent(&gk, parent, d);
+            }
+            let new_claims = state
+                .as_ref()
+                .map(|s| (s.group_age.clone(), s.group.clone(), gateway::claims(s)));
             let old_claims = self.gw_claims.remove(&gk);
             if old_claims != new_claims {
-                if let Some((age, keys)) = &old_claims {
+                if let Some((age, group, keys)) = &old_claims {
+                    let entry = (age.clone(), group.clone());
                     for k in keys {
-                        touched.insert(*k);
-                        if let Some(set) = self.port_claims.get_mut(k) {
-                            set.remove(&(age.clone(), gk.clone()));
-                            if set.is_empty() {
+                        if let Some(m) = self.port_claims.get_mut(k) {
+                            if let Some(n) = m.get_mut(&entry) {
+                                *n -= 1;
+                                if *n == 0 {
+                                    m.remove(&entry);
+                                    touched.insert(*k);
+                                }
+                            }
+                            if m.is_empty() {
                                 self.port_claims.remove(k);
                             }
                         }
                     }
+                    if let Some(members) = self.group_members.get_mut(group) {
+                        members.remove(&gk);
+                        if members.is_empty() {
+                            self.group_members.remove(group);
+                        }
+                    }
                 }
-                if let Some((age, keys)) = &new_claims {
+                if let Some((age, group, keys)) = &new_claims {
+                    let entry = (age.clone(), group.clone());
                     for k in keys {
-                        touched.insert(*k);
-                        self.port_claims
+                        let n = self
+                            .port_claims
                             .entry(*k)
                             .or_default()
-                            .insert((age.clone(), gk.clone()));
+                            .entry(entry.clone())
+                            .or_insert(0);
+                        *n += 1;
+                        if *n == 1 {
+                            touched.insert(*k);
+                        }
                     }
+                    self.group_members
+                        .entry(group.clone())
+                        .or_default()
+                        .insert(gk.clone());
                 }
             }
             if let Some(c) = new_claims {
@@ -80,9 +107,15 @@ impl Translator {
             d.gateway_status.insert(gk.clone());
             settle.insert(gk);
         }
+        // A group newly claiming a socket, or leaving it, may move its ownership: every
+        // member of every group on it is settled again.
         for k in &touched {
-            if let Some(set) = self.port_claims.get(k) {
-                settle.extend(set.iter().map(|(_, g)| g.clone()));
+            if let Some(m) = self.port_claims.get(k) {
+                for (_, group) in m.keys() {
+                    if let Some(members) = self.group_members.get(group) {
+                        settle.extend(members.iter().cloned());
+                    }
+                }
             }
         }
         // Undo the old outputs of every settled Gateway first: socket ownership may move
@@ -90,7 +123,16 @@ impl Translator {
         for gk in &settle {
             if let Some(out) = self.gw_outputs.remove(gk) {
                 for lk in out.listeners {
-                    self.listeners.remove(&lk);
+                    if out.shared {
+                        if let Some(e) = self.set_sockets.get_mut(&lk) {
+                            e.0 -= 1;
+                            if e.0 == 0 {
+                                self.set_sockets.remove(&lk);
+                            }
+                        }
+                    } else {
+                        self.listeners.remove(&lk);
+                    }
                     d.resources.insert(ResourceKey::Listener(lk));
                 }
                 for (hk, owner) in out.sni {
@@ -112,6 +154,100 @@ impl Translator {
         }
     }
 
+    fn compile_gateway(
+        &self,
+        gk: &ObjectKey,
+        deps: &mut Vec<Dep>,
+    ) -> Option<gateway::GatewayState> {
+        let gw = self.store.gateway(gk)?;
+        deps.push(Dep::Object(ObjectKey::new(
+            Kind::GatewayClass,
+            "",
+            &gw.spec.gateway_class_name,
+        )));
+        gateway::is_ours(
+            &self.store,
+            &self.opts.controller_name,
+            self.opts.standalone,
+            gw,
+        )
+        .then(|| {
+            gateway::compile(
+                &self.store,
+                gk,
+                self.store.age(gk),
+                gw,
+                self.opts.gateway_address_pool.as_ref(),
+                deps,
+            )
+        })
+    }
+
+    /// An XListenerSet is ours when its parent Gateway is (or, in standalone mode, when
+    /// the parent does not exist: its status then says so).
+    fn compile_listener_set(
+        &self,
+        sk: &ObjectKey,
+        deps: &mut Vec<Dep>,
+    ) -> Option<gateway::GatewayState> {
+        let set = self.store.listener_set(sk)?;
+        let pk = gateway::set_parent(sk, set);
+        match self.store.gateway(&pk) {
+            Some(gw)
+                if !gateway::is_ours(
+                    &self.store,
+                    &self.opts.controller_name,
+                    self.opts.standalone,
+                    gw,
+                ) =>
+            {
+                deps.push(Dep::Object(pk));
+                return None;
+            }
+            None if !self.opts.standalone => {
+                deps.push(Dep::Object(pk));
+                return None;
+            }
+            _ => {}
+        }
+        let parent = self.gateways.get(&pk);
+        Some(gateway::compile_set(
+            &self.store,
+            sk,
+            self.store.age(sk),
+            set,
+            parent,
+            deps,
+        ))
+    }
+
+    /// Keeps the count of accepted XListenerSets per Gateway (its `AttachedListenerSets`
+    /// condition changes only when the count leaves or reaches zero).
+    fn set_attached_parent(&mut self, sk: &ObjectKey, parent: Option<ObjectKey>, d: &mut Dirty) {
+        let old = self.set_parents.remove(sk);
+        if old != parent {
+            if let Some(p) = &old
+                && let Some(n) = self.sets_attached.get_mut(p)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    self.sets_attached.remove(p);
+                    d.gateway_status.insert(p.clone());
+                }
+            }
+            if let Some(p) = &parent {
+                let n = self.sets_attached.entry(p.clone()).or_insert(0);
+                *n += 1;
+                if *n == 1 {
+                    d.gateway_status.insert(p.clone());
+                }
+            }
+        }
+        if let Some(p) = parent {
+            self.set_parents.insert(sk.clone(), p);
+        }
+    }
+
     pub(super) fn settle_gateway(&mut self, gk: &ObjectKey, d: &mut Dirty) {
         let Some(mut state) = self.gateways.remove(gk) else {
             if self.gw_views.remove(gk).is_some() {
@@ -122,9 +258,9 @@ impl Translator {
         let mut owners: HashMap<ListenerKey, (ObjectKey, Option<Protocol>)> = HashMap::new();
         for l in &state.listeners {
             if let Some(k) = l.key
-                && let Some((_, o)) = self.port_claims.get(&k).and_then(|s| s.first())
+                && let Some((_, o)) = self.port_claims.get(&k).and_then(|m| m.keys().next())
             {
-                let proto = if o == gk {
+                let proto = if *o == state.key {
                     gateway::protocol_on(&state, &k)
                 } else {
                     self.gateways
@@ -135,7 +271,11 @@ impl Translator {
             }
         }
         gateway::settle(&mut state, |k| owners.get(k).cloned());
-        let mut out = GatewayOutputs::default();
+        let shared = gk.kind == Kind::XListenerSet;
+        let mut out = GatewayOutputs {
+            shared,
+            ..GatewayOutputs::default()
+        };
         let owner: SniOwner = (state.age.clone(), gk.clone());
         for k in gateway::claims(&state) {
             let on_key: Vec<_> = state
@@ -149,12 +289,23 @@ impl Translator {
             let Some(protocol) = first.protocol else {
                 continue;
             };
-            let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
-            let label: Arc<str> = format!("{}/{}", gk.namespace, gk.name).into();
-            self.listeners.insert(
-                k,
-                Arc::new(Listener::new(k, protocol, label, names.join(",").into())),
-            );
+            if shared {
+                self.set_sockets
+                    .entry(k)
+                    .or_insert((0, protocol, state.label.clone()))
+                    .0 += 1;
+            } else {
+                let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
+                self.listeners.insert(
+                    k,
+                    Arc::new(Listener::new(
+                        k,
+                        protocol,
+                        state.label.clone(),
+                        names.join(",").into(),
+                    )),
+                );
+            }
             d.resources.insert(ResourceKey::Listener(k));
             out.listeners.push(k);
             // Listener isolation: a listener whose hostname a less specific listener on
@@ -183,7 +334,10 @@ impl Translator {
                         self.add_sni((k, l.hostname.clone()), owner.clone(), c.clone(), d);
                     }
                 }
-                if !seen.contains(&HostMatch::Any)
+                // The certificate for clients that send no SNI comes from the Gateway's
+                // own listeners only: one entry per set would make that entry O(sets).
+                if !shared
+                    && !seen.contains(&HostMatch::Any)
                     && let Some(c) = on_key.iter().find_map(|l| l.cert.clone())
                 {
                     out.sni.push(((k, HostMatch::Any), owner.clone()));
