@@ -5,6 +5,7 @@ mod support;
 
 mod admin;
 mod ingress;
+mod listener_sets;
 mod reload;
 mod routing;
 mod tls;
