@@ -223,7 +223,8 @@ struct PropagationArgs {
     /// Manifest layout. `ingress`: one file per domain holding its Ingress and TLS Secret,
     /// plus one shared Backend file. `gateway`: Gateways of 64 HTTPS listeners (one per
     /// domain, each on its own loopback address 127.1.x.y) and one file per domain with its
-    /// Secret and an HTTPRoute.
+    /// Secret and an HTTPRoute. `listenerset`: one Gateway on 127.2.0.1 and one file per
+    /// domain with its Secret, an XListenerSet adding its HTTPS listener and an HTTPRoute.
     #[arg(long, value_enum, default_value_t = Layout::Ingress)]
     layout: Layout,
     /// The weir binary (also runs `weir echo`) [default: <workspace>/target/release/weir].

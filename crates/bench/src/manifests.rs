@@ -9,6 +9,12 @@
 //! listener `l<i>` per domain (hostname `d<i>.bench.test`, certificate from Secret
 //! `d<i>-tls`) and binds its own address 127.1.x.y (`gateway_addr`), all on the same port.
 //! Domain `i`'s file holds its Secret and an HTTPRoute attached to listener `l<i>`.
+//!
+//! Layout `listenerset`: one Gateway `sets` (file `sets.yaml`, address
+//! `LISTENER_SET_ADDR`) that allows XListenerSets from its namespace; domain `i`'s file
+//! holds its Secret, an XListenerSet `d<i>` adding one HTTPS listener (hostname
+//! `d<i>.bench.test`, certificate from the Secret) on the Gateway's port, and an HTTPRoute
+//! attached to that listener. Adding or removing a domain is one file, as in `ingress`.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -46,6 +52,29 @@ pub(crate) fn gateway_addr(i: usize, port: u16) -> SocketAddr {
         Ipv4Addr::new(127, 1, (j >> 8) as u8, (j & 0xff) as u8),
         port,
     ))
+}
+
+/// The address of the Gateway of layout `listenerset`.
+pub(crate) const LISTENER_SET_ADDR: Ipv4Addr = Ipv4Addr::new(127, 2, 0, 1);
+
+/// The Gateway of layout `listenerset`: a plaintext listener of its own on `http_port`
+/// and room for XListenerSets from its namespace.
+pub(crate) fn listener_set_gateway_yaml(http_port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: sets\n  namespace: {NAMESPACE}\nspec:\n  gatewayClassName: weir\n  addresses:\n  - type: IPAddress\n    value: \"{LISTENER_SET_ADDR}\"\n  allowedListeners:\n    namespaces: {{from: Same}}\n  listeners:\n  - {{name: http, port: {http_port}, protocol: HTTP}}\n"
+    )
+}
+
+/// Domain `i`'s file in layout `listenerset`: its Secret, an XListenerSet with its HTTPS
+/// listener on `port`, and an HTTPRoute on that listener routing `path` (PathPrefix).
+pub(crate) fn listener_set_domain_yaml(i: usize, leaf: &Leaf, path: &str, port: u16) -> String {
+    let mut s = secret_yaml(i, leaf);
+    let _ = write!(
+        s,
+        "---\napiVersion: gateway.networking.x-k8s.io/v1alpha1\nkind: XListenerSet\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  parentRef: {{name: sets}}\n  listeners:\n  - name: https\n    hostname: \"{host}\"\n    port: {port}\n    protocol: HTTPS\n    tls:\n      certificateRefs:\n      - name: d{i}-tls\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  parentRefs:\n  - {{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: d{i}, sectionName: https}}\n  rules:\n  - matches:\n    - path: {{type: PathPrefix, value: \"{path}\"}}\n    backendRefs:\n    - {{group: weir.dev, kind: Backend, name: {BACKEND}}}\n",
+        host = domain(i)
+    );
+    s
 }
 
 /// Gateway `g<j>` with listeners for the domains of its range below `upto`.

@@ -118,7 +118,8 @@ impl Changer<'_> {
     /// Change `change`: adds domain `i` with `leaf`. In layout `gateway` this also adds
     /// listener `l<i>` to its Gateway: two renames, timed from the first.
     pub(crate) async fn add(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
-        self.dir.stage(i, &self.layout.domain_file(i, leaf, "/"))?;
+        self.dir
+            .stage(i, &self.layout.domain_file(i, leaf, "/", self.https_port))?;
         tokio::time::sleep(self.pacing.settle).await;
         let mut probe = Probe::new(self.tls, domain(i));
         let start = Instant::now();
@@ -136,7 +137,7 @@ impl Changer<'_> {
     pub(crate) async fn modify(&self, change: usize, i: usize, leaf: &Leaf) -> Result<OpResult> {
         let path = format!("/v2-{change}");
         self.dir
-            .stage(i, &self.layout.domain_file(i, leaf, &path))?;
+            .stage(i, &self.layout.domain_file(i, leaf, &path, self.https_port))?;
         let mut probe = self.warmed(i).await;
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use crate::certs::{Leaf, Pki};
 use crate::client::{Seen, Tls, admin_get};
 use crate::manifests::{
-    ConfigDir, LISTENERS_PER_GATEWAY, backend_yaml, domain, domain_yaml, gateway_yaml,
-    route_domain_yaml,
+    ConfigDir, LISTENER_SET_ADDR, LISTENERS_PER_GATEWAY, backend_yaml, domain, domain_yaml,
+    gateway_yaml, listener_set_domain_yaml, listener_set_gateway_yaml, route_domain_yaml,
 };
 use crate::metrics::Propagation;
 use crate::ops::{Changer, Pacing};
@@ -34,6 +34,9 @@ pub(crate) enum Layout {
     /// Gateway API: Gateways of 64 HTTPS listeners (one per domain, each with its
     /// certificate), one file per domain with its Secret and an HTTPRoute.
     Gateway,
+    /// Gateway API with XListenerSets: one Gateway; one file per domain with its Secret,
+    /// an XListenerSet adding its HTTPS listener and an HTTPRoute on that listener.
+    Listenerset,
 }
 
 impl Layout {
@@ -42,14 +45,16 @@ impl Layout {
         match self {
             Layout::Ingress => "ingress",
             Layout::Gateway => "gateway",
+            Layout::Listenerset => "listenerset",
         }
     }
 
-    /// Domain `i`'s file, routing `path`.
-    pub(crate) fn domain_file(self, i: usize, leaf: &Leaf, path: &str) -> String {
+    /// Domain `i`'s file, routing `path` (`https_port`: where HTTPS listeners bind).
+    pub(crate) fn domain_file(self, i: usize, leaf: &Leaf, path: &str, https_port: u16) -> String {
         match self {
             Layout::Ingress => domain_yaml(i, leaf, path),
             Layout::Gateway => route_domain_yaml(i, leaf, path),
+            Layout::Listenerset => listener_set_domain_yaml(i, leaf, path, https_port),
         }
     }
 }
@@ -150,8 +155,11 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         n,
     );
     dir.write_plain("backend.yaml", &backend_yaml(echo_addr))?;
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let http: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let https: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     for (i, leaf) in leaves.iter().enumerate().take(n) {
-        dir.write_domain(i, &opts.layout.domain_file(i, leaf, "/"))?;
+        dir.write_domain(i, &opts.layout.domain_file(i, leaf, "/", https.port()))?;
     }
 
     // 3. The echo backend, then weir.
@@ -172,9 +180,9 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     )?;
     wait_for_port(echo_addr, &mut echo, &echo_log).await?;
 
-    let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-    let http: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-    let https: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    if opts.layout == Layout::Listenerset {
+        dir.write_plain("sets.yaml", &listener_set_gateway_yaml(http.port()))?;
+    }
     if opts.layout == Layout::Gateway {
         for j in 0..n.div_ceil(LISTENERS_PER_GATEWAY) {
             dir.write_gateway(j, &gateway_yaml(j, n, https.port()))?;
@@ -213,6 +221,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     let tls = match opts.layout {
         Layout::Ingress => Tls::new(https, pki.ca_der())?,
         Layout::Gateway => Tls::per_gateway(https.port(), pki.ca_der())?,
+        Layout::Listenerset => Tls::new((LISTENER_SET_ADDR, https.port()).into(), pki.ca_der())?,
     };
     progress.phase(
         &format!("checking that all {n} domains answer 200 over HTTPS"),
