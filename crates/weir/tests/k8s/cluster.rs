@@ -24,6 +24,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ConfigMap" => "configmaps",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
+        "XListenerSet" => "xlistenersets",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));

@@ -17,6 +17,7 @@ mod cluster;
 mod env;
 mod gateway;
 mod ingress;
+mod listener_sets;
 mod rbac;
 mod refs;
 mod scale;
@@ -75,6 +76,7 @@ const TESTS: &[(&str, Test)] = tests![
     refs::route_that_loses_its_backend,
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
+    listener_sets::listener_set_status_and_traffic,
     split::two_proxies_fed_by_a_controller,
     scale::attached_routes_follow_a_thousand_routes,
 ];
