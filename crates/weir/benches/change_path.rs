@@ -50,6 +50,77 @@ fn secret(i: usize, (crt, key): &(String, String)) -> Arc<Object> {
     )
 }
 
+fn listener_set(i: usize) -> Arc<Object> {
+    Arc::new(
+        Object::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XListenerSet",
+            "metadata": {"name": format!("d{i}"), "namespace": "bench"},
+            "spec": {"parentRef": {"name": "sets"}, "listeners": [{
+                "name": "https", "port": 8443, "protocol": "HTTPS",
+                "hostname": format!("d{i}.bench.test"),
+                "tls": {"certificateRefs": [{"name": format!("d{i}-tls")}]}
+            }]}
+        }))
+        .expect("valid XListenerSet"),
+    )
+}
+
+fn set_route(i: usize) -> Arc<Object> {
+    Arc::new(
+        Object::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": format!("d{i}"), "namespace": "bench"},
+            "spec": {
+                "parentRefs": [{"group": "gateway.networking.x-k8s.io", "kind": "XListenerSet",
+                                "name": format!("d{i}"), "sectionName": "https"}],
+                "rules": [{"backendRefs": [{"group": "weir.dev", "kind": "Backend", "name": "echo"}]}]
+            }
+        }))
+        .expect("valid HTTPRoute"),
+    )
+}
+
+/// The `listenerset` layout: one Gateway and, per domain, a Secret, an XListenerSet with
+/// its HTTPS listener and an HTTPRoute on it.
+fn world_sets(n: usize, certs: &[(String, String)]) -> World {
+    let mut translator = Translator::new(TranslatorOptions {
+        standalone: true,
+        ..TranslatorOptions::default()
+    });
+    let mut changes = vec![
+        ObjectChange::Upsert(Arc::new(
+            Object::from_value(serde_json::json!({
+                "apiVersion": "weir.dev/v1alpha1", "kind": "Backend",
+                "metadata": {"name": "echo", "namespace": "bench"},
+                "spec": {"endpoints": ["127.0.0.1:3000"]}
+            }))
+            .expect("valid Backend"),
+        )),
+        ObjectChange::Upsert(Arc::new(
+            Object::from_value(serde_json::json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "sets", "namespace": "bench"},
+                "spec": {"addresses": [{"value": "127.0.0.1"}],
+                         "allowedListeners": {"namespaces": {"from": "Same"}},
+                         "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}]}
+            }))
+            .expect("valid Gateway"),
+        )),
+    ];
+    for (i, c) in certs.iter().enumerate().take(n) {
+        changes.push(ObjectChange::Upsert(secret(i, c)));
+        changes.push(ObjectChange::Upsert(listener_set(i)));
+        changes.push(ObjectChange::Upsert(set_route(i)));
+    }
+    let out = translator.apply(changes);
+    let (snapshot, rejected) = Snapshot::empty().apply(&out.batch);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    World {
+        translator,
+        snapshot,
+    }
+}
+
 struct World {
     translator: Translator,
     snapshot: Snapshot,
@@ -132,6 +203,27 @@ fn bench(c: &mut Criterion) {
                 w.snapshot = black_box(next);
             })
         });
+        drop(w);
+        // The same with XListenerSets: add then remove one domain's Secret, set and route.
+        let mut w = world_sets(n, &certs);
+        let extra = [secret(n, &certs[max]), listener_set(n), set_route(n)];
+        group.bench_with_input(
+            BenchmarkId::new("add_and_remove_listener_set", n),
+            &n,
+            |b, _| {
+                b.iter(|| {
+                    let out = w
+                        .translator
+                        .apply(extra.iter().map(|o| ObjectChange::Upsert(o.clone())));
+                    let (next, _) = w.snapshot.apply(&out.batch);
+                    let out = w
+                        .translator
+                        .apply(extra.iter().map(|o| ObjectChange::Delete(o.key())));
+                    let (next, _) = next.apply(&out.batch);
+                    w.snapshot = black_box(next);
+                })
+            },
+        );
     }
     group.finish();
 }
