@@ -239,6 +239,23 @@ impl StatusWriter {
         }
     }
 
+    /// Drops what is remembered of deleted Gateways (the last status kept for
+    /// [`StatusWriter::refresh`]), so the memory follows the live Gateways.
+    pub fn forget(&self, deleted: &[ObjectKey]) {
+        let mut g = self.gateways.lock().unwrap_or_else(|p| p.into_inner());
+        for k in deleted.iter().filter(|k| k.kind == Kind::Gateway) {
+            g.remove(k);
+        }
+    }
+
+    /// How many Gateways' last statuses are remembered for [`StatusWriter::refresh`].
+    pub fn remembered_gateways(&self) -> usize {
+        self.gateways
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
     /// Write counters.
     pub fn stats(&self) -> WriterStats {
         self.stats.clone()

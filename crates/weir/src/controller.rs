@@ -115,6 +115,12 @@ fn changes_of(update: Update) -> Vec<ObjectChange> {
 }
 
 impl Controller {
+    /// How many Gateways' last statuses the status writer remembers (follows the live
+    /// Gateways: a deleted Gateway is forgotten).
+    pub fn remembered_gateways(&self) -> usize {
+        self.writer.remembered_gateways()
+    }
+
     /// Connects, waits for every watcher's initial list, applies it, and returns with
     /// `/ready` answering 200. Changes are then applied as they are watched.
     pub async fn start(opts: ControllerOptions) -> anyhow::Result<Controller> {
@@ -273,6 +279,7 @@ impl Controller {
                 if let Some(p) = &mut provisioning {
                     p.observe(&update.upserts, &update.deletes);
                 }
+                task_writer.forget(&update.deletes);
                 let changes = changes_of(update);
                 let report = pipeline.process(changes, seen, parse, &|_| None).await;
                 if let Some(p) = &provisioning {

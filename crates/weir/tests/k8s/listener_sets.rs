@@ -183,4 +183,19 @@ pub async fn listener_set_status_and_traffic(ctx: Arc<Ctx>) {
         )
     })
     .await;
+
+    // Deleting the Gateway: the status writer forgets it (its memory follows the live
+    // Gateways).
+    let remembered = ctx.controller.remembered_gateways();
+    cluster::delete(c, GW_V1.0, GW_V1.1, ns, "gw").await;
+    let forgotten = support::eventually(Duration::from_secs(20), || {
+        let ctx = ctx.clone();
+        async move { ctx.controller.remembered_gateways() + 1 == remembered }
+    })
+    .await;
+    assert!(
+        forgotten,
+        "the status writer still remembers {} Gateways (was {remembered})",
+        ctx.controller.remembered_gateways()
+    );
 }
