@@ -222,6 +222,47 @@ impl Provisioner {
         }
     }
 
+    /// Follows the addresses of the Services weir provisioned (a load balancer assigns its
+    /// address some time after the Service is created): calls `seen` with the Gateway and
+    /// the Service's addresses whenever a provisioned Service is listed, added or
+    /// changed. Runs until the task is dropped; watch errors are retried with backoff.
+    pub fn watch_addresses(
+        &self,
+        seen: impl Fn(ObjectKey, Vec<String>) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        use futures_util::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let ar = api_resource("", "v1", "Service", "services");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let cfg = watcher::Config::default()
+            .labels("app.kubernetes.io/managed-by=weir,app.kubernetes.io/name=weir-proxy");
+        tokio::spawn(async move {
+            let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+            while let Some(ev) = stream.next().await {
+                let svc = match ev {
+                    Ok(Event::Apply(o) | Event::InitApply(o)) => o,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watching provisioned Services");
+                        continue;
+                    }
+                };
+                let ns = svc.metadata.namespace.clone().unwrap_or_default();
+                let Some(gateway) = svc
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("gateway.networking.k8s.io/gateway-name"))
+                else {
+                    continue;
+                };
+                let key = ObjectKey::new(weir_api::Kind::Gateway, &ns, gateway);
+                seen(key, service_addresses(&svc.data));
+            }
+        })
+    }
+
     /// Deletes Gateway `key`'s objects (absent ones are fine).
     pub async fn remove(&self, key: &ObjectKey) -> Result<(), kube::Error> {
         for ar in kinds() {

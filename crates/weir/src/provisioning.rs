@@ -20,6 +20,16 @@ pub(crate) struct Provisioning {
     gateways: BTreeMap<ObjectKey, Arc<Object>>,
     classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>>,
     tx: mpsc::UnboundedSender<(ObjectKey, Want)>,
+    _watch: AbortOnDrop,
+}
+
+/// Stops the Service-address watch when provisioning is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The addresses of each provisioned Gateway's Service, for its status.
@@ -31,8 +41,27 @@ impl Provisioning {
     pub(crate) fn start(
         provisioner: Provisioner,
         addresses: Addresses,
-        changed: impl Fn(ObjectKey) + Send + 'static,
+        changed: impl Fn(ObjectKey) + Send + Sync + 'static,
     ) -> Provisioning {
+        let changed = Arc::new(changed);
+        // Addresses assigned later (a load balancer's) reach the Gateway's status as soon
+        // as its Service shows them. Only Gateways provisioned now are followed: a
+        // removed one's Service events are ignored.
+        let watch_task = {
+            let addresses = addresses.clone();
+            let changed = changed.clone();
+            provisioner.watch_addresses(move |key, a| {
+                let mut all = addresses.lock().unwrap_or_else(|p| p.into_inner());
+                match all.get_mut(&key) {
+                    Some(old) if *old != a => {
+                        *old = a;
+                        drop(all);
+                        changed(key);
+                    }
+                    _ => {}
+                }
+            })
+        };
         let (tx, mut rx) = mpsc::unbounded_channel::<(ObjectKey, Want)>();
         let classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>> = Default::default();
         let task_classes = classes.clone();
@@ -92,6 +121,7 @@ impl Provisioning {
             gateways: BTreeMap::new(),
             classes,
             tx,
+            _watch: AbortOnDrop(watch_task),
         }
     }
 

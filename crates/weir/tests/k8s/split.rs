@@ -356,7 +356,7 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     cluster::apply(
         c,
         &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "weir-params", "namespace": ns},
-                 "data": {"replicas": "3", "image": "weir:from-params"}})],
+                 "data": {"replicas": "3", "image": "weir:from-params", "serviceType": "LoadBalancer"}})],
     )
     .await;
     let mut g = gw("gw1", ip1, p1);
@@ -377,6 +377,31 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "the Deployment follows the parameters ConfigMap");
+    let ok = support::eventually(Duration::from_secs(20), || async {
+        get(c, "v1", "Service", ns, "weir-gw1")
+            .await
+            .is_some_and(|s| s["spec"]["type"] == "LoadBalancer")
+    })
+    .await;
+    assert!(ok, "the Service type follows the parameters ConfigMap");
+    // A load balancer assigns its address later (here the test plays the load-balancer
+    // controller; `serviceType: LoadBalancer` comes from the parameters): the Gateway's
+    // status follows without any change to the Gateway.
+    cluster::patch_status(
+        c,
+        "v1",
+        "Service",
+        ns,
+        "weir-gw1",
+        json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.test"}]}}),
+    )
+    .await;
+    wait_status(c, GW_V1, ns, "gw1", "the load balancer's addresses", |s| {
+        s["addresses"]
+            == json!([{"type": "IPAddress", "value": "203.0.113.7"},
+                      {"type": "Hostname", "value": "lb.example.test"}])
+    })
+    .await;
     let dep = get(c, "apps/v1", "Deployment", ns, "weir-gw1")
         .await
         .unwrap();
