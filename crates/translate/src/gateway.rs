@@ -47,6 +47,9 @@ pub(crate) struct ListenerState {
     pub(crate) conflict: Option<(&'static str, String)>,
     /// The socket is owned by an older Gateway: (reason, message).
     pub(crate) taken_by: Option<(&'static str, String)>,
+    /// An XListenerSet's listener whose hostname and port an older set of the same
+    /// Gateway serves: the message.
+    pub(crate) shadowed: Option<String>,
     pub(crate) allowed: Allowed,
     pub(crate) http_routes: bool,
     pub(crate) supported_kinds: Vec<StatusRouteKind>,
@@ -59,6 +62,7 @@ impl ListenerState {
         self.accepted.is_ok()
             && self.conflict.is_none()
             && self.taken_by.is_none()
+            && self.shadowed.is_none()
             && self.key.is_some()
             && self.http_routes
     }
@@ -476,6 +480,7 @@ fn compile_listeners(
             cert,
             conflict: None,
             taken_by: None,
+            shadowed: None,
             allowed,
             http_routes,
             supported_kinds,
@@ -583,13 +588,16 @@ fn allowed_routes(
 }
 
 /// Settles socket ownership: `owner` names the Gateway owning a socket (the oldest
-/// claimant) and the protocol it serves there.
+/// claimant) and the protocol it serves there; `host_owner` (XListenerSets only) names the
+/// oldest set serving a hostname on a socket.
 pub(crate) fn settle(
     state: &mut GatewayState,
     owner: impl Fn(&ListenerKey) -> Option<(ObjectKey, Option<Protocol>)>,
+    host_owner: impl Fn(&ListenerKey, &HostMatch) -> Option<ObjectKey>,
 ) {
     for l in &mut state.listeners {
         l.taken_by = None;
+        l.shadowed = None;
         if let Some(k) = &l.key
             && let Some((o, proto)) = owner(k)
             && o != state.group
@@ -604,12 +612,38 @@ pub(crate) fn settle(
                 format!("{k} is already used by Gateway {}/{}", o.namespace, o.name),
             ));
         }
+        if l.taken_by.is_none()
+            && l.accepted.is_ok()
+            && l.conflict.is_none()
+            && let Some(k) = &l.key
+            && let Some(o) = host_owner(k, &l.hostname)
+            && o != state.key
+        {
+            l.shadowed = Some(format!(
+                "XListenerSet {}/{} already serves hostname {} on port {}",
+                o.namespace, o.name, l.hostname, l.port
+            ));
+        }
         l.programmed = l.accepted.is_ok()
             && l.conflict.is_none()
             && l.taken_by.is_none()
+            && l.shadowed.is_none()
             && l.key.is_some()
             && (l.protocol == Some(Protocol::Http) || l.cert.is_some());
     }
+}
+
+/// The (socket, hostname) pairs an XListenerSet's valid listeners ask for.
+pub(crate) fn host_claims(state: &GatewayState) -> Vec<(ListenerKey, HostMatch)> {
+    let mut v: Vec<(ListenerKey, HostMatch)> = state
+        .listeners
+        .iter()
+        .filter(|l| l.accepted.is_ok() && l.conflict.is_none())
+        .filter_map(|l| l.key.map(|k| (k, l.hostname.clone())))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 /// The protocol a Gateway serves on socket `k` (from its first valid listener there).
@@ -732,10 +766,9 @@ pub(crate) fn set_status(
     attached: Option<&HashMap<Arc<str>, i32>>,
 ) -> ListenerSetStatus {
     let g = state.generation;
-    let any_accepted = state
-        .listeners
-        .iter()
-        .any(|l| l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none());
+    let any_accepted = state.listeners.iter().any(|l| {
+        l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none() && l.shadowed.is_none()
+    });
     let accepted = match &state.accepted {
         Ok(()) if !any_accepted => Condition::new(
             "Accepted",
@@ -812,10 +845,13 @@ fn listener_status(
             Condition::new("ResolvedRefs", false, r, msg.join("; "), g)
         }
     };
-    let conflicted = match (&l.conflict, &l.taken_by) {
-        (Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
-        (None, Some((r, m))) => Condition::new("Conflicted", true, r, m.clone(), g),
-        (None, None) => Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g),
+    let conflicted = match (&l.conflict, &l.taken_by, &l.shadowed) {
+        (Some((r, m)), _, _) => Condition::new("Conflicted", true, r, m.clone(), g),
+        (None, Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
+        (None, None, Some(m)) => {
+            Condition::new("Conflicted", true, "HostnameConflict", m.clone(), g)
+        }
+        (None, None, None) => Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g),
     };
     let programmed = if l.programmed {
         Condition::new("Programmed", true, "Programmed", "listener programmed", g)

@@ -94,6 +94,10 @@ pub struct Translator {
     /// Sockets XListenerSets listen on: how many sets, protocol, Gateway label. The
     /// Listener resource comes from the Gateway's own listener there if it has one.
     set_sockets: HashMap<ListenerKey, (u32, Protocol, Arc<str>)>,
+    /// Per (socket, hostname), the XListenerSets asking for it (the oldest serves it), and
+    /// what each set asks for.
+    host_claims: HashMap<HostKey, BTreeSet<(Age, ObjectKey)>>,
+    set_host_claims: HashMap<ObjectKey, (Age, Vec<HostKey>)>,
     /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
     set_parents: HashMap<ObjectKey, ObjectKey>,
     sets_attached: HashMap<ObjectKey, u32>,
@@ -135,6 +139,8 @@ impl Translator {
             port_claims: HashMap::new(),
             group_members: HashMap::new(),
             set_sockets: HashMap::new(),
+            host_claims: HashMap::new(),
+            set_host_claims: HashMap::new(),
             set_parents: HashMap::new(),
             sets_attached: HashMap::new(),
             gw_outputs: HashMap::new(),

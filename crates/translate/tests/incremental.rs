@@ -329,6 +329,28 @@ spec:
 ---
 apiVersion: gateway.networking.x-k8s.io/v1alpha1
 kind: XListenerSet
+metadata: {name: s3, namespace: default, creationTimestamp: "2020-06-01T00:00:00Z"}
+spec:
+  parentRef: {name: gw3}
+  listeners: [{name: b, port: 9443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert2}]}}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
+metadata: {name: s3, namespace: default}
+spec:
+  parentRef: {name: gw3}
+  listeners: [{name: b, port: 9443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: All}}
+  listeners: [{name: http, port: 9080, protocol: HTTP, hostname: c.test}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XListenerSet
 metadata: {name: s2, namespace: other}
 spec:
   parentRef: {name: gw3, namespace: default}

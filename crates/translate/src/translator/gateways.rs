@@ -8,6 +8,7 @@ use weir_model::{Certificate, HostMatch, Listener, ListenerKey, Protocol, Resour
 
 use super::{Dirty, GatewayOutputs, HostKey, SniOwner, Translator};
 use crate::gateway;
+use crate::order::Age;
 use crate::store::Dep;
 
 impl Translator {
@@ -48,6 +49,10 @@ impl Translator {
                     .filter(|s| s.accepted.is_ok())
                     .map(|s| s.group.clone());
                 self.set_attached_parent(&gk, parent, d);
+                let hosts = state
+                    .as_ref()
+                    .map(|s| (s.age.clone(), gateway::host_claims(s)));
+                self.set_host_claims_of(&gk, hosts, &mut settle);
             }
             let new_claims = state
                 .as_ref()
@@ -221,6 +226,48 @@ impl Translator {
         ))
     }
 
+    /// Records which (socket, hostname) pairs set `sk` asks for; where that changes which
+    /// set is the oldest claimant, the old one and every claimant are settled again.
+    fn set_host_claims_of(
+        &mut self,
+        sk: &ObjectKey,
+        new: Option<(Age, Vec<HostKey>)>,
+        settle: &mut HashSet<ObjectKey>,
+    ) {
+        let old = self.set_host_claims.remove(sk);
+        if old != new {
+            let changes = old
+                .iter()
+                .flat_map(|(age, hosts)| hosts.iter().map(move |hk| (age, hk, false)))
+                .chain(
+                    new.iter()
+                        .flat_map(|(age, hosts)| hosts.iter().map(move |hk| (age, hk, true))),
+                );
+            for (age, hk, insert) in changes {
+                let claimants = self.host_claims.entry(hk.clone()).or_default();
+                let before = claimants.first().map(|(_, k)| k.clone());
+                let entry = (age.clone(), sk.clone());
+                if insert {
+                    claimants.insert(entry);
+                } else {
+                    claimants.remove(&entry);
+                }
+                let after = claimants.first().map(|(_, k)| k.clone());
+                if before != after {
+                    // Every claimant names the one that serves the hostname.
+                    settle.extend(before);
+                    settle.extend(claimants.iter().map(|(_, k)| k.clone()));
+                }
+                if claimants.is_empty() {
+                    self.host_claims.remove(hk);
+                }
+            }
+        }
+        if let Some(n) = new.filter(|(_, v)| !v.is_empty()) {
+            self.set_host_claims.insert(sk.clone(), n);
+        }
+    }
+
     /// Keeps the count of accepted XListenerSets per Gateway (its `AttachedListenerSets`
     /// condition changes only when the count leaves or reaches zero).
     fn set_attached_parent(&mut self, sk: &ObjectKey, parent: Option<ObjectKey>, d: &mut Dirty) {
@@ -270,7 +317,20 @@ impl Translator {
                 owners.insert(k, (o.clone(), proto));
             }
         }
-        gateway::settle(&mut state, |k| owners.get(k).cloned());
+        let is_set = gk.kind == Kind::XListenerSet;
+        gateway::settle(
+            &mut state,
+            |k| owners.get(k).cloned(),
+            |k, h| {
+                if !is_set {
+                    return None;
+                }
+                self.host_claims
+                    .get(&(*k, h.clone()))
+                    .and_then(|s| s.first())
+                    .map(|(_, o)| o.clone())
+            },
+        );
         let shared = gk.kind == Kind::XListenerSet;
         let mut out = GatewayOutputs {
             shared,
