@@ -227,7 +227,7 @@ impl Controller {
         let report = pipeline
             .process(changes, seen, seen.elapsed(), &|_| None)
             .await;
-        if let Some(p) = &provisioning {
+        if let Some(p) = &mut provisioning {
             p.statuses(&report.statuses);
         }
         writer.submit(report.statuses);
@@ -282,7 +282,7 @@ impl Controller {
                 task_writer.forget(&update.deletes);
                 let changes = changes_of(update);
                 let report = pipeline.process(changes, seen, parse, &|_| None).await;
-                if let Some(p) = &provisioning {
+                if let Some(p) = &mut provisioning {
                     p.statuses(&report.statuses);
                 }
                 task_writer.submit(report.statuses);

@@ -18,6 +18,11 @@ enum Want {
 /// Tracks Gateways and their acceptance; sends provisioning work to its task.
 pub(crate) struct Provisioning {
     gateways: BTreeMap<ObjectKey, Arc<Object>>,
+    /// Accepted Gateways (their objects are provisioned).
+    accepted: std::collections::BTreeSet<ObjectKey>,
+    /// XListenerSets: the Gateway each names and its listeners (their ports are exposed
+    /// by the Gateway's Service and Deployment too).
+    sets: BTreeMap<ObjectKey, (ObjectKey, Vec<weir_api::GatewayListener>)>,
     classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>>,
     tx: mpsc::UnboundedSender<(ObjectKey, Want)>,
     _watch: AbortOnDrop,
@@ -119,36 +124,88 @@ impl Provisioning {
         });
         Provisioning {
             gateways: BTreeMap::new(),
+            accepted: Default::default(),
+            sets: BTreeMap::new(),
             classes,
             tx,
             _watch: AbortOnDrop(watch_task),
         }
     }
 
-    /// Notes Gateway objects among the changes (before they are translated).
+    /// Notes Gateway, GatewayClass and XListenerSet objects among the changes (before
+    /// they are translated). A set that changes the ports of an accepted Gateway
+    /// provisions it again.
     pub(crate) fn observe(&mut self, upserts: &[Arc<Object>], deletes: &[ObjectKey]) {
+        let mut ports_changed: Vec<ObjectKey> = Vec::new();
         for o in upserts {
-            match o.kind() {
-                Kind::Gateway => {
+            match &**o {
+                Object::Gateway(_) => {
                     self.gateways.insert(o.key(), o.clone());
                 }
-                Kind::GatewayClass => {
+                Object::GatewayClass(_) => {
                     let mut c = self.classes.lock().unwrap_or_else(|p| p.into_inner());
                     c.insert(o.metadata().name.clone(), o.clone());
+                }
+                Object::XListenerSet(set) => {
+                    let key = o.key();
+                    let parent = set_parent(&key, set);
+                    let new = (parent.clone(), set.spec.listeners.clone());
+                    if let Some((old_parent, old)) = self.sets.insert(key, new)
+                        && (old_parent != parent || ports(&old) != ports(&set.spec.listeners))
+                    {
+                        ports_changed.push(old_parent);
+                    }
+                    ports_changed.push(parent);
                 }
                 _ => {}
             }
         }
         for k in deletes {
             if k.kind == Kind::Gateway && self.gateways.remove(k).is_some() {
+                self.accepted.remove(k);
                 let _ = self.tx.send((k.clone(), Want::Absent));
+            }
+            if k.kind == Kind::XListenerSet
+                && let Some((parent, _)) = self.sets.remove(k)
+            {
+                ports_changed.push(parent);
+            }
+        }
+        ports_changed.sort();
+        ports_changed.dedup();
+        for g in ports_changed {
+            if self.accepted.contains(&g)
+                && let Some(o) = self.with_sets(&g)
+            {
+                let _ = self.tx.send((g, Want::Present(o)));
             }
         }
     }
 
+    /// Gateway `key`'s object with the listeners of the XListenerSets naming it appended
+    /// (only their ports matter to the provisioned objects).
+    fn with_sets(&self, key: &ObjectKey) -> Option<Arc<Object>> {
+        let o = self.gateways.get(key)?;
+        let extra: Vec<&weir_api::GatewayListener> = self
+            .sets
+            .values()
+            .filter(|(p, _)| p == key)
+            .flat_map(|(_, ls)| ls)
+            .collect();
+        if extra.is_empty() {
+            return Some(o.clone());
+        }
+        let Object::Gateway(gw) = &**o else {
+            return Some(o.clone());
+        };
+        let mut gw = gw.clone();
+        gw.spec.listeners.extend(extra.into_iter().cloned());
+        Some(Arc::new(Object::Gateway(gw)))
+    }
+
     /// Provisions accepted Gateways of ours and removes the objects of refused ones, from
     /// the statuses a change produced.
-    pub(crate) fn statuses(&self, statuses: &[(ObjectKey, ObjectStatus)]) {
+    pub(crate) fn statuses(&mut self, statuses: &[(ObjectKey, ObjectStatus)]) {
         for (key, status) in statuses {
             let ObjectStatus::Gateway(s) = status else {
                 continue;
@@ -157,11 +214,35 @@ impl Provisioning {
                 .conditions
                 .iter()
                 .any(|c| c.type_ == "Accepted" && c.is_true());
-            let want = match (accepted, self.gateways.get(key)) {
-                (true, Some(o)) => Want::Present(o.clone()),
-                _ => Want::Absent,
+            let want = match (accepted, self.with_sets(key)) {
+                (true, Some(o)) => {
+                    self.accepted.insert(key.clone());
+                    Want::Present(o)
+                }
+                _ => {
+                    self.accepted.remove(key);
+                    Want::Absent
+                }
             };
             let _ = self.tx.send((key.clone(), want));
         }
     }
+}
+
+/// The Gateway an XListenerSet names.
+fn set_parent(key: &ObjectKey, set: &weir_api::XListenerSet) -> ObjectKey {
+    let pr = &set.spec.parent_ref;
+    let ns = pr
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&key.namespace);
+    ObjectKey::new(Kind::Gateway, ns, &pr.name)
+}
+
+fn ports(listeners: &[weir_api::GatewayListener]) -> Vec<i32> {
+    let mut v: Vec<i32> = listeners.iter().map(|l| l.port).collect();
+    v.sort();
+    v.dedup();
+    v
 }

@@ -425,6 +425,59 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
         ports, want,
         "the Service exposes the Gateway's listener ports"
     );
+    // An XListenerSet naming the Gateway adds its listeners' ports to the provisioned
+    // Service; deleting the set takes them away again.
+    let set_port = support::free_port();
+    cluster::apply(
+        c,
+        &[
+            json!({"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XListenerSet",
+                 "metadata": {"name": "extra", "namespace": ns},
+                 "spec": {"parentRef": {"name": "gw1"},
+                          "listeners": [{"name": "extra", "port": set_port, "protocol": "HTTP"}]}}),
+        ],
+    )
+    .await;
+    let service_ports = || async {
+        let svc = get(c, "v1", "Service", ns, "weir-gw1").await.unwrap();
+        let mut v: Vec<i64> = svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].as_i64().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut with_set = want.clone();
+    with_set.push(i64::from(set_port));
+    with_set.sort();
+    let ok = support::eventually(Duration::from_secs(20), || async {
+        service_ports().await == with_set
+    })
+    .await;
+    assert!(
+        ok,
+        "the Service exposes the XListenerSet's port: {:?}",
+        service_ports().await
+    );
+    cluster::delete(
+        c,
+        "gateway.networking.x-k8s.io/v1alpha1",
+        "XListenerSet",
+        ns,
+        "extra",
+    )
+    .await;
+    let ok = support::eventually(Duration::from_secs(20), || async {
+        service_ports().await == want
+    })
+    .await;
+    assert!(
+        ok,
+        "the set's port is gone with the set: {:?}",
+        service_ports().await
+    );
     cluster::delete(c, "gateway.networking.k8s.io/v1", "Gateway", ns, "gw2").await;
     for (av, kind) in [
         ("v1", "ServiceAccount"),
