@@ -81,6 +81,16 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
         one.into_iter().chain(many.into_iter().flatten())
     }
 
+    /// The keys in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
+        let (one, many) = match self {
+            SmallOrdMap::Empty => (None, None),
+            SmallOrdMap::One(k, _) => (Some(k), None),
+            SmallOrdMap::Many(map) => (None, Some(map.keys())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
     /// The number of entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

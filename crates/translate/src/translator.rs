@@ -96,7 +96,7 @@ pub struct Translator {
     set_sockets: HashMap<ListenerKey, (u32, Protocol, Arc<str>)>,
     /// Per (socket, hostname), the XListenerSets asking for it (the oldest serves it), and
     /// what each set asks for.
-    host_claims: HashMap<HostKey, BTreeSet<(Age, ObjectKey)>>,
+    host_claims: HashMap<HostKey, SmallOrdMap<(Age, ObjectKey), ()>>,
     set_host_claims: HashMap<ObjectKey, (Age, Vec<HostKey>)>,
     /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
     set_parents: HashMap<ObjectKey, ObjectKey>,

@@ -245,18 +245,18 @@ impl Translator {
                 );
             for (age, hk, insert) in changes {
                 let claimants = self.host_claims.entry(hk.clone()).or_default();
-                let before = claimants.first().map(|(_, k)| k.clone());
+                let before = claimants.keys().next().map(|(_, k)| k.clone());
                 let entry = (age.clone(), sk.clone());
                 if insert {
-                    claimants.insert(entry);
+                    claimants.insert(entry, ());
                 } else {
                     claimants.remove(&entry);
                 }
-                let after = claimants.first().map(|(_, k)| k.clone());
+                let after = claimants.keys().next().map(|(_, k)| k.clone());
                 if before != after {
                     // Every claimant names the one that serves the hostname.
                     settle.extend(before);
-                    settle.extend(claimants.iter().map(|(_, k)| k.clone()));
+                    settle.extend(claimants.keys().map(|(_, k)| k.clone()));
                 }
                 if claimants.is_empty() {
                     self.host_claims.remove(hk);
@@ -327,7 +327,7 @@ impl Translator {
                 }
                 self.host_claims
                     .get(&(*k, h.clone()))
-                    .and_then(|s| s.first())
+                    .and_then(|s| s.keys().next())
                     .map(|(_, o)| o.clone())
             },
         );
