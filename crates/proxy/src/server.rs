@@ -666,17 +666,25 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 fn add_forwarded(headers: &mut HeaderMap, ctx: &ConnContext, raw_host: Option<HeaderValue>) {
-    let prior: Vec<&str> = headers
-        .get_all(&X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if prior.is_empty() {
-        headers.insert(X_FORWARDED_FOR, ctx.client_ip.clone());
-    } else {
-        let ip = ctx.client_ip.to_str().unwrap_or_default();
-        if let Ok(v) = HeaderValue::try_from(format!("{}, {ip}", prior.join(", "))) {
-            headers.insert(X_FORWARDED_FOR, v);
+    match headers.entry(X_FORWARDED_FOR) {
+        header::Entry::Vacant(slot) => {
+            slot.insert(ctx.client_ip.clone());
+        }
+        header::Entry::Occupied(mut prior) => {
+            let joined = prior
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let ip = ctx.client_ip.to_str().unwrap_or_default();
+            let value = if joined.is_empty() {
+                HeaderValue::try_from(ip)
+            } else {
+                HeaderValue::try_from(format!("{joined}, {ip}"))
+            };
+            if let Ok(v) = value {
+                prior.insert(v);
+            }
         }
     }
     let proto = if ctx.tls { "https" } else { "http" };
@@ -691,9 +699,10 @@ fn add_forwarded(headers: &mut HeaderMap, ctx: &ConnContext, raw_host: Option<He
 /// Gives the request an `x-request-id` when it has none: a per-process random prefix
 /// and a counter, in hex.
 fn ensure_request_id(headers: &mut HeaderMap) {
-    if headers.contains_key(&X_REQUEST_ID) {
+    // One hashed lookup for both the check and the insertion.
+    let header::Entry::Vacant(slot) = headers.entry(X_REQUEST_ID) else {
         return;
-    }
+    };
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| {
@@ -716,7 +725,7 @@ fn ensure_request_id(headers: &mut HeaderMap) {
     hex_into(&mut buf[17..17 + digits], n);
     let v = HeaderValue::from_bytes(&buf[..17 + digits])
         .unwrap_or_else(|_| HeaderValue::from_static("-"));
-    headers.insert(X_REQUEST_ID, v);
+    slot.insert(v);
 }
 
 /// Writes the low `out.len()` hex digits of `n` into `out`, most significant first.
