@@ -89,7 +89,8 @@ impl Lease {
 type TrySendError = hyper::client::conn::TrySendError<Request<Incoming>>;
 
 /// The boxed general case of [`Http1Pool::send`].
-type SlowSend = Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send>>;
+type SlowSend =
+    Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send>>;
 
 pin_project_lite::pin_project! {
     /// The response head of a request sent with [`Http1Pool::send`], with the lease of
@@ -134,7 +135,9 @@ where
                     self.set(Sending::Slow { fut });
                     self.poll(cx)
                 }
-                (Some(_), None) => Poll::Ready(Err(ProxyError::Connect("upstream pool closed".into()))),
+                (Some(_), None) => {
+                    Poll::Ready(Err(ProxyError::Connect("upstream pool closed".into())))
+                }
                 (None, _) => Poll::Ready(Err(ProxyError::Upstream(Box::new(e.into_error())))),
             },
         }

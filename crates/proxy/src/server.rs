@@ -209,9 +209,9 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = match this.state.project() {
-            StateProj::Done { result } => result
-                .take()
-                .unwrap_or(Err(ProxyError::BadRequest("request polled after its response"))),
+            StateProj::Done { result } => result.take().unwrap_or(Err(ProxyError::BadRequest(
+                "request polled after its response",
+            ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
         };
         Poll::Ready(Ok(finish(this.ctx, *this.start, this.log.take(), result)))
@@ -237,7 +237,11 @@ fn finish(
     let status = resp.status().as_u16();
     ctx.metrics.record(status, elapsed.as_secs_f64());
     if let Some(log) = log {
-        let host = log.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("");
+        let host = log
+            .host
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
         let upstream = log.upstream.as_ref().map(|u| u.to_string());
         let request_id = log.request_id.as_ref().and_then(|v| v.to_str().ok());
         tracing::info!(
@@ -806,4 +810,3 @@ mod tests {
         assert_eq!(&one, b"0");
     }
 }
-
