@@ -9,7 +9,10 @@
 //! short lock), and the response body gives it back when it ends: no task, no timer.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
@@ -83,6 +86,64 @@ impl Lease {
     }
 }
 
+type TrySendError = hyper::client::conn::TrySendError<Request<Incoming>>;
+
+/// The boxed general case of [`Http1Pool::send`].
+type SlowSend =
+    Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The response head of a request sent with [`Http1Pool::send`], with the lease of
+    /// its connection.
+    #[project = SendingProj]
+    pub(crate) enum Sending<F> {
+        /// Handed to a ready idle connection; `lease` is taken when the answer comes.
+        Sent {
+            #[pin]
+            response: F,
+            lease: Option<Lease>,
+        },
+        /// Anything else, including a retry after the idle connection closed.
+        Slow { fut: SlowSend },
+    }
+}
+
+impl<F> Future for Sending<F>
+where
+    F: Future<Output = Result<Response<Incoming>, TrySendError>>,
+{
+    type Output = Result<(Response<Incoming>, Lease), ProxyError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (sent, lease) = match self.as_mut().project() {
+            SendingProj::Slow { fut } => return fut.as_mut().poll(cx),
+            SendingProj::Sent { response, lease } => {
+                let sent = ready!(response.poll(cx));
+                (sent, lease.take())
+            }
+        };
+        let Some(lease) = lease else {
+            return Poll::Ready(Err(ProxyError::Upstream("polled after completion".into())));
+        };
+        match sent {
+            Ok(resp) => Poll::Ready(Ok((resp, lease))),
+            Err(mut e) => match (e.take_message(), lease.pool.upgrade()) {
+                // Closed before the request was written: it never reached the upstream,
+                // so it goes again (the closed connection is dropped with the lease).
+                (Some(req), Some(pool)) => {
+                    let fut = Box::pin(pool.send_slow(lease.addr, req, None));
+                    self.set(Sending::Slow { fut });
+                    self.poll(cx)
+                }
+                (Some(_), None) => {
+                    Poll::Ready(Err(ProxyError::Connect("upstream pool closed".into())))
+                }
+                (None, _) => Poll::Ready(Err(ProxyError::Upstream(Box::new(e.into_error())))),
+            },
+        }
+    }
+}
+
 impl Http1Pool {
     pub(crate) fn new(
         connect_timeout: Duration,
@@ -103,30 +164,57 @@ impl Http1Pool {
     /// Sends `req` (origin-form URI, Host set) to `addr` on an idle connection, or on a
     /// new one. A request that a reused connection closed before sending it is sent
     /// again on a new connection (it never reached the upstream).
-    pub(crate) async fn send(
+    ///
+    /// The usual case (an idle connection ready for the next request) hands the request
+    /// over right here and returns a future that only waits for the response head; the
+    /// rest (waiting for a connection, retrying, connecting) is one boxed future. The
+    /// returned future is moved with the request's (see `server::handle`), so it is
+    /// kept small.
+    pub(crate) fn send(
         self: &Arc<Self>,
         addr: &EndpointAddr,
         req: Request<Incoming>,
+    ) -> Sending<impl Future<Output = Result<Response<Incoming>, TrySendError>> + Send + use<>>
+    {
+        match self.take(addr) {
+            Some(mut sender) if sender.is_ready() => {
+                let response = sender.try_send_request(req);
+                Sending::Sent {
+                    response,
+                    lease: Some(self.lease(addr, sender)),
+                }
+            }
+            taken => Sending::Slow {
+                fut: Box::pin(Arc::clone(self).send_slow(addr.clone(), req, taken)),
+            },
+        }
+    }
+
+    /// The general case of [`Http1Pool::send`], starting with `first` (an idle sender
+    /// that was not ready yet), if any.
+    async fn send_slow(
+        self: Arc<Self>,
+        addr: EndpointAddr,
+        req: Request<Incoming>,
+        first: Option<Sender>,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req;
-        while let Some(mut sender) = self.take(addr) {
+        let mut next = first;
+        while let Some(mut sender) = next.take().or_else(|| self.take(&addr)) {
             if !sender.is_ready() && sender.ready().await.is_err() {
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, self.lease(addr, sender))),
+                Ok(resp) => return Ok((resp, self.lease(&addr, sender))),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
                     None => return Err(ProxyError::Upstream(Box::new(e.into_error()))),
                 },
             }
         }
-        // Boxed: connecting (with DNS resolution) is the largest state of this future,
-        // and a new connection is the rare case; unboxed it made every request's future
-        // several KiB, copied each time hyper moves the future.
-        let mut sender = Box::pin(self.connect(addr)).await?;
+        let mut sender = self.connect(&addr).await?;
         match sender.send_request(req).await {
-            Ok(resp) => Ok((resp, self.lease(addr, sender))),
+            Ok(resp) => Ok((resp, self.lease(&addr, sender))),
             Err(e) => Err(ProxyError::Upstream(Box::new(e))),
         }
     }

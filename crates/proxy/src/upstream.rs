@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -82,26 +82,56 @@ impl Upstreams {
         Ok(())
     }
 
-    /// Sends one request to `addr` and waits for response headers. HTTP/1.1 requests
-    /// carry an origin-form URI and come back with the [`Lease`] of their connection,
-    /// which the response body returns to the pool at its end; h2c requests carry an
-    /// absolute URI naming the endpoint.
-    pub(crate) async fn send(
+    /// Sends one request to `addr`; the returned future waits for the response head.
+    /// HTTP/1.1 requests carry an origin-form URI and come back with the [`Lease`] of
+    /// their connection, which the response body returns to the pool at its end; h2c
+    /// requests carry an absolute URI naming the endpoint.
+    pub(crate) fn send(
         &self,
         protocol: UpstreamProtocol,
         addr: &EndpointAddr,
         req: Request<Incoming>,
-    ) -> Result<(Response<Incoming>, Option<Lease>), ProxyError> {
+    ) -> UpstreamResponse<
+        impl Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send + use<>,
+    > {
         match protocol {
-            UpstreamProtocol::Http1 => {
-                let (resp, lease) = self.http1.send(addr, req).await?;
-                Ok((resp, Some(lease)))
-            }
-            UpstreamProtocol::H2c => match self.h2c.request(req).await {
+            UpstreamProtocol::Http1 => UpstreamResponse::Http1 {
+                fut: self.http1.send(addr, req),
+            },
+            UpstreamProtocol::H2c => UpstreamResponse::H2c {
+                fut: self.h2c.request(req),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`Upstreams::send`].
+    #[project = UpstreamResponseProj]
+    pub(crate) enum UpstreamResponse<F> {
+        /// From the HTTP/1.1 pool.
+        Http1 { #[pin] fut: F },
+        /// From the h2c client.
+        H2c { #[pin] fut: ResponseFuture },
+    }
+}
+
+impl<F> Future for UpstreamResponse<F>
+where
+    F: Future<Output = Result<(Response<Incoming>, Lease), ProxyError>>,
+{
+    type Output = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            UpstreamResponseProj::Http1 { fut } => fut
+                .poll(cx)
+                .map(|r| r.map(|(resp, lease)| (resp, Some(lease)))),
+            UpstreamResponseProj::H2c { fut } => fut.poll(cx).map(|r| match r {
                 Ok(resp) => Ok((resp, None)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
                 Err(e) => Err(ProxyError::Upstream(Box::new(e))),
-            },
+            }),
         }
     }
 }
