@@ -20,9 +20,9 @@ pub(crate) struct Provisioning {
     gateways: BTreeMap<ObjectKey, Arc<Object>>,
     /// Accepted Gateways (their objects are provisioned).
     accepted: std::collections::BTreeSet<ObjectKey>,
-    /// XListenerSets: the Gateway each names and its listeners (their ports are exposed
-    /// by the Gateway's Service and Deployment too).
-    sets: BTreeMap<ObjectKey, (ObjectKey, Vec<weir_api::GatewayListener>)>,
+    /// XListenerSets: the Gateway each names and its listeners' ports (exposed by the
+    /// Gateway's Service and Deployment too).
+    sets: BTreeMap<ObjectKey, (ObjectKey, Vec<i32>)>,
     classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>>,
     tx: mpsc::UnboundedSender<(ObjectKey, Want)>,
     _watch: AbortOnDrop,
@@ -149,13 +149,16 @@ impl Provisioning {
                 Object::XListenerSet(set) => {
                     let key = o.key();
                     let parent = set_parent(&key, set);
-                    let new = (parent.clone(), set.spec.listeners.clone());
-                    if let Some((old_parent, old)) = self.sets.insert(key, new)
-                        && (old_parent != parent || ports(&old) != ports(&set.spec.listeners))
-                    {
-                        ports_changed.push(old_parent);
+                    let new_ports = ports(&set.spec.listeners);
+                    match self.sets.insert(key, (parent.clone(), new_ports.clone())) {
+                        Some((old_parent, old_ports))
+                            if old_parent == parent && old_ports == new_ports => {}
+                        Some((old_parent, _)) => {
+                            ports_changed.push(old_parent);
+                            ports_changed.push(parent);
+                        }
+                        None => ports_changed.push(parent),
                     }
-                    ports_changed.push(parent);
                 }
                 _ => {}
             }
@@ -182,24 +185,35 @@ impl Provisioning {
         }
     }
 
-    /// Gateway `key`'s object with the listeners of the XListenerSets naming it appended
-    /// (only their ports matter to the provisioned objects).
+    /// Gateway `key`'s object with one listener appended per port of the XListenerSets
+    /// naming it that the Gateway does not already listen on (only ports matter to the
+    /// provisioned objects).
     fn with_sets(&self, key: &ObjectKey) -> Option<Arc<Object>> {
         let o = self.gateways.get(key)?;
-        let extra: Vec<&weir_api::GatewayListener> = self
+        let Object::Gateway(gw) = &**o else {
+            return Some(o.clone());
+        };
+        let own: std::collections::BTreeSet<i32> =
+            gw.spec.listeners.iter().map(|l| l.port).collect();
+        let extra: std::collections::BTreeSet<i32> = self
             .sets
             .values()
             .filter(|(p, _)| p == key)
-            .flat_map(|(_, ls)| ls)
+            .flat_map(|(_, ports)| ports.iter().copied())
+            .filter(|p| !own.contains(p))
             .collect();
         if extra.is_empty() {
             return Some(o.clone());
         }
-        let Object::Gateway(gw) = &**o else {
-            return Some(o.clone());
-        };
         let mut gw = gw.clone();
-        gw.spec.listeners.extend(extra.into_iter().cloned());
+        gw.spec
+            .listeners
+            .extend(extra.into_iter().map(|port| weir_api::GatewayListener {
+                name: format!("xlistenerset-{port}"),
+                port,
+                protocol: "HTTP".into(),
+                ..Default::default()
+            }));
         Some(Arc::new(Object::Gateway(gw)))
     }
 
