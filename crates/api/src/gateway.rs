@@ -125,6 +125,20 @@ pub struct ListenerSetSpec {
     pub listeners: Vec<GatewayListener>,
 }
 
+impl XListenerSet {
+    /// The Gateway this set names as its parent (`spec.parentRef`; its namespace defaults
+    /// to the set's own).
+    pub fn parent(&self) -> crate::ObjectKey {
+        let pr = &self.spec.parent_ref;
+        let ns = pr
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&self.metadata.namespace);
+        crate::ObjectKey::new(crate::Kind::Gateway, ns, &pr.name)
+    }
+}
+
 /// `spec.parentRef` of an XListenerSet.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]

@@ -48,6 +48,25 @@ pub struct RenderOptions {
     pub gateway_addresses: Option<GatewayAddresses>,
 }
 
+/// A listener's conditions, keeping the `lastTransitionTime` of the stored listener
+/// status with the same name.
+fn listener_conditions(
+    current: &Value,
+    name: &str,
+    desired: &[Condition],
+    now: &str,
+) -> Vec<Value> {
+    let old = current
+        .get("listeners")
+        .and_then(Value::as_array)
+        .and_then(|v| {
+            v.iter()
+                .find(|o| o.get("name").and_then(Value::as_str) == Some(name))
+        })
+        .and_then(|o| o.get("conditions"));
+    conditions(desired, old, now)
+}
+
 /// The status to write for an object whose stored status is `current`, or `None` when
 /// this kind of status is not written to the API server (e.g. problems of a Secret).
 pub(crate) fn render(
@@ -73,19 +92,11 @@ pub(crate) fn render(
                 .listeners
                 .iter()
                 .map(|l| {
-                    let old = current
-                        .get("listeners")
-                        .and_then(Value::as_array)
-                        .and_then(|v| {
-                            v.iter()
-                                .find(|o| o.get("name").and_then(Value::as_str) == Some(&l.name))
-                        })
-                        .and_then(|o| o.get("conditions"));
                     json!({
                         "name": l.name,
                         "supportedKinds": l.supported_kinds,
                         "attachedRoutes": l.attached_routes,
-                        "conditions": conditions(&l.conditions, old, now),
+                        "conditions": listener_conditions(current, &l.name, &l.conditions, now),
                     })
                 })
                 .collect();
@@ -151,20 +162,12 @@ pub(crate) fn render(
                 .listeners
                 .iter()
                 .map(|l| {
-                    let old = current
-                        .get("listeners")
-                        .and_then(Value::as_array)
-                        .and_then(|v| {
-                            v.iter()
-                                .find(|o| o.get("name").and_then(Value::as_str) == Some(&l.name))
-                        })
-                        .and_then(|o| o.get("conditions"));
                     json!({
                         "name": l.name,
                         "port": l.port,
                         "supportedKinds": l.supported_kinds,
                         "attachedRoutes": l.attached_routes,
-                        "conditions": conditions(&l.conditions, old, now),
+                        "conditions": listener_conditions(current, &l.name, &l.conditions, now),
                     })
                 })
                 .collect();

@@ -226,17 +226,6 @@ pub(crate) fn compile(
     }
 }
 
-/// The Gateway an XListenerSet names as its parent.
-pub(crate) fn set_parent(key: &ObjectKey, set: &XListenerSet) -> ObjectKey {
-    let pr = &set.spec.parent_ref;
-    let ns = pr
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(&key.namespace);
-    ObjectKey::new(Kind::Gateway, ns, &pr.name)
-}
-
 /// Validates an XListenerSet whose parent Gateway is ours (`parent`: its state, `None`
 /// when the Gateway does not exist). Its listeners listen on the parent's address and
 /// conflict with the parent's own listeners (which win) on the same port.
@@ -249,7 +238,7 @@ pub(crate) fn compile_set(
     deps: &mut Vec<Dep>,
 ) -> GatewayState {
     let ns = &*key.namespace;
-    let pk = set_parent(key, set);
+    let pk = set.parent();
     deps.push(Dep::Object(pk.clone()));
     let pr = &set.spec.parent_ref;
     let mut accepted: Outcome = Ok(());
@@ -306,36 +295,12 @@ pub(crate) fn compile_set(
         deps,
     );
     if let Some(p) = parent {
+        let of = format!(" of {gw_name}");
         for l in &mut listeners {
             if l.accepted.is_err() || l.conflict.is_some() || l.key.is_none() {
                 continue;
             }
-            let theirs = p
-                .listeners
-                .iter()
-                .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
-            for o in theirs {
-                if o.protocol != l.protocol {
-                    l.conflict = Some((
-                        "ProtocolConflict",
-                        format!(
-                            "port {} is used by listener {:?} of {gw_name} with another protocol",
-                            l.port, o.name
-                        ),
-                    ));
-                    break;
-                }
-                if o.hostname == l.hostname {
-                    l.conflict = Some((
-                        "HostnameConflict",
-                        format!(
-                            "listener {:?} of {gw_name} already serves hostname {} on port {}",
-                            o.name, l.hostname, l.port
-                        ),
-                    ));
-                    break;
-                }
-            }
+            l.conflict = first_conflict(l, &p.listeners, &of);
         }
     }
     let (group_age, label, ip) = match parent {
@@ -494,33 +459,43 @@ fn compile_listeners(
         if l.accepted.is_err() || l.key.is_none() {
             continue;
         }
-        let earlier = before
-            .iter()
-            .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
-        for o in earlier {
-            if o.protocol != l.protocol {
-                l.conflict = Some((
-                    "ProtocolConflict",
-                    format!(
-                        "port {} is already used by listener {:?} with another protocol",
-                        l.port, o.name
-                    ),
-                ));
-                break;
-            }
-            if o.hostname == l.hostname {
-                l.conflict = Some((
-                    "HostnameConflict",
-                    format!(
-                        "listener {:?} already serves hostname {} on port {}",
-                        o.name, l.hostname, l.port
-                    ),
-                ));
-                break;
-            }
-        }
+        l.conflict = first_conflict(l, before, "");
     }
     listeners
+}
+
+/// The first of `winners` (valid listeners that take precedence) that `l` conflicts
+/// with on its socket: another protocol, or the same hostname. `of` names their owner
+/// in the message (empty for the same Gateway).
+fn first_conflict(
+    l: &ListenerState,
+    winners: &[ListenerState],
+    of: &str,
+) -> Option<(&'static str, String)> {
+    let on_socket = winners
+        .iter()
+        .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
+    for o in on_socket {
+        if o.protocol != l.protocol {
+            return Some((
+                "ProtocolConflict",
+                format!(
+                    "port {} is already used by listener {:?}{of} with another protocol",
+                    l.port, o.name
+                ),
+            ));
+        }
+        if o.hostname == l.hostname {
+            return Some((
+                "HostnameConflict",
+                format!(
+                    "listener {:?}{of} already serves hostname {} on port {}",
+                    o.name, l.hostname, l.port
+                ),
+            ));
+        }
+    }
+    None
 }
 
 fn allowed_routes(

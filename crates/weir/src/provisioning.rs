@@ -148,7 +148,7 @@ impl Provisioning {
                 }
                 Object::XListenerSet(set) => {
                     let key = o.key();
-                    let parent = set_parent(&key, set);
+                    let parent = set.parent();
                     let new_ports = ports(&set.spec.listeners);
                     match self.sets.insert(key, (parent.clone(), new_ports.clone())) {
                         Some((old_parent, old_ports))
@@ -241,17 +241,6 @@ impl Provisioning {
             let _ = self.tx.send((key.clone(), want));
         }
     }
-}
-
-/// The Gateway an XListenerSet names.
-fn set_parent(key: &ObjectKey, set: &weir_api::XListenerSet) -> ObjectKey {
-    let pr = &set.spec.parent_ref;
-    let ns = pr
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(&key.namespace);
-    ObjectKey::new(Kind::Gateway, ns, &pr.name)
 }
 
 fn ports(listeners: &[weir_api::GatewayListener]) -> Vec<i32> {

@@ -196,7 +196,7 @@ impl Translator {
         deps: &mut Vec<Dep>,
     ) -> Option<gateway::GatewayState> {
         let set = self.store.listener_set(sk)?;
-        let pk = gateway::set_parent(sk, set);
+        let pk = set.parent();
         match self.store.gateway(&pk) {
             Some(gw)
                 if !gateway::is_ours(
