@@ -354,13 +354,7 @@ fn mirror(
     };
     let b = &m.backend_ref;
     let route_ns = ctx.ns.clone();
-    let ns = b
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(&route_ns);
-    let group = b.group.as_deref().unwrap_or("");
-    let kind = b.kind.as_deref().unwrap_or("Service");
+    let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
     let fb = format!("{field}.backendRef");
     match resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb) {
         Ok((key, src)) => {
@@ -443,13 +437,7 @@ fn forward(
         let fb = format!("{field}.backendRefs[{k}]");
         let weight = b.weight.unwrap_or(1).max(0) as u32;
         let route_ns = ctx.ns.clone();
-        let ns = b
-            .namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .unwrap_or(&route_ns);
-        let group = b.group.as_deref().unwrap_or("");
-        let kind = b.kind.as_deref().unwrap_or("Service");
+        let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
         let resolved = resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb);
         match resolved {
             Ok((key, src)) => {
@@ -485,6 +473,24 @@ fn forward(
         };
     }
     Action::Forward(backends)
+}
+
+/// A backend reference's group, kind and namespace with the API's defaults: a core
+/// Service in the route's namespace.
+fn ref_defaults<'a>(
+    group: &'a Option<String>,
+    kind: &'a Option<String>,
+    namespace: &'a Option<String>,
+    route_ns: &'a str,
+) -> (&'a str, &'a str, &'a str) {
+    (
+        group.as_deref().unwrap_or(""),
+        kind.as_deref().unwrap_or("Service"),
+        namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(route_ns),
+    )
 }
 
 fn resolve_ref(
