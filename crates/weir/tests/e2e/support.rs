@@ -88,13 +88,30 @@ pub async fn echo(name: &str) -> SocketAddr {
     addr
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, for a listener weir binds later.
+///
+/// Taken below the kernel's ephemeral range (32768 and up by default) so that a socket
+/// bound to port 0 meanwhile (an echo backend, a client connection of a test running in
+/// parallel) can never be given the same port, and never the same port twice in this
+/// process. Each process starts at its own offset, so test binaries do not collide.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() % 400) * 30,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN);
 }
 
 /// A gateway started from manifests in a temporary directory.
