@@ -1,7 +1,7 @@
 # One entry point for humans and CI. `make test` is the whole test suite.
 CARGO ?= cargo
 
-.PHONY: test lint unit k8s-env quickstart echo bless conformance
+.PHONY: test lint unit k8s-env quickstart echo bless conformance readme-check
 
 test: lint k8s-env unit
 
@@ -33,3 +33,7 @@ echo:
 # namespaces) and Go; the suite's builds are cached in ~/.cache/weir/conformance.
 conformance: k8s-env
 	scripts/conformance run
+
+# The README's first command on a fresh clone (what CI runs after `make test`).
+readme-check:
+	scripts/readme-check
