@@ -193,7 +193,12 @@ pub enum InvalidObject {
 impl Object {
     /// Reads an object from a JSON-shaped value (a YAML document or an API server
     /// response). Namespaced kinds without a namespace get `default`.
-    pub fn from_value(value: Value) -> Result<Object, InvalidObject> {
+    ///
+    /// A field whose value is `null` reads as absent: the API server writes an emptied
+    /// list (an EndpointSlice's `endpoints` after a scale to zero, its `ports`) as `null`,
+    /// and Kubernetes treats `null` as unset for every optional field of every kind.
+    pub fn from_value(mut value: Value) -> Result<Object, InvalidObject> {
+        drop_null_fields(&mut value);
         let Value::Object(map) = &value else {
             return Err(InvalidObject::NotAnObject(
                 "document is not a mapping".into(),
@@ -327,6 +332,19 @@ impl Object {
     }
 }
 
+/// Removes every mapping entry whose value is `null`, at any depth (see
+/// [`Object::from_value`]). List items are kept as they are: a `null` item is an error.
+fn drop_null_fields(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_null_fields);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_fields),
+        _ => {}
+    }
+}
+
 /// Namespaced kinds without a namespace get `default`; cluster-scoped kinds get none.
 pub(crate) fn normalize_namespace(kind: Kind, meta: &mut ObjectMeta) {
     if kind.namespaced() {
@@ -369,6 +387,34 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// What the API server returns for a slice of a Service scaled to zero.
+    #[test]
+    fn null_lists_read_as_empty() {
+        let o = Object::from_value(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "echo-abc", "namespace": "ns", "labels": null,
+                         "annotations": null},
+            "addressType": "IPv4", "endpoints": null, "ports": null
+        }))
+        .unwrap();
+        let Object::EndpointSlice(s) = o else {
+            panic!("{o:?}")
+        };
+        assert!(s.endpoints.is_empty() && s.ports.is_empty());
+        let o = Object::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r"},
+            "spec": {"parentRefs": null, "hostnames": null,
+                     "rules": [{"matches": null, "filters": null, "backendRefs": null}]}
+        }));
+        assert!(o.is_ok(), "{o:?}");
+        let o = Object::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "type": "kubernetes.io/tls", "data": null, "stringData": null
+        }));
+        assert!(o.is_ok(), "{o:?}");
     }
 
     #[test]

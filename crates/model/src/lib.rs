@@ -31,7 +31,10 @@ pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol}
 pub use delta::{Delta, DeltaBatch, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
-pub use listener::{Listener, ListenerKey, Protocol};
+pub use listener::{
+    ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
+    PathNormalization, Protocol,
+};
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch, Timeouts,

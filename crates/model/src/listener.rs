@@ -1,5 +1,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -37,19 +38,35 @@ pub struct Listener {
     pub gateway: Arc<str>,
     /// Metrics/log label: the Gateway listener name(s) sharing this socket.
     pub name: Arc<str>,
+    /// Limits, timeouts and request normalization for this socket's clients.
+    #[serde(skip_serializing_if = "ListenerSettings::is_default")]
+    pub settings: ListenerSettings,
     hash: ContentHash,
 }
 eq_by_content_hash!(Listener);
 
 impl Listener {
     /// Builds a listener and computes its content hash.
+    /// The listener has the default [`ListenerSettings`].
     pub fn new(key: ListenerKey, protocol: Protocol, gateway: Arc<str>, name: Arc<str>) -> Self {
-        let hash = content_hash(&(&key, &protocol, &gateway, &name));
+        Self::with_settings(key, protocol, gateway, name, ListenerSettings::default())
+    }
+
+    /// Builds a listener with its settings and computes its content hash.
+    pub fn with_settings(
+        key: ListenerKey,
+        protocol: Protocol,
+        gateway: Arc<str>,
+        name: Arc<str>,
+        settings: ListenerSettings,
+    ) -> Self {
+        let hash = content_hash(&(&key, &protocol, &gateway, &name, &settings));
         Listener {
             key,
             protocol,
             gateway,
             name,
+            settings,
             hash,
         }
     }
@@ -57,5 +74,100 @@ impl Listener {
     /// The content hash computed at construction.
     pub fn hash(&self) -> ContentHash {
         self.hash
+    }
+}
+
+/// What a listener allows its clients: how long each connection state may last, how
+/// many connections and how large a request head, and how request paths are normalized
+/// before routing. Every field has a production default (SECURITY.md compares them with
+/// nginx's, Envoy's and HAProxy's); a Gateway overrides them with `weir.dev/…`
+/// annotations.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ListenerSettings {
+    /// Connection-state timeouts.
+    pub timeouts: ConnectionTimeouts,
+    /// Connection and request-head limits.
+    pub limits: ConnectionLimits,
+    /// Path normalization before routing (the normalized path is what is forwarded).
+    pub paths: PathNormalization,
+}
+
+impl ListenerSettings {
+    /// Whether every field has its default (golden outputs leave such settings out).
+    pub fn is_default(&self) -> bool {
+        *self == ListenerSettings::default()
+    }
+}
+
+/// How long each state of a client connection may last. A connection that overstays is
+/// closed (or, for a request, answered: 408 for a stalled head or body, 504 for an
+/// upstream that does not answer).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ConnectionTimeouts {
+    /// From accept until the first byte, and until the TLS handshake is complete.
+    pub handshake: Duration,
+    /// From the first byte of a request head until its end (HTTP/1.1).
+    pub request_header: Duration,
+    /// A connection with no request in flight: HTTP/1.1 keep-alive between requests, an
+    /// HTTP/2 connection without open streams.
+    pub idle: Duration,
+    /// A request body (or an HTTP/2 stream) that receives no data for this long.
+    pub body_idle: Duration,
+    /// The upstream's response head, when the route sets no timeout of its own.
+    pub upstream_response: Duration,
+}
+
+impl Default for ConnectionTimeouts {
+    fn default() -> Self {
+        ConnectionTimeouts {
+            handshake: Duration::from_secs(10),
+            request_header: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            body_idle: Duration::from_secs(60),
+            upstream_response: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How many client connections a listener takes and how large a request head may be.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ConnectionLimits {
+    /// Open client connections on this listener; past it new connections are refused
+    /// (closed at once, counted).
+    pub max_connections: u32,
+    /// Open connections from one client IP address.
+    pub max_connections_per_client: u32,
+    /// Bytes of one request head (request line and headers): 431 beyond.
+    pub max_header_bytes: u32,
+    /// Header fields in one request head: 431 beyond.
+    pub max_headers: u32,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 50_000,
+            max_connections_per_client: 1_000,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+        }
+    }
+}
+
+/// Path normalization (RFC 3986 §6.2.2) before routing. Dot segments are always
+/// removed and percent-encoded unreserved characters decoded (a prefix match on `/public`
+/// must not admit `/public/../private` or `/public/%2e%2e/private`); merging slashes is a
+/// choice.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct PathNormalization {
+    /// `//a///b` is routed and forwarded as `/a/b`.
+    pub merge_slashes: bool,
+}
+
+impl Default for PathNormalization {
+    fn default() -> Self {
+        PathNormalization {
+            merge_slashes: true,
+        }
     }
 }

@@ -121,7 +121,12 @@ pub(crate) fn build_cluster(
             let sp = svc.spec.ports.iter().find(|p| p.port == i32::from(*port))?;
             let sp_name = sp.name.as_deref().unwrap_or("");
             let mut h2c = sp.app_protocol.as_deref() == Some(H2C);
+            // As kube-proxy does: ready endpoints take the traffic; only when none is
+            // ready do endpoints that are terminating but still serving take it (a
+            // rolling update's last old pod during its grace period). `ready` absent
+            // means ready, `serving` absent means as `ready`.
             let mut endpoints = Vec::new();
+            let mut terminating = Vec::new();
             for slice in store.slices_of(ns, name) {
                 let single = slice.ports.len() == 1;
                 let Some(ep) = slice
@@ -137,18 +142,28 @@ pub(crate) fn build_cluster(
                 };
                 h2c |= ep.app_protocol.as_deref() == Some(H2C);
                 for e in &slice.endpoints {
-                    if e.conditions.ready == Some(false) {
+                    let c = &e.conditions;
+                    let ready = c.ready.unwrap_or(true);
+                    let serving = c.serving.unwrap_or(ready);
+                    let into = if ready {
+                        &mut endpoints
+                    } else if serving && c.terminating == Some(true) {
+                        &mut terminating
+                    } else {
                         continue;
-                    }
+                    };
                     for a in &e.addresses {
                         if let Ok(ip) = a.parse::<IpAddr>() {
-                            endpoints.push(Endpoint {
+                            into.push(Endpoint {
                                 addr: EndpointAddr::Socket(SocketAddr::new(ip, target)),
                                 weight: 1,
                             });
                         }
                     }
                 }
+            }
+            if endpoints.is_empty() {
+                endpoints = terminating;
             }
             endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
             endpoints.dedup();
