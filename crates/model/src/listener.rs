@@ -60,7 +60,14 @@ impl Listener {
         name: Arc<str>,
         settings: ListenerSettings,
     ) -> Self {
-        let hash = content_hash(&(&key, &protocol, &gateway, &name, &settings));
+        // Default settings leave the hash as it was before listeners had settings, so a
+        // data plane built before them still accepts (re-hashes equal) what a newer
+        // controller sends whenever the settings are the defaults.
+        let hash = if settings.is_default() {
+            content_hash(&(&key, &protocol, &gateway, &name))
+        } else {
+            content_hash(&(&key, &protocol, &gateway, &name, &settings))
+        };
         Listener {
             key,
             protocol,

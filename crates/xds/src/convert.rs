@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, Certificate, Cluster, ClusterKey, ContentHash, DirectResponse, Endpoint, EndpointAddr,
-    Filter, HeaderMatch, HeaderModifier, HostMatch, Listener, ListenerKey, PathMatch, PathRewrite,
-    Pattern, Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, RouteKind,
-    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
-    WeightedBackend,
+    Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
+    DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
+    Listener, ListenerKey, ListenerSettings, PathMatch, PathNormalization, PathRewrite, Pattern,
+    Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, RouteKind, RouteRef,
+    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -140,6 +140,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             } as i32,
             gateway: l.gateway.to_string(),
             name: l.name.to_string(),
+            settings: (!l.settings.is_default()).then(|| settings_to_wire(&l.settings)),
         }),
         Resource::VirtualHost(v) => R::VirtualHost(wire::VirtualHost {
             listener: v.listener.0.to_string(),
@@ -183,11 +184,77 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
     }
 }
 
+fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let t = &s.timeouts;
+    let l = &s.limits;
+    wire::ListenerSettings {
+        handshake_timeout_ms: ms(t.handshake),
+        request_header_timeout_ms: ms(t.request_header),
+        idle_timeout_ms: ms(t.idle),
+        body_idle_timeout_ms: ms(t.body_idle),
+        upstream_response_timeout_ms: ms(t.upstream_response),
+        max_connections: l.max_connections,
+        max_connections_per_client: l.max_connections_per_client,
+        max_header_bytes: l.max_header_bytes,
+        max_headers: l.max_headers,
+        merge_slashes: s.paths.merge_slashes,
+    }
+}
+
+/// Zero timeouts and limits are refused: they would close or refuse every connection.
+fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, InvalidResource> {
+    let ms = |field: &str, v: u64| {
+        if v == 0 {
+            Err(invalid(
+                format!("settings.{field}"),
+                "must be greater than 0",
+            ))
+        } else {
+            Ok(Duration::from_millis(v))
+        }
+    };
+    let n = |field: &str, v: u32| {
+        if v == 0 {
+            Err(invalid(
+                format!("settings.{field}"),
+                "must be greater than 0",
+            ))
+        } else {
+            Ok(v)
+        }
+    };
+    Ok(ListenerSettings {
+        timeouts: ConnectionTimeouts {
+            handshake: ms("handshake_timeout_ms", s.handshake_timeout_ms)?,
+            request_header: ms("request_header_timeout_ms", s.request_header_timeout_ms)?,
+            idle: ms("idle_timeout_ms", s.idle_timeout_ms)?,
+            body_idle: ms("body_idle_timeout_ms", s.body_idle_timeout_ms)?,
+            upstream_response: ms(
+                "upstream_response_timeout_ms",
+                s.upstream_response_timeout_ms,
+            )?,
+        },
+        limits: ConnectionLimits {
+            max_connections: n("max_connections", s.max_connections)?,
+            max_connections_per_client: n(
+                "max_connections_per_client",
+                s.max_connections_per_client,
+            )?,
+            max_header_bytes: n("max_header_bytes", s.max_header_bytes)?,
+            max_headers: n("max_headers", s.max_headers)?,
+        },
+        paths: PathNormalization {
+            merge_slashes: s.merge_slashes,
+        },
+    })
+}
+
 /// A resource from the wire, rebuilt and checked against the version it was sent with.
 pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResource> {
     use wire::resource::Resource as R;
     let built = match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
-        R::Listener(l) => Resource::Listener(Arc::new(Listener::new(
+        R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
             ListenerKey(addr("address", &l.address)?),
             match wire::ListenerProtocol::try_from(l.protocol) {
                 Ok(wire::ListenerProtocol::Http) => Protocol::Http,
@@ -196,6 +263,10 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
             },
             l.gateway.as_str().into(),
             l.name.as_str().into(),
+            match &l.settings {
+                Some(s) => settings_from_wire(s)?,
+                None => ListenerSettings::default(),
+            },
         ))),
         R::VirtualHost(v) => {
             let rules = v

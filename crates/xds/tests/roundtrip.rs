@@ -78,3 +78,47 @@ fn a_tampered_resource_is_refused_with_its_field() {
     let e = resource_from_wire(&w).unwrap_err();
     assert_eq!(e.field, "rules[0].match.path.regex");
 }
+
+#[test]
+fn listener_settings_round_trip_and_zero_is_refused() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weir_model::{Listener, ListenerKey, ListenerSettings, Protocol};
+    let mut settings = ListenerSettings::default();
+    settings.timeouts.idle = Duration::from_millis(1500);
+    settings.limits.max_connections_per_client = 7;
+    settings.paths.merge_slashes = false;
+    let key = ListenerKey("127.0.0.1:8080".parse().unwrap());
+    let custom = Resource::Listener(Arc::new(Listener::with_settings(
+        key,
+        Protocol::Http,
+        "ns/gw".into(),
+        "http".into(),
+        settings.clone(),
+    )));
+    let plain = Resource::Listener(Arc::new(Listener::new(
+        key,
+        Protocol::Http,
+        "ns/gw".into(),
+        "http".into(),
+    )));
+    assert_ne!(version_of(&custom), version_of(&plain));
+    for r in [&custom, &plain] {
+        let back = resource_from_wire(&resource_to_wire(r)).unwrap();
+        assert_eq!(version_of(&back), version_of(r));
+        if let (Resource::Listener(a), Resource::Listener(b)) = (r, &back) {
+            assert_eq!(a.settings, b.settings);
+        }
+    }
+    // Default settings are not sent at all (what a data plane predating them expects).
+    match resource_to_wire(&plain).resource {
+        Some(weir_xds::proto::resource::Resource::Listener(l)) => assert!(l.settings.is_none()),
+        other => panic!("{other:?}"),
+    }
+    let mut w = resource_to_wire(&custom);
+    if let Some(weir_xds::proto::resource::Resource::Listener(l)) = &mut w.resource {
+        l.settings.as_mut().unwrap().idle_timeout_ms = 0;
+    }
+    let e = resource_from_wire(&w).unwrap_err();
+    assert_eq!(e.field, "settings.idle_timeout_ms");
+}

@@ -99,6 +99,20 @@ pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: &s
     }
 }
 
+/// The object as stored (`Null` when it does not exist).
+pub async fn get(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Value {
+    match api_for(client, api_version, kind, ns).get(name).await {
+        Ok(o) => serde_json::to_value(o).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
 /// The object's `status` (`Null` when it has none or does not exist).
 pub async fn status(
     client: &kube::Client,

@@ -14,6 +14,7 @@ mod support;
 
 mod build;
 mod cluster;
+mod endpoints;
 mod env;
 mod gateway;
 mod ingress;
@@ -74,6 +75,8 @@ const TESTS: &[(&str, Test)] = tests![
     gateway::other_controllers_entries_are_left_intact,
     refs::cross_namespace_backend_needs_a_grant,
     refs::route_that_loses_its_backend,
+    endpoints::scale_to_zero_and_back,
+    endpoints::rolling_update_loses_no_request,
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
     listener_sets::listener_set_status_and_traffic,
