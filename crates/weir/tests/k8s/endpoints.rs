@@ -1,7 +1,7 @@
 //! EndpointSlices as a Deployment's controllers write them: a Service scaled to zero and
 //! back, and a rolling update of three endpoints under traffic.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,11 +15,11 @@ use crate::{Ctx, ROUTE_V1, support};
 
 /// An EndpointSlice of Service `svc` with these endpoints (address, ready, serving,
 /// terminating), all on the backends' port 8080.
-fn slice(ns: &str, svc: &str, endpoints: &[(&NetnsBackend, bool, bool, bool)]) -> Value {
+fn slice(ns: &str, svc: &str, endpoints: &[(Ipv4Addr, bool, bool, bool)]) -> Value {
     let eps: Vec<Value> = endpoints
         .iter()
         .map(|(b, ready, serving, terminating)| {
-            json!({"addresses": [b.addr.to_string()],
+            json!({"addresses": [b.to_string()],
                    "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
         })
         .collect();
@@ -71,7 +71,7 @@ pub async fn scale_to_zero_and_back(ctx: Arc<Ctx>) {
     let c = &ctx.client;
     let (ns, host) = ("t-zero", "zero.test");
     let addr = gateway_and_route(&ctx, ns, host).await;
-    cluster::apply(c, &[slice(ns, "svc", &[(&ctx.a, true, true, false)])]).await;
+    cluster::apply(c, &[slice(ns, "svc", &[(ctx.a.addr, true, true, false)])]).await;
     until_http(addr, host, "/", Ok("echo-a")).await;
 
     // What the EndpointSlice controller writes when the last pod is gone: empty lists,
@@ -86,7 +86,7 @@ pub async fn scale_to_zero_and_back(ctx: Arc<Ctx>) {
     );
     until_http(addr, host, "/", Err(503)).await;
 
-    cluster::apply(c, &[slice(ns, "svc", &[(&ctx.b, true, true, false)])]).await;
+    cluster::apply(c, &[slice(ns, "svc", &[(ctx.b.addr, true, true, false)])]).await;
     until_http(addr, host, "/", Ok("echo-b")).await;
 }
 
@@ -105,7 +105,7 @@ pub async fn rolling_update_loses_no_request(ctx: Arc<Ctx>) {
     let new: Vec<NetnsBackend> = (0..3)
         .map(|i| NetnsBackend::start(30 + i, &format!("new-{i}")))
         .collect();
-    let all_ready: Vec<_> = old.iter().map(|b| (b, true, true, false)).collect();
+    let all_ready: Vec<_> = old.iter().map(|b| (b.addr, true, true, false)).collect();
     cluster::apply(c, &[slice(ns, "svc", &all_ready)]).await;
     until_http(addr, host, "/", Ok("old-0")).await;
 
@@ -136,17 +136,17 @@ pub async fn rolling_update_loses_no_request(ctx: Arc<Ctx>) {
     };
     let grace = Duration::from_millis(1500);
     // 1. Every old pod terminating but serving; the new pods exist, not ready yet.
-    let mut eps: Vec<(&NetnsBackend, bool, bool, bool)> = old
+    let mut eps: Vec<(Ipv4Addr, bool, bool, bool)> = old
         .iter()
-        .map(|b| (b, false, true, true))
-        .chain(new.iter().map(|b| (b, false, false, false)))
+        .map(|b| (b.addr, false, true, true))
+        .chain(new.iter().map(|b| (b.addr, false, false, false)))
         .collect();
     cluster::apply(c, &[slice(ns, "svc", &eps)]).await;
     tokio::time::sleep(grace).await;
     // 2. The new pods turn ready one at a time; then each old pod, past its grace period,
     //    is removed from the slice and stopped.
     for i in 0..3 {
-        eps[3 + i] = (&new[i], true, true, false);
+        eps[3 + i] = (new[i].addr, true, true, false);
         cluster::apply(c, &[slice(ns, "svc", &eps)]).await;
         tokio::time::sleep(grace / 3).await;
     }
