@@ -6,7 +6,7 @@ use crate::cluster::{Cluster, ClusterKey};
 use crate::hash::ContentHash;
 use crate::host::HostMatch;
 use crate::listener::{Listener, ListenerKey};
-use crate::route::VirtualHost;
+use crate::route::{Action, Filter, VirtualHost};
 use crate::tls::{Certificate, SniCert};
 
 /// The address of one IR resource.
@@ -22,6 +22,76 @@ pub enum ResourceKey {
     Certificate(ContentHash),
     /// An SNI table entry.
     Sni(ListenerKey, HostMatch),
+}
+
+// ---------------------------------------------------------------- relations
+//
+// The one place that knows which resource references which and in what order a data
+// plane applies them. The translator's emitter orders batches with it, the push hub
+// decides what a data plane must be sent with it, the snapshot and the tests check
+// batches against it. A new resource kind adds its arms here (ARCHITECTURE.md, "adding a
+// resource kind").
+
+impl ResourceKey {
+    /// The listener this resource belongs to: its own key for a listener, the listener a
+    /// virtual host or SNI entry hangs under; `None` for resources shared by every
+    /// listener (clusters, certificates). A split data plane receives the resources of
+    /// its Gateway's listeners and what they reference.
+    pub fn listener(&self) -> Option<ListenerKey> {
+        match self {
+            ResourceKey::Listener(l) | ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
+                Some(*l)
+            }
+            ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => None,
+        }
+    }
+
+    /// Position of this change in a batch that a data plane can apply in order without a
+    /// dangling reference: upserts of what is referenced (listeners, certificates,
+    /// clusters) before upserts of what references them; removals in the reverse order.
+    pub fn apply_rank(&self, upsert: bool) -> u8 {
+        match (self, upsert) {
+            (ResourceKey::Listener(_), true) => 0,
+            (ResourceKey::Certificate(_), true) => 1,
+            (ResourceKey::Cluster(_), true) => 2,
+            (ResourceKey::VirtualHost(..), true) => 3,
+            (ResourceKey::Sni(..), true) => 4,
+            (ResourceKey::VirtualHost(..), false) => 5,
+            (ResourceKey::Sni(..), false) => 6,
+            (ResourceKey::Certificate(_), false) => 7,
+            (ResourceKey::Cluster(_), false) => 8,
+            (ResourceKey::Listener(_), false) => 9,
+        }
+    }
+}
+
+impl Delta {
+    /// The key of the resource this delta changes.
+    pub fn key(&self) -> ResourceKey {
+        match self {
+            Delta::Upsert(r) => r.key(),
+            Delta::Remove(k) => k.clone(),
+        }
+    }
+
+    /// See [`ResourceKey::apply_rank`].
+    pub fn apply_rank(&self) -> u8 {
+        match self {
+            Delta::Upsert(r) => r.key().apply_rank(true),
+            Delta::Remove(k) => k.apply_rank(false),
+        }
+    }
+}
+
+/// How strongly a resource depends on another it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// Must be present when the referrer is applied (a data plane refuses the referrer
+    /// otherwise): a virtual host's or SNI entry's listener, an SNI entry's certificate.
+    Required,
+    /// Looked up when used; missing is a runtime answer (a rule whose cluster is absent
+    /// answers 500), not an invalid configuration: a rule's clusters.
+    Used,
 }
 
 /// One IR resource, shared by `Arc` between the translator's state, batches and
@@ -52,6 +122,58 @@ impl Resource {
         }
     }
 
+    /// The resources that must be present when this one is applied (the
+    /// [`Reference::Required`] part of [`Resource::references`], without allocating).
+    pub fn required(&self) -> impl Iterator<Item = ResourceKey> + use<> {
+        let (a, b) = match self {
+            Resource::Listener(_) | Resource::Cluster(_) | Resource::Certificate(_) => (None, None),
+            Resource::VirtualHost(v) => (Some(ResourceKey::Listener(v.listener)), None),
+            Resource::Sni(s) => (
+                Some(ResourceKey::Listener(s.listener)),
+                Some(ResourceKey::Certificate(s.cert)),
+            ),
+        };
+        a.into_iter().chain(b)
+    }
+
+    /// Every other resource this one names, each once, with how strongly. A data plane
+    /// that holds this resource must hold these too (the push hub sends them with it).
+    pub fn references(&self) -> Vec<(ResourceKey, Reference)> {
+        match self {
+            Resource::Listener(_) | Resource::Cluster(_) | Resource::Certificate(_) => Vec::new(),
+            Resource::VirtualHost(v) => {
+                let mut clusters: Vec<ResourceKey> = Vec::new();
+                // Backends, and the clusters mirror filters copy requests to (on the rule
+                // or on a backend).
+                let mirrors = |filters: &[Filter], out: &mut Vec<ResourceKey>| {
+                    for f in filters {
+                        if let Filter::Mirror { cluster, .. } = f {
+                            out.push(ResourceKey::Cluster(cluster.clone()));
+                        }
+                    }
+                };
+                for rule in &v.rules {
+                    mirrors(&rule.filters, &mut clusters);
+                    if let Action::Forward(backends) = &rule.action {
+                        for b in backends {
+                            clusters.push(ResourceKey::Cluster(b.cluster.clone()));
+                            mirrors(&b.filters, &mut clusters);
+                        }
+                    }
+                }
+                clusters.sort();
+                clusters.dedup();
+                let mut out = vec![(ResourceKey::Listener(v.listener), Reference::Required)];
+                out.extend(clusters.into_iter().map(|k| (k, Reference::Used)));
+                out
+            }
+            Resource::Sni(s) => vec![
+                (ResourceKey::Listener(s.listener), Reference::Required),
+                (ResourceKey::Certificate(s.cert), Reference::Required),
+            ],
+        }
+    }
+
     /// This resource's content hash (its version).
     pub fn hash(&self) -> ContentHash {
         match self {
@@ -74,8 +196,8 @@ pub enum Delta {
 }
 
 /// Deltas a data plane applies together, publishing one new snapshot for all of them.
-/// Within a batch, a certificate is upserted before (or in the same batch as) any SNI
-/// entry that names it, and a listener before its virtual hosts.
+/// Within a batch, deltas are in [`Delta::apply_rank`] order: everything a resource
+/// requires ([`Resource::references`]) is upserted before it and removed after it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DeltaBatch {
     /// The changes, in the order they were produced.
@@ -86,5 +208,111 @@ impl DeltaBatch {
     /// Whether the batch changes nothing.
     pub fn is_empty(&self) -> bool {
         self.deltas.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        Cluster, Endpoint, EndpointAddr, PathMatch, Protocol, RequestMatch, RouteKind, RouteRef,
+        RouteRule, Timeouts, UpstreamProtocol, WeightedBackend,
+    };
+
+    fn key(port: u16) -> ListenerKey {
+        ListenerKey(([127, 0, 0, 1], port).into())
+    }
+
+    #[test]
+    fn virtual_host_references_its_listener_and_clusters_once() {
+        let rule = |cluster: &str| {
+            Arc::new(RouteRule::new(
+                RouteRef {
+                    kind: RouteKind::HttpRoute,
+                    namespace: "ns".into(),
+                    name: "r".into(),
+                    rule: 0,
+                },
+                RequestMatch {
+                    path: PathMatch::Prefix("/".into()),
+                    headers: vec![],
+                    query: vec![],
+                    method: None,
+                },
+                vec![],
+                Action::Forward(vec![WeightedBackend {
+                    cluster: ClusterKey(cluster.into()),
+                    weight: 1,
+                    filters: vec![],
+                }]),
+                Timeouts::default(),
+            ))
+        };
+        let v = Resource::VirtualHost(Arc::new(VirtualHost::new(
+            key(80),
+            HostMatch::Any,
+            vec![rule("b"), rule("a"), rule("b")],
+        )));
+        assert_eq!(
+            v.references(),
+            vec![
+                (ResourceKey::Listener(key(80)), Reference::Required),
+                (
+                    ResourceKey::Cluster(ClusterKey("a".into())),
+                    Reference::Used
+                ),
+                (
+                    ResourceKey::Cluster(ClusterKey("b".into())),
+                    Reference::Used
+                ),
+            ]
+        );
+        assert_eq!(v.key().listener(), Some(key(80)));
+    }
+
+    /// Whatever a resource requires comes earlier in a batch when upserted and later
+    /// when removed, for every pair of kinds.
+    #[test]
+    fn apply_rank_puts_required_resources_first() {
+        let cluster = Resource::Cluster(Arc::new(Cluster::new(
+            ClusterKey("c".into()),
+            vec![Endpoint {
+                addr: EndpointAddr::Socket(([127, 0, 0, 1], 1).into()),
+                weight: 1,
+            }],
+            UpstreamProtocol::Http1,
+        )));
+        let listener = Resource::Listener(Arc::new(Listener::new(
+            key(443),
+            Protocol::Https,
+            "ns/gw".into(),
+            "https".into(),
+        )));
+        let cert = Certificate::new(Arc::from(&b"cert"[..]), Arc::from(&b"key"[..]));
+        let sni = Resource::Sni(Arc::new(SniCert::new(
+            key(443),
+            HostMatch::Any,
+            cert.hash(),
+        )));
+        let vhost =
+            Resource::VirtualHost(Arc::new(VirtualHost::new(key(443), HostMatch::Any, vec![])));
+        for r in [&cluster, &listener, &sni, &vhost] {
+            let required: Vec<_> = r
+                .references()
+                .into_iter()
+                .filter(|(_, how)| *how == Reference::Required)
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(required, r.required().collect::<Vec<_>>());
+            for (dep, how) in r.references() {
+                if how == Reference::Required {
+                    assert!(dep.apply_rank(true) < r.key().apply_rank(true), "{dep:?}");
+                    assert!(dep.apply_rank(false) > r.key().apply_rank(false), "{dep:?}");
+                }
+            }
+        }
+        assert!(
+            ResourceKey::Certificate(cert.hash()).apply_rank(true) < sni.key().apply_rank(true)
+        );
     }
 }

@@ -28,7 +28,7 @@ mod route;
 mod tls;
 
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
-pub use delta::{Delta, DeltaBatch, Resource, ResourceKey};
+pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
 pub use listener::{

@@ -35,6 +35,9 @@ enum Rejected {
     /// An SNI entry names a certificate the snapshot does not have.
     #[error("unknown certificate {0}")]
     UnknownCertificate(ContentHash),
+    /// Another resource it requires is missing.
+    #[error("missing {0:?}")]
+    Missing(ResourceKey),
 }
 
 /// Counts for metrics and logs.
@@ -108,7 +111,34 @@ impl Snapshot {
         (next, rejected)
     }
 
+    /// Whether the snapshot holds a resource with this key.
+    fn holds(&self, key: &ResourceKey) -> bool {
+        match key {
+            ResourceKey::Listener(l) => self.listeners.contains_key(l),
+            ResourceKey::VirtualHost(l, h) => self
+                .listeners
+                .get(l)
+                .is_some_and(|s| s.hosts.get(h).is_some()),
+            ResourceKey::Sni(l, h) => self
+                .listeners
+                .get(l)
+                .is_some_and(|s| s.sni.get(h).is_some()),
+            ResourceKey::Cluster(c) => self.clusters.contains_key(c),
+            ResourceKey::Certificate(h) => self.certificates.contains_key(h),
+        }
+    }
+
     fn upsert(&mut self, resource: &Resource) -> Result<(), Rejected> {
+        // What the resource requires must be here first (the model's relations).
+        for dep in resource.required() {
+            if !self.holds(&dep) {
+                return Err(match dep {
+                    ResourceKey::Listener(l) => Rejected::UnknownListener(l),
+                    ResourceKey::Certificate(h) => Rejected::UnknownCertificate(h),
+                    other => Rejected::Missing(other),
+                });
+            }
+        }
         match resource {
             Resource::Listener(l) => {
                 let listeners = Arc::make_mut(&mut self.listeners);
@@ -153,9 +183,6 @@ impl Snapshot {
                 }
             }
             Resource::Sni(s) => {
-                if !self.listeners.contains_key(&s.listener) {
-                    return Err(Rejected::UnknownListener(s.listener));
-                }
                 let cert = self
                     .certificates
                     .get(&s.cert)

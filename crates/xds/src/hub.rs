@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
-use weir_model::{Action, Delta, DeltaBatch, Filter, ListenerKey, Resource, ResourceKey};
+use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
 use crate::convert::{key_to_wire, resource_to_wire, version_of};
 use crate::proto as wire;
@@ -242,64 +242,17 @@ impl Hub {
 }
 
 fn owner_of(inner: &Inner, key: &ResourceKey) -> Option<Arc<str>> {
-    match key {
-        ResourceKey::Listener(l) | ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
-            inner.owner.get(l).cloned()
-        }
-        ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => None,
-    }
+    key.listener().and_then(|l| inner.owner.get(&l).cloned())
 }
 
-/// What a virtual host or SNI entry needs the data plane to hold as well.
+/// What a resource needs a data plane to hold as well, beyond its Gateway's listeners
+/// (which are sent by ownership): the model's relations.
 fn refs_of(r: &Resource) -> Vec<ResourceKey> {
-    match r {
-        Resource::VirtualHost(v) => {
-            // Backends, and the clusters mirror filters copy requests to (on the rule or on
-            // a backend).
-            let mirrors = |filters: &[Filter]| -> Vec<ResourceKey> {
-                filters
-                    .iter()
-                    .filter_map(|f| match f {
-                        Filter::Mirror { cluster, .. } => {
-                            Some(ResourceKey::Cluster(cluster.clone()))
-                        }
-                        _ => None,
-                    })
-                    .collect()
-            };
-            let mut out: Vec<ResourceKey> = Vec::new();
-            for rule in &v.rules {
-                out.extend(mirrors(&rule.filters));
-                if let Action::Forward(backends) = &rule.action {
-                    for b in backends {
-                        out.push(ResourceKey::Cluster(b.cluster.clone()));
-                        out.extend(mirrors(&b.filters));
-                    }
-                }
-            }
-            out.sort();
-            out.dedup();
-            out
-        }
-        Resource::Sni(s) => vec![ResourceKey::Certificate(s.cert)],
-        _ => Vec::new(),
-    }
-}
-
-/// Order in which a data plane can apply changes without dangling references.
-fn rank(k: &ResourceKey, upsert: bool) -> u8 {
-    match (k, upsert) {
-        (ResourceKey::Listener(_), true) => 0,
-        (ResourceKey::Certificate(_), true) => 1,
-        (ResourceKey::Cluster(_), true) => 2,
-        (ResourceKey::VirtualHost(..), true) => 3,
-        (ResourceKey::Sni(..), true) => 4,
-        (ResourceKey::VirtualHost(..), false) => 5,
-        (ResourceKey::Sni(..), false) => 6,
-        (ResourceKey::Certificate(_), false) => 7,
-        (ResourceKey::Cluster(_), false) => 8,
-        (ResourceKey::Listener(_), false) => 9,
-    }
+    r.references()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| !matches!(k, ResourceKey::Listener(_)))
+        .collect()
 }
 
 /// One connected data plane: what it holds, and what it was last sent.
@@ -388,15 +341,14 @@ impl Session {
                 continue;
             }
             let mine = |l: &ListenerKey| inner.owner.get(l) == Some(&self.gateway);
-            let desired = inner.resources.get(&k).filter(|_| match &k {
-                ResourceKey::Listener(l)
-                | ResourceKey::VirtualHost(l, _)
-                | ResourceKey::Sni(l, _) => mine(l),
-                ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => {
-                    self.refs.get(&k).is_some_and(|n| *n > 0)
-                }
+            // A resource under a listener is this data plane's when its Gateway owns the
+            // listener; a shared one (cluster, certificate) while something it holds
+            // references it.
+            let desired = inner.resources.get(&k).filter(|_| match k.listener() {
+                Some(l) => mine(&l),
+                None => self.refs.get(&k).is_some_and(|n| *n > 0),
             });
-            if matches!(k, ResourceKey::VirtualHost(..) | ResourceKey::Sni(..)) {
+            if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();
                 let new = desired.map(refs_of).unwrap_or_default();
                 for r in &new {
@@ -438,7 +390,7 @@ impl Session {
             return None;
         }
         changes.sort_by(|(a, ra), (b, rb)| {
-            (rank(a, ra.is_some()), a).cmp(&(rank(b, rb.is_some()), b))
+            (a.apply_rank(ra.is_some()), a).cmp(&(b.apply_rank(rb.is_some()), b))
         });
         let nonce = self.next_nonce;
         self.next_nonce += 1;

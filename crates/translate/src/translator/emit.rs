@@ -6,16 +6,6 @@ use weir_model::{ContentHash, Delta, DeltaBatch, Resource, ResourceKey};
 
 use super::Translator;
 
-/// Emission groups, in the order a data plane must apply them.
-fn group(d: &Delta) -> u8 {
-    match d {
-        Delta::Upsert(Resource::Listener(_) | Resource::Certificate(_)) => 0,
-        Delta::Upsert(_) => 1,
-        Delta::Remove(ResourceKey::VirtualHost(..) | ResourceKey::Sni(..)) => 2,
-        Delta::Remove(_) => 3,
-    }
-}
-
 pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBatch {
     let mut deltas: Vec<(ResourceKey, Delta)> = Vec::with_capacity(dirty.len());
     // Certificates touched by SNI changes, with whether they were emitted before.
@@ -81,8 +71,10 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
             }
         }
     }
-    // Each delta carries its key from the loop above, so sorting builds no key.
-    deltas.sort_by(|(ka, a), (kb, b)| (group(a), ka).cmp(&(group(b), kb)));
+    // In the order a data plane applies without dangling references (the model's one
+    // list of relations). Each delta carries its key, so sorting builds no key.
+    let rank = |k: &ResourceKey, d: &Delta| k.apply_rank(matches!(d, Delta::Upsert(_)));
+    deltas.sort_by(|(ka, a), (kb, b)| (rank(ka, a), ka).cmp(&(rank(kb, b), kb)));
     DeltaBatch {
         deltas: deltas.into_iter().map(|(_, d)| d).collect(),
     }

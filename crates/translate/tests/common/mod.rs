@@ -93,31 +93,14 @@ impl Accumulator {
         }
     }
 
+    /// Everything `r` requires (the model's relations) is already held.
     fn check_refs(&self, r: &Resource) {
-        match r {
-            Resource::VirtualHost(v) => {
-                assert!(
-                    self.resources
-                        .contains_key(&ResourceKey::Listener(v.listener)),
-                    "vhost before listener {}",
-                    v.listener
-                )
-            }
-            Resource::Sni(s) => {
-                assert!(
-                    self.resources
-                        .contains_key(&ResourceKey::Listener(s.listener)),
-                    "SNI before listener {}",
-                    s.listener
-                );
-                assert!(
-                    self.resources
-                        .contains_key(&ResourceKey::Certificate(s.cert)),
-                    "SNI before certificate {}",
-                    s.cert
-                );
-            }
-            _ => {}
+        for dep in r.required() {
+            assert!(
+                self.resources.contains_key(&dep),
+                "{:?} before {dep:?}",
+                r.key()
+            );
         }
     }
 }
