@@ -290,6 +290,9 @@ pub(crate) struct Watched<'a, C> {
     timer: Option<Pin<Box<Sleep>>>,
     /// The deadline the timer is set to, while it has not fired.
     armed: Option<Instant>,
+    /// Times the timer was set (tests check the keep-alive path sets it once).
+    #[cfg(test)]
+    arms: usize,
 }
 
 impl<'a, C: Graceful> Watched<'a, C> {
@@ -312,6 +315,8 @@ impl<'a, C: Graceful> Watched<'a, C> {
             started: 0,
             timer: None,
             armed: None,
+            #[cfg(test)]
+            arms: 0,
         }
     }
 
@@ -399,6 +404,10 @@ impl<'a, C: Graceful> Watched<'a, C> {
     /// Sets the timer to `deadline` and polls it (which registers this task).
     fn arm(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
         self.armed = Some(deadline);
+        #[cfg(test)]
+        {
+            self.arms += 1;
+        }
         let timer = match &mut self.timer {
             Some(t) => {
                 t.as_mut().reset(deadline.into());
@@ -466,6 +475,48 @@ mod tests {
         sniff(&mut m, b"OST / HTTP/1.1\r\n", &s);
         assert_eq!(m, KNOWN);
         assert!(!s.h2.load(Ordering::Relaxed));
+    }
+
+    /// A connection whose every poll serves one whole request (the keep-alive fast
+    /// path: head read, answered and finished within one poll), `left` times.
+    struct Requests {
+        state: Arc<ConnState>,
+        left: u32,
+    }
+
+    impl Future for Requests {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.left == 0 {
+                return Poll::Ready(());
+            }
+            self.left -= 1;
+            self.state.read.store(true, Ordering::Relaxed);
+            drop(InFlight::start(&self.state));
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    impl Graceful for Requests {
+        fn shut_down(&mut self) {}
+    }
+
+    #[tokio::test]
+    async fn keep_alive_requests_do_not_move_the_timer() {
+        let state = ConnState::new(false);
+        let timeouts = ConnectionTimeouts::default();
+        let metrics = crate::metrics::Metrics::register(&mut Default::default()).listener("g", "l");
+        let conn = Requests {
+            state: Arc::clone(&state),
+            left: 1000,
+        };
+        let mut w = Watched::new(conn, state, &timeouts, &metrics.bounds, Instant::now());
+        let out = std::future::poll_fn(|cx| Pin::new(&mut w).poll(cx)).await;
+        assert_eq!(out, Some(()));
+        assert_eq!(w.phase, Phase::Idle);
+        assert_eq!(w.arms, 1, "the timer was set per request");
     }
 
     #[test]

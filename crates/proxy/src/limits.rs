@@ -164,7 +164,11 @@ pub(crate) fn refuse(stream: TcpStream, tls: bool, why: Refusal, metrics: &Bound
     };
     counter.inc();
     if !tls {
-        let _ = stream.try_write(OVERLOADED);
+        // Through the std socket: tokio's `try_write` does not even try until its reactor
+        // has reported the new socket writable, which it has not yet.
+        if let Ok(mut std) = stream.into_std() {
+            let _ = std::io::Write::write(&mut std, OVERLOADED);
+        }
     }
 }
 
