@@ -8,9 +8,12 @@
 //! [`Stall`] flag it sets tells the request why (the HTTP/1.1 client reports a body error,
 //! the HTTP/2 client only a stream it reset itself).
 //!
-//! The timer is armed only when the body has to wait for data (a body that arrives with
-//! its head, and a request without a body, never arm one), and it is not reset per frame:
-//! a frame records the time, and a timer that fires early is moved to the real deadline.
+//! The limit counts only time spent waiting for the client: from a poll that finds no
+//! data until data arrives. Time in which the upstream does not ask for more (its
+//! backpressure, during which an HTTP/2 client cannot send) is not the client's fault.
+//! The timer is armed only when the body has to wait (a body that arrives with its head,
+//! and a request without a body, never arm one), and it is not reset per frame: a wait
+//! records its start, and a timer that fires early is moved to the real deadline.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -32,8 +35,8 @@ pub(crate) struct RequestBody {
     idle: Option<Duration>,
     /// Armed the first time the body had to wait; boxed because most bodies never wait.
     timer: Option<Pin<Box<Sleep>>>,
-    /// When data last arrived (or the timer was armed); read only while `timer` is set.
-    last: Instant,
+    /// When the current wait for data began, if the last poll found none.
+    waiting_since: Option<Instant>,
     stall: Option<Stall>,
 }
 
@@ -71,7 +74,7 @@ impl RequestBody {
             inner,
             idle: limited.then_some(idle),
             timer: None,
-            last: Instant::now(),
+            waiting_since: None,
             stall: limited.then(|| Stall(Arc::new(AtomicBool::new(false)))),
         }
     }
@@ -99,27 +102,22 @@ impl Body for RequestBody {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            if this.timer.is_some() {
-                this.last = Instant::now();
-            }
+            this.waiting_since = None;
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         let Some(idle) = this.idle else {
             return Poll::Pending;
         };
-        // Bounded: each turn either returns or moves the timer to a later deadline.
+        let deadline = *this.waiting_since.get_or_insert_with(Instant::now) + idle;
+        // Bounded: each turn returns, or moves the timer to `deadline` (then it is not
+        // ready until the deadline has passed).
         loop {
-            let timer = match &mut this.timer {
-                Some(t) => t,
-                None => {
-                    this.last = Instant::now();
-                    this.timer.insert(Box::pin(tokio::time::sleep(idle)))
-                }
-            };
+            let timer = this
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let deadline = this.last + idle;
             if Instant::now() >= deadline {
                 this.idle = None;
                 this.timer = None;
@@ -128,6 +126,7 @@ impl Body for RequestBody {
                 }
                 return Poll::Ready(Some(Err(Box::new(BodyIdle))));
             }
+            // Set for an earlier wait.
             timer.as_mut().reset(deadline.into());
         }
     }
