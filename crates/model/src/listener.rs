@@ -107,11 +107,14 @@ impl ListenerSettings {
 }
 
 /// How long each state of a client connection may last. A connection that overstays is
-/// closed (or, for a request, answered: 408 for a stalled head or body, 504 for an
-/// upstream that does not answer).
+/// closed (or, for a request, answered: 408 for a stalled body, 504 for an upstream that
+/// does not answer). A zero duration disables that timeout (as `0s` does for Gateway API
+/// route timeouts).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct ConnectionTimeouts {
-    /// From accept until the first byte, and until the TLS handshake is complete.
+    /// From accept until the first byte, and until the TLS handshake is complete; after a
+    /// TLS handshake, again until the first byte of the first request. Also how long an
+    /// HTTP/2 client gets to close after an idle GOAWAY.
     pub handshake: Duration,
     /// From the first byte of a request head until its end (HTTP/1.1).
     pub request_header: Duration,
@@ -137,14 +140,17 @@ impl Default for ConnectionTimeouts {
 }
 
 /// How many client connections a listener takes and how large a request head may be.
+/// A connection limit of 0 means no limit.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct ConnectionLimits {
     /// Open client connections on this listener; past it new connections are refused
     /// (closed at once, counted).
     pub max_connections: u32,
-    /// Open connections from one client IP address.
+    /// Open connections from one client IP address (an IPv6 client: its /64). Behind a
+    /// load balancer that hides client addresses, every client shares the balancer's.
     pub max_connections_per_client: u32,
-    /// Bytes of one request head (request line and headers): 431 beyond.
+    /// Bytes of one request head (request line and headers): 431 beyond. For HTTP/2, the
+    /// header list size of RFC 9113 (names, values and 32 bytes per field).
     pub max_header_bytes: u32,
     /// Header fields in one request head: 431 beyond.
     pub max_headers: u32,

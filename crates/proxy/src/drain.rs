@@ -157,6 +157,17 @@ pub(crate) struct Serve<'a, C> {
     shutting_down: bool,
 }
 
+impl<C: GracefulConnection> Serve<'_, C> {
+    /// Asks the connection to finish as a drain does (HTTP/1.1: after the current
+    /// response; HTTP/2: GOAWAY), once.
+    pub(crate) fn shut_down(&mut self) {
+        if !self.shutting_down {
+            self.shutting_down = true;
+            self.conn.as_mut().graceful_shutdown();
+        }
+    }
+}
+
 impl<C: GracefulConnection> Future for Serve<'_, C> {
     type Output = Option<C::Output>;
 
@@ -164,12 +175,7 @@ impl<C: GracefulConnection> Future for Serve<'_, C> {
         let this = self.get_mut();
         match this.ticket.poll_state(cx) {
             SERVING => {}
-            DRAINING => {
-                if !this.shutting_down {
-                    this.shutting_down = true;
-                    this.conn.as_mut().graceful_shutdown();
-                }
-            }
+            DRAINING => this.shut_down(),
             _ => return Poll::Ready(None),
         }
         this.conn.as_mut().poll(cx).map(Some)

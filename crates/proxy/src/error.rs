@@ -29,9 +29,17 @@ pub(crate) enum ProxyError {
     /// The upstream reset the connection or broke the protocol.
     #[error("upstream error: {0}")]
     Upstream(#[source] BoxError),
-    /// The request or backend-request timeout expired before response headers arrived.
+    /// The request or backend-request timeout (or, when the route sets neither, the
+    /// listener's upstream-response timeout) expired before response headers arrived.
     #[error("upstream timeout")]
     Timeout,
+    /// The request body delivered no data for the listener's body-idle timeout.
+    #[error("request body timeout")]
+    BodyTimeout,
+    /// The request head has more header fields than the listener allows (HTTP/2; hyper
+    /// answers HTTP/1.1 heads over the limits itself, h2 answers oversized HTTP/2 heads).
+    #[error("too many header fields")]
+    TooManyHeaders,
 }
 
 /// Whose fault a failure is (a label for metrics and logs).
@@ -83,6 +91,16 @@ pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
             StatusCode::GATEWAY_TIMEOUT,
             Fault::Upstream,
             "upstream timeout\n",
+        ),
+        ProxyError::BodyTimeout => (
+            StatusCode::REQUEST_TIMEOUT,
+            Fault::Client,
+            "request body timeout\n",
+        ),
+        ProxyError::TooManyHeaders => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Fault::Client,
+            "too many header fields\n",
         ),
     };
     (

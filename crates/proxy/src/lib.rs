@@ -11,9 +11,12 @@ mod snapshot;
 mod tls;
 
 mod admin;
+mod body;
 mod dataplane;
 mod drain;
 mod error;
+mod idle;
+mod limits;
 mod listeners;
 mod metrics;
 mod mirror;

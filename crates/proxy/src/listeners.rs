@@ -1,12 +1,15 @@
 //! Accept loops: one per [`ListenerKey`], serving plaintext HTTP (HTTP/1.1 and h2c) or
 //! TLS (certificate by SNI, HTTP/2 or HTTP/1.1 by ALPN).
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use http::HeaderValue;
+use futures_util::future::{Either, Ready, ready};
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,17 +21,15 @@ use weir_model::{Listener, ListenerKey, Protocol};
 
 use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
+use crate::error::{ProxyError, error_response};
+use crate::idle::{ConnState, Tracked, Watch, Watched};
+use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
-use crate::server::{self, ConnContext};
+use crate::server::{self, ConnContext, ProxyBody};
 use crate::tls;
 
-/// A TLS handshake that takes longer than this is abandoned (closes that connection only).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause after an accept error (e.g. EMFILE) before accepting again.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
-
 /// What an accept loop needs to serve new connections; replaced without rebinding when the
-/// listener's protocol or labels change.
+/// listener's protocol, labels or settings change.
 struct Runtime {
     listener: Arc<Listener>,
     tls: Option<TlsAcceptor>,
@@ -48,21 +49,29 @@ impl Runtime {
             ))),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
+        let limits = &listener.settings.limits;
         Runtime {
+            auto: server_builder(limits),
+            h1: server_builder(limits).http1_only(),
+            h2: server_builder(limits).http2_only(),
             listener,
             tls,
             metrics,
-            auto: server_builder(),
-            h1: server_builder().http1_only(),
-            h2: server_builder().http2_only(),
         }
     }
 }
 
-fn server_builder() -> auto::Builder<TokioExecutor> {
+fn server_builder(limits: &weir_model::ConnectionLimits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1().timer(TokioTimer::new()).keep_alive(true);
+    // No header-read timeout from hyper: it starts when a connection goes idle (so it
+    // would cut keep-alive at the head limit) and arms a new timer per request;
+    // `idle::Watched` bounds heads and idle connections separately.
+    b.http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(None);
     b.http2().timer(TokioTimer::new());
+    limits::configure(&mut b, limits);
     b
 }
 
@@ -95,6 +104,7 @@ impl ListenerHandle {
             key,
             local_port: local_addr.port(),
             runtime: Arc::clone(&runtime),
+            admission: Admission::default(),
             stop: stop_rx,
             closed: closed_tx,
         };
@@ -123,8 +133,9 @@ impl ListenerHandle {
         self.local_addr
     }
 
-    /// Serves new connections with the changed listener (protocol, labels); existing
-    /// connections keep their settings. A no-op when nothing changed.
+    /// Serves new connections with the changed listener (protocol, labels, settings);
+    /// existing connections keep their settings (and count against the new limits). A
+    /// no-op when nothing changed.
     pub(crate) fn update(&self, shared: &Arc<Shared>, listener: &Arc<Listener>) {
         if self.runtime.load().listener.hash() != listener.hash() {
             self.runtime
@@ -146,34 +157,54 @@ struct AcceptLoop {
     key: ListenerKey,
     local_port: u16,
     runtime: Arc<ArcSwap<Runtime>>,
+    /// Open connections, across runtime replacements.
+    admission: Admission,
     stop: watch::Receiver<bool>,
     closed: oneshot::Sender<()>,
 }
 
 async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
     let drain = Drain::default();
+    let mut backoff = AcceptBackoff::default();
     loop {
         tokio::select! {
             biased;
             _ = l.stop.changed() => break,
             accepted = tcp.accept() => match accepted {
                 Ok((stream, remote)) => {
+                    backoff.succeeded(l.key);
+                    let accepted_at = Instant::now();
+                    let runtime = l.runtime.load_full();
+                    let limits = &runtime.listener.settings.limits;
+                    let slot = match l.admission.admit(remote.ip(), limits) {
+                        Ok(slot) => slot,
+                        Err(why) => {
+                            tracing::debug!(listener = %l.key, %remote, ?why, "connection refused");
+                            let tls = runtime.tls.is_some();
+                            limits::refuse(stream, tls, why, &runtime.metrics.bounds);
+                            continue;
+                        }
+                    };
                     let _ = stream.set_nodelay(true);
                     let conn = Conn {
                         remote,
-                        runtime: l.runtime.load_full(),
+                        accepted_at,
+                        runtime,
                         shared: Arc::clone(&l.shared),
                         key: l.key,
                         local_port: l.local_port,
                         ticket: drain.ticket(),
+                        _slot: slot,
                     };
                     hand_over(&l.shared, stream, conn);
                 }
                 Err(e) => {
-                    tracing::warn!(listener = %l.key, error = %e, "accept failed");
-                    tokio::select! {
-                        _ = l.stop.changed() => break,
-                        _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
+                    let bounds = &l.runtime.load().metrics.bounds;
+                    if let Some(pause) = backoff.failed(l.key, &e, bounds) {
+                        tokio::select! {
+                            _ = l.stop.changed() => break,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
                     }
                 }
             },
@@ -189,11 +220,14 @@ async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
 
 struct Conn {
     remote: SocketAddr,
+    accepted_at: Instant,
     runtime: Arc<Runtime>,
     shared: Arc<Shared>,
     key: ListenerKey,
     local_port: u16,
     ticket: Ticket,
+    /// Counted against the connection limits until the connection ends.
+    _slot: Slot,
 }
 
 /// Decrements the downstream connection gauge when the connection ends.
@@ -226,9 +260,16 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
     }
 }
 
+/// The response of the per-request service: served by `server::handle`, or refused
+/// here (an HTTP/2 head over the field limit).
+type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
+
 async fn serve_connection(stream: TcpStream, c: Conn) {
     let mut ticket = c.ticket;
     let rt = c.runtime;
+    let settings = &rt.listener.settings;
+    let timeouts = &settings.timeouts;
+    let bounds = &*rt.metrics.bounds;
     rt.metrics.downstream_connections.inc();
     let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
     let ctx = Arc::new(ConnContext {
@@ -241,17 +282,40 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
         tls: rt.tls.is_some(),
         metrics: rt.metrics.clone(),
         listener_label: Arc::clone(&rt.listener.name),
+        timeouts: timeouts.clone(),
     });
-    let svc = hyper::service::service_fn(move |req| server::handle(Arc::clone(&ctx), req));
+    let max_headers = settings.limits.max_headers;
+    let service = |state: Arc<ConnState>| {
+        hyper::service::service_fn(move |req: Request<Incoming>| -> Served<_> {
+            let fut = if limits::too_many_headers(&req, max_headers) {
+                Either::Left(ready(Ok(too_many_headers(&ctx))))
+            } else {
+                Either::Right(server::handle(Arc::clone(&ctx), req))
+            };
+            Tracked::new(&state, fut)
+        })
+    };
     let result = match &rt.tls {
         None => {
+            let state = ConnState::new(false);
+            let io = TokioIo::new(Watch::new(stream, Arc::clone(&state), true));
             let conn = rt
                 .auto
-                .serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            ticket.serve(conn).await
+                .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+            let conn = ticket.serve(conn);
+            Watched::new(conn, state, timeouts, bounds, c.accepted_at).await
         }
         Some(acceptor) => {
-            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            // The handshake (ClientHello included) gets the `handshake` timeout.
+            let limit = timeouts.handshake;
+            let handshake = async {
+                if limit.is_zero() {
+                    Ok(acceptor.accept(stream).await)
+                } else {
+                    tokio::time::timeout_at((c.accepted_at + limit).into(), acceptor.accept(stream))
+                        .await
+                }
+            };
             let tls = match ticket.until_closed(handshake).await {
                 None => return,
                 Some(Ok(Ok(tls))) => tls,
@@ -260,17 +324,34 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
                     return;
                 }
                 Some(Err(_)) => {
+                    bounds.timeout_handshake.inc();
                     tracing::debug!(listener = %c.key, remote = %c.remote, "TLS handshake timed out");
                     return;
                 }
             };
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let builder = if h2 { &rt.h2 } else { &rt.h1 };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-            ticket.serve(conn).await
+            let state = ConnState::new(h2);
+            let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
+            let conn = builder.serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+            let conn = ticket.serve(conn);
+            Watched::new(conn, state, timeouts, bounds, Instant::now()).await
         }
     };
-    if let Some(Err(e)) = result {
-        tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "connection error");
+    match result {
+        Some(Some(Err(e))) => {
+            tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "connection error");
+        }
+        None => tracing::debug!(listener = %c.key, remote = %c.remote, "connection timed out"),
+        _ => {}
     }
+}
+
+/// The answer to an HTTP/2 request with more header fields than the listener allows
+/// (counted like every response).
+#[cold]
+fn too_many_headers(ctx: &ConnContext) -> Response<ProxyBody> {
+    let (resp, _) = error_response(&ProxyError::TooManyHeaders);
+    ctx.metrics.record(resp.status().as_u16(), 0.0);
+    resp
 }

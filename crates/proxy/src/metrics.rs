@@ -4,6 +4,8 @@
 //! starts ([`Metrics::listener`]): `Family::get_or_create` takes a lock, so it is never
 //! called per request.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -31,6 +33,16 @@ struct KindLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn request_histogram() -> Histogram {
@@ -49,6 +61,9 @@ pub(crate) struct Metrics {
     pub(crate) upstream_connect_errors: Counter,
     /// Open downstream (client) connections.
     pub(crate) downstream_connections: Gauge,
+    refused: Family<ReasonLabels, Counter>,
+    timeouts: Family<StateLabels, Counter>,
+    accept_errors: Counter,
     /// Applied batches.
     pub(crate) config_applies: Counter,
     /// Resources rejected by applies.
@@ -68,6 +83,24 @@ pub(crate) struct ListenerMetrics {
     duration: Histogram,
     /// Open downstream connections (shared, unlabelled).
     pub(crate) downstream_connections: Gauge,
+    /// Refusals, timeouts and accept failures (shared, one pointer per clone).
+    pub(crate) bounds: Arc<BoundsMetrics>,
+}
+
+/// What the connection limits and timeouts count (`crate::limits`, `crate::idle`).
+pub(crate) struct BoundsMetrics {
+    /// Connections refused because the listener holds `max_connections`.
+    pub(crate) refused_listener: Counter,
+    /// Connections refused because their client holds `max_connections_per_client`.
+    pub(crate) refused_client: Counter,
+    /// Connections closed before their first byte or TLS handshake completed.
+    pub(crate) timeout_handshake: Counter,
+    /// HTTP/1.1 connections closed with a request head that did not end in time.
+    pub(crate) timeout_request_header: Counter,
+    /// Connections closed (HTTP/2: sent a GOAWAY) for having no request in flight.
+    pub(crate) timeout_idle: Counter,
+    /// Failed `accept` calls (e.g. out of file descriptors).
+    pub(crate) accept_errors: Counter,
 }
 
 impl ListenerMetrics {
@@ -93,6 +126,9 @@ impl Metrics {
             upstream_connections: Gauge::default(),
             upstream_connect_errors: Counter::default(),
             downstream_connections: Gauge::default(),
+            refused: Family::default(),
+            timeouts: Family::default(),
+            accept_errors: Counter::default(),
             config_applies: Counter::default(),
             config_rejected: Counter::default(),
             // 10 µs .. ~5 s
@@ -124,6 +160,23 @@ impl Metrics {
             "weir_downstream_connections",
             "Open client connections",
             m.downstream_connections.clone(),
+        );
+        registry.register(
+            "weir_downstream_connections_refused",
+            "Client connections closed at accept by a connection limit, by reason \
+             (listener_limit, client_limit)",
+            m.refused.clone(),
+        );
+        registry.register(
+            "weir_downstream_timeouts",
+            "Client connections closed by a connection-state timeout, by state \
+             (handshake, request_header, idle)",
+            m.timeouts.clone(),
+        );
+        registry.register(
+            "weir_downstream_accept_errors",
+            "Failed accepts on listening sockets (e.g. out of file descriptors)",
+            m.accept_errors.clone(),
         );
         registry.register(
             "weir_config_applies",
@@ -169,6 +222,20 @@ impl Metrics {
                 listener: listener.to_owned(),
             }),
             downstream_connections: self.downstream_connections.clone(),
+            bounds: Arc::new(self.bounds()),
+        }
+    }
+
+    fn bounds(&self) -> BoundsMetrics {
+        let refused = |reason| self.refused.get_or_create_owned(&ReasonLabels { reason });
+        let timeout = |state| self.timeouts.get_or_create_owned(&StateLabels { state });
+        BoundsMetrics {
+            refused_listener: refused("listener_limit"),
+            refused_client: refused("client_limit"),
+            timeout_handshake: timeout("handshake"),
+            timeout_request_header: timeout("request_header"),
+            timeout_idle: timeout("idle"),
+            accept_errors: self.accept_errors.clone(),
         }
     }
 

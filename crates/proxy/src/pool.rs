@@ -24,12 +24,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
 use weir_model::EndpointAddr;
 
+use crate::body::RequestBody;
 use crate::error::ProxyError;
 
 /// Idle connections kept per endpoint; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
-type Sender = http1::SendRequest<Incoming>;
+type Sender = http1::SendRequest<RequestBody>;
 
 struct Idle {
     sender: Sender,
@@ -86,7 +87,7 @@ impl Lease {
     }
 }
 
-type TrySendError = hyper::client::conn::TrySendError<Request<Incoming>>;
+type TrySendError = hyper::client::conn::TrySendError<Request<RequestBody>>;
 
 /// The boxed general case of [`Http1Pool::send`].
 type SlowSend =
@@ -173,7 +174,7 @@ impl Http1Pool {
     pub(crate) fn send(
         self: &Arc<Self>,
         addr: &EndpointAddr,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Sending<impl Future<Output = Result<Response<Incoming>, TrySendError>> + Send + use<>>
     {
         match self.take(addr) {
@@ -195,7 +196,7 @@ impl Http1Pool {
     async fn send_slow(
         self: Arc<Self>,
         addr: EndpointAddr,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         first: Option<Sender>,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req;
@@ -381,6 +382,7 @@ mod tests {
                 let target = target.clone();
                 async move {
                     *req.uri_mut() = http::Uri::from_static("/");
+                    let req = req.map(RequestBody::unlimited);
                     let (resp, lease) = pool.send(&target, req).await.map_err(|e| e.to_string())?;
                     let body = resp
                         .into_body()

@@ -16,8 +16,11 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use weir_model::{Action, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol};
+use weir_model::{
+    Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol,
+};
 
+use crate::body::RequestBody;
 use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
@@ -124,6 +127,9 @@ pub(crate) struct ConnContext {
     pub(crate) tls: bool,
     pub(crate) metrics: ListenerMetrics,
     pub(crate) listener_label: Arc<str>,
+    /// The listener's timeouts when the connection was accepted (body idle, default
+    /// upstream response).
+    pub(crate) timeouts: ConnectionTimeouts,
 }
 
 /// What the access log needs beyond the response: taken from the request head before it
@@ -480,7 +486,10 @@ fn forward(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let req = Request::from_parts(parts, body);
+    // No upstream may hold a request forever: a route without timeouts gets the listener's.
+    let upstream_response = ctx.timeouts.upstream_response;
+    let limit = limit.or((!upstream_response.is_zero()).then_some(upstream_response));
+    let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
     let send = ctx.shared.upstreams.send(protocol, &addr, req);
     Ok(Forwarding {
         send: Bounded::new(limit, send),
@@ -570,8 +579,8 @@ pin_project_lite::pin_project! {
     struct Bounded<F> {
         #[pin]
         fut: F,
-        // Boxed: most routes set no timeout, and an inline `Sleep` is ~100 bytes of
-        // every request's future.
+        // Boxed: an inline `Sleep` is ~100 bytes of every request's future, which hyper
+        // moves (see `handle`).
         sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     }
 }

@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
 use weir_model::{EndpointAddr, UpstreamProtocol};
 
+use crate::body::{RequestBody, Stall};
 use crate::dataplane::ProxyConfig;
 use crate::error::{BoxError, ProxyError};
 use crate::pool::{Http1Pool, Lease};
@@ -26,7 +27,7 @@ use crate::pool::{Http1Pool, Lease};
 /// The pools for both upstream protocols.
 pub(crate) struct Upstreams {
     http1: Arc<Http1Pool>,
-    h2c: Client<CountingConnector, Incoming>,
+    h2c: Client<CountingConnector, RequestBody>,
     /// Mirrored copies (RequestMirror) carry no body of their own.
     mirror_http1: Client<CountingConnector, Empty<Bytes>>,
     mirror_h2c: Client<CountingConnector, Empty<Bytes>>,
@@ -85,30 +86,41 @@ impl Upstreams {
     /// Sends one request to `addr`; the returned future waits for the response head.
     /// HTTP/1.1 requests carry an origin-form URI and come back with the [`Lease`] of
     /// their connection, which the response body returns to the pool at its end; h2c
-    /// requests carry an absolute URI naming the endpoint.
+    /// requests carry an absolute URI naming the endpoint. A request whose body stalls
+    /// before the answer fails with [`ProxyError::BodyTimeout`].
     pub(crate) fn send(
         &self,
         protocol: UpstreamProtocol,
         addr: &EndpointAddr,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> UpstreamResponse<
         impl Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send + use<>,
     > {
-        match protocol {
-            UpstreamProtocol::Http1 => UpstreamResponse::Http1 {
+        let stall = req.body().stall();
+        let sending = match protocol {
+            UpstreamProtocol::Http1 => Sending::Http1 {
                 fut: self.http1.send(addr, req),
             },
-            UpstreamProtocol::H2c => UpstreamResponse::H2c {
+            UpstreamProtocol::H2c => Sending::H2c {
                 fut: self.h2c.request(req),
             },
-        }
+        };
+        UpstreamResponse { sending, stall }
     }
 }
 
 pin_project_lite::pin_project! {
     /// See [`Upstreams::send`].
-    #[project = UpstreamResponseProj]
-    pub(crate) enum UpstreamResponse<F> {
+    pub(crate) struct UpstreamResponse<F> {
+        #[pin]
+        sending: Sending<F>,
+        stall: Option<Stall>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = SendingProj]
+    enum Sending<F> {
         /// From the HTTP/1.1 pool.
         Http1 { #[pin] fut: F },
         /// From the h2c client.
@@ -123,16 +135,21 @@ where
     type Output = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            UpstreamResponseProj::Http1 { fut } => fut
-                .poll(cx)
-                .map(|r| r.map(|(resp, lease)| (resp, Some(lease)))),
-            UpstreamResponseProj::H2c { fut } => fut.poll(cx).map(|r| match r {
+        let this = self.project();
+        let out = match this.sending.project() {
+            SendingProj::Http1 { fut } => {
+                std::task::ready!(fut.poll(cx)).map(|(r, l)| (r, Some(l)))
+            }
+            SendingProj::H2c { fut } => match std::task::ready!(fut.poll(cx)) {
                 Ok(resp) => Ok((resp, None)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
                 Err(e) => Err(ProxyError::Upstream(Box::new(e))),
-            }),
-        }
+            },
+        };
+        Poll::Ready(match this.stall {
+            Some(stall) => out.map_err(|e| stall.explain(e)),
+            None => out,
+        })
     }
 }
 

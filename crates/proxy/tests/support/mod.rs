@@ -21,8 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use weir_model::{
     Action, Certificate, Cluster, ClusterKey, Delta, DeltaBatch, Endpoint, EndpointAddr, HostMatch,
-    Listener, ListenerKey, PathMatch, Protocol, RequestMatch, Resource, RouteKind, RouteRef,
-    RouteRule, SniCert, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Listener, ListenerKey, ListenerSettings, PathMatch, Protocol, RequestMatch, Resource,
+    RouteKind, RouteRef, RouteRule, SniCert, Timeouts, UpstreamProtocol, VirtualHost,
+    WeightedBackend,
 };
 use weir_proxy::{DataPlane, ProxyConfig};
 
@@ -197,19 +198,7 @@ impl Conn {
         ca: &CertificateDer<'static>,
         alpn: &[&[u8]],
     ) -> Result<(Conn, CertificateDer<'static>), std::io::Error> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.clone()).expect("add root");
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(addr).await?;
-        let name = ServerName::try_from(sni.to_string()).expect("server name");
-        let tls = connector.connect(name, tcp).await?;
+        let tls = tls_stream(addr, sni, ca, alpn).await?;
         let (_, session) = tls.get_ref();
         let leaf = session
             .peer_certificates()
@@ -291,6 +280,28 @@ impl Conn {
     }
 }
 
+/// A TLS session with `sni`, trusting `ca`, offering `alpn`, over which nothing was sent.
+pub async fn tls_stream(
+    addr: SocketAddr,
+    sni: &str,
+    ca: &CertificateDer<'static>,
+    alpn: &[&[u8]],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).expect("add root");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(sni.to_string()).expect("server name");
+    connector.connect(name, tcp).await
+}
+
 pub async fn read(resp: Response<Incoming>) -> Resp {
     let (parts, body) = resp.into_parts();
     let body = tokio::time::timeout(STEP, body.collect())
@@ -361,6 +372,17 @@ pub fn listener(protocol: Protocol) -> Resource {
         protocol,
         "test/gw".into(),
         "web".into(),
+    )))
+}
+
+/// A listener with its own limits and timeouts.
+pub fn listener_with(protocol: Protocol, settings: ListenerSettings) -> Resource {
+    Resource::Listener(Arc::new(Listener::with_settings(
+        key(),
+        protocol,
+        "test/gw".into(),
+        "web".into(),
+        settings,
     )))
 }
 
@@ -473,4 +495,77 @@ impl Proxy {
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encode");
         out
     }
+
+    /// The value of one metric sample, e.g. `weir_downstream_timeouts_total{state="idle"}`
+    /// (0 when absent).
+    pub fn metric(&self, sample: &str) -> u64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+}
+
+// ---------------------------------------------------------------- raw HTTP/1.1
+
+/// A response read off a raw socket: status, header block and body (by content-length).
+pub struct RawResp {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+/// Reads one HTTP/1.1 response with a content-length body (within [`STEP`]); `None` when
+/// the connection closed or failed first.
+pub async fn read_raw_response(s: &mut TcpStream) -> Option<RawResp> {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let status = head.get(9..12)?.parse().ok()?;
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = buf[end..].to_vec();
+        while body.len() < len {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+            }
+        }
+        Some(RawResp { status, head, body })
+    };
+    tokio::time::timeout(STEP, read).await.ok().flatten()
+}
+
+/// Waits up to [`STEP`] for the peer to close `s` (EOF or reset), discarding what it
+/// sends; returns whether it did.
+pub async fn closed_by_peer<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 4096];
+    let closed = async {
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(STEP, closed).await.is_ok()
 }
