@@ -202,45 +202,28 @@ fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
     }
 }
 
-/// Zero timeouts and limits are refused: they would close or refuse every connection.
+/// A zero timeout or connection limit means "none" (as in the model); a zero head limit
+/// would refuse every request and is refused.
 fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, InvalidResource> {
-    let ms = |field: &str, v: u64| {
-        if v == 0 {
-            Err(invalid(
-                format!("settings.{field}"),
-                "must be greater than 0",
-            ))
-        } else {
-            Ok(Duration::from_millis(v))
-        }
-    };
+    let ms = Duration::from_millis;
     let n = |field: &str, v: u32| {
         if v == 0 {
-            Err(invalid(
-                format!("settings.{field}"),
-                "must be greater than 0",
-            ))
+            Err(invalid(format!("settings.{field}"), "must be greater than 0"))
         } else {
             Ok(v)
         }
     };
     Ok(ListenerSettings {
         timeouts: ConnectionTimeouts {
-            handshake: ms("handshake_timeout_ms", s.handshake_timeout_ms)?,
-            request_header: ms("request_header_timeout_ms", s.request_header_timeout_ms)?,
-            idle: ms("idle_timeout_ms", s.idle_timeout_ms)?,
-            body_idle: ms("body_idle_timeout_ms", s.body_idle_timeout_ms)?,
-            upstream_response: ms(
-                "upstream_response_timeout_ms",
-                s.upstream_response_timeout_ms,
-            )?,
+            handshake: ms(s.handshake_timeout_ms),
+            request_header: ms(s.request_header_timeout_ms),
+            idle: ms(s.idle_timeout_ms),
+            body_idle: ms(s.body_idle_timeout_ms),
+            upstream_response: ms(s.upstream_response_timeout_ms),
         },
         limits: ConnectionLimits {
-            max_connections: n("max_connections", s.max_connections)?,
-            max_connections_per_client: n(
-                "max_connections_per_client",
-                s.max_connections_per_client,
-            )?,
+            max_connections: s.max_connections,
+            max_connections_per_client: s.max_connections_per_client,
             max_header_bytes: n("max_header_bytes", s.max_header_bytes)?,
             max_headers: n("max_headers", s.max_headers)?,
         },

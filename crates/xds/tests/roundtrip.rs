@@ -80,12 +80,13 @@ fn a_tampered_resource_is_refused_with_its_field() {
 }
 
 #[test]
-fn listener_settings_round_trip_and_zero_is_refused() {
+fn listener_settings_round_trip_and_a_zero_head_limit_is_refused() {
     use std::sync::Arc;
     use std::time::Duration;
     use weir_model::{Listener, ListenerKey, ListenerSettings, Protocol};
     let mut settings = ListenerSettings::default();
     settings.timeouts.idle = Duration::from_millis(1500);
+    settings.timeouts.body_idle = Duration::ZERO; // disabled
     settings.limits.max_connections_per_client = 7;
     settings.paths.merge_slashes = false;
     let key = ListenerKey("127.0.0.1:8080".parse().unwrap());
@@ -117,8 +118,8 @@ fn listener_settings_round_trip_and_zero_is_refused() {
     }
     let mut w = resource_to_wire(&custom);
     if let Some(weir_xds::proto::resource::Resource::Listener(l)) = &mut w.resource {
-        l.settings.as_mut().unwrap().idle_timeout_ms = 0;
+        l.settings.as_mut().unwrap().max_headers = 0;
     }
     let e = resource_from_wire(&w).unwrap_err();
-    assert_eq!(e.field, "settings.idle_timeout_ms");
+    assert_eq!(e.field, "settings.max_headers");
 }
