@@ -18,6 +18,7 @@ mod listeners;
 mod metrics;
 mod mirror;
 mod pool;
+mod protocol;
 mod server;
 mod upgrade;
 mod upstream;

@@ -19,6 +19,7 @@ use weir_model::{Listener, ListenerKey, Protocol};
 use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::metrics::ListenerMetrics;
+use crate::protocol::{FirstBytes, Speaks};
 use crate::server::{self, ConnContext};
 use crate::tls;
 
@@ -245,9 +246,8 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
     let svc = hyper::service::service_fn(move |req| server::handle(Arc::clone(&ctx), req));
     let result = match &rt.tls {
         None => {
-            let conn = rt
-                .auto
-                .serve_connection_with_upgrades(TokioIo::new(stream), svc);
+            let io = TokioIo::new(FirstBytes::new(stream, Speaks::Http1OrH2));
+            let conn = rt.auto.serve_connection_with_upgrades(io, svc);
             ticket.serve(conn).await
         }
         Some(acceptor) => {
@@ -264,10 +264,17 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
                     return;
                 }
             };
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let builder = if h2 { &rt.h2 } else { &rt.h1 };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-            ticket.serve(conn).await
+            // ALPN decides: `h2` is served as HTTP/2 only (`serve_connection` honours
+            // `http2_only`), anything else as HTTP/1.1 only (`serve_connection_with_upgrades`
+            // ignores `http1_only`, so the first bytes are checked instead).
+            if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                let conn = rt.h2.serve_connection(TokioIo::new(tls), svc);
+                ticket.serve(conn).await
+            } else {
+                let io = TokioIo::new(FirstBytes::new(tls, Speaks::Http1));
+                let conn = rt.h1.serve_connection_with_upgrades(io, svc);
+                ticket.serve(conn).await
+            }
         }
     };
     if let Some(Err(e)) = result {
