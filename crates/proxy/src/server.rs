@@ -525,7 +525,7 @@ fn relay(
     backend_filters: &[Filter],
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
-    lease: Option<Lease>,
+    mut lease: Option<Lease>,
 ) -> Response<ProxyBody> {
     let switched = match client_upgrade {
         Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -536,6 +536,15 @@ fn relay(
         _ => None,
     };
     let (mut parts, body) = resp.into_parts();
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an intermediary must
+    // drop the Content-Length before forwarding: relayed, the stale length would cut the
+    // body short and look complete. Such a response hints at a confused or hostile
+    // upstream, so its connection is not reused either.
+    if parts.headers.contains_key(header::TRANSFER_ENCODING)
+        && parts.headers.remove(header::CONTENT_LENGTH).is_some()
+    {
+        lease = None;
+    }
     strip_hop_by_hop(&mut parts.headers, false);
     if let Some(u) = switched {
         parts

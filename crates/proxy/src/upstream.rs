@@ -130,7 +130,7 @@ where
             UpstreamResponseProj::H2c { fut } => fut.poll(cx).map(|r| match r {
                 Ok(resp) => Ok((resp, None)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
-                Err(e) => Err(ProxyError::Upstream(Box::new(e))),
+                Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
             }),
         }
     }

@@ -9,6 +9,71 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_model::{Protocol, UpstreamProtocol};
 
+/// RFC 9112 §6.3: an upstream response with both `Content-Length` and chunked
+/// `Transfer-Encoding` is framed by the chunks; relayed with its stale length, the client
+/// would get 5 of 10 bytes and believe it had all of them.
+#[tokio::test]
+async fn upstream_length_and_chunked_is_relayed_by_its_chunks() {
+    let (backend, _task) = raw_backend(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n",
+        8,
+    )
+    .await;
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(None, vec![rule("/", forward(&[("raw", 1)]))]),
+        cluster("raw", &[backend], UpstreamProtocol::Http1),
+    ])
+    .await;
+    for mut c in [Conn::h1(p.addr).await, Conn::h2c(p.addr).await] {
+        for _ in 0..2 {
+            let r = c.get("a.test", "/").await;
+            assert_eq!(r.status, 200);
+            assert_eq!(r.body, "0123456789", "{:?}", r.version);
+            assert_eq!(r.headers.get("content-length"), None, "{:?}", r.version);
+        }
+    }
+}
+
+/// A malformed chunked request body is the client's fault: 400, not 502.
+#[tokio::test]
+async fn malformed_chunked_request_body_is_a_client_error() {
+    let b = Backend::start("b").await;
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("h1.test"), vec![rule("/", forward(&[("h1", 1)]))]),
+        vhost(Some("h2c.test"), vec![rule("/", forward(&[("h2c", 1)]))]),
+        cluster("h1", &[b.addr], UpstreamProtocol::Http1),
+        cluster("h2c", &[b.addr], UpstreamProtocol::H2c),
+    ])
+    .await;
+    for host in ["h1.test", "h2c.test"] {
+        for body in ["zz\r\nhello\r\n0\r\n\r\n", "5\r\nhello\r\n-1\r\n\r\n"] {
+            let req = format!(
+                "POST /up HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"
+            );
+            let resp = raw(p.addr, req.as_bytes()).await;
+            let text = String::from_utf8_lossy(&resp);
+            assert_eq!(raw_status(&resp), 400, "{host} {body:?}: {text}");
+            assert!(text.ends_with("bad request body\n"), "{text}");
+        }
+    }
+    let m = p.metrics();
+    assert!(
+        m.contains(r#"weir_requests_total{gateway="test/gw",listener="web",class="4xx"} 4"#),
+        "{m}"
+    );
+    // A well-formed chunked body still goes through.
+    let resp = raw(
+        p.addr,
+        b"POST /up HTTP/1.1\r\nHost: h1.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&resp);
+    assert_eq!(raw_status(&resp), 200, "{text}");
+    assert!(text.contains("\nbody-len=5\n"), "{text}");
+}
+
 /// What h2spec sends in its case 3.5/2: on a plaintext listener (HTTP/1.1 and h2c), a
 /// connection that opens with neither is closed without an answer, not sent an HTTP/1.1
 /// 400 that an HTTP/2 client reads as a broken frame.
