@@ -5,6 +5,7 @@ use std::error::Error as _;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
+use crate::normalize::InvalidPath;
 use crate::server::ProxyBody;
 
 /// A boxed error from the upstream client, kept for logs.
@@ -19,6 +20,9 @@ pub(crate) enum ProxyError {
     /// The request head cannot be routed (e.g. a Host header that is not text).
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// The request path cannot be normalized safely.
+    #[error("bad request path: {0}")]
+    InvalidPath(#[from] InvalidPath),
     /// The client's request body failed while it was sent upstream: malformed chunked
     /// encoding, a body cut short, an HTTP/2 stream reset by the client.
     #[error("client request body error: {0}")]
@@ -103,7 +107,9 @@ impl Fault {
 pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
     let (status, fault, body) = match err {
         ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
-        ProxyError::BadRequest(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n"),
+        ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) => {
+            (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n")
+        }
         ProxyError::ClientBody(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request body\n"),
         ProxyError::BackendNotFound => (
             StatusCode::INTERNAL_SERVER_ERROR,

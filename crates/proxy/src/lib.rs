@@ -17,6 +17,7 @@ mod error;
 mod listeners;
 mod metrics;
 mod mirror;
+mod normalize;
 mod pool;
 mod protocol;
 mod server;
@@ -26,4 +27,5 @@ mod workers;
 
 pub use admin::serve_admin;
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use normalize::{InvalidPath, normalize_path};
 pub use snapshot::{Snapshot, SnapshotStats};

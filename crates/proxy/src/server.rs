@@ -23,6 +23,7 @@ use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
+use crate::normalize;
 use crate::pool::Lease;
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::upgrade;
@@ -284,13 +285,16 @@ enum Routed<S> {
 
 fn route(
     ctx: &ConnContext,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
     let raw = raw_host(&req);
+    // The normal path is routed on and forwarded (normalize.rs).
+    let merge_slashes = listener.listener.settings.paths.merge_slashes;
+    normalize::normalize_uri(req.uri_mut(), merge_slashes)?;
     let raw_str = match &raw {
         Some(v) => v
             .to_str()
