@@ -5,6 +5,7 @@ use std::error::Error as _;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
+use crate::authority::InvalidHost;
 use crate::normalize::InvalidPath;
 use crate::server::ProxyBody;
 
@@ -23,6 +24,9 @@ pub(crate) enum ProxyError {
     /// The request path cannot be normalized safely.
     #[error("bad request path: {0}")]
     InvalidPath(#[from] InvalidPath),
+    /// The request's host is repeated, missing or malformed.
+    #[error("bad request host: {0}")]
+    InvalidHost(#[from] InvalidHost),
     /// The client's request body failed while it was sent upstream: malformed chunked
     /// encoding, a body cut short, an HTTP/2 stream reset by the client.
     #[error("client request body error: {0}")]
@@ -107,7 +111,7 @@ impl Fault {
 pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
     let (status, fault, body) = match err {
         ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
-        ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) => {
+        ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) | ProxyError::InvalidHost(_) => {
             (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n")
         }
         ProxyError::ClientBody(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request body\n"),

@@ -11,6 +11,7 @@ mod snapshot;
 mod tls;
 
 mod admin;
+mod authority;
 mod dataplane;
 mod drain;
 mod error;

@@ -18,6 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use weir_model::{Action, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol};
 
+use crate::authority;
 use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
@@ -291,8 +292,9 @@ fn route(
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
-    let raw = raw_host(&req);
-    // The normal path is routed on and forwarded (normalize.rs).
+    // One host and one normal path, routed on and forwarded alike (authority.rs,
+    // normalize.rs).
+    let raw = authority::canonical_host(&mut req)?;
     let merge_slashes = listener.listener.settings.paths.merge_slashes;
     normalize::normalize_uri(req.uri_mut(), merge_slashes)?;
     let raw_str = match &raw {

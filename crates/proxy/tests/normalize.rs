@@ -4,6 +4,7 @@
 
 mod support;
 
+use http::Method;
 use support::*;
 use weir_model::{ListenerSettings, Protocol, UpstreamProtocol};
 
@@ -148,4 +149,115 @@ async fn absolute_form_and_asterisk_targets() {
         "{}",
         String::from_utf8_lossy(&options)
     );
+}
+
+/// Routes by host to backends `a`, `b` and a catch-all `any`, so that a host weir
+/// used to accept shows up as a 200 from some backend.
+async fn host_routing_proxy(a: &Backend, b: &Backend, any: &Backend) -> Proxy {
+    Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("a.test"), vec![rule("/", forward(&[("a", 1)]))]),
+        vhost(Some("b.test"), vec![rule("/", forward(&[("b", 1)]))]),
+        vhost(Some("h2c.test"), vec![rule("/", forward(&[("b-h2c", 1)]))]),
+        vhost(None, vec![rule("/", forward(&[("any", 1)]))]),
+        cluster("a", &[a.addr], UpstreamProtocol::Http1),
+        cluster("b", &[b.addr], UpstreamProtocol::Http1),
+        cluster("b-h2c", &[b.addr], UpstreamProtocol::H2c),
+        cluster("any", &[any.addr], UpstreamProtocol::Http1),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn repeated_missing_and_malformed_hosts_are_rejected() {
+    let (a, b, any) = (
+        Backend::start("a").await,
+        Backend::start("b").await,
+        Backend::start("any").await,
+    );
+    let p = host_routing_proxy(&a, &b, &any).await;
+    for host_lines in [
+        "Host: a.test\r\nHost: a.test\r\n",
+        "Host: a.test\r\nHost: b.test\r\n",
+        "Host: a.test:99999\r\n",
+        "Host: a.test:8o\r\n",
+        "Host: a@b.test\r\n",
+        "Host: a.test,b.test\r\n",
+        "Host: :80\r\n",
+        "Host: a .test\r\n",
+        "",
+    ] {
+        let req = format!("GET / HTTP/1.1\r\n{host_lines}Connection: close\r\n\r\n");
+        let resp = raw(p.addr, req.as_bytes()).await;
+        assert_eq!(
+            raw_status(&resp),
+            400,
+            "{host_lines:?}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+    assert_eq!(
+        a.connections() + b.connections() + any.connections(),
+        0,
+        "nothing reached a backend"
+    );
+    // HTTP/1.0 may name no host: the catch-all serves it.
+    let resp = raw(p.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(raw_status(&resp), 200, "{}", String::from_utf8_lossy(&resp));
+    assert!(String::from_utf8_lossy(&resp).contains("backend=any"));
+}
+
+/// RFC 9112 §3.2.2: the authority of an absolute-form target wins over Host, and the
+/// backend that is routed to gets that host.
+#[tokio::test]
+async fn absolute_form_authority_is_routed_and_forwarded() {
+    let (a, b, any) = (
+        Backend::start("a").await,
+        Backend::start("b").await,
+        Backend::start("any").await,
+    );
+    let p = host_routing_proxy(&a, &b, &any).await;
+    let resp = raw(
+        p.addr,
+        b"GET http://b.test/x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&resp);
+    assert_eq!(raw_status(&resp), 200, "{text}");
+    assert!(text.contains("backend=b\n"), "{text}");
+    assert!(text.contains("\nhost=b.test\n"), "{text}");
+    assert!(text.contains("\nx-forwarded-host=b.test\n"), "{text}");
+}
+
+/// RFC 9113 §8.3.1: with both `:authority` and a different `host`, `:authority` is
+/// routed on and `host` is replaced by it, for HTTP/1.1 and h2c upstreams alike.
+#[tokio::test]
+async fn http2_authority_replaces_a_different_host_header() {
+    let (a, b, any) = (
+        Backend::start("a").await,
+        Backend::start("b").await,
+        Backend::start("any").await,
+    );
+    let p = host_routing_proxy(&a, &b, &any).await;
+    let mut c = Conn::h2c(p.addr).await;
+    for authority in ["b.test", "h2c.test"] {
+        let r = c
+            .request(Method::GET, authority, "/x", &[("host", "a.test")])
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.backend(), "b", "routed on :authority");
+        assert_eq!(
+            r.field("host"),
+            Some(authority),
+            "the backend sees the routed host"
+        );
+        assert_eq!(r.field("x-forwarded-host"), Some(authority));
+    }
+    // The same host in both is kept, once.
+    let r = c
+        .request(Method::GET, "b.test", "/x", &[("host", "b.test")])
+        .await;
+    assert_eq!((r.backend(), r.field("host")), ("b", Some("b.test")));
+    let r = c.get("b.test:8080", "/x").await;
+    assert_eq!((r.backend(), r.field("host")), ("b", Some("b.test:8080")));
 }
