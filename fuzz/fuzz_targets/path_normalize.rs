@@ -33,8 +33,14 @@ fn check(input: &str, merge: bool) {
         return;
     };
     assert!(out.starts_with('/'), "{input:?} -> {out:?}");
-    assert!(!out.contains("/../") && !out.contains("/./"), "{input:?} -> {out:?}");
-    assert!(!out.ends_with("/..") && !out.ends_with("/."), "{input:?} -> {out:?}");
+    assert!(
+        !out.contains("/../") && !out.contains("/./"),
+        "{input:?} -> {out:?}"
+    );
+    assert!(
+        !out.ends_with("/..") && !out.ends_with("/."),
+        "{input:?} -> {out:?}"
+    );
     assert!(!merge || !out.contains("//"), "{input:?} -> {out:?}");
     match normalize_path(&out, merge) {
         Ok(Cow::Borrowed(again)) => assert_eq!(again, out, "{input:?}"),
@@ -45,5 +51,8 @@ fn check(input: &str, merge: bool) {
     }
     let with_query = format!("{out}?q");
     let parsed = PathAndQuery::try_from(with_query.as_str());
-    assert!(parsed.is_ok_and(|pq| pq.path() == &*out), "{out:?} is not a URI path");
+    assert!(
+        parsed.is_ok_and(|pq| pq.path() == &*out),
+        "{out:?} is not a URI path"
+    );
 }
