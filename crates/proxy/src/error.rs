@@ -1,8 +1,12 @@
 //! Request failures and the one place that turns them into HTTP responses.
 
+use std::error::Error as _;
+
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
+use crate::authority::InvalidHost;
+use crate::normalize::InvalidPath;
 use crate::server::ProxyBody;
 
 /// A boxed error from the upstream client, kept for logs.
@@ -17,6 +21,16 @@ pub(crate) enum ProxyError {
     /// The request head cannot be routed (e.g. a Host header that is not text).
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// The request path cannot be normalized safely.
+    #[error("bad request path: {0}")]
+    InvalidPath(#[from] InvalidPath),
+    /// The request's host is repeated, missing or malformed.
+    #[error("bad request host: {0}")]
+    InvalidHost(#[from] InvalidHost),
+    /// The client's request body failed while it was sent upstream: malformed chunked
+    /// encoding, a body cut short, an HTTP/2 stream reset by the client.
+    #[error("client request body error: {0}")]
+    ClientBody(#[source] BoxError),
     /// The chosen cluster is not in the snapshot, or every backend weight is 0.
     #[error("backend not found")]
     BackendNotFound,
@@ -40,6 +54,45 @@ pub(crate) enum ProxyError {
     /// answers HTTP/1.1 heads over the limits itself, h2 answers oversized HTTP/2 heads).
     #[error("too many header fields")]
     TooManyHeaders,
+}
+
+impl ProxyError {
+    /// The failure of sending a request upstream. The request body streamed to the
+    /// upstream is the client's, so an error *reading* it surfaces here too; it is the
+    /// client's fault (400), not the upstream's (502). hyper reports it as a user error
+    /// (`is_user`: "the user's Body stream yields an error") whose cause is the `hyper::Error`
+    /// of the client connection's body; its other user errors carry no such cause. An
+    /// HTTP/2 upstream stream is reset by hyper itself (neither the peer nor the h2
+    /// library) only when the request body fails, so that reset is the client's fault too.
+    pub(crate) fn upstream_send(err: BoxError) -> ProxyError {
+        if client_body_failed(&*err) {
+            ProxyError::ClientBody(err)
+        } else {
+            ProxyError::Upstream(err)
+        }
+    }
+}
+
+/// Whether `err`'s chain shows the request body failing (see [`ProxyError::upstream_send`]).
+fn client_body_failed(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_user()
+            && h.source().is_some_and(|cause| cause.is::<hyper::Error>())
+        {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_reset()
+            && !h2.is_remote()
+            && !h2.is_library()
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Whose fault a failure is (a label for metrics and logs).
@@ -66,7 +119,10 @@ impl Fault {
 pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
     let (status, fault, body) = match err {
         ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
-        ProxyError::BadRequest(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n"),
+        ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) | ProxyError::InvalidHost(_) => {
+            (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n")
+        }
+        ProxyError::ClientBody(_) => (StatusCode::BAD_REQUEST, Fault::Client, "bad request body\n"),
         ProxyError::BackendNotFound => (
             StatusCode::INTERNAL_SERVER_ERROR,
             Fault::Upstream,

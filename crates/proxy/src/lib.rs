@@ -11,6 +11,7 @@ mod snapshot;
 mod tls;
 
 mod admin;
+mod authority;
 mod body;
 mod dataplane;
 mod drain;
@@ -20,7 +21,9 @@ mod limits;
 mod listeners;
 mod metrics;
 mod mirror;
+mod normalize;
 mod pool;
+mod protocol;
 mod server;
 mod upgrade;
 mod upstream;
@@ -28,4 +31,5 @@ mod workers;
 
 pub use admin::serve_admin;
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use normalize::{InvalidPath, normalize_path};
 pub use snapshot::{Snapshot, SnapshotStats};

@@ -25,6 +25,7 @@ use crate::error::{ProxyError, error_response};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
+use crate::protocol::{FirstBytes, Speaks};
 use crate::server::{self, ConnContext, ProxyBody};
 use crate::tls;
 
@@ -298,7 +299,8 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
     let result = match &rt.tls {
         None => {
             let state = ConnState::new(false);
-            let io = TokioIo::new(Watch::new(stream, Arc::clone(&state), true));
+            let io = FirstBytes::new(stream, Speaks::Http1OrH2);
+            let io = TokioIo::new(Watch::new(io, Arc::clone(&state), true));
             let conn = rt
                 .auto
                 .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
@@ -329,13 +331,25 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
                     return;
                 }
             };
+            // ALPN decides: `h2` is served as HTTP/2 only (`serve_connection` honours
+            // `http2_only`), anything else as HTTP/1.1 only (`serve_connection_with_upgrades`
+            // ignores `http1_only`, so the first bytes are checked instead).
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let builder = if h2 { &rt.h2 } else { &rt.h1 };
             let state = ConnState::new(h2);
-            let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
-            let conn = builder.serve_connection_with_upgrades(io, service(Arc::clone(&state)));
-            let conn = ticket.serve(conn);
-            Watched::new(conn, state, timeouts, bounds, Instant::now()).await
+            if h2 {
+                let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
+                let conn = rt.h2.serve_connection(io, service(Arc::clone(&state)));
+                let conn = ticket.serve(conn);
+                Watched::new(conn, state, timeouts, bounds, Instant::now()).await
+            } else {
+                let io = FirstBytes::new(tls, Speaks::Http1);
+                let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
+                let conn = rt
+                    .h1
+                    .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+                let conn = ticket.serve(conn);
+                Watched::new(conn, state, timeouts, bounds, Instant::now()).await
+            }
         }
     };
     match result {

@@ -139,7 +139,7 @@ where
                 (Some(_), None) => {
                     Poll::Ready(Err(ProxyError::Connect("upstream pool closed".into())))
                 }
-                (None, _) => Poll::Ready(Err(ProxyError::Upstream(Box::new(e.into_error())))),
+                (None, _) => Poll::Ready(Err(ProxyError::upstream_send(Box::new(e.into_error())))),
             },
         }
     }
@@ -209,14 +209,14 @@ impl Http1Pool {
                 Ok(resp) => return Ok((resp, self.lease(&addr, sender))),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
-                    None => return Err(ProxyError::Upstream(Box::new(e.into_error()))),
+                    None => return Err(ProxyError::upstream_send(Box::new(e.into_error()))),
                 },
             }
         }
         let mut sender = self.connect(&addr).await?;
         match sender.send_request(req).await {
             Ok(resp) => Ok((resp, self.lease(&addr, sender))),
-            Err(e) => Err(ProxyError::Upstream(Box::new(e))),
+            Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
         }
     }
 

@@ -20,12 +20,14 @@ use weir_model::{
     Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol,
 };
 
+use crate::authority;
 use crate::body::RequestBody;
 use crate::dataplane::Shared;
 use crate::error::{ProxyError, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
+use crate::normalize;
 use crate::pool::Lease;
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::upgrade;
@@ -290,13 +292,17 @@ enum Routed<S> {
 
 fn route(
     ctx: &ConnContext,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
-    let raw = raw_host(&req);
+    // One host and one normal path, routed on and forwarded alike (authority.rs,
+    // normalize.rs).
+    let raw = authority::canonical_host(&mut req)?;
+    let merge_slashes = listener.listener.settings.paths.merge_slashes;
+    normalize::normalize_uri(req.uri_mut(), merge_slashes)?;
     let raw_str = match &raw {
         Some(v) => v
             .to_str()
@@ -534,7 +540,7 @@ fn relay(
     backend_filters: &[Filter],
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
-    lease: Option<Lease>,
+    mut lease: Option<Lease>,
 ) -> Response<ProxyBody> {
     let switched = match client_upgrade {
         Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -545,6 +551,15 @@ fn relay(
         _ => None,
     };
     let (mut parts, body) = resp.into_parts();
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an intermediary must
+    // drop the Content-Length before forwarding: relayed, the stale length would cut the
+    // body short and look complete. Such a response hints at a confused or hostile
+    // upstream, so its connection is not reused either.
+    if parts.headers.contains_key(header::TRANSFER_ENCODING)
+        && parts.headers.remove(header::CONTENT_LENGTH).is_some()
+    {
+        lease = None;
+    }
     strip_hop_by_hop(&mut parts.headers, false);
     if let Some(u) = switched {
         parts

@@ -143,7 +143,7 @@ where
             SendingProj::H2c { fut } => match std::task::ready!(fut.poll(cx)) {
                 Ok(resp) => Ok((resp, None)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
-                Err(e) => Err(ProxyError::Upstream(Box::new(e))),
+                Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
             },
         };
         Poll::Ready(match this.stall {

@@ -41,6 +41,7 @@ mod ingress;
 mod order;
 mod pool;
 mod route;
+mod settings;
 mod small;
 mod status;
 mod store;

@@ -208,7 +208,10 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
     let ms = Duration::from_millis;
     let n = |field: &str, v: u32| {
         if v == 0 {
-            Err(invalid(format!("settings.{field}"), "must be greater than 0"))
+            Err(invalid(
+                format!("settings.{field}"),
+                "must be greater than 0",
+            ))
         } else {
             Ok(v)
         }

@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use weir_model::{
@@ -106,9 +107,10 @@ async fn answer(
             .join("|")
     };
     let body = format!(
-        "backend={name}\npath={}\nversion={:?}\nhost={}\nx-forwarded-for={}\nx-forwarded-proto={}\nx-forwarded-host={}\nbody-len={}\nbody-sum={}\nx-request-id={}\nconnection={}\nx-hop={}\nkeep-alive={}\nproxy-connection={}\n",
+        "backend={name}\npath={}\nversion={:?}\nauthority={}\nhost={}\nx-forwarded-for={}\nx-forwarded-proto={}\nx-forwarded-host={}\nbody-len={}\nbody-sum={}\nx-request-id={}\nconnection={}\nx-hop={}\nkeep-alive={}\nproxy-connection={}\n",
         req.uri().path_and_query().map_or("", |p| p.as_str()),
         req.version(),
+        req.uri().authority().map_or("", |a| a.as_str()),
         h("host"),
         h("x-forwarded-for"),
         h("x-forwarded-proto"),
@@ -132,6 +134,75 @@ pub fn checksum(data: &[u8]) -> u64 {
     data.iter().fold(0u64, |acc, b| {
         acc.wrapping_mul(31).wrapping_add(u64::from(*b))
     })
+}
+
+/// A raw-TCP backend that answers each of its first `max` connections with `response`
+/// (written verbatim after the request head has been read) and then closes it: for
+/// responses a well-behaved server library would not produce.
+pub async fn raw_backend(response: &'static [u8], max: usize) -> (SocketAddr, JoinHandle<()>) {
+    let tcp = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind raw backend");
+    let addr = tcp.local_addr().expect("raw backend addr");
+    let task = tokio::spawn(async move {
+        for _ in 0..max {
+            let Ok((mut stream, _)) = tcp.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(response).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Writes `request` on `stream` and reads until the peer closes (or resets) the
+/// connection, or the step limit passes. Returns what was read.
+pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &[u8],
+) -> Vec<u8> {
+    let mut got = Vec::new();
+    if stream.write_all(request).await.is_err() {
+        return got;
+    }
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(STEP, read).await;
+    got
+}
+
+/// [`exchange`] on a new plain TCP connection to `addr`.
+pub async fn raw(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    exchange(&mut tcp, request).await
+}
+
+/// The status code of a raw HTTP/1.x response (0 if there is none).
+pub fn raw_status(response: &[u8]) -> u16 {
+    let text = String::from_utf8_lossy(response);
+    text.strip_prefix("HTTP/1.1 ")
+        .or_else(|| text.strip_prefix("HTTP/1.0 "))
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
 }
 
 /// An address on 127.0.0.1 where nothing listens (bound, then closed).
@@ -375,7 +446,7 @@ pub fn listener(protocol: Protocol) -> Resource {
     )))
 }
 
-/// A listener with its own limits and timeouts.
+/// The listener with `settings` (timeouts, limits, path normalization).
 pub fn listener_with(protocol: Protocol, settings: ListenerSettings) -> Resource {
     Resource::Listener(Arc::new(Listener::with_settings(
         key(),
