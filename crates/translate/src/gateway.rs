@@ -6,16 +6,14 @@ use std::sync::Arc;
 
 use weir_api::{
     Condition, Gateway, GatewayListener, GatewayStatus, GatewayStatusAddress, Kind, LabelSelector,
-    ListenerEntryStatus, ListenerSetStatus, ListenerStatus, ObjectKey, StatusRouteKind,
-    XListenerSet,
+    ListenerEntryStatus, ListenerSetStatus, ListenerStatus, ObjectKey, XListenerSet,
 };
 use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
 
 use crate::order::Age;
 use crate::pool::AddressPool;
+use crate::route_kind::{GATEWAY_GROUP, Referrer, RouteKind, RouteKinds};
 use crate::store::{Dep, Store};
-
-const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 /// A condition outcome: `Err((reason, message))` when it is not met.
 pub(crate) type Outcome = Result<(), (&'static str, String)>;
@@ -51,20 +49,21 @@ pub(crate) struct ListenerState {
     /// Gateway serves: the message.
     pub(crate) shadowed: Option<String>,
     pub(crate) allowed: Allowed,
-    pub(crate) http_routes: bool,
-    pub(crate) supported_kinds: Vec<StatusRouteKind>,
+    /// The route kinds that may attach (from the protocol and `allowedRoutes.kinds`),
+    /// reported as `supportedKinds`.
+    pub(crate) kinds: RouteKinds,
     pub(crate) programmed: bool,
 }
 
 impl ListenerState {
-    /// Whether routes may attach (before namespace and hostname checks).
+    /// Whether routes (of one of [`Self::kinds`]) may attach, before namespace and
+    /// hostname checks.
     pub(crate) fn routable(&self) -> bool {
         self.accepted.is_ok()
             && self.conflict.is_none()
             && self.taken_by.is_none()
             && self.shadowed.is_none()
             && self.key.is_some()
-            && self.http_routes
     }
 }
 
@@ -76,7 +75,9 @@ pub(crate) struct ListenerView {
     pub(crate) key: Option<ListenerKey>,
     pub(crate) hostname: HostMatch,
     pub(crate) allowed: Allowed,
+    /// Routes may attach (of `kinds`, before namespace and hostname checks).
     pub(crate) routable: bool,
+    pub(crate) kinds: RouteKinds,
     pub(crate) programmed: bool,
 }
 
@@ -196,7 +197,7 @@ pub(crate) fn compile(
     let listeners = compile_listeners(
         store,
         ns,
-        "Gateway",
+        Referrer::Gateway,
         "spec.listeners",
         &gw.spec.listeners,
         socket_ip,
@@ -288,7 +289,7 @@ pub(crate) fn compile_set(
     let mut listeners = compile_listeners(
         store,
         ns,
-        "XListenerSet",
+        Referrer::ListenerSet,
         "spec.listeners",
         &set.spec.listeners,
         socket_ip,
@@ -332,7 +333,7 @@ pub(crate) fn compile_set(
 fn compile_listeners(
     store: &Store,
     ns: &str,
-    from_kind: &str,
+    from: Referrer,
     prefix: &str,
     specs: &[GatewayListener],
     socket_ip: Option<IpAddr>,
@@ -400,7 +401,7 @@ fn compile_listeners(
                         deps.push(Dep::Object(ObjectKey::new(Kind::Secret, sns, &r.name)));
                         if sns != ns {
                             deps.push(Dep::GrantsIn(sns.into()));
-                            if !store.grant_allows(from_kind, ns, sns, "", "Secret", &r.name) {
+                            if !store.grant_allows(from, ns, sns, "", "Secret", &r.name) {
                                 resolved.push((
                                     "RefNotPermitted",
                                     format!("{fr}: Secret {sns}/{} is in another namespace and no ReferenceGrant allows it", r.name),
@@ -430,8 +431,7 @@ fn compile_listeners(
                 )),
             }
         }
-        let (allowed, http_routes, supported_kinds) =
-            allowed_routes(l, protocol.is_some(), &field, &mut acc, &mut resolved);
+        let (allowed, kinds) = allowed_routes(l, protocol, &field, &mut acc, &mut resolved);
         listeners.push(ListenerState {
             name: l.name.as_str().into(),
             port: l.port,
@@ -447,8 +447,7 @@ fn compile_listeners(
             taken_by: None,
             shadowed: None,
             allowed,
-            http_routes,
-            supported_kinds,
+            kinds,
             programmed: false,
         });
     }
@@ -498,13 +497,14 @@ fn first_conflict(
     None
 }
 
+/// Which namespaces and route kinds may attach to listener `l` (`allowedRoutes`).
 fn allowed_routes(
     l: &weir_api::GatewayListener,
-    supported_protocol: bool,
+    protocol: Option<Protocol>,
     field: &str,
     acc: &mut Outcome,
     resolved: &mut Vec<(&'static str, String)>,
-) -> (Allowed, bool, Vec<StatusRouteKind>) {
+) -> (Allowed, RouteKinds) {
     let ar = l.allowed_routes.clone().unwrap_or_default();
     let ns = ar.namespaces.unwrap_or_default();
     let allowed = match ns.from.as_deref().unwrap_or("Same") {
@@ -530,36 +530,28 @@ fn allowed_routes(
             Allowed::Nothing
         }
     };
-    if !supported_protocol {
-        return (allowed, false, Vec::new());
-    }
-    let http_route = || StatusRouteKind {
-        group: GATEWAY_GROUP.into(),
-        kind: "HTTPRoute".into(),
+    let Some(protocol) = protocol else {
+        return (allowed, RouteKinds::NONE);
     };
+    let served = RouteKinds::for_protocol(protocol);
     if ar.kinds.is_empty() {
-        return (allowed, true, vec![http_route()]);
+        return (allowed, served);
     }
-    let mut ok = false;
+    let mut kinds = RouteKinds::NONE;
     for (i, k) in ar.kinds.iter().enumerate() {
         let g = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
-        if g == GATEWAY_GROUP && k.kind == "HTTPRoute" {
-            ok = true;
-        } else {
-            resolved.push((
+        match RouteKind::from_group_kind(g, &k.kind).filter(|rk| served.contains(*rk)) {
+            Some(rk) => kinds = kinds.with(rk),
+            None => resolved.push((
                 "InvalidRouteKinds",
                 format!(
                     "{field}.allowedRoutes.kinds[{i}]: {g}/{} is not supported",
                     k.kind
                 ),
-            ));
+            )),
         }
     }
-    (
-        allowed,
-        ok,
-        if ok { vec![http_route()] } else { Vec::new() },
-    )
+    (allowed, kinds)
 }
 
 /// Settles socket ownership: `owner` names the Gateway owning a socket (the oldest
@@ -655,6 +647,7 @@ pub(crate) fn views(state: &GatewayState) -> Vec<ListenerView> {
             hostname: l.hostname.clone(),
             allowed: l.allowed.clone(),
             routable: l.routable(),
+            kinds: l.kinds,
             programmed: l.programmed,
         })
         .collect()
@@ -841,7 +834,7 @@ fn listener_status(
     };
     ListenerStatus {
         name: l.name.to_string(),
-        supported_kinds: l.supported_kinds.clone(),
+        supported_kinds: l.kinds.to_status(),
         attached_routes: attached.and_then(|a| a.get(&l.name)).copied().unwrap_or(0),
         conditions: vec![
             outcome("Accepted", &accepted, "Accepted", "listener accepted", g),

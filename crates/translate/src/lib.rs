@@ -41,6 +41,7 @@ mod ingress;
 mod order;
 mod pool;
 mod route;
+mod route_kind;
 mod small;
 mod status;
 mod store;

@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use weir_api::{
     HttpBackendRef, HttpRequestMirrorFilter, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind,
-    ObjectKey,
+    ObjectKey, ParentReference,
 };
 use weir_model::{
-    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
-    Timeouts, WeightedBackend,
+    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteRef, RouteRule, Timeouts,
+    WeightedBackend,
 };
 
 use crate::backend::{self, RefError, Resolved};
@@ -17,38 +17,35 @@ use crate::fields::{
     compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
 };
 use crate::order::{Age, RuleOrder, RuleOrigin};
+use crate::route_kind::{CompiledRoute, Referrer, RouteKind, RouteObject};
 use crate::store::{Dep, Store};
 
-/// What an HTTPRoute compiles to.
-#[derive(Default)]
-pub(crate) struct CompiledRoute {
-    /// `None` when the route has no hostnames (it takes the listener's).
-    pub(crate) hostnames: Option<Vec<HostMatch>>,
-    /// One entry per (rule × match), with its precedence.
-    pub(crate) rules: Vec<(RuleOrder, Arc<RouteRule>)>,
-    /// Invalid fields (Accepted=False, UnsupportedValue); each names its field.
-    pub(crate) problems: Vec<String>,
-    /// Unusable references (ResolvedRefs=False).
-    pub(crate) ref_errors: Vec<RefError>,
-    /// Usable backend references.
-    pub(crate) clusters: Vec<Resolved>,
-    /// Objects the result depends on (besides parent Gateways).
-    pub(crate) deps: Vec<Dep>,
+impl RouteObject for HttpRoute {
+    const KIND: RouteKind = RouteKind::Http;
+
+    fn generation(&self) -> Option<i64> {
+        self.metadata.generation
+    }
+
+    fn parent_refs(&self) -> &[ParentReference] {
+        &self.spec.parent_refs
+    }
+
+    fn compile(&self, store: &Store, key: &ObjectKey, age: &Age) -> CompiledRoute {
+        compile(store, key, age, self)
+    }
 }
 
 struct Ctx<'a> {
     store: &'a Store,
+    /// The route, as ReferenceGrants name it.
+    referrer: Referrer,
     ns: &'a Arc<str>,
     out: &'a mut CompiledRoute,
 }
 
 /// Compiles `route` (stored under `key`, with precedence `age`).
-pub(crate) fn compile(
-    store: &Store,
-    key: &ObjectKey,
-    age: &Age,
-    route: &HttpRoute,
-) -> CompiledRoute {
+fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> CompiledRoute {
     let mut out = CompiledRoute::default();
     if !route.spec.hostnames.is_empty() {
         let mut hosts = Vec::new();
@@ -74,7 +71,7 @@ pub(crate) fn compile(
     };
     let origin = RuleOrigin {
         age,
-        kind: RouteKind::HttpRoute,
+        kind: weir_model::RouteKind::HttpRoute,
         namespace: &key.namespace,
         name: &key.name,
     };
@@ -82,6 +79,7 @@ pub(crate) fn compile(
         let field = format!("spec.rules[{i}]");
         let mut ctx = Ctx {
             store,
+            referrer: Referrer::Route(HttpRoute::KIND),
             ns: &key.namespace,
             out: &mut out,
         };
@@ -89,7 +87,7 @@ pub(crate) fn compile(
             Ok((matches, filters, action, timeouts)) => {
                 let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
                 let route_ref = RouteRef {
-                    kind: RouteKind::HttpRoute,
+                    kind: weir_model::RouteKind::HttpRoute,
                     namespace: key.namespace.clone(),
                     name: key.name.clone(),
                     rule: rule_idx,
@@ -520,7 +518,7 @@ fn resolve_ref(
         let g = if k == Kind::Service { "" } else { "weir.dev" };
         if !ctx
             .store
-            .grant_allows("HTTPRoute", ctx.ns, ns, g, k.name(), name)
+            .grant_allows(ctx.referrer, ctx.ns, ns, g, k.name(), name)
         {
             return Err(RefError::new(
                 "RefNotPermitted",

@@ -15,6 +15,7 @@ use weir_model::{
 use crate::backend::{self, ClusterSource};
 use crate::gateway::{self, GatewayState, ListenerView};
 use crate::order::{Age, RuleOrder};
+use crate::route_kind::RouteKind;
 use crate::small::SmallOrdMap;
 use crate::status;
 use crate::store::{Dep, NsName, Store};
@@ -202,7 +203,7 @@ impl Translator {
             match c {
                 ObjectChange::Upsert(o) => match o.kind() {
                     Kind::Ingress => ingresses += 1,
-                    Kind::HttpRoute => routes += 1,
+                    k if RouteKind::of_object(k).is_some() => routes += 1,
                     _ => other += 1,
                 },
                 ObjectChange::Delete(_) => {}
@@ -324,8 +325,8 @@ impl Translator {
         for k in set {
             match k.kind {
                 Kind::Gateway | Kind::XListenerSet => d.gateways.insert(k.clone()),
-                Kind::HttpRoute => d.routes.insert(k.clone()),
                 Kind::Ingress => d.ingresses.insert(k.clone()),
+                kind if RouteKind::of_object(kind).is_some() => d.routes.insert(k.clone()),
                 _ => false,
             };
         }
@@ -410,16 +411,18 @@ impl Translator {
     }
 
     /// Replaces the host entries, SNI entries and cluster references of one route or
-    /// Ingress, marking only the hosts and clusters it touched (before or after).
-    fn swap_contribution(
+    /// Ingress (`old`) by `rules`, `sni` and `clusters`, marking only the hosts and
+    /// clusters it touched (before or after). Returns the new contribution (without
+    /// attachments or Ingress counts, which the caller adds).
+    fn program(
         &mut self,
         old: Option<Contribution>,
-        new: &Contribution,
-        rules: &[(HostKey, RuleOrder, Arc<RouteRule>)],
-        sni: &[(HostKey, SniOwner, Arc<Certificate>)],
+        rules: Vec<(HostKey, RuleOrder, Arc<RouteRule>)>,
+        sni: Vec<(HostKey, SniOwner, Arc<Certificate>)>,
+        clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
-    ) {
-        for (ck, src) in &new.clusters {
+    ) -> Contribution {
+        for (ck, src) in &clusters {
             let e = self
                 .cluster_refs
                 .entry(ck.clone())
@@ -474,17 +477,26 @@ impl Translator {
                 }
             }
         }
+        let mut new = Contribution {
+            entries: Vec::with_capacity(rules.len()),
+            sni: Vec::with_capacity(sni.len()),
+            clusters,
+            ..Contribution::default()
+        };
         for (hk, order, rule) in rules {
+            d.resources
+                .insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
             self.hosts
                 .entry(hk.clone())
                 .or_default()
-                .insert(order.clone(), rule.clone());
-            d.resources
-                .insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
+                .insert(order.clone(), rule);
+            new.entries.push((hk, order));
         }
         for (hk, owner, cert) in sni {
-            self.add_sni(hk.clone(), owner.clone(), cert.clone(), d);
+            self.add_sni(hk.clone(), owner.clone(), cert, d);
+            new.sni.push((hk, owner));
         }
+        new
     }
 
     /// Builds the current version of a resource, if it should exist.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use weir_api::{Kind, ObjectKey, ObjectStatus};
 use weir_model::{HostMatch, Listener, ListenerKey, Protocol, ResourceKey};
 
-use super::{Contribution, Dirty, INGRESS_LABEL, Translator};
+use super::{Dirty, INGRESS_LABEL, Translator};
 use crate::store::Dep;
 
 impl Translator {
@@ -87,9 +87,10 @@ impl Translator {
             }
             self.ingress_tls_hosts -= o.tls_hosts;
         }
-        let mut new = Contribution::default();
         let mut rules = Vec::new();
         let mut sni = Vec::new();
+        let mut clusters = Vec::new();
+        let (mut ours, mut tls_hosts) = (false, 0);
         let mut status = None;
         let mut deps = Vec::new();
         let ing = self.store.ingress(ik);
@@ -105,7 +106,7 @@ impl Translator {
             let age = self.store.age(ik);
             let c = crate::ingress::compile(&self.store, ik, &age, ing);
             deps.extend(c.deps);
-            new.ours = true;
+            ours = true;
             let mut problems = c.problems;
             let [http, https] = self.ingress_keys();
             let mut addresses = Vec::new();
@@ -143,27 +144,21 @@ impl Translator {
                     for (h, cert) in &c.tls {
                         sni.push(((k, h.clone()), (age.clone(), ik.clone()), cert.clone()));
                     }
-                    new.tls_hosts = c.tls.len();
+                    tls_hosts = c.tls.len();
                 }
-                new.clusters = c.clusters;
+                clusters = c.clusters;
             }
-            new.entries = rules
-                .iter()
-                .map(|(hk, o, _)| (hk.clone(), o.clone()))
-                .collect();
-            new.sni = sni
-                .iter()
-                .map(|(hk, o, _)| (hk.clone(), o.clone()))
-                .collect();
             status = Some(ObjectStatus::Ingress {
                 load_balancer: weir_api::IngressStatus { addresses },
                 problems,
             });
             self.ingress_count += 1;
-            self.ingress_tls_hosts += new.tls_hosts;
+            self.ingress_tls_hosts += tls_hosts;
         }
         self.set_deps(ik, deps);
-        self.swap_contribution(old, &new, &rules, &sni, d);
+        let mut new = self.program(old, rules, sni, clusters, d);
+        new.ours = ours;
+        new.tls_hosts = tls_hosts;
         if self.store.ingress(ik).is_some() {
             self.ingresses.insert(ik.clone(), new);
         }
