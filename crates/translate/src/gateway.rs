@@ -1,6 +1,5 @@
 //! Gateway → validated listeners, and the Gateway's status.
 
-use foldhash::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -657,7 +656,7 @@ pub(crate) fn views(state: &GatewayState) -> Vec<ListenerView> {
 /// and how many XListenerSets are attached to it.
 pub(crate) fn status(
     state: &GatewayState,
-    attached: Option<&HashMap<Arc<str>, i32>>,
+    attached: impl Fn(&Arc<str>) -> u32,
     sets_attached: u32,
 ) -> GatewayStatus {
     let g = state.generation;
@@ -712,7 +711,7 @@ pub(crate) fn status(
     let listeners = state
         .listeners
         .iter()
-        .map(|l| listener_status(l, attached, g))
+        .map(|l| listener_status(l, &attached, g))
         .collect();
     GatewayStatus {
         addresses: if state.accepted.is_ok() && state.unusable.is_none() {
@@ -731,7 +730,7 @@ pub(crate) fn status(
 /// An XListenerSet's status, given how many routes are attached to each listener.
 pub(crate) fn set_status(
     state: &GatewayState,
-    attached: Option<&HashMap<Arc<str>, i32>>,
+    attached: impl Fn(&Arc<str>) -> u32,
 ) -> ListenerSetStatus {
     let g = state.generation;
     let any_accepted = state.listeners.iter().any(|l| {
@@ -770,7 +769,7 @@ pub(crate) fn set_status(
             .listeners
             .iter()
             .map(|l| {
-                let st = listener_status(l, attached, g);
+                let st = listener_status(l, &attached, g);
                 ListenerEntryStatus {
                     name: st.name,
                     port: l.port,
@@ -792,7 +791,7 @@ fn outcome(t: &str, o: &Outcome, ok_reason: &str, ok_msg: &str, g: Option<i64>) 
 
 fn listener_status(
     l: &ListenerState,
-    attached: Option<&HashMap<Arc<str>, i32>>,
+    attached: &impl Fn(&Arc<str>) -> u32,
     g: Option<i64>,
 ) -> ListenerStatus {
     let accepted = match (&l.accepted, &l.taken_by) {
@@ -835,7 +834,7 @@ fn listener_status(
     ListenerStatus {
         name: l.name.to_string(),
         supported_kinds: l.kinds.to_status(),
-        attached_routes: attached.and_then(|a| a.get(&l.name)).copied().unwrap_or(0),
+        attached_routes: i32::try_from(attached(&l.name)).unwrap_or(i32::MAX),
         conditions: vec![
             outcome("Accepted", &accepted, "Accepted", "listener accepted", g),
             resolved,

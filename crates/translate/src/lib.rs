@@ -37,6 +37,7 @@ mod backend;
 mod duration;
 mod fields;
 mod gateway;
+mod incremental;
 mod ingress;
 mod order;
 mod pool;

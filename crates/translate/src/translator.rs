@@ -1,7 +1,7 @@
 //! The incremental translator: change bookkeeping, recomputation of dirty objects and
 //! emission of deltas.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt, HashSet};
@@ -14,9 +14,9 @@ use weir_model::{
 
 use crate::backend::{self, ClusterSource};
 use crate::gateway::{self, GatewayState, ListenerView};
+use crate::incremental::{MultiIndex, OrdIndex, RefCount};
 use crate::order::{Age, RuleOrder};
 use crate::route_kind::RouteKind;
-use crate::small::SmallOrdMap;
 use crate::status;
 use crate::store::{Dep, NsName, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -79,7 +79,8 @@ struct Dirty {
 pub struct Translator {
     opts: TranslatorOptions,
     store: Store,
-    deps: HashMap<Dep, HashSet<ObjectKey>>,
+    /// Per object that others are computed from, those others.
+    deps: MultiIndex<Dep, ObjectKey>,
     deps_of: HashMap<ObjectKey, Vec<Dep>>,
 
     gateways: HashMap<ObjectKey, GatewayState>,
@@ -87,23 +88,25 @@ pub struct Translator {
     /// Sockets claimed by each Gateway and XListenerSet, with the age and key of the
     /// Gateway that owns them (the group: itself, or a set's parent).
     gw_claims: HashMap<ObjectKey, (Age, ObjectKey, Vec<ListenerKey>)>,
-    /// Per socket, the groups claiming it (oldest owns it), with how many members of
-    /// each group claim it.
-    port_claims: HashMap<ListenerKey, BTreeMap<(Age, ObjectKey), u32>>,
+    /// Per socket, the groups claiming it (oldest owns it); `claim_counts` says how many
+    /// members of each group claim it.
+    port_claims: OrdIndex<ListenerKey, (Age, ObjectKey)>,
+    claim_counts: RefCount<(ListenerKey, (Age, ObjectKey))>,
     /// Members (the Gateway and its XListenerSets) of each group that claim sockets.
-    group_members: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    group_members: MultiIndex<ObjectKey, ObjectKey>,
     /// Sockets XListenerSets listen on: how many sets, protocol, Gateway label. The
     /// Listener resource comes from the Gateway's own listener there if it has one.
-    set_sockets: HashMap<ListenerKey, (u32, Protocol, Arc<str>)>,
+    set_sockets: RefCount<ListenerKey, (Protocol, Arc<str>)>,
     /// Per (socket, hostname), the XListenerSets asking for it (the oldest serves it), and
     /// what each set asks for.
-    host_claims: HashMap<HostKey, SmallOrdMap<(Age, ObjectKey), ()>>,
+    host_claims: OrdIndex<HostKey, (Age, ObjectKey)>,
     set_host_claims: HashMap<ObjectKey, (Age, Vec<HostKey>)>,
     /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
     set_parents: HashMap<ObjectKey, ObjectKey>,
-    sets_attached: HashMap<ObjectKey, u32>,
+    sets_attached: RefCount<ObjectKey>,
     gw_outputs: HashMap<ObjectKey, GatewayOutputs>,
-    attached: HashMap<ObjectKey, HashMap<Arc<str>, i32>>,
+    /// Routes attached per (Gateway or XListenerSet, listener name).
+    attached: RefCount<(ObjectKey, Arc<str>)>,
 
     routes: HashMap<ObjectKey, Contribution>,
     ingresses: HashMap<ObjectKey, Contribution>,
@@ -112,17 +115,20 @@ pub struct Translator {
     ingress_blocked: bool,
 
     listeners: HashMap<ListenerKey, Arc<Listener>>,
-    hosts: HashMap<HostKey, SmallOrdMap<RuleOrder, Arc<RouteRule>>>,
+    hosts: OrdIndex<HostKey, RuleOrder, Arc<RouteRule>>,
     /// Listener hostnames that shadow a less specific listener on the same socket, with
     /// how many Gateways ask for them: their virtual host exists even with no routes, so
     /// that their hosts never fall through to the less specific listener's routes.
-    isolated_hosts: HashMap<HostKey, u32>,
-    sni: HashMap<HostKey, SmallOrdMap<SniOwner, Arc<Certificate>>>,
-    cluster_refs: HashMap<ClusterKey, (u32, ClusterSource)>,
-    service_clusters: HashMap<NsName, BTreeSet<ClusterKey>>,
+    isolated_hosts: RefCount<HostKey>,
+    sni: OrdIndex<HostKey, SniOwner, Arc<Certificate>>,
+    /// Clusters routes and Ingresses use, with how to build them.
+    cluster_refs: RefCount<ClusterKey, ClusterSource>,
+    /// The Service clusters of each Service.
+    service_clusters: MultiIndex<NsName, ClusterKey>,
 
     emitted: HashMap<ResourceKey, Resource>,
-    cert_refs: HashMap<ContentHash, (Arc<Certificate>, usize)>,
+    /// Certificates the emitted SNI entries use.
+    cert_refs: RefCount<ContentHash, Arc<Certificate>>,
     statuses: BTreeMap<ObjectKey, ObjectStatus>,
 }
 
@@ -132,33 +138,34 @@ impl Translator {
         Translator {
             opts: options,
             store: Store::default(),
-            deps: HashMap::new(),
+            deps: MultiIndex::default(),
             deps_of: HashMap::new(),
             gateways: HashMap::new(),
             gw_views: HashMap::new(),
             gw_claims: HashMap::new(),
-            port_claims: HashMap::new(),
-            group_members: HashMap::new(),
-            set_sockets: HashMap::new(),
-            host_claims: HashMap::new(),
+            port_claims: OrdIndex::default(),
+            claim_counts: RefCount::default(),
+            group_members: MultiIndex::default(),
+            set_sockets: RefCount::default(),
+            host_claims: OrdIndex::default(),
             set_host_claims: HashMap::new(),
             set_parents: HashMap::new(),
-            sets_attached: HashMap::new(),
+            sets_attached: RefCount::default(),
             gw_outputs: HashMap::new(),
-            attached: HashMap::new(),
+            attached: RefCount::default(),
             routes: HashMap::new(),
             ingresses: HashMap::new(),
             ingress_count: 0,
             ingress_tls_hosts: 0,
             ingress_blocked: false,
             listeners: HashMap::new(),
-            hosts: HashMap::new(),
-            isolated_hosts: HashMap::new(),
-            sni: HashMap::new(),
-            cluster_refs: HashMap::new(),
-            service_clusters: HashMap::new(),
+            hosts: OrdIndex::default(),
+            isolated_hosts: RefCount::default(),
+            sni: OrdIndex::default(),
+            cluster_refs: RefCount::default(),
+            service_clusters: MultiIndex::default(),
             emitted: HashMap::new(),
-            cert_refs: HashMap::new(),
+            cert_refs: RefCount::default(),
             statuses: BTreeMap::new(),
         }
     }
@@ -312,17 +319,13 @@ impl Translator {
     }
 
     fn mark_service_clusters(&self, ns: &Arc<str>, svc: &str, d: &mut Dirty) {
-        if let Some(set) = self.service_clusters.get(&(ns.clone(), Arc::from(svc))) {
-            d.resources
-                .extend(set.iter().map(|c| ResourceKey::Cluster(c.clone())));
-        }
+        let clusters = self.service_clusters.get(&(ns.clone(), Arc::from(svc)));
+        d.resources
+            .extend(clusters.map(|c| ResourceKey::Cluster(c.clone())));
     }
 
     fn mark_dependents(&self, dep: &Dep, d: &mut Dirty) {
-        let Some(set) = self.deps.get(dep) else {
-            return;
-        };
-        for k in set {
+        for k in self.deps.get(dep) {
             match k.kind {
                 Kind::Gateway | Kind::XListenerSet => d.gateways.insert(k.clone()),
                 Kind::Ingress => d.ingresses.insert(k.clone()),
@@ -340,22 +343,14 @@ impl Translator {
         }
         if let Some(old) = self.deps_of.remove(key) {
             for dep in old {
-                if let Some(set) = self.deps.get_mut(&dep) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        self.deps.remove(&dep);
-                    }
-                }
+                self.deps.remove(&dep, key);
             }
         }
         if deps.is_empty() {
             return;
         }
         for dep in &deps {
-            self.deps
-                .entry(dep.clone())
-                .or_default()
-                .insert(key.clone());
+            self.deps.insert(dep.clone(), key.clone());
         }
         self.deps_of.insert(key.clone(), deps);
     }
@@ -374,11 +369,12 @@ impl Translator {
         self.update_ingress_listeners(d);
         for gk in std::mem::take(&mut d.gateway_status) {
             let st = self.gateways.get(&gk).map(|s| {
+                let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
                 if gk.kind == Kind::XListenerSet {
-                    ObjectStatus::ListenerSet(gateway::set_status(s, self.attached.get(&gk)))
+                    ObjectStatus::ListenerSet(gateway::set_status(s, attached))
                 } else {
-                    let sets = self.sets_attached.get(&gk).copied().unwrap_or(0);
-                    ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk), sets))
+                    let sets = self.sets_attached.count(&gk);
+                    ObjectStatus::Gateway(gateway::status(s, attached, sets))
                 }
             });
             self.set_status(&gk, st, d);
@@ -423,55 +419,26 @@ impl Translator {
         d: &mut Dirty,
     ) -> Contribution {
         for (ck, src) in &clusters {
-            let e = self
-                .cluster_refs
-                .entry(ck.clone())
-                .or_insert((0, src.clone()));
-            e.0 += 1;
-            if e.0 == 1 {
+            if self.cluster_refs.inc(ck.clone(), src.clone()) {
                 d.resources.insert(ResourceKey::Cluster(ck.clone()));
                 if let ClusterSource::Service { ns, name, .. } = src {
                     self.service_clusters
-                        .entry((ns.clone(), name.clone()))
-                        .or_default()
-                        .insert(ck.clone());
+                        .insert((ns.clone(), name.clone()), ck.clone());
                 }
             }
         }
         if let Some(old) = old {
             for (hk, order) in old.entries {
-                if let Some(m) = self.hosts.get_mut(&hk) {
-                    m.remove(&order);
-                    if m.is_empty() {
-                        self.hosts.remove(&hk);
-                    }
-                }
+                self.hosts.remove(&hk, &order);
                 d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1));
             }
             for (hk, owner) in old.sni {
                 self.remove_sni(&hk, &owner, d);
             }
             for (ck, _) in old.clusters {
-                let gone = match self.cluster_refs.get_mut(&ck) {
-                    Some(e) => {
-                        e.0 -= 1;
-                        e.0 == 0
-                    }
-                    None => false,
-                };
-                if gone {
-                    if let Some((_, ClusterSource::Service { ns, name, .. })) =
-                        self.cluster_refs.remove(&ck)
-                    {
-                        let k = (ns, name);
-                        if let Some(set) = self.service_clusters.get_mut(&k) {
-                            set.remove(&ck);
-                            if set.is_empty() {
-                                self.service_clusters.remove(&k);
-                            }
-                        }
-                    } else {
-                        self.cluster_refs.remove(&ck);
+                if let Some(src) = self.cluster_refs.dec(&ck) {
+                    if let ClusterSource::Service { ns, name, .. } = src {
+                        self.service_clusters.remove(&(ns, name), &ck);
                     }
                     d.resources.insert(ResourceKey::Cluster(ck));
                 }
@@ -486,10 +453,7 @@ impl Translator {
         for (hk, order, rule) in rules {
             d.resources
                 .insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
-            self.hosts
-                .entry(hk.clone())
-                .or_default()
-                .insert(order.clone(), rule);
+            self.hosts.insert(hk.clone(), order.clone(), rule);
             new.entries.push((hk, order));
         }
         for (hk, owner, cert) in sni {
@@ -504,7 +468,7 @@ impl Translator {
         match key {
             ResourceKey::Listener(k) => match self.listeners.get(k) {
                 Some(l) => Some(Resource::Listener(l.clone())),
-                None => self.set_sockets.get(k).map(|(_, protocol, label)| {
+                None => self.set_sockets.get(k).map(|(protocol, label)| {
                     Resource::Listener(Arc::new(Listener::new(
                         *k,
                         *protocol,
@@ -527,11 +491,11 @@ impl Translator {
                 ))))
             }
             ResourceKey::Cluster(c) => {
-                let (_, src) = self.cluster_refs.get(c)?;
+                let src = self.cluster_refs.get(c)?;
                 backend::build_cluster(&self.store, c, src).map(|c| Resource::Cluster(Arc::new(c)))
             }
             ResourceKey::Sni(k, h) => {
-                let cert = self.sni.get(&(*k, h.clone()))?.values().next()?;
+                let (_, cert) = self.sni.first(&(*k, h.clone()))?;
                 Some(Resource::Sni(Arc::new(SniCert::new(
                     *k,
                     h.clone(),
@@ -541,8 +505,7 @@ impl Translator {
             ResourceKey::Certificate(h) => self
                 .cert_refs
                 .get(h)
-                .filter(|(_, n)| *n > 0)
-                .map(|(c, _)| Resource::Certificate(c.clone())),
+                .map(|c| Resource::Certificate(c.clone())),
         }
     }
 

@@ -223,28 +223,13 @@ impl Translator {
         if old == new {
             return;
         }
-        for (gk, l) in old {
-            if let Some(m) = self.attached.get_mut(gk) {
-                if let Some(n) = m.get_mut(l) {
-                    *n -= 1;
-                    if *n == 0 {
-                        m.remove(l);
-                    }
-                }
-                if m.is_empty() {
-                    self.attached.remove(gk);
-                }
-            }
-            d.gateway_status.insert(gk.clone());
+        for a in old {
+            self.attached.dec(a);
+            d.gateway_status.insert(a.0.clone());
         }
-        for (gk, l) in new {
-            *self
-                .attached
-                .entry(gk.clone())
-                .or_default()
-                .entry(l.clone())
-                .or_insert(0) += 1;
-            d.gateway_status.insert(gk.clone());
+        for a in new {
+            self.attached.inc(a.clone(), ());
+            d.gateway_status.insert(a.0.clone());
         }
     }
 }

@@ -31,27 +31,16 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
             certs
                 .entry(h)
                 .or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
-            if let Some(e) = t.cert_refs.get_mut(&h) {
-                e.1 -= 1;
-            }
+            t.cert_refs.dec(&h);
         }
         if let Some(Resource::Sni(s)) = &new {
             let h = s.cert;
             certs
                 .entry(h)
                 .or_insert_with(|| t.emitted.contains_key(&ResourceKey::Certificate(h)));
-            let cert = t
-                .sni
-                .get(&(s.listener, s.host.clone()))
-                .and_then(|m| m.values().next())
-                .cloned();
-            match t.cert_refs.get_mut(&h) {
-                Some(e) => e.1 += 1,
-                None => {
-                    if let Some(c) = cert {
-                        t.cert_refs.insert(h, (c, 1));
-                    }
-                }
+            // The entry was built from the SNI table's first certificate: it is there.
+            if let Some((_, cert)) = t.sni.first(&(s.listener, s.host.clone())) {
+                t.cert_refs.inc(h, cert.clone());
             }
         }
         match new {
@@ -67,18 +56,15 @@ pub(super) fn emit(t: &mut Translator, dirty: &HashSet<ResourceKey>) -> DeltaBat
     }
     for (h, was) in certs {
         let key = ResourceKey::Certificate(h);
-        let now = t.cert_refs.get(&h).is_some_and(|(_, n)| *n > 0);
+        let now = t.cert_refs.contains_key(&h);
         if now && !was {
             if let Some(r) = t.desired(&key) {
                 t.emitted.insert(key.clone(), r.clone());
                 deltas.push((key, Delta::Upsert(r)));
             }
-        } else if !now {
-            t.cert_refs.remove(&h);
-            if was {
-                t.emitted.remove(&key);
-                deltas.push((key.clone(), Delta::Remove(key)));
-            }
+        } else if !now && was {
+            t.emitted.remove(&key);
+            deltas.push((key.clone(), Delta::Remove(key)));
         }
     }
     // Each delta carries its key from the loop above, so sorting builds no key.

@@ -8,6 +8,7 @@ use weir_model::{Certificate, HostMatch, Listener, ListenerKey, Protocol, Resour
 
 use super::{Dirty, GatewayOutputs, HostKey, SniOwner, Translator};
 use crate::gateway;
+use crate::incremental::OrdIndex;
 use crate::order::Age;
 use crate::store::Dep;
 
@@ -34,10 +35,8 @@ impl Translator {
                 self.compile_listener_set(&gk, &mut deps)
             };
             self.set_deps(&gk, deps);
-            if gk.kind == Kind::Gateway
-                && let Some(dependents) = self.deps.get(&Dep::Object(gk.clone()))
-            {
-                for k in dependents {
+            if gk.kind == Kind::Gateway {
+                for k in self.deps.get(&Dep::Object(gk.clone())) {
                     if k.kind == Kind::XListenerSet && queued.insert(k.clone()) {
                         todo.push(k.clone());
                     }
@@ -59,47 +58,26 @@ impl Translator {
                 .map(|s| (s.group_age.clone(), s.group.clone(), gateway::claims(s)));
             let old_claims = self.gw_claims.remove(&gk);
             if old_claims != new_claims {
+                // A group claims a socket while at least one of its members does.
                 if let Some((age, group, keys)) = &old_claims {
                     let entry = (age.clone(), group.clone());
                     for k in keys {
-                        if let Some(m) = self.port_claims.get_mut(k) {
-                            if let Some(n) = m.get_mut(&entry) {
-                                *n -= 1;
-                                if *n == 0 {
-                                    m.remove(&entry);
-                                    touched.insert(*k);
-                                }
-                            }
-                            if m.is_empty() {
-                                self.port_claims.remove(k);
-                            }
+                        if self.claim_counts.dec(&(*k, entry.clone())).is_some() {
+                            self.port_claims.remove(k, &entry);
+                            touched.insert(*k);
                         }
                     }
-                    if let Some(members) = self.group_members.get_mut(group) {
-                        members.remove(&gk);
-                        if members.is_empty() {
-                            self.group_members.remove(group);
-                        }
-                    }
+                    self.group_members.remove(group, &gk);
                 }
                 if let Some((age, group, keys)) = &new_claims {
                     let entry = (age.clone(), group.clone());
                     for k in keys {
-                        let n = self
-                            .port_claims
-                            .entry(*k)
-                            .or_default()
-                            .entry(entry.clone())
-                            .or_insert(0);
-                        *n += 1;
-                        if *n == 1 {
+                        if self.claim_counts.inc((*k, entry.clone()), ()) {
+                            self.port_claims.insert(*k, entry.clone(), ());
                             touched.insert(*k);
                         }
                     }
-                    self.group_members
-                        .entry(group.clone())
-                        .or_default()
-                        .insert(gk.clone());
+                    self.group_members.insert(group.clone(), gk.clone());
                 }
             }
             if let Some(c) = new_claims {
@@ -115,12 +93,8 @@ impl Translator {
         // A group newly claiming a socket, or leaving it, may move its ownership: every
         // member of every group on it is settled again.
         for k in &touched {
-            if let Some(m) = self.port_claims.get(k) {
-                for (_, group) in m.keys() {
-                    if let Some(members) = self.group_members.get(group) {
-                        settle.extend(members.iter().cloned());
-                    }
-                }
+            for (_, group) in self.port_claims.keys(k) {
+                settle.extend(self.group_members.get(group).cloned());
             }
         }
         // Undo the old outputs of every settled Gateway first: socket ownership may move
@@ -129,12 +103,7 @@ impl Translator {
             if let Some(out) = self.gw_outputs.remove(gk) {
                 for lk in out.listeners {
                     if out.shared {
-                        if let Some(e) = self.set_sockets.get_mut(&lk) {
-                            e.0 -= 1;
-                            if e.0 == 0 {
-                                self.set_sockets.remove(&lk);
-                            }
-                        }
+                        self.set_sockets.dec(&lk);
                     } else {
                         self.listeners.remove(&lk);
                     }
@@ -144,12 +113,7 @@ impl Translator {
                     self.remove_sni(&hk, &owner, d);
                 }
                 for hk in out.isolated {
-                    if let Some(n) = self.isolated_hosts.get_mut(&hk) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.isolated_hosts.remove(&hk);
-                        }
-                    }
+                    self.isolated_hosts.dec(&hk);
                     d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1));
                 }
             }
@@ -243,23 +207,21 @@ impl Translator {
                     new.iter()
                         .flat_map(|(age, hosts)| hosts.iter().map(move |hk| (age, hk, true))),
                 );
+            let oldest = |claims: &OrdIndex<HostKey, (Age, ObjectKey)>, hk: &HostKey| {
+                claims.first(hk).map(|((_, k), _)| k.clone())
+            };
             for (age, hk, insert) in changes {
-                let claimants = self.host_claims.entry(hk.clone()).or_default();
-                let before = claimants.keys().next().map(|(_, k)| k.clone());
+                let before = oldest(&self.host_claims, hk);
                 let entry = (age.clone(), sk.clone());
                 if insert {
-                    claimants.insert(entry, ());
+                    self.host_claims.insert(hk.clone(), entry, ());
                 } else {
-                    claimants.remove(&entry);
+                    self.host_claims.remove(hk, &entry);
                 }
-                let after = claimants.keys().next().map(|(_, k)| k.clone());
-                if before != after {
+                if before != oldest(&self.host_claims, hk) {
                     // Every claimant names the one that serves the hostname.
                     settle.extend(before);
-                    settle.extend(claimants.keys().map(|(_, k)| k.clone()));
-                }
-                if claimants.is_empty() {
-                    self.host_claims.remove(hk);
+                    settle.extend(self.host_claims.keys(hk).map(|(_, k)| k.clone()));
                 }
             }
         }
@@ -274,20 +236,14 @@ impl Translator {
         let old = self.set_parents.remove(sk);
         if old != parent {
             if let Some(p) = &old
-                && let Some(n) = self.sets_attached.get_mut(p)
+                && self.sets_attached.dec(p).is_some()
             {
-                *n -= 1;
-                if *n == 0 {
-                    self.sets_attached.remove(p);
-                    d.gateway_status.insert(p.clone());
-                }
+                d.gateway_status.insert(p.clone());
             }
-            if let Some(p) = &parent {
-                let n = self.sets_attached.entry(p.clone()).or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    d.gateway_status.insert(p.clone());
-                }
+            if let Some(p) = &parent
+                && self.sets_attached.inc(p.clone(), ())
+            {
+                d.gateway_status.insert(p.clone());
             }
         }
         if let Some(p) = parent {
@@ -305,7 +261,7 @@ impl Translator {
         let mut owners: HashMap<ListenerKey, (ObjectKey, Option<Protocol>)> = HashMap::new();
         for l in &state.listeners {
             if let Some(k) = l.key
-                && let Some((_, o)) = self.port_claims.get(&k).and_then(|m| m.keys().next())
+                && let Some(((_, o), _)) = self.port_claims.first(&k)
             {
                 let proto = if *o == state.key {
                     gateway::protocol_on(&state, &k)
@@ -326,9 +282,8 @@ impl Translator {
                     return None;
                 }
                 self.host_claims
-                    .get(&(*k, h.clone()))
-                    .and_then(|s| s.keys().next())
-                    .map(|(_, o)| o.clone())
+                    .first(&(*k, h.clone()))
+                    .map(|((_, o), _)| o.clone())
             },
         );
         let shared = gk.kind == Kind::XListenerSet;
@@ -350,10 +305,7 @@ impl Translator {
                 continue;
             };
             if shared {
-                self.set_sockets
-                    .entry(k)
-                    .or_insert((0, protocol, state.label.clone()))
-                    .0 += 1;
+                self.set_sockets.inc(k, (protocol, state.label.clone()));
             } else {
                 let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
                 self.listeners.insert(
@@ -377,7 +329,7 @@ impl Translator {
                     .any(|o| o.hostname != l.hostname && o.hostname.covers(&l.hostname));
                 let hk = (k, l.hostname.clone());
                 if shadows && !out.isolated.contains(&hk) {
-                    *self.isolated_hosts.entry(hk.clone()).or_insert(0) += 1;
+                    self.isolated_hosts.inc(hk.clone(), ());
                     d.resources
                         .insert(ResourceKey::VirtualHost(k, l.hostname.clone()));
                     out.isolated.push(hk);
@@ -423,16 +375,11 @@ impl Translator {
         d: &mut Dirty,
     ) {
         d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
-        self.sni.entry(hk).or_default().insert(owner, cert);
+        self.sni.insert(hk, owner, cert);
     }
 
     pub(super) fn remove_sni(&mut self, hk: &HostKey, owner: &SniOwner, d: &mut Dirty) {
-        if let Some(m) = self.sni.get_mut(hk) {
-            m.remove(owner);
-            if m.is_empty() {
-                self.sni.remove(hk);
-            }
-        }
+        self.sni.remove(hk, owner);
         d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
     }
 }
