@@ -33,20 +33,10 @@
 
 #![warn(missing_docs)]
 
-mod backend;
-mod duration;
-mod fields;
-mod gateway;
+mod compile;
 mod incremental;
-mod ingress;
-mod order;
 mod pool;
-mod route;
-mod route_kind;
-mod small;
-mod status;
 mod store;
-mod tls;
 mod translator;
 
 use std::net::SocketAddr;

@@ -11,9 +11,9 @@ use weir_api::{
 };
 use weir_model::Certificate;
 
-use crate::order::Age;
-use crate::route_kind::Referrer;
-use crate::tls;
+use crate::compile::order::Age;
+use crate::compile::route_kind::Referrer;
+use crate::compile::tls;
 
 /// The label that ties an EndpointSlice to its Service.
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

@@ -4,7 +4,7 @@ use std::hash::Hash;
 
 use foldhash::{HashMap, HashSet};
 
-use crate::small::SmallOrdMap;
+use crate::incremental::small::SmallOrdMap;
 
 /// Per key, a set of values (e.g. which routes depend on a Service). A key is present
 /// exactly while it has a value.

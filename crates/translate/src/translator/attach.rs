@@ -9,9 +9,12 @@ use weir_api::{
 };
 use weir_model::HostMatch;
 
-use super::{Dirty, HostKey, Translator};
-use crate::gateway::Allowed;
-use crate::route_kind::{CompiledRoute, EXPERIMENTAL_GROUP, GATEWAY_GROUP, RouteKind, RouteObject};
+use super::{Dirty, Translator};
+use crate::compile::listener::Allowed;
+use crate::compile::route_kind::{
+    CompiledRoute, EXPERIMENTAL_GROUP, GATEWAY_GROUP, RouteKind, RouteObject,
+};
+use crate::incremental::HostKey;
 use crate::store::Dep;
 
 /// Whether a route attached to one parent, and if not why (the `Accepted` reason).
@@ -56,9 +59,10 @@ impl Translator {
     /// Undoes everything a deleted route contributed.
     fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
         let old = self.routes.remove(rk);
-        self.set_deps(rk, Vec::new());
+        self.deps.set(rk, Vec::new());
         if let Some(o) = &old {
-            self.update_attachments(&o.attachments, &[], d);
+            self.gateways
+                .attach_route(&o.attachments, &[], &mut d.gateway_status);
         }
         self.program(old, Vec::new(), Vec::new(), Vec::new(), d);
         self.set_status(rk, None, d);
@@ -83,7 +87,7 @@ impl Translator {
         );
         let mut deps = compiled.deps;
         deps.extend(att.deps);
-        self.set_deps(rk, deps);
+        self.deps.set(rk, deps);
         let mut rules = Vec::with_capacity(att.hosts.len() * compiled.rules.len());
         for hk in &att.hosts {
             for (order, rule) in &compiled.rules {
@@ -96,7 +100,8 @@ impl Translator {
             compiled.clusters
         };
         let old_attachments = old.as_ref().map(|o| &o.attachments[..]).unwrap_or(&[]);
-        self.update_attachments(old_attachments, &att.listeners, d);
+        self.gateways
+            .attach_route(old_attachments, &att.listeners, &mut d.gateway_status);
         let mut new = self.program(old, rules, Vec::new(), clusters, d);
         new.attachments = att.listeners;
         self.routes.insert(rk.clone(), new);
@@ -134,7 +139,7 @@ impl Translator {
                 .unwrap_or(&route.namespace);
             let gk = ObjectKey::new(parent_kind, gns, &pr.name);
             att.deps.push(Dep::Object(gk.clone()));
-            let Some(views) = self.gw_views.get(&gk) else {
+            let Some(views) = self.gateways.views(&gk) else {
                 continue;
             };
             let mut candidates = 0;
@@ -210,27 +215,6 @@ impl Translator {
             att.parents.push((pr.clone(), outcome));
         }
         att
-    }
-
-    /// Counts a route's attachments per listener (`attachedRoutes`), replacing `old` by
-    /// `new`.
-    fn update_attachments(
-        &mut self,
-        old: &[(ObjectKey, Arc<str>)],
-        new: &[(ObjectKey, Arc<str>)],
-        d: &mut Dirty,
-    ) {
-        if old == new {
-            return;
-        }
-        for a in old {
-            self.attached.dec(a);
-            d.gateway_status.insert(a.0.clone());
-        }
-        for a in new {
-            self.attached.inc(a.clone(), ());
-            d.gateway_status.insert(a.0.clone());
-        }
     }
 }
 

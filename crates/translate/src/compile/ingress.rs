@@ -9,9 +9,9 @@ use weir_model::{
 };
 
 use crate::TranslatorOptions;
-use crate::backend::{self, RefError, Resolved};
-use crate::fields::normalize_prefix;
-use crate::order::{Age, RuleOrder, RuleOrigin};
+use crate::compile::backend::{self, RefError, Resolved};
+use crate::compile::fields::normalize_prefix;
+use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
 
 /// What an Ingress compiles to.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use weir_api::{Kind, ObjectKey, ParentReference, StatusRouteKind};
 use weir_model::{HostMatch, Protocol, RouteRule};
 
-use crate::backend::{RefError, Resolved};
-use crate::order::{Age, RuleOrder};
+use crate::compile::backend::{RefError, Resolved};
+use crate::compile::order::{Age, RuleOrder};
 use crate::store::{Dep, Store};
 
 /// The API group of Gateway API routes and Gateways.

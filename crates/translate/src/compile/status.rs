@@ -2,10 +2,10 @@
 
 use weir_api::{Condition, GatewayClassStatus, Object, ObjectStatus};
 
-use crate::backend;
-use crate::fields::direct_response_of;
+use crate::compile::backend;
+use crate::compile::fields::direct_response_of;
+use crate::compile::tls;
 use crate::store::Store;
-use crate::tls;
 
 /// Gateway API features weir implements, reported in GatewayClass `status.supportedFeatures`:
 /// exactly those whose upstream conformance tests weir passes (CONFORMANCE.md), sorted by
