@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRequestMirrorFilter, Kind, ObjectKey};
+use weir_api::{HttpBackendRef, HttpRequestMirrorFilter, Kind, ObjectKey, Reason};
 use weir_model::{Action, Filter, WeightedBackend};
 
 use crate::compile::backend::{self, RefError, Resolved};
@@ -159,7 +159,7 @@ fn resolve_ref(
         ("weir.dev", "Backend") => Kind::Backend,
         _ => {
             return Err(RefError::new(
-                "InvalidKind",
+                Reason::InvalidKind,
                 format!(
                     "{field}: unsupported backend kind {group:?}/{kind:?} (use Service or weir.dev/Backend)"
                 ),
@@ -175,7 +175,7 @@ fn resolve_ref(
             .grant_allows(ctx.referrer, ctx.ns, ns, g, k.name(), name)
         {
             return Err(RefError::new(
-                "RefNotPermitted",
+                Reason::RefNotPermitted,
                 format!(
                     "{field}: {} {ns}/{name} is in another namespace and no ReferenceGrant allows it",
                     k.name()

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use weir_api::{Gateway, Kind, LabelSelector, ObjectKey, XListenerSet};
+use weir_api::{Gateway, Kind, LabelSelector, ObjectKey, Reason, XListenerSet};
 use weir_model::{HostMatch, ListenerKey, Protocol};
 
 use crate::compile::listener::{
@@ -84,7 +84,7 @@ pub(crate) fn compile(
             "Hostname" => continue,
             t => {
                 accepted = Err((
-                    "UnsupportedAddress",
+                    Reason::UnsupportedAddress,
                     format!(
                         "spec.addresses[{i}].type: {t:?} is not supported (IPAddress, Hostname)"
                     ),
@@ -109,7 +109,7 @@ pub(crate) fn compile(
             }
             Err(_) => {
                 accepted = Err((
-                    "UnsupportedAddress",
+                    Reason::UnsupportedAddress,
                     format!(
                         "spec.addresses[{i}].value: {:?} is not an IP address",
                         a.value
@@ -181,7 +181,7 @@ pub(crate) fn compile_set(
         || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway"
     {
         accepted = Err((
-            "ParentNotAccepted",
+            Reason::ParentNotAccepted,
             format!(
                 "spec.parentRef: {}/{} is not supported (gateway.networking.k8s.io/Gateway)",
                 pr.group.as_deref().unwrap_or(GATEWAY_GROUP),
@@ -192,9 +192,12 @@ pub(crate) fn compile_set(
     let gw_name = format!("Gateway {}/{}", pk.namespace, pk.name);
     match parent {
         _ if accepted.is_err() => {}
-        None => accepted = Err(("ParentNotAccepted", format!("{gw_name} not found"))),
+        None => accepted = Err((Reason::ParentNotAccepted, format!("{gw_name} not found"))),
         Some(p) if p.accepted.is_err() || p.unusable.is_some() => {
-            accepted = Err(("ParentNotAccepted", format!("{gw_name} is not accepted")))
+            accepted = Err((
+                Reason::ParentNotAccepted,
+                format!("{gw_name} is not accepted"),
+            ))
         }
         Some(p) => {
             let allowed = match &p.sets_allowed {
@@ -208,7 +211,7 @@ pub(crate) fn compile_set(
             };
             if !allowed {
                 accepted = Err((
-                    "NotAllowed",
+                    Reason::NotAllowed,
                     format!(
                         "{gw_name} does not allow XListenerSets from namespace {ns} (spec.allowedListeners)"
                     ),
@@ -277,9 +280,9 @@ pub(crate) fn settle(
             && o != state.group
         {
             let reason = if proto == l.protocol {
-                "HostnameConflict"
+                Reason::HostnameConflict
             } else {
-                "ProtocolConflict"
+                Reason::ProtocolConflict
             };
             l.taken_by = Some((
                 reason,

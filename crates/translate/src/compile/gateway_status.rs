@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use weir_api::{
-    Condition, GatewayStatus, GatewayStatusAddress, ListenerEntryStatus, ListenerSetStatus,
-    ListenerStatus,
+    Condition, ConditionType, GatewayStatus, GatewayStatusAddress, ListenerEntryStatus,
+    ListenerSetStatus, ListenerStatus, Reason,
 };
 
 use crate::compile::gateway::{GatewayState, SetsAllowed};
@@ -21,21 +21,33 @@ pub(crate) fn status(
     let any_programmed = state.listeners.iter().any(|l| l.programmed);
     let mut conditions = vec![
         outcome(
-            "Accepted",
+            ConditionType::Accepted,
             &state.accepted,
-            "Accepted",
+            Reason::Accepted,
             "Gateway accepted",
             g,
         ),
         if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
-            Condition::new("Programmed", false, "AddressNotUsable", m.clone(), g)
+            Condition::new(
+                ConditionType::Programmed,
+                false,
+                Reason::AddressNotUsable,
+                m.clone(),
+                g,
+            )
         } else if any_programmed {
-            Condition::new("Programmed", true, "Programmed", "Gateway programmed", g)
+            Condition::new(
+                ConditionType::Programmed,
+                true,
+                Reason::Programmed,
+                "Gateway programmed",
+                g,
+            )
         } else {
             Condition::new(
-                "Programmed",
+                ConditionType::Programmed,
                 false,
-                "Invalid",
+                Reason::Invalid,
                 "no listener is programmed",
                 g,
             )
@@ -45,23 +57,23 @@ pub(crate) fn status(
     match &state.sets_allowed {
         None => {}
         Some(SetsAllowed::None) => conditions.push(Condition::new(
-            "AttachedListenerSets",
+            ConditionType::AttachedListenerSets,
             false,
-            "ListenerSetsNotAllowed",
+            Reason::ListenerSetsNotAllowed,
             "spec.allowedListeners allows no namespace",
             g,
         )),
         Some(_) if sets_attached > 0 => conditions.push(Condition::new(
-            "AttachedListenerSets",
+            ConditionType::AttachedListenerSets,
             true,
-            "ListenerSetsAttached",
+            Reason::ListenerSetsAttached,
             "XListenerSets are attached",
             g,
         )),
         Some(_) => conditions.push(Condition::new(
-            "AttachedListenerSets",
+            ConditionType::AttachedListenerSets,
             false,
-            "NoListenerSetsAttached",
+            Reason::NoListenerSetsAttached,
             "no XListenerSet is attached",
             g,
         )),
@@ -96,27 +108,33 @@ pub(crate) fn set_status(
     });
     let accepted = match &state.accepted {
         Ok(()) if !any_accepted => Condition::new(
-            "Accepted",
+            ConditionType::Accepted,
             false,
-            "ListenersNotValid",
+            Reason::ListenersNotValid,
             "no listener is valid",
             g,
         ),
-        o => outcome("Accepted", o, "Accepted", "XListenerSet accepted", g),
+        o => outcome(
+            ConditionType::Accepted,
+            o,
+            Reason::Accepted,
+            "XListenerSet accepted",
+            g,
+        ),
     };
     let programmed = if state.listeners.iter().any(|l| l.programmed) {
         Condition::new(
-            "Programmed",
+            ConditionType::Programmed,
             true,
-            "Programmed",
+            Reason::Programmed,
             "XListenerSet programmed",
             g,
         )
     } else {
         Condition::new(
-            "Programmed",
+            ConditionType::Programmed,
             false,
-            "Invalid",
+            Reason::Invalid,
             "no listener is programmed",
             g,
         )
@@ -140,10 +158,16 @@ pub(crate) fn set_status(
     }
 }
 
-fn outcome(t: &str, o: &Outcome, ok_reason: &str, ok_msg: &str, g: Option<i64>) -> Condition {
+fn outcome(
+    t: ConditionType,
+    o: &Outcome,
+    ok_reason: Reason,
+    ok_msg: &str,
+    g: Option<i64>,
+) -> Condition {
     match o {
         Ok(()) => Condition::new(t, true, ok_reason, ok_msg, g),
-        Err((r, m)) => Condition::new(t, false, r, m.clone(), g),
+        Err((r, m)) => Condition::new(t, false, *r, m.clone(), g),
     }
 }
 
@@ -154,37 +178,55 @@ fn listener_status(
 ) -> ListenerStatus {
     let accepted = match (&l.accepted, &l.taken_by) {
         (Err(e), _) => Err(e.clone()),
-        (Ok(()), Some((_, m))) => Err(("PortUnavailable", m.clone())),
+        (Ok(()), Some((_, m))) => Err((Reason::PortUnavailable, m.clone())),
         (Ok(()), None) => Ok(()),
     };
     let resolved = match l.resolved.first() {
         None => Condition::new(
-            "ResolvedRefs",
+            ConditionType::ResolvedRefs,
             true,
-            "ResolvedRefs",
+            Reason::ResolvedRefs,
             "all references resolved",
             g,
         ),
         Some((r, _)) => {
             let msg: Vec<&str> = l.resolved.iter().map(|(_, m)| m.as_str()).collect();
-            Condition::new("ResolvedRefs", false, r, msg.join("; "), g)
+            Condition::new(ConditionType::ResolvedRefs, false, *r, msg.join("; "), g)
         }
     };
     let conflicted = match (&l.conflict, &l.taken_by, &l.shadowed) {
-        (Some((r, m)), _, _) => Condition::new("Conflicted", true, r, m.clone(), g),
-        (None, Some((r, m)), _) => Condition::new("Conflicted", true, r, m.clone(), g),
-        (None, None, Some(m)) => {
-            Condition::new("Conflicted", true, "HostnameConflict", m.clone(), g)
+        (Some((r, m)), _, _) => Condition::new(ConditionType::Conflicted, true, *r, m.clone(), g),
+        (None, Some((r, m)), _) => {
+            Condition::new(ConditionType::Conflicted, true, *r, m.clone(), g)
         }
-        (None, None, None) => Condition::new("Conflicted", false, "NoConflicts", "no conflicts", g),
+        (None, None, Some(m)) => Condition::new(
+            ConditionType::Conflicted,
+            true,
+            Reason::HostnameConflict,
+            m.clone(),
+            g,
+        ),
+        (None, None, None) => Condition::new(
+            ConditionType::Conflicted,
+            false,
+            Reason::NoConflicts,
+            "no conflicts",
+            g,
+        ),
     };
     let programmed = if l.programmed {
-        Condition::new("Programmed", true, "Programmed", "listener programmed", g)
+        Condition::new(
+            ConditionType::Programmed,
+            true,
+            Reason::Programmed,
+            "listener programmed",
+            g,
+        )
     } else {
         Condition::new(
-            "Programmed",
+            ConditionType::Programmed,
             false,
-            "Invalid",
+            Reason::Invalid,
             "listener is not accepted, conflicted or has no valid certificate",
             g,
         )
@@ -194,7 +236,13 @@ fn listener_status(
         supported_kinds: l.kinds.to_status(),
         attached_routes: i32::try_from(attached(&l.name)).unwrap_or(i32::MAX),
         conditions: vec![
-            outcome("Accepted", &accepted, "Accepted", "listener accepted", g),
+            outcome(
+                ConditionType::Accepted,
+                &accepted,
+                Reason::Accepted,
+                "listener accepted",
+                g,
+            ),
             resolved,
             conflicted,
             programmed,

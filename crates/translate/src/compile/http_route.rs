@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference};
+use weir_api::{
+    HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
+};
 use weir_model::{
     Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteRef, RouteRule, Timeouts,
 };
@@ -289,7 +291,7 @@ fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {
     let ns = ctx.ns.clone();
     let Some(d) = ctx.store.direct_response(&ns, name) else {
         ctx.out.ref_errors.push(RefError::new(
-            "BackendNotFound",
+            Reason::BackendNotFound,
             format!("{field}: DirectResponse {ns}/{name} not found"),
         ));
         return Action::Fail {
@@ -301,7 +303,7 @@ fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {
         Ok(d) => Action::DirectResponse(d),
         Err(_) => {
             ctx.out.ref_errors.push(RefError::new(
-                "UnsupportedValue",
+                Reason::UnsupportedValue,
                 format!("{field}: DirectResponse {ns}/{name} is invalid"),
             ));
             Action::Fail {

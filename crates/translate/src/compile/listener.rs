@@ -4,14 +4,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use weir_api::{GatewayListener, Kind, LabelSelector, ObjectKey};
+use weir_api::{GatewayListener, Kind, LabelSelector, ObjectKey, Reason};
 use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
 
 use crate::compile::route_kind::{GATEWAY_GROUP, Referrer, RouteKind, RouteKinds};
 use crate::store::{Dep, Store};
 
 /// A condition outcome: `Err((reason, message))` when it is not met.
-pub(crate) type Outcome = Result<(), (&'static str, String)>;
+pub(crate) type Outcome = Result<(), (Reason, String)>;
 
 /// Which namespaces may attach routes to a listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,12 +34,12 @@ pub(crate) struct ListenerState {
     pub(crate) hostname: HostMatch,
     pub(crate) accepted: Outcome,
     /// Problems with certificate refs and route kinds.
-    pub(crate) resolved: Vec<(&'static str, String)>,
+    pub(crate) resolved: Vec<(Reason, String)>,
     pub(crate) cert: Option<Arc<Certificate>>,
     /// A conflict with an earlier listener of the same Gateway.
-    pub(crate) conflict: Option<(&'static str, String)>,
+    pub(crate) conflict: Option<(Reason, String)>,
     /// The socket is owned by an older Gateway: (reason, message).
-    pub(crate) taken_by: Option<(&'static str, String)>,
+    pub(crate) taken_by: Option<(Reason, String)>,
     /// An XListenerSet's listener whose hostname and port an older set of the same
     /// Gateway serves: the message.
     pub(crate) shadowed: Option<String>,
@@ -96,14 +96,14 @@ pub(crate) fn compile_listeners(
         let port = u16::try_from(l.port).ok().filter(|p| *p != 0);
         if port.is_none() {
             acc = Err((
-                "UnsupportedValue",
+                Reason::UnsupportedValue,
                 format!("{field}.port: {} is not a valid port", l.port),
             ));
         }
         let hostname = match HostMatch::parse(l.hostname.as_deref()) {
             Ok(h) => h,
             Err(e) => {
-                acc = Err(("UnsupportedValue", format!("{field}.hostname: {e}")));
+                acc = Err((Reason::UnsupportedValue, format!("{field}.hostname: {e}")));
                 HostMatch::Any
             }
         };
@@ -112,7 +112,7 @@ pub(crate) fn compile_listeners(
             "HTTPS" => Some(Protocol::Https),
             other => {
                 acc = Err((
-                    "UnsupportedProtocol",
+                    Reason::UnsupportedProtocol,
                     format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS)"),
                 ));
                 None
@@ -123,7 +123,7 @@ pub(crate) fn compile_listeners(
             match &l.tls {
                 Some(t) if t.mode.as_deref().is_some_and(|m| m != "Terminate") => {
                     acc = Err((
-                        "UnsupportedValue",
+                        Reason::UnsupportedValue,
                         format!(
                             "{field}.tls.mode: {:?} is not supported (Terminate)",
                             t.mode.as_deref().unwrap_or("")
@@ -137,7 +137,7 @@ pub(crate) fn compile_listeners(
                         let kind = r.kind.as_deref().unwrap_or("Secret");
                         if !(group.is_empty() || group == "core") || kind != "Secret" {
                             resolved.push((
-                                "InvalidCertificateRef",
+                                Reason::InvalidCertificateRef,
                                 format!("{fr}: unsupported kind {group:?}/{kind:?} (Secret)"),
                             ));
                             continue;
@@ -152,7 +152,7 @@ pub(crate) fn compile_listeners(
                             deps.push(Dep::GrantsIn(sns.into()));
                             if !store.grant_allows(from, ns, sns, "", "Secret", &r.name) {
                                 resolved.push((
-                                    "RefNotPermitted",
+                                    Reason::RefNotPermitted,
                                     format!("{fr}: Secret {sns}/{} is in another namespace and no ReferenceGrant allows it", r.name),
                                 ));
                                 continue;
@@ -160,11 +160,11 @@ pub(crate) fn compile_listeners(
                         }
                         match store.certificate(sns, &r.name) {
                             None => resolved.push((
-                                "InvalidCertificateRef",
+                                Reason::InvalidCertificateRef,
                                 format!("{fr}: Secret {sns}/{} not found", r.name),
                             )),
                             Some(Err(m)) => {
-                                resolved.push(("InvalidCertificateRef", format!("{fr}: {m}")))
+                                resolved.push((Reason::InvalidCertificateRef, format!("{fr}: {m}")))
                             }
                             Some(Ok(c)) => {
                                 if cert.is_none() {
@@ -175,7 +175,7 @@ pub(crate) fn compile_listeners(
                     }
                 }
                 _ => resolved.push((
-                    "InvalidCertificateRef",
+                    Reason::InvalidCertificateRef,
                     format!("{field}.tls.certificateRefs: HTTPS needs at least one"),
                 )),
             }
@@ -219,14 +219,14 @@ pub(crate) fn first_conflict(
     l: &ListenerState,
     winners: &[ListenerState],
     of: &str,
-) -> Option<(&'static str, String)> {
+) -> Option<(Reason, String)> {
     let on_socket = winners
         .iter()
         .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
     for o in on_socket {
         if o.protocol != l.protocol {
             return Some((
-                "ProtocolConflict",
+                Reason::ProtocolConflict,
                 format!(
                     "port {} is already used by listener {:?}{of} with another protocol",
                     l.port, o.name
@@ -235,7 +235,7 @@ pub(crate) fn first_conflict(
         }
         if o.hostname == l.hostname {
             return Some((
-                "HostnameConflict",
+                Reason::HostnameConflict,
                 format!(
                     "listener {:?}{of} already serves hostname {} on port {}",
                     o.name, l.hostname, l.port
@@ -252,7 +252,7 @@ fn allowed_routes(
     protocol: Option<Protocol>,
     field: &str,
     acc: &mut Outcome,
-    resolved: &mut Vec<(&'static str, String)>,
+    resolved: &mut Vec<(Reason, String)>,
 ) -> (Allowed, RouteKinds) {
     let ar = l.allowed_routes.clone().unwrap_or_default();
     let ns = ar.namespaces.unwrap_or_default();
@@ -263,7 +263,7 @@ fn allowed_routes(
             Some(s) => Allowed::Selector(s),
             None => {
                 *acc = Err((
-                    "UnsupportedValue",
+                    Reason::UnsupportedValue,
                     format!(
                         "{field}.allowedRoutes.namespaces.selector: required for from: Selector"
                     ),
@@ -273,7 +273,7 @@ fn allowed_routes(
         },
         other => {
             *acc = Err((
-                "UnsupportedValue",
+                Reason::UnsupportedValue,
                 format!("{field}.allowedRoutes.namespaces.from: unsupported {other:?}"),
             ));
             Allowed::Nothing
@@ -292,7 +292,7 @@ fn allowed_routes(
         match RouteKind::from_group_kind(g, &k.kind).filter(|rk| served.contains(*rk)) {
             Some(rk) => kinds = kinds.with(rk),
             None => resolved.push((
-                "InvalidRouteKinds",
+                Reason::InvalidRouteKinds,
                 format!(
                     "{field}.allowedRoutes.kinds[{i}]: {g}/{} is not supported",
                     k.kind

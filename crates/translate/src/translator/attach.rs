@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use weir_api::{
-    Condition, Kind, Object, ObjectKey, ObjectStatus, ParentReference, RouteParentStatus,
-    RouteStatus,
+    Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference, Reason,
+    RouteParentStatus, RouteStatus,
 };
 use weir_model::HostMatch;
 
@@ -228,9 +228,9 @@ fn route_status(
 ) -> RouteStatus {
     let resolved = match compiled.ref_errors.first() {
         None => Condition::new(
-            "ResolvedRefs",
+            ConditionType::ResolvedRefs,
             true,
-            "ResolvedRefs",
+            Reason::ResolvedRefs,
             "all references resolved",
             generation,
         ),
@@ -240,7 +240,13 @@ fn route_status(
                 .iter()
                 .map(|e| e.message.as_str())
                 .collect();
-            Condition::new("ResolvedRefs", false, e.reason, msgs.join("; "), generation)
+            Condition::new(
+                ConditionType::ResolvedRefs,
+                false,
+                e.reason,
+                msgs.join("; "),
+                generation,
+            )
         }
     };
     let parents = att
@@ -248,34 +254,38 @@ fn route_status(
         .iter()
         .map(|(pr, outcome)| {
             let accepted = match outcome {
-                ParentOutcome::Attached if compiled.problems.is_empty() => {
-                    Condition::new("Accepted", true, "Accepted", "route accepted", generation)
-                }
+                ParentOutcome::Attached if compiled.problems.is_empty() => Condition::new(
+                    ConditionType::Accepted,
+                    true,
+                    Reason::Accepted,
+                    "route accepted",
+                    generation,
+                ),
                 ParentOutcome::Attached => Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     false,
-                    "UnsupportedValue",
+                    Reason::UnsupportedValue,
                     compiled.problems.join("; "),
                     generation,
                 ),
                 ParentOutcome::NoMatchingParent => Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     false,
-                    "NoMatchingParent",
+                    Reason::NoMatchingParent,
                     "no listener matches the parentRef's sectionName/port",
                     generation,
                 ),
                 ParentOutcome::NotAllowedByListeners => Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     false,
-                    "NotAllowedByListeners",
+                    Reason::NotAllowedByListeners,
                     "no listener allows this route (namespace or kind)",
                     generation,
                 ),
                 ParentOutcome::NoMatchingListenerHostname => Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     false,
-                    "NoMatchingListenerHostname",
+                    Reason::NoMatchingListenerHostname,
                     "no listener hostname intersects the route's hostnames",
                     generation,
                 ),
