@@ -5,16 +5,113 @@ use serde::Serialize;
 
 use crate::gateway::ParentReference;
 
+/// An enum whose variants are written in statuses by their own names.
+macro_rules! named {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            /// The name as written in a status (the variant's name).
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => stringify!($v),)* }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named! {
+    /// A condition type weir reports (Gateway API's names).
+    pub enum ConditionType {
+        /// The object (a listener; a route for one parent) is accepted.
+        Accepted,
+        /// The object's configuration is in the data plane.
+        Programmed,
+        /// Every reference (certificates, backends) resolved.
+        ResolvedRefs,
+        /// A listener conflicts with another on its port.
+        Conflicted,
+        /// XListenerSets are attached to a Gateway (one that allows them).
+        AttachedListenerSets,
+    }
+}
+
+named! {
+    /// A condition reason weir reports: the one list of what weir can say about an
+    /// object (Gateway API's reasons, plus weir's `Invalid` for a refused resource).
+    pub enum Reason {
+        /// Accepted.
+        Accepted,
+        /// Programmed.
+        Programmed,
+        /// All references resolved.
+        ResolvedRefs,
+        /// A listener has no conflicts.
+        NoConflicts,
+        /// Not programmed: invalid, or refused by a data plane.
+        Invalid,
+        /// A field has a value weir does not support.
+        UnsupportedValue,
+        /// A listener's protocol is not supported.
+        UnsupportedProtocol,
+        /// A Gateway address type or value is not supported.
+        UnsupportedAddress,
+        /// The requested addresses cannot be served.
+        AddressNotUsable,
+        /// A listener's port is used by another Gateway.
+        PortUnavailable,
+        /// Another listener serves the same hostname on the port.
+        HostnameConflict,
+        /// Another listener uses the port with another protocol.
+        ProtocolConflict,
+        /// A listener's `allowedRoutes.kinds` names a kind weir does not serve there.
+        InvalidRouteKinds,
+        /// A listener's certificate reference is unusable.
+        InvalidCertificateRef,
+        /// A cross-namespace reference without a ReferenceGrant.
+        RefNotPermitted,
+        /// A backend reference of an unsupported kind.
+        InvalidKind,
+        /// A referenced backend does not exist.
+        BackendNotFound,
+        /// An XListenerSet's parent Gateway is missing or not accepted.
+        ParentNotAccepted,
+        /// An XListenerSet from a namespace its Gateway does not allow.
+        NotAllowed,
+        /// An XListenerSet without a valid listener.
+        ListenersNotValid,
+        /// A Gateway's `allowedListeners` allows no namespace.
+        ListenerSetsNotAllowed,
+        /// XListenerSets are attached to the Gateway.
+        ListenerSetsAttached,
+        /// No XListenerSet is attached to the Gateway.
+        NoListenerSetsAttached,
+        /// No listener matches a route's parentRef (sectionName, port).
+        NoMatchingParent,
+        /// No matching listener allows the route (namespace or kind).
+        NotAllowedByListeners,
+        /// No allowed listener's hostname intersects the route's hostnames.
+        NoMatchingListenerHostname,
+    }
+}
+
 /// A status condition (`metav1.Condition`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// e.g. `Accepted`, `ResolvedRefs`, `Programmed`.
+    /// A [`ConditionType`] name, e.g. `Accepted`, `ResolvedRefs`, `Programmed`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
-    /// CamelCase reason, e.g. `NotAllowedByListeners`.
+    /// A [`Reason`] name, e.g. `NotAllowedByListeners`.
     pub reason: String,
     /// Human-readable detail (names the offending field when there is one).
     pub message: String,
@@ -26,16 +123,16 @@ pub struct Condition {
 impl Condition {
     /// Builds a condition; `ok` maps to `True`/`False`.
     pub fn new(
-        type_: &str,
+        type_: ConditionType,
         ok: bool,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
         generation: Option<i64>,
     ) -> Self {
         Condition {
-            type_: type_.into(),
+            type_: type_.as_str().into(),
             status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
+            reason: reason.as_str().into(),
             message: message.into(),
             observed_generation: generation,
         }
@@ -44,6 +141,11 @@ impl Condition {
     /// Whether the status is `True`.
     pub fn is_true(&self) -> bool {
         self.status == "True"
+    }
+
+    /// Whether this is a condition of type `t`.
+    pub fn is(&self, t: ConditionType) -> bool {
+        self.type_ == t.as_str()
     }
 }
 
@@ -181,4 +283,29 @@ pub enum ObjectStatus {
     /// For kinds without a Kubernetes status (Secret, Service, Backend, …): problems
     /// that made weir reject or ignore part of the object; empty when all is well.
     Problems(Vec<String>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_written_as_the_variants() {
+        let c = Condition::new(
+            ConditionType::ResolvedRefs,
+            false,
+            Reason::RefNotPermitted,
+            "m",
+            None,
+        );
+        assert_eq!(
+            (c.type_.as_str(), c.reason.as_str()),
+            ("ResolvedRefs", "RefNotPermitted")
+        );
+        assert!(c.is(ConditionType::ResolvedRefs) && !c.is(ConditionType::Accepted));
+        assert_eq!(
+            Reason::NoMatchingListenerHostname.to_string(),
+            "NoMatchingListenerHostname"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! keeps the route parent entries of other controllers untouched.
 
 use serde_json::{Map, Value, json};
-use weir_api::{Condition, ObjectStatus};
+use weir_api::{Condition, ConditionType, ObjectStatus, Reason};
 
 /// Problems of a Gateway found outside the translator (e.g. resources its data planes
 /// refused), by namespace and name; they turn the Gateway's `Programmed` condition False.
@@ -141,11 +141,11 @@ pub(crate) fn render(
                 let mut message = problems.join("; ");
                 message.truncate(32_000);
                 let generation = conds.first().and_then(|c| c.observed_generation);
-                conds.retain(|c| c.type_ != "Programmed");
+                conds.retain(|c| !c.is(ConditionType::Programmed));
                 conds.push(Condition::new(
-                    "Programmed",
+                    ConditionType::Programmed,
                     false,
-                    "Invalid",
+                    Reason::Invalid,
                     message,
                     generation,
                 ));
@@ -335,9 +335,9 @@ mod tests {
                 },
                 controller_name: "weir.dev/gateway-controller".into(),
                 conditions: vec![Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     cond_ok,
-                    "Accepted",
+                    Reason::Accepted,
                     "ok",
                     Some(2),
                 )],

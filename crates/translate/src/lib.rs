@@ -33,19 +33,10 @@
 
 #![warn(missing_docs)]
 
-mod backend;
-mod duration;
-mod fields;
-mod gateway;
-mod ingress;
-mod order;
+mod compile;
+mod incremental;
 mod pool;
-mod route;
-mod settings;
-mod small;
-mod status;
 mod store;
-mod tls;
 mod translator;
 
 use std::net::SocketAddr;

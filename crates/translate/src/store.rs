@@ -6,13 +6,14 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 use weir_api::{
-    Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, HttpRoute, Ingress,
-    IngressClass, Kind, Object, ObjectKey, ReferenceGrant, Service, XListenerSet,
+    Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, Ingress, IngressClass, Kind,
+    Object, ObjectKey, ReferenceGrant, Service, XListenerSet,
 };
 use weir_model::Certificate;
 
-use crate::order::Age;
-use crate::tls;
+use crate::compile::order::Age;
+use crate::compile::route_kind::Referrer;
+use crate::compile::tls;
 
 /// The label that ties an EndpointSlice to its Service.
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -174,13 +175,6 @@ impl Store {
         }
     }
 
-    pub(crate) fn route(&self, key: &ObjectKey) -> Option<&HttpRoute> {
-        match &*self.objects.get(key)?.0 {
-            Object::HttpRoute(r) => Some(r),
-            _ => None,
-        }
-    }
-
     pub(crate) fn ingress(&self, key: &ObjectKey) -> Option<&Ingress> {
         match &*self.objects.get(key)?.0 {
             Object::Ingress(i) => Some(i),
@@ -243,11 +237,11 @@ impl Store {
         self.certs.get(&(Arc::from(ns), Arc::from(name)))
     }
 
-    /// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of `from_ns` refer to
-    /// the `to_group`/`to_kind` object named `to_name`.
+    /// Whether a ReferenceGrant in `to_ns` lets `from` objects of `from_ns` refer to the
+    /// `to_group`/`to_kind` object named `to_name`.
     pub(crate) fn grant_allows(
         &self,
-        from_kind: &str,
+        from: Referrer,
         from_ns: &str,
         to_ns: &str,
         to_group: &str,
@@ -261,14 +255,9 @@ impl Store {
             let Object::ReferenceGrant(ReferenceGrant { spec, .. }) = &**g else {
                 return false;
             };
-            let from_group = if from_kind == "XListenerSet" {
-                "gateway.networking.x-k8s.io"
-            } else {
-                "gateway.networking.k8s.io"
-            };
             spec.from
                 .iter()
-                .any(|f| f.group == from_group && f.kind == from_kind && f.namespace == from_ns)
+                .any(|f| f.group == from.group() && f.kind == from.kind() && f.namespace == from_ns)
                 && spec.to.iter().any(|t| {
                     t.group == to_group
                         && t.kind == to_kind

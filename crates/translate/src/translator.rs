@@ -1,40 +1,37 @@
 //! The incremental translator: change bookkeeping, recomputation of dirty objects and
 //! emission of deltas.
+//!
+//! `Translator` only orchestrates: each of its fields owns one part of the state (see
+//! `crate::incremental`), the pure per-object work is in `crate::compile`, and the
+//! submodules recompute one kind of dirty object each: `gateways` (Gateways and
+//! XListenerSets), `attach` (routes of every kind), `ingresses`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
-use weir_model::{
-    Certificate, ClusterKey, ContentHash, DeltaBatch, HostMatch, Listener, ListenerKey, Protocol,
-    Resource, ResourceKey, RouteRule, SniCert, VirtualHost,
-};
+use weir_model::{Certificate, ClusterKey, Resource, ResourceKey, RouteRule};
 
-use crate::backend::{self, ClusterSource};
-use crate::gateway::{self, GatewayState, ListenerView};
-use crate::order::{Age, RuleOrder};
-use crate::small::SmallOrdMap;
-use crate::status;
-use crate::store::{Dep, NsName, Store};
+use crate::compile::backend::{self, ClusterSource};
+use crate::compile::order::RuleOrder;
+use crate::compile::route_kind::RouteKind;
+use crate::compile::status;
+use crate::incremental::{
+    ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey, HostTable,
+    SniOwner, Sockets,
+};
+use crate::store::{Dep, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
 
 mod attach;
-mod emit;
 mod gateways;
 mod ingresses;
 
-/// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
-const INGRESS_LABEL: &str = "ingress";
+use ingresses::IngressState;
 
 /// A batch at least this large (the initial load, a resync) pre-sizes the tables.
 const BULK: usize = 1024;
-
-/// A host on a listener: the key of a VirtualHost and of an SNI entry.
-pub(crate) type HostKey = (ListenerKey, HostMatch);
-/// Who contributed an SNI entry (oldest wins).
-type SniOwner = (Age, ObjectKey);
 
 /// What one route or Ingress currently contributes, so that a change can be undone
 /// exactly (and only where it applied).
@@ -44,22 +41,6 @@ struct Contribution {
     sni: Vec<(HostKey, SniOwner)>,
     clusters: Vec<(ClusterKey, ClusterSource)>,
     attachments: Vec<(ObjectKey, Arc<str>)>,
-    /// Valid TLS hosts (Ingress).
-    tls_hosts: usize,
-    /// Whether this is one of our Ingresses.
-    ours: bool,
-}
-
-/// What one Gateway currently contributes.
-#[derive(Default)]
-struct GatewayOutputs {
-    listeners: Vec<ListenerKey>,
-    /// The listeners are an XListenerSet's share of its Gateway's sockets
-    /// (`set_sockets`), not sockets of its own (`listeners`).
-    shared: bool,
-    sni: Vec<(HostKey, SniOwner)>,
-    /// Virtual hosts that exist even without routes (listener isolation).
-    isolated: Vec<HostKey>,
 }
 
 /// Things to recompute in one [`Translator::apply`].
@@ -70,59 +51,64 @@ struct Dirty {
     ingresses: HashSet<ObjectKey>,
     gateway_status: HashSet<ObjectKey>,
     plain_status: HashSet<ObjectKey>,
-    resources: HashSet<ResourceKey>,
+    resources: DirtyResources,
     statuses: Vec<(ObjectKey, ObjectStatus)>,
 }
 
 /// Translates objects into IR incrementally. See the crate documentation.
 pub struct Translator {
     opts: TranslatorOptions,
+    /// Every object, as given.
     store: Store,
-    deps: HashMap<Dep, HashSet<ObjectKey>>,
-    deps_of: HashMap<ObjectKey, Vec<Dep>>,
-
-    gateways: HashMap<ObjectKey, GatewayState>,
-    gw_views: HashMap<ObjectKey, Vec<ListenerView>>,
-    /// Sockets claimed by each Gateway and XListenerSet, with the age and key of the
-    /// Gateway that owns them (the group: itself, or a set's parent).
-    gw_claims: HashMap<ObjectKey, (Age, ObjectKey, Vec<ListenerKey>)>,
-    /// Per socket, the groups claiming it (oldest owns it), with how many members of
-    /// each group claim it.
-    port_claims: HashMap<ListenerKey, BTreeMap<(Age, ObjectKey), u32>>,
-    /// Members (the Gateway and its XListenerSets) of each group that claim sockets.
-    group_members: HashMap<ObjectKey, HashSet<ObjectKey>>,
-    /// Sockets XListenerSets listen on: how many sets, protocol, Gateway label. The
-    /// Listener resource comes from the Gateway's own listener there if it has one.
-    set_sockets: HashMap<ListenerKey, (u32, Protocol, Arc<str>)>,
-    /// Per (socket, hostname), the XListenerSets asking for it (the oldest serves it), and
-    /// what each set asks for.
-    host_claims: HashMap<HostKey, SmallOrdMap<(Age, ObjectKey), ()>>,
-    set_host_claims: HashMap<ObjectKey, (Age, Vec<HostKey>)>,
-    /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
-    set_parents: HashMap<ObjectKey, ObjectKey>,
-    sets_attached: HashMap<ObjectKey, u32>,
-    gw_outputs: HashMap<ObjectKey, GatewayOutputs>,
-    attached: HashMap<ObjectKey, HashMap<Arc<str>, i32>>,
-
+    /// Which Gateways, routes and Ingresses were computed from which objects.
+    deps: DepIndex,
+    /// Gateways and XListenerSets: state, listener views, outputs, attached counts.
+    gateways: GatewayIndex,
+    /// Socket ownership between Gateways, and the Listener resources.
+    sockets: Sockets,
+    /// Virtual-host rules, isolated hosts and SNI entries.
+    hosts: HostTable,
+    /// The clusters in use and how to build them.
+    clusters: ClusterRefs,
+    /// What each route (of any kind) contributes.
     routes: HashMap<ObjectKey, Contribution>,
-    ingresses: HashMap<ObjectKey, Contribution>,
-    ingress_count: usize,
-    ingress_tls_hosts: usize,
-    ingress_blocked: bool,
+    /// What each Ingress contributes, and the Ingress listeners.
+    ingress: IngressState,
+    /// The IR and statuses emitted so far.
+    emitter: Emitter,
+}
 
-    listeners: HashMap<ListenerKey, Arc<Listener>>,
-    hosts: HashMap<HostKey, SmallOrdMap<RuleOrder, Arc<RouteRule>>>,
-    /// Listener hostnames that shadow a less specific listener on the same socket, with
-    /// how many Gateways ask for them: their virtual host exists even with no routes, so
-    /// that their hosts never fall through to the less specific listener's routes.
-    isolated_hosts: HashMap<HostKey, u32>,
-    sni: HashMap<HostKey, SmallOrdMap<SniOwner, Arc<Certificate>>>,
-    cluster_refs: HashMap<ClusterKey, (u32, ClusterSource)>,
-    service_clusters: HashMap<NsName, BTreeSet<ClusterKey>>,
+/// The tables resources are built from (everything but the emitter).
+struct Sources<'a> {
+    store: &'a Store,
+    sockets: &'a Sockets,
+    hosts: &'a HostTable,
+    clusters: &'a ClusterRefs,
+}
 
-    emitted: HashMap<ResourceKey, Resource>,
-    cert_refs: HashMap<ContentHash, (Arc<Certificate>, usize)>,
-    statuses: BTreeMap<ObjectKey, ObjectStatus>,
+impl Desired for Sources<'_> {
+    fn desired(&self, key: &ResourceKey) -> Option<Resource> {
+        match key {
+            ResourceKey::Listener(k) => self.sockets.listener_resource(k),
+            ResourceKey::VirtualHost(k, h) => self
+                .hosts
+                .virtual_host(*k, h)
+                .map(|v| Resource::VirtualHost(Arc::new(v))),
+            ResourceKey::Cluster(c) => {
+                let src = self.clusters.source(c)?;
+                backend::build_cluster(self.store, c, src).map(|c| Resource::Cluster(Arc::new(c)))
+            }
+            ResourceKey::Sni(k, h) => self
+                .hosts
+                .sni_entry(*k, h)
+                .map(|s| Resource::Sni(Arc::new(s))),
+            ResourceKey::Certificate(_) => None,
+        }
+    }
+
+    fn sni_certificate(&self, hk: &HostKey) -> Option<Arc<Certificate>> {
+        self.hosts.sni_certificate(hk).cloned()
+    }
 }
 
 impl Translator {
@@ -131,34 +117,14 @@ impl Translator {
         Translator {
             opts: options,
             store: Store::default(),
-            deps: HashMap::new(),
-            deps_of: HashMap::new(),
-            gateways: HashMap::new(),
-            gw_views: HashMap::new(),
-            gw_claims: HashMap::new(),
-            port_claims: HashMap::new(),
-            group_members: HashMap::new(),
-            set_sockets: HashMap::new(),
-            host_claims: HashMap::new(),
-            set_host_claims: HashMap::new(),
-            set_parents: HashMap::new(),
-            sets_attached: HashMap::new(),
-            gw_outputs: HashMap::new(),
-            attached: HashMap::new(),
+            deps: DepIndex::default(),
+            gateways: GatewayIndex::default(),
+            sockets: Sockets::default(),
+            hosts: HostTable::default(),
+            clusters: ClusterRefs::default(),
             routes: HashMap::new(),
-            ingresses: HashMap::new(),
-            ingress_count: 0,
-            ingress_tls_hosts: 0,
-            ingress_blocked: false,
-            listeners: HashMap::new(),
-            hosts: HashMap::new(),
-            isolated_hosts: HashMap::new(),
-            sni: HashMap::new(),
-            cluster_refs: HashMap::new(),
-            service_clusters: HashMap::new(),
-            emitted: HashMap::new(),
-            cert_refs: HashMap::new(),
-            statuses: BTreeMap::new(),
+            ingress: IngressState::default(),
+            emitter: Emitter::default(),
         }
     }
 
@@ -187,7 +153,13 @@ impl Translator {
             }
         }
         self.recompute(&mut d);
-        let batch = self.emit(&d.resources);
+        let sources = Sources {
+            store: &self.store,
+            sockets: &self.sockets,
+            hosts: &self.hosts,
+            clusters: &self.clusters,
+        };
+        let batch = self.emitter.emit(&d.resources, &sources);
         let mut statuses = std::mem::take(&mut d.statuses);
         statuses.sort_by(|a, b| a.0.cmp(&b.0));
         TranslateOutput { batch, statuses }
@@ -202,7 +174,7 @@ impl Translator {
             match c {
                 ObjectChange::Upsert(o) => match o.kind() {
                     Kind::Ingress => ingresses += 1,
-                    Kind::HttpRoute => routes += 1,
+                    k if RouteKind::of_object(k).is_some() => routes += 1,
                     _ => other += 1,
                 },
                 ObjectChange::Delete(_) => {}
@@ -216,28 +188,21 @@ impl Translator {
         // An Ingress host yields a virtual host per listener (HTTP and HTTPS) and an SNI
         // entry; a route yields at least one virtual host.
         d.resources.reserve(3 * ingresses + routes);
-        self.ingresses.reserve(ingresses);
+        self.ingress.reserve(ingresses);
         self.routes.reserve(routes);
-        self.deps_of.reserve(derived);
-        self.deps.reserve(other);
-        self.hosts.reserve(2 * ingresses + routes);
-        self.sni.reserve(ingresses);
-        self.emitted.reserve(3 * ingresses + routes);
+        self.deps.reserve(derived, other);
+        self.hosts.reserve(2 * ingresses + routes, ingresses);
+        self.emitter.reserve(3 * ingresses + routes);
     }
 
     /// The complete current IR, sorted by [`ResourceKey`].
     pub fn resources(&self) -> Vec<Resource> {
-        let mut v: Vec<(&ResourceKey, &Resource)> = self.emitted.iter().collect();
-        v.sort_by(|a, b| a.0.cmp(b.0));
-        v.into_iter().map(|(_, r)| r.clone()).collect()
+        self.emitter.resources()
     }
 
     /// The current status of every object that has one, sorted by key.
     pub fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
-        self.statuses
-            .iter()
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect()
+        self.emitter.statuses()
     }
 
     fn on_change(
@@ -263,13 +228,15 @@ impl Translator {
                 d.plain_status.insert(key.clone());
                 for o in [old, new].into_iter().flatten() {
                     if let Some(svc) = o.metadata().labels.get(crate::store::SERVICE_NAME_LABEL) {
-                        self.mark_service_clusters(&key.namespace, svc, d);
+                        self.clusters
+                            .mark_service(&key.namespace, svc, &mut d.resources);
                     }
                 }
             }
             Kind::Service => {
                 d.plain_status.insert(key.clone());
-                self.mark_service_clusters(&key.namespace, &key.name, d);
+                self.clusters
+                    .mark_service(&key.namespace, &key.name, &mut d.resources);
                 // Routes and Ingresses see a Service's existence and port numbers/names;
                 // anything else (appProtocol, labels) reaches them only through clusters.
                 let ports = |o: Option<&Object>| match o {
@@ -289,7 +256,7 @@ impl Translator {
             Kind::Backend => {
                 d.plain_status.insert(key.clone());
                 let ck = ClusterKey(format!("backend/{}/{}", key.namespace, key.name).into());
-                if self.cluster_refs.contains_key(&ck) {
+                if self.clusters.source(&ck).is_some() {
                     d.resources.insert(ResourceKey::Cluster(ck));
                 }
                 // Routes only see whether a Backend exists.
@@ -310,53 +277,15 @@ impl Translator {
         }
     }
 
-    fn mark_service_clusters(&self, ns: &Arc<str>, svc: &str, d: &mut Dirty) {
-        if let Some(set) = self.service_clusters.get(&(ns.clone(), Arc::from(svc))) {
-            d.resources
-                .extend(set.iter().map(|c| ResourceKey::Cluster(c.clone())));
-        }
-    }
-
     fn mark_dependents(&self, dep: &Dep, d: &mut Dirty) {
-        let Some(set) = self.deps.get(dep) else {
-            return;
-        };
-        for k in set {
+        for k in self.deps.dependents(dep) {
             match k.kind {
                 Kind::Gateway | Kind::XListenerSet => d.gateways.insert(k.clone()),
-                Kind::HttpRoute => d.routes.insert(k.clone()),
                 Kind::Ingress => d.ingresses.insert(k.clone()),
+                kind if RouteKind::of_object(kind).is_some() => d.routes.insert(k.clone()),
                 _ => false,
             };
         }
-    }
-
-    fn set_deps(&mut self, key: &ObjectKey, mut deps: Vec<Dep>) {
-        deps.sort();
-        deps.dedup();
-        if self.deps_of.get(key) == Some(&deps) {
-            return;
-        }
-        if let Some(old) = self.deps_of.remove(key) {
-            for dep in old {
-                if let Some(set) = self.deps.get_mut(&dep) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        self.deps.remove(&dep);
-                    }
-                }
-            }
-        }
-        if deps.is_empty() {
-            return;
-        }
-        for dep in &deps {
-            self.deps
-                .entry(dep.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        self.deps_of.insert(key.clone(), deps);
     }
 
     fn recompute(&mut self, d: &mut Dirty) {
@@ -372,14 +301,7 @@ impl Translator {
         }
         self.update_ingress_listeners(d);
         for gk in std::mem::take(&mut d.gateway_status) {
-            let st = self.gateways.get(&gk).map(|s| {
-                if gk.kind == Kind::XListenerSet {
-                    ObjectStatus::ListenerSet(gateway::set_status(s, self.attached.get(&gk)))
-                } else {
-                    let sets = self.sets_attached.get(&gk).copied().unwrap_or(0);
-                    ObjectStatus::Gateway(gateway::status(s, self.attached.get(&gk), sets))
-                }
-            });
+            let st = self.gateways.status(&gk);
             self.set_status(&gk, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
@@ -391,150 +313,55 @@ impl Translator {
     }
 
     fn set_status(&mut self, key: &ObjectKey, new: Option<ObjectStatus>, d: &mut Dirty) {
-        match new {
-            Some(s) => {
-                if self.statuses.get(key) != Some(&s) {
-                    self.statuses.insert(key.clone(), s.clone());
-                    d.statuses.push((key.clone(), s));
-                }
-            }
-            None => {
-                if let Some(ObjectStatus::Problems(_)) = self.statuses.remove(key)
-                    && self.store.get(key).is_some()
-                {
-                    d.statuses
-                        .push((key.clone(), ObjectStatus::Problems(Vec::new())));
-                }
-            }
+        let exists = self.store.get(key).is_some();
+        if let Some(s) = self.emitter.set_status(key, new, exists) {
+            d.statuses.push((key.clone(), s));
         }
     }
 
     /// Replaces the host entries, SNI entries and cluster references of one route or
-    /// Ingress, marking only the hosts and clusters it touched (before or after).
-    fn swap_contribution(
+    /// Ingress (`old`) by `rules`, `sni` and `clusters`, marking only the hosts and
+    /// clusters it touched (before or after). Returns the new contribution (without
+    /// attachments, which a route adds).
+    fn program(
         &mut self,
         old: Option<Contribution>,
-        new: &Contribution,
-        rules: &[(HostKey, RuleOrder, Arc<RouteRule>)],
-        sni: &[(HostKey, SniOwner, Arc<Certificate>)],
+        rules: Vec<(HostKey, RuleOrder, Arc<RouteRule>)>,
+        sni: Vec<(HostKey, SniOwner, Arc<Certificate>)>,
+        clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
-    ) {
-        for (ck, src) in &new.clusters {
-            let e = self
-                .cluster_refs
-                .entry(ck.clone())
-                .or_insert((0, src.clone()));
-            e.0 += 1;
-            if e.0 == 1 {
-                d.resources.insert(ResourceKey::Cluster(ck.clone()));
-                if let ClusterSource::Service { ns, name, .. } = src {
-                    self.service_clusters
-                        .entry((ns.clone(), name.clone()))
-                        .or_default()
-                        .insert(ck.clone());
-                }
-            }
+    ) -> Contribution {
+        // New references first, so that a cluster both contributions use stays.
+        for (ck, src) in &clusters {
+            self.clusters.acquire(ck, src, &mut d.resources);
         }
         if let Some(old) = old {
             for (hk, order) in old.entries {
-                if let Some(m) = self.hosts.get_mut(&hk) {
-                    m.remove(&order);
-                    if m.is_empty() {
-                        self.hosts.remove(&hk);
-                    }
-                }
-                d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1));
+                self.hosts.remove_rule(hk, &order, &mut d.resources);
             }
             for (hk, owner) in old.sni {
-                self.remove_sni(&hk, &owner, d);
+                self.hosts.remove_sni(hk, &owner, &mut d.resources);
             }
             for (ck, _) in old.clusters {
-                let gone = match self.cluster_refs.get_mut(&ck) {
-                    Some(e) => {
-                        e.0 -= 1;
-                        e.0 == 0
-                    }
-                    None => false,
-                };
-                if gone {
-                    if let Some((_, ClusterSource::Service { ns, name, .. })) =
-                        self.cluster_refs.remove(&ck)
-                    {
-                        let k = (ns, name);
-                        if let Some(set) = self.service_clusters.get_mut(&k) {
-                            set.remove(&ck);
-                            if set.is_empty() {
-                                self.service_clusters.remove(&k);
-                            }
-                        }
-                    } else {
-                        self.cluster_refs.remove(&ck);
-                    }
-                    d.resources.insert(ResourceKey::Cluster(ck));
-                }
+                self.clusters.release(ck, &mut d.resources);
             }
         }
+        let mut new = Contribution {
+            entries: Vec::with_capacity(rules.len()),
+            sni: Vec::with_capacity(sni.len()),
+            clusters,
+            attachments: Vec::new(),
+        };
         for (hk, order, rule) in rules {
             self.hosts
-                .entry(hk.clone())
-                .or_default()
-                .insert(order.clone(), rule.clone());
-            d.resources
-                .insert(ResourceKey::VirtualHost(hk.0, hk.1.clone()));
+                .add_rule(hk.clone(), order.clone(), rule, &mut d.resources);
+            new.entries.push((hk, order));
         }
         for (hk, owner, cert) in sni {
-            self.add_sni(hk.clone(), owner.clone(), cert.clone(), d);
+            self.hosts
+                .add_sni(hk.clone(), owner.clone(), cert, &mut d.resources);
+            new.sni.push((hk, owner));
         }
-    }
-
-    /// Builds the current version of a resource, if it should exist.
-    fn desired(&self, key: &ResourceKey) -> Option<Resource> {
-        match key {
-            ResourceKey::Listener(k) => match self.listeners.get(k) {
-                Some(l) => Some(Resource::Listener(l.clone())),
-                None => self.set_sockets.get(k).map(|(_, protocol, label)| {
-                    Resource::Listener(Arc::new(Listener::new(
-                        *k,
-                        *protocol,
-                        label.clone(),
-                        "xlistenersets".into(),
-                    )))
-                }),
-            },
-            ResourceKey::VirtualHost(k, h) => {
-                let hk = (*k, h.clone());
-                let rules = match self.hosts.get(&hk) {
-                    Some(rules) => rules.values().cloned().collect(),
-                    None if self.isolated_hosts.contains_key(&hk) => Vec::new(),
-                    None => return None,
-                };
-                Some(Resource::VirtualHost(Arc::new(VirtualHost::new(
-                    *k,
-                    h.clone(),
-                    rules,
-                ))))
-            }
-            ResourceKey::Cluster(c) => {
-                let (_, src) = self.cluster_refs.get(c)?;
-                backend::build_cluster(&self.store, c, src).map(|c| Resource::Cluster(Arc::new(c)))
-            }
-            ResourceKey::Sni(k, h) => {
-                let cert = self.sni.get(&(*k, h.clone()))?.values().next()?;
-                Some(Resource::Sni(Arc::new(SniCert::new(
-                    *k,
-                    h.clone(),
-                    cert.hash(),
-                ))))
-            }
-            ResourceKey::Certificate(h) => self
-                .cert_refs
-                .get(h)
-                .filter(|(_, n)| *n > 0)
-                .map(|(c, _)| Resource::Certificate(c.clone())),
-        }
-    }
-
-    fn emit(&mut self, dirty: &HashSet<ResourceKey>) -> DeltaBatch {
-        emit::emit(self, dirty)
+        new
     }
 }

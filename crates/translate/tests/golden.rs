@@ -1,5 +1,6 @@
 //! Golden tests: `testdata/<case>.in.yaml` → `testdata/<case>.out.yaml`.
-//! Regenerate with `WEIR_BLESS=1 cargo test -p weir-translate --test golden`.
+//! Regenerate with `WEIR_BLESS=1 cargo test -p weir-translate --test golden`; a mismatch
+//! prints a unified diff (expected → got).
 
 mod common;
 
@@ -77,9 +78,10 @@ fn golden() {
         }
         match std::fs::read_to_string(&out_path) {
             Ok(want) if want == got => {}
-            Ok(_) => failures.push(format!(
-                "{name}: output differs from {}",
-                out_path.display()
+            Ok(want) => failures.push(format!(
+                "{name}: output differs from {}\n{}",
+                out_path.display(),
+                unified_diff(&want, &got, &format!("{name}.out.yaml"))
             )),
             Err(_) => failures.push(format!("{name}: missing {}", out_path.display())),
         }
@@ -88,5 +90,82 @@ fn golden() {
         failures.is_empty(),
         "{}\n(run WEIR_BLESS=1 cargo test -p weir-translate --test golden to accept)",
         failures.join("\n")
+    );
+}
+
+/// A unified diff of two texts by lines, with three lines of context (`-` expected,
+/// `+` got). Longest common subsequence by dynamic programming: golden files are a few
+/// hundred lines.
+fn unified_diff(want: &str, got: &str, name: &str) -> String {
+    const CONTEXT: usize = 3;
+    let a: Vec<&str> = want.lines().collect();
+    let b: Vec<&str> = got.lines().collect();
+    // lcs[i][j]: length of the longest common subsequence of a[i..] and b[j..].
+    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    // The edit script: (tag, line in a, line in b).
+    let mut ops: Vec<(char, usize, usize)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            ops.push((' ', i, j));
+            i += 1;
+            j += 1;
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            ops.push(('-', i, j));
+            i += 1;
+        } else {
+            ops.push(('+', i, j));
+            j += 1;
+        }
+    }
+    let mut out = format!("--- {name} (expected)\n+++ {name} (got)\n");
+    let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
+    let mut k = 0;
+    while k < changed.len() {
+        // One hunk: changes closer than two contexts apart are merged.
+        let start = changed[k].saturating_sub(CONTEXT);
+        let mut end = changed[k];
+        while k + 1 < changed.len() && changed[k + 1] <= end + 2 * CONTEXT + 1 {
+            k += 1;
+            end = changed[k];
+        }
+        k += 1;
+        let end = (end + CONTEXT + 1).min(ops.len());
+        let hunk = &ops[start..end];
+        let (a_len, b_len) = hunk.iter().fold((0, 0), |(x, y), op| match op.0 {
+            ' ' => (x + 1, y + 1),
+            '-' => (x + 1, y),
+            _ => (x, y + 1),
+        });
+        let (_, a0, b0) = hunk[0];
+        out += &format!("@@ -{},{a_len} +{},{b_len} @@\n", a0 + 1, b0 + 1);
+        for &(tag, ai, bj) in hunk {
+            let line = if tag == '+' { b[bj] } else { a[ai] };
+            out += &format!("{tag}{line}\n");
+        }
+    }
+    out
+}
+
+#[test]
+fn unified_diff_shows_changed_lines_with_context() {
+    let want = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n";
+    let got = "a\nb\nc\nd\nE\nf\ng\nh\ni\nj\nk\n";
+    assert_eq!(
+        unified_diff(want, got, "x"),
+        "--- x (expected)\n+++ x (got)\n@@ -2,9 +2,10 @@\n b\n c\n d\n-e\n+E\n f\n g\n h\n i\n j\n+k\n"
+    );
+    assert_eq!(
+        unified_diff(want, want, "x"),
+        "--- x (expected)\n+++ x (got)\n"
     );
 }

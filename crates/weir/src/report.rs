@@ -48,7 +48,18 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
             .collect(),
         ObjectStatus::Gateway(s) => {
             let listeners = s.listeners.iter().map(|l| (&l.name, &l.conditions));
-            with_listeners(&s.conditions, listeners)
+            let mut out = with_listeners(&s.conditions, listeners);
+            // Refused annotations leave the Gateway accepted, named in that condition's
+            // message after the first "; " (see weir-translate's gateway status).
+            if let Some(c) = s
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Accepted" && c.is_true())
+                && let Some((_, refused)) = c.message.split_once("; ")
+            {
+                out.extend(refused.split("; ").map(str::to_string));
+            }
+            out
         }
         ObjectStatus::ListenerSet(s) => {
             let listeners = s.listeners.iter().map(|l| (&l.name, &l.conditions));

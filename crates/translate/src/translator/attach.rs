@@ -1,78 +1,145 @@
-//! HTTPRoute attachment to Gateway listeners and the route's status.
+//! Route attachment, shared by every route kind: parentRefs and hostnames → the listeners
+//! and hosts a route serves, the route's status, and its share of the virtual hosts.
 
 use std::sync::Arc;
 
-use weir_api::{Condition, Kind, ObjectKey, ObjectStatus, RouteParentStatus, RouteStatus};
+use weir_api::{
+    Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference, Reason,
+    RouteParentStatus, RouteStatus,
+};
 use weir_model::HostMatch;
 
-use super::{Contribution, Dirty, HostKey, Translator};
-use crate::gateway::Allowed;
-use crate::route;
+use super::{Dirty, Translator};
+use crate::compile::listener::Allowed;
+use crate::compile::route_kind::{
+    CompiledRoute, EXPERIMENTAL_GROUP, GATEWAY_GROUP, RouteKind, RouteObject,
+};
+use crate::incremental::HostKey;
 use crate::store::Dep;
 
-const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
-const SETS_GROUP: &str = "gateway.networking.x-k8s.io";
+/// Whether a route attached to one parent, and if not why (the `Accepted` reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ParentOutcome {
+    /// Attached to at least one listener.
+    Attached,
+    /// No listener matches the parentRef's sectionName/port.
+    NoMatchingParent,
+    /// No matching listener allows the route's namespace or kind.
+    NotAllowedByListeners,
+    /// No allowed listener's hostname intersects the route's hostnames.
+    NoMatchingListenerHostname,
+}
+
+/// Where a route attaches. Computed from its kind, namespace, parentRefs and hostnames
+/// against the listeners' current views; never from its rules, so every route kind
+/// shares it.
+#[derive(Default)]
+pub(super) struct Attachment {
+    /// Per parentRef naming an existing Gateway or XListenerSet of ours, in order.
+    pub(super) parents: Vec<(ParentReference, ParentOutcome)>,
+    /// The (socket, host) pairs the route's rules are programmed on.
+    pub(super) hosts: Vec<HostKey>,
+    /// The listeners (Gateway or set, listener name) the route counts as attached to.
+    pub(super) listeners: Vec<(ObjectKey, Arc<str>)>,
+    /// What the attachment depends on: the parents and the route's namespace.
+    pub(super) deps: Vec<Dep>,
+}
 
 impl Translator {
+    /// Recomputes route `rk`, of any route kind (or removes what it contributed).
     pub(super) fn recompute_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
+        // A clone of the `Arc`: the route is read while the translator changes.
+        let obj = self.store.get(rk).cloned();
+        match obj.as_deref() {
+            Some(Object::HttpRoute(r)) => self.attach_route(rk, r, d),
+            _ => self.detach_route(rk, d),
+        }
+    }
+
+    /// Undoes everything a deleted route contributed.
+    fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
         let old = self.routes.remove(rk);
-        let Some(route) = self.store.route(rk) else {
-            self.set_deps(rk, Vec::new());
-            let old_att = old
-                .as_ref()
-                .map(|o| o.attachments.clone())
-                .unwrap_or_default();
-            self.update_attachments(&old_att, &[], d);
-            self.swap_contribution(old, &Contribution::default(), &[], &[], d);
-            self.set_status(rk, None, d);
-            return;
+        self.deps.set(rk, Vec::new());
+        if let Some(o) = &old {
+            self.gateways
+                .attach_route(&o.attachments, &[], &mut d.gateway_status);
+        }
+        self.program(old, Vec::new(), Vec::new(), Vec::new(), d);
+        self.set_status(rk, None, d);
+    }
+
+    /// Compiles route `rk`, attaches it to its parents and programs its rules on the
+    /// hosts it attached to: the one path every route kind takes.
+    fn attach_route<R: RouteObject>(&mut self, rk: &ObjectKey, route: &R, d: &mut Dirty) {
+        let old = self.routes.remove(rk);
+        let compiled = route.compile(&self.store, rk, &self.store.age(rk));
+        let att = self.attach_parents(
+            rk,
+            R::KIND,
+            route.parent_refs(),
+            compiled.hostnames.as_deref(),
+        );
+        let status = route_status(
+            &att,
+            &compiled,
+            route.generation(),
+            &self.opts.controller_name,
+        );
+        let mut deps = compiled.deps;
+        deps.extend(att.deps);
+        self.deps.set(rk, deps);
+        let mut rules = Vec::with_capacity(att.hosts.len() * compiled.rules.len());
+        for hk in &att.hosts {
+            for (order, rule) in &compiled.rules {
+                rules.push((hk.clone(), order.clone(), rule.clone()));
+            }
+        }
+        let clusters = if att.hosts.is_empty() {
+            Vec::new()
+        } else {
+            compiled.clusters
         };
-        let age = self.store.age(rk);
-        let compiled = route::compile(&self.store, rk, &age, route);
-        let mut deps = compiled.deps.clone();
-        deps.push(Dep::Object(ObjectKey::new(
+        let old_attachments = old.as_ref().map(|o| &o.attachments[..]).unwrap_or(&[]);
+        self.gateways
+            .attach_route(old_attachments, &att.listeners, &mut d.gateway_status);
+        let mut new = self.program(old, rules, Vec::new(), clusters, d);
+        new.attachments = att.listeners;
+        self.routes.insert(rk.clone(), new);
+        self.set_status(rk, Some(ObjectStatus::Route(status)), d);
+    }
+
+    /// Attaches a route of `kind` in `route`'s namespace to the listeners its
+    /// `parent_refs` name, with its `hostnames` (`None`: it takes the listeners').
+    pub(super) fn attach_parents(
+        &self,
+        route: &ObjectKey,
+        kind: RouteKind,
+        parent_refs: &[ParentReference],
+        hostnames: Option<&[HostMatch]>,
+    ) -> Attachment {
+        let mut att = Attachment::default();
+        att.deps.push(Dep::Object(ObjectKey::new(
             Kind::Namespace,
             "",
-            &rk.namespace,
+            &route.namespace,
         )));
-        let generation = route.metadata.generation;
-        let mut parents = Vec::new();
-        let mut hosts: Vec<HostKey> = Vec::new();
-        let mut attachments: Vec<(ObjectKey, Arc<str>)> = Vec::new();
-        let resolved = match compiled.ref_errors.first() {
-            None => Condition::new(
-                "ResolvedRefs",
-                true,
-                "ResolvedRefs",
-                "all references resolved",
-                generation,
-            ),
-            Some(e) => {
-                let msgs: Vec<&str> = compiled
-                    .ref_errors
-                    .iter()
-                    .map(|e| e.message.as_str())
-                    .collect();
-                Condition::new("ResolvedRefs", false, e.reason, msgs.join("; "), generation)
-            }
-        };
-        for pr in &route.spec.parent_refs {
-            let kind = match (
+        for pr in parent_refs {
+            let parent_kind = match (
                 pr.group.as_deref().unwrap_or(GATEWAY_GROUP),
                 pr.kind.as_deref().unwrap_or("Gateway"),
             ) {
                 (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
-                (SETS_GROUP, "XListenerSet") => Kind::XListenerSet,
+                (EXPERIMENTAL_GROUP, "XListenerSet") => Kind::XListenerSet,
                 _ => continue,
             };
             let gns = pr
                 .namespace
                 .as_deref()
                 .filter(|n| !n.is_empty())
-                .unwrap_or(&rk.namespace);
-            let gk = ObjectKey::new(kind, gns, &pr.name);
-            deps.push(Dep::Object(gk.clone()));
-            let Some(views) = self.gw_views.get(&gk) else {
+                .unwrap_or(&route.namespace);
+            let gk = ObjectKey::new(parent_kind, gns, &pr.name);
+            att.deps.push(Dep::Object(gk.clone()));
+            let Some(views) = self.gateways.views(&gk) else {
                 continue;
             };
             let mut candidates = 0;
@@ -85,20 +152,22 @@ impl Translator {
                     continue;
                 }
                 candidates += 1;
-                if !l.routable {
+                if !l.routable || !l.kinds.contains(kind) {
                     continue;
                 }
                 let allowed = match &l.allowed {
-                    Allowed::Same => *rk.namespace == *gk.namespace,
+                    Allowed::Same => *route.namespace == *gk.namespace,
                     Allowed::All => true,
-                    Allowed::Selector(s) => s.matches(&self.store.namespace_labels(&rk.namespace)),
+                    Allowed::Selector(s) => {
+                        s.matches(&self.store.namespace_labels(&route.namespace))
+                    }
                     Allowed::Nothing => false,
                 };
                 if !allowed {
                     continue;
                 }
                 allowed_any = true;
-                let effective: Vec<HostMatch> = match &compiled.hostnames {
+                let effective: Vec<HostMatch> = match hostnames {
                     None => vec![l.hostname.clone()],
                     Some(hs) => hs.iter().filter_map(|h| l.hostname.intersect(h)).collect(),
                 };
@@ -107,8 +176,8 @@ impl Translator {
                 }
                 attached = true;
                 let a = (gk.clone(), l.name.clone());
-                if !attachments.contains(&a) {
-                    attachments.push(a);
+                if !att.listeners.contains(&a) {
+                    att.listeners.push(a);
                 }
                 if l.programmed
                     && let Some(k) = l.key
@@ -128,116 +197,105 @@ impl Translator {
                     };
                     for h in effective.into_iter().filter(|h| !owned_elsewhere(h)) {
                         let hk = (k, h);
-                        if !hosts.contains(&hk) {
-                            hosts.push(hk);
+                        if !att.hosts.contains(&hk) {
+                            att.hosts.push(hk);
                         }
                     }
                 }
             }
-            let accepted = if attached {
-                if compiled.problems.is_empty() {
-                    Condition::new("Accepted", true, "Accepted", "route accepted", generation)
-                } else {
-                    Condition::new(
-                        "Accepted",
-                        false,
-                        "UnsupportedValue",
-                        compiled.problems.join("; "),
-                        generation,
-                    )
-                }
+            let outcome = if attached {
+                ParentOutcome::Attached
             } else if candidates == 0 {
-                Condition::new(
-                    "Accepted",
+                ParentOutcome::NoMatchingParent
+            } else if !allowed_any {
+                ParentOutcome::NotAllowedByListeners
+            } else {
+                ParentOutcome::NoMatchingListenerHostname
+            };
+            att.parents.push((pr.clone(), outcome));
+        }
+        att
+    }
+}
+
+/// A route's status: per parent, `Accepted` from its attachment and the route's
+/// problems, and `ResolvedRefs` from its references.
+fn route_status(
+    att: &Attachment,
+    compiled: &CompiledRoute,
+    generation: Option<i64>,
+    controller: &str,
+) -> RouteStatus {
+    let resolved = match compiled.ref_errors.first() {
+        None => Condition::new(
+            ConditionType::ResolvedRefs,
+            true,
+            Reason::ResolvedRefs,
+            "all references resolved",
+            generation,
+        ),
+        Some(e) => {
+            let msgs: Vec<&str> = compiled
+                .ref_errors
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect();
+            Condition::new(
+                ConditionType::ResolvedRefs,
+                false,
+                e.reason,
+                msgs.join("; "),
+                generation,
+            )
+        }
+    };
+    let parents = att
+        .parents
+        .iter()
+        .map(|(pr, outcome)| {
+            let accepted = match outcome {
+                ParentOutcome::Attached if compiled.problems.is_empty() => Condition::new(
+                    ConditionType::Accepted,
+                    true,
+                    Reason::Accepted,
+                    "route accepted",
+                    generation,
+                ),
+                ParentOutcome::Attached => Condition::new(
+                    ConditionType::Accepted,
                     false,
-                    "NoMatchingParent",
+                    Reason::UnsupportedValue,
+                    compiled.problems.join("; "),
+                    generation,
+                ),
+                ParentOutcome::NoMatchingParent => Condition::new(
+                    ConditionType::Accepted,
+                    false,
+                    Reason::NoMatchingParent,
                     "no listener matches the parentRef's sectionName/port",
                     generation,
-                )
-            } else if !allowed_any {
-                Condition::new(
-                    "Accepted",
+                ),
+                ParentOutcome::NotAllowedByListeners => Condition::new(
+                    ConditionType::Accepted,
                     false,
-                    "NotAllowedByListeners",
+                    Reason::NotAllowedByListeners,
                     "no listener allows this route (namespace or kind)",
                     generation,
-                )
-            } else {
-                Condition::new(
-                    "Accepted",
+                ),
+                ParentOutcome::NoMatchingListenerHostname => Condition::new(
+                    ConditionType::Accepted,
                     false,
-                    "NoMatchingListenerHostname",
+                    Reason::NoMatchingListenerHostname,
                     "no listener hostname intersects the route's hostnames",
                     generation,
-                )
+                ),
             };
-            parents.push(RouteParentStatus {
+            RouteParentStatus {
                 parent_ref: pr.clone(),
-                controller_name: self.opts.controller_name.clone(),
+                controller_name: controller.to_owned(),
                 conditions: vec![accepted, resolved.clone()],
-            });
-        }
-        self.set_deps(rk, deps);
-        let mut rules = Vec::with_capacity(hosts.len() * compiled.rules.len());
-        for hk in &hosts {
-            for (order, rule) in &compiled.rules {
-                rules.push((hk.clone(), order.clone(), rule.clone()));
             }
-        }
-        let mut new = Contribution {
-            entries: rules
-                .iter()
-                .map(|(hk, o, _)| (hk.clone(), o.clone()))
-                .collect(),
-            clusters: if hosts.is_empty() {
-                Vec::new()
-            } else {
-                compiled.clusters
-            },
-            ..Contribution::default()
-        };
-        let old_att = old
-            .as_ref()
-            .map(|o| o.attachments.clone())
-            .unwrap_or_default();
-        self.update_attachments(&old_att, &attachments, d);
-        new.attachments = attachments;
-        self.swap_contribution(old, &new, &rules, &[], d);
-        self.routes.insert(rk.clone(), new);
-        self.set_status(rk, Some(ObjectStatus::Route(RouteStatus { parents })), d);
-    }
-
-    fn update_attachments(
-        &mut self,
-        old: &[(ObjectKey, Arc<str>)],
-        new: &[(ObjectKey, Arc<str>)],
-        d: &mut Dirty,
-    ) {
-        if old == new {
-            return;
-        }
-        for (gk, l) in old {
-            if let Some(m) = self.attached.get_mut(gk) {
-                if let Some(n) = m.get_mut(l) {
-                    *n -= 1;
-                    if *n == 0 {
-                        m.remove(l);
-                    }
-                }
-                if m.is_empty() {
-                    self.attached.remove(gk);
-                }
-            }
-            d.gateway_status.insert(gk.clone());
-        }
-        for (gk, l) in new {
-            *self
-                .attached
-                .entry(gk.clone())
-                .or_default()
-                .entry(l.clone())
-                .or_insert(0) += 1;
-            d.gateway_status.insert(gk.clone());
-        }
-    }
+        })
+        .collect();
+    RouteStatus { parents }
 }

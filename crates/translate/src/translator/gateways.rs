@@ -1,14 +1,13 @@
 //! Gateway recomputation: socket ownership, Listener resources and SNI entries.
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use std::sync::Arc;
 
 use weir_api::{Kind, ObjectKey};
-use weir_model::{Certificate, HostMatch, Listener, ListenerKey, Protocol, ResourceKey};
+use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
 
-use super::{Dirty, GatewayOutputs, HostKey, SniOwner, Translator};
-use crate::gateway;
-use crate::order::Age;
+use super::{Dirty, Translator};
+use crate::compile::gateway;
+use crate::incremental::{GatewayOutputs, SniOwner};
 use crate::store::Dep;
 
 impl Translator {
@@ -33,11 +32,9 @@ impl Translator {
             } else {
                 self.compile_listener_set(&gk, &mut deps)
             };
-            self.set_deps(&gk, deps);
-            if gk.kind == Kind::Gateway
-                && let Some(dependents) = self.deps.get(&Dep::Object(gk.clone()))
-            {
-                for k in dependents {
+            self.deps.set(&gk, deps);
+            if gk.kind == Kind::Gateway {
+                for k in self.deps.dependents(&Dep::Object(gk.clone())) {
                     if k.kind == Kind::XListenerSet && queued.insert(k.clone()) {
                         todo.push(k.clone());
                     }
@@ -48,109 +45,41 @@ impl Translator {
                     .as_ref()
                     .filter(|s| s.accepted.is_ok())
                     .map(|s| s.group.clone());
-                self.set_attached_parent(&gk, parent, d);
+                self.gateways.set_parent(&gk, parent, &mut d.gateway_status);
                 let hosts = state
                     .as_ref()
                     .map(|s| (s.age.clone(), gateway::host_claims(s)));
-                self.set_host_claims_of(&gk, hosts, &mut settle);
+                self.sockets.claim_hosts(&gk, hosts, &mut settle);
             }
-            let new_claims = state
+            let claim = state
                 .as_ref()
                 .map(|s| (s.group_age.clone(), s.group.clone(), gateway::claims(s)));
-            let old_claims = self.gw_claims.remove(&gk);
-            if old_claims != new_claims {
-                if let Some((age, group, keys)) = &old_claims {
-                    let entry = (age.clone(), group.clone());
-                    for k in keys {
-                        if let Some(m) = self.port_claims.get_mut(k) {
-                            if let Some(n) = m.get_mut(&entry) {
-                                *n -= 1;
-                                if *n == 0 {
-                                    m.remove(&entry);
-                                    touched.insert(*k);
-                                }
-                            }
-                            if m.is_empty() {
-                                self.port_claims.remove(k);
-                            }
-                        }
-                    }
-                    if let Some(members) = self.group_members.get_mut(group) {
-                        members.remove(&gk);
-                        if members.is_empty() {
-                            self.group_members.remove(group);
-                        }
-                    }
-                }
-                if let Some((age, group, keys)) = &new_claims {
-                    let entry = (age.clone(), group.clone());
-                    for k in keys {
-                        let n = self
-                            .port_claims
-                            .entry(*k)
-                            .or_default()
-                            .entry(entry.clone())
-                            .or_insert(0);
-                        *n += 1;
-                        if *n == 1 {
-                            touched.insert(*k);
-                        }
-                    }
-                    self.group_members
-                        .entry(group.clone())
-                        .or_default()
-                        .insert(gk.clone());
-                }
-            }
-            if let Some(c) = new_claims {
-                self.gw_claims.insert(gk.clone(), c);
-            }
-            match state {
-                Some(s) => self.gateways.insert(gk.clone(), s),
-                None => self.gateways.remove(&gk),
-            };
+            self.sockets.claim(&gk, claim, &mut touched);
+            self.gateways.set_state(&gk, state);
             d.gateway_status.insert(gk.clone());
             settle.insert(gk);
         }
         // A group newly claiming a socket, or leaving it, may move its ownership: every
         // member of every group on it is settled again.
         for k in &touched {
-            if let Some(m) = self.port_claims.get(k) {
-                for (_, group) in m.keys() {
-                    if let Some(members) = self.group_members.get(group) {
-                        settle.extend(members.iter().cloned());
-                    }
-                }
-            }
+            settle.extend(self.sockets.members_on(k).cloned());
         }
         // Undo the old outputs of every settled Gateway first: socket ownership may move
         // from one of them to another.
         for gk in &settle {
-            if let Some(out) = self.gw_outputs.remove(gk) {
+            if let Some(out) = self.gateways.take_outputs(gk) {
                 for lk in out.listeners {
                     if out.shared {
-                        if let Some(e) = self.set_sockets.get_mut(&lk) {
-                            e.0 -= 1;
-                            if e.0 == 0 {
-                                self.set_sockets.remove(&lk);
-                            }
-                        }
+                        self.sockets.unshare(lk, &mut d.resources);
                     } else {
-                        self.listeners.remove(&lk);
+                        self.sockets.remove_listener(lk, &mut d.resources);
                     }
-                    d.resources.insert(ResourceKey::Listener(lk));
                 }
                 for (hk, owner) in out.sni {
-                    self.remove_sni(&hk, &owner, d);
+                    self.hosts.remove_sni(hk, &owner, &mut d.resources);
                 }
                 for hk in out.isolated {
-                    if let Some(n) = self.isolated_hosts.get_mut(&hk) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.isolated_hosts.remove(&hk);
-                        }
-                    }
-                    d.resources.insert(ResourceKey::VirtualHost(hk.0, hk.1));
+                    self.hosts.unisolate(hk, &mut d.resources);
                 }
             }
         }
@@ -215,7 +144,7 @@ impl Translator {
             }
             _ => {}
         }
-        let parent = self.gateways.get(&pk);
+        let parent = self.gateways.state(&pk);
         Some(gateway::compile_set(
             &self.store,
             sk,
@@ -226,78 +155,9 @@ impl Translator {
         ))
     }
 
-    /// Records which (socket, hostname) pairs set `sk` asks for; where that changes which
-    /// set is the oldest claimant, the old one and every claimant are settled again.
-    fn set_host_claims_of(
-        &mut self,
-        sk: &ObjectKey,
-        new: Option<(Age, Vec<HostKey>)>,
-        settle: &mut HashSet<ObjectKey>,
-    ) {
-        let old = self.set_host_claims.remove(sk);
-        if old != new {
-            let changes = old
-                .iter()
-                .flat_map(|(age, hosts)| hosts.iter().map(move |hk| (age, hk, false)))
-                .chain(
-                    new.iter()
-                        .flat_map(|(age, hosts)| hosts.iter().map(move |hk| (age, hk, true))),
-                );
-            for (age, hk, insert) in changes {
-                let claimants = self.host_claims.entry(hk.clone()).or_default();
-                let before = claimants.keys().next().map(|(_, k)| k.clone());
-                let entry = (age.clone(), sk.clone());
-                if insert {
-                    claimants.insert(entry, ());
-                } else {
-                    claimants.remove(&entry);
-                }
-                let after = claimants.keys().next().map(|(_, k)| k.clone());
-                if before != after {
-                    // Every claimant names the one that serves the hostname.
-                    settle.extend(before);
-                    settle.extend(claimants.keys().map(|(_, k)| k.clone()));
-                }
-                if claimants.is_empty() {
-                    self.host_claims.remove(hk);
-                }
-            }
-        }
-        if let Some(n) = new.filter(|(_, v)| !v.is_empty()) {
-            self.set_host_claims.insert(sk.clone(), n);
-        }
-    }
-
-    /// Keeps the count of accepted XListenerSets per Gateway (its `AttachedListenerSets`
-    /// condition changes only when the count leaves or reaches zero).
-    fn set_attached_parent(&mut self, sk: &ObjectKey, parent: Option<ObjectKey>, d: &mut Dirty) {
-        let old = self.set_parents.remove(sk);
-        if old != parent {
-            if let Some(p) = &old
-                && let Some(n) = self.sets_attached.get_mut(p)
-            {
-                *n -= 1;
-                if *n == 0 {
-                    self.sets_attached.remove(p);
-                    d.gateway_status.insert(p.clone());
-                }
-            }
-            if let Some(p) = &parent {
-                let n = self.sets_attached.entry(p.clone()).or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    d.gateway_status.insert(p.clone());
-                }
-            }
-        }
-        if let Some(p) = parent {
-            self.set_parents.insert(sk.clone(), p);
-        }
-    }
-
     pub(super) fn settle_gateway(&mut self, gk: &ObjectKey, d: &mut Dirty) {
-        let Some(mut state) = self.gateways.remove(gk) else {
-            if self.gw_views.remove(gk).is_some() {
+        let Some(mut state) = self.gateways.take_state(gk) else {
+            if self.gateways.set_views(gk, None) {
                 self.mark_dependents(&Dep::Object(gk.clone()), d);
             }
             return;
@@ -305,13 +165,13 @@ impl Translator {
         let mut owners: HashMap<ListenerKey, (ObjectKey, Option<Protocol>)> = HashMap::new();
         for l in &state.listeners {
             if let Some(k) = l.key
-                && let Some((_, o)) = self.port_claims.get(&k).and_then(|m| m.keys().next())
+                && let Some(o) = self.sockets.owner(&k)
             {
                 let proto = if *o == state.key {
                     gateway::protocol_on(&state, &k)
                 } else {
                     self.gateways
-                        .get(o)
+                        .state(o)
                         .and_then(|s| gateway::protocol_on(s, &k))
                 };
                 owners.insert(k, (o.clone(), proto));
@@ -325,10 +185,7 @@ impl Translator {
                 if !is_set {
                     return None;
                 }
-                self.host_claims
-                    .get(&(*k, h.clone()))
-                    .and_then(|s| s.keys().next())
-                    .map(|(_, o)| o.clone())
+                self.sockets.host_owner(&(*k, h.clone())).cloned()
             },
         );
         let shared = gk.kind == Kind::XListenerSet;
@@ -350,23 +207,26 @@ impl Translator {
                 continue;
             };
             if shared {
-                self.set_sockets
-                    .entry(k)
-                    .or_insert((0, protocol, state.label.clone()))
-                    .0 += 1;
+                self.sockets.share(
+                    k,
+                    protocol,
+                    state.label.clone(),
+                    state.settings.clone(),
+                    &mut d.resources,
+                );
             } else {
                 let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
-                self.listeners.insert(
-                    k,
-                    Arc::new(Listener::new(
+                self.sockets.add_listener(
+                    Listener::with_settings(
                         k,
                         protocol,
                         state.label.clone(),
                         names.join(",").into(),
-                    )),
+                        state.settings.clone(),
+                    ),
+                    &mut d.resources,
                 );
             }
-            d.resources.insert(ResourceKey::Listener(k));
             out.listeners.push(k);
             // Listener isolation: a listener whose hostname a less specific listener on
             // the same socket also matches gets its virtual host even without routes, so
@@ -377,9 +237,7 @@ impl Translator {
                     .any(|o| o.hostname != l.hostname && o.hostname.covers(&l.hostname));
                 let hk = (k, l.hostname.clone());
                 if shadows && !out.isolated.contains(&hk) {
-                    *self.isolated_hosts.entry(hk.clone()).or_insert(0) += 1;
-                    d.resources
-                        .insert(ResourceKey::VirtualHost(k, l.hostname.clone()));
+                    self.hosts.isolate(hk.clone(), &mut d.resources);
                     out.isolated.push(hk);
                 }
             }
@@ -391,7 +249,9 @@ impl Translator {
                     {
                         seen.push(l.hostname.clone());
                         out.sni.push(((k, l.hostname.clone()), owner.clone()));
-                        self.add_sni((k, l.hostname.clone()), owner.clone(), c.clone(), d);
+                        let hk = (k, l.hostname.clone());
+                        self.hosts
+                            .add_sni(hk, owner.clone(), c.clone(), &mut d.resources);
                     }
                 }
                 // The certificate for clients that send no SNI comes from the Gateway's
@@ -401,38 +261,16 @@ impl Translator {
                     && let Some(c) = on_key.iter().find_map(|l| l.cert.clone())
                 {
                     out.sni.push(((k, HostMatch::Any), owner.clone()));
-                    self.add_sni((k, HostMatch::Any), owner.clone(), c, d);
+                    self.hosts
+                        .add_sni((k, HostMatch::Any), owner.clone(), c, &mut d.resources);
                 }
             }
         }
-        self.gw_outputs.insert(gk.clone(), out);
-        let views = gateway::views(&state);
-        if self.gw_views.get(gk) != Some(&views) {
-            self.gw_views.insert(gk.clone(), views);
+        self.gateways.set_outputs(gk, out);
+        if self.gateways.set_views(gk, Some(gateway::views(&state))) {
             self.mark_dependents(&Dep::Object(gk.clone()), d);
         }
         d.gateway_status.insert(gk.clone());
-        self.gateways.insert(gk.clone(), state);
-    }
-
-    pub(super) fn add_sni(
-        &mut self,
-        hk: HostKey,
-        owner: SniOwner,
-        cert: Arc<Certificate>,
-        d: &mut Dirty,
-    ) {
-        d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
-        self.sni.entry(hk).or_default().insert(owner, cert);
-    }
-
-    pub(super) fn remove_sni(&mut self, hk: &HostKey, owner: &SniOwner, d: &mut Dirty) {
-        if let Some(m) = self.sni.get_mut(hk) {
-            m.remove(owner);
-            if m.is_empty() {
-                self.sni.remove(hk);
-            }
-        }
-        d.resources.insert(ResourceKey::Sni(hk.0, hk.1.clone()));
+        self.gateways.set_state(gk, Some(state));
     }
 }

@@ -1,12 +1,36 @@
 //! Ingress recomputation and the synthetic Ingress listeners.
 
-use std::sync::Arc;
+use foldhash::HashMap;
 
 use weir_api::{Kind, ObjectKey, ObjectStatus};
-use weir_model::{HostMatch, Listener, ListenerKey, Protocol, ResourceKey};
+use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
 
-use super::{Contribution, Dirty, INGRESS_LABEL, Translator};
+use super::{Contribution, Dirty, Translator};
 use crate::store::Dep;
+
+/// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
+const INGRESS_LABEL: &str = "ingress";
+
+/// What the Ingresses contribute, and what decides whether the Ingress listeners exist.
+#[derive(Default)]
+pub(super) struct IngressState {
+    /// Per stored Ingress: its share of hosts and clusters, whether it is ours, and how
+    /// many valid TLS hosts it has.
+    contributions: HashMap<ObjectKey, (Contribution, bool, usize)>,
+    /// Ingresses of ours: the HTTP listener exists while there is one.
+    ours: usize,
+    /// Valid TLS hosts of our Ingresses: the HTTPS listener exists while there is one.
+    tls_hosts: usize,
+    /// A Gateway claims an Ingress listener's socket: no Ingress is served.
+    blocked: bool,
+}
+
+impl IngressState {
+    /// Makes room for `additional` more Ingresses.
+    pub(super) fn reserve(&mut self, additional: usize) {
+        self.contributions.reserve(additional);
+    }
+}
 
 impl Translator {
     pub(super) fn ingress_keys(&self) -> [Option<ListenerKey>; 2] {
@@ -21,75 +45,60 @@ impl Translator {
             .ingress_keys()
             .iter()
             .flatten()
-            .any(|k| self.port_claims.contains_key(k));
-        if blocked != self.ingress_blocked {
-            self.ingress_blocked = blocked;
-            d.ingresses.extend(self.ingresses.keys().cloned());
+            .any(|k| self.sockets.is_claimed(k));
+        if blocked != self.ingress.blocked {
+            self.ingress.blocked = blocked;
+            d.ingresses
+                .extend(self.ingress.contributions.keys().cloned());
         }
     }
 
     pub(super) fn update_ingress_listeners(&mut self, d: &mut Dirty) {
         let [http, https] = self.ingress_keys();
-        let serve = !self.ingress_blocked;
+        let serve = !self.ingress.blocked;
         let want = [
-            (
-                http,
-                serve && self.ingress_count > 0,
-                Protocol::Http,
-                "http",
-            ),
+            (http, serve && self.ingress.ours > 0, Protocol::Http, "http"),
             (
                 https,
-                serve && self.ingress_tls_hosts > 0,
+                serve && self.ingress.tls_hosts > 0,
                 Protocol::Https,
                 "https",
             ),
         ];
         for (key, on, protocol, name) in want {
             let Some(k) = key else { continue };
-            if self.port_claims.contains_key(&k) {
+            if self.sockets.is_claimed(&k) {
                 // A Gateway owns this socket and manages its Listener; drop ours if the
                 // Gateway did not replace it.
                 if self
-                    .listeners
-                    .get(&k)
+                    .sockets
+                    .listener(&k)
                     .is_some_and(|l| &*l.gateway == INGRESS_LABEL)
                 {
-                    self.listeners.remove(&k);
-                    d.resources.insert(ResourceKey::Listener(k));
+                    self.sockets.remove_listener(k, &mut d.resources);
                 }
                 continue;
             }
-            let has = self.listeners.contains_key(&k);
+            let has = self.sockets.listener(&k).is_some();
             if on && !has {
-                self.listeners.insert(
-                    k,
-                    Arc::new(Listener::new(
-                        k,
-                        protocol,
-                        INGRESS_LABEL.into(),
-                        name.into(),
-                    )),
-                );
-                d.resources.insert(ResourceKey::Listener(k));
+                let l = Listener::new(k, protocol, INGRESS_LABEL.into(), name.into());
+                self.sockets.add_listener(l, &mut d.resources);
             } else if !on && has {
-                self.listeners.remove(&k);
-                d.resources.insert(ResourceKey::Listener(k));
+                self.sockets.remove_listener(k, &mut d.resources);
             }
         }
     }
 
     pub(super) fn recompute_ingress(&mut self, ik: &ObjectKey, d: &mut Dirty) {
-        let old = self.ingresses.remove(ik);
-        if let Some(o) = &old {
-            if o.ours {
-                self.ingress_count -= 1;
-            }
-            self.ingress_tls_hosts -= o.tls_hosts;
-        }
-        let mut new = Contribution::default();
+        let old = self.ingress.contributions.remove(ik).map(|(c, ours, tls)| {
+            self.ingress.ours -= usize::from(ours);
+            self.ingress.tls_hosts -= tls;
+            c
+        });
         let mut rules = Vec::new();
         let mut sni = Vec::new();
+        let mut clusters = Vec::new();
+        let (mut ours, mut tls_hosts) = (false, 0);
         let mut status = None;
         let mut deps = Vec::new();
         let ing = self.store.ingress(ik);
@@ -101,15 +110,17 @@ impl Translator {
                 &self.opts.ingress_class,
             )));
         }
-        if let Some(ing) = ing.filter(|i| crate::ingress::is_ours(&self.store, &self.opts, i)) {
+        if let Some(ing) =
+            ing.filter(|i| crate::compile::ingress::is_ours(&self.store, &self.opts, i))
+        {
             let age = self.store.age(ik);
-            let c = crate::ingress::compile(&self.store, ik, &age, ing);
+            let c = crate::compile::ingress::compile(&self.store, ik, &age, ing);
             deps.extend(c.deps);
-            new.ours = true;
+            ours = true;
             let mut problems = c.problems;
             let [http, https] = self.ingress_keys();
             let mut addresses = Vec::new();
-            if self.ingress_blocked {
+            if self.ingress.blocked {
                 problems.push(
                     "the Ingress listener address is used by a Gateway; Ingresses are not served"
                         .into(),
@@ -143,29 +154,23 @@ impl Translator {
                     for (h, cert) in &c.tls {
                         sni.push(((k, h.clone()), (age.clone(), ik.clone()), cert.clone()));
                     }
-                    new.tls_hosts = c.tls.len();
+                    tls_hosts = c.tls.len();
                 }
-                new.clusters = c.clusters;
+                clusters = c.clusters;
             }
-            new.entries = rules
-                .iter()
-                .map(|(hk, o, _)| (hk.clone(), o.clone()))
-                .collect();
-            new.sni = sni
-                .iter()
-                .map(|(hk, o, _)| (hk.clone(), o.clone()))
-                .collect();
             status = Some(ObjectStatus::Ingress {
                 load_balancer: weir_api::IngressStatus { addresses },
                 problems,
             });
-            self.ingress_count += 1;
-            self.ingress_tls_hosts += new.tls_hosts;
+            self.ingress.ours += 1;
+            self.ingress.tls_hosts += tls_hosts;
         }
-        self.set_deps(ik, deps);
-        self.swap_contribution(old, &new, &rules, &sni, d);
+        self.deps.set(ik, deps);
+        let new = self.program(old, rules, sni, clusters, d);
         if self.store.ingress(ik).is_some() {
-            self.ingresses.insert(ik.clone(), new);
+            self.ingress
+                .contributions
+                .insert(ik.clone(), (new, ours, tls_hosts));
         }
         self.set_status(ik, status, d);
     }

@@ -33,16 +33,92 @@ pub(crate) fn upserts(objects: &[Arc<Object>]) -> Vec<ObjectChange> {
     objects.iter().cloned().map(ObjectChange::Upsert).collect()
 }
 
-/// The IR and statuses, as one JSON value with status keys as display strings.
+/// The IR and statuses as a reviewer reads them, one JSON value with status keys as
+/// display strings: content hashes are left out (adding a field to a rule would
+/// otherwise change every hash above it), a certificate is named `cert-<n>` by its first
+/// SNI entry, and null or empty fields are skipped.
 pub(crate) fn snapshot(
     resources: &[Resource],
     statuses: &[(ObjectKey, ObjectStatus)],
 ) -> serde_json::Value {
-    let statuses: serde_json::Map<String, serde_json::Value> = statuses
+    // Certificates are known by content hash only: number them in SNI order (which
+    // does not depend on the hashes), so that shared certificates show as shared.
+    let mut certs: Vec<weir_model::ContentHash> = Vec::new();
+    let sni = resources.iter().filter_map(|r| match r {
+        Resource::Sni(s) => Some(s.cert),
+        _ => None,
+    });
+    let orphans = resources.iter().filter_map(|r| match r {
+        Resource::Certificate(c) => Some(c.hash()),
+        _ => None,
+    });
+    for h in sni.chain(orphans) {
+        if !certs.contains(&h) {
+            certs.push(h);
+        }
+    }
+    let cert_index =
+        |h: weir_model::ContentHash| certs.iter().position(|c| *c == h).unwrap_or(certs.len()) + 1;
+    let cert_name = |n: usize| serde_json::Value::String(format!("cert-{n}"));
+    let mut named_certs = Vec::new();
+    let mut out = Vec::new();
+    for r in resources {
+        match r {
+            Resource::Certificate(c) => named_certs.push(cert_index(c.hash())),
+            Resource::Sni(s) => {
+                let mut v = serde_json::to_value(r).unwrap();
+                v["Sni"]["cert"] = cert_name(cert_index(s.cert));
+                out.push(v);
+            }
+            _ => out.push(serde_json::to_value(r).unwrap()),
+        }
+    }
+    // Certificates (sorted by hash in the IR) go where they were, sorted by name.
+    named_certs.sort();
+    let at = out
+        .iter()
+        .position(|v| v.get("Sni").is_some())
+        .unwrap_or(out.len());
+    out.splice(
+        at..at,
+        named_certs
+            .into_iter()
+            .map(|n| serde_json::json!({ "Certificate": cert_name(n) })),
+    );
+    let mut resources = serde_json::Value::Array(out);
+    strip(&mut resources, &|k| k == "hash");
+    let mut statuses: serde_json::Value = statuses
         .iter()
         .map(|(k, s)| (k.to_string(), serde_json::to_value(s).unwrap()))
-        .collect();
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    strip(&mut statuses, &|_| false);
     serde_json::json!({ "resources": resources, "statuses": statuses })
+}
+
+/// Removes, at any depth, object fields named so that `drop` holds and fields that are
+/// null, `[]` or `{}` (after their own fields were removed). Array elements stay: their
+/// position means something.
+fn strip(v: &mut serde_json::Value, drop: &dyn Fn(&str) -> bool) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.retain(|k, v| {
+                strip(v, drop);
+                !drop(k) && !is_empty(v)
+            });
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|v| strip(v, drop)),
+        _ => {}
+    }
+}
+
+fn is_empty(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(m) => m.is_empty(),
+        _ => false,
+    }
 }
 
 /// A data plane's view: resources accumulated from batches, checking that no batch

@@ -2,16 +2,16 @@
 
 use std::sync::Arc;
 
-use weir_api::{Ingress, IngressBackend, Kind, ObjectKey};
+use weir_api::{Ingress, IngressBackend, Kind, ObjectKey, Reason};
 use weir_model::{
     Action, Certificate, HostMatch, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule,
     Timeouts, WeightedBackend,
 };
 
 use crate::TranslatorOptions;
-use crate::backend::{self, RefError, Resolved};
-use crate::fields::normalize_prefix;
-use crate::order::{Age, RuleOrder, RuleOrigin};
+use crate::compile::backend::{self, RefError, Resolved};
+use crate::compile::fields::normalize_prefix;
+use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
 
 /// What an Ingress compiles to.
@@ -226,7 +226,7 @@ fn resolve(
             (None, Some(name)) => {
                 let Some(svc) = store.service(ns, &s.name) else {
                     return Err(RefError::new(
-                        "BackendNotFound",
+                        Reason::BackendNotFound,
                         format!("{fs}: Service {ns}/{} not found", s.name),
                     ));
                 };
@@ -239,7 +239,7 @@ fn resolve(
                     Some(p) => p.port,
                     None => {
                         return Err(RefError::new(
-                            "BackendNotFound",
+                            Reason::BackendNotFound,
                             format!(
                                 "{fs}.port.name: Service {ns}/{} has no port named {name:?}",
                                 s.name
@@ -250,7 +250,7 @@ fn resolve(
             }
             (None, None) => {
                 return Err(RefError::new(
-                    "UnsupportedValue",
+                    Reason::UnsupportedValue,
                     format!("{fs}.port: number or name required"),
                 ));
             }
@@ -263,7 +263,7 @@ fn resolve(
             return backend::resolve_backend(store, ns, &r.name, &format!("{field}.resource"));
         }
         return Err(RefError::new(
-            "InvalidKind",
+            Reason::InvalidKind,
             format!(
                 "{field}.resource: unsupported {:?}/{:?} (weir.dev/Backend)",
                 r.api_group.as_deref().unwrap_or(""),
@@ -272,7 +272,7 @@ fn resolve(
         ));
     }
     Err(RefError::new(
-        "UnsupportedValue",
+        Reason::UnsupportedValue,
         format!("{field}: service or resource required"),
     ))
 }

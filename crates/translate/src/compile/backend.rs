@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use weir_api::{Backend, EndpointSlice};
+use weir_api::{Backend, EndpointSlice, Reason};
 use weir_model::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 
 use crate::store::Store;
@@ -26,12 +26,12 @@ pub(crate) enum ClusterSource {
 /// A backend reference that cannot be used, with its Gateway API reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RefError {
-    pub(crate) reason: &'static str,
+    pub(crate) reason: Reason,
     pub(crate) message: String,
 }
 
 impl RefError {
-    pub(crate) fn new(reason: &'static str, message: String) -> Self {
+    pub(crate) fn new(reason: Reason, message: String) -> Self {
         RefError { reason, message }
     }
 }
@@ -55,25 +55,25 @@ pub(crate) fn resolve_service(
 ) -> Result<Resolved, RefError> {
     let Some(port) = port else {
         return Err(RefError::new(
-            "UnsupportedValue",
+            Reason::UnsupportedValue,
             format!("{field}.port: required for a Service"),
         ));
     };
     let Some(svc) = store.service(ns, name) else {
         return Err(RefError::new(
-            "BackendNotFound",
+            Reason::BackendNotFound,
             format!("{field}: Service {ns}/{name} not found"),
         ));
     };
     let Some(p) = u16::try_from(port).ok().filter(|p| *p != 0) else {
         return Err(RefError::new(
-            "UnsupportedValue",
+            Reason::UnsupportedValue,
             format!("{field}.port: {port} is not a valid port"),
         ));
     };
     if !svc.spec.ports.iter().any(|sp| sp.port == port) {
         return Err(RefError::new(
-            "BackendNotFound",
+            Reason::BackendNotFound,
             format!("{field}: Service {ns}/{name} has no port {port}"),
         ));
     }
@@ -96,7 +96,7 @@ pub(crate) fn resolve_backend(
 ) -> Result<Resolved, RefError> {
     if store.backend(ns, name).is_none() {
         return Err(RefError::new(
-            "BackendNotFound",
+            Reason::BackendNotFound,
             format!("{field}: Backend {ns}/{name} not found"),
         ));
     }

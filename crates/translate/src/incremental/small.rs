@@ -81,6 +81,15 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
         one.into_iter().chain(many.into_iter().flatten())
     }
 
+    /// The first entry.
+    pub(crate) fn first(&self) -> Option<(&K, &V)> {
+        match self {
+            SmallOrdMap::Empty => None,
+            SmallOrdMap::One(k, v) => Some((k, v)),
+            SmallOrdMap::Many(map) => map.first_key_value(),
+        }
+    }
+
     /// The keys in order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         let (one, many) = match self {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use weir_model::ListenerSettings;
 
-use crate::duration;
+use crate::compile::duration;
 
 /// The annotations weir reads on a Gateway, with what each sets.
 pub(crate) const ANNOTATIONS: [&str; 10] = [

@@ -3,52 +3,40 @@
 use std::sync::Arc;
 
 use weir_api::{
-    HttpBackendRef, HttpRequestMirrorFilter, HttpRoute, HttpRouteFilter, HttpRouteRule, Kind,
-    ObjectKey,
+    HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
 };
 use weir_model::{
-    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule,
-    Timeouts, WeightedBackend,
+    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteRef, RouteRule, Timeouts,
 };
 
-use crate::backend::{self, RefError, Resolved};
-use crate::duration;
-use crate::fields::{
+use crate::compile::backend::RefError;
+use crate::compile::backend_ref::{RouteCtx, forward, mirror};
+use crate::compile::duration;
+use crate::compile::fields::{
     compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
 };
-use crate::order::{Age, RuleOrder, RuleOrigin};
+use crate::compile::order::{Age, RuleOrder, RuleOrigin};
+use crate::compile::route_kind::{CompiledRoute, Referrer, RouteKind, RouteObject};
 use crate::store::{Dep, Store};
 
-/// What an HTTPRoute compiles to.
-#[derive(Default)]
-pub(crate) struct CompiledRoute {
-    /// `None` when the route has no hostnames (it takes the listener's).
-    pub(crate) hostnames: Option<Vec<HostMatch>>,
-    /// One entry per (rule × match), with its precedence.
-    pub(crate) rules: Vec<(RuleOrder, Arc<RouteRule>)>,
-    /// Invalid fields (Accepted=False, UnsupportedValue); each names its field.
-    pub(crate) problems: Vec<String>,
-    /// Unusable references (ResolvedRefs=False).
-    pub(crate) ref_errors: Vec<RefError>,
-    /// Usable backend references.
-    pub(crate) clusters: Vec<Resolved>,
-    /// Objects the result depends on (besides parent Gateways).
-    pub(crate) deps: Vec<Dep>,
-}
+impl RouteObject for HttpRoute {
+    const KIND: RouteKind = RouteKind::Http;
 
-struct Ctx<'a> {
-    store: &'a Store,
-    ns: &'a Arc<str>,
-    out: &'a mut CompiledRoute,
+    fn generation(&self) -> Option<i64> {
+        self.metadata.generation
+    }
+
+    fn parent_refs(&self) -> &[ParentReference] {
+        &self.spec.parent_refs
+    }
+
+    fn compile(&self, store: &Store, key: &ObjectKey, age: &Age) -> CompiledRoute {
+        compile(store, key, age, self)
+    }
 }
 
 /// Compiles `route` (stored under `key`, with precedence `age`).
-pub(crate) fn compile(
-    store: &Store,
-    key: &ObjectKey,
-    age: &Age,
-    route: &HttpRoute,
-) -> CompiledRoute {
+fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> CompiledRoute {
     let mut out = CompiledRoute::default();
     if !route.spec.hostnames.is_empty() {
         let mut hosts = Vec::new();
@@ -74,14 +62,15 @@ pub(crate) fn compile(
     };
     let origin = RuleOrigin {
         age,
-        kind: RouteKind::HttpRoute,
+        kind: weir_model::RouteKind::HttpRoute,
         namespace: &key.namespace,
         name: &key.name,
     };
     for (i, rule) in rules.iter().enumerate() {
         let field = format!("spec.rules[{i}]");
-        let mut ctx = Ctx {
+        let mut ctx = RouteCtx {
             store,
+            referrer: Referrer::Route(HttpRoute::KIND),
             ns: &key.namespace,
             out: &mut out,
         };
@@ -89,7 +78,7 @@ pub(crate) fn compile(
             Ok((matches, filters, action, timeouts)) => {
                 let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
                 let route_ref = RouteRef {
-                    kind: RouteKind::HttpRoute,
+                    kind: weir_model::RouteKind::HttpRoute,
                     namespace: key.namespace.clone(),
                     name: key.name.clone(),
                     rule: rule_idx,
@@ -123,7 +112,7 @@ pub(crate) fn compile(
 type CompiledRule = (Vec<RequestMatch>, Vec<Filter>, Action, Timeouts);
 
 fn compile_rule(
-    ctx: &mut Ctx<'_>,
+    ctx: &mut RouteCtx<'_>,
     rule: &HttpRouteRule,
     field: &str,
 ) -> Result<CompiledRule, String> {
@@ -298,11 +287,11 @@ fn compile_rule(
     Ok((matches, filters, action, timeouts))
 }
 
-fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
+fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {
     let ns = ctx.ns.clone();
     let Some(d) = ctx.store.direct_response(&ns, name) else {
         ctx.out.ref_errors.push(RefError::new(
-            "BackendNotFound",
+            Reason::BackendNotFound,
             format!("{field}: DirectResponse {ns}/{name} not found"),
         ));
         return Action::Fail {
@@ -314,7 +303,7 @@ fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
         Ok(d) => Action::DirectResponse(d),
         Err(_) => {
             ctx.out.ref_errors.push(RefError::new(
-                "UnsupportedValue",
+                Reason::UnsupportedValue,
                 format!("{field}: DirectResponse {ns}/{name} is invalid"),
             ));
             Action::Fail {
@@ -325,56 +314,6 @@ fn direct_response(ctx: &mut Ctx<'_>, name: &str, field: &str) -> Action {
     }
 }
 
-/// A RequestMirror filter. An unresolvable backend is reported in ResolvedRefs and the
-/// filter dropped (the rule still serves); a bad share rejects the rule.
-fn mirror(
-    ctx: &mut Ctx<'_>,
-    m: &HttpRequestMirrorFilter,
-    field: &str,
-) -> Result<Option<Filter>, String> {
-    let per_million = match (m.percent, &m.fraction) {
-        (Some(_), Some(_)) => {
-            return Err(format!(
-                "{field}: percent and fraction are mutually exclusive"
-            ));
-        }
-        (Some(p), None) if (0..=100).contains(&p) => p as u32 * 10_000,
-        (Some(p), None) => return Err(format!("{field}.percent: {p} is not between 0 and 100")),
-        (None, Some(f)) => {
-            let d = f.denominator.unwrap_or(100);
-            if d <= 0 || f.numerator < 0 || f.numerator > d {
-                return Err(format!(
-                    "{field}.fraction: {}/{d} is not a fraction between 0 and 1",
-                    f.numerator
-                ));
-            }
-            (i64::from(f.numerator) * 1_000_000 / i64::from(d)) as u32
-        }
-        (None, None) => 1_000_000,
-    };
-    let b = &m.backend_ref;
-    let route_ns = ctx.ns.clone();
-    let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
-    let fb = format!("{field}.backendRef");
-    match resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb) {
-        Ok((key, src)) => {
-            if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
-                ctx.out.clusters.push((key.clone(), src));
-            }
-            Ok(Some(Filter::Mirror {
-                cluster: key,
-                per_million,
-            }))
-        }
-        Err(e) => {
-            ctx.out.ref_errors.push(e);
-            Ok(None)
-        }
-    }
-}
-
-/// Filters of one backendRef: header modifiers only (a redirect, rewrite or response of
-/// its own makes no sense per backend, and mirroring is not supported).
 /// A `RequestHeaderModifier` or `ResponseHeaderModifier` filter (`f.type_` is one of
 /// them); `ff` names the filter's field.
 fn header_filter(f: &HttpRouteFilter, ff: &str) -> Result<Filter, String> {
@@ -400,6 +339,8 @@ fn header_filter(f: &HttpRouteFilter, ff: &str) -> Result<Filter, String> {
     }
 }
 
+/// Filters of one backendRef: header modifiers only (a redirect, rewrite or response of
+/// its own makes no sense per backend, and mirroring is not supported).
 fn compile_backend_filters(
     filters: &[HttpRouteFilter],
     field: &str,
@@ -417,123 +358,4 @@ fn compile_backend_filters(
         }
     }
     Ok(out)
-}
-
-fn forward(
-    ctx: &mut Ctx<'_>,
-    refs: &[HttpBackendRef],
-    mut filters: Vec<Vec<Filter>>,
-    field: &str,
-) -> Action {
-    if refs.is_empty() {
-        return Action::Fail {
-            status: 500,
-            reason: "no backends".into(),
-        };
-    }
-    let mut backends = Vec::new();
-    let mut valid = 0;
-    for (k, b) in refs.iter().enumerate() {
-        let fb = format!("{field}.backendRefs[{k}]");
-        let weight = b.weight.unwrap_or(1).max(0) as u32;
-        let route_ns = ctx.ns.clone();
-        let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
-        let resolved = resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb);
-        match resolved {
-            Ok((key, src)) => {
-                valid += 1;
-                backends.push(WeightedBackend {
-                    cluster: key.clone(),
-                    weight,
-                    filters: std::mem::take(&mut filters[k]),
-                });
-                if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
-                    ctx.out.clusters.push((key, src));
-                }
-            }
-            Err(e) => {
-                ctx.out.ref_errors.push(e);
-                let what = if group.is_empty() {
-                    format!("{kind}/{ns}/{}", b.name)
-                } else {
-                    format!("{group}/{kind}/{ns}/{}", b.name)
-                };
-                backends.push(WeightedBackend {
-                    cluster: backend::invalid_cluster_key(&what),
-                    weight,
-                    filters: Vec::new(),
-                });
-            }
-        }
-    }
-    if valid == 0 {
-        return Action::Fail {
-            status: 500,
-            reason: "no valid backends".into(),
-        };
-    }
-    Action::Forward(backends)
-}
-
-/// A backend reference's group, kind and namespace with the API's defaults: a core
-/// Service in the route's namespace.
-fn ref_defaults<'a>(
-    group: &'a Option<String>,
-    kind: &'a Option<String>,
-    namespace: &'a Option<String>,
-    route_ns: &'a str,
-) -> (&'a str, &'a str, &'a str) {
-    (
-        group.as_deref().unwrap_or(""),
-        kind.as_deref().unwrap_or("Service"),
-        namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .unwrap_or(route_ns),
-    )
-}
-
-fn resolve_ref(
-    ctx: &mut Ctx<'_>,
-    group: &str,
-    kind: &str,
-    ns: &str,
-    name: &str,
-    port: Option<i32>,
-    field: &str,
-) -> Result<Resolved, RefError> {
-    let k = match (group, kind) {
-        ("" | "core", "Service") => Kind::Service,
-        ("weir.dev", "Backend") => Kind::Backend,
-        _ => {
-            return Err(RefError::new(
-                "InvalidKind",
-                format!(
-                    "{field}: unsupported backend kind {group:?}/{kind:?} (use Service or weir.dev/Backend)"
-                ),
-            ));
-        }
-    };
-    ctx.out.deps.push(Dep::Object(ObjectKey::new(k, ns, name)));
-    if ns != &**ctx.ns {
-        ctx.out.deps.push(Dep::GrantsIn(ns.into()));
-        let g = if k == Kind::Service { "" } else { "weir.dev" };
-        if !ctx
-            .store
-            .grant_allows("HTTPRoute", ctx.ns, ns, g, k.name(), name)
-        {
-            return Err(RefError::new(
-                "RefNotPermitted",
-                format!(
-                    "{field}: {} {ns}/{name} is in another namespace and no ReferenceGrant allows it",
-                    k.name()
-                ),
-            ));
-        }
-    }
-    if k == Kind::Service {
-        backend::resolve_service(ctx.store, ns, name, port, field)
-    } else {
-        backend::resolve_backend(ctx.store, ns, name, field)
-    }
 }

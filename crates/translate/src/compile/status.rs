@@ -1,11 +1,11 @@
 //! Statuses of kinds that are computed from the object alone.
 
-use weir_api::{Condition, GatewayClassStatus, Object, ObjectStatus};
+use weir_api::{Condition, ConditionType, GatewayClassStatus, Object, ObjectStatus, Reason};
 
-use crate::backend;
-use crate::fields::direct_response_of;
+use crate::compile::backend;
+use crate::compile::fields::direct_response_of;
+use crate::compile::tls;
 use crate::store::Store;
-use crate::tls;
 
 /// Gateway API features weir implements, reported in GatewayClass `status.supportedFeatures`:
 /// exactly those whose upstream conformance tests weir passes (CONFORMANCE.md), sorted by
@@ -52,9 +52,9 @@ pub(crate) fn standalone_status(
             }
             return Some(ObjectStatus::GatewayClass(GatewayClassStatus {
                 conditions: vec![Condition::new(
-                    "Accepted",
+                    ConditionType::Accepted,
                     true,
-                    "Accepted",
+                    Reason::Accepted,
                     "GatewayClass accepted",
                     c.metadata.generation,
                 )],

@@ -1,0 +1,261 @@
+//! Gateway and XListenerSet statuses (and their listeners').
+
+use std::sync::Arc;
+
+use weir_api::{
+    Condition, ConditionType, GatewayStatus, GatewayStatusAddress, ListenerEntryStatus,
+    ListenerSetStatus, ListenerStatus, Reason,
+};
+
+use crate::compile::gateway::{GatewayState, SetsAllowed};
+use crate::compile::listener::{ListenerState, Outcome};
+
+/// The Gateway's status, given how many routes are attached to each listener (by name)
+/// and how many XListenerSets are attached to it.
+pub(crate) fn status(
+    state: &GatewayState,
+    attached: impl Fn(&Arc<str>) -> u32,
+    sets_attached: u32,
+) -> GatewayStatus {
+    let g = state.generation;
+    let any_programmed = state.listeners.iter().any(|l| l.programmed);
+    let mut conditions = vec![
+        outcome(
+            ConditionType::Accepted,
+            &state.accepted,
+            Reason::Accepted,
+            "Gateway accepted",
+            g,
+        ),
+        if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
+            Condition::new(
+                ConditionType::Programmed,
+                false,
+                Reason::AddressNotUsable,
+                m.clone(),
+                g,
+            )
+        } else if any_programmed {
+            Condition::new(
+                ConditionType::Programmed,
+                true,
+                Reason::Programmed,
+                "Gateway programmed",
+                g,
+            )
+        } else {
+            Condition::new(
+                ConditionType::Programmed,
+                false,
+                Reason::Invalid,
+                "no listener is programmed",
+                g,
+            )
+        },
+    ];
+    // Refused `weir.dev/…` annotations do not reject the Gateway (their defaults apply);
+    // they are named in its Accepted condition.
+    if state.accepted.is_ok() && !state.settings_problems.is_empty() {
+        let accepted = &mut conditions[0];
+        accepted.message = format!(
+            "{}; {}",
+            accepted.message,
+            state.settings_problems.join("; ")
+        );
+    }
+    // Reported only by Gateways that opted into XListenerSets (`spec.allowedListeners`).
+    match &state.sets_allowed {
+        None => {}
+        Some(SetsAllowed::None) => conditions.push(Condition::new(
+            ConditionType::AttachedListenerSets,
+            false,
+            Reason::ListenerSetsNotAllowed,
+            "spec.allowedListeners allows no namespace",
+            g,
+        )),
+        Some(_) if sets_attached > 0 => conditions.push(Condition::new(
+            ConditionType::AttachedListenerSets,
+            true,
+            Reason::ListenerSetsAttached,
+            "XListenerSets are attached",
+            g,
+        )),
+        Some(_) => conditions.push(Condition::new(
+            ConditionType::AttachedListenerSets,
+            false,
+            Reason::NoListenerSetsAttached,
+            "no XListenerSet is attached",
+            g,
+        )),
+    }
+    let listeners = state
+        .listeners
+        .iter()
+        .map(|l| listener_status(l, &attached, g))
+        .collect();
+    GatewayStatus {
+        addresses: if state.accepted.is_ok() && state.unusable.is_none() {
+            vec![GatewayStatusAddress {
+                type_: "IPAddress".into(),
+                value: state.ip.to_string(),
+            }]
+        } else {
+            Vec::new()
+        },
+        conditions,
+        listeners,
+    }
+}
+
+/// An XListenerSet's status, given how many routes are attached to each listener.
+pub(crate) fn set_status(
+    state: &GatewayState,
+    attached: impl Fn(&Arc<str>) -> u32,
+) -> ListenerSetStatus {
+    let g = state.generation;
+    let any_accepted = state.listeners.iter().any(|l| {
+        l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none() && l.shadowed.is_none()
+    });
+    let accepted = match &state.accepted {
+        Ok(()) if !any_accepted => Condition::new(
+            ConditionType::Accepted,
+            false,
+            Reason::ListenersNotValid,
+            "no listener is valid",
+            g,
+        ),
+        o => outcome(
+            ConditionType::Accepted,
+            o,
+            Reason::Accepted,
+            "XListenerSet accepted",
+            g,
+        ),
+    };
+    let programmed = if state.listeners.iter().any(|l| l.programmed) {
+        Condition::new(
+            ConditionType::Programmed,
+            true,
+            Reason::Programmed,
+            "XListenerSet programmed",
+            g,
+        )
+    } else {
+        Condition::new(
+            ConditionType::Programmed,
+            false,
+            Reason::Invalid,
+            "no listener is programmed",
+            g,
+        )
+    };
+    ListenerSetStatus {
+        conditions: vec![accepted, programmed],
+        listeners: state
+            .listeners
+            .iter()
+            .map(|l| {
+                let st = listener_status(l, &attached, g);
+                ListenerEntryStatus {
+                    name: st.name,
+                    port: l.port,
+                    supported_kinds: st.supported_kinds,
+                    attached_routes: st.attached_routes,
+                    conditions: st.conditions,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn outcome(
+    t: ConditionType,
+    o: &Outcome,
+    ok_reason: Reason,
+    ok_msg: &str,
+    g: Option<i64>,
+) -> Condition {
+    match o {
+        Ok(()) => Condition::new(t, true, ok_reason, ok_msg, g),
+        Err((r, m)) => Condition::new(t, false, *r, m.clone(), g),
+    }
+}
+
+fn listener_status(
+    l: &ListenerState,
+    attached: &impl Fn(&Arc<str>) -> u32,
+    g: Option<i64>,
+) -> ListenerStatus {
+    let accepted = match (&l.accepted, &l.taken_by) {
+        (Err(e), _) => Err(e.clone()),
+        (Ok(()), Some((_, m))) => Err((Reason::PortUnavailable, m.clone())),
+        (Ok(()), None) => Ok(()),
+    };
+    let resolved = match l.resolved.first() {
+        None => Condition::new(
+            ConditionType::ResolvedRefs,
+            true,
+            Reason::ResolvedRefs,
+            "all references resolved",
+            g,
+        ),
+        Some((r, _)) => {
+            let msg: Vec<&str> = l.resolved.iter().map(|(_, m)| m.as_str()).collect();
+            Condition::new(ConditionType::ResolvedRefs, false, *r, msg.join("; "), g)
+        }
+    };
+    let conflicted = match (&l.conflict, &l.taken_by, &l.shadowed) {
+        (Some((r, m)), _, _) => Condition::new(ConditionType::Conflicted, true, *r, m.clone(), g),
+        (None, Some((r, m)), _) => {
+            Condition::new(ConditionType::Conflicted, true, *r, m.clone(), g)
+        }
+        (None, None, Some(m)) => Condition::new(
+            ConditionType::Conflicted,
+            true,
+            Reason::HostnameConflict,
+            m.clone(),
+            g,
+        ),
+        (None, None, None) => Condition::new(
+            ConditionType::Conflicted,
+            false,
+            Reason::NoConflicts,
+            "no conflicts",
+            g,
+        ),
+    };
+    let programmed = if l.programmed {
+        Condition::new(
+            ConditionType::Programmed,
+            true,
+            Reason::Programmed,
+            "listener programmed",
+            g,
+        )
+    } else {
+        Condition::new(
+            ConditionType::Programmed,
+            false,
+            Reason::Invalid,
+            "listener is not accepted, conflicted or has no valid certificate",
+            g,
+        )
+    };
+    ListenerStatus {
+        name: l.name.to_string(),
+        supported_kinds: l.kinds.to_status(),
+        attached_routes: i32::try_from(attached(&l.name)).unwrap_or(i32::MAX),
+        conditions: vec![
+            outcome(
+                ConditionType::Accepted,
+                &accepted,
+                Reason::Accepted,
+                "listener accepted",
+                g,
+            ),
+            resolved,
+            conflicted,
+            programmed,
+        ],
+    }
+}

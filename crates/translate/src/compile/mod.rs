@@ -1,0 +1,20 @@
+//! Pure per-object compilation: one object (plus what it references in the [`Store`])
+//! → validated state, IR rules and statuses. Nothing here keeps state between calls;
+//! the incremental bookkeeping lives in `crate::incremental` and `crate::translator`.
+//!
+//! [`Store`]: crate::store::Store
+
+pub(crate) mod backend;
+pub(crate) mod backend_ref;
+pub(crate) mod duration;
+pub(crate) mod fields;
+pub(crate) mod gateway;
+pub(crate) mod gateway_status;
+pub(crate) mod http_route;
+pub(crate) mod ingress;
+pub(crate) mod listener;
+pub(crate) mod order;
+pub(crate) mod route_kind;
+pub(crate) mod settings;
+pub(crate) mod status;
+pub(crate) mod tls;

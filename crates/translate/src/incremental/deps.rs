@@ -1,0 +1,73 @@
+//! Which derived objects were computed from which objects.
+
+use foldhash::HashMap;
+
+use weir_api::ObjectKey;
+
+use crate::incremental::MultiIndex;
+use crate::store::Dep;
+
+/// What each derived object (Gateway, XListenerSet, route, Ingress) was computed from,
+/// and the reverse: when a [`Dep`] changes, its dependents are recomputed.
+#[derive(Default)]
+pub(crate) struct DepIndex {
+    dependents: MultiIndex<Dep, ObjectKey>,
+    of: HashMap<ObjectKey, Vec<Dep>>,
+}
+
+impl DepIndex {
+    /// Replaces what `key` depends on by `deps` (in any order, duplicates allowed).
+    pub(crate) fn set(&mut self, key: &ObjectKey, mut deps: Vec<Dep>) {
+        deps.sort();
+        deps.dedup();
+        if self.of.get(key) == Some(&deps) {
+            return;
+        }
+        for dep in self.of.remove(key).into_iter().flatten() {
+            self.dependents.remove(&dep, key);
+        }
+        if deps.is_empty() {
+            return;
+        }
+        for dep in &deps {
+            self.dependents.insert(dep.clone(), key.clone());
+        }
+        self.of.insert(key.clone(), deps);
+    }
+
+    /// The objects computed from `dep`.
+    pub(crate) fn dependents<'a>(
+        &'a self,
+        dep: &Dep,
+    ) -> impl Iterator<Item = &'a ObjectKey> + use<'a> {
+        self.dependents.get(dep)
+    }
+
+    /// Makes room for `objects` more dependent objects and `deps` more dependencies.
+    pub(crate) fn reserve(&mut self, objects: usize, deps: usize) {
+        self.of.reserve(objects);
+        self.dependents.reserve(deps);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_api::Kind;
+
+    #[test]
+    fn replaces_and_forgets() {
+        let route = ObjectKey::new(Kind::HttpRoute, "ns", "r");
+        let svc = Dep::Object(ObjectKey::new(Kind::Service, "ns", "s"));
+        let grants = Dep::GrantsIn("other".into());
+        let mut d = DepIndex::default();
+        d.set(&route, vec![svc.clone(), grants.clone(), svc.clone()]);
+        assert_eq!(d.dependents(&svc).collect::<Vec<_>>(), [&route]);
+        d.set(&route, vec![grants.clone()]);
+        assert_eq!(d.dependents(&svc).count(), 0);
+        assert_eq!(d.dependents(&grants).count(), 1);
+        d.set(&route, Vec::new());
+        assert_eq!(d.dependents(&grants).count(), 0);
+        assert!(d.of.is_empty());
+    }
+}

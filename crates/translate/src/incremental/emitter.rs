@@ -1,0 +1,141 @@
+//! What was emitted: the IR by key, the certificates its SNI entries use, and the
+//! statuses; turning dirty resource keys into an ordered [`DeltaBatch`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
+
+use weir_api::{ObjectKey, ObjectStatus};
+use weir_model::{Certificate, ContentHash, Delta, DeltaBatch, Resource, ResourceKey};
+
+use crate::incremental::{DirtyResources, HostKey, RefCount};
+
+/// Where the emitter reads the current version of a resource.
+pub(crate) trait Desired {
+    /// The version of `key` that should exist now, if any. Never asked for a
+    /// certificate: the emitter derives those from the SNI entries it emits.
+    fn desired(&self, key: &ResourceKey) -> Option<Resource>;
+    /// The certificate SNI entry `hk` serves.
+    fn sni_certificate(&self, hk: &HostKey) -> Option<Arc<Certificate>>;
+}
+
+/// The last emitted IR and statuses. Emits a resource only when its content hash
+/// changed, and a certificate exactly while an emitted SNI entry uses it.
+#[derive(Default)]
+pub(crate) struct Emitter {
+    emitted: HashMap<ResourceKey, Resource>,
+    /// Certificates the emitted SNI entries use.
+    cert_refs: RefCount<ContentHash, Arc<Certificate>>,
+    statuses: BTreeMap<ObjectKey, ObjectStatus>,
+}
+
+impl Emitter {
+    /// Rebuilds every `dirty` resource from `source` and returns the changes, ordered so
+    /// that a data plane never sees a dangling reference.
+    pub(crate) fn emit(&mut self, dirty: &DirtyResources, source: &impl Desired) -> DeltaBatch {
+        let mut deltas: Vec<(ResourceKey, Delta)> = Vec::with_capacity(dirty.len());
+        // Certificates touched by SNI changes, with whether they were emitted before.
+        let mut certs: HashMap<ContentHash, bool> = HashMap::new();
+        for key in dirty {
+            let new = source.desired(key);
+            let old = self.emitted.get(key);
+            if old.map(Resource::hash) == new.as_ref().map(Resource::hash) {
+                continue;
+            }
+            if let Some(Resource::Sni(s)) = old {
+                let h = s.cert;
+                certs
+                    .entry(h)
+                    .or_insert_with(|| self.emitted.contains_key(&ResourceKey::Certificate(h)));
+                self.cert_refs.dec(&h);
+            }
+            if let Some(Resource::Sni(s)) = &new {
+                let h = s.cert;
+                certs
+                    .entry(h)
+                    .or_insert_with(|| self.emitted.contains_key(&ResourceKey::Certificate(h)));
+                // The entry was built from this certificate: it is there.
+                if let Some(cert) = source.sni_certificate(&(s.listener, s.host.clone())) {
+                    self.cert_refs.inc(h, cert);
+                }
+            }
+            match new {
+                Some(r) => {
+                    self.emitted.insert(key.clone(), r.clone());
+                    deltas.push((key.clone(), Delta::Upsert(r)));
+                }
+                None => {
+                    self.emitted.remove(key);
+                    deltas.push((key.clone(), Delta::Remove(key.clone())));
+                }
+            }
+        }
+        for (h, was) in certs {
+            let key = ResourceKey::Certificate(h);
+            match self.cert_refs.get(&h) {
+                Some(c) if !was => {
+                    let r = Resource::Certificate(c.clone());
+                    self.emitted.insert(key.clone(), r.clone());
+                    deltas.push((key, Delta::Upsert(r)));
+                }
+                None if was => {
+                    self.emitted.remove(&key);
+                    deltas.push((key.clone(), Delta::Remove(key)));
+                }
+                _ => {}
+            }
+        }
+        // In the order a data plane applies without dangling references (the model's one
+        // list of relations). Each delta carries its key, so sorting builds no key.
+        let rank = |k: &ResourceKey, d: &Delta| k.apply_rank(matches!(d, Delta::Upsert(_)));
+        deltas.sort_by(|(ka, a), (kb, b)| (rank(ka, a), ka).cmp(&(rank(kb, b), kb)));
+        DeltaBatch {
+            deltas: deltas.into_iter().map(|(_, d)| d).collect(),
+        }
+    }
+
+    /// Records the status of `key` (`None`: it has none; `exists`: the object still
+    /// exists). Returns the status to report when it changed: a status that disappears
+    /// because its problems were fixed is reported once as an empty
+    /// [`ObjectStatus::Problems`].
+    pub(crate) fn set_status(
+        &mut self,
+        key: &ObjectKey,
+        new: Option<ObjectStatus>,
+        exists: bool,
+    ) -> Option<ObjectStatus> {
+        match new {
+            Some(s) => (self.statuses.get(key) != Some(&s)).then(|| {
+                self.statuses.insert(key.clone(), s.clone());
+                s
+            }),
+            None => match self.statuses.remove(key) {
+                Some(ObjectStatus::Problems(_)) if exists => {
+                    Some(ObjectStatus::Problems(Vec::new()))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// The complete emitted IR, sorted by [`ResourceKey`].
+    pub(crate) fn resources(&self) -> Vec<Resource> {
+        let mut v: Vec<(&ResourceKey, &Resource)> = self.emitted.iter().collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v.into_iter().map(|(_, r)| r.clone()).collect()
+    }
+
+    /// The current status of every object that has one, sorted by key.
+    pub(crate) fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
+        self.statuses
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Makes room for `additional` more resources.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.emitted.reserve(additional);
+    }
+}

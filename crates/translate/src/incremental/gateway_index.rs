@@ -1,0 +1,152 @@
+//! Gateways and XListenerSets: their validated state, what routes see of them, what they
+//! contributed, and what is attached to them.
+
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashSet};
+
+use weir_api::{Kind, ObjectKey, ObjectStatus};
+use weir_model::ListenerKey;
+
+use crate::compile::gateway::GatewayState;
+use crate::compile::gateway_status;
+use crate::compile::listener::ListenerView;
+use crate::incremental::{HostKey, RefCount, SniOwner};
+
+/// What one Gateway or XListenerSet currently contributes, so that settling it again
+/// can undo exactly that.
+#[derive(Default)]
+pub(crate) struct GatewayOutputs {
+    /// Its sockets with a Listener resource.
+    pub(crate) listeners: Vec<ListenerKey>,
+    /// The listeners are an XListenerSet's share of its Gateway's sockets
+    /// (`Sockets::share`), not sockets of its own (`Sockets::add_listener`).
+    pub(crate) shared: bool,
+    /// Its SNI entries.
+    pub(crate) sni: Vec<(HostKey, SniOwner)>,
+    /// Virtual hosts that exist even without routes (listener isolation).
+    pub(crate) isolated: Vec<HostKey>,
+}
+
+/// Per Gateway and XListenerSet of ours: state, listener views, outputs, and the counts
+/// its status reports (attached routes per listener, attached sets).
+#[derive(Default)]
+pub(crate) struct GatewayIndex {
+    states: HashMap<ObjectKey, GatewayState>,
+    /// What routes are matched against; a change recomputes the attached routes.
+    views: HashMap<ObjectKey, Vec<ListenerView>>,
+    outputs: HashMap<ObjectKey, GatewayOutputs>,
+    /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
+    set_parents: HashMap<ObjectKey, ObjectKey>,
+    sets_attached: RefCount<ObjectKey>,
+    /// Routes attached per (Gateway or XListenerSet, listener name).
+    attached: RefCount<(ObjectKey, Arc<str>)>,
+}
+
+impl GatewayIndex {
+    /// The state of Gateway or XListenerSet `gk`, if it is ours.
+    pub(crate) fn state(&self, gk: &ObjectKey) -> Option<&GatewayState> {
+        self.states.get(gk)
+    }
+
+    /// Sets (or, with `None`, removes) the state of `gk`.
+    pub(crate) fn set_state(&mut self, gk: &ObjectKey, state: Option<GatewayState>) {
+        match state {
+            Some(s) => self.states.insert(gk.clone(), s),
+            None => self.states.remove(gk),
+        };
+    }
+
+    /// Takes the state of `gk` out (to settle it; [`Self::set_state`] puts it back).
+    pub(crate) fn take_state(&mut self, gk: &ObjectKey) -> Option<GatewayState> {
+        self.states.remove(gk)
+    }
+
+    /// The listener views of `gk`, if it is ours.
+    pub(crate) fn views(&self, gk: &ObjectKey) -> Option<&[ListenerView]> {
+        self.views.get(gk).map(Vec::as_slice)
+    }
+
+    /// Sets (or removes) the listener views of `gk`; returns whether they changed (the
+    /// routes attached to it must then be recomputed).
+    pub(crate) fn set_views(&mut self, gk: &ObjectKey, views: Option<Vec<ListenerView>>) -> bool {
+        match views {
+            None => self.views.remove(gk).is_some(),
+            Some(v) if self.views.get(gk) == Some(&v) => false,
+            Some(v) => {
+                self.views.insert(gk.clone(), v);
+                true
+            }
+        }
+    }
+
+    /// Takes out what `gk` contributed (to undo it).
+    pub(crate) fn take_outputs(&mut self, gk: &ObjectKey) -> Option<GatewayOutputs> {
+        self.outputs.remove(gk)
+    }
+
+    /// Records what `gk` contributes.
+    pub(crate) fn set_outputs(&mut self, gk: &ObjectKey, outputs: GatewayOutputs) {
+        self.outputs.insert(gk.clone(), outputs);
+    }
+
+    /// Records the Gateway XListenerSet `set` is accepted by (`None`: none). A Gateway
+    /// whose `AttachedListenerSets` condition changes (its count leaves or reaches zero)
+    /// is added to `statuses`.
+    pub(crate) fn set_parent(
+        &mut self,
+        set: &ObjectKey,
+        parent: Option<ObjectKey>,
+        statuses: &mut HashSet<ObjectKey>,
+    ) {
+        let old = self.set_parents.remove(set);
+        if old != parent {
+            if let Some(p) = &old
+                && self.sets_attached.dec(p).is_some()
+            {
+                statuses.insert(p.clone());
+            }
+            if let Some(p) = &parent
+                && self.sets_attached.inc(p.clone(), ())
+            {
+                statuses.insert(p.clone());
+            }
+        }
+        if let Some(p) = parent {
+            self.set_parents.insert(set.clone(), p);
+        }
+    }
+
+    /// Replaces one route's attachments (Gateway or set, listener name) `old` by `new`;
+    /// the Gateways and sets involved are added to `statuses`.
+    pub(crate) fn attach_route(
+        &mut self,
+        old: &[(ObjectKey, Arc<str>)],
+        new: &[(ObjectKey, Arc<str>)],
+        statuses: &mut HashSet<ObjectKey>,
+    ) {
+        if old == new {
+            return;
+        }
+        for a in old {
+            self.attached.dec(a);
+            statuses.insert(a.0.clone());
+        }
+        for a in new {
+            self.attached.inc(a.clone(), ());
+            statuses.insert(a.0.clone());
+        }
+    }
+
+    /// The status of Gateway or XListenerSet `gk` (`None` when it is not ours).
+    pub(crate) fn status(&self, gk: &ObjectKey) -> Option<ObjectStatus> {
+        let s = self.states.get(gk)?;
+        let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
+        Some(if gk.kind == Kind::XListenerSet {
+            ObjectStatus::ListenerSet(gateway_status::set_status(s, attached))
+        } else {
+            let sets = self.sets_attached.count(gk);
+            ObjectStatus::Gateway(gateway_status::status(s, attached, sets))
+        })
+    }
+}
