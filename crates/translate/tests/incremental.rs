@@ -298,6 +298,28 @@ spec:
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
+metadata:
+  name: gw3
+  namespace: default
+  annotations: {weir.dev/idle-timeout: 5s, weir.dev/merge-slashes: "false"}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: Same}}
+  listeners: [{name: http, port: 9080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw3
+  namespace: default
+  annotations: {weir.dev/max-connections: "10", weir.dev/max-headers: "oops"}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: All}}
+  listeners: [{name: http, port: 9080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
 metadata: {name: gw3, namespace: default}
 spec:
   gatewayClassName: weir
