@@ -22,17 +22,37 @@ pub struct CheckOptions {
     pub ingress_https: Option<SocketAddr>,
     /// As for `weir run`.
     pub ingress_class: String,
+    /// Print one JSON document instead of lines.
+    pub json: bool,
 }
 
-/// Prints one line per problem to `out` and a summary; returns the number of problems.
+/// One problem `weir check` found: where, which object, what.
+struct Problem {
+    /// The file, when known.
+    file: Option<String>,
+    /// 0-based document index in the file, when known.
+    document: Option<usize>,
+    /// `Kind namespace/name`, when the problem is one object's.
+    object: Option<String>,
+    message: String,
+}
+
+/// Prints every problem (one line each, or one JSON document with `json`) and a summary;
+/// returns the number of problems. Anything reported here would be rejected or left out by
+/// `weir run` with the same files.
 pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> {
     let mut provider = FileProvider::new(opts.config.clone());
     let update = provider.load_all();
-    let mut problems = 0;
-    for e in &update.errors {
-        writeln!(out, "{e}")?;
-        problems += 1;
-    }
+    let mut problems: Vec<Problem> = update
+        .errors
+        .iter()
+        .map(|e| Problem {
+            file: Some(e.file.display().to_string()),
+            document: e.document,
+            object: None,
+            message: e.message.clone(),
+        })
+        .collect();
     let objects = update.upserts.len();
     let mut translator = Translator::new(translator_options(
         opts.ingress_http,
@@ -41,15 +61,41 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
     ));
     translator.apply(update.upserts.into_iter().map(ObjectChange::Upsert));
     for (key, status) in translator.statuses() {
-        let at = provider
-            .origin(&key)
-            .map(|o| format!("{}#{}", o.file.display(), o.document))
-            .unwrap_or_else(|| "-".into());
+        let origin = provider.origin(&key);
         for p in report::problems(&status) {
-            writeln!(out, "{at}: {key}: {p}")?;
-            problems += 1;
+            problems.push(Problem {
+                file: origin.map(|o| o.file.display().to_string()),
+                document: origin.map(|o| o.document),
+                object: Some(key.to_string()),
+                message: p,
+            });
         }
     }
-    writeln!(out, "{objects} objects read, {problems} problem(s)")?;
-    Ok(problems)
+    if opts.json {
+        let list: Vec<serde_json::Value> = problems
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "file": p.file, "document": p.document,
+                    "object": p.object, "message": p.message,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({"objects": objects, "problems": list});
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        for p in &problems {
+            let at = match (&p.file, p.document) {
+                (Some(f), Some(d)) => format!("{f}#{d}"),
+                (Some(f), None) => f.clone(),
+                (None, _) => "-".into(),
+            };
+            match &p.object {
+                Some(o) => writeln!(out, "{at}: {o}: {}", p.message)?,
+                None => writeln!(out, "{at}: {}", p.message)?,
+            }
+        }
+        writeln!(out, "{objects} objects read, {} problem(s)", problems.len())?;
+    }
+    Ok(problems.len())
 }

@@ -162,6 +162,10 @@ struct CheckArgs {
     /// A YAML file or a directory of YAML files.
     #[arg(short, long)]
     config: PathBuf,
+    /// `text` (one line per problem) or `json` (one document: objects read, problems with
+    /// file, document, object and message).
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    output: String,
     #[command(flatten)]
     ingress: IngressArgs,
 }
@@ -281,6 +285,7 @@ fn main() -> ExitCode {
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
                     ingress_class: a.ingress.ingress_class,
+                    json: a.output == "json",
                 };
                 let problems = weir::check::check(&opts, &mut std::io::stdout())?;
                 Ok(if problems == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })

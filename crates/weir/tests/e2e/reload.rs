@@ -208,6 +208,27 @@ spec:
         "{stdout}"
     );
 
+    // The same verdict as JSON, for tools.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["check", "--output", "json", "-c"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{doc}");
+    let p = &problems[0];
+    assert!(p["file"].as_str().unwrap().ends_with("bad.yaml"), "{doc}");
+    assert_eq!(p["document"], 0, "{doc}");
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.rules[0].matches[0].path.type"),
+        "{doc}"
+    );
+
     std::fs::remove_file(dir.path().join("bad.yaml")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["check", "-c"])
