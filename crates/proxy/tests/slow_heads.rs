@@ -86,27 +86,3 @@ async fn slow_unterminated_heads_hold_bounded_memory() {
         }
     }
 }
-
-/// This process's open-files limit (soft, hard).
-fn nofile() -> (u64, u64) {
-    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .expect("Max open files");
-    let mut n = line["Max open files".len()..]
-        .split_whitespace()
-        .map(|v| v.parse().unwrap_or(u64::MAX));
-    (n.next().expect("soft"), n.next().expect("hard"))
-}
-
-/// Sets this process's soft open-files limit (util-linux `prlimit`: no unsafe code here).
-fn set_soft_nofile(soft: u64, hard: u64) {
-    let pid = std::process::id().to_string();
-    let arg = format!("--nofile={soft}:{hard}");
-    let status = std::process::Command::new("prlimit")
-        .args(["--pid", &pid, &arg])
-        .status()
-        .expect("run prlimit (util-linux)");
-    assert!(status.success(), "prlimit {arg}");
-}
