@@ -19,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use weir_model::{Action, DirectResponse, ListenerSettings, Protocol, Resource, UpstreamProtocol};
+use weir_model::{ListenerSettings, Protocol, Resource, UpstreamProtocol};
 
 fn settings(f: impl FnOnce(&mut ListenerSettings)) -> ListenerSettings {
     let mut s = ListenerSettings::default();
@@ -29,21 +29,6 @@ fn settings(f: impl FnOnce(&mut ListenerSettings)) -> ListenerSettings {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A rule answering 200 "ok" by itself (no backend needed).
-fn ok_rule() -> Resource {
-    vhost(
-        None,
-        vec![rule(
-            "/",
-            Action::DirectResponse(DirectResponse {
-                status: 200,
-                headers: vec![],
-                body: "ok".into(),
-            }),
-        )],
-    )
 }
 
 async fn raw_get(s: &mut TcpStream, host: &str, path: &str) -> Option<RawResp> {

@@ -11,21 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber, span};
-use weir_model::{Action, DirectResponse, Protocol, Resource};
-
-fn ok_rule() -> Resource {
-    vhost(
-        None,
-        vec![rule(
-            "/",
-            Action::DirectResponse(DirectResponse {
-                status: 200,
-                headers: vec![],
-                body: "ok".into(),
-            }),
-        )],
-    )
-}
+use weir_model::Protocol;
 
 /// The warnings logged by any thread, as (level, message).
 #[derive(Clone, Default)]

@@ -6,21 +6,7 @@ mod support;
 use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use weir_model::{Action, DirectResponse, Protocol, Resource};
-
-fn ok_rule() -> Resource {
-    vhost(
-        None,
-        vec![rule(
-            "/",
-            Action::DirectResponse(DirectResponse {
-                status: 200,
-                headers: vec![],
-                body: "ok".into(),
-            }),
-        )],
-    )
-}
+use weir_model::Protocol;
 
 /// A field of /proc/self/status in KiB (VmRSS, VmHWM).
 fn status_kib(field: &str) -> u64 {

@@ -666,3 +666,18 @@ pub fn set_soft_nofile(soft: u64, hard: u64) {
         .expect("run prlimit (util-linux)");
     assert!(status.success(), "prlimit {arg}");
 }
+
+/// The virtual host with one rule answering 200 "ok" by itself (no backend needed).
+pub fn ok_rule() -> Resource {
+    vhost(
+        None,
+        vec![rule(
+            "/",
+            Action::DirectResponse(weir_model::DirectResponse {
+                status: 200,
+                headers: vec![],
+                body: "ok".into(),
+            }),
+        )],
+    )
+}
