@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
+use crate::endpoints::{EndpointRegistry, OutlierDetection};
 use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
@@ -92,9 +93,13 @@ impl DataPlane {
             metrics.upstream_connections.clone(),
             metrics.upstream_connect_errors.clone(),
         );
+        let endpoints = Arc::new(EndpointRegistry::new(
+            OutlierDetection::default(),
+            metrics.outlier.clone(),
+        ));
         Ok(Arc::new(DataPlane {
             shared: Arc::new(Shared {
-                snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
+                snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::with_endpoints(endpoints))),
                 upstreams,
                 config,
                 metrics,

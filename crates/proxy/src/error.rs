@@ -114,10 +114,73 @@ impl Fault {
     }
 }
 
-/// Turns a failure into the response sent to the client, and says whose fault it was.
-/// Bodies are short plain-text reasons.
-pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
-    let (status, fault, body) = match err {
+/// How an error reaches the client: a plain-text HTTP response, or, for a gRPC request
+/// (`content-type: application/grpc...`), the gRPC way: HTTP 200 with `grpc-status` and
+/// `grpc-message` (a trailers-only response), since gRPC clients read the status from
+/// there and report a bare HTTP 502 as an opaque protocol error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResponseShape {
+    /// Plain-text HTTP.
+    Http,
+    /// gRPC status in the response headers.
+    Grpc,
+}
+
+impl ResponseShape {
+    /// The shape the request asks for, read from its `content-type`.
+    pub(crate) fn of(headers: &http::HeaderMap) -> ResponseShape {
+        let grpc = headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| is_grpc_content_type(v.as_bytes()));
+        if grpc {
+            ResponseShape::Grpc
+        } else {
+            ResponseShape::Http
+        }
+    }
+}
+
+/// `application/grpc`, optionally followed by `+proto`, `+json`, ... or parameters.
+fn is_grpc_content_type(v: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    v.len() >= GRPC.len()
+        && v[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(v.get(GRPC.len()), None | Some(b'+' | b';'))
+}
+
+/// gRPC status codes (grpc/doc/statuscodes.md) weir answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum GrpcStatus {
+    DeadlineExceeded = 4,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+}
+
+impl GrpcStatus {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from(u16::from(self as u8))
+    }
+}
+
+/// Turns a failure into the response sent to the client, in the request's shape, and
+/// says whose fault it was.
+pub(crate) fn error_response(
+    err: &ProxyError,
+    shape: ResponseShape,
+) -> (Response<ProxyBody>, Fault) {
+    let (status, fault, body) = http_error(err);
+    let resp = match shape {
+        ResponseShape::Http => text_response(status, Bytes::from_static(body.as_bytes())),
+        ResponseShape::Grpc => grpc_error(grpc_status(err), body.trim_end()),
+    };
+    (resp, fault)
+}
+
+/// The HTTP status, fault and plain-text body of a failure.
+fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
+    match err {
         ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
         ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) | ProxyError::InvalidHost(_) => {
             (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n")
@@ -158,12 +221,45 @@ pub(crate) fn error_response(err: &ProxyError) -> (Response<ProxyBody>, Fault) {
             Fault::Client,
             "too many header fields\n",
         ),
-    };
-    (
-        text_response(status, Bytes::from_static(body.as_bytes())),
-        fault,
-    )
+    }
 }
+
+/// The gRPC status of a failure: the HTTP-to-gRPC mapping gRPC documents
+/// (doc/http-grpc-status-mapping.md: 400 → INTERNAL, 404 → UNIMPLEMENTED, 502/503/504 →
+/// UNAVAILABLE), except that an expired timeout is DEADLINE_EXCEEDED, which is what a
+/// gRPC client reports for its own deadline.
+fn grpc_status(err: &ProxyError) -> GrpcStatus {
+    match err {
+        ProxyError::NoRoute => GrpcStatus::Unimplemented,
+        ProxyError::BadRequest(_)
+        | ProxyError::InvalidPath(_)
+        | ProxyError::InvalidHost(_)
+        | ProxyError::ClientBody(_)
+        | ProxyError::TooManyHeaders
+        | ProxyError::BackendNotFound => GrpcStatus::Internal,
+        ProxyError::NoEndpoints | ProxyError::Connect(_) | ProxyError::Upstream(_) => {
+            GrpcStatus::Unavailable
+        }
+        ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
+    }
+}
+
+/// A trailers-only gRPC response: HTTP 200, no body, the status in the headers.
+fn grpc_error(status: GrpcStatus, message: &'static str) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::full(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(GRPC_STATUS, status.header());
+    // The messages are fixed ASCII without '%', so they need no percent-encoding.
+    h.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
+    resp
+}
+
+const GRPC_STATUS: header::HeaderName = header::HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: header::HeaderName = header::HeaderName::from_static("grpc-message");
 
 /// A plain-text response with a fixed body.
 pub(crate) fn text_response(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
@@ -174,4 +270,49 @@ pub(crate) fn text_response(status: StatusCode, body: Bytes) -> Response<ProxyBo
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(ct: &'static str) -> ResponseShape {
+        let mut h = http::HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+        ResponseShape::of(&h)
+    }
+
+    #[test]
+    fn grpc_requests_are_recognised_by_content_type() {
+        assert_eq!(shape("application/grpc"), ResponseShape::Grpc);
+        assert_eq!(shape("application/grpc+proto"), ResponseShape::Grpc);
+        assert_eq!(shape("Application/GRPC;charset=utf-8"), ResponseShape::Grpc);
+        assert_eq!(shape("application/grpc-web"), ResponseShape::Http);
+        assert_eq!(shape("application/grpcx"), ResponseShape::Http);
+        assert_eq!(shape("application/json"), ResponseShape::Http);
+        assert_eq!(
+            ResponseShape::of(&http::HeaderMap::new()),
+            ResponseShape::Http
+        );
+    }
+
+    #[test]
+    fn grpc_errors_are_http_200_with_a_grpc_status() {
+        let cases = [
+            (ProxyError::NoRoute, "12"),
+            (ProxyError::NoEndpoints, "14"),
+            (ProxyError::Timeout, "4"),
+            (ProxyError::BadRequest("x"), "13"),
+        ];
+        for (err, code) in cases {
+            let (resp, _) = error_response(&err, ResponseShape::Grpc);
+            assert_eq!(resp.status(), StatusCode::OK, "{err}");
+            assert_eq!(resp.headers()["grpc-status"], code, "{err}");
+            assert_eq!(resp.headers()["content-type"], "application/grpc");
+            assert!(!resp.headers()["grpc-message"].is_empty());
+            let (http, _) = error_response(&err, ResponseShape::Http);
+            assert_ne!(http.status(), StatusCode::OK, "{err}");
+            assert!(http.headers().get("grpc-status").is_none());
+        }
+    }
 }

@@ -3,6 +3,8 @@
 
 #![warn(missing_docs)]
 
+mod balance;
+mod endpoints;
 mod filters;
 mod hosts;
 mod router;

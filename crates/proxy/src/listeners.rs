@@ -21,7 +21,7 @@ use weir_model::{Listener, ListenerKey, Protocol};
 
 use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
-use crate::error::{ProxyError, error_response};
+use crate::error::{ProxyError, ResponseShape, error_response};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
@@ -289,7 +289,10 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
     let service = |state: Arc<ConnState>| {
         hyper::service::service_fn(move |req: Request<Incoming>| -> Served<_> {
             let fut = if limits::too_many_headers(&req, max_headers) {
-                Either::Left(ready(Ok(too_many_headers(&ctx))))
+                Either::Left(ready(Ok(too_many_headers(
+                    &ctx,
+                    ResponseShape::of(req.headers()),
+                ))))
             } else {
                 Either::Right(server::handle(Arc::clone(&ctx), req))
             };
@@ -364,8 +367,8 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
 /// The answer to an HTTP/2 request with more header fields than the listener allows
 /// (counted like every response).
 #[cold]
-fn too_many_headers(ctx: &ConnContext) -> Response<ProxyBody> {
-    let (resp, _) = error_response(&ProxyError::TooManyHeaders);
+fn too_many_headers(ctx: &ConnContext, shape: ResponseShape) -> Response<ProxyBody> {
+    let (resp, _) = error_response(&ProxyError::TooManyHeaders, shape);
     ctx.metrics.record(resp.status().as_u16(), 0.0);
     resp
 }

@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::endpoints::OutlierMetrics;
 use crate::snapshot::SnapshotStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,6 +74,9 @@ pub(crate) struct Metrics {
     /// Version of the live snapshot.
     pub(crate) config_version: Gauge,
     resources: Family<KindLabels, Gauge>,
+    /// Passive outlier detection (`crate::endpoints`). Unlabelled: per-endpoint labels
+    /// would grow with every pod ever seen; the admin dump shows per-endpoint state.
+    pub(crate) outlier: OutlierMetrics,
 }
 
 /// Per-listener handles, resolved when an accept loop starts.
@@ -135,6 +139,7 @@ impl Metrics {
             config_apply_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 20)),
             config_version: Gauge::default(),
             resources: Family::default(),
+            outlier: OutlierMetrics::default(),
         };
         registry.register(
             "weir_requests",
@@ -197,6 +202,21 @@ impl Metrics {
             "weir_config_version",
             "Version of the live configuration snapshot",
             m.config_version.clone(),
+        );
+        registry.register(
+            "weir_upstream_ejections",
+            "Endpoints ejected by outlier detection after consecutive gateway failures",
+            m.outlier.ejections.clone(),
+        );
+        registry.register(
+            "weir_upstream_ejected_endpoints",
+            "Endpoints ejected, or back from an ejection and not yet answering",
+            m.outlier.ejected.clone(),
+        );
+        registry.register(
+            "weir_upstream_ejections_refused",
+            "Ejections not made because the cluster had its maximum share ejected",
+            m.outlier.ejections_refused.clone(),
         );
         registry.register(
             "weir_config_resources",

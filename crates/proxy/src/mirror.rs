@@ -32,8 +32,8 @@ pub(crate) fn targets(
                 per_million,
             } if sampled(*per_million) => {
                 let c = snapshot.cluster(cluster)?;
-                let e = c.pick()?;
-                Some((e.addr.clone(), c.cluster.protocol))
+                let e = c.pick(std::time::Instant::now())?;
+                Some((e.endpoint.addr.clone(), c.cluster.protocol))
             }
             _ => None,
         })

@@ -161,7 +161,7 @@ fn thread_seed() -> u64 {
 }
 
 /// wyrand: a tiny, fast, statistically good non-cryptographic generator.
-fn next_random() -> u64 {
+pub(crate) fn next_random() -> u64 {
     RNG.with(|state| {
         let s = state.get().wrapping_add(0xa076_1d64_78bd_642f);
         state.set(s);

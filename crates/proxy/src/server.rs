@@ -18,18 +18,21 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use weir_model::{
     Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol,
+    WeightedBackend,
 };
 
 use crate::authority;
 use crate::body::RequestBody;
 use crate::dataplane::Shared;
-use crate::error::{ProxyError, error_response, text_response};
+use crate::endpoints::{InFlight, Outcome};
+use crate::error::{ProxyError, ResponseShape, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
 use crate::pool::Lease;
 use crate::router::{self, RequestView, RouteOutcome};
+use crate::snapshot::Snapshot;
 use crate::upgrade;
 
 /// The response body: a small body produced here, or an upstream body streamed through.
@@ -150,8 +153,19 @@ type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
 
 /// Serves one request. Never fails: every error becomes a response.
 ///
-/// Routing, the rewriting of the forwarded head and the hand-over to an upstream
-/// connection happen here, synchronously; the returned future only waits for the
+/// The request goes through named phases, each a function below:
+/// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
+/// 2. (check: policies that may refuse the request — the place where they will go);
+/// 3. [`choose`]: a backend of the rule by weight, an endpoint of its cluster by the
+///    balancer ([`crate::balance`]);
+/// 4. [`rewrite`]: the forwarded head (hop-by-hop headers, `x-forwarded-*`, filters,
+///    mirrors, URI form);
+/// 5. [`send`]: the hand-over to the upstream pool, bounded by the route's timeouts;
+/// 6. [`relay`]: the upstream's response head as sent back, once it arrives;
+/// 7. [`finish`]: errors turned into responses in the request's shape (HTTP or gRPC),
+///    metrics and the access log.
+///
+/// Phases 1–5 run here, synchronously; the returned future only waits for the
 /// upstream's response head. It is a few hundred bytes: hyper moves it into its
 /// dispatcher for every HTTP/1.1 request and into a spawned task for every HTTP/2
 /// stream, and the nested `async fn`s it replaces made it 3.6 KiB (memmove and malloc
@@ -161,6 +175,7 @@ pub(crate) fn handle(
     mut req: Request<Incoming>,
 ) -> Handling<impl Future<Output = UpstreamResult> + Send + use<>> {
     let start = Instant::now();
+    let shape = ResponseShape::of(req.headers());
     ensure_request_id(req.headers_mut());
     let mut log = (ctx.shared.config.access_log
         && tracing::enabled!(target: "weir::access", tracing::Level::INFO))
@@ -173,7 +188,7 @@ pub(crate) fn handle(
             upstream: None,
         })
     });
-    let state = match route(&ctx, req, start, log.as_deref_mut()) {
+    let state = match phases(&ctx, req, start, log.as_deref_mut()) {
         Ok(Routed::Forward(fwd)) => State::Forwarding { fwd },
         Ok(Routed::Respond(resp)) => State::Done {
             result: Some(Ok(resp)),
@@ -185,6 +200,7 @@ pub(crate) fn handle(
     Handling {
         ctx,
         start,
+        shape,
         log,
         state,
     }
@@ -195,6 +211,7 @@ pin_project_lite::pin_project! {
     pub(crate) struct Handling<S> {
         ctx: Arc<ConnContext>,
         start: Instant,
+        shape: ResponseShape,
         log: Option<Box<AccessLog>>,
         #[pin]
         state: State<S>,
@@ -222,21 +239,29 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
             ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
         };
-        Poll::Ready(Ok(finish(this.ctx, *this.start, this.log.take(), result)))
+        Poll::Ready(Ok(finish(
+            this.ctx,
+            *this.start,
+            *this.shape,
+            this.log.take(),
+            result,
+        )))
     }
 }
 
-/// Turns the result into the response, records metrics and writes the access log line.
+/// Phase 7: turns the result into the response, records metrics and writes the access
+/// log line.
 fn finish(
     ctx: &ConnContext,
     start: Instant,
+    shape: ResponseShape,
     log: Option<Box<AccessLog>>,
     result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
     let (resp, fault) = match result {
         Ok(resp) => (resp, None),
         Err(err) => {
-            let (resp, fault) = error_response(&err);
+            let (resp, fault) = error_response(&err, shape);
             tracing::debug!(error = %err, fault = fault.as_str(), "request failed");
             (resp, Some(fault.as_str()))
         }
@@ -284,26 +309,58 @@ fn raw_host(req: &Request<Incoming>) -> Option<HeaderValue> {
     }
 }
 
-/// What routing decided: an answer made here, or a request handed to an upstream.
+/// What the synchronous phases decided: an answer made here, or a request handed to an
+/// upstream.
 enum Routed<S> {
     Respond(Response<ProxyBody>),
     Forward(Forwarding<S>),
 }
 
-fn route(
+/// Phases 1–5 (see [`handle`]).
+fn phases(
     ctx: &ConnContext,
     mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
+    let Matched { rule, raw_host } = route(ctx, &snapshot, &mut req)?;
+    let backends = match &rule.action {
+        Action::Forward(backends) => backends,
+        _ => {
+            let raw = raw_host.as_ref().and_then(|v| v.to_str().ok());
+            let host = router::normalize_host(raw.unwrap_or(""));
+            return Ok(Routed::Respond(answer(ctx, &rule, &host, &req)));
+        }
+    };
+    let mut target = choose(&snapshot, &rule, backends, start)?;
+    drop(snapshot);
+    if let Some(log) = log {
+        log.upstream = Some(target.addr.clone());
+    }
+    let rewritten = rewrite(ctx, &rule, &mut target, req, raw_host)?;
+    Ok(Routed::Forward(send(ctx, rule, target, rewritten, start)))
+}
+
+/// What [`route`] found.
+struct Matched {
+    rule: Arc<RouteRule>,
+    /// The host as the client sent it (the one kept after [`authority::canonical_host`]).
+    raw_host: Option<HeaderValue>,
+}
+
+/// Phase 1: makes the request's host and path canonical (one host, one normal path,
+/// routed on and forwarded alike: authority.rs, normalize.rs) and finds its rule.
+fn route(
+    ctx: &ConnContext,
+    snapshot: &Snapshot,
+    req: &mut Request<Incoming>,
+) -> Result<Matched, ProxyError> {
     let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
-    // One host and one normal path, routed on and forwarded alike (authority.rs,
-    // normalize.rs).
-    let raw = authority::canonical_host(&mut req)?;
+    let raw_host = authority::canonical_host(req)?;
     let merge_slashes = listener.listener.settings.paths.merge_slashes;
     normalize::normalize_uri(req.uri_mut(), merge_slashes)?;
-    let raw_str = match &raw {
+    let raw_str = match &raw_host {
         Some(v) => v
             .to_str()
             .map_err(|_| ProxyError::BadRequest("host is not text"))?,
@@ -317,36 +374,35 @@ fn route(
         method: req.method(),
         headers: req.headers(),
     };
-    let rule: Arc<RouteRule> = match listener.route(&view) {
+    let rule = match listener.route(&view) {
         RouteOutcome::NoHost | RouteOutcome::NoRoute => return Err(ProxyError::NoRoute),
         RouteOutcome::Matched(rule) => Arc::clone(rule),
     };
-    let backends = match &rule.action {
-        Action::Forward(backends) => backends,
-        _ => return Ok(Routed::Respond(answer(ctx, &rule, &host, &req))),
-    };
+    drop(host);
+    Ok(Matched { rule, raw_host })
+}
+
+/// Phase 3: a backend of the rule (by weight) and an endpoint of its cluster (by the
+/// balancer), counted in flight until its outcome is known; and the mirrors' endpoints.
+fn choose(
+    snapshot: &Snapshot,
+    rule: &RouteRule,
+    backends: &[WeightedBackend],
+    now: Instant,
+) -> Result<Target, ProxyError> {
     let backend = router::pick_backend(backends).ok_or(ProxyError::BackendNotFound)?;
     let cluster = snapshot
         .cluster(&backends[backend].cluster)
         .ok_or(ProxyError::BackendNotFound)?;
-    let endpoint = cluster.pick().ok_or(ProxyError::NoEndpoints)?;
-    let protocol = cluster.cluster.protocol;
-    let addr = endpoint.addr.clone();
-    if let Some(log) = log {
-        log.upstream = Some(addr.clone());
-    }
-    drop(host);
-    let mirrors = mirror::targets(&snapshot, &rule);
-    drop(snapshot);
-    let target = Target {
-        addr,
-        protocol,
+    let picked = cluster.pick(now).ok_or(ProxyError::NoEndpoints)?;
+    Ok(Target {
+        addr: picked.endpoint.addr.clone(),
+        protocol: cluster.cluster.protocol,
         backend,
-        mirrors,
-    };
-    forward(ctx, rule, target, req, raw, start).map(Routed::Forward)
+        mirrors: mirror::targets(snapshot, rule),
+        in_flight: picked.state.start(),
+    })
 }
-
 /// The response of a rule that answers by itself: direct response, redirect or failure.
 fn answer(
     ctx: &ConnContext,
@@ -397,7 +453,7 @@ fn answer(
             text_response(status_or_500(*status), body)
         }
         // Routed by the caller.
-        Action::Forward(_) => error_response(&ProxyError::BackendNotFound).0,
+        Action::Forward(_) => error_response(&ProxyError::BackendNotFound, ResponseShape::Http).0,
     }
 }
 
@@ -413,6 +469,8 @@ struct Target {
     backend: usize,
     /// Endpoints that get a copy (RequestMirror filters whose share this request fell in).
     mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
+    /// The request counted against its endpoint until the outcome is known.
+    in_flight: InFlight,
 }
 
 /// The filters of the rule's backend number `backend` (none if out of range).
@@ -423,21 +481,23 @@ fn backend_filters(rule: &RouteRule, backend: usize) -> &[Filter] {
     }
 }
 
-/// Rewrites the request head for the upstream and hands it to the upstream pool.
-fn forward(
+/// The request as it goes upstream, from [`rewrite`].
+struct Rewritten {
+    parts: http::request::Parts,
+    body: Incoming,
+    /// The client side of an HTTP/1.1 upgrade passed on to the upstream.
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+}
+
+/// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
+fn rewrite(
     ctx: &ConnContext,
-    rule: Arc<RouteRule>,
-    target: Target,
+    rule: &RouteRule,
+    target: &mut Target,
     req: Request<Incoming>,
     raw_host: Option<HeaderValue>,
-    start: Instant,
-) -> Result<Forwarding<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
-    let Target {
-        addr,
-        protocol,
-        backend,
-        mirrors,
-    } = target;
+) -> Result<Rewritten, ProxyError> {
+    let protocol = target.protocol;
     let (mut parts, body) = req.into_parts();
     // An HTTP/1.1 upgrade (e.g. WebSocket) is passed on to an HTTP/1.1 upstream; if it
     // answers 101 the two connections are joined (see `upgrade::tunnel`).
@@ -456,16 +516,20 @@ fn forward(
         parts.headers.insert(header::UPGRADE, u.clone());
     }
     add_forwarded(&mut parts.headers, ctx, raw_host);
-    filters::apply_request_filters(&rule, &mut parts);
-    if !mirrors.is_empty() {
+    filters::apply_request_filters(rule, &mut parts);
+    if !target.mirrors.is_empty() {
         let limit = rule
             .timeouts
             .request
             .or(rule.timeouts.backend_request)
             .unwrap_or(mirror::DEFAULT_TIMEOUT);
+        let mirrors = std::mem::take(&mut target.mirrors);
         mirror::send(ctx, &parts, !body.is_end_stream(), mirrors, limit);
     }
-    filters::apply_request_header_filters(backend_filters(&rule, backend), &mut parts.headers);
+    filters::apply_request_header_filters(
+        backend_filters(rule, target.backend),
+        &mut parts.headers,
+    );
 
     match protocol {
         UpstreamProtocol::Http1 => {
@@ -475,15 +539,38 @@ fn forward(
                 parts.uri = Uri::from(origin_form(&parts.uri));
             }
             if !parts.headers.contains_key(header::HOST) {
-                parts.headers.insert(header::HOST, endpoint_host(&addr)?);
+                parts
+                    .headers
+                    .insert(header::HOST, endpoint_host(&target.addr)?);
             }
             parts.version = Version::HTTP_11;
         }
         UpstreamProtocol::H2c => {
-            parts.uri = upstream_uri(&addr, origin_form(&parts.uri))?;
+            parts.uri = upstream_uri(&target.addr, origin_form(&parts.uri))?;
             parts.version = Version::HTTP_2;
         }
     }
+    Ok(Rewritten {
+        parts,
+        body,
+        client_upgrade,
+    })
+}
+
+/// Phase 5: hands the request to the upstream pool, bounded by the route's request and
+/// backend-request timeouts (or the listener's upstream-response timeout).
+fn send(
+    ctx: &ConnContext,
+    rule: Arc<RouteRule>,
+    target: Target,
+    rewritten: Rewritten,
+    start: Instant,
+) -> Forwarding<impl Future<Output = UpstreamResult> + Send + use<>> {
+    let Rewritten {
+        parts,
+        body,
+        client_upgrade,
+    } = rewritten;
     let remaining = rule
         .timeouts
         .request
@@ -496,24 +583,29 @@ fn forward(
     let upstream_response = ctx.timeouts.upstream_response;
     let limit = limit.or((!upstream_response.is_zero()).then_some(upstream_response));
     let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
-    let send = ctx.shared.upstreams.send(protocol, &addr, req);
-    Ok(Forwarding {
+    let send = ctx
+        .shared
+        .upstreams
+        .send(target.protocol, &target.addr, req);
+    Forwarding {
         send: Bounded::new(limit, send),
         rule,
-        backend,
+        backend: target.backend,
         client_upgrade,
-    })
+        in_flight: Some(target.in_flight),
+    }
 }
 
 pin_project_lite::pin_project! {
-    /// A forwarded request waiting for the upstream's response head; then the response
-    /// is relayed (hop-by-hop headers, response filters, an accepted upgrade).
+    /// A forwarded request waiting for the upstream's response head; then its outcome is
+    /// reported to the endpoint's state and the response is relayed.
     struct Forwarding<S> {
         #[pin]
         send: Bounded<S>,
         rule: Arc<RouteRule>,
         backend: usize,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        in_flight: Option<InFlight>,
     }
 }
 
@@ -522,7 +614,11 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let (resp, lease) = std::task::ready!(this.send.poll(cx))?;
+        let result = std::task::ready!(this.send.poll(cx));
+        if let Some(in_flight) = this.in_flight.take() {
+            in_flight.finish(outcome(&result));
+        }
+        let (resp, lease) = result?;
         let rule = &**this.rule;
         Poll::Ready(Ok(relay(
             rule,
@@ -534,7 +630,18 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
     }
 }
 
-/// The upstream's response as sent to the client.
+/// What an upstream result says about its endpoint (for outlier detection).
+fn outcome(result: &UpstreamResult) -> Outcome {
+    match result {
+        Ok((resp, _)) => Outcome::of_status(resp.status().as_u16()),
+        Err(ProxyError::Connect(_) | ProxyError::Upstream(_) | ProxyError::Timeout) => {
+            Outcome::GatewayFailure
+        }
+        Err(_) => Outcome::Neutral,
+    }
+}
+
+/// Phase 6: the upstream's response as sent to the client.
 fn relay(
     rule: &RouteRule,
     backend_filters: &[Filter],

@@ -8,23 +8,21 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    Cluster, ClusterKey, ContentHash, Delta, DeltaBatch, Endpoint, Listener, ListenerKey, Resource,
-    ResourceKey, SniCert, VirtualHost,
+    ClusterKey, ContentHash, Delta, DeltaBatch, Listener, ListenerKey, Resource, ResourceKey,
+    SniCert, VirtualHost,
 };
 
+use crate::balance::ClusterState;
+use crate::endpoints::EndpointRegistry;
 use crate::hosts::HostTable;
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::sharded::ShardedMap;
 use crate::tls::CertEntry;
-
-/// Longest weighted round-robin cycle kept per cluster; larger weight sums are scaled.
-const MAX_SCHEDULE: u64 = 10_000;
 
 /// Why a delta was rejected (the rest of its batch still applies).
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +61,9 @@ pub struct Snapshot {
     listeners: Arc<HashMap<ListenerKey, Arc<ListenerState>>>,
     clusters: ShardedMap<ClusterKey, Arc<ClusterState>>,
     certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
+    /// Endpoint state (health, load), shared by every version derived from one another
+    /// and kept across cluster changes (see [`crate::endpoints`]).
+    endpoints: Arc<EndpointRegistry>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -77,11 +78,17 @@ impl std::fmt::Debug for Snapshot {
 impl Snapshot {
     /// The empty configuration, version 0.
     pub fn empty() -> Snapshot {
+        Snapshot::with_endpoints(Arc::default())
+    }
+
+    /// The empty configuration, keeping endpoint state in `endpoints`.
+    pub(crate) fn with_endpoints(endpoints: Arc<EndpointRegistry>) -> Snapshot {
         Snapshot {
             version: 0,
             listeners: Arc::default(),
             clusters: ShardedMap::new(),
             certificates: ShardedMap::new(),
+            endpoints,
         }
     }
 
@@ -171,8 +178,8 @@ impl Snapshot {
                 // Same content: keep the state (and its round-robin position).
                 let unchanged = self.clusters.get(&c.key).is_some_and(|s| s.cluster == *c);
                 if !unchanged {
-                    self.clusters
-                        .insert(c.key.clone(), Arc::new(ClusterState::new(c.clone())));
+                    let state = ClusterState::new(c.clone(), &self.endpoints);
+                    self.clusters.insert(c.key.clone(), Arc::new(state));
                 }
             }
             Resource::Certificate(c) => {
@@ -310,13 +317,16 @@ impl Snapshot {
                 }),
             );
         }
+        let now = std::time::Instant::now();
         let clusters: Map<String, Value> = self
             .clusters
             .iter()
             .map(|(k, c)| {
+                let state: Vec<Value> = c.states().iter().map(|s| s.to_json(now)).collect();
                 let v = json!({
                     "protocol": to_value(&c.cluster.protocol),
                     "endpoints": to_value(&c.cluster.endpoints),
+                    "state": state,
                 });
                 (k.to_string(), v)
             })
@@ -384,62 +394,13 @@ impl ListenerState {
     }
 }
 
-/// A cluster plus its load-balancing state.
-pub struct ClusterState {
-    /// The IR cluster.
-    pub cluster: Arc<Cluster>,
-    /// Endpoint indexes over one smooth weighted round-robin cycle.
-    schedule: Box<[u32]>,
-    cursor: AtomicUsize,
-}
-
-impl std::fmt::Debug for ClusterState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterState")
-            .field("cluster", &self.cluster.key)
-            .field("endpoints", &self.cluster.endpoints.len())
-            .field("cycle", &self.schedule.len())
-            .finish()
-    }
-}
-
-impl ClusterState {
-    /// Precomputes the round-robin cycle. Endpoints of weight 0 are never picked.
-    pub(crate) fn new(cluster: Arc<Cluster>) -> Self {
-        let weights: Vec<u32> = cluster.endpoints.iter().map(|e| e.weight).collect();
-        let schedule = router::wrr_schedule(&weights, MAX_SCHEDULE).into_boxed_slice();
-        // Start where the content hash says, so that a change to a busy cluster does not
-        // send the next burst of requests to its first endpoint.
-        let start = if schedule.is_empty() {
-            0
-        } else {
-            (cluster.hash().0 % schedule.len() as u64) as usize
-        };
-        ClusterState {
-            cluster,
-            schedule,
-            cursor: AtomicUsize::new(start),
-        }
-    }
-
-    /// Next endpoint by smooth weighted round-robin; `None` when the cluster has no
-    /// endpoints. Lock-free: one relaxed atomic increment.
-    pub fn pick(&self) -> Option<&Endpoint> {
-        if self.schedule.is_empty() {
-            return None;
-        }
-        let n = self.cursor.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
-        self.cluster.endpoints.get(self.schedule[n] as usize)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use weir_model::{
-        Action, Certificate, EndpointAddr, HostMatch, PathMatch, Protocol, RequestMatch, RouteKind,
-        RouteRef, RouteRule, Timeouts, UpstreamProtocol,
+        Action, Certificate, Cluster, Endpoint, EndpointAddr, HostMatch, PathMatch, Protocol,
+        RequestMatch, RouteKind, RouteRef, RouteRule, Timeouts, UpstreamProtocol,
     };
 
     use super::*;
@@ -797,24 +758,6 @@ mod tests {
             .certificate(Some("c.example.com"))
             .unwrap();
         assert!(Arc::ptr_eq(&a, &c));
-    }
-
-    #[test]
-    fn cluster_round_robin() {
-        let state = ClusterState::new(cluster("c", &[2, 1]));
-        let picks: Vec<String> = (0..300)
-            .map(|_| state.pick().unwrap().addr.to_string())
-            .collect();
-        let first = picks.iter().filter(|p| p.as_str() == "10.0.0.0:80").count();
-        assert_eq!(first, 200);
-        // Never three of the weight-2 endpoint in a row, never two of the weight-1 one.
-        for w in picks.windows(3) {
-            assert!(!(w[0] == w[1] && w[1] == w[2]), "{w:?}");
-        }
-        for w in picks.windows(2) {
-            assert!(!(w[0] == "10.0.0.1:80" && w[1] == "10.0.0.1:80"), "{w:?}");
-        }
-        assert!(ClusterState::new(cluster("empty", &[])).pick().is_none());
     }
 
     #[test]

@@ -681,3 +681,78 @@ pub fn ok_rule() -> Resource {
         )],
     )
 }
+
+// ---------------------------------------------------------------- a failing backend
+
+/// An HTTP/1.1 + h2c backend that answers 200 with its name, or 503 while
+/// [`Switchable::fail`] is set: an endpoint that fails and recovers on command.
+pub struct Switchable {
+    pub addr: SocketAddr,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    served: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Switchable {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Switchable {
+    pub async fn start(name: &'static str) -> Switchable {
+        let tcp = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind backend");
+        let addr = tcp.local_addr().expect("backend addr");
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let served = Arc::new(AtomicUsize::new(0));
+        let (f, s) = (Arc::clone(&failing), Arc::clone(&served));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = tcp.accept().await else {
+                    continue;
+                };
+                let (f, s) = (Arc::clone(&f), Arc::clone(&s));
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                        s.fetch_add(1, Ordering::SeqCst);
+                        let fail = f.load(Ordering::SeqCst);
+                        async move {
+                            let (status, body) = if fail {
+                                (503, "failing\n".to_string())
+                            } else {
+                                (200, format!("backend={name}\n"))
+                            };
+                            Ok::<_, Infallible>(
+                                Response::builder()
+                                    .status(status)
+                                    .body(Full::new(Bytes::from(body)))
+                                    .expect("response"),
+                            )
+                        }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Switchable {
+            addr,
+            failing,
+            served,
+            task,
+        }
+    }
+
+    /// Makes the backend answer 503 (`true`) or 200 (`false`).
+    pub fn fail(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Requests answered so far (either way).
+    pub fn served(&self) -> usize {
+        self.served.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,238 @@
+//! Choosing an endpoint of a cluster.
+//!
+//! The default balancer prefers healthy, idle endpoints without any policy: it takes the
+//! next endpoint of a smooth weighted round-robin cycle and one more at random from the
+//! same cycle (so both follow the weights), skips either if outlier detection has ejected
+//! it, and of two healthy ones takes the one with fewer requests in flight (the "power of
+//! two choices": a slow or stuck endpoint gathers in-flight requests and so gets fewer new
+//! ones). With nothing in flight it is exact weighted round robin. If every endpoint is
+//! ejected it ignores ejection (a panic threshold of 0: better a chance than a certain
+//! 503).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use weir_model::{Cluster, Endpoint};
+
+use crate::endpoints::{EndpointRegistry, EndpointState};
+use crate::router;
+
+/// Longest weighted round-robin cycle kept per cluster; larger weight sums are scaled.
+const MAX_SCHEDULE: u64 = 10_000;
+
+/// A cluster plus its load-balancing state: the round-robin cycle of this version of the
+/// cluster, and the endpoints' states, which outlive it (see [`crate::endpoints`]).
+pub struct ClusterState {
+    /// The IR cluster.
+    pub cluster: Arc<Cluster>,
+    /// Endpoint indexes over one smooth weighted round-robin cycle.
+    schedule: Box<[u32]>,
+    cursor: AtomicUsize,
+    /// One per endpoint of `cluster`, in its order.
+    states: Box<[Arc<EndpointState>]>,
+}
+
+impl std::fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("cluster", &self.cluster.key)
+            .field("endpoints", &self.cluster.endpoints.len())
+            .field("cycle", &self.schedule.len())
+            .finish()
+    }
+}
+
+/// An endpoint chosen for one request.
+pub(crate) struct Picked<'a> {
+    /// The endpoint.
+    pub(crate) endpoint: &'a Endpoint,
+    /// Its state, for the in-flight count and the outcome.
+    pub(crate) state: &'a Arc<EndpointState>,
+}
+
+impl ClusterState {
+    /// Precomputes the round-robin cycle and finds the endpoints' states in `registry`.
+    /// Endpoints of weight 0 are never picked.
+    pub(crate) fn new(cluster: Arc<Cluster>, registry: &EndpointRegistry) -> Self {
+        let weights: Vec<u32> = cluster.endpoints.iter().map(|e| e.weight).collect();
+        let schedule = router::wrr_schedule(&weights, MAX_SCHEDULE).into_boxed_slice();
+        // Start where the content hash says, so that a change to a busy cluster does not
+        // send the next burst of requests to its first endpoint.
+        let start = if schedule.is_empty() {
+            0
+        } else {
+            (cluster.hash().0 % schedule.len() as u64) as usize
+        };
+        let (_, states) = registry.cluster(
+            &cluster.key,
+            cluster.endpoints.iter().map(|e| e.addr.clone()),
+        );
+        ClusterState {
+            cluster,
+            schedule,
+            cursor: AtomicUsize::new(start),
+            states: states.into_boxed_slice(),
+        }
+    }
+
+    /// The endpoint for the next request (see the module docs); `None` when the cluster
+    /// has no endpoints of weight above 0.
+    pub(crate) fn pick(&self, now: Instant) -> Option<Picked<'_>> {
+        let len = self.schedule.len();
+        if len == 0 {
+            return None;
+        }
+        let n = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let a = self.schedule[n % len] as usize;
+        if self.states.len() == 1 {
+            return self.picked(a);
+        }
+        let other = (router::next_random() % (len as u64 - 1).max(1)) as usize;
+        let b = self.schedule[(n + 1 + other) % len] as usize;
+        let (sa, sb) = (&self.states[a], &self.states[b]);
+        let chosen = match (sa.is_ejected(now), sb.is_ejected(now)) {
+            (false, false) => {
+                if sb.in_flight() < sa.in_flight() {
+                    b
+                } else {
+                    a
+                }
+            }
+            (false, true) => a,
+            (true, false) => b,
+            (true, true) => self.first_healthy(a, now).unwrap_or(a),
+        };
+        self.picked(chosen)
+    }
+
+    /// The first endpoint of weight above 0 after `from` (round the list) that is not
+    /// ejected.
+    fn first_healthy(&self, from: usize, now: Instant) -> Option<usize> {
+        let n = self.states.len();
+        (1..n)
+            .map(|i| (from + i) % n)
+            .find(|&i| self.cluster.endpoints[i].weight > 0 && !self.states[i].is_ejected(now))
+    }
+
+    fn picked(&self, i: usize) -> Option<Picked<'_>> {
+        Some(Picked {
+            endpoint: self.cluster.endpoints.get(i)?,
+            state: self.states.get(i)?,
+        })
+    }
+
+    /// The endpoints' states, in the cluster's order (for the admin dump).
+    pub(crate) fn states(&self) -> &[Arc<EndpointState>] {
+        &self.states
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_model::{ClusterKey, EndpointAddr, UpstreamProtocol};
+
+    use super::*;
+    use crate::endpoints::Outcome;
+
+    fn cluster(name: &str, weights: &[u32]) -> Arc<Cluster> {
+        let endpoints = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Endpoint {
+                addr: EndpointAddr::Socket(([10, 0, 0, i as u8], 80).into()),
+                weight: *w,
+            })
+            .collect();
+        Arc::new(Cluster::new(
+            ClusterKey(name.into()),
+            endpoints,
+            UpstreamProtocol::Http1,
+        ))
+    }
+
+    fn addr_of(state: &ClusterState) -> String {
+        state
+            .pick(Instant::now())
+            .unwrap()
+            .endpoint
+            .addr
+            .to_string()
+    }
+
+    #[test]
+    fn idle_cluster_is_smooth_weighted_round_robin() {
+        let reg = EndpointRegistry::default();
+        let state = ClusterState::new(cluster("c", &[2, 1]), &reg);
+        let picks: Vec<String> = (0..300).map(|_| addr_of(&state)).collect();
+        let first = picks.iter().filter(|p| p.as_str() == "10.0.0.0:80").count();
+        assert_eq!(first, 200);
+        // Never three of the weight-2 endpoint in a row, never two of the weight-1 one.
+        for w in picks.windows(3) {
+            assert!(!(w[0] == w[1] && w[1] == w[2]), "{w:?}");
+        }
+        for w in picks.windows(2) {
+            assert!(!(w[0] == "10.0.0.1:80" && w[1] == "10.0.0.1:80"), "{w:?}");
+        }
+        assert!(
+            ClusterState::new(cluster("empty", &[]), &reg)
+                .pick(Instant::now())
+                .is_none()
+        );
+        assert!(
+            ClusterState::new(cluster("zero", &[0]), &reg)
+                .pick(Instant::now())
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn busy_endpoints_get_fewer_requests() {
+        let reg = EndpointRegistry::default();
+        let state = ClusterState::new(cluster("c", &[1, 1, 1, 1]), &reg);
+        // Endpoint 0 is stuck: its requests never finish.
+        let stuck: Vec<_> = (0..50).map(|_| state.states()[0].start()).collect();
+        let mut counts = [0u32; 4];
+        for _ in 0..4000 {
+            let p = state.pick(Instant::now()).unwrap();
+            let i = state
+                .cluster
+                .endpoints
+                .iter()
+                .position(|e| std::ptr::eq(e, p.endpoint))
+                .unwrap();
+            counts[i] += 1;
+        }
+        // Round robin would give it 1000; it is only picked when both choices are it.
+        assert!(counts[0] < 400, "{counts:?}");
+        drop(stuck);
+    }
+
+    #[test]
+    fn ejected_endpoints_are_skipped_unless_all_are() {
+        let reg = EndpointRegistry::default();
+        let state = ClusterState::new(cluster("c", &[1, 1, 1, 1]), &reg);
+        let failing = &state.states()[2];
+        for _ in 0..5 {
+            failing.start().finish(Outcome::GatewayFailure);
+        }
+        assert!(failing.is_ejected(Instant::now()));
+        for _ in 0..1000 {
+            assert_ne!(addr_of(&state), "10.0.0.2:80");
+        }
+        // A new version of the cluster (another endpoint added) keeps the ejection.
+        let next = ClusterState::new(cluster("c", &[1, 1, 1, 1, 1]), &reg);
+        for _ in 0..1000 {
+            assert_ne!(addr_of(&next), "10.0.0.2:80");
+        }
+        // A cluster whose endpoints are all ejected still answers (panic threshold).
+        let two = ClusterState::new(cluster("two", &[1, 1]), &reg);
+        for _ in 0..5 {
+            two.states()[0].start().finish(Outcome::GatewayFailure);
+        }
+        assert!(two.states()[0].is_ejected(Instant::now()));
+        for _ in 0..100 {
+            assert_eq!(addr_of(&two), "10.0.0.1:80");
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! Endpoint state outside the snapshot: in-flight requests, consecutive failures and
+//! ejections per (cluster, endpoint).
+//!
+//! The snapshot is rebuilt on every configuration change, but what weir has learned
+//! about an endpoint (it is failing, it is ejected, it is busy) must not be forgotten
+//! because an unrelated route or a sibling endpoint changed. So this state lives in an
+//! [`EndpointRegistry`] keyed by cluster and endpoint address; each snapshot's
+//! [`crate::balance::ClusterState`] holds `Arc`s into it, and a new `ClusterState` for
+//! the same cluster finds the same `Arc`s for the endpoints it keeps. The registry holds
+//! weak references: an endpoint's state goes away with the last snapshot that has it.
+//!
+//! Passive outlier detection: every forwarded request reports its outcome
+//! ([`EndpointState::report`]). After `consecutive` gateway failures in a row (connect
+//! failure, reset, timeout, or a 502/503/504 answer) the endpoint is ejected for a time
+//! that doubles with each ejection in a row, up to a cap; the balancer skips ejected
+//! endpoints unless that would leave the cluster with too few (the panic threshold).
+//! When an ejection ends the endpoint is on probation: one more failure ejects it again
+//! at once, one success clears its record.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use weir_model::{ClusterKey, EndpointAddr};
+
+/// Passive outlier detection settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OutlierDetection {
+    /// Gateway failures in a row that eject an endpoint.
+    pub(crate) consecutive: u32,
+    /// The first ejection's length; each ejection in a row doubles it.
+    pub(crate) base_ejection: Duration,
+    /// The longest ejection.
+    pub(crate) max_ejection: Duration,
+    /// At most this percentage of a cluster's endpoints is ejected at once (rounded
+    /// down, but one endpoint of two or more may always be ejected).
+    pub(crate) max_ejected_percent: u32,
+}
+
+impl Default for OutlierDetection {
+    /// On by default, so that a failing pod stops getting traffic without any policy:
+    /// 5 failures in a row (as Envoy's `consecutive_5xx`), ejections of 1 s doubling up
+    /// to 4 s (short, so a recovered endpoint is back within seconds without active
+    /// health checks), at most half of a cluster ejected.
+    fn default() -> Self {
+        OutlierDetection {
+            consecutive: 5,
+            base_ejection: Duration::from_secs(1),
+            max_ejection: Duration::from_secs(4),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// What became of one forwarded request, as far as its endpoint is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The endpoint answered with a status that is not a gateway error.
+    Success,
+    /// Connect failure, reset, protocol error, timeout, or a 502/503/504 answer.
+    GatewayFailure,
+    /// The request failed for a reason that says nothing about the endpoint (the
+    /// client's body broke, the client went away).
+    Neutral,
+}
+
+impl Outcome {
+    /// The outcome of a response status.
+    pub(crate) fn of_status(status: u16) -> Outcome {
+        if matches!(status, 502..=504) {
+            Outcome::GatewayFailure
+        } else {
+            Outcome::Success
+        }
+    }
+}
+
+/// Counters for outlier detection, shared by every endpoint.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OutlierMetrics {
+    /// Ejections started.
+    pub(crate) ejections: Counter,
+    /// Endpoints ejected right now, or whose ejection has ended but who have not
+    /// answered since (they count against the cluster's maximum ejected share).
+    pub(crate) ejected: Gauge,
+    /// Ejections refused because the cluster already had its maximum ejected.
+    pub(crate) ejections_refused: Counter,
+}
+
+/// Per-cluster figures shared by its endpoints' states (how many are ejected, of how
+/// many), for the maximum ejected share.
+#[derive(Debug)]
+pub(crate) struct ClusterHealth {
+    ejected: AtomicU32,
+    size: AtomicU32,
+    outlier: Arc<Outlier>,
+}
+
+/// Outlier-detection settings and counters, shared by every endpoint of a registry.
+#[derive(Debug, Default)]
+struct Outlier {
+    config: OutlierDetection,
+    metrics: OutlierMetrics,
+}
+
+impl ClusterHealth {
+    /// Endpoints currently ejected.
+    #[cfg(test)]
+    fn ejected(&self) -> u32 {
+        self.ejected.load(Ordering::Relaxed)
+    }
+}
+
+/// What weir knows about one endpoint of one cluster.
+#[derive(Debug)]
+pub(crate) struct EndpointState {
+    in_flight: AtomicU32,
+    consecutive_failures: AtomicU32,
+    /// Milliseconds since [`epoch`] until which the endpoint is ejected; 0 when it is not.
+    ejected_until: AtomicU64,
+    /// Ejections in a row (reset by a success); sets the next ejection's length.
+    ejections_in_a_row: AtomicU32,
+    cluster: Arc<ClusterHealth>,
+    /// Lifetime counters, for the admin dump and tests.
+    successes: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl EndpointState {
+    fn new(cluster: Arc<ClusterHealth>) -> EndpointState {
+        EndpointState {
+            in_flight: AtomicU32::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            ejected_until: AtomicU64::new(0),
+            ejections_in_a_row: AtomicU32::new(0),
+            cluster,
+            successes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests sent to the endpoint whose response head has not arrived yet.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Whether the endpoint is ejected at `now`. One relaxed load when it is not.
+    pub(crate) fn is_ejected(&self, now: Instant) -> bool {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        until != 0 && millis(now) < until
+    }
+
+    /// Counts a request sent to the endpoint; the guard's report (or drop) ends it.
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            state: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Records an outcome; may eject the endpoint (returns the ejection's length).
+    fn report(&self, outcome: Outcome, now: Instant) -> Option<Duration> {
+        let Outlier { config, metrics } = &*self.cluster.outlier;
+        match outcome {
+            Outcome::Neutral => None,
+            Outcome::Success => {
+                self.successes.fetch_add(1, Ordering::Relaxed);
+                if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
+                    self.consecutive_failures.store(0, Ordering::Relaxed);
+                }
+                if self.ejections_in_a_row.load(Ordering::Relaxed) != 0 {
+                    self.ejections_in_a_row.store(0, Ordering::Relaxed);
+                }
+                self.end_ejection(metrics);
+                None
+            }
+            Outcome::GatewayFailure => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                if config.consecutive == 0 || failures < config.consecutive {
+                    return None;
+                }
+                self.eject(now, config, metrics)
+            }
+        }
+    }
+
+    /// Ejects the endpoint unless it is ejected already or the cluster is at its
+    /// maximum ejected share.
+    fn eject(
+        &self,
+        now: Instant,
+        config: &OutlierDetection,
+        metrics: &OutlierMetrics,
+    ) -> Option<Duration> {
+        let now_ms = millis(now);
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        if until != 0 && now_ms < until {
+            return None;
+        }
+        let size = self.cluster.size.load(Ordering::Relaxed);
+        let max = (u64::from(size) * u64::from(config.max_ejected_percent) / 100).max(1) as u32;
+        let ejected = self.cluster.ejected.load(Ordering::Relaxed);
+        // An expired ejection of this endpoint still counts in `ejected` until replaced.
+        let counted_already = until != 0;
+        let after = if counted_already {
+            ejected
+        } else {
+            ejected + 1
+        };
+        if size < 2 || after > max {
+            metrics.ejections_refused.inc();
+            // Probation continues: the next failure tries again.
+            return None;
+        }
+        let in_a_row = self.ejections_in_a_row.fetch_add(1, Ordering::Relaxed);
+        let length = config
+            .base_ejection
+            .saturating_mul(1u32 << in_a_row.min(16))
+            .min(config.max_ejection.max(config.base_ejection));
+        let new_until = now_ms + length.as_millis() as u64;
+        if self
+            .ejected_until
+            .compare_exchange(until, new_until, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            // Another worker ejected or cleared it at the same moment.
+            return None;
+        }
+        if !counted_already {
+            self.cluster.ejected.fetch_add(1, Ordering::Relaxed);
+            metrics.ejected.inc();
+        }
+        metrics.ejections.inc();
+        // Probation: once the ejection ends, one more failure ejects again.
+        self.consecutive_failures
+            .store(config.consecutive.saturating_sub(1), Ordering::Relaxed);
+        Some(length)
+    }
+
+    /// Clears an ejection (expired or not) after a success.
+    fn end_ejection(&self, metrics: &OutlierMetrics) {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return;
+        }
+        if self
+            .ejected_until
+            .compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.cluster.ejected.fetch_sub(1, Ordering::Relaxed);
+            metrics.ejected.dec();
+        }
+    }
+
+    /// A JSON view for the admin dump.
+    pub(crate) fn to_json(&self, now: Instant) -> serde_json::Value {
+        serde_json::json!({
+            "in_flight": self.in_flight(),
+            "ejected": self.is_ejected(now),
+            "consecutive_failures": self.consecutive_failures.load(Ordering::Relaxed),
+            "successes": self.successes.load(Ordering::Relaxed),
+            "failures": self.failures.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// One request in flight to an endpoint. [`InFlight::finish`] reports its outcome;
+/// dropping it without one (the client went away) only ends the count.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    state: Option<Arc<EndpointState>>,
+}
+
+impl InFlight {
+    /// Ends the request with its outcome.
+    pub(crate) fn finish(mut self, outcome: Outcome) {
+        if let Some(state) = self.state.take() {
+            state.in_flight.fetch_sub(1, Ordering::Relaxed);
+            if let Some(length) = state.report(outcome, Instant::now()) {
+                tracing::warn!(
+                    ejection_ms = length.as_millis() as u64,
+                    "endpoint ejected after consecutive gateway failures"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+type Key = (ClusterKey, EndpointAddr);
+
+/// The endpoint states of every cluster, by (cluster, address). See the module docs.
+pub(crate) struct EndpointRegistry {
+    endpoints: Mutex<Registered>,
+    outlier: Arc<Outlier>,
+}
+
+#[derive(Default)]
+struct Registered {
+    endpoints: HashMap<Key, Weak<EndpointState>>,
+    clusters: HashMap<ClusterKey, Weak<ClusterHealth>>,
+    /// Dead entries are swept when the maps grow past this.
+    sweep_at: usize,
+}
+
+impl std::fmt::Debug for EndpointRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointRegistry").finish_non_exhaustive()
+    }
+}
+
+impl Default for EndpointRegistry {
+    fn default() -> Self {
+        EndpointRegistry::new(OutlierDetection::default(), OutlierMetrics::default())
+    }
+}
+
+impl EndpointRegistry {
+    /// An empty registry.
+    pub(crate) fn new(config: OutlierDetection, metrics: OutlierMetrics) -> EndpointRegistry {
+        EndpointRegistry {
+            endpoints: Mutex::new(Registered::default()),
+            outlier: Arc::new(Outlier { config, metrics }),
+        }
+    }
+
+    /// The states of a cluster's endpoints, in the order given: existing ones where the
+    /// registry has them, new ones otherwise. Called when a snapshot takes a new version
+    /// of the cluster (once per cluster change, never per request).
+    pub(crate) fn cluster(
+        &self,
+        cluster: &ClusterKey,
+        addrs: impl ExactSizeIterator<Item = EndpointAddr>,
+    ) -> (Arc<ClusterHealth>, Vec<Arc<EndpointState>>) {
+        let mut reg = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let health = match reg.clusters.get(cluster).and_then(Weak::upgrade) {
+            Some(h) => h,
+            None => {
+                let h = Arc::new(ClusterHealth {
+                    ejected: AtomicU32::new(0),
+                    size: AtomicU32::new(0),
+                    outlier: Arc::clone(&self.outlier),
+                });
+                reg.clusters.insert(cluster.clone(), Arc::downgrade(&h));
+                h
+            }
+        };
+        health.size.store(addrs.len() as u32, Ordering::Relaxed);
+        let mut states = Vec::with_capacity(addrs.len());
+        for addr in addrs {
+            let key = (cluster.clone(), addr);
+            let state = match reg.endpoints.get(&key).and_then(Weak::upgrade) {
+                Some(s) => s,
+                None => {
+                    let s = Arc::new(EndpointState::new(Arc::clone(&health)));
+                    reg.endpoints.insert(key, Arc::downgrade(&s));
+                    s
+                }
+            };
+            states.push(state);
+        }
+        reg.sweep();
+        (health, states)
+    }
+
+    /// The outlier-detection settings.
+    #[cfg(test)]
+    fn config(&self) -> &OutlierDetection {
+        &self.outlier.config
+    }
+
+    /// Live endpoint states.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let reg = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        reg.endpoints
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+}
+
+impl Registered {
+    /// Drops entries whose states are gone, when the maps have doubled since the last
+    /// sweep (amortized O(1) per insertion).
+    fn sweep(&mut self) {
+        let size = self.endpoints.len() + self.clusters.len();
+        if size < self.sweep_at.max(64) {
+            return;
+        }
+        self.endpoints.retain(|_, w| w.strong_count() > 0);
+        self.clusters.retain(|_, w| w.strong_count() > 0);
+        self.sweep_at = 2 * (self.endpoints.len() + self.clusters.len());
+    }
+}
+
+/// Ejected endpoints forget nothing when the snapshot changes, so a departed endpoint's
+/// ejection must also leave the cluster's count: done when the state is dropped.
+impl Drop for EndpointState {
+    fn drop(&mut self) {
+        if self.ejected_until.load(Ordering::Relaxed) != 0 {
+            self.cluster.ejected.fetch_sub(1, Ordering::Relaxed);
+            self.cluster.outlier.metrics.ejected.dec();
+        }
+    }
+}
+
+/// Milliseconds since a process-wide start instant (never 0 for a real time, so 0 can
+/// mean "not ejected").
+fn millis(now: Instant) -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| Instant::now() - Duration::from_millis(1));
+    now.saturating_duration_since(epoch).as_millis() as u64 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u8) -> EndpointAddr {
+        EndpointAddr::Socket(([10, 0, 0, i], 80).into())
+    }
+
+    fn key(name: &str) -> ClusterKey {
+        ClusterKey(name.into())
+    }
+
+    fn fail(s: &Arc<EndpointState>, n: u32) {
+        for _ in 0..n {
+            s.start().finish(Outcome::GatewayFailure);
+        }
+    }
+
+    #[test]
+    fn state_survives_a_new_version_of_its_cluster() {
+        let reg = EndpointRegistry::default();
+        let (_, a) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
+        let (_, b) = reg.cluster(&key("c"), [addr(2), addr(3)].into_iter());
+        assert!(Arc::ptr_eq(&a[1], &b[0]), "endpoint 2 keeps its state");
+        assert!(!Arc::ptr_eq(&a[0], &b[1]));
+        // The same address in another cluster is another endpoint.
+        let (_, other) = reg.cluster(&key("d"), [addr(2)].into_iter());
+        assert!(!Arc::ptr_eq(&other[0], &b[0]));
+        drop((a, b, other));
+        assert_eq!(
+            reg.len(),
+            0,
+            "states go with the last snapshot holding them"
+        );
+    }
+
+    #[test]
+    fn consecutive_failures_eject_and_a_success_clears() {
+        let reg = EndpointRegistry::default();
+        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2), addr(3)].into_iter());
+        let now = Instant::now();
+        fail(&eps[0], 4);
+        assert!(!eps[0].is_ejected(now));
+        eps[0].start().finish(Outcome::Success);
+        fail(&eps[0], 4);
+        assert!(
+            !eps[0].is_ejected(Instant::now()),
+            "a success resets the count"
+        );
+        fail(&eps[0], 1);
+        assert!(eps[0].is_ejected(Instant::now()));
+        assert_eq!(health.ejected(), 1);
+        assert_eq!(reg.outlier.metrics.ejections.get(), 1);
+        // It is over after the ejection's length.
+        assert!(!eps[0].is_ejected(Instant::now() + Duration::from_millis(1100)));
+        // A success ends it and clears the count of ejections in a row.
+        eps[0].start().finish(Outcome::Success);
+        assert_eq!(health.ejected(), 0);
+        assert_eq!(reg.outlier.metrics.ejected.get(), 0);
+        // Neutral outcomes change nothing; the in-flight count always ends.
+        let g = eps[1].start();
+        assert_eq!(eps[1].in_flight(), 1);
+        g.finish(Outcome::Neutral);
+        drop(eps[1].start());
+        assert_eq!(eps[1].in_flight(), 0);
+    }
+
+    #[test]
+    fn ejections_in_a_row_grow_up_to_the_cap_and_probation_is_one_failure() {
+        let reg = EndpointRegistry::default();
+        let (_, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
+        let cfg = *reg.config();
+        let mut now = Instant::now();
+        let mut lengths = Vec::new();
+        for _ in 0..5 {
+            let mut ejected = None;
+            for _ in 0..cfg.consecutive {
+                if let Some(l) = eps[0].report(Outcome::GatewayFailure, now) {
+                    ejected = Some(l);
+                    break;
+                }
+            }
+            let l = ejected.expect("ejected");
+            lengths.push(l.as_secs());
+            // After the ejection, a single failure ejects again (probation).
+            now += l + Duration::from_millis(1);
+            assert!(!eps[0].is_ejected(now));
+            assert_eq!(
+                eps[0].consecutive_failures.load(Ordering::Relaxed),
+                cfg.consecutive - 1
+            );
+        }
+        assert_eq!(lengths, [1, 2, 4, 4, 4]);
+    }
+
+    #[test]
+    fn at_most_half_a_cluster_is_ejected() {
+        let reg = EndpointRegistry::default();
+        let (health, eps) = reg.cluster(&key("c"), (1..=4).map(addr));
+        for e in &eps {
+            fail(e, 5);
+        }
+        assert_eq!(health.ejected(), 2);
+        assert_eq!(reg.outlier.metrics.ejections_refused.get(), 2);
+        let now = Instant::now();
+        assert_eq!(eps.iter().filter(|e| e.is_ejected(now)).count(), 2);
+        // A single endpoint is never ejected (there is nowhere else to go).
+        let (_, one) = reg.cluster(&key("one"), [addr(9)].into_iter());
+        fail(&one[0], 10);
+        assert!(!one[0].is_ejected(Instant::now()));
+        // A removed ejected endpoint leaves the count.
+        let kept: Vec<_> = eps.iter().filter(|e| !e.is_ejected(now)).cloned().collect();
+        drop(eps);
+        assert_eq!(health.ejected(), 0);
+        drop(kept);
+    }
+}
