@@ -6,6 +6,7 @@
 
 mod certs;
 mod client;
+mod failover;
 mod k8s;
 mod manifests;
 mod metrics;
@@ -53,6 +54,9 @@ enum Command {
     /// Kubernetes mode: time HTTPRoute create → first 200 (and delete → 404) through
     /// `weir controller` with N routes attached, against a real kube-apiserver.
     K8s(K8sArgs),
+    /// Backend failover: one Service of 4 endpoints, one flapping between healthy, 503s
+    /// and refused connections, behind N routes; counts what clients see of its failures.
+    Failover(FailoverArgs),
     /// The fixed-response backend the traffic bench runs behind the proxies.
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -62,6 +66,32 @@ enum Command {
     /// The traffic bench's open-loop fixed-rate client.
     #[command(hide = true)]
     FixedRate(traffic::clients::RateArgs),
+}
+
+#[derive(clap::Args)]
+struct FailoverArgs {
+    /// The weir binary [default: <workspace>/target/release/weir].
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Another weir build run on the same schedule after the first (e.g. one without
+    /// outlier detection).
+    #[arg(long)]
+    weir_baseline: Option<PathBuf>,
+    /// HTTPRoutes sending to the one backend.
+    #[arg(long, default_value_t = 20)]
+    routes: usize,
+    /// Seconds of load per build.
+    #[arg(long, default_value_t = 48)]
+    duration: u64,
+    /// Seconds per phase of the flapping endpoint (healthy, 503, healthy, refused).
+    #[arg(long, default_value_t = 3)]
+    period: u64,
+    /// Closed-loop keep-alive clients.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Output directory [default: <workspace>/target/weir-bench/failover].
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -319,6 +349,33 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("weir-bench backend: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Failover(a) => {
+            let mut builds = vec![(
+                "weir".to_owned(),
+                a.weir
+                    .unwrap_or_else(|| workspace_path("target/release/weir")),
+            )];
+            if let Some(b) = a.weir_baseline {
+                builds.push(("weir-baseline".to_owned(), b));
+            }
+            let opts = failover::Options {
+                builds,
+                routes: a.routes.max(1),
+                duration: Duration::from_secs(a.duration.max(1)),
+                period: Duration::from_secs(a.period.max(1)),
+                clients: a.clients.max(1),
+                out: a
+                    .out
+                    .unwrap_or_else(|| workspace_path("target/weir-bench/failover")),
+            };
+            match runtime.block_on(failover::run(opts)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir-bench failover: {e:#}");
                     ExitCode::FAILURE
                 }
             }

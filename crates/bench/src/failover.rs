@@ -1,0 +1,598 @@
+//! `weir-bench failover`: how much of a flapping endpoint's failure clients see.
+//!
+//! One backend (a weir `Backend`, as a Service would be) with four endpoints served by
+//! this process: three steady, one that cycles healthy → answering 503 → healthy →
+//! refusing connections, `--period` seconds each. `--routes` HTTPRoutes (one hostname
+//! each) send to that backend, and closed-loop keep-alive clients spread their requests
+//! over the routes. Every response says which endpoint answered (`x-backend`), so the
+//! bench can count, per phase of the flapping endpoint: the requests that reached it while
+//! it was failing (its 503s, and weir's 502s for refused connections), the errors clients
+//! saw, and how long after it recovered it got traffic again. Each weir build given runs
+//! the same schedule in turn (`--weir-baseline` for an older build, e.g. plain round
+//! robin).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use crate::client::admin_get;
+use crate::procs::{ChildGuard, free_port, log_tail};
+
+/// Options of one failover run.
+pub(crate) struct Options {
+    /// weir builds to compare: (label, binary).
+    pub(crate) builds: Vec<(String, PathBuf)>,
+    pub(crate) routes: usize,
+    pub(crate) duration: Duration,
+    pub(crate) period: Duration,
+    pub(crate) clients: usize,
+    pub(crate) out: PathBuf,
+}
+
+/// What the flapping endpoint does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[repr(u8)]
+enum Phase {
+    Healthy = 0,
+    /// Answers every request with 503.
+    Failing503 = 1,
+    /// Its listening socket is closed: connections are refused.
+    Refused = 2,
+}
+
+impl Phase {
+    fn of(v: u8) -> Phase {
+        match v {
+            1 => Phase::Failing503,
+            2 => Phase::Refused,
+            _ => Phase::Healthy,
+        }
+    }
+}
+
+/// One request as the client saw it.
+#[derive(Clone, Copy)]
+struct Sample {
+    /// Microseconds since the load started, when the response (or error) came.
+    at_us: u64,
+    status: u16,
+    /// The flapping endpoint answered (`x-backend: flap`).
+    flap: bool,
+}
+
+/// The figures of one weir build.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    label: String,
+    requests: u64,
+    errors: u64,
+    /// Requests made while the flapping endpoint was failing (503 or refused phases).
+    failing_phase_requests: u64,
+    /// Of those, the ones that reached it: its 503s and weir's 502s (refused connects).
+    reached_failing_endpoint: u64,
+    /// Client-visible errors during the failing phases.
+    failing_phase_errors: u64,
+    /// Share of requests the flapping endpoint answered while healthy (1/4 is its share).
+    healthy_share: f64,
+    /// Per recovery: milliseconds from the endpoint turning healthy to its first answer.
+    recovery_ms: Vec<f64>,
+    /// weir's `weir_upstream_ejections_total` at the end (absent in older builds).
+    ejections: Option<u64>,
+}
+
+/// Runs the schedule against each build in turn and prints a table.
+pub(crate) async fn run(opts: Options) -> Result<Vec<Report>> {
+    std::fs::create_dir_all(&opts.out)?;
+    let mut reports = Vec::new();
+    for (label, bin) in &opts.builds {
+        eprintln!("failover: {label} ({})", bin.display());
+        let report = run_one(&opts, label, bin)
+            .await
+            .with_context(|| format!("failover run of {label}"))?;
+        reports.push(report);
+    }
+    print_table(&opts, &reports);
+    let json = serde_json::to_string_pretty(&reports)?;
+    std::fs::write(opts.out.join("failover.json"), json)?;
+    eprintln!(
+        "failover: wrote {}",
+        opts.out.join("failover.json").display()
+    );
+    Ok(reports)
+}
+
+async fn run_one(opts: &Options, label: &str, bin: &Path) -> Result<Report> {
+    // The endpoints.
+    let mut steady = Vec::new();
+    let mut addrs = Vec::new();
+    for name in ["s1", "s2", "s3"] {
+        let tcp = TcpListener::bind("127.0.0.1:0").await?;
+        addrs.push(tcp.local_addr()?);
+        steady.push(tokio::spawn(serve(tcp, name, None)));
+    }
+    let flap_tcp = TcpListener::bind("127.0.0.1:0").await?;
+    let flap_addr = flap_tcp.local_addr()?;
+    addrs.push(flap_addr);
+    let phase = Arc::new(AtomicU8::new(Phase::Healthy as u8));
+
+    // weir with `routes` HTTPRoutes to one Backend of those four endpoints.
+    let dir = opts.out.join(label.replace(['/', ' '], "_"));
+    let cfg = dir.join("manifests");
+    std::fs::create_dir_all(&cfg)?;
+    let port = free_port()?;
+    std::fs::write(
+        cfg.join("config.yaml"),
+        manifests(port, &addrs, opts.routes),
+    )?;
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+    let args = vec![
+        "run".to_owned(),
+        "-c".to_owned(),
+        cfg.display().to_string(),
+        "--admin".to_owned(),
+        admin.to_string(),
+        "--ingress-http".to_owned(),
+        format!("127.0.0.1:{}", free_port()?),
+        "--ingress-https".to_owned(),
+        format!("127.0.0.1:{}", free_port()?),
+        "--no-access-log".to_owned(),
+    ];
+    let log = dir.join("weir.log");
+    let mut weir = ChildGuard::spawn("weir", bin, &args, &log)?;
+    let target: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_ready(&mut weir, admin, target, &log).await?;
+
+    // The flapping endpoint and its schedule.
+    let flap = FlapControl::start(flap_tcp, flap_addr, Arc::clone(&phase));
+    let start = Instant::now();
+    let deadline = start + opts.duration;
+    let schedule = {
+        let phase = Arc::clone(&phase);
+        let period = opts.period;
+        tokio::spawn(async move {
+            let cycle = [
+                Phase::Healthy,
+                Phase::Failing503,
+                Phase::Healthy,
+                Phase::Refused,
+            ];
+            let mut timeline = Vec::new();
+            let mut flap = flap;
+            for p in cycle.iter().cycle() {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                flap.set(*p).await;
+                timeline.push((start.elapsed().as_micros() as u64, *p));
+                tokio::time::sleep(period).await;
+            }
+            flap.set(Phase::Healthy).await;
+            drop(phase);
+            timeline
+        })
+    };
+
+    // The load.
+    let mut clients = JoinSet::new();
+    for c in 0..opts.clients {
+        let routes = opts.routes;
+        clients.spawn(client(target, c, routes, start, deadline));
+    }
+    let mut samples = Vec::new();
+    while let Some(done) = clients.join_next().await {
+        samples.extend(done??);
+    }
+    let timeline = schedule.await?;
+    let ejections = match admin_get(admin, "/metrics").await {
+        Ok((200, text)) => metric(&text, "weir_upstream_ejections_total"),
+        _ => None,
+    };
+    weir.stop(Duration::from_secs(5));
+    for s in steady {
+        s.abort();
+    }
+    Ok(analyse(
+        label,
+        &samples,
+        &timeline,
+        opts.duration,
+        ejections,
+    ))
+}
+
+/// Opens and closes the flapping endpoint's socket and sets what it answers.
+struct FlapControl {
+    addr: SocketAddr,
+    phase: Arc<AtomicU8>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl FlapControl {
+    fn start(tcp: TcpListener, addr: SocketAddr, phase: Arc<AtomicU8>) -> FlapControl {
+        let server = tokio::spawn(serve(tcp, "flap", Some(Arc::clone(&phase))));
+        FlapControl {
+            addr,
+            phase,
+            server: Some(server),
+        }
+    }
+
+    async fn set(&mut self, p: Phase) {
+        self.phase.store(p as u8, Ordering::SeqCst);
+        match p {
+            // Closing the listener and every open connection: new connections are
+            // refused and kept-alive ones are reset, as when a pod dies.
+            Phase::Refused => {
+                if let Some(s) = self.server.take() {
+                    s.abort();
+                    let _ = s.await;
+                }
+            }
+            Phase::Healthy | Phase::Failing503 => {
+                if self.server.is_none() {
+                    // The port was just released; rebinding may need a moment.
+                    for _ in 0..100 {
+                        match TcpListener::bind(self.addr).await {
+                            Ok(tcp) => {
+                                self.server = Some(tokio::spawn(serve(
+                                    tcp,
+                                    "flap",
+                                    Some(Arc::clone(&self.phase)),
+                                )));
+                                break;
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An HTTP/1.1 endpoint answering `x-backend: name`, 200, or 503 while `phase` says so.
+/// Aborting the task closes the listener and every connection it serves.
+async fn serve(tcp: TcpListener, name: &'static str, phase: Option<Arc<AtomicU8>>) {
+    let mut conns = JoinSet::new();
+    loop {
+        let Ok((stream, _)) = tcp.accept().await else {
+            continue;
+        };
+        let phase = phase.clone();
+        conns.spawn(async move {
+            let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                let failing = phase
+                    .as_ref()
+                    .is_some_and(|p| Phase::of(p.load(Ordering::Relaxed)) == Phase::Failing503);
+                let status = if failing {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                };
+                let resp = Response::builder()
+                    .status(status)
+                    .header("x-backend", name)
+                    .body(Full::new(Bytes::from_static(b"ok\n")));
+                async move { Ok::<_, Infallible>(resp.unwrap_or_default()) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+        // Reap finished connections so the set does not grow.
+        while conns.try_join_next().is_some() {}
+    }
+}
+
+/// One closed-loop client on a keep-alive connection (reconnecting after errors),
+/// cycling over the routes' hostnames.
+async fn client(
+    target: SocketAddr,
+    id: usize,
+    routes: usize,
+    start: Instant,
+    deadline: Instant,
+) -> Result<Vec<Sample>> {
+    let mut samples = Vec::new();
+    let mut sender: Option<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> = None;
+    let mut n = id;
+    // Bounded in time and in count.
+    while Instant::now() < deadline && samples.len() < 5_000_000 {
+        n += 1;
+        if sender.as_ref().is_none_or(|s| s.is_closed()) {
+            let stream = TcpStream::connect(target).await?;
+            stream.set_nodelay(true)?;
+            let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            sender = Some(tx);
+        }
+        let Some(tx) = sender.as_mut() else { continue };
+        let req = Request::get("/")
+            .header("host", format!("r{}.failover.test", n % routes))
+            .body(Empty::new())?;
+        let out = tokio::time::timeout(Duration::from_secs(10), async {
+            tx.ready().await?;
+            let resp = tx.send_request(req).await?;
+            let status = resp.status().as_u16();
+            let flap = resp
+                .headers()
+                .get("x-backend")
+                .is_some_and(|v| v.as_bytes() == b"flap");
+            resp.into_body().collect().await?;
+            Ok::<_, hyper::Error>((status, flap))
+        })
+        .await;
+        let (status, flap) = match out {
+            Ok(Ok(v)) => v,
+            // A broken connection or a stuck request counts as an error (status 0).
+            _ => {
+                sender = None;
+                (0, false)
+            }
+        };
+        samples.push(Sample {
+            at_us: start.elapsed().as_micros() as u64,
+            status,
+            flap,
+        });
+    }
+    Ok(samples)
+}
+
+fn analyse(
+    label: &str,
+    samples: &[Sample],
+    timeline: &[(u64, Phase)],
+    duration: Duration,
+    ejections: Option<u64>,
+) -> Report {
+    let end = duration.as_micros() as u64;
+    let phase_at = |t: u64| -> (Phase, u64) {
+        let i = timeline.partition_point(|(start, _)| *start <= t);
+        if i == 0 {
+            (Phase::Healthy, 0)
+        } else {
+            (timeline[i - 1].1, timeline[i - 1].0)
+        }
+    };
+    let mut r = Report {
+        label: label.to_owned(),
+        requests: samples.len() as u64,
+        errors: 0,
+        failing_phase_requests: 0,
+        reached_failing_endpoint: 0,
+        failing_phase_errors: 0,
+        healthy_share: 0.0,
+        recovery_ms: Vec::new(),
+        ejections,
+    };
+    let (mut healthy, mut healthy_flap) = (0u64, 0u64);
+    for s in samples {
+        let error = s.status != 200;
+        r.errors += u64::from(error);
+        match phase_at(s.at_us).0 {
+            Phase::Healthy => {
+                healthy += 1;
+                healthy_flap += u64::from(s.flap);
+            }
+            Phase::Failing503 => {
+                r.failing_phase_requests += 1;
+                r.failing_phase_errors += u64::from(error);
+                r.reached_failing_endpoint += u64::from(s.flap && s.status == 503);
+            }
+            Phase::Refused => {
+                r.failing_phase_requests += 1;
+                r.failing_phase_errors += u64::from(error);
+                // No retries: every refused connect is one 502.
+                r.reached_failing_endpoint += u64::from(s.status == 502);
+            }
+        }
+    }
+    r.healthy_share = healthy_flap as f64 / healthy.max(1) as f64;
+    // Recovery: from each switch back to healthy (after a failing phase) to the first
+    // answer from the flapping endpoint.
+    let mut by_time: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.flap && s.status == 200)
+        .collect();
+    by_time.sort_by_key(|s| s.at_us);
+    for w in timeline.windows(2) {
+        let ((_, before), (t0, now)) = (w[0], w[1]);
+        if now == Phase::Healthy && before != Phase::Healthy && t0 < end {
+            let i = by_time.partition_point(|s| s.at_us < t0);
+            if let Some(s) = by_time.get(i) {
+                r.recovery_ms.push((s.at_us - t0) as f64 / 1000.0);
+            }
+        }
+    }
+    r
+}
+
+fn print_table(opts: &Options, reports: &[Report]) {
+    println!(
+        "\nfailover: 4 endpoints (1 flapping every {:?}: healthy, 503, healthy, refused), {} routes, {} clients, {:?}\n",
+        opts.period, opts.routes, opts.clients, opts.duration
+    );
+    println!(
+        "| build | requests | errors | requests during failing phases | reached the failing endpoint | client errors then | error % then | healthy share | recovery ms (median, max) | ejections |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    for r in reports {
+        let mut rec = r.recovery_ms.clone();
+        rec.sort_by(f64::total_cmp);
+        let median = rec.get(rec.len() / 2).copied();
+        let max = rec.last().copied();
+        let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} |",
+            r.label,
+            r.requests,
+            r.errors,
+            r.failing_phase_requests,
+            r.reached_failing_endpoint,
+            r.failing_phase_errors,
+            100.0 * r.failing_phase_errors as f64 / r.failing_phase_requests.max(1) as f64,
+            r.healthy_share,
+            fmt(median),
+            fmt(max),
+            r.ejections.map_or("-".to_owned(), |v| v.to_string()),
+        );
+    }
+}
+
+async fn wait_ready(
+    weir: &mut ChildGuard,
+    admin: SocketAddr,
+    target: SocketAddr,
+    log: &Path,
+) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Some(status) = weir.exited() {
+            bail!("weir exited ({status}); log:\n{}", log_tail(log, 30));
+        }
+        if matches!(admin_get(admin, "/ready").await, Ok((200, _)))
+            && probe(target).await.is_ok_and(|s| s == 200)
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("weir not ready in 30 s; log:\n{}", log_tail(log, 30))
+}
+
+async fn probe(target: SocketAddr) -> Result<u16> {
+    let stream = TcpStream::connect(target).await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = Request::get("/")
+        .header("host", "r0.failover.test")
+        .body(Empty::<Bytes>::new())?;
+    Ok(tx.send_request(req).await?.status().as_u16())
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// A Gateway on 127.0.0.1:`port`, a Backend with the endpoints, `routes` HTTPRoutes.
+fn manifests(port: u16, endpoints: &[SocketAddr], routes: usize) -> String {
+    let mut out = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: failover
+spec:
+  gatewayClassName: weir
+  addresses:
+    - type: IPAddress
+      value: 127.0.0.1
+  listeners:
+    - name: http
+      protocol: HTTP
+      port: {port}
+---
+apiVersion: weir.dev/v1alpha1
+kind: Backend
+metadata:
+  name: svc
+spec:
+  endpoints:
+"
+    );
+    for e in endpoints {
+        out.push_str(&format!("    - {e}\n"));
+    }
+    for i in 0..routes {
+        out.push_str(&format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: r{i}
+spec:
+  parentRefs:
+    - name: failover
+  hostnames:
+    - r{i}.failover.test
+  rules:
+    - backendRefs:
+        - group: weir.dev
+          kind: Backend
+          name: svc
+"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(at_ms: u64, status: u16, flap: bool) -> Sample {
+        Sample {
+            at_us: at_ms * 1000,
+            status,
+            flap,
+        }
+    }
+
+    #[test]
+    fn phases_errors_and_recovery_are_counted() {
+        let timeline = [
+            (0, Phase::Healthy),
+            (1_000_000, Phase::Failing503),
+            (2_000_000, Phase::Healthy),
+            (3_000_000, Phase::Refused),
+            (4_000_000, Phase::Healthy),
+        ];
+        let samples = [
+            s(100, 200, true),
+            s(200, 200, false),
+            s(1100, 503, true),
+            s(1200, 200, false),
+            s(2100, 200, false),
+            s(2300, 200, true),
+            s(3100, 502, false),
+            s(3200, 200, false),
+            s(4500, 200, true),
+        ];
+        let r = analyse("x", &samples, &timeline, Duration::from_secs(5), Some(2));
+        assert_eq!(r.requests, 9);
+        assert_eq!(r.errors, 2);
+        assert_eq!(r.failing_phase_requests, 4);
+        assert_eq!(r.reached_failing_endpoint, 2);
+        assert_eq!(r.failing_phase_errors, 2);
+        assert_eq!(r.recovery_ms, [300.0, 500.0]);
+        assert!((r.healthy_share - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn manifests_name_every_route_and_endpoint() {
+        let eps: Vec<SocketAddr> = (1..=4)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
+            .collect();
+        let m = manifests(8080, &eps, 20);
+        assert_eq!(m.matches("kind: HTTPRoute").count(), 20);
+        assert!(m.contains("r19.failover.test"));
+        assert!(m.contains("- 127.0.0.1:9004"));
+        assert!(m.contains("port: 8080"));
+    }
+}
