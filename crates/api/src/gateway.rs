@@ -295,6 +295,8 @@ pub struct HttpRouteRule {
     pub backend_refs: Vec<HttpBackendRef>,
     /// Timeouts.
     pub timeouts: Option<HttpRouteTimeouts>,
+    /// Retries (experimental channel in Gateway API v1.4).
+    pub retry: Option<HttpRouteRetry>,
 }
 
 /// An HTTPRoute match (AND of its conditions).
@@ -512,6 +514,18 @@ pub struct HttpRouteTimeouts {
     pub request: Option<String>,
     /// One backend attempt.
     pub backend_request: Option<String>,
+}
+
+/// Rule retries (Gateway API `HTTPRouteRetry`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteRetry {
+    /// Retryable response statuses (400–599).
+    pub codes: Option<Vec<i64>>,
+    /// Retries after the first attempt.
+    pub attempts: Option<i64>,
+    /// Least wait between attempts (a Gateway API duration).
+    pub backoff: Option<String>,
 }
 
 /// ReferenceGrant (v1beta1): lets objects in `from` namespaces refer to objects in this

@@ -37,7 +37,7 @@ pub use listener::{
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
-    QueryMatch, Redirect, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch, Timeouts,
-    VirtualHost, WeightedBackend,
+    QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,
+    Timeouts, VirtualHost, WeightedBackend,
 };
 pub use tls::{Certificate, SniCert};

@@ -246,6 +246,28 @@ pub struct Timeouts {
     pub backend_request: Option<Duration>,
 }
 
+/// Retrying a request whose attempt failed (Gateway API `HTTPRouteRetry`). An attempt
+/// fails when the endpoint cannot be reached, resets the connection, does not answer
+/// within the backend-request timeout, or answers with one of `codes`. Only requests
+/// without a body are retried (a body is streamed to the first endpoint, not kept).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Retry {
+    /// Retries after the first attempt (0: none).
+    pub attempts: u32,
+    /// Response statuses that are retried, ascending.
+    pub codes: Vec<u16>,
+    /// The least wait before a retry; it doubles with each retry (with jitter, capped at
+    /// ten times this).
+    pub backoff: Duration,
+}
+
+impl Retry {
+    /// Whether a response with `status` is retried.
+    pub fn retries_status(&self, status: u16) -> bool {
+        self.codes.binary_search(&status).is_ok()
+    }
+}
+
 /// Which kind of object a rule came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum RouteKind {
@@ -283,6 +305,9 @@ pub struct RouteRule {
     pub action: Action,
     /// Timeouts.
     pub timeouts: Timeouts,
+    /// Retries of failed attempts (none when `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
     hash: ContentHash,
 }
 eq_by_content_hash!(RouteRule);
@@ -303,8 +328,33 @@ impl RouteRule {
             filters,
             action,
             timeouts,
+            retry: None,
             hash,
         }
+    }
+
+    /// The rule with retries, re-hashed. A rule without retries keeps the hash it had
+    /// before rules could have them, so data planes that predate retries accept it.
+    pub fn with_retry(mut self, retry: Option<Retry>) -> Self {
+        self.hash = match &retry {
+            None => content_hash(&(
+                &self.route,
+                &self.matcher,
+                &self.filters,
+                &self.action,
+                &self.timeouts,
+            )),
+            Some(r) => content_hash(&(
+                &self.route,
+                &self.matcher,
+                &self.filters,
+                &self.action,
+                &self.timeouts,
+                r,
+            )),
+        };
+        self.retry = retry;
+        self
     }
 
     /// The content hash computed at construction.

@@ -30,7 +30,8 @@ use crate::error::{BoxError, ProxyError};
 
 /// A client's request body on its way upstream, failing after `body_idle` without data.
 pub(crate) struct RequestBody {
-    inner: Incoming,
+    /// `None`: an empty body (a retried request without one).
+    inner: Option<Incoming>,
     /// `None`: no limit, or the limit already fired.
     idle: Option<Duration>,
     /// Armed the first time the body had to wait; boxed because most bodies never wait.
@@ -71,11 +72,22 @@ impl RequestBody {
         // A body that is already complete is never polled for data: no flag, no timer.
         let limited = !idle.is_zero() && !inner.is_end_stream();
         RequestBody {
-            inner,
+            inner: Some(inner),
             idle: limited.then_some(idle),
             timer: None,
             waiting_since: None,
             stall: limited.then(|| Stall(Arc::new(AtomicBool::new(false)))),
+        }
+    }
+
+    /// No body at all.
+    pub(crate) fn empty() -> RequestBody {
+        RequestBody {
+            inner: None,
+            idle: None,
+            timer: None,
+            waiting_since: None,
+            stall: None,
         }
     }
 
@@ -101,7 +113,10 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
-        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = &mut this.inner else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(frame) = Pin::new(inner).poll_frame(cx) {
             this.waiting_since = None;
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
@@ -132,10 +147,12 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }

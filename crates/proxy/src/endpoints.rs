@@ -78,9 +78,13 @@ impl Outcome {
     }
 }
 
-/// Counters for outlier detection, shared by every endpoint.
+/// Counters for outlier detection and retries, shared by every endpoint.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OutlierMetrics {
+    /// Retries sent.
+    pub(crate) retries: Counter,
+    /// Retries not sent because the cluster's retry budget was spent.
+    pub(crate) retry_budget_exhausted: Counter,
     /// Ejections started.
     pub(crate) ejections: Counter,
     /// Endpoints ejected right now, or whose ejection has ended but who have not
@@ -97,7 +101,17 @@ pub(crate) struct ClusterHealth {
     ejected: AtomicU32,
     size: AtomicU32,
     outlier: Arc<Outlier>,
+    /// Retries this cluster may still get, in hundredths (see [`ClusterHealth::retry`]).
+    retry_tokens: AtomicU32,
 }
+
+/// The retry budget: retries to a cluster are at most this percentage of its requests
+/// that may be retried (plus a small reserve), so a failing backend gets a bounded
+/// multiple of its load, never `attempts` times it.
+const RETRY_BUDGET_PERCENT: u32 = 20;
+/// The reserve: at most this many retries banked (also the budget of a new cluster), so
+/// that a quiet cluster can still retry its first failures.
+const RETRY_RESERVE: u32 = 10;
 
 /// Outlier-detection settings and counters, shared by every endpoint of a registry.
 #[derive(Debug, Default)]
@@ -107,6 +121,31 @@ struct Outlier {
 }
 
 impl ClusterHealth {
+    /// Counts a request that may be retried: it adds a fraction of a retry to the budget.
+    pub(crate) fn deposit(&self) {
+        let _ = self
+            .retry_tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < RETRY_RESERVE * 100)
+                    .then(|| (t + RETRY_BUDGET_PERCENT).min(RETRY_RESERVE * 100))
+            });
+    }
+
+    /// Takes one retry from the budget; `false` (and counted) when it is spent.
+    pub(crate) fn retry(&self) -> bool {
+        let ok = self
+            .retry_tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(100))
+            .is_ok();
+        let m = &self.outlier.metrics;
+        if ok {
+            m.retries.inc();
+        } else {
+            m.retry_budget_exhausted.inc();
+        }
+        ok
+    }
+
     /// Endpoints currently ejected.
     #[cfg(test)]
     fn ejected(&self) -> u32 {
@@ -277,6 +316,11 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
+    /// The figures of the endpoint's cluster (its retry budget).
+    pub(crate) fn cluster(&self) -> Option<Arc<ClusterHealth>> {
+        self.state.as_ref().map(|s| Arc::clone(&s.cluster))
+    }
+
     /// Ends the request with its outcome.
     pub(crate) fn finish(mut self, outcome: Outcome) {
         if let Some(state) = self.state.take() {
@@ -352,6 +396,7 @@ impl EndpointRegistry {
                     ejected: AtomicU32::new(0),
                     size: AtomicU32::new(0),
                     outlier: Arc::clone(&self.outlier),
+                    retry_tokens: AtomicU32::new(RETRY_RESERVE * 100),
                 });
                 reg.clusters.insert(cluster.clone(), Arc::downgrade(&h));
                 h
@@ -428,6 +473,31 @@ fn millis(now: Instant) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_are_a_bounded_share_of_requests() {
+        let reg = EndpointRegistry::default();
+        let (health, _eps) = reg.cluster(&key("c"), [addr(1)].into_iter());
+        // The reserve first.
+        for _ in 0..RETRY_RESERVE {
+            assert!(health.retry());
+        }
+        assert!(!health.retry());
+        // Then one retry per 5 requests (20 %).
+        let mut granted = 0;
+        for _ in 0..1000 {
+            health.deposit();
+            granted += u32::from(health.retry());
+        }
+        assert_eq!(granted, 200);
+        assert_eq!(reg.outlier.metrics.retries.get(), 210);
+        // Deposits never bank more than the reserve.
+        for _ in 0..10_000 {
+            health.deposit();
+        }
+        let burst = (0..100).filter(|_| health.retry()).count();
+        assert_eq!(burst, RETRY_RESERVE as usize);
+    }
 
     fn addr(i: u8) -> EndpointAddr {
         EndpointAddr::Socket(([10, 0, 0, i], 80).into())

@@ -26,6 +26,7 @@ mod mirror;
 mod normalize;
 mod pool;
 mod protocol;
+mod retry;
 mod server;
 mod upgrade;
 mod upstream;

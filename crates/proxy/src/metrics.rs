@@ -209,6 +209,17 @@ impl Metrics {
             m.outlier.ejections.clone(),
         );
         registry.register(
+            "weir_upstream_retries",
+            "Retries sent after failed attempts (HTTPRoute retry)",
+            m.outlier.retries.clone(),
+        );
+        registry.register(
+            "weir_upstream_retry_budget_exhausted",
+            "Retries not sent because the cluster's retry budget (20 % of its retryable \
+             requests, plus 10 in reserve) was spent",
+            m.outlier.retry_budget_exhausted.clone(),
+        );
+        registry.register(
             "weir_upstream_ejected_endpoints",
             "Endpoints ejected, or back from an ejection and not yet answering",
             m.outlier.ejected.clone(),

@@ -31,6 +31,7 @@ use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
 use crate::pool::Lease;
+use crate::retry;
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::upgrade;
@@ -145,11 +146,13 @@ struct AccessLog {
     host: Option<HeaderValue>,
     request_id: Option<HeaderValue>,
     upstream: Option<EndpointAddr>,
+    /// Attempts made (more than 1 with retries).
+    attempts: u32,
 }
 
 /// The result of waiting for an upstream: the response head and, for HTTP/1.1, the
 /// lease of the connection it came on.
-type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
+pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
 
 /// Serves one request. Never fails: every error becomes a response.
 ///
@@ -186,10 +189,12 @@ pub(crate) fn handle(
             host: raw_host(&req),
             request_id: req.headers().get(&X_REQUEST_ID).cloned(),
             upstream: None,
+            attempts: 1,
         })
     });
     let state = match phases(&ctx, req, start, log.as_deref_mut()) {
         Ok(Routed::Forward(fwd)) => State::Forwarding { fwd },
+        Ok(Routed::Retrying(fut)) => State::Retrying { fut },
         Ok(Routed::Respond(resp)) => State::Done {
             result: Some(Ok(resp)),
         },
@@ -225,6 +230,8 @@ pin_project_lite::pin_project! {
         Done { result: Option<Result<Response<ProxyBody>, ProxyError>> },
         /// Waiting for the upstream's response head.
         Forwarding { #[pin] fwd: Forwarding<S> },
+        /// Attempts of a request with retries (see [`crate::retry`]).
+        Retrying { fut: Pin<Box<retry::Forward>> },
     }
 }
 
@@ -238,6 +245,14 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                 "request polled after its response",
             ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
+            StateProj::Retrying { fut } => {
+                let (result, attempts, upstream) = std::task::ready!(fut.as_mut().poll(cx));
+                if let Some(log) = this.log.as_deref_mut() {
+                    log.attempts = attempts;
+                    log.upstream = Some(upstream);
+                }
+                result
+            }
         };
         Poll::Ready(Ok(finish(
             this.ctx,
@@ -285,6 +300,7 @@ fn finish(
             status,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             upstream = upstream.as_deref().unwrap_or("-"),
+            attempts = log.attempts,
             listener = &*ctx.listener_label,
             client = %ctx.remote,
             request_id = request_id.unwrap_or("-"),
@@ -314,11 +330,12 @@ fn raw_host(req: &Request<Incoming>) -> Option<HeaderValue> {
 enum Routed<S> {
     Respond(Response<ProxyBody>),
     Forward(Forwarding<S>),
+    Retrying(Pin<Box<retry::Forward>>),
 }
 
 /// Phases 1–5 (see [`handle`]).
 fn phases(
-    ctx: &ConnContext,
+    ctx: &Arc<ConnContext>,
     mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
@@ -338,7 +355,17 @@ fn phases(
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
     }
-    let rewritten = rewrite(ctx, &rule, &mut target, req, raw_host)?;
+    let retried = rule.retry.as_ref().is_some_and(|r| r.attempts > 0)
+        && req.body().is_end_stream()
+        && !req.headers().contains_key(header::UPGRADE);
+    let mut rewritten = rewrite(ctx, &rule, &mut target, req, raw_host)?;
+    if retried {
+        // The head is kept for the retries; the attempts run in one boxed future, so
+        // requests without retries keep the small inline one.
+        let fut = retry::forward(Arc::clone(ctx), rule, target, rewritten.parts, start);
+        return Ok(Routed::Retrying(Box::pin(fut)));
+    }
+    address(&mut rewritten.parts, &rule, &target)?;
     Ok(Routed::Forward(send(ctx, rule, target, rewritten, start)))
 }
 
@@ -384,7 +411,7 @@ fn route(
 
 /// Phase 3: a backend of the rule (by weight) and an endpoint of its cluster (by the
 /// balancer), counted in flight until its outcome is known; and the mirrors' endpoints.
-fn choose(
+pub(crate) fn choose(
     snapshot: &Snapshot,
     rule: &RouteRule,
     backends: &[WeightedBackend],
@@ -463,18 +490,18 @@ fn status_or_500(code: u16) -> StatusCode {
 
 /// Where one request is forwarded: the chosen endpoint, its cluster's protocol and the
 /// index of the chosen backend in the rule's list (for its own filters).
-struct Target {
-    addr: EndpointAddr,
-    protocol: UpstreamProtocol,
-    backend: usize,
+pub(crate) struct Target {
+    pub(crate) addr: EndpointAddr,
+    pub(crate) protocol: UpstreamProtocol,
+    pub(crate) backend: usize,
     /// Endpoints that get a copy (RequestMirror filters whose share this request fell in).
     mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
     /// The request counted against its endpoint until the outcome is known.
-    in_flight: InFlight,
+    pub(crate) in_flight: InFlight,
 }
 
 /// The filters of the rule's backend number `backend` (none if out of range).
-fn backend_filters(rule: &RouteRule, backend: usize) -> &[Filter] {
+pub(crate) fn backend_filters(rule: &RouteRule, backend: usize) -> &[Filter] {
     match &rule.action {
         Action::Forward(backends) => backends.get(backend).map_or(&[], |b| &b.filters[..]),
         _ => &[],
@@ -526,6 +553,21 @@ fn rewrite(
         let mirrors = std::mem::take(&mut target.mirrors);
         mirror::send(ctx, &parts, !body.is_end_stream(), mirrors, limit);
     }
+    Ok(Rewritten {
+        parts,
+        body,
+        client_upgrade,
+    })
+}
+
+/// Phase 4, per attempt: the chosen backend's own header filters and the URI, Host and
+/// version for the endpoint's protocol.
+pub(crate) fn address(
+    parts: &mut http::request::Parts,
+    rule: &RouteRule,
+    target: &Target,
+) -> Result<(), ProxyError> {
+    let protocol = target.protocol;
     filters::apply_request_header_filters(
         backend_filters(rule, target.backend),
         &mut parts.headers,
@@ -550,11 +592,27 @@ fn rewrite(
             parts.version = Version::HTTP_2;
         }
     }
-    Ok(Rewritten {
-        parts,
-        body,
-        client_upgrade,
-    })
+    Ok(())
+}
+
+/// How long one attempt may wait for its response head: what is left of the route's
+/// request timeout, at most its backend-request timeout; a route without either gets
+/// the listener's upstream-response timeout (no upstream may hold a request forever).
+pub(crate) fn attempt_limit(
+    ctx: &ConnContext,
+    rule: &RouteRule,
+    start: Instant,
+) -> Option<Duration> {
+    let remaining = rule
+        .timeouts
+        .request
+        .map(|d| d.saturating_sub(start.elapsed()));
+    let limit = match (remaining, rule.timeouts.backend_request) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let upstream_response = ctx.timeouts.upstream_response;
+    limit.or((!upstream_response.is_zero()).then_some(upstream_response))
 }
 
 /// Phase 5: hands the request to the upstream pool, bounded by the route's request and
@@ -571,17 +629,7 @@ fn send(
         body,
         client_upgrade,
     } = rewritten;
-    let remaining = rule
-        .timeouts
-        .request
-        .map(|d| d.saturating_sub(start.elapsed()));
-    let limit = match (remaining, rule.timeouts.backend_request) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    // No upstream may hold a request forever: a route without timeouts gets the listener's.
-    let upstream_response = ctx.timeouts.upstream_response;
-    let limit = limit.or((!upstream_response.is_zero()).then_some(upstream_response));
+    let limit = attempt_limit(ctx, &rule, start);
     let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
     let send = ctx
         .shared
@@ -631,7 +679,7 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
 }
 
 /// What an upstream result says about its endpoint (for outlier detection).
-fn outcome(result: &UpstreamResult) -> Outcome {
+pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
     match result {
         Ok((resp, _)) => Outcome::of_status(resp.status().as_u16()),
         Err(ProxyError::Connect(_) | ProxyError::Upstream(_) | ProxyError::Timeout) => {
@@ -642,7 +690,7 @@ fn outcome(result: &UpstreamResult) -> Outcome {
 }
 
 /// Phase 6: the upstream's response as sent to the client.
-fn relay(
+pub(crate) fn relay(
     rule: &RouteRule,
     backend_filters: &[Filter],
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
@@ -698,7 +746,7 @@ pin_project_lite::pin_project! {
     /// `fut`, failing with [`ProxyError::Timeout`] once `sleep` (if any) fires. One
     /// future type for both cases: with `match limit { Some => timeout(fut), None => fut }`
     /// the request future held two copies of the (large) upstream send future.
-    struct Bounded<F> {
+    pub(crate) struct Bounded<F> {
         #[pin]
         fut: F,
         // Boxed: an inline `Sleep` is ~100 bytes of every request's future, which hyper
@@ -708,7 +756,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> Bounded<F> {
-    fn new(limit: Option<Duration>, fut: F) -> Bounded<F> {
+    pub(crate) fn new(limit: Option<Duration>, fut: F) -> Bounded<F> {
         Bounded {
             fut,
             sleep: limit.map(|d| Box::pin(tokio::time::sleep(d))),

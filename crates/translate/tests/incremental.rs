@@ -95,6 +95,14 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: r1, namespace: default}
 spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.test]
+  rules: [{backendRefs: [{name: svc, port: 80}], retry: {codes: [503], attempts: 1}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
   parentRefs: [{name: gw}, {name: gw2}]
   hostnames: [a.test, b.test]
   rules:

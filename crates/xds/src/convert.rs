@@ -10,8 +10,9 @@ use weir_model::{
     Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
     DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
     Listener, ListenerKey, ListenerSettings, PathMatch, PathNormalization, PathRewrite, Pattern,
-    Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind,
+    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
+    WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -524,6 +525,11 @@ fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
             request_ns: r.timeouts.request.map(|d| d.as_nanos() as u64),
             backend_request_ns: r.timeouts.backend_request.map(|d| d.as_nanos() as u64),
         }),
+        retry: r.retry.as_ref().map(|rt| wire::Retry {
+            attempts: rt.attempts,
+            codes: rt.codes.iter().map(|c| u32::from(*c)).collect(),
+            backoff_ns: rt.backoff.as_nanos() as u64,
+        }),
     }
 }
 
@@ -613,5 +619,22 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
         request: t.request_ns.map(Duration::from_nanos),
         backend_request: t.backend_request_ns.map(Duration::from_nanos),
     };
-    Ok(RouteRule::new(route, matcher, filters, action, timeouts))
+    let retry = match &r.retry {
+        None => None,
+        Some(rt) => {
+            let mut codes = rt
+                .codes
+                .iter()
+                .map(|c| status("retry.codes", *c))
+                .collect::<Result<Vec<u16>, _>>()?;
+            codes.sort_unstable();
+            codes.dedup();
+            Some(Retry {
+                attempts: rt.attempts,
+                codes,
+                backoff: Duration::from_nanos(rt.backoff_ns),
+            })
+        }
+    };
+    Ok(RouteRule::new(route, matcher, filters, action, timeouts).with_retry(retry))
 }

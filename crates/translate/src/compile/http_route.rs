@@ -6,7 +6,8 @@ use weir_api::{
     HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
 };
 use weir_model::{
-    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, RouteRef, RouteRule, Timeouts,
+    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, Retry, RouteRef, RouteRule,
+    Timeouts,
 };
 
 use crate::compile::backend::RefError;
@@ -75,7 +76,7 @@ fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> Comp
             out: &mut out,
         };
         match compile_rule(&mut ctx, rule, &field) {
-            Ok((matches, filters, action, timeouts)) => {
+            Ok((matches, filters, action, timeouts, retry)) => {
                 let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
                 let route_ref = RouteRef {
                     kind: weir_model::RouteKind::HttpRoute,
@@ -97,7 +98,8 @@ fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> Comp
                         filters.clone(),
                         action.clone(),
                         timeouts.clone(),
-                    );
+                    )
+                    .with_retry(retry.clone());
                     out.rules.push((order, Arc::new(rr)));
                 }
             }
@@ -109,7 +111,13 @@ fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> Comp
     out
 }
 
-type CompiledRule = (Vec<RequestMatch>, Vec<Filter>, Action, Timeouts);
+type CompiledRule = (
+    Vec<RequestMatch>,
+    Vec<Filter>,
+    Action,
+    Timeouts,
+    Option<Retry>,
+);
 
 fn compile_rule(
     ctx: &mut RouteCtx<'_>,
@@ -262,6 +270,11 @@ fn compile_rule(
                 duration::parse(r).map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?;
         }
     }
+    let retry = rule
+        .retry
+        .as_ref()
+        .map(|r| compile_retry(r, &format!("{field}.retry")))
+        .transpose()?;
     let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
     for (k, b) in rule.backend_refs.iter().enumerate() {
         let fb = format!("{field}.backendRefs[{k}]");
@@ -284,7 +297,50 @@ fn compile_rule(
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)
     };
-    Ok((matches, filters, action, timeouts))
+    Ok((matches, filters, action, timeouts, retry))
+}
+
+/// Retries when unset: two, after 25 ms (Envoy's base interval), on connection failures
+/// and timeouts only (no status is retried unless listed).
+const DEFAULT_RETRY_ATTEMPTS: u32 = 2;
+const DEFAULT_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(25);
+/// More retries than this would multiply a failing backend's load for no gain.
+const MAX_RETRY_ATTEMPTS: i64 = 10;
+
+fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result<Retry, String> {
+    let attempts = match r.attempts {
+        None => DEFAULT_RETRY_ATTEMPTS,
+        Some(a) if (0..=MAX_RETRY_ATTEMPTS).contains(&a) => a as u32,
+        Some(a) => {
+            return Err(format!(
+                "{field}.attempts: {a} is not between 0 and {MAX_RETRY_ATTEMPTS}"
+            ));
+        }
+    };
+    let mut codes = Vec::new();
+    for (i, c) in r.codes.iter().flatten().enumerate() {
+        match u16::try_from(*c) {
+            Ok(c) if (400..=599).contains(&c) => codes.push(c),
+            _ => {
+                return Err(format!(
+                    "{field}.codes[{i}]: {c} is not between 400 and 599"
+                ));
+            }
+        }
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    let backoff = match &r.backoff {
+        None => DEFAULT_RETRY_BACKOFF,
+        Some(b) => duration::parse(b)
+            .map_err(|e| format!("{field}.backoff: {e}"))?
+            .unwrap_or(std::time::Duration::ZERO),
+    };
+    Ok(Retry {
+        attempts,
+        codes,
+        backoff,
+    })
 }
 
 fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {

@@ -1,0 +1,207 @@
+//! Retries (Gateway API `HTTPRouteRetry`): the attempts of one request without a body.
+//!
+//! An attempt is retried when the endpoint cannot be reached, resets the connection,
+//! does not answer within the attempt's limit, or answers with one of the rule's codes;
+//! while attempts remain, the route's request timeout leaves room for the backoff, and
+//! the cluster's retry budget allows it ([`crate::endpoints::ClusterHealth::retry`]).
+//! Each retry goes to a newly chosen endpoint (another one when the cluster has
+//! another), after a backoff that starts at the rule's and doubles, with jitter, capped
+//! at ten times the rule's. Every attempt's outcome feeds outlier detection, so the
+//! endpoint that failed is also less likely to be chosen again.
+//!
+//! Only requests without a body are retried: a body is streamed to the first endpoint
+//! as it arrives, not buffered, so it cannot be sent twice.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use weir_model::{Action, EndpointAddr, RouteRule};
+
+use crate::body::RequestBody;
+use crate::error::ProxyError;
+use crate::router;
+use crate::server::{
+    Bounded, ConnContext, ProxyBody, Target, UpstreamResult, address, attempt_limit,
+    backend_filters, choose, outcome, relay,
+};
+
+/// What the attempts came to: the response (or error), the number of attempts and the
+/// endpoint of the last one.
+pub(crate) type Retried = (Result<Response<ProxyBody>, ProxyError>, u32, EndpointAddr);
+
+/// The boxed future of a request with retries.
+pub(crate) type Forward = dyn Future<Output = Retried> + Send;
+
+/// Sends `head` to `first`, then retries as the rule says (see the module docs).
+pub(crate) async fn forward(
+    ctx: Arc<ConnContext>,
+    rule: Arc<RouteRule>,
+    first: Target,
+    head: http::request::Parts,
+    start: Instant,
+) -> Retried {
+    let Some(retry) = rule.retry.clone() else {
+        // Not reached: the caller checked. One attempt, as without retries.
+        let addr = first.addr.clone();
+        let backend = first.backend;
+        let result = attempt(&ctx, &rule, first, &head, start)
+            .await
+            .map(|(resp, lease)| relay(&rule, backend_filters(&rule, backend), None, resp, lease));
+        return (result, 1, addr);
+    };
+    let health = first.in_flight.cluster();
+    if let Some(h) = &health {
+        h.deposit();
+    }
+    let mut target = first;
+    let mut attempts = 1u32;
+    loop {
+        let addr = target.addr.clone();
+        let backend = target.backend;
+        let result = attempt(&ctx, &rule, target, &head, start).await;
+        let retryable = match &result {
+            Ok((resp, _)) => retry.retries_status(resp.status().as_u16()),
+            Err(e) => matches!(
+                e,
+                ProxyError::Connect(_) | ProxyError::Upstream(_) | ProxyError::Timeout
+            ),
+        };
+        let wait = backoff(retry.backoff, attempts);
+        let time_left = rule
+            .timeouts
+            .request
+            .is_none_or(|limit| start.elapsed() + wait < limit);
+        let again = retryable
+            && attempts <= retry.attempts
+            && time_left
+            && health.as_ref().is_none_or(|h| h.retry());
+        if !again {
+            let result = match result {
+                Ok((resp, lease)) => Ok(relay(
+                    &rule,
+                    backend_filters(&rule, backend),
+                    None,
+                    resp,
+                    lease,
+                )),
+                Err(e) => Err(e),
+            };
+            return (result, attempts, addr);
+        }
+        drop(result);
+        tokio::time::sleep(wait).await;
+        attempts += 1;
+        target = match choose_again(&ctx, &rule, &addr) {
+            Ok(t) => t,
+            Err(e) => return (Err(e), attempts - 1, addr),
+        };
+    }
+}
+
+/// One attempt: the head addressed to `target`, sent with an empty body, bounded by the
+/// attempt's limit; its outcome reported to the endpoint.
+async fn attempt(
+    ctx: &ConnContext,
+    rule: &RouteRule,
+    target: Target,
+    head: &http::request::Parts,
+    start: Instant,
+) -> UpstreamResult {
+    let mut parts = clone_head(head);
+    address(&mut parts, rule, &target)?;
+    let limit = attempt_limit(ctx, rule, start);
+    let req = Request::from_parts(parts, RequestBody::empty());
+    let send = ctx
+        .shared
+        .upstreams
+        .send(target.protocol, &target.addr, req);
+    let result: UpstreamResult = Bounded::new(limit, send).await;
+    target.in_flight.finish(outcome(&result));
+    result
+}
+
+/// A new endpoint for a retry, another than `failed` when one of two picks finds one.
+fn choose_again(
+    ctx: &ConnContext,
+    rule: &RouteRule,
+    failed: &EndpointAddr,
+) -> Result<Target, ProxyError> {
+    let Action::Forward(backends) = &rule.action else {
+        return Err(ProxyError::BackendNotFound);
+    };
+    let snapshot = ctx.shared.snapshots.load();
+    let now = Instant::now();
+    let first = choose(&snapshot, rule, backends, now)?;
+    if first.addr != *failed {
+        return Ok(first);
+    }
+    match choose(&snapshot, rule, backends, now) {
+        Ok(second) if second.addr != *failed => Ok(second),
+        _ => Ok(first),
+    }
+}
+
+/// The wait before retry number `n` (from 1): `base` doubling per retry, at most ten
+/// times `base`, plus up to half of it again as jitter (never less than `base`).
+fn backoff(base: Duration, n: u32) -> Duration {
+    let doubled = base.saturating_mul(1 << (n - 1).min(16));
+    let capped = doubled.min(base.saturating_mul(10));
+    let jitter_range = capped.as_nanos() as u64 / 2;
+    let jitter = if jitter_range == 0 {
+        0
+    } else {
+        router::next_random() % jitter_range
+    };
+    capped + Duration::from_nanos(jitter)
+}
+
+/// A copy of the request head (method, URI, version, headers; extensions are not
+/// needed upstream).
+fn clone_head(head: &http::request::Parts) -> http::request::Parts {
+    let mut b = Request::builder()
+        .method(head.method.clone())
+        .uri(head.uri.clone())
+        .version(head.version);
+    if let Some(h) = b.headers_mut() {
+        *h = head.headers.clone();
+    }
+    let (parts, ()) = b.body(()).unwrap_or_default().into_parts();
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_never_below_the_minimum() {
+        let base = Duration::from_millis(100);
+        for n in 1..20 {
+            let b = backoff(base, n);
+            let expected = base * (1 << (n - 1).min(16));
+            let floor = expected.min(base * 10);
+            assert!(b >= floor, "retry {n}: {b:?} < {floor:?}");
+            assert!(
+                b < floor + floor / 2 + Duration::from_nanos(1),
+                "retry {n}: {b:?}"
+            );
+        }
+        assert_eq!(backoff(Duration::ZERO, 3), Duration::ZERO);
+    }
+
+    #[test]
+    fn heads_are_copied_whole() {
+        let (head, ()) = Request::post("/a?b=c")
+            .header("x-one", "1")
+            .header("x-two", "2")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let copy = clone_head(&head);
+        assert_eq!(copy.method, head.method);
+        assert_eq!(copy.uri, head.uri);
+        assert_eq!(copy.headers, head.headers);
+    }
+}
