@@ -33,8 +33,8 @@ use crate::procs::{ChildGuard, free_port, log_tail};
 
 /// Options of one failover run.
 pub(crate) struct Options {
-    /// weir builds to compare: (label, binary).
-    pub(crate) builds: Vec<(String, PathBuf)>,
+    /// Runs to compare: (label, weir binary, whether the routes retry).
+    pub(crate) builds: Vec<(String, PathBuf, bool)>,
     pub(crate) routes: usize,
     pub(crate) duration: Duration,
     pub(crate) period: Duration,
@@ -79,6 +79,8 @@ pub(crate) struct Report {
     label: String,
     requests: u64,
     errors: u64,
+    /// Whether the routes retried.
+    retry: bool,
     /// Requests made while the flapping endpoint was failing (503 or refused phases).
     failing_phase_requests: u64,
     /// Of those, the ones that reached it: its 503s and weir's 502s (refused connects).
@@ -91,15 +93,17 @@ pub(crate) struct Report {
     recovery_ms: Vec<f64>,
     /// weir's `weir_upstream_ejections_total` at the end (absent in older builds).
     ejections: Option<u64>,
+    /// weir's `weir_upstream_retries_total` at the end (absent in older builds).
+    retries: Option<u64>,
 }
 
 /// Runs the schedule against each build in turn and prints a table.
 pub(crate) async fn run(opts: Options) -> Result<Vec<Report>> {
     std::fs::create_dir_all(&opts.out)?;
     let mut reports = Vec::new();
-    for (label, bin) in &opts.builds {
+    for (label, bin, retry) in &opts.builds {
         eprintln!("failover: {label} ({})", bin.display());
-        let report = run_one(&opts, label, bin)
+        let report = run_one(&opts, label, bin, *retry)
             .await
             .with_context(|| format!("failover run of {label}"))?;
         reports.push(report);
@@ -114,7 +118,7 @@ pub(crate) async fn run(opts: Options) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
-async fn run_one(opts: &Options, label: &str, bin: &Path) -> Result<Report> {
+async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result<Report> {
     // The endpoints.
     let mut steady = Vec::new();
     let mut addrs = Vec::new();
@@ -135,7 +139,7 @@ async fn run_one(opts: &Options, label: &str, bin: &Path) -> Result<Report> {
     let port = free_port()?;
     std::fs::write(
         cfg.join("config.yaml"),
-        manifests(port, &addrs, opts.routes),
+        manifests(port, &addrs, opts.routes, retry),
     )?;
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let args = vec![
@@ -370,6 +374,7 @@ fn analyse(
     };
     let mut r = Report {
         label: label.to_owned(),
+        retry: false,
         requests: samples.len() as u64,
         errors: 0,
         failing_phase_requests: 0,
@@ -378,6 +383,7 @@ fn analyse(
         healthy_share: 0.0,
         recovery_ms: Vec::new(),
         ejections,
+        retries: None,
     };
     let (mut healthy, mut healthy_flap) = (0u64, 0u64);
     for s in samples {
@@ -427,9 +433,9 @@ fn print_table(opts: &Options, reports: &[Report]) {
         opts.period, opts.routes, opts.clients, opts.duration
     );
     println!(
-        "| build | requests | errors | requests during failing phases | reached the failing endpoint | client errors then | error % then | healthy share | recovery ms (median, max) | ejections |"
+        "| build | requests | errors | requests during failing phases | reached the failing endpoint | client errors then | error % then | healthy share | recovery ms (median, max) | ejections | retries |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     for r in reports {
         let mut rec = r.recovery_ms.clone();
         rec.sort_by(f64::total_cmp);
@@ -437,8 +443,9 @@ fn print_table(opts: &Options, reports: &[Report]) {
         let max = rec.last().copied();
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} |",
+            "| {}{} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} | {} |",
             r.label,
+            if r.retry { " + retry" } else { "" },
             r.requests,
             r.errors,
             r.failing_phase_requests,
@@ -449,6 +456,7 @@ fn print_table(opts: &Options, reports: &[Report]) {
             fmt(median),
             fmt(max),
             r.ejections.map_or("-".to_owned(), |v| v.to_string()),
+            r.retries.map_or("-".to_owned(), |v| v.to_string()),
         );
     }
 }
@@ -491,8 +499,14 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .map(|v| v as u64)
 }
 
-/// A Gateway on 127.0.0.1:`port`, a Backend with the endpoints, `routes` HTTPRoutes.
-fn manifests(port: u16, endpoints: &[SocketAddr], routes: usize) -> String {
+/// A Gateway on 127.0.0.1:`port`, a Backend with the endpoints, `routes` HTTPRoutes
+/// (retrying 503s and connection failures twice when `retry`).
+fn manifests(port: u16, endpoints: &[SocketAddr], routes: usize, retry: bool) -> String {
+    let retry = if retry {
+        "      retry: {codes: [503], attempts: 2, backoff: 10ms}\n"
+    } else {
+        ""
+    };
     let mut out = format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -536,7 +550,7 @@ spec:
         - group: weir.dev
           kind: Backend
           name: svc
-"
+{retry}"
         ));
     }
     out
@@ -589,7 +603,8 @@ mod tests {
         let eps: Vec<SocketAddr> = (1..=4)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
             .collect();
-        let m = manifests(8080, &eps, 20);
+        let m = manifests(8080, &eps, 20, true);
+        assert_eq!(m.matches("retry:").count(), 20);
         assert_eq!(m.matches("kind: HTTPRoute").count(), 20);
         assert!(m.contains("r19.failover.test"));
         assert!(m.contains("- 127.0.0.1:9004"));

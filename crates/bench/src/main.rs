@@ -89,6 +89,9 @@ struct FailoverArgs {
     /// Closed-loop keep-alive clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
+    /// Skip the run whose routes retry 503s and connection failures.
+    #[arg(long)]
+    no_retry_run: bool,
     /// Output directory [default: <workspace>/target/weir-bench/failover].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -354,13 +357,15 @@ fn main() -> ExitCode {
             }
         }
         Command::Failover(a) => {
-            let mut builds = vec![(
-                "weir".to_owned(),
-                a.weir
-                    .unwrap_or_else(|| workspace_path("target/release/weir")),
-            )];
+            let weir = a
+                .weir
+                .unwrap_or_else(|| workspace_path("target/release/weir"));
+            let mut builds = vec![("weir".to_owned(), weir.clone(), false)];
+            if !a.no_retry_run {
+                builds.push(("weir".to_owned(), weir, true));
+            }
             if let Some(b) = a.weir_baseline {
-                builds.push(("weir-baseline".to_owned(), b));
+                builds.push(("weir-baseline".to_owned(), b, false));
             }
             let opts = failover::Options {
                 builds,

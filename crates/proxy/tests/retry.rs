@@ -111,6 +111,9 @@ async fn the_retry_budget_bounds_retries() {
     let retries = p.metric("weir_upstream_retries_total");
     let attempts = a.served() + b.served();
     assert_eq!(attempts as u64, 100 + retries);
-    assert!((20..=30).contains(&retries), "{retries} retries for 100 requests");
+    assert!(
+        (20..=30).contains(&retries),
+        "{retries} retries for 100 requests"
+    );
     assert!(p.metric("weir_upstream_retry_budget_exhausted_total") > 0);
 }
