@@ -237,13 +237,32 @@ pub enum Action {
     },
 }
 
-/// Per-rule timeouts (Gateway API `HTTPRouteTimeouts`).
+/// Per-rule timeouts (Gateway API `HTTPRouteTimeouts`). `None` is unset (the listener's
+/// upstream-response timeout applies when both are); `Some(ZERO)` is the Gateway API's
+/// `0s`, which disables the timeout.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Timeouts {
     /// Whole request, from the gateway receiving it to the response headers.
     pub request: Option<Duration>,
     /// One attempt to a backend.
     pub backend_request: Option<Duration>,
+}
+
+impl Timeouts {
+    /// The request timeout if it is set and not disabled.
+    pub fn request_limit(&self) -> Option<Duration> {
+        self.request.filter(|d| !d.is_zero())
+    }
+
+    /// The backend-request timeout if it is set and not disabled.
+    pub fn backend_request_limit(&self) -> Option<Duration> {
+        self.backend_request.filter(|d| !d.is_zero())
+    }
+
+    /// Whether the route sets either timeout (even to `0s`).
+    pub fn is_set(&self) -> bool {
+        self.request.is_some() || self.backend_request.is_some()
+    }
 }
 
 /// Retrying a request whose attempt failed (Gateway API `HTTPRouteRetry`). An attempt

@@ -71,7 +71,7 @@ pub(crate) async fn forward(
         let wait = backoff(retry.backoff, attempts);
         let time_left = rule
             .timeouts
-            .request
+            .request_limit()
             .is_none_or(|limit| start.elapsed() + wait < limit);
         let again = retryable
             && attempts <= retry.attempts

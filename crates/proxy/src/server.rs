@@ -547,8 +547,8 @@ fn rewrite(
     if !target.mirrors.is_empty() {
         let limit = rule
             .timeouts
-            .request
-            .or(rule.timeouts.backend_request)
+            .request_limit()
+            .or(rule.timeouts.backend_request_limit())
             .unwrap_or(mirror::DEFAULT_TIMEOUT);
         let mirrors = std::mem::take(&mut target.mirrors);
         mirror::send(ctx, &parts, !body.is_end_stream(), mirrors, limit);
@@ -603,16 +603,18 @@ pub(crate) fn attempt_limit(
     rule: &RouteRule,
     start: Instant,
 ) -> Option<Duration> {
-    let remaining = rule
-        .timeouts
-        .request
-        .map(|d| d.saturating_sub(start.elapsed()));
-    let limit = match (remaining, rule.timeouts.backend_request) {
+    let t = &rule.timeouts;
+    let remaining = t.request_limit().map(|d| d.saturating_sub(start.elapsed()));
+    let limit = match (remaining, t.backend_request_limit()) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    // A route that sets its timeouts to 0s has disabled them.
+    if limit.is_some() || t.is_set() {
+        return limit;
+    }
     let upstream_response = ctx.timeouts.upstream_response;
-    limit.or((!upstream_response.is_zero()).then_some(upstream_response))
+    (!upstream_response.is_zero()).then_some(upstream_response)
 }
 
 /// Phase 5: hands the request to the upstream pool, bounded by the route's request and

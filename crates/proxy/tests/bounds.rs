@@ -552,3 +552,30 @@ async fn unanswered_requests_get_504_by_default() {
         assert_eq!(r.status, 504, "{host}: {}", r.body);
     }
 }
+
+/// A route timeout of `0s` disables the timeout (Gateway API): such a route waits for a
+/// slow upstream past the listener's default, where a route without timeouts gets 504.
+#[tokio::test]
+async fn a_zero_route_timeout_disables_the_default() {
+    let slow = Backend::start("slow").await; // `/slow` answers after 1 s
+    let disabled = weir_model::Timeouts {
+        request: Some(Duration::ZERO),
+        backend_request: None,
+    };
+    let p = Proxy::start(vec![
+        listener_with(
+            Protocol::Http,
+            settings(|s| s.timeouts.upstream_response = ms(300)),
+        ),
+        vhost(
+            Some("off.test"),
+            vec![rule_with("/", forward(&[("c", 1)]), disabled)],
+        ),
+        vhost(Some("default.test"), vec![rule("/", forward(&[("c", 1)]))]),
+        cluster("c", &[slow.addr], UpstreamProtocol::Http1),
+    ])
+    .await;
+    assert_eq!(get(p.addr, "default.test", "/slow").await.status, 504);
+    let r = get(p.addr, "off.test", "/slow").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}

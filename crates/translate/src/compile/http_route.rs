@@ -1,6 +1,7 @@
 //! HTTPRoute → compiled rules (independent of the listeners the route attaches to).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use weir_api::{
     HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
@@ -262,12 +263,19 @@ fn compile_rule(
     let mut timeouts = Timeouts::default();
     if let Some(t) = &rule.timeouts {
         if let Some(r) = &t.request {
-            timeouts.request =
-                duration::parse(r).map_err(|e| format!("{field}.timeouts.request: {e}"))?;
+            // `0s` disables the timeout: kept as zero, unlike an unset field.
+            timeouts.request = Some(
+                duration::parse(r)
+                    .map_err(|e| format!("{field}.timeouts.request: {e}"))?
+                    .unwrap_or(Duration::ZERO),
+            );
         }
         if let Some(r) = &t.backend_request {
-            timeouts.backend_request =
-                duration::parse(r).map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?;
+            timeouts.backend_request = Some(
+                duration::parse(r)
+                    .map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?
+                    .unwrap_or(Duration::ZERO),
+            );
         }
     }
     let retry = rule
@@ -303,7 +311,7 @@ fn compile_rule(
 /// Retries when unset: two, after 25 ms (Envoy's base interval), on connection failures
 /// and timeouts only (no status is retried unless listed).
 const DEFAULT_RETRY_ATTEMPTS: u32 = 2;
-const DEFAULT_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(25);
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(25);
 /// More retries than this would multiply a failing backend's load for no gain.
 const MAX_RETRY_ATTEMPTS: i64 = 10;
 
@@ -334,7 +342,7 @@ fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result<Retry, Str
         None => DEFAULT_RETRY_BACKOFF,
         Some(b) => duration::parse(b)
             .map_err(|e| format!("{field}.backoff: {e}"))?
-            .unwrap_or(std::time::Duration::ZERO),
+            .unwrap_or(Duration::ZERO),
     };
     Ok(Retry {
         attempts,
