@@ -165,6 +165,9 @@ pub enum Object {
 /// Why a document could not be read as an object. Names the field when it can.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidObject {
+    /// The document is not valid YAML (syntax, duplicate keys, nesting or alias budget).
+    #[error("invalid YAML: {0}")]
+    Syntax(String),
     /// The document is not a mapping with `apiVersion` and `kind` strings.
     #[error("not a Kubernetes object: {0}")]
     NotAnObject(String),

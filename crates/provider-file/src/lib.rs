@@ -40,7 +40,10 @@ pub struct Origin {
 pub enum FileErrorKind {
     /// The file or directory could not be read; its previous objects are kept.
     Unreadable,
-    /// The file is not valid YAML (or not UTF-8); its previous objects are kept.
+    /// A document is not valid YAML (syntax, duplicate key, nesting, alias budget): it is
+    /// rejected alone, and the object it held at that position keeps its previous
+    /// version. For a file that is not UTF-8 (no document index) all its previous
+    /// objects are kept.
     Syntax,
     /// A document is not a valid object; that object's previous version (if any) is kept.
     InvalidObject,

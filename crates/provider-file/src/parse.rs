@@ -27,8 +27,10 @@ pub(crate) struct DocError {
     pub(crate) error: InvalidObject,
 }
 
-/// Parses a whole file. `Err` is a syntax (or encoding) error that makes the whole file
-/// unusable; it names the line.
+/// Parses a whole file. `Err` is an encoding error that makes the whole file unusable.
+/// A document that is not valid YAML (a syntax error, a duplicate key, too deep, or an
+/// alias bomb past the parser's budget) is an error of that document alone, naming its
+/// line: its siblings are still read.
 pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
@@ -42,18 +44,22 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
             continue;
         }
         let options = serde_saphyr::options! { with_snippet: false };
-        let value: Value =
-            serde_saphyr::from_str_with_options(chunk.text, options).map_err(|e| {
+        match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
+            Ok(value) => push_objects(index, value, &mut docs),
+            Err(e) => {
                 let render = serde_saphyr::render_options! {
                     snippets: serde_saphyr::SnippetMode::Off,
                     line_offset: chunk.first_line as u64,
                 };
-                format!(
-                    "invalid YAML in document {index}: {}",
-                    e.render_with_options(render)
-                )
-            })?;
-        push_objects(index, value, &mut docs);
+                docs.push(ParsedDoc {
+                    index,
+                    result: Err(DocError {
+                        key: None,
+                        error: InvalidObject::Syntax(e.render_with_options(render).to_string()),
+                    }),
+                });
+            }
+        }
     }
     Ok(docs)
 }
@@ -324,10 +330,48 @@ mod tests {
     }
 
     #[test]
-    fn syntax_error_names_the_file_line() {
-        let e = parse_file(b"a: 1\n---\nb: [1\n").unwrap_err();
-        assert!(e.contains("document 1"), "{e}");
-        assert!(e.contains("line 3"), "{e}");
+    fn syntax_error_names_the_line_and_spares_the_other_documents() {
+        let docs = parse_file(
+            b"a: 1\n---\nb: [1\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns1}\n",
+        )
+        .unwrap();
+        let Err(e) = &docs[1].result else {
+            panic!("{docs:?}")
+        };
+        assert_eq!(docs[1].index, 1);
+        let e = e.error.to_string();
+        assert!(e.contains("invalid YAML") && e.contains("line 3"), "{e}");
+        assert!(
+            matches!(&docs[2].result, Ok(Object::Namespace(_))),
+            "{docs:?}"
+        );
+    }
+
+    /// Hostile documents are rejected alone: an alias bomb (past the parser's node
+    /// budget), duplicate keys, deep nesting; the valid documents around them are read.
+    #[test]
+    fn hostile_documents_are_rejected_alone() {
+        let ns = |n: &str| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {n}}}\n");
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        for (i, c) in "bcdefghij".chars().enumerate() {
+            let prev = (b'a' + i as u8) as char;
+            bomb.push_str(&format!("{c}: &{c} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        let dup = "apiVersion: v1\nkind: Namespace\nmetadata: {name: d}\nmetadata: {name: e}\n";
+        let deep = format!("a: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+        let file = [ns("first"), bomb, dup.to_owned(), deep, ns("last")].join("---\n");
+        let docs = parse_file(file.as_bytes()).unwrap();
+        let ok: Vec<String> = docs
+            .iter()
+            .filter_map(|d| d.result.as_ref().ok().map(|o| o.key().name.to_string()))
+            .collect();
+        assert_eq!(ok, ["first", "last"]);
+        let bad: Vec<usize> = docs
+            .iter()
+            .filter(|d| d.result.is_err())
+            .map(|d| d.index)
+            .collect();
+        assert_eq!(bad, [1, 2, 3], "{docs:?}");
     }
 
     #[test]

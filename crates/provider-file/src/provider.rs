@@ -344,6 +344,18 @@ impl FileProvider {
         }
     }
 
+    /// The key of the (single) object that document `index` of `path` defined last time.
+    fn key_at(&self, path: &Path, index: usize) -> Option<ObjectKey> {
+        let file = self.files.get(path)?;
+        let mut at = file.keys.iter().filter(|k| {
+            self.def_in(path, k)
+                .is_some_and(|d| d.origin.document == index)
+        });
+        let key = at.next()?;
+        // A `List` document defined several objects: none is kept by position.
+        at.next().is_none().then(|| key.clone())
+    }
+
     /// The definition `path` currently holds for `key`.
     fn def_in(&self, path: &Path, key: &ObjectKey) -> Option<&Def> {
         self.defs.get(key)?.iter().find(|d| d.origin.file == path)
@@ -378,9 +390,17 @@ impl FileProvider {
                 Err(DocError { key, error }) => {
                     let kind = match error {
                         InvalidObject::UnsupportedKind { .. } => FileErrorKind::UnsupportedKind,
+                        InvalidObject::Syntax(_) => FileErrorKind::Syntax,
                         _ => FileErrorKind::InvalidObject,
                     };
                     let mut message = error.to_string();
+                    // A document that is not even YAML names no object: the one the file
+                    // had at the same position keeps its previous version.
+                    let key = key.or_else(|| {
+                        matches!(error, InvalidObject::Syntax(_))
+                            .then(|| self.key_at(&path, doc.index))
+                            .flatten()
+                    });
                     if let Some(key) = key
                         && let Some(prev) = self.def_in(&path, &key)
                     {

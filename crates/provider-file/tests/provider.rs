@@ -64,29 +64,34 @@ fn reads_multi_document_files_with_document_indexes() {
 }
 
 #[test]
-fn invalid_yaml_keeps_the_last_good_objects() {
+fn invalid_yaml_in_one_document_keeps_that_document_s_last_good_object() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.yaml");
     write(&file, &format!("{}---\n{}", ns("a", "x"), ns("b", "x")));
     let mut p = FileProvider::new(dir.path());
     assert_eq!(p.load_all().upserts.len(), 2);
 
+    // Document 0 changed, document 1 broken: the change is served, the broken document's
+    // object keeps its previous version.
     write(
         &file,
         &format!("{}---\nmetadata: [unclosed\n", ns("a", "changed")),
     );
     let u = p.reload(std::slice::from_ref(&file));
-    assert!(!u.has_changes(), "{u:?}");
+    assert_eq!(upserted(&u), vec![ns_key("a")]);
+    assert!(u.deletes.is_empty(), "{u:?}");
     assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
     assert_eq!(u.errors[0].kind, FileErrorKind::Syntax);
+    assert_eq!(u.errors[0].document, Some(1));
     let shown = u.errors[0].to_string();
     assert!(
-        shown.starts_with(&format!("{}: ", file.display())),
+        shown.starts_with(&format!("{}#1: invalid YAML", file.display())),
         "{shown}"
     );
     assert!(shown.contains("line 7"), "{shown}");
-    assert_eq!(label(p.get(&ns_key("a")).unwrap()), "x");
-    assert!(p.get(&ns_key("b")).is_some());
+    assert!(shown.contains("keeping its previous version"), "{shown}");
+    assert_eq!(label(p.get(&ns_key("a")).unwrap()), "changed");
+    assert_eq!(label(p.get(&ns_key("b")).unwrap()), "x");
 
     // The same bad bytes again: not parsed again, nothing reported.
     assert!(p.reload(std::slice::from_ref(&file)).is_empty());
