@@ -42,14 +42,15 @@ pub(crate) struct OutlierDetection {
 
 impl Default for OutlierDetection {
     /// On by default, so that a failing pod stops getting traffic without any policy:
-    /// 5 failures in a row (as Envoy's `consecutive_5xx`), ejections of 1 s doubling up
-    /// to 4 s (short, so a recovered endpoint is back within seconds without active
-    /// health checks), at most half of a cluster ejected.
+    /// 5 failures in a row (as Envoy's `consecutive_5xx`), ejections of 0.5 s doubling up
+    /// to 2 s (short, so that without active health checks a recovered endpoint is back
+    /// within 2 s; a still failing one costs one request per ejection), at most half of a
+    /// cluster ejected.
     fn default() -> Self {
         OutlierDetection {
             consecutive: 5,
-            base_ejection: Duration::from_secs(1),
-            max_ejection: Duration::from_secs(4),
+            base_ejection: Duration::from_millis(500),
+            max_ejection: Duration::from_secs(2),
             max_ejected_percent: 50,
         }
     }
@@ -549,7 +550,7 @@ mod tests {
         assert_eq!(health.ejected(), 1);
         assert_eq!(reg.outlier.metrics.ejections.get(), 1);
         // It is over after the ejection's length.
-        assert!(!eps[0].is_ejected(Instant::now() + Duration::from_millis(1100)));
+        assert!(!eps[0].is_ejected(Instant::now() + Duration::from_millis(600)));
         // A success ends it and clears the count of ejections in a row.
         eps[0].start().finish(Outcome::Success);
         assert_eq!(health.ejected(), 0);
@@ -578,7 +579,7 @@ mod tests {
                 }
             }
             let l = ejected.expect("ejected");
-            lengths.push(l.as_secs());
+            lengths.push(l.as_millis());
             // After the ejection, a single failure ejects again (probation).
             now += l + Duration::from_millis(1);
             assert!(!eps[0].is_ejected(now));
@@ -587,7 +588,7 @@ mod tests {
                 cfg.consecutive - 1
             );
         }
-        assert_eq!(lengths, [1, 2, 4, 4, 4]);
+        assert_eq!(lengths, [500, 1000, 2000, 2000, 2000]);
     }
 
     #[test]

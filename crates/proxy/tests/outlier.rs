@@ -31,15 +31,21 @@ async fn failing_endpoint_is_ejected_and_readmitted() {
     .await;
     let mut conn = Conn::h1(p.addr).await;
     let mut errors = 0;
+    let started = Instant::now();
     for _ in 0..400 {
         if conn.get("o.test", "/").await.status != 200 {
             errors += 1;
         }
     }
-    // Sequential requests: the 5 failures in a row that eject it, then (ejections of 1 s
-    // doubling) about one failure per ejection's end; round robin would give 100.
-    eprintln!("{errors} of 400 requests failed");
-    assert!(errors <= 12, "{errors} of 400 requests failed");
+    // Sequential requests: the 5 failures in a row that eject it, then one failure per
+    // ejection's end (each ejection lasts at least 0.5 s); round robin would give 100.
+    let ejections_ended = (started.elapsed().as_millis() / 500) as usize;
+    eprintln!("{errors} of 400 requests failed in {:?}", started.elapsed());
+    assert!(
+        errors <= 5 + ejections_ended && errors < 50,
+        "{errors} of 400 requests failed in {:?}",
+        started.elapsed()
+    );
     assert_eq!(
         errors,
         bad.served(),
@@ -47,7 +53,7 @@ async fn failing_endpoint_is_ejected_and_readmitted() {
     );
     assert!(p.metric("weir_upstream_ejections_total") >= 1);
 
-    // Recovered: it gets traffic again once its ejection (at most 4 s) ends.
+    // Recovered: it gets traffic again once its ejection (at most 2 s) ends.
     bad.fail(false);
     let before = bad.served();
     let recovered = Instant::now();
