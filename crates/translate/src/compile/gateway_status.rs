@@ -20,13 +20,7 @@ pub(crate) fn status(
     let g = state.generation;
     let any_programmed = state.listeners.iter().any(|l| l.programmed);
     let mut conditions = vec![
-        outcome(
-            ConditionType::Accepted,
-            &state.accepted,
-            Reason::Accepted,
-            "Gateway accepted",
-            g,
-        ),
+        gateway_accepted(state),
         if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
             Condition::new(
                 ConditionType::Programmed,
@@ -63,7 +57,9 @@ pub(crate) fn status(
             state.settings_problems.join("; ")
         );
     }
-    // Reported only by Gateways that opted into XListenerSets (`spec.allowedListeners`).
+    // Reported only by Gateways that opted into listener sets (`spec.allowedListeners`):
+    // the condition of the v1.4 experimental API and, since v1.5, the count in
+    // `status.attachedListenerSets`.
     match &state.sets_allowed {
         None => {}
         Some(SetsAllowed::None) => conditions.push(Condition::new(
@@ -77,14 +73,14 @@ pub(crate) fn status(
             ConditionType::AttachedListenerSets,
             true,
             Reason::ListenerSetsAttached,
-            "XListenerSets are attached",
+            "ListenerSets are attached",
             g,
         )),
         Some(_) => conditions.push(Condition::new(
             ConditionType::AttachedListenerSets,
             false,
             Reason::NoListenerSetsAttached,
-            "no XListenerSet is attached",
+            "no ListenerSet is attached",
             g,
         )),
     }
@@ -104,10 +100,48 @@ pub(crate) fn status(
         },
         conditions,
         listeners,
+        attached_listener_sets: state.sets_allowed.as_ref().map(|_| sets_attached),
     }
 }
 
-/// An XListenerSet's status, given how many routes are attached to each listener.
+/// The Gateway's Accepted condition. A Gateway whose own acceptance is fine but some of
+/// whose listeners are invalid (their Accepted is False: an unsupported protocol, a bad
+/// port or hostname, …) reports reason `ListenersNotValid`: still accepted if at least one
+/// listener is valid, not accepted if none is (Gateway API v1.5+,
+/// `GatewayListenerUnsupportedProtocol`).
+fn gateway_accepted(state: &GatewayState) -> Condition {
+    let g = state.generation;
+    let invalid: Vec<&ListenerState> = state
+        .listeners
+        .iter()
+        .filter(|l| l.accepted.is_err())
+        .collect();
+    if state.accepted.is_err() || invalid.is_empty() {
+        return outcome(
+            ConditionType::Accepted,
+            &state.accepted,
+            Reason::Accepted,
+            "Gateway accepted",
+            g,
+        );
+    }
+    let names: Vec<&str> = invalid.iter().map(|l| &*l.name).collect();
+    let some_valid = invalid.len() < state.listeners.len();
+    Condition::new(
+        ConditionType::Accepted,
+        some_valid,
+        Reason::ListenersNotValid,
+        format!(
+            "{} of {} listeners not valid: {}",
+            invalid.len(),
+            state.listeners.len(),
+            names.join(", ")
+        ),
+        g,
+    )
+}
+
+/// A ListenerSet's or XListenerSet's status, given how many routes are attached to each listener.
 pub(crate) fn set_status(
     state: &GatewayState,
     attached: impl Fn(&Arc<str>) -> u32,
@@ -128,7 +162,7 @@ pub(crate) fn set_status(
             ConditionType::Accepted,
             o,
             Reason::Accepted,
-            "XListenerSet accepted",
+            "listener set accepted",
             g,
         ),
     };
@@ -137,7 +171,7 @@ pub(crate) fn set_status(
             ConditionType::Programmed,
             true,
             Reason::Programmed,
-            "XListenerSet programmed",
+            "listener set programmed",
             g,
         )
     } else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use foldhash::{HashMap, HashSet};
 
-use weir_api::{Kind, ObjectKey, ObjectStatus};
+use weir_api::{ObjectKey, ObjectStatus};
 use weir_model::ListenerKey;
 
 use crate::compile::gateway::GatewayState;
@@ -100,15 +100,15 @@ impl GatewayIndex {
         statuses: &mut HashSet<ObjectKey>,
     ) {
         let old = self.set_parents.remove(set);
+        // Every change of a Gateway's count changes its status (`attachedListenerSets`),
+        // not only 0 <-> 1 (the `AttachedListenerSets` condition).
         if old != parent {
-            if let Some(p) = &old
-                && self.sets_attached.dec(p).is_some()
-            {
+            if let Some(p) = &old {
+                self.sets_attached.dec(p);
                 statuses.insert(p.clone());
             }
-            if let Some(p) = &parent
-                && self.sets_attached.inc(p.clone(), ())
-            {
+            if let Some(p) = &parent {
+                self.sets_attached.inc(p.clone(), ());
                 statuses.insert(p.clone());
             }
         }
@@ -142,7 +142,7 @@ impl GatewayIndex {
     pub(crate) fn status(&self, gk: &ObjectKey) -> Option<ObjectStatus> {
         let s = self.states.get(gk)?;
         let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
-        Some(if gk.kind == Kind::XListenerSet {
+        Some(if gk.kind.is_listener_set() {
             ObjectStatus::ListenerSet(gateway_status::set_status(s, attached))
         } else {
             let sets = self.sets_attached.count(gk);

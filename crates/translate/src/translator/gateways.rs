@@ -35,12 +35,12 @@ impl Translator {
             self.deps.set(&gk, deps);
             if gk.kind == Kind::Gateway {
                 for k in self.deps.dependents(&Dep::Object(gk.clone())) {
-                    if k.kind == Kind::XListenerSet && queued.insert(k.clone()) {
+                    if k.kind.is_listener_set() && queued.insert(k.clone()) {
                         todo.push(k.clone());
                     }
                 }
             }
-            if gk.kind == Kind::XListenerSet {
+            if gk.kind.is_listener_set() {
                 let parent = state
                     .as_ref()
                     .filter(|s| s.accepted.is_ok())
@@ -124,8 +124,8 @@ impl Translator {
         sk: &ObjectKey,
         deps: &mut Vec<Dep>,
     ) -> Option<gateway::GatewayState> {
-        let set = self.store.listener_set(sk)?;
-        let pk = set.parent();
+        let (meta, set) = self.store.listener_set(sk)?;
+        let pk = set.parent(&meta.namespace);
         match self.store.gateway(&pk) {
             Some(gw)
                 if !gateway::is_ours(
@@ -149,7 +149,7 @@ impl Translator {
             &self.store,
             sk,
             self.store.age(sk),
-            set,
+            (meta, set),
             parent,
             deps,
         ))
@@ -177,7 +177,7 @@ impl Translator {
                 owners.insert(k, (o.clone(), proto));
             }
         }
-        let is_set = gk.kind == Kind::XListenerSet;
+        let is_set = gk.kind.is_listener_set();
         gateway::settle(
             &mut state,
             |k| owners.get(k).cloned(),
@@ -188,7 +188,7 @@ impl Translator {
                 self.sockets.host_owner(&(*k, h.clone())).cloned()
             },
         );
-        let shared = gk.kind == Kind::XListenerSet;
+        let shared = gk.kind.is_listener_set();
         let mut out = GatewayOutputs {
             shared,
             ..GatewayOutputs::default()

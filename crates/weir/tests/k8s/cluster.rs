@@ -25,6 +25,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
         "XListenerSet" => "xlistenersets",
+        "ListenerSet" => "listenersets",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
