@@ -209,7 +209,11 @@ spec:
     let out = check();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("ListenerSet default/v1"), "{stdout}");
-    assert!(stdout.contains("spec.listeners[0].port"), "{stdout}");
+    assert!(
+        stdout.contains("ListenerSet v1: field spec.listeners[0].port"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("XListenerSet"), "{stdout}");
+    // The other two objects (the Gateway and the XListenerSet) are still read.
+    assert!(stdout.contains("2 objects read"), "{stdout}");
 }
