@@ -114,6 +114,15 @@ pub async fn get(
     }
 }
 
+/// Whether the API server serves this kind (its CRD is installed): a list in namespace
+/// `default` succeeds.
+pub async fn served(client: &kube::Client, api_version: &str, kind: &str) -> bool {
+    api_for(client, api_version, kind, "default")
+        .list(&Default::default())
+        .await
+        .is_ok()
+}
+
 /// The object's `status` (`Null` when it has none or does not exist).
 pub async fn status(
     client: &kube::Client,
