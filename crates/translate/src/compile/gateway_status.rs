@@ -147,11 +147,9 @@ pub(crate) fn set_status(
     attached: impl Fn(&Arc<str>) -> u32,
 ) -> ListenerSetStatus {
     let g = state.generation;
-    let any_accepted = state.listeners.iter().any(|l| {
-        l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none() && l.shadowed.is_none()
-    });
+    let any_valid = state.listeners.iter().any(set_listener_valid);
     let accepted = match &state.accepted {
-        Ok(()) if !any_accepted => Condition::new(
+        Ok(()) if !any_valid => Condition::new(
             ConditionType::Accepted,
             false,
             Reason::ListenersNotValid,
@@ -166,7 +164,14 @@ pub(crate) fn set_status(
             g,
         ),
     };
-    let programmed = if state.listeners.iter().any(|l| l.programmed) {
+    // A set that is not accepted is not programmed, for the same reason (NotAllowed,
+    // ParentNotAccepted, ListenersNotValid), as the v1.5+ conformance tests expect.
+    let programmed = if !accepted.is_true() {
+        Condition {
+            type_: ConditionType::Programmed.as_str().into(),
+            ..accepted.clone()
+        }
+    } else if state.listeners.iter().any(|l| l.programmed) {
         Condition::new(
             ConditionType::Programmed,
             true,
@@ -189,7 +194,8 @@ pub(crate) fn set_status(
             .listeners
             .iter()
             .map(|l| {
-                let st = listener_status(l, &attached, g);
+                let mut st = listener_status(l, &attached, g);
+                conflicted_is_not_accepted(&mut st);
                 ListenerEntryStatus {
                     name: st.name,
                     port: l.port,
@@ -199,6 +205,41 @@ pub(crate) fn set_status(
                 }
             })
             .collect(),
+    }
+}
+
+/// Whether a set's listener counts as valid for the set's acceptance: accepted, not in
+/// conflict with the Gateway's or an older set's listeners, and (HTTPS) with a usable
+/// certificate. Unsupported route kinds alone do not make it invalid.
+pub(crate) fn set_listener_valid(l: &ListenerState) -> bool {
+    l.accepted.is_ok()
+        && l.conflict.is_none()
+        && l.taken_by.is_none()
+        && l.shadowed.is_none()
+        && (l.protocol != Some(weir_model::Protocol::Https) || l.cert.is_some())
+}
+
+/// A set's listener in conflict is neither accepted nor programmed, with the conflict's
+/// reason (`HostnameConflict`, `ProtocolConflict`) on all three conditions, as Gateway
+/// API v1.5+ words it for ListenerSets. (A Gateway's own listeners keep the v1.4 wording,
+/// which the Gateway conformance tests check.)
+fn conflicted_is_not_accepted(st: &mut ListenerStatus) {
+    let Some(c) = st
+        .conditions
+        .iter()
+        .find(|c| c.is(ConditionType::Conflicted) && c.is_true())
+        .cloned()
+    else {
+        return;
+    };
+    for t in [ConditionType::Accepted, ConditionType::Programmed] {
+        if let Some(x) = st.conditions.iter_mut().find(|x| x.is(t)) {
+            *x = Condition {
+                type_: t.as_str().into(),
+                status: "False".into(),
+                ..c.clone()
+            };
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use weir_api::{Kind, ObjectKey};
 use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
 
 use super::{Dirty, Translator};
-use crate::compile::gateway;
+use crate::compile::{gateway, gateway_status};
 use crate::incremental::{GatewayOutputs, SniOwner};
 use crate::store::Dep;
 
@@ -41,6 +41,8 @@ impl Translator {
                 }
             }
             if gk.kind.is_listener_set() {
+                // Provisional: settling (conflicts with other sets) decides whether the
+                // set has a valid listener and so is attached (`settle_gateway`).
                 let parent = state
                     .as_ref()
                     .filter(|s| s.accepted.is_ok())
@@ -265,6 +267,17 @@ impl Translator {
                         .add_sni((k, HostMatch::Any), owner.clone(), c, &mut d.resources);
                 }
             }
+        }
+        if shared {
+            // Attached to its Gateway (counted in `attachedListenerSets`) only when
+            // accepted with at least one valid listener, which settling just decided.
+            let parent = (state.accepted.is_ok()
+                && state
+                    .listeners
+                    .iter()
+                    .any(gateway_status::set_listener_valid))
+            .then(|| state.group.clone());
+            self.gateways.set_parent(gk, parent, &mut d.gateway_status);
         }
         self.gateways.set_outputs(gk, out);
         if self.gateways.set_views(gk, Some(gateway::views(&state))) {

@@ -117,7 +117,7 @@ async fn set_status_and_traffic(ctx: Arc<Ctx>, kind: (&'static str, &'static str
     })
     .await;
     assert!(
-        has(&foreign["conditions"], "Programmed", "False", "Invalid"),
+        has(&foreign["conditions"], "Programmed", "False", "NotAllowed"),
         "{foreign:#}"
     );
 
