@@ -170,9 +170,10 @@ pub(crate) fn compile(
     }
 }
 
-/// Validates a ListenerSet or XListenerSet (`key.kind` says which) whose parent Gateway is ours (`parent`: its state, `None`
-/// when the Gateway does not exist). Its listeners listen on the parent's address and
-/// conflict with the parent's own listeners (which win) on the same port.
+/// Validates a ListenerSet or XListenerSet (`key.kind` says which) whose parent Gateway
+/// is ours (`parent`: its state, `None` when the Gateway does not exist). Its listeners
+/// listen on the parent's address and conflict with the parent's own listeners (which
+/// win) on the same port.
 pub(crate) fn compile_set(
     store: &Store,
     key: &ObjectKey,

@@ -1,4 +1,4 @@
-//! Gateway and XListenerSet statuses (and their listeners').
+//! Gateway, ListenerSet and XListenerSet statuses (and their listeners').
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::compile::gateway::{GatewayState, SetsAllowed};
 use crate::compile::listener::{ListenerState, Outcome};
 
 /// The Gateway's status, given how many routes are attached to each listener (by name)
-/// and how many XListenerSets are attached to it.
+/// and how many listener sets are attached to it.
 pub(crate) fn status(
     state: &GatewayState,
     attached: impl Fn(&Arc<str>) -> u32,
@@ -141,7 +141,8 @@ fn gateway_accepted(state: &GatewayState) -> Condition {
     )
 }
 
-/// A ListenerSet's or XListenerSet's status, given how many routes are attached to each listener.
+/// A ListenerSet's or XListenerSet's status, given how many routes are attached to each
+/// listener.
 pub(crate) fn set_status(
     state: &GatewayState,
     attached: impl Fn(&Arc<str>) -> u32,

@@ -1,4 +1,4 @@
-//! Gateways and XListenerSets: their validated state, what routes see of them, what they
+//! Gateways and listener sets: their validated state, what routes see of them, what they
 //! contributed, and what is attached to them.
 
 use std::sync::Arc;
@@ -13,13 +13,13 @@ use crate::compile::gateway_status;
 use crate::compile::listener::ListenerView;
 use crate::incremental::{HostKey, RefCount, SniOwner};
 
-/// What one Gateway or XListenerSet currently contributes, so that settling it again
+/// What one Gateway or listener set currently contributes, so that settling it again
 /// can undo exactly that.
 #[derive(Default)]
 pub(crate) struct GatewayOutputs {
     /// Its sockets with a Listener resource.
     pub(crate) listeners: Vec<ListenerKey>,
-    /// The listeners are an XListenerSet's share of its Gateway's sockets
+    /// The listeners are a listener set's share of its Gateway's sockets
     /// (`Sockets::share`), not sockets of its own (`Sockets::add_listener`).
     pub(crate) shared: bool,
     /// Its SNI entries.
@@ -28,7 +28,7 @@ pub(crate) struct GatewayOutputs {
     pub(crate) isolated: Vec<HostKey>,
 }
 
-/// Per Gateway and XListenerSet of ours: state, listener views, outputs, and the counts
+/// Per Gateway and listener set of ours: state, listener views, outputs, and the counts
 /// its status reports (attached routes per listener, attached sets).
 #[derive(Default)]
 pub(crate) struct GatewayIndex {
@@ -36,15 +36,16 @@ pub(crate) struct GatewayIndex {
     /// What routes are matched against; a change recomputes the attached routes.
     views: HashMap<ObjectKey, Vec<ListenerView>>,
     outputs: HashMap<ObjectKey, GatewayOutputs>,
-    /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
+    /// Attached listener sets (accepted, with a valid listener) → their Gateway, and how
+    /// many each Gateway has.
     set_parents: HashMap<ObjectKey, ObjectKey>,
     sets_attached: RefCount<ObjectKey>,
-    /// Routes attached per (Gateway or XListenerSet, listener name).
+    /// Routes attached per (Gateway or listener set, listener name).
     attached: RefCount<(ObjectKey, Arc<str>)>,
 }
 
 impl GatewayIndex {
-    /// The state of Gateway or XListenerSet `gk`, if it is ours.
+    /// The state of Gateway or listener set `gk`, if it is ours.
     pub(crate) fn state(&self, gk: &ObjectKey) -> Option<&GatewayState> {
         self.states.get(gk)
     }
@@ -90,9 +91,9 @@ impl GatewayIndex {
         self.outputs.insert(gk.clone(), outputs);
     }
 
-    /// Records the Gateway XListenerSet `set` is accepted by (`None`: none). A Gateway
-    /// whose `AttachedListenerSets` condition changes (its count leaves or reaches zero)
-    /// is added to `statuses`.
+    /// Records the Gateway listener set `set` is attached to (`None`: none). A Gateway
+    /// whose count changes (its `attachedListenerSets`, and the `AttachedListenerSets`
+    /// condition when the count leaves or reaches zero) is added to `statuses`.
     pub(crate) fn set_parent(
         &mut self,
         set: &ObjectKey,
@@ -138,7 +139,7 @@ impl GatewayIndex {
         }
     }
 
-    /// The status of Gateway or XListenerSet `gk` (`None` when it is not ours).
+    /// The status of Gateway or listener set `gk` (`None` when it is not ours).
     pub(crate) fn status(&self, gk: &ObjectKey) -> Option<ObjectStatus> {
         let s = self.states.get(gk)?;
         let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
