@@ -72,6 +72,7 @@ impl<'de> Visitor<'de> for DirectVisitor {
             Kind::Backend => Object::Backend(Deserialize::deserialize(rest)?),
             Kind::DirectResponse => Object::DirectResponse(Deserialize::deserialize(rest)?),
             Kind::XListenerSet => Object::XListenerSet(Deserialize::deserialize(rest)?),
+            Kind::ListenerSet => Object::ListenerSet(Deserialize::deserialize(rest)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {

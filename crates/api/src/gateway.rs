@@ -80,8 +80,8 @@ pub struct GatewaySpec {
     pub listeners: Vec<GatewayListener>,
     /// Infrastructure settings (parameters for the provisioned data plane).
     pub infrastructure: Option<GatewayInfrastructure>,
-    /// Which XListenerSets may add listeners to this Gateway (experimental; none when
-    /// unset).
+    /// Which ListenerSets (and XListenerSets) may add listeners to this Gateway (none
+    /// when unset).
     pub allowed_listeners: Option<AllowedListeners>,
 }
 
@@ -115,7 +115,7 @@ pub struct XListenerSet {
     pub spec: ListenerSetSpec,
 }
 
-/// XListenerSet spec.
+/// ListenerSet and XListenerSet spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ListenerSetSpec {
@@ -129,13 +129,7 @@ impl XListenerSet {
     /// The Gateway this set names as its parent (`spec.parentRef`; its namespace defaults
     /// to the set's own).
     pub fn parent(&self) -> crate::ObjectKey {
-        let pr = &self.spec.parent_ref;
-        let ns = pr
-            .namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .unwrap_or(&self.metadata.namespace);
-        crate::ObjectKey::new(crate::Kind::Gateway, ns, &pr.name)
+        self.spec.parent(&self.metadata.namespace)
     }
 }
 

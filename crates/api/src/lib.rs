@@ -11,6 +11,7 @@ mod core;
 mod direct;
 mod gateway;
 mod ingress;
+mod listenerset;
 mod meta;
 mod object;
 mod status;
@@ -22,6 +23,7 @@ pub use crate::core::{
 };
 pub use crate::gateway::*;
 pub use crate::ingress::*;
+pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;

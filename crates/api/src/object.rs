@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::ingress::{Ingress, IngressClass};
+use crate::listenerset::ListenerSet;
 use crate::meta::ObjectMeta;
 use crate::weir::{Backend, DirectResponse};
 
@@ -37,8 +38,10 @@ pub enum Kind {
     Backend,
     /// weir.dev DirectResponse.
     DirectResponse,
-    /// gateway.networking.x-k8s.io XListenerSet (experimental).
+    /// gateway.networking.x-k8s.io XListenerSet (experimental; Gateway API up to v1.4).
     XListenerSet,
+    /// gateway.networking.k8s.io ListenerSet (standard channel since Gateway API v1.5).
+    ListenerSet,
 }
 
 impl Kind {
@@ -58,15 +61,18 @@ impl Kind {
             Kind::Backend => "Backend",
             Kind::DirectResponse => "DirectResponse",
             Kind::XListenerSet => "XListenerSet",
+            Kind::ListenerSet => "ListenerSet",
         }
     }
 
     /// The API group (`""` for core).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::GatewayClass | Kind::Gateway | Kind::HttpRoute | Kind::ReferenceGrant => {
-                "gateway.networking.k8s.io"
-            }
+            Kind::GatewayClass
+            | Kind::Gateway
+            | Kind::HttpRoute
+            | Kind::ReferenceGrant
+            | Kind::ListenerSet => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
@@ -99,6 +105,7 @@ impl Kind {
             "Backend" => Kind::Backend,
             "DirectResponse" => Kind::DirectResponse,
             "XListenerSet" => Kind::XListenerSet,
+            "ListenerSet" => Kind::ListenerSet,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -160,6 +167,7 @@ pub enum Object {
     Backend(Backend),
     DirectResponse(DirectResponse),
     XListenerSet(XListenerSet),
+    ListenerSet(ListenerSet),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -258,6 +266,7 @@ impl Object {
             Kind::Backend => Object::Backend(typed(value, kind, &display_name)?),
             Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
             Kind::XListenerSet => Object::XListenerSet(typed(value, kind, &display_name)?),
+            Kind::ListenerSet => Object::ListenerSet(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -288,6 +297,7 @@ impl Object {
             Object::Backend(_) => Kind::Backend,
             Object::DirectResponse(_) => Kind::DirectResponse,
             Object::XListenerSet(_) => Kind::XListenerSet,
+            Object::ListenerSet(_) => Kind::ListenerSet,
         }
     }
 
@@ -307,6 +317,7 @@ impl Object {
             Object::Backend(o) => &o.metadata,
             Object::DirectResponse(o) => &o.metadata,
             Object::XListenerSet(o) => &o.metadata,
+            Object::ListenerSet(o) => &o.metadata,
         }
     }
 
@@ -325,6 +336,7 @@ impl Object {
             Object::Backend(o) => &mut o.metadata,
             Object::DirectResponse(o) => &mut o.metadata,
             Object::XListenerSet(o) => &mut o.metadata,
+            Object::ListenerSet(o) => &mut o.metadata,
         }
     }
 

@@ -169,6 +169,11 @@ pub struct GatewayStatus {
     pub conditions: Vec<Condition>,
     /// Per listener.
     pub listeners: Vec<ListenerStatus>,
+    /// How many ListenerSets and XListenerSets are attached (`status.attachedListenerSets`
+    /// of Gateway API v1.5+); `None` when the Gateway allows no sets
+    /// (`spec.allowedListeners` unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attached_listener_sets: Option<u32>,
 }
 
 /// An address in Gateway status.
@@ -206,7 +211,7 @@ pub struct StatusRouteKind {
     pub kind: String,
 }
 
-/// XListenerSet status.
+/// ListenerSet and XListenerSet status.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListenerSetStatus {
@@ -216,7 +221,8 @@ pub struct ListenerSetStatus {
     pub listeners: Vec<ListenerEntryStatus>,
 }
 
-/// One XListenerSet listener's status (a Gateway listener's, plus its port).
+/// One listener set listener's status (a Gateway listener's, plus its port, which only
+/// XListenerSet's status has).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListenerEntryStatus {
@@ -269,7 +275,7 @@ pub enum ObjectStatus {
     GatewayClass(GatewayClassStatus),
     /// For a Gateway.
     Gateway(GatewayStatus),
-    /// For an XListenerSet.
+    /// For a ListenerSet or an XListenerSet.
     ListenerSet(ListenerSetStatus),
     /// For an HTTPRoute.
     Route(RouteStatus),

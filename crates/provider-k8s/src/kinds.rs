@@ -31,8 +31,10 @@ pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> Api
     }
 }
 
-/// Every resource the controller watches. ReferenceGrant is served as `v1beta1` by the
-/// standard channel of Gateway API v1.4; the other Gateway API kinds as `v1`.
+/// Every resource the controller watches. ReferenceGrant is read as `v1beta1`, which
+/// Gateway API v1.4 through v1.6 all serve (v1 only since v1.5); the other Gateway API
+/// kinds as `v1`. ListenerSet (v1.5+) and XListenerSet (experimental, up to v1.4) are
+/// both watched: a cluster has the CRD of one, both or neither.
 pub(crate) fn watched() -> Vec<Watched> {
     const GW: &str = "gateway.networking.k8s.io";
     const NET: &str = "networking.k8s.io";
@@ -61,8 +63,8 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
-        // Experimental channel only; without its CRD the watcher reports it synced and
-        // empty.
+        // Without its CRD (v1.5+ clusters have none; v1.4 only in the experimental
+        // channel) the watcher reports it synced and empty, and keeps retrying.
         w(
             Kind::XListenerSet,
             api_resource(
@@ -71,6 +73,13 @@ pub(crate) fn watched() -> Vec<Watched> {
                 "XListenerSet",
                 "xlistenersets",
             ),
+            None,
+            true,
+        ),
+        // Standard channel since v1.5; on older clusters, as XListenerSet above.
+        w(
+            Kind::ListenerSet,
+            api_resource(GW, "v1", "ListenerSet", "listenersets"),
             None,
             true,
         ),

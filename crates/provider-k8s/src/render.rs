@@ -155,6 +155,9 @@ pub(crate) fn render(
                 conditions(&conds, current.get("conditions"), now).into(),
             );
             out.insert("listeners".into(), listeners.into());
+            if let Some(n) = s.attached_listener_sets {
+                out.insert("attachedListenerSets".into(), n.into());
+            }
             Value::Object(out)
         }
         ObjectStatus::ListenerSet(s) => {
@@ -162,13 +165,18 @@ pub(crate) fn render(
                 .listeners
                 .iter()
                 .map(|l| {
-                    json!({
+                    let mut entry = json!({
                         "name": l.name,
-                        "port": l.port,
                         "supportedKinds": l.supported_kinds,
                         "attachedRoutes": l.attached_routes,
                         "conditions": listener_conditions(current, &l.name, &l.conditions, now),
-                    })
+                    });
+                    // XListenerSet (v1alpha1) requires the port in each entry; the v1
+                    // ListenerSet status has no such field.
+                    if key.kind == weir_api::Kind::XListenerSet {
+                        entry["port"] = l.port.into();
+                    }
+                    entry
                 })
                 .collect();
             json!({

@@ -206,6 +206,7 @@ impl StatusWriter {
                     Kind::GatewayClass
                         | Kind::Gateway
                         | Kind::XListenerSet
+                        | Kind::ListenerSet
                         | Kind::HttpRoute
                         | Kind::Ingress
                 ) && !matches!(s, ObjectStatus::Problems(_))

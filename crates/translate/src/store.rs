@@ -7,7 +7,7 @@ use foldhash::HashMap;
 
 use weir_api::{
     Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, Ingress, IngressClass, Kind,
-    Object, ObjectKey, ReferenceGrant, Service, XListenerSet,
+    ListenerSetSpec, Object, ObjectKey, ObjectMeta, ReferenceGrant, Service,
 };
 use weir_model::Certificate;
 
@@ -168,11 +168,9 @@ impl Store {
         }
     }
 
-    pub(crate) fn listener_set(&self, key: &ObjectKey) -> Option<&XListenerSet> {
-        match &*self.objects.get(key)?.0 {
-            Object::XListenerSet(s) => Some(s),
-            _ => None,
-        }
+    /// A ListenerSet or an XListenerSet (both read the same).
+    pub(crate) fn listener_set(&self, key: &ObjectKey) -> Option<(&ObjectMeta, &ListenerSetSpec)> {
+        self.objects.get(key)?.0.as_listener_set()
     }
 
     pub(crate) fn ingress(&self, key: &ObjectKey) -> Option<&Ingress> {

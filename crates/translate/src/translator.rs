@@ -213,7 +213,7 @@ impl Translator {
         d: &mut Dirty,
     ) {
         match key.kind {
-            Kind::Gateway | Kind::XListenerSet => {
+            Kind::Gateway | Kind::XListenerSet | Kind::ListenerSet => {
                 d.gateways.insert(key.clone());
             }
             Kind::HttpRoute => {
@@ -280,7 +280,9 @@ impl Translator {
     fn mark_dependents(&self, dep: &Dep, d: &mut Dirty) {
         for k in self.deps.dependents(dep) {
             match k.kind {
-                Kind::Gateway | Kind::XListenerSet => d.gateways.insert(k.clone()),
+                Kind::Gateway | Kind::XListenerSet | Kind::ListenerSet => {
+                    d.gateways.insert(k.clone())
+                }
                 Kind::Ingress => d.ingresses.insert(k.clone()),
                 kind if RouteKind::of_object(kind).is_some() => d.routes.insert(k.clone()),
                 _ => false,

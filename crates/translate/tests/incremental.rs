@@ -408,6 +408,66 @@ spec:
   parentRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s2, namespace: other}, {name: gw3}]
   hostnames: [b.test]
   rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+# ListenerSet (v1) beside XListenerSet: s1 of both kinds compete for a.test/b.test.
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: s1, namespace: default, creationTimestamp: "2020-03-01T00:00:00Z"}
+spec:
+  parentRef: {name: gw3}
+  listeners:
+  - {name: a, port: 9443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert2}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: s1, namespace: default}
+spec:
+  parentRef: {name: gw3}
+  listeners: [{name: a, port: 9081, protocol: HTTP, hostname: c.test}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: s4, namespace: other}
+spec:
+  parentRef: {name: gw3, namespace: default}
+  listeners:
+  - {name: b, port: 9443, protocol: HTTPS, hostname: b.test, tls: {certificateRefs: [{name: cert, namespace: default}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: s4, namespace: other}
+spec:
+  parentRef: {name: gw3, namespace: default}
+  listeners: [{name: b, port: 9080, protocol: HTTP, hostname: d.test, allowedRoutes: {namespaces: {from: All}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: sets, namespace: default}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: ListenerSet, namespace: other}]
+  to: [{group: "", kind: Secret}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: sets, namespace: default}
+spec:
+  from: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, namespace: other}]
+  to: [{group: "", kind: Secret}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r5, namespace: default}
+spec:
+  parentRefs: [{kind: ListenerSet, name: s1, sectionName: a}, {kind: ListenerSet, name: s4, namespace: other}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r5, namespace: default}
+spec:
+  parentRefs: [{kind: ListenerSet, name: s1}, {group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1}]
+  hostnames: [c.test]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
 "#;
 
 /// Pool of variants per object key: the documents above plus certificate Secrets taken

@@ -146,10 +146,13 @@ impl Provisioning {
                     let mut c = self.classes.lock().unwrap_or_else(|p| p.into_inner());
                     c.insert(o.metadata().name.clone(), o.clone());
                 }
-                Object::XListenerSet(set) => {
+                Object::XListenerSet(_) | Object::ListenerSet(_) => {
+                    let Some((meta, set)) = o.as_listener_set() else {
+                        continue;
+                    };
                     let key = o.key();
-                    let parent = set.parent();
-                    let new_ports = ports(&set.spec.listeners);
+                    let parent = set.parent(&meta.namespace);
+                    let new_ports = ports(&set.listeners);
                     match self.sets.insert(key, (parent.clone(), new_ports.clone())) {
                         Some((old_parent, old_ports))
                             if old_parent == parent && old_ports == new_ports => {}
@@ -168,7 +171,7 @@ impl Provisioning {
                 self.accepted.remove(k);
                 let _ = self.tx.send((k.clone(), Want::Absent));
             }
-            if k.kind == Kind::XListenerSet
+            if k.kind.is_listener_set()
                 && let Some((parent, _)) = self.sets.remove(k)
             {
                 ports_changed.push(parent);

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use weir_api::{Gateway, Kind, LabelSelector, ObjectKey, Reason, XListenerSet};
+use weir_api::{Gateway, Kind, LabelSelector, ListenerSetSpec, ObjectKey, ObjectMeta, Reason};
 use weir_model::{HostMatch, ListenerKey, ListenerSettings, Protocol};
 
 use crate::compile::listener::{
@@ -170,21 +170,22 @@ pub(crate) fn compile(
     }
 }
 
-/// Validates an XListenerSet whose parent Gateway is ours (`parent`: its state, `None`
-/// when the Gateway does not exist). Its listeners listen on the parent's address and
-/// conflict with the parent's own listeners (which win) on the same port.
+/// Validates a ListenerSet or XListenerSet (`key.kind` says which) whose parent Gateway
+/// is ours (`parent`: its state, `None` when the Gateway does not exist). Its listeners
+/// listen on the parent's address and conflict with the parent's own listeners (which
+/// win) on the same port.
 pub(crate) fn compile_set(
     store: &Store,
     key: &ObjectKey,
     age: Age,
-    set: &XListenerSet,
+    (meta, set): (&ObjectMeta, &ListenerSetSpec),
     parent: Option<&GatewayState>,
     deps: &mut Vec<Dep>,
 ) -> GatewayState {
     let ns = &*key.namespace;
-    let pk = set.parent();
+    let pk = set.parent(ns);
     deps.push(Dep::Object(pk.clone()));
-    let pr = &set.spec.parent_ref;
+    let pr = &set.parent_ref;
     let mut accepted: Outcome = Ok(());
     if pr.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP
         || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway"
@@ -222,7 +223,8 @@ pub(crate) fn compile_set(
                 accepted = Err((
                     Reason::NotAllowed,
                     format!(
-                        "{gw_name} does not allow XListenerSets from namespace {ns} (spec.allowedListeners)"
+                        "{gw_name} does not allow {}s from namespace {ns} (spec.allowedListeners)",
+                        key.kind
                     ),
                 ));
             }
@@ -235,9 +237,9 @@ pub(crate) fn compile_set(
     let mut listeners = compile_listeners(
         store,
         ns,
-        Referrer::ListenerSet,
+        Referrer::ListenerSet(key.kind),
         "spec.listeners",
-        &set.spec.listeners,
+        &set.listeners,
         socket_ip,
         deps,
     );
@@ -273,7 +275,7 @@ pub(crate) fn compile_set(
         label,
         sets_allowed: None,
         age,
-        generation: set.metadata.generation,
+        generation: meta.generation,
         accepted,
         unusable: None,
         ip,
@@ -314,8 +316,8 @@ pub(crate) fn settle(
             && o != state.key
         {
             l.shadowed = Some(format!(
-                "XListenerSet {}/{} already serves hostname {} on port {}",
-                o.namespace, o.name, l.hostname, l.port
+                "{} {}/{} already serves hostname {} on port {}",
+                o.kind, o.namespace, o.name, l.hostname, l.port
             ));
         }
         l.programmed = l.accepted.is_ok()

@@ -1,4 +1,4 @@
-//! Gateway and XListenerSet statuses (and their listeners').
+//! Gateway, ListenerSet and XListenerSet statuses (and their listeners').
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::compile::gateway::{GatewayState, SetsAllowed};
 use crate::compile::listener::{ListenerState, Outcome};
 
 /// The Gateway's status, given how many routes are attached to each listener (by name)
-/// and how many XListenerSets are attached to it.
+/// and how many listener sets are attached to it.
 pub(crate) fn status(
     state: &GatewayState,
     attached: impl Fn(&Arc<str>) -> u32,
@@ -20,13 +20,7 @@ pub(crate) fn status(
     let g = state.generation;
     let any_programmed = state.listeners.iter().any(|l| l.programmed);
     let mut conditions = vec![
-        outcome(
-            ConditionType::Accepted,
-            &state.accepted,
-            Reason::Accepted,
-            "Gateway accepted",
-            g,
-        ),
+        gateway_accepted(state),
         if let (Ok(()), Some(m)) = (&state.accepted, &state.unusable) {
             Condition::new(
                 ConditionType::Programmed,
@@ -63,7 +57,9 @@ pub(crate) fn status(
             state.settings_problems.join("; ")
         );
     }
-    // Reported only by Gateways that opted into XListenerSets (`spec.allowedListeners`).
+    // Reported only by Gateways that opted into listener sets (`spec.allowedListeners`):
+    // the condition of the v1.4 experimental API and, since v1.5, the count in
+    // `status.attachedListenerSets`.
     match &state.sets_allowed {
         None => {}
         Some(SetsAllowed::None) => conditions.push(Condition::new(
@@ -77,14 +73,14 @@ pub(crate) fn status(
             ConditionType::AttachedListenerSets,
             true,
             Reason::ListenerSetsAttached,
-            "XListenerSets are attached",
+            "ListenerSets are attached",
             g,
         )),
         Some(_) => conditions.push(Condition::new(
             ConditionType::AttachedListenerSets,
             false,
             Reason::NoListenerSetsAttached,
-            "no XListenerSet is attached",
+            "no ListenerSet is attached",
             g,
         )),
     }
@@ -104,20 +100,57 @@ pub(crate) fn status(
         },
         conditions,
         listeners,
+        attached_listener_sets: state.sets_allowed.as_ref().map(|_| sets_attached),
     }
 }
 
-/// An XListenerSet's status, given how many routes are attached to each listener.
+/// The Gateway's Accepted condition. A Gateway whose own acceptance is fine but some of
+/// whose listeners are invalid (their Accepted is False: an unsupported protocol, a bad
+/// port or hostname, …) reports reason `ListenersNotValid`: still accepted if at least one
+/// listener is valid, not accepted if none is (Gateway API v1.5+,
+/// `GatewayListenerUnsupportedProtocol`).
+fn gateway_accepted(state: &GatewayState) -> Condition {
+    let g = state.generation;
+    let invalid: Vec<&ListenerState> = state
+        .listeners
+        .iter()
+        .filter(|l| l.accepted.is_err())
+        .collect();
+    if state.accepted.is_err() || invalid.is_empty() {
+        return outcome(
+            ConditionType::Accepted,
+            &state.accepted,
+            Reason::Accepted,
+            "Gateway accepted",
+            g,
+        );
+    }
+    let names: Vec<&str> = invalid.iter().map(|l| &*l.name).collect();
+    let some_valid = invalid.len() < state.listeners.len();
+    Condition::new(
+        ConditionType::Accepted,
+        some_valid,
+        Reason::ListenersNotValid,
+        format!(
+            "{} of {} listeners not valid: {}",
+            invalid.len(),
+            state.listeners.len(),
+            names.join(", ")
+        ),
+        g,
+    )
+}
+
+/// A ListenerSet's or XListenerSet's status, given how many routes are attached to each
+/// listener.
 pub(crate) fn set_status(
     state: &GatewayState,
     attached: impl Fn(&Arc<str>) -> u32,
 ) -> ListenerSetStatus {
     let g = state.generation;
-    let any_accepted = state.listeners.iter().any(|l| {
-        l.accepted.is_ok() && l.conflict.is_none() && l.taken_by.is_none() && l.shadowed.is_none()
-    });
+    let any_valid = state.listeners.iter().any(set_listener_valid);
     let accepted = match &state.accepted {
-        Ok(()) if !any_accepted => Condition::new(
+        Ok(()) if !any_valid => Condition::new(
             ConditionType::Accepted,
             false,
             Reason::ListenersNotValid,
@@ -128,16 +161,23 @@ pub(crate) fn set_status(
             ConditionType::Accepted,
             o,
             Reason::Accepted,
-            "XListenerSet accepted",
+            "listener set accepted",
             g,
         ),
     };
-    let programmed = if state.listeners.iter().any(|l| l.programmed) {
+    // A set that is not accepted is not programmed, for the same reason (NotAllowed,
+    // ParentNotAccepted, ListenersNotValid), as the v1.5+ conformance tests expect.
+    let programmed = if !accepted.is_true() {
+        Condition {
+            type_: ConditionType::Programmed.as_str().into(),
+            ..accepted.clone()
+        }
+    } else if state.listeners.iter().any(|l| l.programmed) {
         Condition::new(
             ConditionType::Programmed,
             true,
             Reason::Programmed,
-            "XListenerSet programmed",
+            "listener set programmed",
             g,
         )
     } else {
@@ -155,7 +195,8 @@ pub(crate) fn set_status(
             .listeners
             .iter()
             .map(|l| {
-                let st = listener_status(l, &attached, g);
+                let mut st = listener_status(l, &attached, g);
+                conflicted_is_not_accepted(&mut st);
                 ListenerEntryStatus {
                     name: st.name,
                     port: l.port,
@@ -165,6 +206,41 @@ pub(crate) fn set_status(
                 }
             })
             .collect(),
+    }
+}
+
+/// Whether a set's listener counts as valid for the set's acceptance: accepted, not in
+/// conflict with the Gateway's or an older set's listeners, and (HTTPS) with a usable
+/// certificate. Unsupported route kinds alone do not make it invalid.
+pub(crate) fn set_listener_valid(l: &ListenerState) -> bool {
+    l.accepted.is_ok()
+        && l.conflict.is_none()
+        && l.taken_by.is_none()
+        && l.shadowed.is_none()
+        && (l.protocol != Some(weir_model::Protocol::Https) || l.cert.is_some())
+}
+
+/// A set's listener in conflict is neither accepted nor programmed, with the conflict's
+/// reason (`HostnameConflict`, `ProtocolConflict`) on all three conditions, as Gateway
+/// API v1.5+ words it for ListenerSets. (A Gateway's own listeners keep the v1.4 wording,
+/// which the Gateway conformance tests check.)
+fn conflicted_is_not_accepted(st: &mut ListenerStatus) {
+    let Some(c) = st
+        .conditions
+        .iter()
+        .find(|c| c.is(ConditionType::Conflicted) && c.is_true())
+        .cloned()
+    else {
+        return;
+    };
+    for t in [ConditionType::Accepted, ConditionType::Programmed] {
+        if let Some(x) = st.conditions.iter_mut().find(|x| x.is(t)) {
+            *x = Condition {
+                type_: t.as_str().into(),
+                status: "False".into(),
+                ..c.clone()
+            };
+        }
     }
 }
 

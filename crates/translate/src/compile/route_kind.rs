@@ -129,8 +129,8 @@ impl RouteKinds {
 pub(crate) enum Referrer {
     /// A Gateway (certificate refs).
     Gateway,
-    /// An XListenerSet (certificate refs).
-    ListenerSet,
+    /// A ListenerSet or an XListenerSet (certificate refs), by its kind.
+    ListenerSet(Kind),
     /// A route (backend refs, mirrors).
     Route(RouteKind),
 }
@@ -139,7 +139,7 @@ impl Referrer {
     /// The `from.group` a grant must name.
     pub(crate) fn group(self) -> &'static str {
         match self {
-            Referrer::ListenerSet => EXPERIMENTAL_GROUP,
+            Referrer::ListenerSet(k) => k.group(),
             Referrer::Gateway | Referrer::Route(_) => GATEWAY_GROUP,
         }
     }
@@ -148,7 +148,7 @@ impl Referrer {
     pub(crate) fn kind(self) -> &'static str {
         match self {
             Referrer::Gateway => "Gateway",
-            Referrer::ListenerSet => "XListenerSet",
+            Referrer::ListenerSet(k) => k.name(),
             Referrer::Route(k) => k.name(),
         }
     }
@@ -209,7 +209,18 @@ mod tests {
     #[test]
     fn referrers() {
         assert_eq!(Referrer::Route(RouteKind::Grpc).kind(), "GRPCRoute");
-        assert_eq!(Referrer::ListenerSet.group(), EXPERIMENTAL_GROUP);
+        assert_eq!(
+            Referrer::ListenerSet(Kind::XListenerSet).group(),
+            EXPERIMENTAL_GROUP
+        );
+        assert_eq!(
+            Referrer::ListenerSet(Kind::ListenerSet).group(),
+            GATEWAY_GROUP
+        );
+        assert_eq!(
+            Referrer::ListenerSet(Kind::ListenerSet).kind(),
+            "ListenerSet"
+        );
         assert_eq!(Referrer::Gateway.group(), GATEWAY_GROUP);
     }
 }

@@ -1,11 +1,11 @@
-//! Gateways and XListenerSets: their validated state, what routes see of them, what they
+//! Gateways and listener sets: their validated state, what routes see of them, what they
 //! contributed, and what is attached to them.
 
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashSet};
 
-use weir_api::{Kind, ObjectKey, ObjectStatus};
+use weir_api::{ObjectKey, ObjectStatus};
 use weir_model::ListenerKey;
 
 use crate::compile::gateway::GatewayState;
@@ -13,13 +13,13 @@ use crate::compile::gateway_status;
 use crate::compile::listener::ListenerView;
 use crate::incremental::{HostKey, RefCount, SniOwner};
 
-/// What one Gateway or XListenerSet currently contributes, so that settling it again
+/// What one Gateway or listener set currently contributes, so that settling it again
 /// can undo exactly that.
 #[derive(Default)]
 pub(crate) struct GatewayOutputs {
     /// Its sockets with a Listener resource.
     pub(crate) listeners: Vec<ListenerKey>,
-    /// The listeners are an XListenerSet's share of its Gateway's sockets
+    /// The listeners are a listener set's share of its Gateway's sockets
     /// (`Sockets::share`), not sockets of its own (`Sockets::add_listener`).
     pub(crate) shared: bool,
     /// Its SNI entries.
@@ -28,7 +28,7 @@ pub(crate) struct GatewayOutputs {
     pub(crate) isolated: Vec<HostKey>,
 }
 
-/// Per Gateway and XListenerSet of ours: state, listener views, outputs, and the counts
+/// Per Gateway and listener set of ours: state, listener views, outputs, and the counts
 /// its status reports (attached routes per listener, attached sets).
 #[derive(Default)]
 pub(crate) struct GatewayIndex {
@@ -36,15 +36,16 @@ pub(crate) struct GatewayIndex {
     /// What routes are matched against; a change recomputes the attached routes.
     views: HashMap<ObjectKey, Vec<ListenerView>>,
     outputs: HashMap<ObjectKey, GatewayOutputs>,
-    /// Accepted XListenerSets → their Gateway, and how many each Gateway has.
+    /// Attached listener sets (accepted, with a valid listener) → their Gateway, and how
+    /// many each Gateway has.
     set_parents: HashMap<ObjectKey, ObjectKey>,
     sets_attached: RefCount<ObjectKey>,
-    /// Routes attached per (Gateway or XListenerSet, listener name).
+    /// Routes attached per (Gateway or listener set, listener name).
     attached: RefCount<(ObjectKey, Arc<str>)>,
 }
 
 impl GatewayIndex {
-    /// The state of Gateway or XListenerSet `gk`, if it is ours.
+    /// The state of Gateway or listener set `gk`, if it is ours.
     pub(crate) fn state(&self, gk: &ObjectKey) -> Option<&GatewayState> {
         self.states.get(gk)
     }
@@ -90,9 +91,9 @@ impl GatewayIndex {
         self.outputs.insert(gk.clone(), outputs);
     }
 
-    /// Records the Gateway XListenerSet `set` is accepted by (`None`: none). A Gateway
-    /// whose `AttachedListenerSets` condition changes (its count leaves or reaches zero)
-    /// is added to `statuses`.
+    /// Records the Gateway listener set `set` is attached to (`None`: none). A Gateway
+    /// whose count changes (its `attachedListenerSets`, and the `AttachedListenerSets`
+    /// condition when the count leaves or reaches zero) is added to `statuses`.
     pub(crate) fn set_parent(
         &mut self,
         set: &ObjectKey,
@@ -100,15 +101,15 @@ impl GatewayIndex {
         statuses: &mut HashSet<ObjectKey>,
     ) {
         let old = self.set_parents.remove(set);
+        // Every change of a Gateway's count changes its status (`attachedListenerSets`),
+        // not only 0 <-> 1 (the `AttachedListenerSets` condition).
         if old != parent {
-            if let Some(p) = &old
-                && self.sets_attached.dec(p).is_some()
-            {
+            if let Some(p) = &old {
+                self.sets_attached.dec(p);
                 statuses.insert(p.clone());
             }
-            if let Some(p) = &parent
-                && self.sets_attached.inc(p.clone(), ())
-            {
+            if let Some(p) = &parent {
+                self.sets_attached.inc(p.clone(), ());
                 statuses.insert(p.clone());
             }
         }
@@ -138,11 +139,11 @@ impl GatewayIndex {
         }
     }
 
-    /// The status of Gateway or XListenerSet `gk` (`None` when it is not ours).
+    /// The status of Gateway or listener set `gk` (`None` when it is not ours).
     pub(crate) fn status(&self, gk: &ObjectKey) -> Option<ObjectStatus> {
         let s = self.states.get(gk)?;
         let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
-        Some(if gk.kind == Kind::XListenerSet {
+        Some(if gk.kind.is_listener_set() {
             ObjectStatus::ListenerSet(gateway_status::set_status(s, attached))
         } else {
             let sets = self.sets_attached.count(gk);

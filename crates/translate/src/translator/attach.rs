@@ -130,6 +130,7 @@ impl Translator {
             ) {
                 (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
                 (EXPERIMENTAL_GROUP, "XListenerSet") => Kind::XListenerSet,
+                (GATEWAY_GROUP, "ListenerSet") => Kind::ListenerSet,
                 _ => continue,
             };
             let gns = pr

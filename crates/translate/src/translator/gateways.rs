@@ -6,7 +6,7 @@ use weir_api::{Kind, ObjectKey};
 use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
 
 use super::{Dirty, Translator};
-use crate::compile::gateway;
+use crate::compile::{gateway, gateway_status};
 use crate::incremental::{GatewayOutputs, SniOwner};
 use crate::store::Dep;
 
@@ -35,12 +35,14 @@ impl Translator {
             self.deps.set(&gk, deps);
             if gk.kind == Kind::Gateway {
                 for k in self.deps.dependents(&Dep::Object(gk.clone())) {
-                    if k.kind == Kind::XListenerSet && queued.insert(k.clone()) {
+                    if k.kind.is_listener_set() && queued.insert(k.clone()) {
                         todo.push(k.clone());
                     }
                 }
             }
-            if gk.kind == Kind::XListenerSet {
+            if gk.kind.is_listener_set() {
+                // Provisional: settling (conflicts with other sets) decides whether the
+                // set has a valid listener and so is attached (`settle_gateway`).
                 let parent = state
                     .as_ref()
                     .filter(|s| s.accepted.is_ok())
@@ -124,8 +126,8 @@ impl Translator {
         sk: &ObjectKey,
         deps: &mut Vec<Dep>,
     ) -> Option<gateway::GatewayState> {
-        let set = self.store.listener_set(sk)?;
-        let pk = set.parent();
+        let (meta, set) = self.store.listener_set(sk)?;
+        let pk = set.parent(&meta.namespace);
         match self.store.gateway(&pk) {
             Some(gw)
                 if !gateway::is_ours(
@@ -149,7 +151,7 @@ impl Translator {
             &self.store,
             sk,
             self.store.age(sk),
-            set,
+            (meta, set),
             parent,
             deps,
         ))
@@ -177,7 +179,7 @@ impl Translator {
                 owners.insert(k, (o.clone(), proto));
             }
         }
-        let is_set = gk.kind == Kind::XListenerSet;
+        let is_set = gk.kind.is_listener_set();
         gateway::settle(
             &mut state,
             |k| owners.get(k).cloned(),
@@ -188,7 +190,7 @@ impl Translator {
                 self.sockets.host_owner(&(*k, h.clone())).cloned()
             },
         );
-        let shared = gk.kind == Kind::XListenerSet;
+        let shared = gk.kind.is_listener_set();
         let mut out = GatewayOutputs {
             shared,
             ..GatewayOutputs::default()
@@ -265,6 +267,17 @@ impl Translator {
                         .add_sni((k, HostMatch::Any), owner.clone(), c, &mut d.resources);
                 }
             }
+        }
+        if shared {
+            // Attached to its Gateway (counted in `attachedListenerSets`) only when
+            // accepted with at least one valid listener, which settling just decided.
+            let parent = (state.accepted.is_ok()
+                && state
+                    .listeners
+                    .iter()
+                    .any(gateway_status::set_listener_valid))
+            .then(|| state.group.clone());
+            self.gateways.set_parent(gk, parent, &mut d.gateway_status);
         }
         self.gateways.set_outputs(gk, out);
         if self.gateways.set_views(gk, Some(gateway::views(&state))) {

@@ -25,6 +25,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
         "XListenerSet" => "xlistenersets",
+        "ListenerSet" => "listenersets",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -111,6 +112,15 @@ pub async fn get(
         Ok(o) => serde_json::to_value(o).unwrap_or(Value::Null),
         Err(_) => Value::Null,
     }
+}
+
+/// Whether the API server serves this kind (its CRD is installed): a list in namespace
+/// `default` succeeds.
+pub async fn served(client: &kube::Client, api_version: &str, kind: &str) -> bool {
+    api_for(client, api_version, kind, "default")
+        .list(&Default::default())
+        .await
+        .is_ok()
 }
 
 /// The object's `status` (`Null` when it has none or does not exist).

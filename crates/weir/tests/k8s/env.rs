@@ -16,8 +16,8 @@ impl ApiServer {
     pub fn start() -> ApiServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-env");
         let dir = std::env::temp_dir().join(format!("weir-k8s-test-{}", std::process::id()));
-        // The experimental channel: a superset of the standard CRDs, plus XListenerSet and
-        // the Gateway's `allowedListeners`.
+        // The experimental channel: a superset of the standard CRDs (ListenerSet included
+        // since v1.5), plus, from v1.4.0, XListenerSet (scripts/k8s-env adds its CRD).
         let out = Command::new(&script)
             .env("WEIR_GATEWAY_API_CHANNEL", "experimental")
             .args(["start", "--dir"])

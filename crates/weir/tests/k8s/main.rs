@@ -80,6 +80,7 @@ const TESTS: &[(&str, Test)] = tests![
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
     listener_sets::listener_set_status_and_traffic,
+    listener_sets::xlistener_set_status_and_traffic,
     split::two_proxies_fed_by_a_controller,
     scale::attached_routes_follow_a_thousand_routes,
 ];
