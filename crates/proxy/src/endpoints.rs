@@ -104,14 +104,19 @@ pub(crate) struct ClusterHealth {
     outlier: Arc<Outlier>,
     /// Retries this cluster may still get, in hundredths (see [`ClusterHealth::retry`]).
     retry_tokens: AtomicU32,
+    /// When the time-based part of the budget was last added ([`millis`]).
+    retry_refilled: AtomicU64,
 }
 
 /// The retry budget: retries to a cluster are at most this percentage of its requests
-/// that may be retried (plus a small reserve), so a failing backend gets a bounded
-/// multiple of its load, never `attempts` times it.
+/// that may be retried, plus [`RETRY_MIN_PER_SECOND`], so a failing backend gets a
+/// bounded multiple of its load, never `attempts` times it (Linkerd's budget has the same
+/// two parts).
 const RETRY_BUDGET_PERCENT: u32 = 20;
-/// The reserve: at most this many retries banked (also the budget of a new cluster), so
-/// that a quiet cluster can still retry its first failures.
+/// Retries a cluster may always get per second, however little traffic it has, so that a
+/// quiet cluster's configured retries still happen.
+const RETRY_MIN_PER_SECOND: u32 = 10;
+/// At most this many retries are banked (also the budget of a new cluster).
 const RETRY_RESERVE: u32 = 10;
 
 /// Outlier-detection settings and counters, shared by every endpoint of a registry.
@@ -133,7 +138,25 @@ impl ClusterHealth {
     }
 
     /// Takes one retry from the budget; `false` (and counted) when it is spent.
-    pub(crate) fn retry(&self) -> bool {
+    pub(crate) fn retry(&self, now: Instant) -> bool {
+        // The time-based part: one hundredth of a retry per (10 / RETRY_MIN_PER_SECOND)
+        // ms since the last refill, added by whoever moves the refill time.
+        let now_ms = millis(now);
+        let last = self.retry_refilled.load(Ordering::Relaxed);
+        if now_ms > last
+            && self
+                .retry_refilled
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let add = (now_ms - last).saturating_mul(u64::from(RETRY_MIN_PER_SECOND)) / 10;
+            let add = u32::try_from(add).unwrap_or(u32::MAX);
+            let _ = self
+                .retry_tokens
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                    Some(t.saturating_add(add).min(RETRY_RESERVE * 100))
+                });
+        }
         let ok = self
             .retry_tokens
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(100))
@@ -398,6 +421,7 @@ impl EndpointRegistry {
                     size: AtomicU32::new(0),
                     outlier: Arc::clone(&self.outlier),
                     retry_tokens: AtomicU32::new(RETRY_RESERVE * 100),
+                    retry_refilled: AtomicU64::new(millis(Instant::now())),
                 });
                 reg.clusters.insert(cluster.clone(), Arc::downgrade(&h));
                 h
@@ -479,16 +503,18 @@ mod tests {
     fn retries_are_a_bounded_share_of_requests() {
         let reg = EndpointRegistry::default();
         let (health, _eps) = reg.cluster(&key("c"), [addr(1)].into_iter());
-        // The reserve first.
-        for _ in 0..RETRY_RESERVE {
-            assert!(health.retry());
+        // One instant throughout: no time-based refill.
+        let now = Instant::now() + Duration::from_secs(1);
+        assert!(health.retry(now), "the reserve, and one second's allowance");
+        for _ in 1..RETRY_RESERVE {
+            assert!(health.retry(now));
         }
-        assert!(!health.retry());
+        assert!(!health.retry(now));
         // Then one retry per 5 requests (20 %).
         let mut granted = 0;
         for _ in 0..1000 {
             health.deposit();
-            granted += u32::from(health.retry());
+            granted += u32::from(health.retry(now));
         }
         assert_eq!(granted, 200);
         assert_eq!(reg.outlier.metrics.retries.get(), 210);
@@ -496,8 +522,12 @@ mod tests {
         for _ in 0..10_000 {
             health.deposit();
         }
-        let burst = (0..100).filter(|_| health.retry()).count();
+        let burst = (0..100).filter(|_| health.retry(now)).count();
         assert_eq!(burst, RETRY_RESERVE as usize);
+        // Without requests, time adds RETRY_MIN_PER_SECOND a second.
+        let later = now + Duration::from_millis(500);
+        let granted = (0..100).filter(|_| health.retry(later)).count();
+        assert_eq!(granted, RETRY_MIN_PER_SECOND as usize / 2);
     }
 
     fn addr(i: u8) -> EndpointAddr {

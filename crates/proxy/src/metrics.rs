@@ -216,7 +216,7 @@ impl Metrics {
         registry.register(
             "weir_upstream_retry_budget_exhausted",
             "Retries not sent because the cluster's retry budget (20 % of its retryable \
-             requests, plus 10 in reserve) was spent",
+             requests plus 10 a second) was spent",
             m.outlier.retry_budget_exhausted.clone(),
         );
         registry.register(

@@ -76,7 +76,7 @@ pub(crate) async fn forward(
         let again = retryable
             && attempts <= retry.attempts
             && time_left
-            && health.as_ref().is_none_or(|h| h.retry());
+            && health.as_ref().is_none_or(|h| h.retry(Instant::now()));
         if !again {
             let result = match result {
                 Ok((resp, lease)) => Ok(relay(

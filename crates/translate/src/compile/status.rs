@@ -17,6 +17,9 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayPort8080",
     "GatewayStaticAddresses",
     "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
@@ -35,6 +38,7 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestPercentageMirror",
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
 ];
