@@ -330,6 +330,16 @@ async fn serve(
     }
 }
 
+async fn connect(
+    target: SocketAddr,
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
+    let stream = TcpStream::connect(target).await?;
+    stream.set_nodelay(true)?;
+    let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(tx)
+}
+
 /// One closed-loop client on a keep-alive connection (reconnecting after errors),
 /// cycling over the routes' hostnames.
 async fn client(
@@ -346,11 +356,19 @@ async fn client(
     while Instant::now() < deadline && samples.len() < 5_000_000 {
         n += 1;
         if sender.as_ref().is_none_or(|s| s.is_closed()) {
-            let stream = TcpStream::connect(target).await?;
-            stream.set_nodelay(true)?;
-            let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-            tokio::spawn(conn);
-            sender = Some(tx);
+            match connect(target).await {
+                Ok(tx) => sender = Some(tx),
+                Err(_) => {
+                    // Counted as an error (weir refused or reset the connection).
+                    samples.push(Sample {
+                        at_us: start.elapsed().as_micros() as u64,
+                        status: 0,
+                        flap: false,
+                    });
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
         }
         let Some(tx) = sender.as_mut() else { continue };
         let req = Request::get("/")

@@ -24,6 +24,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crate::provider::FileProvider;
+
+/// One entry of [`read_manifest`]: the document's index in the file and its object, or
+/// why it was refused.
+pub type ManifestDocument = (usize, Result<weir_api::Object, String>);
+
+/// Reads one manifest file's bytes as `weir run` does: per document (by 0-based index in
+/// the file; a `List` yields several entries with one index), the object or why that
+/// document was refused. `Err` only for a file that is not UTF-8. For tools and the
+/// `yaml_documents` fuzz target; the provider runs the same code.
+pub fn read_manifest(bytes: &[u8]) -> Result<Vec<ManifestDocument>, String> {
+    Ok(parse::parse_file(bytes)?
+        .into_iter()
+        .map(|d| (d.index, d.result.map_err(|e| e.error.to_string())))
+        .collect())
+}
 pub use crate::watch::{WatchError, Watcher, watch};
 
 /// Where an object was read from.
