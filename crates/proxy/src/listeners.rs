@@ -1,5 +1,7 @@
-//! Accept loops: one per [`ListenerKey`], serving plaintext HTTP (HTTP/1.1 and h2c) or
-//! TLS (certificate by SNI, HTTP/2 or HTTP/1.1 by ALPN).
+//! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
+//! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
+//! HTTP (HTTP/1.1 and h2c) or TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
+//! by ALPN).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,30 +35,64 @@ use crate::tls;
 /// listener's protocol, labels or settings change.
 struct Runtime {
     listener: Arc<Listener>,
-    tls: Option<TlsAcceptor>,
+    handler: ConnectionHandler,
     metrics: ListenerMetrics,
+}
+
+/// How a listener serves a connection, chosen once per listener (never per connection or
+/// request) from its protocol.
+enum ConnectionHandler {
+    /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
+    Http(HttpServers),
+    /// TLS terminated here (certificate by SNI), then HTTP by ALPN.
+    Https(TlsAcceptor, HttpServers),
+}
+
+impl ConnectionHandler {
+    /// Whether the client expects TLS (so a refused connection gets no plaintext answer).
+    fn is_tls(&self) -> bool {
+        !matches!(self, ConnectionHandler::Http(_))
+    }
+}
+
+/// hyper's connection builders with the listener's limits: one per way a connection may
+/// speak HTTP.
+struct HttpServers {
+    /// Plaintext: HTTP/1.1 or h2c by the first bytes.
     auto: auto::Builder<TokioExecutor>,
+    /// TLS with ALPN other than `h2`.
     h1: auto::Builder<TokioExecutor>,
+    /// TLS with ALPN `h2`.
     h2: auto::Builder<TokioExecutor>,
+}
+
+impl HttpServers {
+    fn new(limits: &weir_model::ConnectionLimits) -> HttpServers {
+        HttpServers {
+            auto: server_builder(limits),
+            h1: server_builder(limits).http1_only(),
+            h2: server_builder(limits).http2_only(),
+        }
+    }
 }
 
 impl Runtime {
     fn new(shared: &Arc<Shared>, listener: Arc<Listener>) -> Runtime {
-        let tls = match listener.protocol {
-            Protocol::Http => None,
-            Protocol::Https => Some(TlsAcceptor::from(tls::server_config(
-                Arc::clone(&shared.snapshots),
-                listener.key,
-            ))),
+        let limits = &listener.settings.limits;
+        let handler = match listener.protocol {
+            Protocol::Http => ConnectionHandler::Http(HttpServers::new(limits)),
+            Protocol::Https => ConnectionHandler::Https(
+                TlsAcceptor::from(tls::server_config(
+                    Arc::clone(&shared.snapshots),
+                    listener.key,
+                )),
+                HttpServers::new(limits),
+            ),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
-        let limits = &listener.settings.limits;
         Runtime {
-            auto: server_builder(limits),
-            h1: server_builder(limits).http1_only(),
-            h2: server_builder(limits).http2_only(),
             listener,
-            tls,
+            handler,
             metrics,
         }
     }
@@ -181,7 +217,7 @@ async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
                         Ok(slot) => slot,
                         Err(why) => {
                             tracing::debug!(listener = %l.key, %remote, ?why, "connection refused");
-                            let tls = runtime.tls.is_some();
+                            let tls = runtime.handler.is_tls();
                             limits::refuse(stream, tls, why, &runtime.metrics.bounds);
                             continue;
                         }
@@ -266,13 +302,29 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
 type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
 
 async fn serve_connection(stream: TcpStream, c: Conn) {
+    let rt = Arc::clone(&c.runtime);
+    rt.metrics.downstream_connections.inc();
+    let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
+    match &rt.handler {
+        ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
+        ConnectionHandler::Https(acceptor, servers) => {
+            serve_http(stream, c, servers, Some(acceptor)).await
+        }
+    }
+}
+
+/// Serves HTTP on a connection: plaintext, or TLS terminated with `tls`.
+async fn serve_http(
+    stream: TcpStream,
+    c: Conn,
+    servers: &HttpServers,
+    tls: Option<&TlsAcceptor>,
+) {
     let mut ticket = c.ticket;
     let rt = c.runtime;
     let settings = &rt.listener.settings;
     let timeouts = &settings.timeouts;
     let bounds = &*rt.metrics.bounds;
-    rt.metrics.downstream_connections.inc();
-    let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
     let ctx = Arc::new(ConnContext {
         shared: c.shared,
         key: c.key,
@@ -280,7 +332,7 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
         remote: c.remote,
         client_ip: HeaderValue::try_from(c.remote.ip().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
-        tls: rt.tls.is_some(),
+        tls: tls.is_some(),
         metrics: rt.metrics.clone(),
         listener_label: Arc::clone(&rt.listener.name),
         timeouts: timeouts.clone(),
@@ -296,12 +348,12 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
             Tracked::new(&state, fut)
         })
     };
-    let result = match &rt.tls {
+    let result = match tls {
         None => {
             let state = ConnState::new(false);
             let io = FirstBytes::new(stream, Speaks::Http1OrH2);
             let io = TokioIo::new(Watch::new(io, Arc::clone(&state), true));
-            let conn = rt
+            let conn = servers
                 .auto
                 .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
             let conn = ticket.serve(conn);
@@ -338,13 +390,13 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
             let state = ConnState::new(h2);
             if h2 {
                 let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
-                let conn = rt.h2.serve_connection(io, service(Arc::clone(&state)));
+                let conn = servers.h2.serve_connection(io, service(Arc::clone(&state)));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {
                 let io = FirstBytes::new(tls, Speaks::Http1);
                 let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
-                let conn = rt
+                let conn = servers
                     .h1
                     .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
                 let conn = ticket.serve(conn);
