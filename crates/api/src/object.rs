@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::ingress::{Ingress, IngressClass};
+use crate::l4route::{TcpRoute, TlsRoute};
 use crate::meta::ObjectMeta;
 use crate::weir::{Backend, DirectResponse};
 
@@ -39,6 +40,10 @@ pub enum Kind {
     DirectResponse,
     /// gateway.networking.x-k8s.io XListenerSet (experimental).
     XListenerSet,
+    /// gateway.networking.k8s.io TLSRoute.
+    TlsRoute,
+    /// gateway.networking.k8s.io TCPRoute.
+    TcpRoute,
 }
 
 impl Kind {
@@ -58,15 +63,20 @@ impl Kind {
             Kind::Backend => "Backend",
             Kind::DirectResponse => "DirectResponse",
             Kind::XListenerSet => "XListenerSet",
+            Kind::TlsRoute => "TLSRoute",
+            Kind::TcpRoute => "TCPRoute",
         }
     }
 
     /// The API group (`""` for core).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::GatewayClass | Kind::Gateway | Kind::HttpRoute | Kind::ReferenceGrant => {
-                "gateway.networking.k8s.io"
-            }
+            Kind::GatewayClass
+            | Kind::Gateway
+            | Kind::HttpRoute
+            | Kind::ReferenceGrant
+            | Kind::TlsRoute
+            | Kind::TcpRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
@@ -99,6 +109,8 @@ impl Kind {
             "Backend" => Kind::Backend,
             "DirectResponse" => Kind::DirectResponse,
             "XListenerSet" => Kind::XListenerSet,
+            "TLSRoute" => Kind::TlsRoute,
+            "TCPRoute" => Kind::TcpRoute,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -160,6 +172,8 @@ pub enum Object {
     Backend(Backend),
     DirectResponse(DirectResponse),
     XListenerSet(XListenerSet),
+    TlsRoute(TlsRoute),
+    TcpRoute(TcpRoute),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -255,6 +269,8 @@ impl Object {
             Kind::Backend => Object::Backend(typed(value, kind, &display_name)?),
             Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
             Kind::XListenerSet => Object::XListenerSet(typed(value, kind, &display_name)?),
+            Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
+            Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -285,6 +301,8 @@ impl Object {
             Object::Backend(_) => Kind::Backend,
             Object::DirectResponse(_) => Kind::DirectResponse,
             Object::XListenerSet(_) => Kind::XListenerSet,
+            Object::TlsRoute(_) => Kind::TlsRoute,
+            Object::TcpRoute(_) => Kind::TcpRoute,
         }
     }
 
@@ -304,6 +322,8 @@ impl Object {
             Object::Backend(o) => &o.metadata,
             Object::DirectResponse(o) => &o.metadata,
             Object::XListenerSet(o) => &o.metadata,
+            Object::TlsRoute(o) => &o.metadata,
+            Object::TcpRoute(o) => &o.metadata,
         }
     }
 
@@ -322,6 +342,8 @@ impl Object {
             Object::Backend(o) => &mut o.metadata,
             Object::DirectResponse(o) => &mut o.metadata,
             Object::XListenerSet(o) => &mut o.metadata,
+            Object::TlsRoute(o) => &mut o.metadata,
+            Object::TcpRoute(o) => &mut o.metadata,
         }
     }
 
@@ -415,6 +437,33 @@ mod tests {
             "type": "kubernetes.io/tls", "data": null, "stringData": null
         }));
         assert!(o.is_ok(), "{o:?}");
+    }
+
+    /// Every version of TLSRoute that Gateway API releases serve reads into one type.
+    #[test]
+    fn reads_l4_routes_of_every_served_version() {
+        for v in ["v1alpha2", "v1alpha3", "v1"] {
+            let o = Object::from_value(json!({
+                "apiVersion": format!("gateway.networking.k8s.io/{v}"), "kind": "TLSRoute",
+                "metadata": {"name": "t"},
+                "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["a.example"],
+                         "rules": [{"backendRefs": [{"name": "s", "port": 443, "weight": 2}]}]}
+            }))
+            .unwrap();
+            let Object::TlsRoute(t) = o else {
+                panic!("{o:?}")
+            };
+            assert_eq!(t.spec.rules[0].backend_refs[0].name, "s");
+            assert_eq!(t.spec.rules[0].backend_refs[0].weight, Some(2));
+        }
+        let o = Object::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TCPRoute",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "gw"}],
+                     "rules": [{"backendRefs": [{"name": "s", "port": 5432}]}]}
+        }))
+        .unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::TcpRoute, "ns", "t"));
     }
 
     #[test]

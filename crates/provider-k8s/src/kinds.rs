@@ -74,6 +74,20 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        // Experimental channel only (TLSRoute v1alpha2 is served by Gateway API v1.4 beside
+        // v1alpha3); without their CRDs the watchers report them synced and empty.
+        w(
+            Kind::TlsRoute,
+            api_resource(GW, "v1alpha2", "TLSRoute", "tlsroutes"),
+            None,
+            true,
+        ),
+        w(
+            Kind::TcpRoute,
+            api_resource(GW, "v1alpha2", "TCPRoute", "tcproutes"),
+            None,
+            true,
+        ),
         w(
             Kind::ReferenceGrant,
             api_resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),

@@ -207,6 +207,8 @@ impl StatusWriter {
                         | Kind::Gateway
                         | Kind::XListenerSet
                         | Kind::HttpRoute
+                        | Kind::TlsRoute
+                        | Kind::TcpRoute
                         | Kind::Ingress
                 ) && !matches!(s, ObjectStatus::Problems(_))
             })

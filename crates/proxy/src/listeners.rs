@@ -1,7 +1,7 @@
 //! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
 //! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
-//! HTTP (HTTP/1.1 and h2c) or TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
-//! by ALPN).
+//! HTTP (HTTP/1.1 and h2c), TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
+//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -25,6 +26,7 @@ use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::error::{ProxyError, error_response};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
+use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
 use crate::protocol::{FirstBytes, Speaks};
@@ -44,8 +46,14 @@ struct Runtime {
 enum ConnectionHandler {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
     Http(HttpServers),
-    /// TLS terminated here (certificate by SNI), then HTTP by ALPN.
-    Https(TlsAcceptor, HttpServers),
+    /// TLS terminated here (certificate by SNI), then HTTP by ALPN. When the socket also
+    /// has L4 routes (HTTPS and TLS passthrough listeners on one port), the ClientHello
+    /// is read first and a passthrough hostname is spliced instead.
+    Https(TlsAcceptor, HttpServers, L4Metrics),
+    /// TLS passthrough: the ClientHello's SNI picks the L4 route.
+    TlsPassthrough(L4Metrics),
+    /// TCP: the listener's L4 route.
+    Tcp(L4Metrics),
 }
 
 impl ConnectionHandler {
@@ -79,6 +87,11 @@ impl HttpServers {
 impl Runtime {
     fn new(shared: &Arc<Shared>, listener: Arc<Listener>) -> Runtime {
         let limits = &listener.settings.limits;
+        let l4 = || {
+            shared
+                .metrics
+                .l4_listener(&listener.gateway, &listener.name)
+        };
         let handler = match listener.protocol {
             Protocol::Http => ConnectionHandler::Http(HttpServers::new(limits)),
             Protocol::Https => ConnectionHandler::Https(
@@ -87,7 +100,10 @@ impl Runtime {
                     listener.key,
                 )),
                 HttpServers::new(limits),
+                l4(),
             ),
+            Protocol::TlsPassthrough => ConnectionHandler::TlsPassthrough(l4()),
+            Protocol::Tcp => ConnectionHandler::Tcp(l4()),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
         Runtime {
@@ -301,25 +317,66 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
 /// here (an HTTP/2 head over the field limit).
 type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
 
-async fn serve_connection(stream: TcpStream, c: Conn) {
+async fn serve_connection(stream: TcpStream, mut c: Conn) {
     let rt = Arc::clone(&c.runtime);
     rt.metrics.downstream_connections.inc();
     let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
+    let l4 = |metrics| L4Conn {
+        shared: &c.shared,
+        key: c.key,
+        remote: c.remote,
+        accepted_at: c.accepted_at,
+        handshake: rt.listener.settings.timeouts.handshake,
+        metrics,
+        bounds: &rt.metrics.bounds,
+    };
     match &rt.handler {
         ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
-        ConnectionHandler::Https(acceptor, servers) => {
-            serve_http(stream, c, servers, Some(acceptor)).await
+        ConnectionHandler::Https(acceptor, servers, metrics) => {
+            let mixed = c
+                .shared
+                .snapshots
+                .load()
+                .listener(&c.key)
+                .is_some_and(|l| l.has_l4_routes());
+            if !mixed {
+                return serve_http(stream, c, servers, Some(acceptor)).await;
+            }
+            let mut stream = stream;
+            let lc = l4(metrics);
+            let Some(Hello::Read(prefix, sni)) = c
+                .ticket
+                .until_closed(l4::read_hello(&mut stream, &lc))
+                .await
+            else {
+                return;
+            };
+            let route = {
+                let snap = c.shared.snapshots.load();
+                snap.listener(&c.key)
+                    .and_then(|l| l.passthrough(sni.as_deref()))
+                    .cloned()
+            };
+            match route {
+                Some(route) => l4::splice(stream, prefix, Some(route), &lc, &mut c.ticket).await,
+                None => {
+                    let stream = Rewind::new(prefix, stream);
+                    serve_http(stream, c, servers, Some(acceptor)).await
+                }
+            }
         }
+        ConnectionHandler::TlsPassthrough(metrics) => {
+            l4::serve_passthrough(stream, l4(metrics), &mut c.ticket).await
+        }
+        ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
     }
 }
 
 /// Serves HTTP on a connection: plaintext, or TLS terminated with `tls`.
-async fn serve_http(
-    stream: TcpStream,
-    c: Conn,
-    servers: &HttpServers,
-    tls: Option<&TlsAcceptor>,
-) {
+async fn serve_http<S>(stream: S, c: Conn, servers: &HttpServers, tls: Option<&TlsAcceptor>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let mut ticket = c.ticket;
     let rt = c.runtime;
     let settings = &rt.listener.settings;

@@ -1,7 +1,7 @@
 //! Immutable data-plane configuration, built by applying IR delta batches.
 //!
-//! A [`Snapshot`] is a few `Arc`s: a small map of listeners (each with its virtual-host
-//! and SNI [`HostTable`]s), and sharded maps of clusters and certificates. Applying a
+//! A [`Snapshot`] is a few `Arc`s: a small map of listeners (each with its virtual-host,
+//! SNI and L4-route [`HostTable`]s), and sharded maps of clusters and certificates. Applying a
 //! batch clones the snapshot (pointer copies) and changes only the shards the deltas
 //! touch, so its cost follows the batch, not the size of the configuration, and every
 //! unchanged shard is shared with the previous version.
@@ -14,8 +14,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    Cluster, ClusterKey, ContentHash, Delta, DeltaBatch, Endpoint, Listener, ListenerKey, Resource,
-    ResourceKey, SniCert, VirtualHost,
+    Cluster, ClusterKey, ContentHash, Delta, DeltaBatch, Endpoint, L4Route, Listener, ListenerKey,
+    Resource, ResourceKey, SniCert, VirtualHost,
 };
 
 use crate::hosts::HostTable;
@@ -53,6 +53,8 @@ pub struct SnapshotStats {
     pub certificates: usize,
     /// SNI entries over all listeners.
     pub sni_entries: usize,
+    /// L4 routes (TLS passthrough hostnames, TCP routes) over all listeners.
+    pub l4_routes: usize,
 }
 
 /// Immutable data-plane configuration. Cheap to clone (all parts behind `Arc`s or
@@ -123,6 +125,9 @@ impl Snapshot {
                 .listeners
                 .get(l)
                 .is_some_and(|s| s.sni.get(h).is_some()),
+            ResourceKey::L4Route(l, h) => {
+                self.listeners.get(l).is_some_and(|s| s.l4.get(h).is_some())
+            }
             ResourceKey::Cluster(c) => self.clusters.contains_key(c),
             ResourceKey::Certificate(h) => self.certificates.contains_key(h),
         }
@@ -150,6 +155,7 @@ impl Snapshot {
                             listener: l.clone(),
                             hosts: HostTable::new(),
                             sni: HostTable::new(),
+                            l4: HostTable::new(),
                         };
                         listeners.insert(l.key, Arc::new(state));
                     }
@@ -199,6 +205,17 @@ impl Snapshot {
                     self.listener_mut(&s.listener)?.sni.insert(&s.host, entry);
                 }
             }
+            Resource::L4Route(r) => {
+                let unchanged = self
+                    .listener(&r.listener)
+                    .and_then(|st| st.l4.get(&r.host))
+                    .is_some_and(|old| old == r);
+                if !unchanged {
+                    self.listener_mut(&r.listener)?
+                        .l4
+                        .insert(&r.host, r.clone());
+                }
+            }
         }
         Ok(())
     }
@@ -228,6 +245,16 @@ impl Snapshot {
                     && let Ok(state) = self.listener_mut(l)
                 {
                     state.sni.remove(host);
+                }
+            }
+            ResourceKey::L4Route(l, host) => {
+                if self
+                    .listeners
+                    .get(l)
+                    .is_some_and(|s| s.l4.get(host).is_some())
+                    && let Ok(state) = self.listener_mut(l)
+                {
+                    state.l4.remove(host);
                 }
             }
             ResourceKey::Cluster(c) => {
@@ -279,11 +306,13 @@ impl Snapshot {
             clusters: self.clusters.len(),
             certificates: self.certificates.len(),
             sni_entries: self.listeners.values().map(|s| s.sni.len()).sum(),
+            l4_routes: self.listeners.values().map(|s| s.l4.len()).sum(),
         }
     }
 
     /// JSON dump of the live IR for the admin `/config` endpoint: listeners with their
-    /// virtual hosts (rules) and SNI entries (certificate hashes), clusters, and the
+    /// virtual hosts (rules), SNI entries (certificate hashes) and L4 routes (backends),
+    /// clusters, and the
     /// certificate hashes. Never key material. Object keys are sorted.
     pub fn to_json(&self) -> Value {
         let mut listeners = Map::new();
@@ -298,17 +327,23 @@ impl Snapshot {
                 .iter()
                 .map(|(host, e)| (host.to_string(), Value::String(e.sni.cert.to_string())))
                 .collect();
+            let l4: Map<String, Value> = state
+                .l4
+                .iter()
+                .map(|(host, r)| (host.to_string(), to_value(&r.backends)))
+                .collect();
             let l = &state.listener;
-            listeners.insert(
-                l.key.to_string(),
-                json!({
-                    "protocol": to_value(&l.protocol),
-                    "gateway": &*l.gateway,
-                    "name": &*l.name,
-                    "hosts": hosts,
-                    "sni": sni,
-                }),
-            );
+            let mut entry = json!({
+                "protocol": to_value(&l.protocol),
+                "gateway": &*l.gateway,
+                "name": &*l.name,
+                "hosts": hosts,
+                "sni": sni,
+            });
+            if !l4.is_empty() {
+                entry["l4"] = Value::Object(l4);
+            }
+            listeners.insert(l.key.to_string(), entry);
         }
         let clusters: Map<String, Value> = self
             .clusters
@@ -347,13 +382,15 @@ struct SniEntry {
     cert: Arc<CertEntry>,
 }
 
-/// One listener's configuration: the IR listener, its virtual hosts and SNI table.
+/// One listener's configuration: the IR listener, its virtual hosts, SNI table and L4
+/// routes.
 #[derive(Clone, Debug)]
 pub struct ListenerState {
     /// The IR listener (address, protocol, labels).
     pub listener: Arc<Listener>,
     hosts: HostTable<Arc<VirtualHost>>,
     sni: HostTable<SniEntry>,
+    l4: HostTable<Arc<L4Route>>,
 }
 
 impl ListenerState {
@@ -381,6 +418,49 @@ impl ListenerState {
             None => self.sni.any(),
         }?;
         entry.cert.certified_key()
+    }
+
+    /// The TLS passthrough route for a ClientHello with server name `sni`: the best L4
+    /// pattern (exact, then the longest wildcard, then [`weir_model::HostMatch::Any`]; no
+    /// SNI: only the catch-all), unless the listener's SNI table (TLS terminated here, on
+    /// a socket with HTTPS and passthrough listeners) has a more specific pattern for it.
+    /// On equally specific patterns passthrough wins: the terminating side's catch-all is
+    /// the certificate for clients without a match, not a listener's own hostname.
+    pub fn passthrough(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
+        let name = sni.map(router::normalize_host);
+        let route = match &name {
+            Some(n) => self.l4.lookup(n),
+            None => self.l4.any(),
+        }?;
+        let terminated = match &name {
+            Some(n) => self.sni.lookup(n),
+            None => self.sni.any(),
+        };
+        match terminated {
+            Some(t) if specificity(&t.sni.host) > specificity(&route.host) => None,
+            _ => Some(route),
+        }
+    }
+
+    /// A TCP listener's route (its catch-all L4 entry).
+    pub fn tcp_route(&self) -> Option<&Arc<L4Route>> {
+        self.l4.any()
+    }
+
+    /// Whether the listener has any L4 route (an HTTPS socket then checks each
+    /// ClientHello for a passthrough hostname before terminating TLS).
+    pub fn has_l4_routes(&self) -> bool {
+        self.l4.len() > 0
+    }
+}
+
+/// How specific a host pattern is: exact names, then wildcards by suffix length, then the
+/// catch-all.
+fn specificity(h: &weir_model::HostMatch) -> (u8, usize) {
+    match h {
+        weir_model::HostMatch::Exact(n) => (2, n.len()),
+        weir_model::HostMatch::Wildcard(s) => (1, s.len()),
+        weir_model::HostMatch::Any => (0, 0),
     }
 }
 
@@ -561,7 +641,8 @@ mod tests {
                 virtual_hosts: 2,
                 clusters: 1,
                 certificates: 1,
-                sni_entries: 1
+                sni_entries: 1,
+                l4_routes: 0
             }
         );
         assert_eq!(s.listeners().count(), 1);
@@ -599,7 +680,8 @@ mod tests {
                 virtual_hosts: 1,
                 clusters: 0,
                 certificates: 0,
-                sni_entries: 0
+                sni_entries: 0,
+                l4_routes: 0
             }
         );
         assert_eq!(
