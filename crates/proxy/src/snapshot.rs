@@ -825,6 +825,78 @@ mod tests {
         ));
     }
 
+    fn l4(port: u16, h: HostMatch, name: &str) -> Resource {
+        Resource::L4Route(Arc::new(L4Route::new(
+            lk(port),
+            h,
+            RouteRef {
+                kind: RouteKind::TlsRoute,
+                namespace: "ns".into(),
+                name: name.into(),
+                rule: 0,
+            },
+            vec![weir_model::L4Backend {
+                cluster: ClusterKey("c".into()),
+                weight: 1,
+            }],
+        )))
+    }
+
+    /// On a socket with HTTPS and passthrough listeners, the more specific pattern of
+    /// the two tables decides; passthrough wins ties; L4 routes apply and go like hosts.
+    #[test]
+    fn passthrough_against_terminated_names() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "mixed")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("web.pass.test"), &cert)),
+                up(sni(443, host("*.deep.pass.test"), &cert)),
+                up(l4(443, host("*.pass.test"), "wild")),
+                up(l4(443, host("exact.test"), "exact")),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        assert!(l.has_l4_routes());
+        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        assert_eq!(via(Some("exact.test")).as_deref(), Some("exact"));
+        assert_eq!(via(Some("EXACT.test.")).as_deref(), Some("exact"));
+        assert_eq!(via(Some("x.pass.test")).as_deref(), Some("wild"));
+        // A terminated exact name beats the passthrough wildcard, a longer terminated
+        // wildcard too; the terminating catch-all does not.
+        assert_eq!(via(Some("web.pass.test")), None);
+        assert_eq!(via(Some("a.deep.pass.test")), None);
+        assert_eq!(via(Some("other.test")), None);
+        assert_eq!(via(None), None);
+        assert_eq!(s.stats().l4_routes, 2);
+
+        let s = apply(
+            &s,
+            vec![
+                up(l4(443, HostMatch::Any, "any")),
+                Delta::Remove(ResourceKey::L4Route(lk(443), host("exact.test"))),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        // Equally specific (both catch-alls): passthrough.
+        assert_eq!(via(Some("other.test")).as_deref(), Some("any"));
+        assert_eq!(via(None).as_deref(), Some("any"));
+        assert_eq!(via(Some("exact.test")).as_deref(), Some("any"));
+        assert_eq!(l.tcp_route().map(|r| &*r.route.name), Some("any"));
+        assert_eq!(s.stats().l4_routes, 2);
+        assert!(s.to_json()["listeners"]["0.0.0.0:443"]["l4"]["*.pass.test"].is_array());
+
+        // An L4 route needs its listener.
+        let (_, rejected) = s.apply(&DeltaBatch {
+            deltas: vec![up(l4(444, HostMatch::Any, "orphan"))],
+        });
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+    }
+
     #[test]
     fn certificate_selection() {
         let exact = self_signed(&["a.example.com"]);
