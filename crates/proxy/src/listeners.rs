@@ -57,9 +57,10 @@ enum ConnectionHandler {
 }
 
 impl ConnectionHandler {
-    /// Whether the client expects TLS (so a refused connection gets no plaintext answer).
-    fn is_tls(&self) -> bool {
-        !matches!(self, ConnectionHandler::Http(_))
+    /// Whether clients speak plaintext HTTP, so that a refused connection can be told
+    /// so with a 503 (TLS and L4 clients are closed without a word).
+    fn plaintext_http(&self) -> bool {
+        matches!(self, ConnectionHandler::Http(_))
     }
 }
 
@@ -233,8 +234,8 @@ async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
                         Ok(slot) => slot,
                         Err(why) => {
                             tracing::debug!(listener = %l.key, %remote, ?why, "connection refused");
-                            let tls = runtime.handler.is_tls();
-                            limits::refuse(stream, tls, why, &runtime.metrics.bounds);
+                            let silent = !runtime.handler.plaintext_http();
+                            limits::refuse(stream, silent, why, &runtime.metrics.bounds);
                             continue;
                         }
                     };
