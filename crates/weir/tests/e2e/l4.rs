@@ -446,3 +446,43 @@ spec:
     );
     gw.gw.stop().await;
 }
+
+/// The ClientHello of a passthrough connection is bounded by the listener's handshake
+/// timeout: a silent client and one stalled mid-ClientHello are closed (default 10 s; set
+/// to 200 ms here, and waited for at most 5 s), and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_hello_is_closed_by_the_handshake_timeout() {
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, annotations: {{weir.dev/handshake-timeout: 200ms}}}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: pass, protocol: TLS, port: {port}, tls: {{mode: Passthrough}}}}
+"
+    );
+    let gw = Gateway::start(&[("gw.yaml", gateway)]).await;
+    // A record header announcing 512 bytes of handshake, then nothing.
+    for first in [&b""[..], &[22, 3, 1, 2, 0, 1, 0][..]] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(first).await.unwrap();
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(
+            matches!(r, Ok(Ok(0)) | Ok(Err(_))),
+            "not closed after {} bytes: {r:?}",
+            first.len()
+        );
+    }
+    let metrics = gw.admin_get("/metrics").await.body;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("weir_downstream_timeouts_total{state=\"handshake\"}"))
+        .unwrap_or_else(|| panic!("no handshake timeout counter in\n{metrics}"));
+    assert!(line.ends_with(" 2"), "{line}");
+    gw.gw.stop().await;
+}
