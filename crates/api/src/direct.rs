@@ -73,6 +73,8 @@ impl<'de> Visitor<'de> for DirectVisitor {
             Kind::DirectResponse => Object::DirectResponse(Deserialize::deserialize(rest)?),
             Kind::XListenerSet => Object::XListenerSet(Deserialize::deserialize(rest)?),
             Kind::ListenerSet => Object::ListenerSet(Deserialize::deserialize(rest)?),
+            Kind::TlsRoute => Object::TlsRoute(Deserialize::deserialize(rest)?),
+            Kind::TcpRoute => Object::TcpRoute(Deserialize::deserialize(rest)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {

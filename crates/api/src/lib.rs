@@ -11,6 +11,7 @@ mod core;
 mod direct;
 mod gateway;
 mod ingress;
+mod l4route;
 mod listenerset;
 mod meta;
 mod object;
@@ -23,6 +24,9 @@ pub use crate::core::{
 };
 pub use crate::gateway::*;
 pub use crate::ingress::*;
+pub use crate::l4route::{
+    L4BackendRef, L4RouteRule, TcpRoute, TcpRouteSpec, TlsRoute, TlsRouteSpec,
+};
 pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::ingress::{Ingress, IngressClass};
+use crate::l4route::{TcpRoute, TlsRoute};
 use crate::listenerset::ListenerSet;
 use crate::meta::ObjectMeta;
 use crate::weir::{Backend, DirectResponse};
@@ -42,6 +43,10 @@ pub enum Kind {
     XListenerSet,
     /// gateway.networking.k8s.io ListenerSet (standard channel since Gateway API v1.5).
     ListenerSet,
+    /// gateway.networking.k8s.io TLSRoute.
+    TlsRoute,
+    /// gateway.networking.k8s.io TCPRoute.
+    TcpRoute,
 }
 
 impl Kind {
@@ -62,6 +67,8 @@ impl Kind {
             Kind::DirectResponse => "DirectResponse",
             Kind::XListenerSet => "XListenerSet",
             Kind::ListenerSet => "ListenerSet",
+            Kind::TlsRoute => "TLSRoute",
+            Kind::TcpRoute => "TCPRoute",
         }
     }
 
@@ -72,7 +79,9 @@ impl Kind {
             | Kind::Gateway
             | Kind::HttpRoute
             | Kind::ReferenceGrant
-            | Kind::ListenerSet => "gateway.networking.k8s.io",
+            | Kind::ListenerSet
+            | Kind::TlsRoute
+            | Kind::TcpRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
@@ -106,6 +115,8 @@ impl Kind {
             "DirectResponse" => Kind::DirectResponse,
             "XListenerSet" => Kind::XListenerSet,
             "ListenerSet" => Kind::ListenerSet,
+            "TLSRoute" => Kind::TlsRoute,
+            "TCPRoute" => Kind::TcpRoute,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -168,6 +179,8 @@ pub enum Object {
     DirectResponse(DirectResponse),
     XListenerSet(XListenerSet),
     ListenerSet(ListenerSet),
+    TlsRoute(TlsRoute),
+    TcpRoute(TcpRoute),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -267,6 +280,8 @@ impl Object {
             Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
             Kind::XListenerSet => Object::XListenerSet(typed(value, kind, &display_name)?),
             Kind::ListenerSet => Object::ListenerSet(typed(value, kind, &display_name)?),
+            Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
+            Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -298,6 +313,8 @@ impl Object {
             Object::DirectResponse(_) => Kind::DirectResponse,
             Object::XListenerSet(_) => Kind::XListenerSet,
             Object::ListenerSet(_) => Kind::ListenerSet,
+            Object::TlsRoute(_) => Kind::TlsRoute,
+            Object::TcpRoute(_) => Kind::TcpRoute,
         }
     }
 
@@ -318,6 +335,8 @@ impl Object {
             Object::DirectResponse(o) => &o.metadata,
             Object::XListenerSet(o) => &o.metadata,
             Object::ListenerSet(o) => &o.metadata,
+            Object::TlsRoute(o) => &o.metadata,
+            Object::TcpRoute(o) => &o.metadata,
         }
     }
 
@@ -337,6 +356,8 @@ impl Object {
             Object::DirectResponse(o) => &mut o.metadata,
             Object::XListenerSet(o) => &mut o.metadata,
             Object::ListenerSet(o) => &mut o.metadata,
+            Object::TlsRoute(o) => &mut o.metadata,
+            Object::TcpRoute(o) => &mut o.metadata,
         }
     }
 
@@ -430,6 +451,33 @@ mod tests {
             "type": "kubernetes.io/tls", "data": null, "stringData": null
         }));
         assert!(o.is_ok(), "{o:?}");
+    }
+
+    /// Every version of TLSRoute that Gateway API releases serve reads into one type.
+    #[test]
+    fn reads_l4_routes_of_every_served_version() {
+        for v in ["v1alpha2", "v1alpha3", "v1"] {
+            let o = Object::from_value(json!({
+                "apiVersion": format!("gateway.networking.k8s.io/{v}"), "kind": "TLSRoute",
+                "metadata": {"name": "t"},
+                "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["a.example"],
+                         "rules": [{"backendRefs": [{"name": "s", "port": 443, "weight": 2}]}]}
+            }))
+            .unwrap();
+            let Object::TlsRoute(t) = o else {
+                panic!("{o:?}")
+            };
+            assert_eq!(t.spec.rules[0].backend_refs[0].name, "s");
+            assert_eq!(t.spec.rules[0].backend_refs[0].weight, Some(2));
+        }
+        let o = Object::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TCPRoute",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "gw"}],
+                     "rules": [{"backendRefs": [{"name": "s", "port": 5432}]}]}
+        }))
+        .unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::TcpRoute, "ns", "t"));
     }
 
     #[test]

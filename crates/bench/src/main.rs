@@ -258,6 +258,8 @@ struct PropagationArgs {
     /// domain, each on its own loopback address 127.1.x.y) and one file per domain with its
     /// Secret and an HTTPRoute. `listenerset`: one Gateway on 127.2.0.1 and one file per
     /// domain with its Secret, an XListenerSet adding its HTTPS listener and an HTTPRoute.
+    /// `passthrough`: a TLS Passthrough listener on 127.3.0.1 and one file per domain with
+    /// a TLSRoute to weir's own Ingress HTTPS listener plus the Secret and Ingress there.
     #[arg(long, value_enum, default_value_t = Layout::Ingress)]
     layout: Layout,
     /// The weir binary (also runs `weir echo`) [default: <workspace>/target/release/weir].

@@ -15,6 +15,15 @@
 //! holds its Secret, an XListenerSet `d<i>` adding one HTTPS listener (hostname
 //! `d<i>.bench.test`, certificate from the Secret) on the Gateway's port, and an HTTPRoute
 //! attached to that listener. Adding or removing a domain is one file, as in `ingress`.
+//!
+//! Layout `passthrough`: TLS passthrough in front of weir's own TLS termination. One
+//! Gateway `pass` (file `pass.yaml`, address `PASSTHROUGH_ADDR`) with a TLS listener in
+//! `Passthrough` mode, and a Backend `terminator` pointing at weir's Ingress HTTPS
+//! listener; domain `i`'s file holds the `ingress` layout's Secret and Ingress plus a
+//! TLSRoute for its host to `terminator`. A client's TLS session thus crosses the
+//! passthrough listener untouched and is terminated by the Ingress listener with the
+//! domain's certificate. Adding a domain makes its passthrough hostname and the service
+//! behind it live in one change.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -56,6 +65,29 @@ pub(crate) fn gateway_addr(i: usize, port: u16) -> SocketAddr {
 
 /// The address of the Gateway of layout `listenerset`.
 pub(crate) const LISTENER_SET_ADDR: Ipv4Addr = Ipv4Addr::new(127, 2, 0, 1);
+
+/// The address of the Gateway of layout `passthrough`.
+pub(crate) const PASSTHROUGH_ADDR: Ipv4Addr = Ipv4Addr::new(127, 3, 0, 1);
+
+/// Layout `passthrough`: the Gateway with its TLS passthrough listener on `port` and the
+/// Backend `terminator` (weir's Ingress HTTPS listener at `terminator`).
+pub(crate) fn passthrough_gateway_yaml(port: u16, terminator: SocketAddr) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: pass\n  namespace: {NAMESPACE}\nspec:\n  gatewayClassName: weir\n  addresses:\n  - type: IPAddress\n    value: \"{PASSTHROUGH_ADDR}\"\n  listeners:\n  - {{name: pass, port: {port}, protocol: TLS, tls: {{mode: Passthrough}}}}\n---\napiVersion: weir.dev/v1alpha1\nkind: Backend\nmetadata:\n  name: terminator\n  namespace: {NAMESPACE}\nspec:\n  endpoints:\n  - \"{terminator}\"\n"
+    )
+}
+
+/// Domain `i`'s file in layout `passthrough`: the `ingress` layout's file (Secret and
+/// Ingress routing `path`) and a TLSRoute for the domain on Gateway `pass`.
+pub(crate) fn passthrough_domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
+    let mut s = domain_yaml(i, leaf, path);
+    let _ = write!(
+        s,
+        "---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  parentRefs:\n  - {{name: pass, sectionName: pass}}\n  hostnames: [\"{}\"]\n  rules:\n  - backendRefs:\n    - {{group: weir.dev, kind: Backend, name: terminator}}\n",
+        domain(i)
+    );
+    s
+}
 
 /// The Gateway of layout `listenerset`: a plaintext listener of its own on `http_port`
 /// and room for XListenerSets from its namespace.

@@ -14,8 +14,9 @@ use tokio::time::Instant;
 use crate::certs::{Leaf, Pki};
 use crate::client::{Seen, Tls, admin_get};
 use crate::manifests::{
-    ConfigDir, LISTENER_SET_ADDR, LISTENERS_PER_GATEWAY, backend_yaml, domain, domain_yaml,
-    gateway_yaml, listener_set_domain_yaml, listener_set_gateway_yaml, route_domain_yaml,
+    ConfigDir, LISTENER_SET_ADDR, LISTENERS_PER_GATEWAY, PASSTHROUGH_ADDR, backend_yaml, domain,
+    domain_yaml, gateway_yaml, listener_set_domain_yaml, listener_set_gateway_yaml,
+    passthrough_domain_yaml, passthrough_gateway_yaml, route_domain_yaml,
 };
 use crate::metrics::Propagation;
 use crate::ops::{Changer, Pacing};
@@ -37,6 +38,10 @@ pub(crate) enum Layout {
     /// Gateway API with XListenerSets: one Gateway; one file per domain with its Secret,
     /// an XListenerSet adding its HTTPS listener and an HTTPRoute on that listener.
     Listenerset,
+    /// TLS passthrough: one Gateway with a TLS Passthrough listener; one file per domain
+    /// with a TLSRoute for its host to weir's own Ingress HTTPS listener, and the
+    /// `ingress` layout's Secret and Ingress that terminate it there.
+    Passthrough,
 }
 
 impl Layout {
@@ -46,6 +51,7 @@ impl Layout {
             Layout::Ingress => "ingress",
             Layout::Gateway => "gateway",
             Layout::Listenerset => "listenerset",
+            Layout::Passthrough => "passthrough",
         }
     }
 
@@ -55,6 +61,7 @@ impl Layout {
             Layout::Ingress => domain_yaml(i, leaf, path),
             Layout::Gateway => route_domain_yaml(i, leaf, path),
             Layout::Listenerset => listener_set_domain_yaml(i, leaf, path, https_port),
+            Layout::Passthrough => passthrough_domain_yaml(i, leaf, path),
         }
     }
 }
@@ -183,6 +190,9 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     if opts.layout == Layout::Listenerset {
         dir.write_plain("sets.yaml", &listener_set_gateway_yaml(http.port()))?;
     }
+    if opts.layout == Layout::Passthrough {
+        dir.write_plain("pass.yaml", &passthrough_gateway_yaml(https.port(), https))?;
+    }
     if opts.layout == Layout::Gateway {
         for j in 0..n.div_ceil(LISTENERS_PER_GATEWAY) {
             dir.write_gateway(j, &gateway_yaml(j, n, https.port()))?;
@@ -222,6 +232,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         Layout::Ingress => Tls::new(https, pki.ca_der())?,
         Layout::Gateway => Tls::per_gateway(https.port(), pki.ca_der())?,
         Layout::Listenerset => Tls::new((LISTENER_SET_ADDR, https.port()).into(), pki.ca_der())?,
+        Layout::Passthrough => Tls::new((PASSTHROUGH_ADDR, https.port()).into(), pki.ca_der())?,
     };
     progress.phase(
         &format!("checking that all {n} domains answer 200 over HTTPS"),

@@ -5,6 +5,7 @@ use serde::Serialize;
 use crate::cluster::{Cluster, ClusterKey};
 use crate::hash::ContentHash;
 use crate::host::HostMatch;
+use crate::l4::L4Route;
 use crate::listener::{Listener, ListenerKey};
 use crate::route::{Action, Filter, VirtualHost};
 use crate::tls::{Certificate, SniCert};
@@ -22,6 +23,8 @@ pub enum ResourceKey {
     Certificate(ContentHash),
     /// An SNI table entry.
     Sni(ListenerKey, HostMatch),
+    /// An L4 route: a passthrough SNI pattern (or a TCP socket's one entry) on a listener.
+    L4Route(ListenerKey, HostMatch),
 }
 
 // ---------------------------------------------------------------- relations
@@ -39,9 +42,10 @@ impl ResourceKey {
     /// its Gateway's listeners and what they reference.
     pub fn listener(&self) -> Option<ListenerKey> {
         match self {
-            ResourceKey::Listener(l) | ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
-                Some(*l)
-            }
+            ResourceKey::Listener(l)
+            | ResourceKey::VirtualHost(l, _)
+            | ResourceKey::Sni(l, _)
+            | ResourceKey::L4Route(l, _) => Some(*l),
             ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => None,
         }
     }
@@ -55,8 +59,8 @@ impl ResourceKey {
             (ResourceKey::Certificate(_), true) => 1,
             (ResourceKey::Cluster(_), true) => 2,
             (ResourceKey::VirtualHost(..), true) => 3,
-            (ResourceKey::Sni(..), true) => 4,
-            (ResourceKey::VirtualHost(..), false) => 5,
+            (ResourceKey::Sni(..) | ResourceKey::L4Route(..), true) => 4,
+            (ResourceKey::VirtualHost(..) | ResourceKey::L4Route(..), false) => 5,
             (ResourceKey::Sni(..), false) => 6,
             (ResourceKey::Certificate(_), false) => 7,
             (ResourceKey::Cluster(_), false) => 8,
@@ -108,6 +112,8 @@ pub enum Resource {
     Certificate(Arc<Certificate>),
     /// See [`SniCert`].
     Sni(Arc<SniCert>),
+    /// See [`L4Route`].
+    L4Route(Arc<L4Route>),
 }
 
 impl Resource {
@@ -119,6 +125,7 @@ impl Resource {
             Resource::Cluster(c) => ResourceKey::Cluster(c.key.clone()),
             Resource::Certificate(c) => ResourceKey::Certificate(c.hash()),
             Resource::Sni(s) => ResourceKey::Sni(s.listener, s.host.clone()),
+            Resource::L4Route(r) => ResourceKey::L4Route(r.listener, r.host.clone()),
         }
     }
 
@@ -128,6 +135,7 @@ impl Resource {
         let (a, b) = match self {
             Resource::Listener(_) | Resource::Cluster(_) | Resource::Certificate(_) => (None, None),
             Resource::VirtualHost(v) => (Some(ResourceKey::Listener(v.listener)), None),
+            Resource::L4Route(r) => (Some(ResourceKey::Listener(r.listener)), None),
             Resource::Sni(s) => (
                 Some(ResourceKey::Listener(s.listener)),
                 Some(ResourceKey::Certificate(s.cert)),
@@ -171,6 +179,18 @@ impl Resource {
                 (ResourceKey::Listener(s.listener), Reference::Required),
                 (ResourceKey::Certificate(s.cert), Reference::Required),
             ],
+            Resource::L4Route(r) => {
+                let mut clusters: Vec<ResourceKey> = r
+                    .backends
+                    .iter()
+                    .map(|b| ResourceKey::Cluster(b.cluster.clone()))
+                    .collect();
+                clusters.sort();
+                clusters.dedup();
+                let mut out = vec![(ResourceKey::Listener(r.listener), Reference::Required)];
+                out.extend(clusters.into_iter().map(|k| (k, Reference::Used)));
+                out
+            }
         }
     }
 
@@ -182,6 +202,7 @@ impl Resource {
             Resource::Cluster(c) => c.hash(),
             Resource::Certificate(c) => c.hash(),
             Resource::Sni(s) => s.hash(),
+            Resource::L4Route(r) => r.hash(),
         }
     }
 }
@@ -215,8 +236,8 @@ impl DeltaBatch {
 mod tests {
     use super::*;
     use crate::{
-        Cluster, Endpoint, EndpointAddr, PathMatch, Protocol, RequestMatch, RouteKind, RouteRef,
-        RouteRule, Timeouts, UpstreamProtocol, WeightedBackend,
+        Cluster, Endpoint, EndpointAddr, L4Backend, PathMatch, Protocol, RequestMatch, RouteKind,
+        RouteRef, RouteRule, Timeouts, UpstreamProtocol, WeightedBackend,
     };
 
     fn key(port: u16) -> ListenerKey {
@@ -296,7 +317,32 @@ mod tests {
         )));
         let vhost =
             Resource::VirtualHost(Arc::new(VirtualHost::new(key(443), HostMatch::Any, vec![])));
-        for r in [&cluster, &listener, &sni, &vhost] {
+        let l4 = Resource::L4Route(Arc::new(L4Route::new(
+            key(443),
+            HostMatch::parse(Some("*.example.com")).unwrap(),
+            RouteRef {
+                kind: RouteKind::TlsRoute,
+                namespace: "ns".into(),
+                name: "t".into(),
+                rule: 0,
+            },
+            vec![L4Backend {
+                cluster: ClusterKey("c".into()),
+                weight: 1,
+            }],
+        )));
+        assert_eq!(
+            l4.references(),
+            vec![
+                (ResourceKey::Listener(key(443)), Reference::Required),
+                (
+                    ResourceKey::Cluster(ClusterKey("c".into())),
+                    Reference::Used
+                ),
+            ]
+        );
+        assert_eq!(l4.key().listener(), Some(key(443)));
+        for r in [&cluster, &listener, &sni, &vhost, &l4] {
             let required: Vec<_> = r
                 .references()
                 .into_iter()

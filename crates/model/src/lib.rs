@@ -8,6 +8,8 @@
 //! - [`Cluster`]: a set of upstream endpoints that rules forward to, by name.
 //! - [`Certificate`]: a PEM certificate chain and key, addressed by its content hash.
 //! - [`SniCert`]: which certificate a listener presents for one host pattern.
+//! - [`L4Route`]: where a TLS passthrough or TCP listener splices the connections for one
+//!   host pattern (SNI).
 //!
 //! Every resource is immutable once built and carries a [`ContentHash`] computed in its
 //! constructor from its own fields and its children's hashes (a Merkle hash). Two values
@@ -23,6 +25,7 @@ mod cluster;
 mod delta;
 mod hash;
 mod host;
+mod l4;
 mod listener;
 mod route;
 mod tls;
@@ -31,6 +34,7 @@ pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol}
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
+pub use l4::{L4Backend, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,

@@ -23,8 +23,16 @@ impl std::fmt::Display for ListenerKey {
 pub enum Protocol {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge (h2c).
     Http,
-    /// TLS, certificate chosen by SNI; HTTP/2 or HTTP/1.1 by ALPN.
+    /// TLS, certificate chosen by SNI; HTTP/2 or HTTP/1.1 by ALPN. When the socket also
+    /// has [`crate::L4Route`]s (HTTPS and TLS passthrough listeners on one port), a
+    /// ClientHello whose SNI one of them matches is passed through instead.
     Https,
+    /// TLS passed through: the ClientHello's SNI picks an [`crate::L4Route`], whose
+    /// backend gets the connection's bytes unchanged.
+    TlsPassthrough,
+    /// TCP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
+    /// connection's bytes.
+    Tcp,
 }
 
 /// A socket to bind and the labels its traffic is reported under.

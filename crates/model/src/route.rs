@@ -294,6 +294,10 @@ pub enum RouteKind {
     HttpRoute,
     /// networking.k8s.io Ingress.
     Ingress,
+    /// gateway.networking.k8s.io TLSRoute.
+    TlsRoute,
+    /// gateway.networking.k8s.io TCPRoute.
+    TcpRoute,
 }
 
 /// The object and rule a [`RouteRule`] came from (for logs and debugging).

@@ -83,6 +83,21 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        // v1 since Gateway API v1.6 (both channels; the standard channel serves only v1).
+        // Clusters on older CRDs serve only v1alpha2/v1alpha3: there the watchers find
+        // no v1 resource and report the kinds synced and empty.
+        w(
+            Kind::TlsRoute,
+            api_resource(GW, "v1", "TLSRoute", "tlsroutes"),
+            None,
+            true,
+        ),
+        w(
+            Kind::TcpRoute,
+            api_resource(GW, "v1", "TCPRoute", "tcproutes"),
+            None,
+            true,
+        ),
         w(
             Kind::ReferenceGrant,
             api_resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),

@@ -208,6 +208,8 @@ impl StatusWriter {
                         | Kind::XListenerSet
                         | Kind::ListenerSet
                         | Kind::HttpRoute
+                        | Kind::TlsRoute
+                        | Kind::TcpRoute
                         | Kind::Ingress
                 ) && !matches!(s, ObjectStatus::Problems(_))
             })

@@ -345,6 +345,14 @@ impl InFlight {
         self.state.as_ref().map(|s| Arc::clone(&s.cluster))
     }
 
+    /// Records a success without ending the count (an L4 connection that was opened and
+    /// stays in flight while it lasts).
+    pub(crate) fn succeeded(&self) {
+        if let Some(state) = &self.state {
+            state.report(Outcome::Success, Instant::now());
+        }
+    }
+
     /// Ends the request with its outcome.
     pub(crate) fn finish(mut self, outcome: Outcome) {
         if let Some(state) = self.state.take() {

@@ -1,5 +1,5 @@
-//! weir's data plane: listeners, TLS by SNI, HTTP/1.1 and HTTP/2 routing and proxying
-//! over immutable IR snapshots.
+//! weir's data plane: listeners, TLS by SNI, HTTP/1.1 and HTTP/2 routing and proxying,
+//! TLS passthrough and TCP splicing, over immutable IR snapshots.
 
 #![warn(missing_docs)]
 
@@ -19,6 +19,7 @@ mod dataplane;
 mod drain;
 mod error;
 mod idle;
+mod l4;
 mod limits;
 mod listeners;
 mod metrics;
@@ -34,5 +35,6 @@ mod workers;
 
 pub use admin::serve_admin;
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
 pub use snapshot::{Snapshot, SnapshotStats};

@@ -1,5 +1,7 @@
-//! Accept loops: one per [`ListenerKey`], serving plaintext HTTP (HTTP/1.1 and h2c) or
-//! TLS (certificate by SNI, HTTP/2 or HTTP/1.1 by ALPN).
+//! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
+//! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
+//! HTTP (HTTP/1.1 and h2c), TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
+//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,6 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -23,6 +26,7 @@ use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::error::{ProxyError, ResponseShape, error_response};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
+use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
 use crate::protocol::{FirstBytes, Speaks};
@@ -33,30 +37,79 @@ use crate::tls;
 /// listener's protocol, labels or settings change.
 struct Runtime {
     listener: Arc<Listener>,
-    tls: Option<TlsAcceptor>,
+    handler: ConnectionHandler,
     metrics: ListenerMetrics,
+}
+
+/// How a listener serves a connection, chosen once per listener (never per connection or
+/// request) from its protocol.
+enum ConnectionHandler {
+    /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
+    Http(HttpServers),
+    /// TLS terminated here (certificate by SNI), then HTTP by ALPN. When the socket also
+    /// has L4 routes (HTTPS and TLS passthrough listeners on one port), the ClientHello
+    /// is read first and a passthrough hostname is spliced instead.
+    Https(TlsAcceptor, HttpServers, L4Metrics),
+    /// TLS passthrough: the ClientHello's SNI picks the L4 route.
+    TlsPassthrough(L4Metrics),
+    /// TCP: the listener's L4 route.
+    Tcp(L4Metrics),
+}
+
+impl ConnectionHandler {
+    /// Whether clients speak plaintext HTTP, so that a refused connection can be told
+    /// so with a 503 (TLS and L4 clients are closed without a word).
+    fn plaintext_http(&self) -> bool {
+        matches!(self, ConnectionHandler::Http(_))
+    }
+}
+
+/// hyper's connection builders with the listener's limits: one per way a connection may
+/// speak HTTP.
+struct HttpServers {
+    /// Plaintext: HTTP/1.1 or h2c by the first bytes.
     auto: auto::Builder<TokioExecutor>,
+    /// TLS with ALPN other than `h2`.
     h1: auto::Builder<TokioExecutor>,
+    /// TLS with ALPN `h2`.
     h2: auto::Builder<TokioExecutor>,
+}
+
+impl HttpServers {
+    fn new(limits: &weir_model::ConnectionLimits) -> HttpServers {
+        HttpServers {
+            auto: server_builder(limits),
+            h1: server_builder(limits).http1_only(),
+            h2: server_builder(limits).http2_only(),
+        }
+    }
 }
 
 impl Runtime {
     fn new(shared: &Arc<Shared>, listener: Arc<Listener>) -> Runtime {
-        let tls = match listener.protocol {
-            Protocol::Http => None,
-            Protocol::Https => Some(TlsAcceptor::from(tls::server_config(
-                Arc::clone(&shared.snapshots),
-                listener.key,
-            ))),
+        let limits = &listener.settings.limits;
+        let l4 = || {
+            shared
+                .metrics
+                .l4_listener(&listener.gateway, &listener.name)
+        };
+        let handler = match listener.protocol {
+            Protocol::Http => ConnectionHandler::Http(HttpServers::new(limits)),
+            Protocol::Https => ConnectionHandler::Https(
+                TlsAcceptor::from(tls::server_config(
+                    Arc::clone(&shared.snapshots),
+                    listener.key,
+                )),
+                HttpServers::new(limits),
+                l4(),
+            ),
+            Protocol::TlsPassthrough => ConnectionHandler::TlsPassthrough(l4()),
+            Protocol::Tcp => ConnectionHandler::Tcp(l4()),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
-        let limits = &listener.settings.limits;
         Runtime {
-            auto: server_builder(limits),
-            h1: server_builder(limits).http1_only(),
-            h2: server_builder(limits).http2_only(),
             listener,
-            tls,
+            handler,
             metrics,
         }
     }
@@ -181,8 +234,8 @@ async fn accept_loop(tcp: TcpListener, mut l: AcceptLoop) {
                         Ok(slot) => slot,
                         Err(why) => {
                             tracing::debug!(listener = %l.key, %remote, ?why, "connection refused");
-                            let tls = runtime.tls.is_some();
-                            limits::refuse(stream, tls, why, &runtime.metrics.bounds);
+                            let silent = !runtime.handler.plaintext_http();
+                            limits::refuse(stream, silent, why, &runtime.metrics.bounds);
                             continue;
                         }
                     };
@@ -265,14 +318,71 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
 /// here (an HTTP/2 head over the field limit).
 type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
 
-async fn serve_connection(stream: TcpStream, c: Conn) {
+async fn serve_connection(stream: TcpStream, mut c: Conn) {
+    let rt = Arc::clone(&c.runtime);
+    rt.metrics.downstream_connections.inc();
+    let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
+    let l4 = |metrics| L4Conn {
+        shared: &c.shared,
+        key: c.key,
+        remote: c.remote,
+        accepted_at: c.accepted_at,
+        handshake: rt.listener.settings.timeouts.handshake,
+        metrics,
+        bounds: &rt.metrics.bounds,
+    };
+    match &rt.handler {
+        ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
+        ConnectionHandler::Https(acceptor, servers, metrics) => {
+            let mixed = c
+                .shared
+                .snapshots
+                .load()
+                .listener(&c.key)
+                .is_some_and(|l| l.has_l4_routes());
+            if !mixed {
+                return serve_http(stream, c, servers, Some(acceptor)).await;
+            }
+            let mut stream = stream;
+            let lc = l4(metrics);
+            let Some(Hello::Read(prefix, sni)) = c
+                .ticket
+                .until_closed(l4::read_hello(&mut stream, &lc))
+                .await
+            else {
+                return;
+            };
+            let route = {
+                let snap = c.shared.snapshots.load();
+                snap.listener(&c.key)
+                    .and_then(|l| l.passthrough(sni.as_deref()))
+                    .cloned()
+            };
+            match route {
+                Some(route) => l4::splice(stream, prefix, Some(route), &lc, &mut c.ticket).await,
+                None => {
+                    let stream = Rewind::new(prefix, stream);
+                    serve_http(stream, c, servers, Some(acceptor)).await
+                }
+            }
+        }
+        ConnectionHandler::TlsPassthrough(metrics) => {
+            l4::serve_passthrough(stream, l4(metrics), &mut c.ticket).await
+        }
+        ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
+    }
+}
+
+/// Serves HTTP on a connection: plaintext, or TLS terminated with `tls`.
+async fn serve_http<S>(stream: S, c: Conn, servers: &HttpServers, tls: Option<&TlsAcceptor>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let mut ticket = c.ticket;
     let rt = c.runtime;
     let settings = &rt.listener.settings;
     let timeouts = &settings.timeouts;
     let bounds = &*rt.metrics.bounds;
-    rt.metrics.downstream_connections.inc();
-    let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
     let ctx = Arc::new(ConnContext {
         shared: c.shared,
         key: c.key,
@@ -280,7 +390,7 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
         remote: c.remote,
         client_ip: HeaderValue::try_from(c.remote.ip().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
-        tls: rt.tls.is_some(),
+        tls: tls.is_some(),
         metrics: rt.metrics.clone(),
         listener_label: Arc::clone(&rt.listener.name),
         timeouts: timeouts.clone(),
@@ -299,12 +409,12 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
             Tracked::new(&state, fut)
         })
     };
-    let result = match &rt.tls {
+    let result = match tls {
         None => {
             let state = ConnState::new(false);
             let io = FirstBytes::new(stream, Speaks::Http1OrH2);
             let io = TokioIo::new(Watch::new(io, Arc::clone(&state), true));
-            let conn = rt
+            let conn = servers
                 .auto
                 .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
             let conn = ticket.serve(conn);
@@ -341,13 +451,13 @@ async fn serve_connection(stream: TcpStream, c: Conn) {
             let state = ConnState::new(h2);
             if h2 {
                 let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
-                let conn = rt.h2.serve_connection(io, service(Arc::clone(&state)));
+                let conn = servers.h2.serve_connection(io, service(Arc::clone(&state)));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {
                 let io = FirstBytes::new(tls, Speaks::Http1);
                 let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
-                let conn = rt
+                let conn = servers
                     .h1
                     .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
                 let conn = ticket.serve(conn);

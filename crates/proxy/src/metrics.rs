@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
+use crate::l4::L4Metrics;
 use crate::snapshot::SnapshotStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,6 +78,11 @@ pub(crate) struct Metrics {
     /// Passive outlier detection (`crate::endpoints`). Unlabelled: per-endpoint labels
     /// would grow with every pod ever seen; the admin dump shows per-endpoint state.
     pub(crate) outlier: OutlierMetrics,
+    l4_connections: Family<ListenerLabels, Counter>,
+    l4_unrouted: Family<ListenerLabels, Counter>,
+    l4_received: Family<ListenerLabels, Counter>,
+    l4_sent: Family<ListenerLabels, Counter>,
+    l4_connect_errors: Family<ListenerLabels, Counter>,
 }
 
 /// Per-listener handles, resolved when an accept loop starts.
@@ -140,6 +146,11 @@ impl Metrics {
             config_version: Gauge::default(),
             resources: Family::default(),
             outlier: OutlierMetrics::default(),
+            l4_connections: Family::default(),
+            l4_unrouted: Family::default(),
+            l4_received: Family::default(),
+            l4_sent: Family::default(),
+            l4_connect_errors: Family::default(),
         };
         registry.register(
             "weir_requests",
@@ -234,7 +245,48 @@ impl Metrics {
             "Resources in the live configuration snapshot, by kind",
             m.resources.clone(),
         );
+        registry.register(
+            "weir_l4_connections",
+            "TLS passthrough and TCP connections spliced to an upstream, by gateway and listener",
+            m.l4_connections.clone(),
+        );
+        registry.register(
+            "weir_l4_unrouted_connections",
+            "TLS passthrough and TCP connections closed without a route, backend or endpoint",
+            m.l4_unrouted.clone(),
+        );
+        registry.register(
+            "weir_l4_received_bytes",
+            "Bytes received from TLS passthrough and TCP clients (sent upstream)",
+            m.l4_received.clone(),
+        );
+        registry.register(
+            "weir_l4_sent_bytes",
+            "Bytes sent to TLS passthrough and TCP clients (received from upstreams)",
+            m.l4_sent.clone(),
+        );
+        registry.register(
+            "weir_l4_connect_errors",
+            "Failed connection attempts to the upstreams of TLS passthrough and TCP routes",
+            m.l4_connect_errors.clone(),
+        );
         m
+    }
+
+    /// Resolves the L4 handles of one listener (takes the family locks; call once per
+    /// loop, only for listeners that may splice).
+    pub(crate) fn l4_listener(&self, gateway: &str, listener: &str) -> L4Metrics {
+        let labels = ListenerLabels {
+            gateway: gateway.to_owned(),
+            listener: listener.to_owned(),
+        };
+        L4Metrics {
+            connections: self.l4_connections.get_or_create_owned(&labels),
+            unrouted: self.l4_unrouted.get_or_create_owned(&labels),
+            received_bytes: self.l4_received.get_or_create_owned(&labels),
+            sent_bytes: self.l4_sent.get_or_create_owned(&labels),
+            connect_errors: self.l4_connect_errors.get_or_create_owned(&labels),
+        }
     }
 
     /// Resolves the handles of one listener (takes the family locks; call once per loop).
@@ -282,5 +334,6 @@ impl Metrics {
         set("cluster", stats.clusters);
         set("certificate", stats.certificates);
         set("sni", stats.sni_entries);
+        set("l4_route", stats.l4_routes);
     }
 }

@@ -1,7 +1,7 @@
 //! Immutable data-plane configuration, built by applying IR delta batches.
 //!
-//! A [`Snapshot`] is a few `Arc`s: a small map of listeners (each with its virtual-host
-//! and SNI [`HostTable`]s), and sharded maps of clusters and certificates. Applying a
+//! A [`Snapshot`] is a few `Arc`s: a small map of listeners (each with its virtual-host,
+//! SNI and L4-route [`HostTable`]s), and sharded maps of clusters and certificates. Applying a
 //! batch clones the snapshot (pointer copies) and changes only the shards the deltas
 //! touch, so its cost follows the batch, not the size of the configuration, and every
 //! unchanged shard is shared with the previous version.
@@ -13,8 +13,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    ClusterKey, ContentHash, Delta, DeltaBatch, Listener, ListenerKey, Resource, ResourceKey,
-    SniCert, VirtualHost,
+    ClusterKey, ContentHash, Delta, DeltaBatch, L4Route, Listener, ListenerKey, Resource,
+    ResourceKey, SniCert, VirtualHost,
 };
 
 use crate::balance::ClusterState;
@@ -51,6 +51,8 @@ pub struct SnapshotStats {
     pub certificates: usize,
     /// SNI entries over all listeners.
     pub sni_entries: usize,
+    /// L4 routes (TLS passthrough hostnames, TCP routes) over all listeners.
+    pub l4_routes: usize,
 }
 
 /// Immutable data-plane configuration. Cheap to clone (all parts behind `Arc`s or
@@ -130,6 +132,9 @@ impl Snapshot {
                 .listeners
                 .get(l)
                 .is_some_and(|s| s.sni.get(h).is_some()),
+            ResourceKey::L4Route(l, h) => {
+                self.listeners.get(l).is_some_and(|s| s.l4.get(h).is_some())
+            }
             ResourceKey::Cluster(c) => self.clusters.contains_key(c),
             ResourceKey::Certificate(h) => self.certificates.contains_key(h),
         }
@@ -157,6 +162,7 @@ impl Snapshot {
                             listener: l.clone(),
                             hosts: HostTable::new(),
                             sni: HostTable::new(),
+                            l4: HostTable::new(),
                         };
                         listeners.insert(l.key, Arc::new(state));
                     }
@@ -206,6 +212,17 @@ impl Snapshot {
                     self.listener_mut(&s.listener)?.sni.insert(&s.host, entry);
                 }
             }
+            Resource::L4Route(r) => {
+                let unchanged = self
+                    .listener(&r.listener)
+                    .and_then(|st| st.l4.get(&r.host))
+                    .is_some_and(|old| old == r);
+                if !unchanged {
+                    self.listener_mut(&r.listener)?
+                        .l4
+                        .insert(&r.host, r.clone());
+                }
+            }
         }
         Ok(())
     }
@@ -235,6 +252,16 @@ impl Snapshot {
                     && let Ok(state) = self.listener_mut(l)
                 {
                     state.sni.remove(host);
+                }
+            }
+            ResourceKey::L4Route(l, host) => {
+                if self
+                    .listeners
+                    .get(l)
+                    .is_some_and(|s| s.l4.get(host).is_some())
+                    && let Ok(state) = self.listener_mut(l)
+                {
+                    state.l4.remove(host);
                 }
             }
             ResourceKey::Cluster(c) => {
@@ -286,11 +313,13 @@ impl Snapshot {
             clusters: self.clusters.len(),
             certificates: self.certificates.len(),
             sni_entries: self.listeners.values().map(|s| s.sni.len()).sum(),
+            l4_routes: self.listeners.values().map(|s| s.l4.len()).sum(),
         }
     }
 
     /// JSON dump of the live IR for the admin `/config` endpoint: listeners with their
-    /// virtual hosts (rules) and SNI entries (certificate hashes), clusters, and the
+    /// virtual hosts (rules), SNI entries (certificate hashes) and L4 routes (backends),
+    /// clusters, and the
     /// certificate hashes. Never key material. Object keys are sorted.
     pub fn to_json(&self) -> Value {
         let mut listeners = Map::new();
@@ -305,17 +334,23 @@ impl Snapshot {
                 .iter()
                 .map(|(host, e)| (host.to_string(), Value::String(e.sni.cert.to_string())))
                 .collect();
+            let l4: Map<String, Value> = state
+                .l4
+                .iter()
+                .map(|(host, r)| (host.to_string(), to_value(&r.backends)))
+                .collect();
             let l = &state.listener;
-            listeners.insert(
-                l.key.to_string(),
-                json!({
-                    "protocol": to_value(&l.protocol),
-                    "gateway": &*l.gateway,
-                    "name": &*l.name,
-                    "hosts": hosts,
-                    "sni": sni,
-                }),
-            );
+            let mut entry = json!({
+                "protocol": to_value(&l.protocol),
+                "gateway": &*l.gateway,
+                "name": &*l.name,
+                "hosts": hosts,
+                "sni": sni,
+            });
+            if !l4.is_empty() {
+                entry["l4"] = Value::Object(l4);
+            }
+            listeners.insert(l.key.to_string(), entry);
         }
         let now = std::time::Instant::now();
         let clusters: Map<String, Value> = self
@@ -357,13 +392,15 @@ struct SniEntry {
     cert: Arc<CertEntry>,
 }
 
-/// One listener's configuration: the IR listener, its virtual hosts and SNI table.
+/// One listener's configuration: the IR listener, its virtual hosts, SNI table and L4
+/// routes.
 #[derive(Clone, Debug)]
 pub struct ListenerState {
     /// The IR listener (address, protocol, labels).
     pub listener: Arc<Listener>,
     hosts: HostTable<Arc<VirtualHost>>,
     sni: HostTable<SniEntry>,
+    l4: HostTable<Arc<L4Route>>,
 }
 
 impl ListenerState {
@@ -391,6 +428,49 @@ impl ListenerState {
             None => self.sni.any(),
         }?;
         entry.cert.certified_key()
+    }
+
+    /// The TLS passthrough route for a ClientHello with server name `sni`: the best L4
+    /// pattern (exact, then the longest wildcard, then [`weir_model::HostMatch::Any`]; no
+    /// SNI: only the catch-all), unless the listener's SNI table (TLS terminated here, on
+    /// a socket with HTTPS and passthrough listeners) has a more specific pattern for it.
+    /// On equally specific patterns passthrough wins: the terminating side's catch-all is
+    /// the certificate for clients without a match, not a listener's own hostname.
+    pub fn passthrough(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
+        let name = sni.map(router::normalize_host);
+        let route = match &name {
+            Some(n) => self.l4.lookup(n),
+            None => self.l4.any(),
+        }?;
+        let terminated = match &name {
+            Some(n) => self.sni.lookup(n),
+            None => self.sni.any(),
+        };
+        match terminated {
+            Some(t) if specificity(&t.sni.host) > specificity(&route.host) => None,
+            _ => Some(route),
+        }
+    }
+
+    /// A TCP listener's route (its catch-all L4 entry).
+    pub fn tcp_route(&self) -> Option<&Arc<L4Route>> {
+        self.l4.any()
+    }
+
+    /// Whether the listener has any L4 route (an HTTPS socket then checks each
+    /// ClientHello for a passthrough hostname before terminating TLS).
+    pub fn has_l4_routes(&self) -> bool {
+        self.l4.len() > 0
+    }
+}
+
+/// How specific a host pattern is: exact names, then wildcards by suffix length, then the
+/// catch-all.
+fn specificity(h: &weir_model::HostMatch) -> (u8, usize) {
+    match h {
+        weir_model::HostMatch::Exact(n) => (2, n.len()),
+        weir_model::HostMatch::Wildcard(s) => (1, s.len()),
+        weir_model::HostMatch::Any => (0, 0),
     }
 }
 
@@ -522,7 +602,8 @@ mod tests {
                 virtual_hosts: 2,
                 clusters: 1,
                 certificates: 1,
-                sni_entries: 1
+                sni_entries: 1,
+                l4_routes: 0
             }
         );
         assert_eq!(s.listeners().count(), 1);
@@ -560,7 +641,8 @@ mod tests {
                 virtual_hosts: 1,
                 clusters: 0,
                 certificates: 0,
-                sni_entries: 0
+                sni_entries: 0,
+                l4_routes: 0
             }
         );
         assert_eq!(
@@ -702,6 +784,78 @@ mod tests {
             s4.cluster(&key).unwrap(),
             s3.cluster(&key).unwrap()
         ));
+    }
+
+    fn l4(port: u16, h: HostMatch, name: &str) -> Resource {
+        Resource::L4Route(Arc::new(L4Route::new(
+            lk(port),
+            h,
+            RouteRef {
+                kind: RouteKind::TlsRoute,
+                namespace: "ns".into(),
+                name: name.into(),
+                rule: 0,
+            },
+            vec![weir_model::L4Backend {
+                cluster: ClusterKey("c".into()),
+                weight: 1,
+            }],
+        )))
+    }
+
+    /// On a socket with HTTPS and passthrough listeners, the more specific pattern of
+    /// the two tables decides; passthrough wins ties; L4 routes apply and go like hosts.
+    #[test]
+    fn passthrough_against_terminated_names() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "mixed")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("web.pass.test"), &cert)),
+                up(sni(443, host("*.deep.pass.test"), &cert)),
+                up(l4(443, host("*.pass.test"), "wild")),
+                up(l4(443, host("exact.test"), "exact")),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        assert!(l.has_l4_routes());
+        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        assert_eq!(via(Some("exact.test")).as_deref(), Some("exact"));
+        assert_eq!(via(Some("EXACT.test.")).as_deref(), Some("exact"));
+        assert_eq!(via(Some("x.pass.test")).as_deref(), Some("wild"));
+        // A terminated exact name beats the passthrough wildcard, a longer terminated
+        // wildcard too; the terminating catch-all does not.
+        assert_eq!(via(Some("web.pass.test")), None);
+        assert_eq!(via(Some("a.deep.pass.test")), None);
+        assert_eq!(via(Some("other.test")), None);
+        assert_eq!(via(None), None);
+        assert_eq!(s.stats().l4_routes, 2);
+
+        let s = apply(
+            &s,
+            vec![
+                up(l4(443, HostMatch::Any, "any")),
+                Delta::Remove(ResourceKey::L4Route(lk(443), host("exact.test"))),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        // Equally specific (both catch-alls): passthrough.
+        assert_eq!(via(Some("other.test")).as_deref(), Some("any"));
+        assert_eq!(via(None).as_deref(), Some("any"));
+        assert_eq!(via(Some("exact.test")).as_deref(), Some("any"));
+        assert_eq!(l.tcp_route().map(|r| &*r.route.name), Some("any"));
+        assert_eq!(s.stats().l4_routes, 2);
+        assert!(s.to_json()["listeners"]["0.0.0.0:443"]["l4"]["*.pass.test"].is_array());
+
+        // An L4 route needs its listener.
+        let (_, rejected) = s.apply(&DeltaBatch {
+            deltas: vec![up(l4(444, HostMatch::Any, "orphan"))],
+        });
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::compile::route_kind::RouteKind;
 use crate::compile::status;
 use crate::incremental::{
     ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey, HostTable,
-    SniOwner, Sockets,
+    L4Table, SniOwner, Sockets,
 };
 use crate::store::{Dep, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -39,6 +39,8 @@ const BULK: usize = 1024;
 struct Contribution {
     entries: Vec<(HostKey, RuleOrder)>,
     sni: Vec<(HostKey, SniOwner)>,
+    /// L4 routes (TLSRoute, TCPRoute): the hosts whose `L4Route` it asks for.
+    l4: Vec<(HostKey, SniOwner)>,
     clusters: Vec<(ClusterKey, ClusterSource)>,
     attachments: Vec<(ObjectKey, Arc<str>)>,
 }
@@ -68,6 +70,8 @@ pub struct Translator {
     sockets: Sockets,
     /// Virtual-host rules, isolated hosts and SNI entries.
     hosts: HostTable,
+    /// L4 routes (TLS passthrough hostnames, TCP listeners).
+    l4: L4Table,
     /// The clusters in use and how to build them.
     clusters: ClusterRefs,
     /// What each route (of any kind) contributes.
@@ -83,6 +87,7 @@ struct Sources<'a> {
     store: &'a Store,
     sockets: &'a Sockets,
     hosts: &'a HostTable,
+    l4: &'a L4Table,
     clusters: &'a ClusterRefs,
 }
 
@@ -102,6 +107,9 @@ impl Desired for Sources<'_> {
                 .hosts
                 .sni_entry(*k, h)
                 .map(|s| Resource::Sni(Arc::new(s))),
+            ResourceKey::L4Route(k, h) => {
+                self.l4.route(*k, h).map(|r| Resource::L4Route(Arc::new(r)))
+            }
             ResourceKey::Certificate(_) => None,
         }
     }
@@ -121,6 +129,7 @@ impl Translator {
             gateways: GatewayIndex::default(),
             sockets: Sockets::default(),
             hosts: HostTable::default(),
+            l4: L4Table::default(),
             clusters: ClusterRefs::default(),
             routes: HashMap::new(),
             ingress: IngressState::default(),
@@ -157,6 +166,7 @@ impl Translator {
             store: &self.store,
             sockets: &self.sockets,
             hosts: &self.hosts,
+            l4: &self.l4,
             clusters: &self.clusters,
         };
         let batch = self.emitter.emit(&d.resources, &sources);
@@ -216,7 +226,7 @@ impl Translator {
             Kind::Gateway | Kind::XListenerSet | Kind::ListenerSet => {
                 d.gateways.insert(key.clone());
             }
-            Kind::HttpRoute => {
+            Kind::HttpRoute | Kind::TlsRoute | Kind::TcpRoute => {
                 d.routes.insert(key.clone());
             }
             Kind::Ingress => {
@@ -344,6 +354,9 @@ impl Translator {
             for (hk, owner) in old.sni {
                 self.hosts.remove_sni(hk, &owner, &mut d.resources);
             }
+            for (hk, owner) in old.l4 {
+                self.l4.remove(hk, &owner, &mut d.resources);
+            }
             for (ck, _) in old.clusters {
                 self.clusters.release(ck, &mut d.resources);
             }
@@ -351,6 +364,7 @@ impl Translator {
         let mut new = Contribution {
             entries: Vec::with_capacity(rules.len()),
             sni: Vec::with_capacity(sni.len()),
+            l4: Vec::new(),
             clusters,
             attachments: Vec::new(),
         };

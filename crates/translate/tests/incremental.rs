@@ -468,6 +468,77 @@ spec:
   parentRefs: [{kind: ListenerSet, name: s1}, {group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1}]
   hostnames: [c.test]
   rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}
+  - {name: pass, port: 443, protocol: TLS, hostname: "*.test", tls: {mode: Passthrough}, allowedRoutes: {namespaces: {from: All}}}
+  - {name: pass-only, port: 8443, protocol: TLS, tls: {mode: Passthrough}}
+  - {name: tcp, port: 9000, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: tcp, port: 80, protocol: TCP}
+  - {name: pass, port: 8443, protocol: TLS, hostname: b.test, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {name: t1, namespace: default}
+spec:
+  parentRefs: [{name: gw}, {name: gw2}]
+  hostnames: [b.test, "*.test"]
+  rules: [{backendRefs: [{name: svc, port: 80, weight: 2}, {name: svc2, namespace: other, port: 7070}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {name: t1, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: pass-only}]
+  rules: [{backendRefs: [{group: weir.dev, kind: Backend, name: b1, namespace: other}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha3
+kind: TLSRoute
+metadata: {name: t2, namespace: other}
+spec:
+  parentRefs: [{name: gw, namespace: default}]
+  hostnames: [b.test]
+  rules: [{backendRefs: [{name: svc2, port: 7070}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: c1, namespace: default}
+spec:
+  parentRefs: [{name: gw}, {name: gw2}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: c1, namespace: default}
+spec:
+  parentRefs: [{name: gw, port: 9000}]
+  rules: [{backendRefs: [{name: svc2, namespace: other, port: 7070, weight: 0}, {name: nope, port: 1}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: c2, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: tcp}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: TLSRoute, namespace: default}, {group: gateway.networking.k8s.io, kind: TCPRoute, namespace: default}]
+  to: [{group: "", kind: Service}, {group: weir.dev, kind: Backend}]
 "#;
 
 /// Pool of variants per object key: the documents above plus certificate Secrets taken

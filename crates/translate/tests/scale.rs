@@ -118,3 +118,68 @@ fn service_change_without_port_change_touches_only_clusters() {
     );
     assert!(out.statuses.is_empty());
 }
+
+fn tls_route(i: usize, backend: &str) -> Arc<Object> {
+    object(serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+        "metadata": {"name": format!("t{i}"), "namespace": "default"},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "hostnames": [format!("pass{i}.example.com")],
+            "rules": [{"backendRefs": [{"name": backend, "port": 443}]}]
+        }
+    }))
+}
+
+/// Passthrough hostnames have the O(change) guarantee of virtual hosts: among 20,000,
+/// adding, changing or removing one is one `L4Route` delta (plus a new cluster when it
+/// names one) and one route status.
+#[test]
+fn one_passthrough_hostname_among_many() {
+    let mut t = Translator::new(options(true));
+    let mut changes = vec![ObjectChange::Upsert(object(serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "weir", "listeners": [
+            {"name": "pass", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+        ]}
+    })))];
+    for svc in ["svc", "other"] {
+        changes.push(ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": svc, "namespace": "default"},
+            "spec": {"ports": [{"port": 443}]}
+        }))));
+    }
+    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(tls_route(i, "svc"))));
+    let out = t.apply(changes);
+    // Listener + cluster + one L4 route per hostname.
+    assert_eq!(out.batch.deltas.len(), ROUTES + 2);
+
+    let out = t.apply([ObjectChange::Upsert(tls_route(ROUTES, "svc"))]);
+    assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
+    assert!(matches!(
+        &out.batch.deltas[0],
+        Delta::Upsert(r) if r.key() == ResourceKey::L4Route(
+            weir_model::ListenerKey(([0, 0, 0, 0], 443).into()),
+            weir_model::HostMatch::Exact(format!("pass{ROUTES}.example.com").into()),
+        )
+    ));
+    // The route's status and the Gateway's attachedRoutes.
+    assert_eq!(out.statuses.len(), 2);
+
+    // A changed backend: the new cluster and the one L4 route.
+    let out = t.apply([ObjectChange::Upsert(tls_route(7, "other"))]);
+    let kinds: Vec<_> = out.batch.deltas.iter().map(|d| d.key()).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(matches!(kinds[0], ResourceKey::Cluster(_)));
+    assert!(matches!(kinds[1], ResourceKey::L4Route(..)));
+
+    let key = ObjectKey::new(Kind::TlsRoute, "default", "t42");
+    let out = t.apply([ObjectChange::Delete(key)]);
+    assert_eq!(out.batch.deltas.len(), 1);
+    assert!(matches!(
+        &out.batch.deltas[0],
+        Delta::Remove(ResourceKey::L4Route(..))
+    ));
+}

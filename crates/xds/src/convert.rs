@@ -9,10 +9,10 @@ use std::time::Duration;
 use weir_model::{
     Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
     DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
-    Listener, ListenerKey, ListenerSettings, PathMatch, PathNormalization, PathRewrite, Pattern,
-    Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind,
-    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
-    WeightedBackend,
+    L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, PathMatch, PathNormalization,
+    PathRewrite, Pattern, Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey,
+    Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol,
+    VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -88,6 +88,7 @@ pub fn key_to_wire(k: &ResourceKey) -> wire::ResourceKey {
             ResourceKey::Cluster(c) => Key::Cluster(c.0.to_string()),
             ResourceKey::Certificate(h) => Key::Certificate(h.0),
             ResourceKey::Sni(l, h) => Key::Sni(hk(l, h)),
+            ResourceKey::L4Route(l, h) => Key::L4Route(hk(l, h)),
         }),
     }
 }
@@ -113,6 +114,10 @@ pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResour
             let (l, h) = hk("sni", h)?;
             ResourceKey::Sni(l, h)
         }
+        Key::L4Route(h) => {
+            let (l, h) = hk("l4_route", h)?;
+            ResourceKey::L4Route(l, h)
+        }
     })
 }
 
@@ -124,6 +129,7 @@ pub fn version_of(r: &Resource) -> u64 {
         Resource::Cluster(c) => c.hash().0,
         Resource::Certificate(c) => c.hash().0,
         Resource::Sni(s) => s.hash().0,
+        Resource::L4Route(r) => r.hash().0,
     }
 }
 
@@ -138,6 +144,8 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             protocol: match l.protocol {
                 Protocol::Http => wire::ListenerProtocol::Http,
                 Protocol::Https => wire::ListenerProtocol::Https,
+                Protocol::TlsPassthrough => wire::ListenerProtocol::TlsPassthrough,
+                Protocol::Tcp => wire::ListenerProtocol::Tcp,
             } as i32,
             gateway: l.gateway.to_string(),
             name: l.name.to_string(),
@@ -177,6 +185,19 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             listener: s.listener.0.to_string(),
             host: Some(host_to_wire(&s.host)),
             certificate: s.cert.0,
+        }),
+        Resource::L4Route(r) => R::L4Route(wire::L4Route {
+            listener: r.listener.0.to_string(),
+            host: Some(host_to_wire(&r.host)),
+            route: Some(route_ref_to_wire(&r.route)),
+            backends: r
+                .backends
+                .iter()
+                .map(|b| wire::L4Backend {
+                    cluster: b.cluster.0.to_string(),
+                    weight: b.weight,
+                })
+                .collect(),
         }),
     };
     wire::Resource {
@@ -246,6 +267,8 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
             match wire::ListenerProtocol::try_from(l.protocol) {
                 Ok(wire::ListenerProtocol::Http) => Protocol::Http,
                 Ok(wire::ListenerProtocol::Https) => Protocol::Https,
+                Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
                 Err(_) => return Err(invalid("protocol", l.protocol)),
             },
             l.gateway.as_str().into(),
@@ -311,6 +334,19 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
             ListenerKey(addr("listener", &s.listener)?),
             host_from_wire("host", s.host.as_ref())?,
             ContentHash(s.certificate),
+        ))),
+        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::new(
+            ListenerKey(addr("listener", &r.listener)?),
+            host_from_wire("host", r.host.as_ref())?,
+            route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
+                .map_err(within("route"))?,
+            r.backends
+                .iter()
+                .map(|b| L4Backend {
+                    cluster: ClusterKey(b.cluster.as_str().into()),
+                    weight: b.weight,
+                })
+                .collect(),
         ))),
     };
     if version_of(&built) != r.version {
@@ -458,20 +494,43 @@ fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, Invali
     Ok(out)
 }
 
+fn route_ref_to_wire(r: &RouteRef) -> wire::RouteRef {
+    use wire::route_ref::Kind;
+    wire::RouteRef {
+        kind: match r.kind {
+            RouteKind::HttpRoute => Kind::HttpRoute,
+            RouteKind::Ingress => Kind::Ingress,
+            RouteKind::TlsRoute => Kind::TlsRoute,
+            RouteKind::TcpRoute => Kind::TcpRoute,
+        } as i32,
+        namespace: r.namespace.to_string(),
+        name: r.name.to_string(),
+        rule: r.rule,
+    }
+}
+
+fn route_ref_from_wire(r: &wire::RouteRef) -> Result<RouteRef, InvalidResource> {
+    use wire::route_ref::Kind;
+    Ok(RouteRef {
+        kind: match Kind::try_from(r.kind) {
+            Ok(Kind::HttpRoute) => RouteKind::HttpRoute,
+            Ok(Kind::Ingress) => RouteKind::Ingress,
+            Ok(Kind::TlsRoute) => RouteKind::TlsRoute,
+            Ok(Kind::TcpRoute) => RouteKind::TcpRoute,
+            Err(_) => return Err(invalid("kind", r.kind)),
+        },
+        namespace: r.namespace.as_str().into(),
+        name: r.name.as_str().into(),
+        rule: r.rule,
+    })
+}
+
 fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
     use wire::action::Action as A;
     use wire::request_match::Path;
     let m = &r.matcher;
     wire::RouteRule {
-        route: Some(wire::RouteRef {
-            kind: match r.route.kind {
-                RouteKind::HttpRoute => wire::route_ref::Kind::HttpRoute,
-                RouteKind::Ingress => wire::route_ref::Kind::Ingress,
-            } as i32,
-            namespace: r.route.namespace.to_string(),
-            name: r.route.name.to_string(),
-            rule: r.route.rule,
-        }),
+        route: Some(route_ref_to_wire(&r.route)),
         r#match: Some(wire::RequestMatch {
             path: Some(match &m.path {
                 PathMatch::Exact(s) => Path::Exact(s.to_string()),
@@ -537,16 +596,7 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
     use wire::action::Action as A;
     use wire::request_match::Path;
     let rr = r.route.as_ref().ok_or_else(|| missing("route"))?;
-    let route = RouteRef {
-        kind: match wire::route_ref::Kind::try_from(rr.kind) {
-            Ok(wire::route_ref::Kind::HttpRoute) => RouteKind::HttpRoute,
-            Ok(wire::route_ref::Kind::Ingress) => RouteKind::Ingress,
-            Err(_) => return Err(invalid("route.kind", rr.kind)),
-        },
-        namespace: rr.namespace.as_str().into(),
-        name: rr.name.as_str().into(),
-        rule: rr.rule,
-    };
+    let route = route_ref_from_wire(rr).map_err(within("route"))?;
     let m = r.r#match.as_ref().ok_or_else(|| missing("match"))?;
     let path = match m.path.as_ref().ok_or_else(|| missing("match.path"))? {
         Path::Exact(s) => PathMatch::Exact(s.as_str().into()),

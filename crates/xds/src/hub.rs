@@ -74,43 +74,34 @@ impl Hub {
             let before = owner_of(inner, &key);
             match d {
                 Delta::Upsert(r) => {
-                    match r {
-                        Resource::Listener(l) => {
+                    // Ownership from the model's relations: a listener names its
+                    // Gateway; every other resource under a listener hangs under it.
+                    match (r, key.listener()) {
+                        (Resource::Listener(l), _) => {
                             inner.owner.insert(l.key, l.gateway.clone());
                         }
-                        Resource::VirtualHost(v) => {
-                            inner
-                                .on_listener
-                                .entry(v.listener)
-                                .or_default()
-                                .insert(key.clone());
+                        (_, Some(l)) => {
+                            inner.on_listener.entry(l).or_default().insert(key.clone());
                         }
-                        Resource::Sni(s) => {
-                            inner
-                                .on_listener
-                                .entry(s.listener)
-                                .or_default()
-                                .insert(key.clone());
-                        }
-                        Resource::Cluster(_) | Resource::Certificate(_) => {}
+                        (_, None) => {}
                     }
                     inner.resources.insert(key.clone(), r.clone());
                 }
                 Delta::Remove(k) => {
                     inner.resources.remove(k);
-                    match k {
-                        ResourceKey::Listener(l) => {
+                    match (k, k.listener()) {
+                        (ResourceKey::Listener(l), _) => {
                             inner.owner.remove(l);
                         }
-                        ResourceKey::VirtualHost(l, _) | ResourceKey::Sni(l, _) => {
-                            if let Some(set) = inner.on_listener.get_mut(l) {
+                        (_, Some(l)) => {
+                            if let Some(set) = inner.on_listener.get_mut(&l) {
                                 set.remove(k);
                                 if set.is_empty() {
-                                    inner.on_listener.remove(l);
+                                    inner.on_listener.remove(&l);
                                 }
                             }
                         }
-                        ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => {}
+                        (_, None) => {}
                     }
                 }
             }
@@ -121,7 +112,7 @@ impl Hub {
             touched.push((after, key));
         }
         for (owner, key) in touched {
-            let shared = matches!(key, ResourceKey::Cluster(_) | ResourceKey::Certificate(_));
+            let shared = key.listener().is_none();
             for s in inner.sessions.values_mut() {
                 if shared || owner.as_ref() == Some(&s.gateway) {
                     s.dirty.insert(key.clone());

@@ -216,3 +216,45 @@ fn a_listener_removed_takes_its_hosts_and_unreferenced_clusters() {
         ]
     );
 }
+
+/// An L4 route is sent to the session of its listener's Gateway, with the clusters it
+/// names, after them; its removal is sent there only.
+#[test]
+fn l4_routes_follow_their_listener_and_bring_their_clusters() {
+    let hub = two_gateways();
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
+    let mut b = hub.subscribe("ns/b", "n", HashMap::default());
+    let u = a.next_update().unwrap();
+    a.ack(u.nonce, vec![]);
+    let u = b.next_update().unwrap();
+    b.ack(u.nonce, vec![]);
+    let l4 = Resource::L4Route(Arc::new(L4Route::new(
+        ListenerKey(([127, 0, 0, 1], 8001).into()),
+        HostMatch::Exact("pass.test".into()),
+        RouteRef {
+            kind: RouteKind::TlsRoute,
+            namespace: "ns".into(),
+            name: "pass".into(),
+            rule: 0,
+        },
+        vec![L4Backend {
+            cluster: ClusterKey("only-b".into()),
+            weight: 1,
+        }],
+    )));
+    hub.apply(&batch(vec![l4.clone()], vec![]));
+    let u = a.next_update().unwrap();
+    assert_eq!(
+        keys(&u).0,
+        vec![ResourceKey::Cluster(ClusterKey("only-b".into())), l4.key()]
+    );
+    a.ack(u.nonce, vec![]);
+    assert!(b.next_update().is_none());
+    hub.apply(&batch(vec![], vec![l4.key()]));
+    let u = a.next_update().unwrap();
+    assert_eq!(
+        keys(&u).1,
+        vec![l4.key(), ResourceKey::Cluster(ClusterKey("only-b".into()))]
+    );
+    assert!(b.next_update().is_none());
+}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use weir_model::{Resource, ResourceKey};
+use weir_model::{Protocol, Resource, ResourceKey};
 use weir_translate::{ObjectChange, Translator, TranslatorOptions};
 use weir_xds::convert::{
     key_from_wire, key_to_wire, resource_from_wire, resource_to_wire, version_of,
@@ -42,6 +42,15 @@ fn every_golden_resource_round_trips() {
     assert!(kinds(|r| matches!(r, Resource::Certificate(_))) > 0);
     assert!(kinds(|r| matches!(r, Resource::Sni(_))) > 0);
     assert!(kinds(|r| matches!(r, Resource::Cluster(_))) > 0);
+    assert!(kinds(|r| matches!(r, Resource::L4Route(_))) > 3);
+    for protocol in [Protocol::TlsPassthrough, Protocol::Tcp, Protocol::Https] {
+        assert!(
+            resources
+                .iter()
+                .any(|r| matches!(r, Resource::Listener(l) if l.protocol == protocol)),
+            "{protocol:?}"
+        );
+    }
     for r in &resources {
         let w = resource_to_wire(r);
         assert_eq!(w.version, version_of(r));

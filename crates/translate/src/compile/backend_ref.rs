@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRequestMirrorFilter, Kind, ObjectKey, Reason};
-use weir_model::{Action, Filter, WeightedBackend};
+use weir_api::{HttpBackendRef, HttpRequestMirrorFilter, Kind, L4BackendRef, ObjectKey, Reason};
+use weir_model::{Action, Filter, L4Backend, WeightedBackend};
 
 use crate::compile::backend::{self, RefError, Resolved};
 use crate::compile::route_kind::{CompiledRoute, Referrer};
@@ -187,5 +187,39 @@ fn resolve_ref(
         backend::resolve_service(ctx.store, ns, name, port, field)
     } else {
         backend::resolve_backend(ctx.store, ns, name, field)
+    }
+}
+
+/// The weighted backends of an L4 route's `refs`: an unusable reference keeps its share
+/// of connections, which are closed (its cluster is never defined).
+pub(crate) fn l4_backends(
+    ctx: &mut RouteCtx<'_>,
+    refs: &[L4BackendRef],
+    field: &str,
+    out: &mut Vec<L4Backend>,
+) {
+    for (k, b) in refs.iter().enumerate() {
+        let fb = format!("{field}.backendRefs[{k}]");
+        let weight = b.weight.unwrap_or(1).max(0) as u32;
+        let route_ns = ctx.ns.clone();
+        let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
+        let cluster = match resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb) {
+            Ok((key, src)) => {
+                if !ctx.out.clusters.iter().any(|(k, _)| *k == key) {
+                    ctx.out.clusters.push((key.clone(), src));
+                }
+                key
+            }
+            Err(e) => {
+                ctx.out.ref_errors.push(e);
+                let what = if group.is_empty() {
+                    format!("{kind}/{ns}/{}", b.name)
+                } else {
+                    format!("{group}/{kind}/{ns}/{}", b.name)
+                };
+                backend::invalid_cluster_key(&what)
+            }
+        };
+        out.push(L4Backend { cluster, weight });
     }
 }

@@ -298,7 +298,7 @@ pub(crate) fn settle(
             && let Some((o, proto)) = owner(k)
             && o != state.group
         {
-            let reason = if proto == l.protocol {
+            let reason = if crate::compile::listener::shares_socket(proto, l.protocol) {
                 Reason::HostnameConflict
             } else {
                 Reason::ProtocolConflict
@@ -325,7 +325,11 @@ pub(crate) fn settle(
             && l.taken_by.is_none()
             && l.shadowed.is_none()
             && l.key.is_some()
-            && (l.protocol == Some(Protocol::Http) || l.cert.is_some());
+            && match l.protocol {
+                Some(Protocol::Https) => l.cert.is_some(),
+                Some(Protocol::Http | Protocol::TlsPassthrough | Protocol::Tcp) => true,
+                None => false,
+            };
     }
 }
 

@@ -7,8 +7,7 @@ use weir_api::{
     HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
 };
 use weir_model::{
-    Action, Filter, HostMatch, PathMatch, Redirect, RequestMatch, Retry, RouteRef, RouteRule,
-    Timeouts,
+    Action, Filter, PathMatch, Redirect, RequestMatch, Retry, RouteRef, RouteRule, Timeouts,
 };
 
 use crate::compile::backend::RefError;
@@ -18,7 +17,9 @@ use crate::compile::fields::{
     compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
 };
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
-use crate::compile::route_kind::{CompiledRoute, Referrer, RouteKind, RouteObject};
+use crate::compile::route_kind::{
+    CompiledRoute, Referrer, RouteKind, RouteObject, route_hostnames,
+};
 use crate::store::{Dep, Store};
 
 impl RouteObject for HttpRoute {
@@ -40,22 +41,7 @@ impl RouteObject for HttpRoute {
 /// Compiles `route` (stored under `key`, with precedence `age`).
 fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> CompiledRoute {
     let mut out = CompiledRoute::default();
-    if !route.spec.hostnames.is_empty() {
-        let mut hosts = Vec::new();
-        for (i, h) in route.spec.hostnames.iter().enumerate() {
-            match HostMatch::parse(Some(h)) {
-                Ok(HostMatch::Any) | Err(_) => out.problems.push(format!(
-                    "spec.hostnames[{i}]: {h:?} is not a valid hostname; ignored"
-                )),
-                Ok(m) => {
-                    if !hosts.contains(&m) {
-                        hosts.push(m)
-                    }
-                }
-            }
-        }
-        out.hostnames = Some(hosts);
-    }
+    route_hostnames(&route.spec.hostnames, &mut out);
     let default_rules = [HttpRouteRule::default()];
     let rules: &[HttpRouteRule] = if route.spec.rules.is_empty() {
         &default_rules

@@ -110,13 +110,35 @@ pub(crate) fn compile_listeners(
         let protocol = match l.protocol.as_str() {
             "HTTP" => Some(Protocol::Http),
             "HTTPS" => Some(Protocol::Https),
+            "TLS" => match l.tls.as_ref().and_then(|t| t.mode.as_deref()) {
+                Some("Passthrough") => Some(Protocol::TlsPassthrough),
+                // TLS terminated here and then spliced (TLSRoute on a Terminate listener)
+                // is not served yet.
+                mode => {
+                    acc = Err((
+                        Reason::UnsupportedValue,
+                        format!(
+                            "{field}.tls.mode: {:?} is not supported for protocol TLS (Passthrough)",
+                            mode.unwrap_or("Terminate")
+                        ),
+                    ));
+                    None
+                }
+            },
+            "TCP" => Some(Protocol::Tcp),
             other => {
                 acc = Err((
                     Reason::UnsupportedProtocol,
-                    format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS)"),
+                    format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS, TLS, TCP)"),
                 ));
                 None
             }
+        };
+        // TCP carries no hostname (Gateway API: ignored for TCP and UDP listeners).
+        let hostname = if protocol == Some(Protocol::Tcp) {
+            HostMatch::Any
+        } else {
+            hostname
         };
         let mut cert = None;
         if protocol == Some(Protocol::Https) {
@@ -224,7 +246,7 @@ pub(crate) fn first_conflict(
         .iter()
         .filter(|o| o.accepted.is_ok() && o.conflict.is_none() && o.key == l.key);
     for o in on_socket {
-        if o.protocol != l.protocol {
+        if !shares_socket(o.protocol, l.protocol) {
             return Some((
                 Reason::ProtocolConflict,
                 format!(
@@ -244,6 +266,30 @@ pub(crate) fn first_conflict(
         }
     }
     None
+}
+
+/// Whether listeners of protocols `a` and `b` can serve one socket: the same protocol, or
+/// HTTPS and TLS passthrough (the data plane reads each ClientHello's SNI and passes
+/// through the hostnames of passthrough listeners).
+pub(crate) fn shares_socket(a: Option<Protocol>, b: Option<Protocol>) -> bool {
+    a == b
+        || matches!(
+            (a, b),
+            (Some(Protocol::Https), Some(Protocol::TlsPassthrough))
+                | (Some(Protocol::TlsPassthrough), Some(Protocol::Https))
+        )
+}
+
+/// The protocol of a socket its (compatible) listeners serve: HTTPS when one of them
+/// terminates TLS (passthrough hostnames are then checked first).
+pub(crate) fn socket_protocol(protocols: impl Iterator<Item = Protocol>) -> Option<Protocol> {
+    let mut out = None;
+    for p in protocols {
+        if out.is_none() || p == Protocol::Https {
+            out = Some(p);
+        }
+    }
+    out
 }
 
 /// Which namespaces and route kinds may attach to listener `l` (`allowedRoutes`).

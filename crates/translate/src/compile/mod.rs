@@ -12,6 +12,7 @@ pub(crate) mod gateway;
 pub(crate) mod gateway_status;
 pub(crate) mod http_route;
 pub(crate) mod ingress;
+pub(crate) mod l4_route;
 pub(crate) mod listener;
 pub(crate) mod order;
 pub(crate) mod route_kind;

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use weir_api::{Kind, ObjectKey, ParentReference, StatusRouteKind};
-use weir_model::{HostMatch, Protocol, RouteRule};
+use weir_model::{HostMatch, L4Backend, Protocol, RouteRef, RouteRule};
 
 use crate::compile::backend::{RefError, Resolved};
 use crate::compile::order::{Age, RuleOrder};
@@ -71,6 +71,8 @@ impl RouteKind {
     pub(crate) fn of_object(kind: Kind) -> Option<RouteKind> {
         match kind {
             Kind::HttpRoute => Some(RouteKind::Http),
+            Kind::TlsRoute => Some(RouteKind::Tls),
+            Kind::TcpRoute => Some(RouteKind::Tcp),
             _ => None,
         }
     }
@@ -93,6 +95,8 @@ impl RouteKinds {
     pub(crate) fn for_protocol(protocol: Protocol) -> RouteKinds {
         match protocol {
             Protocol::Http | Protocol::Https => RouteKinds::NONE.with(RouteKind::Http),
+            Protocol::TlsPassthrough => RouteKinds::NONE.with(RouteKind::Tls),
+            Protocol::Tcp => RouteKinds::NONE.with(RouteKind::Tcp),
         }
     }
 
@@ -154,14 +158,18 @@ impl Referrer {
     }
 }
 
-/// What a route compiles to, independent of the listeners it attaches to. Every route
-/// kind that programs virtual-host rules produces this.
+/// What a route compiles to, independent of the listeners it attaches to. A route kind
+/// that programs virtual-host rules fills `rules`; one that splices connections (TLSRoute,
+/// TCPRoute) fills `l4`.
 #[derive(Default)]
 pub(crate) struct CompiledRoute {
     /// `None` when the route has no hostnames (it takes the listener's).
     pub(crate) hostnames: Option<Vec<HostMatch>>,
     /// One entry per (rule × match), with its precedence.
     pub(crate) rules: Vec<(RuleOrder, Arc<RouteRule>)>,
+    /// Where an L4 route sends connections, programmed as one `L4Route` per host it
+    /// attaches to.
+    pub(crate) l4: Option<Arc<L4Target>>,
     /// Invalid fields (Accepted=False, UnsupportedValue); each names its field.
     pub(crate) problems: Vec<String>,
     /// Unusable references (ResolvedRefs=False).
@@ -170,6 +178,36 @@ pub(crate) struct CompiledRoute {
     pub(crate) clusters: Vec<Resolved>,
     /// Objects the result depends on (besides parent Gateways).
     pub(crate) deps: Vec<Dep>,
+}
+
+/// The origin and weighted backends of an L4 route (the content of its `L4Route`
+/// resources, whatever host they are keyed by).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct L4Target {
+    pub(crate) route: RouteRef,
+    pub(crate) backends: Vec<L4Backend>,
+}
+
+/// A route's `spec.hostnames` (`None` when empty: the route takes its listeners'); an
+/// invalid entry is a problem and ignored.
+pub(crate) fn route_hostnames(hostnames: &[String], out: &mut CompiledRoute) {
+    if hostnames.is_empty() {
+        return;
+    }
+    let mut hosts = Vec::new();
+    for (i, h) in hostnames.iter().enumerate() {
+        match HostMatch::parse(Some(h)) {
+            Ok(HostMatch::Any) | Err(_) => out.problems.push(format!(
+                "spec.hostnames[{i}]: {h:?} is not a valid hostname; ignored"
+            )),
+            Ok(m) => {
+                if !hosts.contains(&m) {
+                    hosts.push(m)
+                }
+            }
+        }
+    }
+    out.hostnames = Some(hosts);
 }
 
 /// A route object of one [`RouteKind`]: the only part of a route kind that is not shared.

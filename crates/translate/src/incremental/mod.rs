@@ -12,6 +12,7 @@ mod emitter;
 mod gateway_index;
 mod hosts;
 mod index;
+mod l4;
 mod refcount;
 pub(crate) mod small;
 mod sockets;
@@ -22,6 +23,7 @@ pub(crate) use emitter::{Desired, Emitter};
 pub(crate) use gateway_index::{GatewayIndex, GatewayOutputs};
 pub(crate) use hosts::{HostKey, HostTable, SniOwner};
 pub(crate) use index::{MultiIndex, OrdIndex};
+pub(crate) use l4::L4Table;
 pub(crate) use refcount::RefCount;
 pub(crate) use sockets::Sockets;
 

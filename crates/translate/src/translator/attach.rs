@@ -52,6 +52,8 @@ impl Translator {
         let obj = self.store.get(rk).cloned();
         match obj.as_deref() {
             Some(Object::HttpRoute(r)) => self.attach_route(rk, r, d),
+            Some(Object::TlsRoute(r)) => self.attach_route(rk, r, d),
+            Some(Object::TcpRoute(r)) => self.attach_route(rk, r, d),
             _ => self.detach_route(rk, d),
         }
     }
@@ -94,6 +96,15 @@ impl Translator {
                 rules.push((hk.clone(), order.clone(), rule.clone()));
             }
         }
+        let owner = (self.store.age(rk), rk.clone());
+        let l4: Vec<_> = match &compiled.l4 {
+            Some(target) => att
+                .hosts
+                .iter()
+                .map(|hk| (hk.clone(), owner.clone(), target.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
         let clusters = if att.hosts.is_empty() {
             Vec::new()
         } else {
@@ -103,6 +114,11 @@ impl Translator {
         self.gateways
             .attach_route(old_attachments, &att.listeners, &mut d.gateway_status);
         let mut new = self.program(old, rules, Vec::new(), clusters, d);
+        for (hk, owner, target) in l4 {
+            self.l4
+                .add(hk.clone(), owner.clone(), target, &mut d.resources);
+            new.l4.push((hk, owner));
+        }
         new.attachments = att.listeners;
         self.routes.insert(rk.clone(), new);
         self.set_status(rk, Some(ObjectStatus::Route(status)), d);

@@ -6,6 +6,7 @@ use weir_api::{Kind, ObjectKey};
 use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
 
 use super::{Dirty, Translator};
+use crate::compile::listener::{self, ListenerState};
 use crate::compile::{gateway, gateway_status};
 use crate::incremental::{GatewayOutputs, SniOwner};
 use crate::store::Dep;
@@ -202,10 +203,9 @@ impl Translator {
                 .iter()
                 .filter(|l| l.programmed && l.key == Some(k))
                 .collect();
-            let Some(first) = on_key.first() else {
-                continue;
-            };
-            let Some(protocol) = first.protocol else {
+            let Some(protocol) =
+                listener::socket_protocol(on_key.iter().filter_map(|l| l.protocol))
+            else {
                 continue;
             };
             if shared {
@@ -233,9 +233,13 @@ impl Translator {
             // Listener isolation: a listener whose hostname a less specific listener on
             // the same socket also matches gets its virtual host even without routes, so
             // its hosts answer 404 rather than reach the other listener's routes.
-            for l in &on_key {
+            // Only among HTTP listeners: a passthrough or TCP listener has no virtual hosts.
+            let http =
+                |l: &&&ListenerState| matches!(l.protocol, Some(Protocol::Http | Protocol::Https));
+            for l in on_key.iter().filter(http) {
                 let shadows = on_key
                     .iter()
+                    .filter(http)
                     .any(|o| o.hostname != l.hostname && o.hostname.covers(&l.hostname));
                 let hk = (k, l.hostname.clone());
                 if shadows && !out.isolated.contains(&hk) {

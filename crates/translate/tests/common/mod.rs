@@ -144,7 +144,10 @@ impl Accumulator {
                     );
                     if let ResourceKey::Listener(l) = k {
                         assert!(
-                            !self.resources.keys().any(|x| matches!(x, ResourceKey::VirtualHost(k2, _) | ResourceKey::Sni(k2, _) if k2 == l)),
+                            !self
+                                .resources
+                                .keys()
+                                .any(|x| x != k && x.listener() == Some(*l)),
                             "listener {l} removed while still referenced"
                         );
                     }

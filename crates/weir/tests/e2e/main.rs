@@ -5,6 +5,7 @@ mod support;
 
 mod admin;
 mod ingress;
+mod l4;
 mod listener_sets;
 mod reload;
 mod routing;

@@ -1,0 +1,64 @@
+//! L4 routes: where a TLS passthrough or TCP listener sends a connection.
+
+use serde::Serialize;
+
+use crate::cluster::ClusterKey;
+use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
+use crate::host::HostMatch;
+use crate::listener::ListenerKey;
+use crate::route::RouteRef;
+
+/// One backend of an [`L4Route`]: a cluster and its relative weight.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct L4Backend {
+    /// Target cluster. A connection picked for a cluster the data plane does not hold
+    /// is closed.
+    pub cluster: ClusterKey,
+    /// Relative weight; 0 means never chosen.
+    pub weight: u32,
+}
+
+/// The backends connections for one host pattern on one listener are spliced to: a
+/// TLSRoute hostname on a TLS passthrough socket (the pattern is matched against the
+/// ClientHello's SNI, exact before wildcard), or a TCPRoute on a TCP socket (the pattern
+/// is [`HostMatch::Any`]).
+///
+/// Each (listener, host) is its own resource, like a [`crate::VirtualHost`], so adding
+/// one passthrough hostname among thousands is one delta.
+#[derive(Clone, Debug, Serialize)]
+pub struct L4Route {
+    /// The listener.
+    pub listener: ListenerKey,
+    /// SNI pattern, or [`HostMatch::Any`] (every connection; TLS: also those without SNI).
+    pub host: HostMatch,
+    /// The route this entry came from (for logs).
+    pub route: RouteRef,
+    /// Weighted backends; empty (every backendRef invalid): connections are closed.
+    pub backends: Vec<L4Backend>,
+    hash: ContentHash,
+}
+eq_by_content_hash!(L4Route);
+
+impl L4Route {
+    /// Builds an L4 route and computes its content hash.
+    pub fn new(
+        listener: ListenerKey,
+        host: HostMatch,
+        route: RouteRef,
+        backends: Vec<L4Backend>,
+    ) -> Self {
+        let hash = content_hash(&(&listener, &host, &route, &backends));
+        L4Route {
+            listener,
+            host,
+            route,
+            backends,
+            hash,
+        }
+    }
+
+    /// The content hash computed at construction.
+    pub fn hash(&self) -> ContentHash {
+        self.hash
+    }
+}

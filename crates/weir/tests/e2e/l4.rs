@@ -1,0 +1,488 @@
+//! L4: TLS passthrough by SNI (real TLS servers as backends, so the session is the
+//! backend's), HTTPS and passthrough on one port, TCP with half-close and weights, and
+//! route changes on each while a client loops on another route with zero failures.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustls_pki_types::{ServerName, pem::PemObject};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::*;
+
+/// Bound on every client exchange (a stuck exchange is a failure, not a hang).
+const EXCHANGE: Duration = Duration::from_secs(5);
+
+/// A TLS server (certificate for `names`, signed by `pki`) that answers each connection
+/// with `label:` followed by everything the client sent, after the client's half-close.
+async fn tls_backend(pki: &Pki, names: &[&str], label: &'static str) -> SocketAddr {
+    let (crt, key) = pki.leaf(names);
+    let certs = vec![der_of(&crt)];
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut got = Vec::new();
+                if tls.read_to_end(&mut got).await.is_ok() {
+                    let mut out = format!("{label}:").into_bytes();
+                    out.extend_from_slice(&got);
+                    let _ = tls.write_all(&out).await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A TCP server answering `label:` + what the client sent, after the client's half-close.
+async fn tcp_backend(label: &'static str) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                if s.read_to_end(&mut got).await.is_ok() {
+                    let mut out = format!("{label}:").into_bytes();
+                    out.extend_from_slice(&got);
+                    let _ = s.write_all(&out).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// TLS to `addr` with SNI `sni` trusting `pki`; sends `msg`, half-closes, reads the
+/// answer. Also returns the DNS names of the certificate the server presented.
+async fn tls_exchange(
+    addr: SocketAddr,
+    pki: &Pki,
+    sni: &str,
+    msg: &str,
+) -> Result<String, BoxError> {
+    let run = async {
+        let stream = TcpStream::connect(addr).await?;
+        let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[]));
+        let mut tls = connector
+            .connect(ServerName::try_from(sni.to_string())?, stream)
+            .await?;
+        tls.write_all(msg.as_bytes()).await?;
+        tls.shutdown().await?;
+        let mut out = String::new();
+        tls.read_to_string(&mut out).await?;
+        Ok::<_, BoxError>(out)
+    };
+    tokio::time::timeout(EXCHANGE, run).await?
+}
+
+/// Plain TCP: sends `msg`, half-closes, reads the answer.
+async fn tcp_exchange(addr: SocketAddr, msg: &str) -> Result<String, BoxError> {
+    let run = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(msg.as_bytes()).await?;
+        s.shutdown().await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, BoxError>(out)
+    };
+    tokio::time::timeout(EXCHANGE, run).await?
+}
+
+/// Whether an exchange got an answer (closed or reset without one: no).
+fn answered(r: &Result<String, BoxError>) -> bool {
+    matches!(r, Ok(s) if !s.is_empty())
+}
+
+fn tls_route(name: &str, hosts: &[&str], backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: {name}}}
+spec:
+  parentRefs: [{{name: gw, sectionName: pass}}]
+  hostnames: [{}]
+  rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: {backend}}}]}}]
+",
+        hosts
+            .iter()
+            .map(|h| format!("'{h}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn tcp_route(name: &str, listener: &str, backends: &[(&str, u32)]) -> String {
+    let refs: Vec<String> = backends
+        .iter()
+        .map(|(b, w)| format!("{{group: weir.dev, kind: Backend, name: {b}, weight: {w}}}"))
+        .collect();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: {name}}}
+spec:
+  parentRefs: [{{name: gw, sectionName: {listener}}}]
+  rules: [{{backendRefs: [{}]}}]
+",
+        refs.join(", ")
+    )
+}
+
+/// Loops `exchange` until stopped (at most 100,000 times); returns (ok, failures).
+fn looper<F, Fut>(
+    stop: Arc<AtomicBool>,
+    mut exchange: F,
+) -> tokio::task::JoinHandle<(u32, Vec<String>)>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<bool, BoxError>> + Send,
+{
+    tokio::spawn(async move {
+        let (mut ok, mut failed) = (0u32, Vec::new());
+        while !stop.load(Ordering::Relaxed) && ok < 100_000 {
+            match exchange().await {
+                Ok(true) => ok += 1,
+                Ok(false) => failed.push("wrong answer".to_string()),
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+        (ok, failed)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_passthrough_routes_by_sni_and_changes_live() {
+    let pki = Arc::new(Pki::new());
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let a = tls_backend(&pki, &["a.test"], "a").await;
+    let b = tls_backend(&pki, &["b.test", "exact.wild.test"], "b").await;
+    let w = tls_backend(&pki, &["*.wild.test", "*.x.wild.test"], "w").await;
+    let c1 = tls_backend(&pki, &["c.test"], "c1").await;
+    let c2 = tls_backend(&pki, &["c.test"], "c2").await;
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: pass, protocol: TLS, port: {port}, tls: {{mode: Passthrough}}}}
+"
+    );
+    let backends = [
+        backend("default", "a", &[a]),
+        backend("default", "b", &[b]),
+        backend("default", "w", &[w]),
+        backend("default", "c1", &[c1]),
+        backend("default", "c2", &[c2]),
+    ]
+    .join("---\n");
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("backends.yaml", backends),
+        ("a.yaml", tls_route("a", &["a.test"], "a")),
+        (
+            "b.yaml",
+            tls_route("b", &["b.test", "exact.wild.test"], "b"),
+        ),
+        ("w.yaml", tls_route("w", &["*.wild.test"], "w")),
+    ])
+    .await;
+
+    // Each name reaches its own backend, whose certificate the client verified.
+    for (sni, want) in [
+        ("a.test", "a:hi"),
+        ("b.test", "b:hi"),
+        ("x.wild.test", "w:hi"),
+        ("deep.x.wild.test", "w:hi"),
+        ("exact.wild.test", "b:hi"), // exact beats wildcard
+    ] {
+        assert_eq!(
+            tls_exchange(addr, &pki, sni, "hi").await.unwrap(),
+            want,
+            "{sni}"
+        );
+    }
+    // No route: the connection is closed, the handshake fails.
+    assert!(tls_exchange(addr, &pki, "none.test", "hi").await.is_err());
+    // Not TLS at all: closed without an answer (a reset when the request was unread).
+    let r = tcp_exchange(addr, "GET / HTTP/1.1\r\n\r\n").await;
+    assert!(!answered(&r), "{r:?}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loop_a = looper(stop.clone(), {
+        let pki = pki.clone();
+        move || {
+            let pki = pki.clone();
+            async move { Ok(tls_exchange(addr, &pki, "a.test", "x").await? == "a:x") }
+        }
+    });
+    let limit = Duration::from_secs(10);
+    gw.write("c.yaml", &tls_route("c", &["c.test"], "c1"));
+    assert!(
+        eventually(limit, || async {
+            tls_exchange(addr, &pki, "c.test", "y")
+                .await
+                .ok()
+                .as_deref()
+                == Some("c1:y")
+        })
+        .await,
+        "added TLSRoute not live"
+    );
+    gw.write("c.yaml", &tls_route("c", &["c.test"], "c2"));
+    assert!(
+        eventually(limit, || async {
+            tls_exchange(addr, &pki, "c.test", "y")
+                .await
+                .ok()
+                .as_deref()
+                == Some("c2:y")
+        })
+        .await,
+        "changed TLSRoute backend not live"
+    );
+    gw.remove("c.yaml");
+    assert!(
+        eventually(limit, || async {
+            tls_exchange(addr, &pki, "c.test", "y").await.is_err()
+        })
+        .await,
+        "removed TLSRoute still live"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = loop_a.await.unwrap();
+    assert!(ok > 0);
+    assert!(
+        failed.is_empty(),
+        "{} failures during changes, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+
+    let metrics = gw.admin_get("/metrics").await.body;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("weir_l4_connections_total{") && l.contains("listener=\"pass\""))
+        .unwrap_or_else(|| panic!("no L4 connection counter in\n{metrics}"));
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= u64::from(ok), "{line}");
+    assert!(metrics.contains("weir_l4_unrouted_connections_total{"));
+    gw.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_and_passthrough_share_a_port() {
+    let pki = Pki::new();
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let web = echo("web").await;
+    let pass = tls_backend(&pki, &["pass.test"], "p").await;
+    let (crt, key) = pki.leaf(&["web.test", "other.test"]);
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: https, protocol: HTTPS, port: {port}, tls: {{certificateRefs: [{{name: site}}]}}}}
+  - {{name: pass, protocol: TLS, port: {port}, hostname: pass.test, tls: {{mode: Passthrough}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web}}
+spec:
+  parentRefs: [{{name: gw, sectionName: https}}]
+  rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: web}}]}}]
+"
+    );
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("site.yaml", tls_secret("default", "site", &crt, &key)),
+        ("web.yaml", backend("default", "web", &[web])),
+        ("pass-backend.yaml", backend("default", "pass", &[pass])),
+        ("pass.yaml", tls_route("pass", &["pass.test"], "pass")),
+    ])
+    .await;
+    // The passthrough hostname reaches the backend's own TLS server...
+    assert_eq!(
+        tls_exchange(addr, &pki, "pass.test", "hi").await.unwrap(),
+        "p:hi"
+    );
+    // ...every other name is terminated by weir with its certificate and routed as HTTP.
+    for sni in ["web.test", "other.test"] {
+        let r = https(addr, pki.client_config(&[b"http/1.1"]), sni, "/x")
+            .await
+            .unwrap();
+        assert_eq!(r.resp.status, 200, "{sni}");
+        assert_eq!(r.resp.echo_name(), Some("web"));
+        assert_eq!(r.peer_cert, der_of(&crt));
+    }
+    gw.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_routes_splice_with_half_close_weights_and_live_changes() {
+    let (p1, p2) = (free_port(), free_port());
+    let stable: SocketAddr = ([127, 0, 0, 1], p1).into();
+    let changing: SocketAddr = ([127, 0, 0, 1], p2).into();
+    let (s, t1, t2) = (
+        tcp_backend("s").await,
+        tcp_backend("t1").await,
+        tcp_backend("t2").await,
+    );
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: stable, protocol: TCP, port: {p1}}}
+  - {{name: changing, protocol: TCP, port: {p2}}}
+"
+    );
+    let backends = [
+        backend("default", "s", &[s]),
+        backend("default", "t1", &[t1]),
+        backend("default", "t2", &[t2]),
+    ]
+    .join("---\n");
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("backends.yaml", backends),
+        ("stable.yaml", tcp_route("stable", "stable", &[("s", 1)])),
+    ])
+    .await;
+    // Half-close: the backend answers only after it saw the client's end of input.
+    assert_eq!(tcp_exchange(stable, "ping").await.unwrap(), "s:ping");
+    // No route on the other listener yet: closed without an answer (or reset).
+    let r = tcp_exchange(changing, "ping").await;
+    assert!(!answered(&r), "{r:?}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loop_s = looper(stop.clone(), move || async move {
+        Ok(tcp_exchange(stable, "x").await? == "s:x")
+    });
+    let limit = Duration::from_secs(10);
+    gw.write(
+        "changing.yaml",
+        &tcp_route("changing", "changing", &[("t1", 1)]),
+    );
+    assert!(
+        eventually(limit, || async {
+            tcp_exchange(changing, "y").await.ok().as_deref() == Some("t1:y")
+        })
+        .await,
+        "added TCPRoute not live"
+    );
+    // Weights: both backends take connections.
+    gw.write(
+        "changing.yaml",
+        &tcp_route("changing", "changing", &[("t1", 1), ("t2", 1)]),
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while seen.len() < 2 && tokio::time::Instant::now() < deadline {
+        if let Ok(r) = tcp_exchange(changing, "z").await {
+            seen.insert(r);
+        }
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["t1:z", "t2:z"],
+        "weighted backends"
+    );
+    gw.write(
+        "changing.yaml",
+        &tcp_route("changing", "changing", &[("t1", 0), ("t2", 1)]),
+    );
+    assert!(
+        eventually(limit, || async {
+            // Ten in a row on t2: weight 0 takes nothing.
+            for _ in 0..10 {
+                if tcp_exchange(changing, "w").await.ok().as_deref() != Some("t2:w") {
+                    return false;
+                }
+            }
+            true
+        })
+        .await,
+        "changed TCPRoute weights not live"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = loop_s.await.unwrap();
+    assert!(ok > 0);
+    assert!(
+        failed.is_empty(),
+        "{} failures during changes, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    gw.gw.stop().await;
+}
+
+/// The ClientHello of a passthrough connection is bounded by the listener's handshake
+/// timeout: a silent client and one stalled mid-ClientHello are closed (default 10 s; set
+/// to 200 ms here, and waited for at most 5 s), and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_hello_is_closed_by_the_handshake_timeout() {
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, annotations: {{weir.dev/handshake-timeout: 200ms}}}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: pass, protocol: TLS, port: {port}, tls: {{mode: Passthrough}}}}
+"
+    );
+    let gw = Gateway::start(&[("gw.yaml", gateway)]).await;
+    // A record header announcing 512 bytes of handshake, then nothing.
+    for first in [&b""[..], &[22, 3, 1, 2, 0, 1, 0][..]] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(first).await.unwrap();
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(
+            matches!(r, Ok(Ok(0)) | Ok(Err(_))),
+            "not closed after {} bytes: {r:?}",
+            first.len()
+        );
+    }
+    let metrics = gw.admin_get("/metrics").await.body;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("weir_downstream_timeouts_total{state=\"handshake\"}"))
+        .unwrap_or_else(|| panic!("no handshake timeout counter in\n{metrics}"));
+    assert!(line.ends_with(" 2"), "{line}");
+    gw.gw.stop().await;
+}
