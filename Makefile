@@ -28,7 +28,7 @@ quickstart:
 echo:
 	$(CARGO) run --release -- echo
 
-# The upstream Gateway API conformance suite (GATEWAY-HTTP profile) against `weir
+# The upstream Gateway API conformance suite (GATEWAY-HTTP, -TLS, -TCP profiles) against `weir
 # controller` on a local kube-apiserver; see CONFORMANCE.md. Needs root (network
 # namespaces) and Go; the suite's builds are cached in ~/.cache/weir/conformance.
 conformance: k8s-env

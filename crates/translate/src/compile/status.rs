@@ -40,7 +40,10 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
+    "TCPRoute",
+    "TLSRoute",
 ];
 
 /// The status of an object whose status depends on nothing else; `None` when it has none.
