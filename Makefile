@@ -1,7 +1,7 @@
 # One entry point for humans and CI. `make test` is the whole test suite.
 CARGO ?= cargo
 
-.PHONY: test lint unit k8s-env quickstart echo bless conformance readme-check
+.PHONY: test lint unit k8s-env quickstart echo bless conformance readme-check fuzz
 
 test: lint k8s-env unit
 
@@ -37,3 +37,7 @@ conformance: k8s-env
 # The README's first command on a fresh clone (what CI runs after `make test`).
 readme-check:
 	scripts/readme-check
+
+# Every fuzz target over its corpus and a fixed-seed run (what CI runs; fuzz/README.md).
+fuzz:
+	scripts/fuzz
