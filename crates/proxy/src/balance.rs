@@ -129,13 +129,15 @@ impl ClusterState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use weir_model::{ClusterKey, EndpointAddr, UpstreamProtocol};
 
     use super::*;
     use crate::endpoints::Outcome;
 
-    fn cluster(name: &str, weights: &[u32]) -> Arc<Cluster> {
+    /// A cluster of endpoints `10.0.0.<i>:80` with these weights (also used by the
+    /// snapshot's tests).
+    pub(crate) fn cluster(name: &str, weights: &[u32]) -> Arc<Cluster> {
         let endpoints = weights
             .iter()
             .enumerate()

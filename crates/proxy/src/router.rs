@@ -128,24 +128,30 @@ impl<'q> LazyQuery<'q> {
 /// Picks one of a rule's weighted backends at random, in proportion to the weights
 /// (0 = never), and returns its index. `None` if the list is empty or every weight is 0.
 pub(crate) fn pick_backend(backends: &[WeightedBackend]) -> Option<usize> {
-    let total: u64 = backends.iter().map(|b| u64::from(b.weight)).sum();
+    pick_weighted(backends, |b| b.weight)
+}
+
+/// The index of an item chosen at random in proportion to `weight` (weight 0: never);
+/// `None` when every weight is 0. For a rule's backends and an L4 route's alike.
+pub(crate) fn pick_weighted<T>(items: &[T], weight: impl Fn(&T) -> u32) -> Option<usize> {
+    let total: u64 = items.iter().map(|b| u64::from(weight(b))).sum();
     if total == 0 {
         return None;
     }
-    if backends.len() == 1 {
+    if items.len() == 1 {
         return Some(0);
     }
     // Multiply-shift maps a 64-bit random value onto 0..total without a division.
     let mut r = ((u128::from(next_random()) * u128::from(total)) >> 64) as u64;
-    for (i, b) in backends.iter().enumerate() {
-        let w = u64::from(b.weight);
+    for (i, b) in items.iter().enumerate() {
+        let w = u64::from(weight(b));
         if r < w {
             return Some(i);
         }
         r -= w;
     }
     // Unreachable because r < total, but never panic on the request path.
-    backends.iter().rposition(|b| b.weight > 0)
+    items.iter().rposition(|b| weight(b) > 0)
 }
 
 thread_local! {

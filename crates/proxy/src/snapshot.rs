@@ -479,11 +479,12 @@ mod tests {
     use std::sync::Arc;
 
     use weir_model::{
-        Action, Certificate, Cluster, Endpoint, EndpointAddr, HostMatch, PathMatch, Protocol,
-        RequestMatch, RouteKind, RouteRef, RouteRule, Timeouts, UpstreamProtocol,
+        Action, Certificate, HostMatch, PathMatch, Protocol, RequestMatch, RouteKind, RouteRef,
+        RouteRule, Timeouts,
     };
 
     use super::*;
+    use crate::balance::tests::cluster;
     use crate::tls::test_certs::{broken, self_signed};
 
     fn lk(port: u16) -> ListenerKey {
@@ -532,22 +533,6 @@ mod tests {
             h,
             vec![rule(rule_name, "/api")],
         )))
-    }
-
-    fn cluster(name: &str, weights: &[u32]) -> Arc<Cluster> {
-        let endpoints = weights
-            .iter()
-            .enumerate()
-            .map(|(i, w)| Endpoint {
-                addr: EndpointAddr::Socket(([10, 0, 0, i as u8], 80).into()),
-                weight: *w,
-            })
-            .collect();
-        Arc::new(Cluster::new(
-            ClusterKey(name.into()),
-            endpoints,
-            UpstreamProtocol::Http1,
-        ))
     }
 
     fn sni(port: u16, h: HostMatch, cert: &Certificate) -> Resource {

@@ -18,6 +18,29 @@ fn with_retry(rule: Arc<RouteRule>, attempts: u32, codes: &[u16]) -> Arc<RouteRu
     })))
 }
 
+/// A proxy whose route `r.test/` retries 503s `attempts` times, to a cluster of two
+/// endpoints that both answer 503.
+async fn failing_pair(attempts: u32) -> (Proxy, Switchable, Switchable) {
+    let a = Switchable::start("a").await;
+    let b = Switchable::start("b").await;
+    a.fail(true);
+    b.fail(true);
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(
+            Some("r.test"),
+            vec![with_retry(
+                rule("/", forward(&[("c", 1)])),
+                attempts,
+                &[503],
+            )],
+        ),
+        cluster("c", &[a.addr, b.addr], UpstreamProtocol::Http1),
+    ])
+    .await;
+    (p, a, b)
+}
+
 /// One endpoint of two answers 503: with retries on 503, clients never see it.
 #[tokio::test]
 async fn failed_attempts_are_retried_on_another_endpoint() {
@@ -64,19 +87,7 @@ async fn failed_attempts_are_retried_on_another_endpoint() {
 /// Retries stop after `attempts`, and only requests without a body are retried.
 #[tokio::test]
 async fn attempts_are_bounded_and_bodies_are_not_replayed() {
-    let a = Switchable::start("a").await;
-    let b = Switchable::start("b").await;
-    a.fail(true);
-    b.fail(true);
-    let p = Proxy::start(vec![
-        listener(Protocol::Http),
-        vhost(
-            Some("r.test"),
-            vec![with_retry(rule("/", forward(&[("c", 1)])), 2, &[503])],
-        ),
-        cluster("c", &[a.addr, b.addr], UpstreamProtocol::Http1),
-    ])
-    .await;
+    let (p, a, b) = failing_pair(2).await;
     let mut c = Conn::h1(p.addr).await;
     let served = || a.served() + b.served();
     let r = c.get("r.test", "/").await;
@@ -91,19 +102,7 @@ async fn attempts_are_bounded_and_bodies_are_not_replayed() {
 /// of the requests plus 10 a second (10 in reserve), not `attempts` times the load.
 #[tokio::test]
 async fn the_retry_budget_bounds_retries() {
-    let a = Switchable::start("a").await;
-    let b = Switchable::start("b").await;
-    a.fail(true);
-    b.fail(true);
-    let p = Proxy::start(vec![
-        listener(Protocol::Http),
-        vhost(
-            Some("r.test"),
-            vec![with_retry(rule("/", forward(&[("c", 1)])), 3, &[503])],
-        ),
-        cluster("c", &[a.addr, b.addr], UpstreamProtocol::Http1),
-    ])
-    .await;
+    let (p, a, b) = failing_pair(3).await;
     let mut c = Conn::h1(p.addr).await;
     let started = std::time::Instant::now();
     for _ in 0..100 {

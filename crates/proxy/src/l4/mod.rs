@@ -27,6 +27,7 @@ use crate::dataplane::Shared;
 use crate::drain::Ticket;
 use crate::endpoints::{InFlight, Outcome};
 use crate::metrics::BoundsMetrics;
+use crate::router;
 
 pub use hello::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 
@@ -237,35 +238,7 @@ fn endpoint(shared: &Shared, route: &L4Route) -> Option<(EndpointAddr, InFlight)
 
 /// A backend chosen at random in proportion to the weights (0 = never).
 fn pick(backends: &[L4Backend]) -> Option<&L4Backend> {
-    let total: u64 = backends.iter().map(|b| u64::from(b.weight)).sum();
-    if total == 0 {
-        return None;
-    }
-    if backends.len() == 1 {
-        return backends.first();
-    }
-    let mut r = random() % total;
-    for b in backends {
-        let w = u64::from(b.weight);
-        if r < w {
-            return Some(b);
-        }
-        r -= w;
-    }
-    backends.iter().rev().find(|b| b.weight > 0)
-}
-
-/// A random number per connection (std's randomly keyed hasher over a counter).
-fn random() -> u64 {
-    use std::hash::BuildHasher;
-    use std::sync::atomic::AtomicU64;
-    static N: AtomicU64 = AtomicU64::new(0);
-    thread_local! {
-        static KEYS: std::collections::hash_map::RandomState =
-            std::collections::hash_map::RandomState::new();
-    }
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    KEYS.with(|k| k.hash_one(n))
+    router::pick_weighted(backends, |b| b.weight).map(|i| &backends[i])
 }
 
 /// The client side of a spliced connection: counts bytes each way and notes activity
