@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
+use crate::grpcroute::GrpcRoute;
 use crate::ingress::{Ingress, IngressClass};
 use crate::l4route::{TcpRoute, TlsRoute};
 use crate::listenerset::ListenerSet;
@@ -47,6 +48,8 @@ pub enum Kind {
     TlsRoute,
     /// gateway.networking.k8s.io TCPRoute.
     TcpRoute,
+    /// gateway.networking.k8s.io GRPCRoute.
+    GrpcRoute,
 }
 
 impl Kind {
@@ -69,6 +72,7 @@ impl Kind {
             Kind::ListenerSet => "ListenerSet",
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
         }
     }
 
@@ -81,7 +85,8 @@ impl Kind {
             | Kind::ReferenceGrant
             | Kind::ListenerSet
             | Kind::TlsRoute
-            | Kind::TcpRoute => "gateway.networking.k8s.io",
+            | Kind::TcpRoute
+            | Kind::GrpcRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
@@ -117,6 +122,7 @@ impl Kind {
             "ListenerSet" => Kind::ListenerSet,
             "TLSRoute" => Kind::TlsRoute,
             "TCPRoute" => Kind::TcpRoute,
+            "GRPCRoute" => Kind::GrpcRoute,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -181,6 +187,7 @@ pub enum Object {
     ListenerSet(ListenerSet),
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
+    GrpcRoute(GrpcRoute),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -282,6 +289,7 @@ impl Object {
             Kind::ListenerSet => Object::ListenerSet(typed(value, kind, &display_name)?),
             Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
             Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
+            Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -315,6 +323,7 @@ impl Object {
             Object::ListenerSet(_) => Kind::ListenerSet,
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
+            Object::GrpcRoute(_) => Kind::GrpcRoute,
         }
     }
 
@@ -337,6 +346,7 @@ impl Object {
             Object::ListenerSet(o) => &o.metadata,
             Object::TlsRoute(o) => &o.metadata,
             Object::TcpRoute(o) => &o.metadata,
+            Object::GrpcRoute(o) => &o.metadata,
         }
     }
 
@@ -358,6 +368,7 @@ impl Object {
             Object::ListenerSet(o) => &mut o.metadata,
             Object::TlsRoute(o) => &mut o.metadata,
             Object::TcpRoute(o) => &mut o.metadata,
+            Object::GrpcRoute(o) => &mut o.metadata,
         }
     }
 
@@ -478,6 +489,41 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(o.key(), ObjectKey::new(Kind::TcpRoute, "ns", "t"));
+    }
+
+    /// GRPCRoute: matches, filters and backends read; `null` reads as absent, and the
+    /// fast path agrees with `from_value`.
+    #[test]
+    fn reads_grpc_route() {
+        let v = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": null,
+                     "rules": [{"name": "r0",
+                                "matches": [{"method": {"service": "pkg.Svc", "method": "Get",
+                                                        "type": null},
+                                             "headers": [{"name": "version", "value": "2"}]}],
+                                "filters": [{"type": "RequestHeaderModifier",
+                                             "requestHeaderModifier": {"set": [{"name": "x", "value": "y"}]}}],
+                                "backendRefs": [{"name": "s", "port": 8080, "weight": 3,
+                                                 "filters": null}]},
+                               {"matches": null, "backendRefs": null}]}
+        });
+        let o = Object::from_value(v.clone()).unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::GrpcRoute, "ns", "g"));
+        let Object::GrpcRoute(g) = &o else {
+            panic!("{o:?}")
+        };
+        let m = g.spec.rules[0].matches[0].method.as_ref().unwrap();
+        assert_eq!(m.service.as_deref(), Some("pkg.Svc"));
+        assert_eq!(m.type_, None);
+        assert_eq!(g.spec.rules[0].matches[0].headers[0].value, "2");
+        assert_eq!(g.spec.rules[0].backend_refs[0].weight, Some(3));
+        assert_eq!(g.spec.rules[0].name.as_deref(), Some("r0"));
+        assert!(g.spec.rules[1].matches.is_empty());
+        let mut without_nulls = v;
+        drop_null_fields(&mut without_nulls);
+        assert_eq!(Object::deserialize_direct(&without_nulls).unwrap(), o);
     }
 
     #[test]
