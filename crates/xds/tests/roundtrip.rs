@@ -43,6 +43,12 @@ fn every_golden_resource_round_trips() {
     assert!(kinds(|r| matches!(r, Resource::Sni(_))) > 0);
     assert!(kinds(|r| matches!(r, Resource::Cluster(_))) > 0);
     assert!(kinds(|r| matches!(r, Resource::L4Route(_))) > 3);
+    // GRPCRoute rules (their RouteRef kind has a wire value of its own).
+    assert!(
+        kinds(|r| matches!(r, Resource::VirtualHost(v)
+        if v.rules.iter().any(|x| x.route.kind == weir_model::RouteKind::GrpcRoute)))
+            > 0
+    );
     for protocol in [Protocol::TlsPassthrough, Protocol::Tcp, Protocol::Https] {
         assert!(
             resources
