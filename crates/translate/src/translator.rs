@@ -19,7 +19,7 @@ use crate::compile::route_kind::RouteKind;
 use crate::compile::status;
 use crate::incremental::{
     ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey, HostTable,
-    L4Table, SniOwner, Sockets,
+    KindClaims, L4Table, SniOwner, Sockets,
 };
 use crate::store::{Dep, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -72,6 +72,8 @@ pub struct Translator {
     hosts: HostTable,
     /// L4 routes (TLS passthrough hostnames, TCP listeners).
     l4: L4Table,
+    /// HTTPRoute and GRPCRoute hostnames per listener (only the older of two is accepted).
+    kind_claims: KindClaims,
     /// The clusters in use and how to build them.
     clusters: ClusterRefs,
     /// What each route (of any kind) contributes.
@@ -130,6 +132,7 @@ impl Translator {
             sockets: Sockets::default(),
             hosts: HostTable::default(),
             l4: L4Table::default(),
+            kind_claims: KindClaims::default(),
             clusters: ClusterRefs::default(),
             routes: HashMap::new(),
             ingress: IngressState::default(),
@@ -304,9 +307,13 @@ impl Translator {
     fn recompute(&mut self, d: &mut Dirty) {
         self.recompute_gateways(d);
         self.check_ingress_blocked(d);
-        let routes: Vec<ObjectKey> = d.routes.drain().collect();
-        for rk in routes {
-            self.recompute_route(&rk, d);
+        // Recomputing a route may mark others (HTTPRoute/GRPCRoute hostname claims); a
+        // route whose claims do not change marks nothing, so this ends.
+        while !d.routes.is_empty() {
+            let routes: Vec<ObjectKey> = d.routes.drain().collect();
+            for rk in routes {
+                self.recompute_route(&rk, d);
+            }
         }
         let ingresses: Vec<ObjectKey> = d.ingresses.drain().collect();
         for ik in ingresses {

@@ -14,11 +14,11 @@ use crate::compile::listener::Allowed;
 use crate::compile::route_kind::{
     CompiledRoute, EXPERIMENTAL_GROUP, GATEWAY_GROUP, RouteKind, RouteObject,
 };
-use crate::incremental::HostKey;
+use crate::incremental::{Claim, HostKey, KindClaims};
 use crate::store::Dep;
 
 /// Whether a route attached to one parent, and if not why (the `Accepted` reason).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum ParentOutcome {
     /// Attached to at least one listener.
     Attached,
@@ -28,6 +28,9 @@ pub(super) enum ParentOutcome {
     NotAllowedByListeners,
     /// No allowed listener's hostname intersects the route's hostnames.
     NoMatchingListenerHostname,
+    /// Every listener it would attach to has an older route of the other kind (HTTPRoute
+    /// or GRPCRoute) with an intersecting hostname, such as this one.
+    KindConflict(ObjectKey),
 }
 
 /// Where a route attaches. Computed from its kind, namespace, parentRefs and hostnames
@@ -43,6 +46,10 @@ pub(super) struct Attachment {
     pub(super) listeners: Vec<(ObjectKey, Arc<str>)>,
     /// What the attachment depends on: the parents and the route's namespace.
     pub(super) deps: Vec<Dep>,
+    /// HTTPRoute, GRPCRoute: the hostnames it would serve per listener, before the rule
+    /// that of two routes of these kinds with intersecting hostnames only the older is
+    /// accepted (`KindClaims`).
+    pub(super) claims: Vec<Claim>,
 }
 
 impl Translator {
@@ -63,6 +70,9 @@ impl Translator {
     fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
         let old = self.routes.remove(rk);
         self.deps.set(rk, Vec::new());
+        let mut affected = Vec::new();
+        self.kind_claims.remove(rk, &mut affected);
+        d.routes.extend(affected);
         if let Some(o) = &old {
             self.gateways
                 .attach_route(&o.attachments, &[], &mut d.gateway_status);
@@ -76,12 +86,21 @@ impl Translator {
     fn attach_route<R: RouteObject>(&mut self, rk: &ObjectKey, route: &R, d: &mut Dirty) {
         let old = self.routes.remove(rk);
         let compiled = route.compile(&self.store, rk, &self.store.age(rk));
-        let att = self.attach_parents(
+        let mut att = self.attach_parents(
             rk,
             R::KIND,
             route.parent_refs(),
             compiled.hostnames.as_deref(),
         );
+        let mut affected = Vec::new();
+        self.kind_claims.set(
+            rk,
+            R::KIND,
+            (self.store.age(rk), rk.clone()),
+            std::mem::take(&mut att.claims),
+            &mut affected,
+        );
+        d.routes.extend(affected);
         let status = route_status(
             &att,
             &compiled,
@@ -135,6 +154,7 @@ impl Translator {
         hostnames: Option<&[HostMatch]>,
     ) -> Attachment {
         let mut att = Attachment::default();
+        let owner = KindClaims::side(kind).map(|_| (self.store.age(route), route.clone()));
         att.deps.push(Dep::Object(ObjectKey::new(
             Kind::Namespace,
             "",
@@ -163,6 +183,7 @@ impl Translator {
             let mut candidates = 0;
             let mut allowed_any = false;
             let mut attached = false;
+            let mut rival = None;
             for l in views {
                 if pr.section_name.as_deref().is_some_and(|s| s != &*l.name)
                     || pr.port.is_some_and(|p| p != l.port)
@@ -191,6 +212,20 @@ impl Translator {
                 };
                 if effective.is_empty() {
                     continue;
+                }
+                if let Some(owner) = &owner {
+                    let lid = (gk.clone(), l.name.clone());
+                    let older = self
+                        .kind_claims
+                        .older_rival(kind, owner, &lid, &effective)
+                        .cloned();
+                    if !att.claims.iter().any(|(x, _)| *x == lid) {
+                        att.claims.push((lid, effective.clone()));
+                    }
+                    if let Some(older) = older {
+                        rival = Some(older);
+                        continue;
+                    }
                 }
                 attached = true;
                 let a = (gk.clone(), l.name.clone());
@@ -223,6 +258,8 @@ impl Translator {
             }
             let outcome = if attached {
                 ParentOutcome::Attached
+            } else if let Some(older) = rival {
+                ParentOutcome::KindConflict(older)
             } else if candidates == 0 {
                 ParentOutcome::NoMatchingParent
             } else if !allowed_any {
@@ -305,6 +342,15 @@ fn route_status(
                     false,
                     Reason::NoMatchingListenerHostname,
                     "no listener hostname intersects the route's hostnames",
+                    generation,
+                ),
+                ParentOutcome::KindConflict(older) => Condition::new(
+                    ConditionType::Accepted,
+                    false,
+                    Reason::HostnameConflict,
+                    format!(
+                        "the older {older} has intersecting hostnames on the listeners this route would attach to (of an HTTPRoute and a GRPCRoute only the older is accepted)"
+                    ),
                     generation,
                 ),
             };
