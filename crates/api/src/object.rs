@@ -10,7 +10,7 @@ use crate::ingress::{Ingress, IngressClass};
 use crate::l4route::{TcpRoute, TlsRoute};
 use crate::listenerset::ListenerSet;
 use crate::meta::ObjectMeta;
-use crate::weir::{Backend, DirectResponse};
+use crate::weir::{Backend, DirectResponse, TrafficPolicy};
 
 /// The kinds weir reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +47,8 @@ pub enum Kind {
     TlsRoute,
     /// gateway.networking.k8s.io TCPRoute.
     TcpRoute,
+    /// weir.dev TrafficPolicy.
+    TrafficPolicy,
 }
 
 impl Kind {
@@ -69,6 +71,7 @@ impl Kind {
             Kind::ListenerSet => "ListenerSet",
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
+            Kind::TrafficPolicy => "TrafficPolicy",
         }
     }
 
@@ -85,7 +88,7 @@ impl Kind {
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
-            Kind::Backend | Kind::DirectResponse => "weir.dev",
+            Kind::Backend | Kind::DirectResponse | Kind::TrafficPolicy => "weir.dev",
             Kind::XListenerSet => "gateway.networking.x-k8s.io",
         }
     }
@@ -117,6 +120,7 @@ impl Kind {
             "ListenerSet" => Kind::ListenerSet,
             "TLSRoute" => Kind::TlsRoute,
             "TCPRoute" => Kind::TcpRoute,
+            "TrafficPolicy" => Kind::TrafficPolicy,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -181,6 +185,7 @@ pub enum Object {
     ListenerSet(ListenerSet),
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
+    TrafficPolicy(TrafficPolicy),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -282,6 +287,7 @@ impl Object {
             Kind::ListenerSet => Object::ListenerSet(typed(value, kind, &display_name)?),
             Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
             Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
+            Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -315,6 +321,7 @@ impl Object {
             Object::ListenerSet(_) => Kind::ListenerSet,
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
+            Object::TrafficPolicy(_) => Kind::TrafficPolicy,
         }
     }
 
@@ -337,6 +344,7 @@ impl Object {
             Object::ListenerSet(o) => &o.metadata,
             Object::TlsRoute(o) => &o.metadata,
             Object::TcpRoute(o) => &o.metadata,
+            Object::TrafficPolicy(o) => &o.metadata,
         }
     }
 
@@ -358,6 +366,7 @@ impl Object {
             Object::ListenerSet(o) => &mut o.metadata,
             Object::TlsRoute(o) => &mut o.metadata,
             Object::TcpRoute(o) => &mut o.metadata,
+            Object::TrafficPolicy(o) => &mut o.metadata,
         }
     }
 

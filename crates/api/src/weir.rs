@@ -1,4 +1,4 @@
-//! weir.dev/v1alpha1 kinds: static backends and direct responses.
+//! weir.dev/v1alpha1 kinds: static backends, direct responses and traffic policies.
 
 use serde::{Deserialize, Serialize};
 
@@ -55,4 +55,95 @@ pub struct HeaderValue {
     pub name: String,
     /// Value.
     pub value: String,
+}
+
+/// Settings for the requests of a Gateway, a route or one rule of a route, attached by
+/// `targetRefs` (GEP-713 "direct" policy attachment). Several policies may target one
+/// object: per field, the oldest wins (the others are `Conflicted` for that field).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrafficPolicy {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: TrafficPolicySpec,
+}
+
+/// TrafficPolicy spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrafficPolicySpec {
+    /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute`
+    /// (`sectionName`: one rule, by its `name`).
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
+    pub timeouts: Option<crate::gateway::HttpRouteTimeouts>,
+    /// Retries of failed attempts.
+    pub retry: Option<PolicyRetry>,
+    /// Rate limits.
+    pub rate_limit: Option<RateLimitSpec>,
+}
+
+/// A target of a policy (Gateway API `LocalPolicyTargetReferenceWithSectionName`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyTargetReference {
+    /// API group of the target.
+    pub group: String,
+    /// Kind of the target.
+    pub kind: String,
+    /// Name of the target (in the policy's namespace).
+    pub name: String,
+    /// A part of the target: an HTTPRoute rule's `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// Retries in a policy: HTTPRoute `retry`'s fields and the classes of failures retried.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyRetry {
+    /// Retries after the first attempt (default 2, at most 10).
+    pub attempts: Option<i64>,
+    /// Response statuses that are retried (400–599).
+    pub codes: Option<Vec<i64>>,
+    /// Classes of responses retried besides `codes`: `5xx` (500–599), `gateway-error`
+    /// (502, 503, 504). Connect failures, resets and per-attempt timeouts are always
+    /// retried.
+    pub retry_on: Option<Vec<String>>,
+    /// Least wait before a retry (a Gateway API duration; default 25ms).
+    pub backoff: Option<String>,
+}
+
+/// Rate limits of a policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RateLimitSpec {
+    /// A limit kept by each data plane on its own.
+    pub local: Option<LocalRateLimitSpec>,
+}
+
+/// A token bucket per key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalRateLimitSpec {
+    /// Requests allowed per `unit` (required, ≥ 1).
+    pub requests: Option<i64>,
+    /// `Second`, `Minute` or `Hour` (required).
+    pub unit: Option<String>,
+    /// Requests allowed at once (default `requests`).
+    pub burst: Option<i64>,
+    /// What a budget is kept for (default: the client IP).
+    pub key: Option<RateLimitKeySpec>,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RateLimitKeySpec {
+    /// `ClientIP` (default), `Header` or `Target` (one budget for the whole target).
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// The header for `Header`.
+    pub header: Option<String>,
 }

@@ -13,6 +13,7 @@ mod gateway_index;
 mod hosts;
 mod index;
 mod l4;
+mod policies;
 mod refcount;
 pub(crate) mod small;
 mod sockets;
@@ -24,6 +25,7 @@ pub(crate) use gateway_index::{GatewayIndex, GatewayOutputs};
 pub(crate) use hosts::{HostKey, HostTable, SniOwner};
 pub(crate) use index::{MultiIndex, OrdIndex};
 pub(crate) use l4::L4Table;
+pub(crate) use policies::PolicyIndex;
 pub(crate) use refcount::RefCount;
 pub(crate) use sockets::Sockets;
 
