@@ -122,3 +122,114 @@ pub(crate) fn check(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_model::{
+        Action, Delta, DeltaBatch, LocalRateLimit, PathMatch, RequestMatch, Resource, RouteKind,
+        RouteRef,
+    };
+
+    fn rule(retry: Option<Retry>, timeouts: Timeouts) -> RouteRule {
+        RouteRule::new(
+            RouteRef {
+                kind: RouteKind::HttpRoute,
+                namespace: "ns".into(),
+                name: "r".into(),
+                rule: 1,
+            },
+            RequestMatch {
+                path: PathMatch::Prefix("/".into()),
+                headers: vec![],
+                query: vec![],
+                method: None,
+            },
+            vec![],
+            Action::Fail {
+                status: 500,
+                reason: "x".into(),
+            },
+            timeouts,
+        )
+        .with_retry(retry)
+    }
+
+    fn retry(attempts: u32) -> Retry {
+        Retry {
+            attempts,
+            codes: vec![503],
+            backoff: Duration::from_millis(1),
+        }
+    }
+
+    fn secs(request: Option<u64>, backend: Option<u64>) -> Timeouts {
+        Timeouts {
+            request: request.map(Duration::from_secs),
+            backend_request: backend.map(Duration::from_secs),
+        }
+    }
+
+    fn limit(requests: u32) -> (Arc<str>, LocalRateLimit) {
+        let l = LocalRateLimit {
+            requests,
+            per: Duration::from_secs(1),
+            burst: requests,
+            key: RateLimitKey::ClientIp,
+        };
+        ("ns/p".into(), l)
+    }
+
+    fn snapshot(policies: Vec<Policy>) -> Snapshot {
+        let batch = DeltaBatch {
+            deltas: policies
+                .into_iter()
+                .map(|p| Delta::Upsert(Resource::Policy(Arc::new(p))))
+                .collect(),
+        };
+        let (s, rejected) = Snapshot::empty().apply(&batch);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        s
+    }
+
+    /// Each field comes from the most specific target that sets it; the rule's own
+    /// fields win over every policy.
+    #[test]
+    fn the_most_specific_setting_wins_per_field() {
+        let r = rule(None, secs(None, None));
+        let rule_target = PolicyTarget::Rule(r.route.clone());
+        let route_target = PolicyTarget::route_of(&r.route);
+        let gw: Arc<str> = "ns/gw".into();
+        let s = snapshot(vec![
+            Policy::new(rule_target, secs(None, Some(1)), None, None),
+            Policy::new(route_target, secs(Some(20), Some(2)), Some(retry(2)), None),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                secs(Some(30), None),
+                Some(retry(5)),
+                Some(limit(7)),
+            ),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        assert_eq!(a.timeouts, secs(Some(20), Some(1)));
+        assert_eq!(a.retry(&r).map(|r| r.attempts), Some(2));
+        let rl = a.rate_limit.as_ref().and_then(|p| p.rate_limit.as_ref());
+        assert_eq!(rl.map(|(_, l)| l.requests), Some(7));
+
+        // The rule's own retry and timeouts win.
+        let own = rule(Some(retry(9)), secs(Some(3), None));
+        let a = resolve(&s, &gw, &own);
+        assert_eq!(a.retry(&own).map(|r| r.attempts), Some(9));
+        assert_eq!(a.timeouts, secs(Some(3), Some(1)));
+
+        // Another Gateway's listener sees none of the Gateway's settings.
+        let a = resolve(&s, &"ns/other".into(), &r);
+        assert_eq!(a.timeouts, secs(Some(20), Some(1)));
+        assert!(a.rate_limit.is_none());
+
+        // No policies: the rule alone.
+        let a = resolve(&Snapshot::empty(), &gw, &own);
+        assert_eq!(a.timeouts, own.timeouts);
+        assert!(a.retry.is_none() && a.rate_limit.is_none());
+    }
+}
