@@ -33,6 +33,6 @@ pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
     Backend, BackendSpec, DirectResponse, DirectResponseSpec, HeaderValue, LocalRateLimitSpec,
-    PolicyRetry, PolicyTargetReference, RateLimitKeySpec, RateLimitSpec, TrafficPolicy,
-    TrafficPolicySpec,
+    PolicyRetry, PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
+    RateLimitUnit, RetryOn, TrafficPolicy, TrafficPolicySpec,
 };

@@ -107,10 +107,9 @@ pub struct PolicyRetry {
     pub attempts: Option<i64>,
     /// Response statuses that are retried (400–599).
     pub codes: Option<Vec<i64>>,
-    /// Classes of responses retried besides `codes`: `5xx` (500–599), `gateway-error`
-    /// (502, 503, 504). Connect failures, resets and per-attempt timeouts are always
-    /// retried.
-    pub retry_on: Option<Vec<String>>,
+    /// Classes of responses retried besides `codes`. Connect failures, resets and
+    /// per-attempt timeouts are always retried.
+    pub retry_on: Option<Vec<RetryOn>>,
     /// Least wait before a retry (a Gateway API duration; default 25ms).
     pub backoff: Option<String>,
 }
@@ -129,8 +128,8 @@ pub struct RateLimitSpec {
 pub struct LocalRateLimitSpec {
     /// Requests allowed per `unit` (required, ≥ 1).
     pub requests: Option<i64>,
-    /// `Second`, `Minute` or `Hour` (required).
-    pub unit: Option<String>,
+    /// The window `requests` is counted in (required).
+    pub unit: Option<RateLimitUnit>,
     /// Requests allowed at once (default `requests`).
     pub burst: Option<i64>,
     /// What a budget is kept for (default: the client IP).
@@ -141,9 +140,44 @@ pub struct LocalRateLimitSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RateLimitKeySpec {
-    /// `ClientIP` (default), `Header` or `Target` (one budget for the whole target).
+    /// What to count by (default `ClientIP`).
     #[serde(rename = "type")]
-    pub type_: Option<String>,
+    pub type_: Option<RateLimitKeyType>,
     /// The header for `Header`.
     pub header: Option<String>,
+}
+
+/// A class of responses a policy retries. Values outside this list are refused when the
+/// object is read, as the API server refuses them by the CRD's enum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RetryOn {
+    /// 500–599.
+    #[serde(rename = "5xx")]
+    ServerError,
+    /// 502, 503, 504.
+    #[serde(rename = "gateway-error")]
+    GatewayError,
+}
+
+/// The window of a rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitUnit {
+    /// Per second.
+    Second,
+    /// Per minute.
+    Minute,
+    /// Per hour.
+    Hour,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitKeyType {
+    /// The client's IP address.
+    #[serde(rename = "ClientIP")]
+    ClientIp,
+    /// A request header's value.
+    Header,
+    /// One budget for the whole target.
+    Target,
 }

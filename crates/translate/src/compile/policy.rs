@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_api::{HttpRouteRetry, Kind, LocalRateLimitSpec, PolicyRetry, TrafficPolicy};
+use weir_api::{
+    HttpRouteRetry, Kind, LocalRateLimitSpec, PolicyRetry, RateLimitKeyType, RateLimitUnit,
+    RetryOn, TrafficPolicy,
+};
 use weir_model::{LocalRateLimit, RateLimitKey, Retry, Timeouts};
 
 use crate::compile::http_route::{compile_retry, compile_timeouts};
@@ -150,17 +153,11 @@ fn policy_retry(r: &PolicyRetry, field: &str) -> Result<Retry, String> {
         },
         field,
     )?;
-    for (i, class) in r.retry_on.iter().flatten().enumerate() {
-        let codes: &[u16] = match class.as_str() {
-            "5xx" => &[500, 501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511],
-            "gateway-error" => &[502, 503, 504],
-            other => {
-                return Err(format!(
-                    "{field}.retryOn[{i}]: {other:?} is not one of \"5xx\", \"gateway-error\""
-                ));
-            }
-        };
-        retry.codes.extend_from_slice(codes);
+    for class in r.retry_on.iter().flatten() {
+        match class {
+            RetryOn::ServerError => retry.codes.extend(500..=599),
+            RetryOn::GatewayError => retry.codes.extend_from_slice(&[502, 503, 504]),
+        }
     }
     retry.codes.sort_unstable();
     retry.codes.dedup();
@@ -181,15 +178,10 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
         }
         None => return Err(format!("{field}.requests: required")),
     };
-    let per = match l.unit.as_deref() {
-        Some("Second") => Duration::from_secs(1),
-        Some("Minute") => Duration::from_secs(60),
-        Some("Hour") => Duration::from_secs(3600),
-        Some(u) => {
-            return Err(format!(
-                "{field}.unit: {u:?} is not one of Second, Minute, Hour"
-            ));
-        }
+    let per = match l.unit {
+        Some(RateLimitUnit::Second) => Duration::from_secs(1),
+        Some(RateLimitUnit::Minute) => Duration::from_secs(60),
+        Some(RateLimitUnit::Hour) => Duration::from_secs(3600),
         None => return Err(format!("{field}.unit: required")),
     };
     let burst = match l.burst {
@@ -203,23 +195,20 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
     };
     let key = match l.key.as_ref() {
         None => RateLimitKey::ClientIp,
-        Some(k) => match (k.type_.as_deref(), k.header.as_deref()) {
-            (None | Some("ClientIP"), None) => RateLimitKey::ClientIp,
-            (Some("Header"), Some(h)) if is_header_name(h) => {
+        Some(k) => match (k.type_, k.header.as_deref()) {
+            (None | Some(RateLimitKeyType::ClientIp), None) => RateLimitKey::ClientIp,
+            (Some(RateLimitKeyType::Header), Some(h)) if is_header_name(h) => {
                 RateLimitKey::Header(h.to_ascii_lowercase().into())
             }
-            (Some("Header"), Some(h)) => {
+            (Some(RateLimitKeyType::Header), Some(h)) => {
                 return Err(format!("{field}.key.header: {h:?} is not a header name"));
             }
-            (Some("Header"), None) => return Err(format!("{field}.key.header: required")),
-            (Some("Target"), None) => RateLimitKey::Target,
-            (None | Some("ClientIP" | "Target"), Some(_)) => {
-                return Err(format!("{field}.key.header: only allowed with type Header"));
+            (Some(RateLimitKeyType::Header), None) => {
+                return Err(format!("{field}.key.header: required"));
             }
-            (Some(t), _) => {
-                return Err(format!(
-                    "{field}.key.type: {t:?} is not one of ClientIP, Header, Target"
-                ));
+            (Some(RateLimitKeyType::Target), None) => RateLimitKey::Target,
+            (None | Some(RateLimitKeyType::ClientIp | RateLimitKeyType::Target), Some(_)) => {
+                return Err(format!("{field}.key.header: only allowed with type Header"));
             }
         },
     };
@@ -281,7 +270,6 @@ mod tests {
     fn errors_name_the_field() {
         let t = "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n";
         let cases = [
-            ("  retry: {retryOn: [connect]}\n", "spec.retry.retryOn[0]"),
             ("  retry: {attempts: 11}\n", "spec.retry.attempts"),
             ("  timeouts: {request: 1x}\n", "spec.timeouts.request"),
             (
@@ -289,7 +277,7 @@ mod tests {
                 "spec.rateLimit.local.requests",
             ),
             (
-                "  rateLimit: {local: {requests: 1, unit: Day}}\n",
+                "  rateLimit: {local: {requests: 1}}\n",
                 "spec.rateLimit.local.unit",
             ),
             (
@@ -315,5 +303,30 @@ mod tests {
                 .unwrap_err()
                 .starts_with("spec.targetRefs")
         );
+    }
+
+    /// Values outside an enum are refused when the object is read (as the API server
+    /// refuses them by the CRD's schema), so a file edit with one keeps the last good
+    /// object in effect.
+    #[test]
+    fn enum_values_are_checked_when_read() {
+        for (spec, field) in [
+            ("retry: {retryOn: [connect]}", "spec.retry.retryOn[0]"),
+            (
+                "rateLimit: {local: {requests: 1, unit: Day}}",
+                "spec.rateLimit.local.unit",
+            ),
+            (
+                "rateLimit: {local: {requests: 1, unit: Second, key: {type: Cookie}}}",
+                "spec.rateLimit.local.key.type",
+            ),
+        ] {
+            let v: serde_json::Value =
+                serde_saphyr::from_str(&format!("{HEAD}spec:\n  {spec}\n")).unwrap();
+            match weir_api::Object::from_value(v) {
+                Err(weir_api::InvalidObject::Field { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
     }
 }

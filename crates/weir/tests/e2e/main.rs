@@ -7,6 +7,7 @@ mod admin;
 mod ingress;
 mod l4;
 mod listener_sets;
+mod policies;
 mod reload;
 mod routing;
 mod tls;
