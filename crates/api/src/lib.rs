@@ -10,6 +10,7 @@
 mod core;
 mod direct;
 mod gateway;
+mod grpcroute;
 mod ingress;
 mod l4route;
 mod listenerset;
@@ -23,6 +24,10 @@ pub use crate::core::{
     Service, ServicePort, ServiceSpec,
 };
 pub use crate::gateway::*;
+pub use crate::grpcroute::{
+    GrpcBackendRef, GrpcHeaderMatch, GrpcMethodMatch, GrpcRoute, GrpcRouteFilter, GrpcRouteMatch,
+    GrpcRouteRule, GrpcRouteSpec,
+};
 pub use crate::ingress::*;
 pub use crate::l4route::{
     L4BackendRef, L4RouteRule, TcpRoute, TcpRouteSpec, TlsRoute, TlsRouteSpec,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
+use crate::grpcroute::GrpcRoute;
 use crate::ingress::{Ingress, IngressClass};
 use crate::l4route::{TcpRoute, TlsRoute};
 use crate::listenerset::ListenerSet;
@@ -49,6 +50,8 @@ pub enum Kind {
     TcpRoute,
     /// weir.dev TrafficPolicy.
     TrafficPolicy,
+    /// gateway.networking.k8s.io GRPCRoute.
+    GrpcRoute,
 }
 
 impl Kind {
@@ -72,6 +75,7 @@ impl Kind {
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
             Kind::TrafficPolicy => "TrafficPolicy",
+            Kind::GrpcRoute => "GRPCRoute",
         }
     }
 
@@ -84,7 +88,8 @@ impl Kind {
             | Kind::ReferenceGrant
             | Kind::ListenerSet
             | Kind::TlsRoute
-            | Kind::TcpRoute => "gateway.networking.k8s.io",
+            | Kind::TcpRoute
+            | Kind::GrpcRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
@@ -121,6 +126,7 @@ impl Kind {
             "TLSRoute" => Kind::TlsRoute,
             "TCPRoute" => Kind::TcpRoute,
             "TrafficPolicy" => Kind::TrafficPolicy,
+            "GRPCRoute" => Kind::GrpcRoute,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -186,6 +192,7 @@ pub enum Object {
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
     TrafficPolicy(TrafficPolicy),
+    GrpcRoute(GrpcRoute),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -288,6 +295,7 @@ impl Object {
             Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
             Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
             Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
+            Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -322,6 +330,7 @@ impl Object {
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
             Object::TrafficPolicy(_) => Kind::TrafficPolicy,
+            Object::GrpcRoute(_) => Kind::GrpcRoute,
         }
     }
 
@@ -345,6 +354,7 @@ impl Object {
             Object::TlsRoute(o) => &o.metadata,
             Object::TcpRoute(o) => &o.metadata,
             Object::TrafficPolicy(o) => &o.metadata,
+            Object::GrpcRoute(o) => &o.metadata,
         }
     }
 
@@ -367,6 +377,7 @@ impl Object {
             Object::TlsRoute(o) => &mut o.metadata,
             Object::TcpRoute(o) => &mut o.metadata,
             Object::TrafficPolicy(o) => &mut o.metadata,
+            Object::GrpcRoute(o) => &mut o.metadata,
         }
     }
 
@@ -487,6 +498,41 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(o.key(), ObjectKey::new(Kind::TcpRoute, "ns", "t"));
+    }
+
+    /// GRPCRoute: matches, filters and backends read; `null` reads as absent, and the
+    /// fast path agrees with `from_value`.
+    #[test]
+    fn reads_grpc_route() {
+        let v = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": null,
+                     "rules": [{"name": "r0",
+                                "matches": [{"method": {"service": "pkg.Svc", "method": "Get",
+                                                        "type": null},
+                                             "headers": [{"name": "version", "value": "2"}]}],
+                                "filters": [{"type": "RequestHeaderModifier",
+                                             "requestHeaderModifier": {"set": [{"name": "x", "value": "y"}]}}],
+                                "backendRefs": [{"name": "s", "port": 8080, "weight": 3,
+                                                 "filters": null}]},
+                               {"matches": null, "backendRefs": null}]}
+        });
+        let o = Object::from_value(v.clone()).unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::GrpcRoute, "ns", "g"));
+        let Object::GrpcRoute(g) = &o else {
+            panic!("{o:?}")
+        };
+        let m = g.spec.rules[0].matches[0].method.as_ref().unwrap();
+        assert_eq!(m.service.as_deref(), Some("pkg.Svc"));
+        assert_eq!(m.type_, None);
+        assert_eq!(g.spec.rules[0].matches[0].headers[0].value, "2");
+        assert_eq!(g.spec.rules[0].backend_refs[0].weight, Some(3));
+        assert_eq!(g.spec.rules[0].name.as_deref(), Some("r0"));
+        assert!(g.spec.rules[1].matches.is_empty());
+        let mut without_nulls = v;
+        drop_null_fields(&mut without_nulls);
+        assert_eq!(Object::deserialize_direct(&without_nulls).unwrap(), o);
     }
 
     #[test]

@@ -298,6 +298,8 @@ pub enum RouteKind {
     TlsRoute,
     /// gateway.networking.k8s.io TCPRoute.
     TcpRoute,
+    /// gateway.networking.k8s.io GRPCRoute.
+    GrpcRoute,
 }
 
 /// The object and rule a [`RouteRule`] came from (for logs and debugging).

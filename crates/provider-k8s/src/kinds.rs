@@ -98,6 +98,13 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        // Standard channel, v1 since Gateway API v1.1.
+        w(
+            Kind::GrpcRoute,
+            api_resource(GW, "v1", "GRPCRoute", "grpcroutes"),
+            None,
+            true,
+        ),
         w(
             Kind::ReferenceGrant,
             api_resource(GW, "v1beta1", "ReferenceGrant", "referencegrants"),

@@ -258,7 +258,9 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
 /// The gRPC status of a failure: the HTTP-to-gRPC mapping gRPC documents
 /// (doc/http-grpc-status-mapping.md: 400 → INTERNAL, 404 → UNIMPLEMENTED, 502/503/504 →
 /// UNAVAILABLE), except that an expired timeout is DEADLINE_EXCEEDED, which is what a
-/// gRPC client reports for its own deadline.
+/// gRPC client reports for its own deadline, and that an invalid or missing backend is
+/// UNAVAILABLE (GRPCRoute: "requests that would have otherwise been routed to an invalid
+/// backend" get `UNAVAILABLE`).
 fn grpc_status(err: &ProxyError) -> GrpcStatus {
     match err {
         ProxyError::NoRoute => GrpcStatus::Unimplemented,
@@ -266,11 +268,11 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::InvalidPath(_)
         | ProxyError::InvalidHost(_)
         | ProxyError::ClientBody(_)
-        | ProxyError::TooManyHeaders
-        | ProxyError::BackendNotFound => GrpcStatus::Internal,
-        ProxyError::NoEndpoints | ProxyError::Connect(_) | ProxyError::Upstream(_) => {
-            GrpcStatus::Unavailable
-        }
+        | ProxyError::TooManyHeaders => GrpcStatus::Internal,
+        ProxyError::BackendNotFound
+        | ProxyError::NoEndpoints
+        | ProxyError::Connect(_)
+        | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
         ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
     }
@@ -333,6 +335,7 @@ mod tests {
         let cases = [
             (ProxyError::NoRoute, "12"),
             (ProxyError::NoEndpoints, "14"),
+            (ProxyError::BackendNotFound, "14"),
             (ProxyError::Timeout, "4"),
             (ProxyError::BadRequest("x"), "13"),
         ];

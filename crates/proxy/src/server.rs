@@ -358,6 +358,11 @@ fn phases(
     )?;
     let backends = match &rule.action {
         Action::Forward(backends) => backends,
+        // A rule that cannot forward (no usable backend) fails a gRPC request the gRPC
+        // way (UNAVAILABLE), not with a text 500 the client cannot read.
+        Action::Fail { .. } if ResponseShape::of(req.headers()) == ResponseShape::Grpc => {
+            return Err(ProxyError::BackendNotFound);
+        }
         _ => {
             let raw = raw_host.as_ref().and_then(|v| v.to_str().ok());
             let host = router::normalize_host(raw.unwrap_or(""));

@@ -243,7 +243,7 @@ impl Translator {
                     &mut d.policy_status,
                 );
             }
-            Kind::HttpRoute | Kind::TlsRoute | Kind::TcpRoute => {
+            Kind::HttpRoute | Kind::TlsRoute | Kind::TcpRoute | Kind::GrpcRoute => {
                 d.routes.insert(key.clone());
                 self.policies.object_changed(
                     key,
@@ -303,9 +303,10 @@ impl Translator {
             }
             Kind::Backend => {
                 d.plain_status.insert(key.clone());
-                let ck = ClusterKey(format!("backend/{}/{}", key.namespace, key.name).into());
-                if self.clusters.source(&ck).is_some() {
-                    d.resources.insert(ResourceKey::Cluster(ck));
+                for ck in backend::backend_cluster_keys(&key.namespace, &key.name) {
+                    if self.clusters.source(&ck).is_some() {
+                        d.resources.insert(ResourceKey::Cluster(ck));
+                    }
                 }
                 // Routes only see whether a Backend exists.
                 if old.is_none() || new.is_none() {

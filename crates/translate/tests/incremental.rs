@@ -586,11 +586,46 @@ spec:
   parentRefs: [{name: gw, sectionName: tcp}]
   rules: [{backendRefs: [{name: svc, port: 80}]}]
 ---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g1, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{method: {service: pkg.Echo, method: Echo}}, {headers: [{name: version, value: two}]}]
+    backendRefs: [{name: svc, port: 80, weight: 3}, {name: svc2, namespace: other, port: 80}]
+  - matches: [{method: {type: RegularExpression, service: "pkg\\..*"}}]
+    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: svc, port: 81}}}]
+    backendRefs: [{name: svc, port: 81}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g1, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: http}, {name: gw2}]
+  hostnames: [a.test, b.test]
+  rules: [{backendRefs: [{group: weir.dev, kind: Backend, name: b1, namespace: other}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g2, namespace: other}
+spec:
+  parentRefs: [{name: gw, namespace: default}]
+  hostnames: [a.test]
+  rules: [{matches: [{method: {service: pkg.Echo}}], backendRefs: [{name: svc2, port: 80}]}]
+---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {name: grant, namespace: other}
 spec:
   from: [{group: gateway.networking.k8s.io, kind: TLSRoute, namespace: default}, {group: gateway.networking.k8s.io, kind: TCPRoute, namespace: default}]
+  to: [{group: "", kind: Service}, {group: weir.dev, kind: Backend}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: GRPCRoute, namespace: default}, {group: gateway.networking.k8s.io, kind: TCPRoute, namespace: default}]
   to: [{group: "", kind: Service}, {group: weir.dev, kind: Backend}]
 "#;
 

@@ -18,9 +18,52 @@ pub(crate) enum ClusterSource {
         ns: Arc<str>,
         name: Arc<str>,
         port: u16,
+        /// HTTP/2 upstream whatever the port's appProtocol says (GRPCRoute backends).
+        h2c: bool,
     },
     /// A weir Backend object.
-    Backend { ns: Arc<str>, name: Arc<str> },
+    Backend {
+        ns: Arc<str>,
+        name: Arc<str>,
+        /// HTTP/2 upstream unless the Backend names a protocol (GRPCRoute backends).
+        h2c: bool,
+    },
+}
+
+/// The upstream protocol a route kind asks of its backends: gRPC needs HTTP/2, so a
+/// GRPCRoute's clusters are h2c even when the Service port has no appProtocol (as other
+/// implementations infer it from the route kind); an HTTPRoute's follow appProtocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WantProtocol {
+    /// As the Service port or Backend says (HTTP/1.1 by default).
+    Declared,
+    /// HTTP/2 (h2c).
+    Http2,
+}
+
+impl WantProtocol {
+    fn h2c(self) -> bool {
+        self == WantProtocol::Http2
+    }
+
+    /// Keeps the clusters of the two apart: the same Service port may back an HTTPRoute
+    /// (HTTP/1.1) and a GRPCRoute (h2c).
+    fn key_suffix(self) -> &'static str {
+        match self {
+            WantProtocol::Declared => "",
+            WantProtocol::Http2 => "/h2c",
+        }
+    }
+}
+
+/// The key of the cluster built from Backend `ns`/`name` for routes wanting `want`.
+pub(crate) fn backend_cluster_key(ns: &str, name: &str, want: WantProtocol) -> ClusterKey {
+    ClusterKey(format!("backend/{ns}/{name}{}", want.key_suffix()).into())
+}
+
+/// The keys of every cluster Backend `ns`/`name` may be built into.
+pub(crate) fn backend_cluster_keys(ns: &str, name: &str) -> [ClusterKey; 2] {
+    [WantProtocol::Declared, WantProtocol::Http2].map(|w| backend_cluster_key(ns, name, w))
 }
 
 /// A backend reference that cannot be used, with its Gateway API reason.
@@ -51,6 +94,7 @@ pub(crate) fn resolve_service(
     ns: &str,
     name: &str,
     port: Option<i32>,
+    want: WantProtocol,
     field: &str,
 ) -> Result<Resolved, RefError> {
     let Some(port) = port else {
@@ -78,11 +122,12 @@ pub(crate) fn resolve_service(
         ));
     }
     Ok((
-        ClusterKey(format!("service/{ns}/{name}:{p}").into()),
+        ClusterKey(format!("service/{ns}/{name}:{p}{}", want.key_suffix()).into()),
         ClusterSource::Service {
             ns: ns.into(),
             name: name.into(),
             port: p,
+            h2c: want.h2c(),
         },
     ))
 }
@@ -92,6 +137,7 @@ pub(crate) fn resolve_backend(
     store: &Store,
     ns: &str,
     name: &str,
+    want: WantProtocol,
     field: &str,
 ) -> Result<Resolved, RefError> {
     if store.backend(ns, name).is_none() {
@@ -101,10 +147,11 @@ pub(crate) fn resolve_backend(
         ));
     }
     Ok((
-        ClusterKey(format!("backend/{ns}/{name}").into()),
+        backend_cluster_key(ns, name, want),
         ClusterSource::Backend {
             ns: ns.into(),
             name: name.into(),
+            h2c: want.h2c(),
         },
     ))
 }
@@ -116,11 +163,16 @@ pub(crate) fn build_cluster(
     src: &ClusterSource,
 ) -> Option<Cluster> {
     match src {
-        ClusterSource::Service { ns, name, port } => {
+        ClusterSource::Service {
+            ns,
+            name,
+            port,
+            h2c: want_h2c,
+        } => {
             let svc = store.service(ns, name)?;
             let sp = svc.spec.ports.iter().find(|p| p.port == i32::from(*port))?;
             let sp_name = sp.name.as_deref().unwrap_or("");
-            let mut h2c = sp.app_protocol.as_deref() == Some(H2C);
+            let mut h2c = *want_h2c || sp.app_protocol.as_deref() == Some(H2C);
             // As kube-proxy does: ready endpoints take the traffic; only when none is
             // ready do endpoints that are terminating but still serving take it (a
             // rolling update's last old pod during its grace period). `ready` absent
@@ -174,9 +226,12 @@ pub(crate) fn build_cluster(
             };
             Some(Cluster::new(key.clone(), endpoints, protocol))
         }
-        ClusterSource::Backend { ns, name } => {
+        ClusterSource::Backend { ns, name, h2c } => {
             let b = store.backend(ns, name)?;
-            let (endpoints, protocol, _) = backend_endpoints(b);
+            let (endpoints, mut protocol, _) = backend_endpoints(b);
+            if *h2c && b.spec.protocol.is_none() {
+                protocol = UpstreamProtocol::H2c;
+            }
             Some(Cluster::new(key.clone(), endpoints, protocol))
         }
     }

@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpBackendRef, HttpRequestMirrorFilter, Kind, L4BackendRef, ObjectKey, Reason};
+use weir_api::{
+    GrpcBackendRef, HttpBackendRef, HttpRequestMirrorFilter, Kind, L4BackendRef, ObjectKey, Reason,
+};
 use weir_model::{Action, Filter, L4Backend, WeightedBackend};
 
-use crate::compile::backend::{self, RefError, Resolved};
-use crate::compile::route_kind::{CompiledRoute, Referrer};
+use crate::compile::backend::{self, RefError, Resolved, WantProtocol};
+use crate::compile::route_kind::{CompiledRoute, Referrer, RouteKind};
 use crate::store::{Dep, Store};
 
 /// What compiling one route's references needs, and where results go.
@@ -19,6 +21,48 @@ pub(crate) struct RouteCtx<'a> {
     /// The route's namespace.
     pub(crate) ns: &'a Arc<str>,
     pub(crate) out: &'a mut CompiledRoute,
+}
+
+/// The fields of a weighted backend reference of a route rule (HTTPRoute's and
+/// GRPCRoute's have the same ones; their filters are compiled by the route kind).
+pub(crate) struct RefFields<'a> {
+    pub(crate) group: &'a Option<String>,
+    pub(crate) kind: &'a Option<String>,
+    pub(crate) namespace: &'a Option<String>,
+    pub(crate) name: &'a str,
+    pub(crate) port: Option<i32>,
+    pub(crate) weight: Option<i32>,
+}
+
+/// A backend reference [`forward`] accepts.
+pub(crate) trait WeightedRef {
+    fn fields(&self) -> RefFields<'_>;
+}
+
+impl WeightedRef for HttpBackendRef {
+    fn fields(&self) -> RefFields<'_> {
+        RefFields {
+            group: &self.group,
+            kind: &self.kind,
+            namespace: &self.namespace,
+            name: &self.name,
+            port: self.port,
+            weight: self.weight,
+        }
+    }
+}
+
+impl WeightedRef for GrpcBackendRef {
+    fn fields(&self) -> RefFields<'_> {
+        RefFields {
+            group: &self.group,
+            kind: &self.kind,
+            namespace: &self.namespace,
+            name: &self.name,
+            port: self.port,
+            weight: self.weight,
+        }
+    }
 }
 
 /// A RequestMirror filter. An unresolvable backend is reported in ResolvedRefs and the
@@ -71,9 +115,9 @@ pub(crate) fn mirror(
 
 /// The action of a rule that forwards to `refs` (each with its `filters`): weighted
 /// backends, an unusable reference keeping its share of traffic (answered 500).
-pub(crate) fn forward(
+pub(crate) fn forward<R: WeightedRef>(
     ctx: &mut RouteCtx<'_>,
-    refs: &[HttpBackendRef],
+    refs: &[R],
     mut filters: Vec<Vec<Filter>>,
     field: &str,
 ) -> Action {
@@ -86,11 +130,12 @@ pub(crate) fn forward(
     let mut backends = Vec::new();
     let mut valid = 0;
     for (k, b) in refs.iter().enumerate() {
+        let b = b.fields();
         let fb = format!("{field}.backendRefs[{k}]");
         let weight = b.weight.unwrap_or(1).max(0) as u32;
         let route_ns = ctx.ns.clone();
-        let (group, kind, ns) = ref_defaults(&b.group, &b.kind, &b.namespace, &route_ns);
-        let resolved = resolve_ref(ctx, group, kind, ns, &b.name, b.port, &fb);
+        let (group, kind, ns) = ref_defaults(b.group, b.kind, b.namespace, &route_ns);
+        let resolved = resolve_ref(ctx, group, kind, ns, b.name, b.port, &fb);
         match resolved {
             Ok((key, src)) => {
                 valid += 1;
@@ -183,10 +228,14 @@ fn resolve_ref(
             ));
         }
     }
+    let want = match ctx.referrer {
+        Referrer::Route(RouteKind::Grpc) => WantProtocol::Http2,
+        _ => WantProtocol::Declared,
+    };
     if k == Kind::Service {
-        backend::resolve_service(ctx.store, ns, name, port, field)
+        backend::resolve_service(ctx.store, ns, name, port, want, field)
     } else {
-        backend::resolve_backend(ctx.store, ns, name, field)
+        backend::resolve_backend(ctx.store, ns, name, want, field)
     }
 }
 

@@ -345,7 +345,9 @@ pub(crate) fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result
     })
 }
 
-fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {
+/// The action of a rule answered by DirectResponse `name` (an unusable one: 500 and a
+/// ResolvedRefs problem).
+pub(crate) fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -> Action {
     let ns = ctx.ns.clone();
     let Some(d) = ctx.store.direct_response(&ns, name) else {
         ctx.out.ref_errors.push(RefError::new(

@@ -9,7 +9,7 @@ use weir_model::{
 };
 
 use crate::TranslatorOptions;
-use crate::compile::backend::{self, RefError, Resolved};
+use crate::compile::backend::{self, RefError, Resolved, WantProtocol};
 use crate::compile::fields::normalize_prefix;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
@@ -255,12 +255,25 @@ fn resolve(
                 ));
             }
         };
-        return backend::resolve_service(store, ns, &s.name, Some(port), &fs);
+        return backend::resolve_service(
+            store,
+            ns,
+            &s.name,
+            Some(port),
+            WantProtocol::Declared,
+            &fs,
+        );
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && r.kind == "Backend" {
             deps.push(Dep::Object(ObjectKey::new(Kind::Backend, ns, &r.name)));
-            return backend::resolve_backend(store, ns, &r.name, &format!("{field}.resource"));
+            return backend::resolve_backend(
+                store,
+                ns,
+                &r.name,
+                WantProtocol::Declared,
+                &format!("{field}.resource"),
+            );
         }
         return Err(RefError::new(
             Reason::InvalidKind,

@@ -10,6 +10,7 @@ pub(crate) mod duration;
 pub(crate) mod fields;
 pub(crate) mod gateway;
 pub(crate) mod gateway_status;
+pub(crate) mod grpc_route;
 pub(crate) mod http_route;
 pub(crate) mod ingress;
 pub(crate) mod l4_route;

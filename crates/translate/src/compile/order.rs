@@ -33,6 +33,8 @@ pub(crate) struct RuleOrder {
     /// Exact, then regular expression, then prefix.
     path_class: u8,
     path_len: Reverse<usize>,
+    /// GRPCRoute: the characters of the method condition (0 for every other rule).
+    grpc_method_len: Reverse<usize>,
     no_method: bool,
     headers: Reverse<usize>,
     query: Reverse<usize>,
@@ -69,6 +71,7 @@ impl RuleOrder {
             tier: u8::from(default_backend),
             path_class,
             path_len: Reverse(path_len),
+            grpc_method_len: Reverse(0),
             no_method: m.method.is_none(),
             headers: Reverse(m.headers.len()),
             query: Reverse(m.query.len()),
@@ -79,6 +82,29 @@ impl RuleOrder {
             rule,
             matcher,
         }
+    }
+
+    /// The order of a GRPCRoute match whose method condition has `service` and `method`
+    /// characters (0 when absent). GRPCRoute precedence: the most characters of a
+    /// matching service, then of a matching method, then the most header matches. An
+    /// exact service and method is an exact path and sorts with the exact paths; the
+    /// other matches sort with the prefixes as `/<service>/` (`/` without a service),
+    /// then by their method's length.
+    pub(crate) fn grpc(
+        origin: &RuleOrigin<'_>,
+        m: &RequestMatch,
+        service: usize,
+        method: usize,
+        rule: u32,
+        matcher: u32,
+    ) -> Self {
+        let mut order = RuleOrder::new(origin, m, false, rule, matcher);
+        if !matches!(m.path, PathMatch::Exact(_)) {
+            order.path_class = 2;
+            order.path_len = Reverse(if service == 0 { 1 } else { service + 2 });
+            order.grpc_method_len = Reverse(method);
+        }
+        order
     }
 }
 

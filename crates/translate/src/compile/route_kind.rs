@@ -71,6 +71,7 @@ impl RouteKind {
     pub(crate) fn of_object(kind: Kind) -> Option<RouteKind> {
         match kind {
             Kind::HttpRoute => Some(RouteKind::Http),
+            Kind::GrpcRoute => Some(RouteKind::Grpc),
             Kind::TlsRoute => Some(RouteKind::Tls),
             Kind::TcpRoute => Some(RouteKind::Tcp),
             _ => None,
@@ -94,7 +95,9 @@ impl RouteKinds {
     /// is empty, a listener accepts all of them; otherwise only those it lists).
     pub(crate) fn for_protocol(protocol: Protocol) -> RouteKinds {
         match protocol {
-            Protocol::Http | Protocol::Https => RouteKinds::NONE.with(RouteKind::Http),
+            Protocol::Http | Protocol::Https => {
+                RouteKinds::NONE.with(RouteKind::Http).with(RouteKind::Grpc)
+            }
             Protocol::TlsPassthrough => RouteKinds::NONE.with(RouteKind::Tls),
             Protocol::Tcp => RouteKinds::NONE.with(RouteKind::Tcp),
         }
@@ -230,6 +233,8 @@ mod tests {
     fn kind_sets() {
         let http = RouteKinds::for_protocol(Protocol::Http);
         assert!(http.contains(RouteKind::Http) && !http.contains(RouteKind::Tcp));
+        assert!(http.contains(RouteKind::Grpc));
+        assert_eq!(RouteKind::of_object(Kind::GrpcRoute), Some(RouteKind::Grpc));
         assert_eq!(RouteKinds::NONE.iter().count(), 0);
         let s = RouteKinds::NONE.with(RouteKind::Udp).with(RouteKind::Grpc);
         assert_eq!(

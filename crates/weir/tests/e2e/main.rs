@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod grpc;
 mod ingress;
 mod l4;
 mod listener_sets;
