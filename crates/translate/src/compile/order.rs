@@ -173,4 +173,44 @@ mod tests {
         assert!(older < age);
         assert!(Age::new(None, 1) < Age::new(None, 2));
     }
+
+    /// GRPCRoute precedence: most service characters, then method characters, then
+    /// header matches, then the older route.
+    #[test]
+    fn grpc_precedence() {
+        let (ns, name): (Arc<str>, Arc<str>) = ("ns".into(), "g".into());
+        let (young, old) = (Age::new(None, 2), Age::new(None, 1));
+        let origin = |age| RuleOrigin {
+            age,
+            kind: RouteKind::GrpcRoute,
+            namespace: &ns,
+            name: &name,
+        };
+        let o = origin(&young);
+        let re = |p: &str| PathMatch::Regex(Pattern::new(p).unwrap());
+        let g = |o: &RuleOrigin<'_>, path, headers, service, method| {
+            RuleOrder::grpc(o, &m(path, false, headers), service, method, 0, 0)
+        };
+        let exact = g(&o, PathMatch::Exact("/a.B/M".into()), 0, 3, 1);
+        let long_service_re = g(&o, re("/(?:a\\.Bcd.*)/[^/]+"), 0, 8, 0);
+        let service_only = g(&o, PathMatch::Prefix("/a.B".into()), 0, 3, 0);
+        let service_headers = g(&o, PathMatch::Prefix("/a.B".into()), 2, 3, 0);
+        let method_only = g(&o, re("/[^/]+/M"), 0, 0, 1);
+        let headers_only = g(&o, PathMatch::Prefix("/".into()), 1, 0, 0);
+        let all = g(&o, PathMatch::Prefix("/".into()), 0, 0, 0);
+        let all_older = g(&origin(&old), PathMatch::Prefix("/".into()), 0, 0, 0);
+        let ordered = [
+            &exact,
+            &long_service_re,
+            &service_headers,
+            &service_only,
+            &method_only,
+            &headers_only,
+            &all_older,
+            &all,
+        ];
+        for w in ordered.windows(2) {
+            assert!(w[0] < w[1], "{:?} before {:?}", w[0], w[1]);
+        }
+    }
 }
