@@ -75,6 +75,7 @@ impl<'de> Visitor<'de> for DirectVisitor {
             Kind::ListenerSet => Object::ListenerSet(Deserialize::deserialize(rest)?),
             Kind::TlsRoute => Object::TlsRoute(Deserialize::deserialize(rest)?),
             Kind::TcpRoute => Object::TcpRoute(Deserialize::deserialize(rest)?),
+            Kind::TrafficPolicy => Object::TrafficPolicy(Deserialize::deserialize(rest)?),
             Kind::GrpcRoute => Object::GrpcRoute(Deserialize::deserialize(rest)?),
         };
         let meta = obj.metadata_mut();

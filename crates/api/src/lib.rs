@@ -36,4 +36,8 @@ pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
-pub use crate::weir::{Backend, BackendSpec, DirectResponse, DirectResponseSpec, HeaderValue};
+pub use crate::weir::{
+    Backend, BackendSpec, DirectResponse, DirectResponseSpec, HeaderValue, LocalRateLimitSpec,
+    PolicyRetry, PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
+    RateLimitUnit, RetryOn, TrafficPolicy, TrafficPolicySpec,
+};

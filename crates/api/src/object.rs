@@ -11,7 +11,7 @@ use crate::ingress::{Ingress, IngressClass};
 use crate::l4route::{TcpRoute, TlsRoute};
 use crate::listenerset::ListenerSet;
 use crate::meta::ObjectMeta;
-use crate::weir::{Backend, DirectResponse};
+use crate::weir::{Backend, DirectResponse, TrafficPolicy};
 
 /// The kinds weir reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,6 +48,8 @@ pub enum Kind {
     TlsRoute,
     /// gateway.networking.k8s.io TCPRoute.
     TcpRoute,
+    /// weir.dev TrafficPolicy.
+    TrafficPolicy,
     /// gateway.networking.k8s.io GRPCRoute.
     GrpcRoute,
 }
@@ -72,6 +74,7 @@ impl Kind {
             Kind::ListenerSet => "ListenerSet",
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
+            Kind::TrafficPolicy => "TrafficPolicy",
             Kind::GrpcRoute => "GRPCRoute",
         }
     }
@@ -90,7 +93,7 @@ impl Kind {
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
-            Kind::Backend | Kind::DirectResponse => "weir.dev",
+            Kind::Backend | Kind::DirectResponse | Kind::TrafficPolicy => "weir.dev",
             Kind::XListenerSet => "gateway.networking.x-k8s.io",
         }
     }
@@ -122,6 +125,7 @@ impl Kind {
             "ListenerSet" => Kind::ListenerSet,
             "TLSRoute" => Kind::TlsRoute,
             "TCPRoute" => Kind::TcpRoute,
+            "TrafficPolicy" => Kind::TrafficPolicy,
             "GRPCRoute" => Kind::GrpcRoute,
             _ => return None,
         };
@@ -187,6 +191,7 @@ pub enum Object {
     ListenerSet(ListenerSet),
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
+    TrafficPolicy(TrafficPolicy),
     GrpcRoute(GrpcRoute),
 }
 
@@ -289,6 +294,7 @@ impl Object {
             Kind::ListenerSet => Object::ListenerSet(typed(value, kind, &display_name)?),
             Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
             Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
+            Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
             Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
@@ -323,6 +329,7 @@ impl Object {
             Object::ListenerSet(_) => Kind::ListenerSet,
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
+            Object::TrafficPolicy(_) => Kind::TrafficPolicy,
             Object::GrpcRoute(_) => Kind::GrpcRoute,
         }
     }
@@ -346,6 +353,7 @@ impl Object {
             Object::ListenerSet(o) => &o.metadata,
             Object::TlsRoute(o) => &o.metadata,
             Object::TcpRoute(o) => &o.metadata,
+            Object::TrafficPolicy(o) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
         }
     }
@@ -368,6 +376,7 @@ impl Object {
             Object::ListenerSet(o) => &mut o.metadata,
             Object::TlsRoute(o) => &mut o.metadata,
             Object::TcpRoute(o) => &mut o.metadata,
+            Object::TrafficPolicy(o) => &mut o.metadata,
             Object::GrpcRoute(o) => &mut o.metadata,
         }
     }

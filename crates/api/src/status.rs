@@ -99,6 +99,11 @@ named! {
         NotAllowedByListeners,
         /// No allowed listener's hostname intersects the route's hostnames.
         NoMatchingListenerHostname,
+        /// A policy's target does not exist (GEP-713).
+        TargetNotFound,
+        /// Every field a policy sets is set by an older policy on the same target
+        /// (GEP-713).
+        Conflicted,
     }
 }
 
@@ -259,6 +264,27 @@ pub struct RouteParentStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// A policy's status (Gateway API `PolicyStatus`): one entry per target weir serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// Entries written by weir (entries of other controllers are kept by the writer).
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+/// A policy's status for one ancestor (Gateway API `PolicyAncestorStatus`). weir names
+/// the target itself as the ancestor (with the `sectionName` of the targetRef).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    /// The ancestor.
+    pub ancestor_ref: ParentReference,
+    /// weir's controller name.
+    pub controller_name: String,
+    /// `Accepted`.
+    pub conditions: Vec<Condition>,
+}
+
 /// Ingress status (`status.loadBalancer.ingress`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -279,6 +305,8 @@ pub enum ObjectStatus {
     ListenerSet(ListenerSetStatus),
     /// For an HTTPRoute.
     Route(RouteStatus),
+    /// For a policy (TrafficPolicy).
+    Policy(PolicyStatus),
     /// For an Ingress: its addresses and, since Ingress has no conditions, any problems.
     Ingress {
         /// Load balancer status.

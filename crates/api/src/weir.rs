@@ -1,4 +1,4 @@
-//! weir.dev/v1alpha1 kinds: static backends and direct responses.
+//! weir.dev/v1alpha1 kinds: static backends, direct responses and traffic policies.
 
 use serde::{Deserialize, Serialize};
 
@@ -55,4 +55,129 @@ pub struct HeaderValue {
     pub name: String,
     /// Value.
     pub value: String,
+}
+
+/// Settings for the requests of a Gateway, a route or one rule of a route, attached by
+/// `targetRefs` (GEP-713 "direct" policy attachment). Several policies may target one
+/// object: per field, the oldest wins (the others are `Conflicted` for that field).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrafficPolicy {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: TrafficPolicySpec,
+}
+
+/// TrafficPolicy spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrafficPolicySpec {
+    /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute`
+    /// (`sectionName`: one rule, by its `name`).
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
+    pub timeouts: Option<crate::gateway::HttpRouteTimeouts>,
+    /// Retries of failed attempts.
+    pub retry: Option<PolicyRetry>,
+    /// Rate limits.
+    pub rate_limit: Option<RateLimitSpec>,
+}
+
+/// A target of a policy (Gateway API `LocalPolicyTargetReferenceWithSectionName`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyTargetReference {
+    /// API group of the target.
+    pub group: String,
+    /// Kind of the target.
+    pub kind: String,
+    /// Name of the target (in the policy's namespace).
+    pub name: String,
+    /// A part of the target: an HTTPRoute rule's `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// Retries in a policy: HTTPRoute `retry`'s fields and the classes of failures retried.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyRetry {
+    /// Retries after the first attempt (default 2, at most 10).
+    pub attempts: Option<i64>,
+    /// Response statuses that are retried (400–599).
+    pub codes: Option<Vec<i64>>,
+    /// Classes of responses retried besides `codes`. Connect failures, resets and
+    /// per-attempt timeouts are always retried.
+    pub retry_on: Option<Vec<RetryOn>>,
+    /// Least wait before a retry (a Gateway API duration; default 25ms).
+    pub backoff: Option<String>,
+}
+
+/// Rate limits of a policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RateLimitSpec {
+    /// A limit kept by each data plane on its own.
+    pub local: Option<LocalRateLimitSpec>,
+}
+
+/// A token bucket per key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalRateLimitSpec {
+    /// Requests allowed per `unit` (required, ≥ 1).
+    pub requests: Option<i64>,
+    /// The window `requests` is counted in (required).
+    pub unit: Option<RateLimitUnit>,
+    /// Requests allowed at once (default `requests`).
+    pub burst: Option<i64>,
+    /// What a budget is kept for (default: the client IP).
+    pub key: Option<RateLimitKeySpec>,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RateLimitKeySpec {
+    /// What to count by (default `ClientIP`).
+    #[serde(rename = "type")]
+    pub type_: Option<RateLimitKeyType>,
+    /// The header for `Header`.
+    pub header: Option<String>,
+}
+
+/// A class of responses a policy retries. Values outside this list are refused when the
+/// object is read, as the API server refuses them by the CRD's enum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RetryOn {
+    /// 500–599.
+    #[serde(rename = "5xx")]
+    ServerError,
+    /// 502, 503, 504.
+    #[serde(rename = "gateway-error")]
+    GatewayError,
+}
+
+/// The window of a rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitUnit {
+    /// Per second.
+    Second,
+    /// Per minute.
+    Minute,
+    /// Per hour.
+    Hour,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitKeyType {
+    /// The client's IP address.
+    #[serde(rename = "ClientIP")]
+    ClientIp,
+    /// A request header's value.
+    Header,
+    /// One budget for the whole target.
+    Target,
 }

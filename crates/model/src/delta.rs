@@ -7,6 +7,7 @@ use crate::hash::ContentHash;
 use crate::host::HostMatch;
 use crate::l4::L4Route;
 use crate::listener::{Listener, ListenerKey};
+use crate::policy::{Policy, PolicyTarget};
 use crate::route::{Action, Filter, VirtualHost};
 use crate::tls::{Certificate, SniCert};
 
@@ -25,6 +26,8 @@ pub enum ResourceKey {
     Sni(ListenerKey, HostMatch),
     /// An L4 route: a passthrough SNI pattern (or a TCP socket's one entry) on a listener.
     L4Route(ListenerKey, HostMatch),
+    /// The policies attached to one target.
+    Policy(PolicyTarget),
 }
 
 // ---------------------------------------------------------------- relations
@@ -46,7 +49,18 @@ impl ResourceKey {
             | ResourceKey::VirtualHost(l, _)
             | ResourceKey::Sni(l, _)
             | ResourceKey::L4Route(l, _) => Some(*l),
-            ResourceKey::Cluster(_) | ResourceKey::Certificate(_) => None,
+            ResourceKey::Cluster(_) | ResourceKey::Certificate(_) | ResourceKey::Policy(_) => None,
+        }
+    }
+
+    /// The Gateway (`namespace/name`, as in [`Listener::gateway`]) a resource that hangs
+    /// under no single listener belongs to: a Gateway-wide policy, which applies to every
+    /// listener of its Gateway. A split data plane receives its Gateway's. `None` for
+    /// everything else (under a listener, or shared and sent while referenced).
+    pub fn gateway(&self) -> Option<&Arc<str>> {
+        match self {
+            ResourceKey::Policy(PolicyTarget::Gateway(g)) => Some(g),
+            _ => None,
         }
     }
 
@@ -57,13 +71,13 @@ impl ResourceKey {
         match (self, upsert) {
             (ResourceKey::Listener(_), true) => 0,
             (ResourceKey::Certificate(_), true) => 1,
-            (ResourceKey::Cluster(_), true) => 2,
+            (ResourceKey::Cluster(_) | ResourceKey::Policy(_), true) => 2,
             (ResourceKey::VirtualHost(..), true) => 3,
             (ResourceKey::Sni(..) | ResourceKey::L4Route(..), true) => 4,
             (ResourceKey::VirtualHost(..) | ResourceKey::L4Route(..), false) => 5,
             (ResourceKey::Sni(..), false) => 6,
             (ResourceKey::Certificate(_), false) => 7,
-            (ResourceKey::Cluster(_), false) => 8,
+            (ResourceKey::Cluster(_) | ResourceKey::Policy(_), false) => 8,
             (ResourceKey::Listener(_), false) => 9,
         }
     }
@@ -94,7 +108,8 @@ pub enum Reference {
     /// otherwise): a virtual host's or SNI entry's listener, an SNI entry's certificate.
     Required,
     /// Looked up when used; missing is a runtime answer (a rule whose cluster is absent
-    /// answers 500), not an invalid configuration: a rule's clusters.
+    /// answers 500; a rule without policies has none), not an invalid configuration: a
+    /// rule's clusters, the policies of its route and of itself.
     Used,
 }
 
@@ -114,6 +129,8 @@ pub enum Resource {
     Sni(Arc<SniCert>),
     /// See [`L4Route`].
     L4Route(Arc<L4Route>),
+    /// See [`Policy`].
+    Policy(Arc<Policy>),
 }
 
 impl Resource {
@@ -126,6 +143,7 @@ impl Resource {
             Resource::Certificate(c) => ResourceKey::Certificate(c.hash()),
             Resource::Sni(s) => ResourceKey::Sni(s.listener, s.host.clone()),
             Resource::L4Route(r) => ResourceKey::L4Route(r.listener, r.host.clone()),
+            Resource::Policy(p) => ResourceKey::Policy(p.target.clone()),
         }
     }
 
@@ -133,7 +151,10 @@ impl Resource {
     /// [`Reference::Required`] part of [`Resource::references`], without allocating).
     pub fn required(&self) -> impl Iterator<Item = ResourceKey> + use<> {
         let (a, b) = match self {
-            Resource::Listener(_) | Resource::Cluster(_) | Resource::Certificate(_) => (None, None),
+            Resource::Listener(_)
+            | Resource::Cluster(_)
+            | Resource::Certificate(_)
+            | Resource::Policy(_) => (None, None),
             Resource::VirtualHost(v) => (Some(ResourceKey::Listener(v.listener)), None),
             Resource::L4Route(r) => (Some(ResourceKey::Listener(r.listener)), None),
             Resource::Sni(s) => (
@@ -148,10 +169,19 @@ impl Resource {
     /// that holds this resource must hold these too (the push hub sends them with it).
     pub fn references(&self) -> Vec<(ResourceKey, Reference)> {
         match self {
-            Resource::Listener(_) | Resource::Cluster(_) | Resource::Certificate(_) => Vec::new(),
+            Resource::Listener(_)
+            | Resource::Cluster(_)
+            | Resource::Certificate(_)
+            | Resource::Policy(_) => Vec::new(),
             Resource::VirtualHost(v) => {
-                let mut clusters: Vec<ResourceKey> = Vec::new();
-                // Backends, and the clusters mirror filters copy requests to (on the rule
+                let mut used: Vec<ResourceKey> = Vec::new();
+                // The policies a request of each rule looks up (Gateway-wide ones are
+                // sent by ownership, see `ResourceKey::gateway`).
+                for rule in &v.rules {
+                    used.push(ResourceKey::Policy(PolicyTarget::route_of(&rule.route)));
+                    used.push(ResourceKey::Policy(PolicyTarget::Rule(rule.route.clone())));
+                }
+                // Backends, and the used mirror filters copy requests to (on the rule
                 // or on a backend).
                 let mirrors = |filters: &[Filter], out: &mut Vec<ResourceKey>| {
                     for f in filters {
@@ -161,18 +191,18 @@ impl Resource {
                     }
                 };
                 for rule in &v.rules {
-                    mirrors(&rule.filters, &mut clusters);
+                    mirrors(&rule.filters, &mut used);
                     if let Action::Forward(backends) = &rule.action {
                         for b in backends {
-                            clusters.push(ResourceKey::Cluster(b.cluster.clone()));
-                            mirrors(&b.filters, &mut clusters);
+                            used.push(ResourceKey::Cluster(b.cluster.clone()));
+                            mirrors(&b.filters, &mut used);
                         }
                     }
                 }
-                clusters.sort();
-                clusters.dedup();
+                used.sort();
+                used.dedup();
                 let mut out = vec![(ResourceKey::Listener(v.listener), Reference::Required)];
-                out.extend(clusters.into_iter().map(|k| (k, Reference::Used)));
+                out.extend(used.into_iter().map(|k| (k, Reference::Used)));
                 out
             }
             Resource::Sni(s) => vec![
@@ -203,6 +233,7 @@ impl Resource {
             Resource::Certificate(c) => c.hash(),
             Resource::Sni(s) => s.hash(),
             Resource::L4Route(r) => r.hash(),
+            Resource::Policy(p) => p.hash(),
         }
     }
 }
@@ -245,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn virtual_host_references_its_listener_and_clusters_once() {
+    fn virtual_host_references_its_listener_clusters_and_policies_once() {
         let rule = |cluster: &str| {
             Arc::new(RouteRule::new(
                 RouteRef {
@@ -286,9 +317,27 @@ mod tests {
                     ResourceKey::Cluster(ClusterKey("b".into())),
                     Reference::Used
                 ),
+                (
+                    ResourceKey::Policy(PolicyTarget::Route {
+                        kind: RouteKind::HttpRoute,
+                        namespace: "ns".into(),
+                        name: "r".into(),
+                    }),
+                    Reference::Used
+                ),
+                (
+                    ResourceKey::Policy(PolicyTarget::Rule(RouteRef {
+                        kind: RouteKind::HttpRoute,
+                        namespace: "ns".into(),
+                        name: "r".into(),
+                        rule: 0,
+                    })),
+                    Reference::Used
+                ),
             ]
         );
         assert_eq!(v.key().listener(), Some(key(80)));
+        assert_eq!(v.key().gateway(), None);
     }
 
     /// Whatever a resource requires comes earlier in a batch when upserted and later
@@ -342,7 +391,19 @@ mod tests {
             ]
         );
         assert_eq!(l4.key().listener(), Some(key(443)));
-        for r in [&cluster, &listener, &sni, &vhost, &l4] {
+        let policy = Resource::Policy(Arc::new(Policy::new(
+            PolicyTarget::Gateway("ns/gw".into()),
+            Timeouts {
+                request: Some(std::time::Duration::from_secs(1)),
+                backend_request: None,
+            },
+            None,
+            None,
+        )));
+        assert_eq!(policy.key().listener(), None);
+        assert_eq!(policy.key().gateway().map(|g| &**g), Some("ns/gw"));
+        assert!(policy.references().is_empty());
+        for r in [&cluster, &listener, &sni, &vhost, &l4, &policy] {
             let required: Vec<_> = r
                 .references()
                 .into_iter()

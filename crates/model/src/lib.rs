@@ -10,6 +10,8 @@
 //! - [`SniCert`]: which certificate a listener presents for one host pattern.
 //! - [`L4Route`]: where a TLS passthrough or TCP listener splices the connections for one
 //!   host pattern (SNI).
+//! - [`Policy`]: the settings (timeouts, retries, rate limit) attached to a Gateway, a
+//!   route or one rule, looked up per request by a key derived from the request.
 //!
 //! Every resource is immutable once built and carries a [`ContentHash`] computed in its
 //! constructor from its own fields and its children's hashes (a Merkle hash). Two values
@@ -27,6 +29,7 @@ mod hash;
 mod host;
 mod l4;
 mod listener;
+mod policy;
 mod route;
 mod tls;
 
@@ -39,6 +42,7 @@ pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,
 };
+pub use policy::{LocalRateLimit, Policy, PolicyTarget, RateLimitKey};
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,

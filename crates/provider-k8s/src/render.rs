@@ -185,34 +185,19 @@ pub(crate) fn render(
             })
         }
         ObjectStatus::Route(s) => {
-            let existing: Vec<Value> = current
-                .get("parents")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let is_ours = |p: &Value| {
-                p.get("controllerName").and_then(Value::as_str) == Some(&opts.controller_name)
-            };
-            // Other controllers' entries first, as they were, in their order.
-            let mut parents: Vec<Value> =
-                existing.iter().filter(|p| !is_ours(p)).cloned().collect();
-            for p in &s.parents {
-                let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
-                let old = existing
-                    .iter()
-                    .filter(|e| is_ours(e))
-                    .find(|e| {
-                        e.get("parentRef")
-                            .is_some_and(|r| same_parent_ref(r, &parent_ref))
-                    })
-                    .and_then(|e| e.get("conditions"));
-                parents.push(json!({
-                    "parentRef": parent_ref,
-                    "controllerName": p.controller_name,
-                    "conditions": conditions(&p.conditions, old, now),
-                }));
-            }
-            json!({ "parents": parents })
+            let ours = s.parents.iter().map(|p| {
+                let r = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
+                (r, p.controller_name.as_str(), &p.conditions[..])
+            });
+            json!({ "parents": merge_entries(opts, current, "parents", "parentRef", ours, now) })
+        }
+        ObjectStatus::Policy(s) => {
+            let ours = s.ancestors.iter().map(|a| {
+                let r = serde_json::to_value(&a.ancestor_ref).unwrap_or(Value::Null);
+                (r, a.controller_name.as_str(), &a.conditions[..])
+            });
+            let ancestors = merge_entries(opts, current, "ancestors", "ancestorRef", ours, now);
+            json!({ "ancestors": ancestors })
         }
         ObjectStatus::Ingress { load_balancer, .. } => {
             let mut ingress = Vec::new();
@@ -235,6 +220,43 @@ pub(crate) fn render(
         }
         ObjectStatus::Problems(_) => return None,
     })
+}
+
+/// A list of per-parent entries (route `parents`, policy `ancestors`): other controllers'
+/// entries first, as they were, then ours, each keeping the `lastTransitionTime`s of our
+/// stored entry for the same reference.
+fn merge_entries<'a>(
+    opts: &RenderOptions,
+    current: &Value,
+    list: &str,
+    ref_field: &str,
+    ours: impl Iterator<Item = (Value, &'a str, &'a [Condition])>,
+    now: &str,
+) -> Vec<Value> {
+    let existing: Vec<Value> = current
+        .get(list)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let is_ours =
+        |p: &Value| p.get("controllerName").and_then(Value::as_str) == Some(&opts.controller_name);
+    let mut entries: Vec<Value> = existing.iter().filter(|p| !is_ours(p)).cloned().collect();
+    for (reference, controller, conds) in ours {
+        let old = existing
+            .iter()
+            .filter(|e| is_ours(e))
+            .find(|e| {
+                e.get(ref_field)
+                    .is_some_and(|r| same_parent_ref(r, &reference))
+            })
+            .and_then(|e| e.get("conditions"));
+        let mut entry = Map::new();
+        entry.insert(ref_field.into(), reference);
+        entry.insert("controllerName".into(), controller.into());
+        entry.insert("conditions".into(), conditions(conds, old, now).into());
+        entries.push(Value::Object(entry));
+    }
+    entries
 }
 
 fn advertised<'a>(opts: &'a RenderOptions, addr: &'a str) -> Vec<&'a str> {

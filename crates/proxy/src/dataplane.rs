@@ -13,6 +13,7 @@ use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 use crate::endpoints::{EndpointRegistry, OutlierDetection};
 use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
 use crate::snapshot::Snapshot;
 use crate::upstream::Upstreams;
 use crate::workers::Workers;
@@ -65,6 +66,8 @@ pub(crate) struct Shared {
     pub(crate) config: ProxyConfig,
     pub(crate) metrics: Metrics,
     pub(crate) workers: Workers,
+    /// Local rate-limit buckets, kept across snapshots.
+    pub(crate) rate_limits: RateLimiter,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -101,6 +104,7 @@ impl DataPlane {
             shared: Arc::new(Shared {
                 snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::with_endpoints(endpoints))),
                 upstreams,
+                rate_limits: RateLimiter::new(metrics.ratelimit.clone()),
                 config,
                 metrics,
                 workers,

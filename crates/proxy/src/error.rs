@@ -54,6 +54,16 @@ pub(crate) enum ProxyError {
     /// answers HTTP/1.1 heads over the limits itself, h2 answers oversized HTTP/2 heads).
     #[error("too many header fields")]
     TooManyHeaders,
+    /// A local rate limit refused the request.
+    #[error("rate limited by {}", policy.as_deref().unwrap_or("a policy"))]
+    RateLimited {
+        /// When the next request of the same key is allowed.
+        retry_after: std::time::Duration,
+        /// The limit's burst (`RateLimit-Limit`).
+        limit: u32,
+        /// The policy object (`namespace/name`) that set the limit.
+        policy: Option<std::sync::Arc<str>>,
+    },
 }
 
 impl ProxyError {
@@ -102,6 +112,8 @@ pub(crate) enum Fault {
     Client,
     /// The backend side failed: missing or empty cluster, connect error, reset, timeout.
     Upstream,
+    /// A policy refused the request (rate limit).
+    Policy,
 }
 
 impl Fault {
@@ -110,6 +122,7 @@ impl Fault {
         match self {
             Fault::Client => "client",
             Fault::Upstream => "upstream",
+            Fault::Policy => "policy",
         }
     }
 }
@@ -153,6 +166,7 @@ fn is_grpc_content_type(v: &[u8]) -> bool {
 #[repr(u8)]
 pub(crate) enum GrpcStatus {
     DeadlineExceeded = 4,
+    ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
@@ -171,10 +185,22 @@ pub(crate) fn error_response(
     shape: ResponseShape,
 ) -> (Response<ProxyBody>, Fault) {
     let (status, fault, body) = http_error(err);
-    let resp = match shape {
+    let mut resp = match shape {
         ResponseShape::Http => text_response(status, Bytes::from_static(body.as_bytes())),
         ResponseShape::Grpc => grpc_error(grpc_status(err), body.trim_end()),
     };
+    if let ProxyError::RateLimited {
+        retry_after, limit, ..
+    } = err
+    {
+        // Whole seconds, rounded up (RFC 9110 §10.2.3; the RateLimit header fields draft).
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let h = resp.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        h.insert("ratelimit-limit", HeaderValue::from(*limit));
+        h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
+        h.insert("ratelimit-reset", HeaderValue::from(secs));
+    }
     (resp, fault)
 }
 
@@ -221,6 +247,11 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             Fault::Client,
             "too many header fields\n",
         ),
+        ProxyError::RateLimited { .. } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            Fault::Policy,
+            "too many requests\n",
+        ),
     }
 }
 
@@ -243,6 +274,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::Connect(_)
         | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
+        ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
     }
 }
 

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
 use crate::l4::L4Metrics;
+use crate::ratelimit::RateLimitMetrics;
 use crate::snapshot::SnapshotStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,6 +79,8 @@ pub(crate) struct Metrics {
     /// Passive outlier detection (`crate::endpoints`). Unlabelled: per-endpoint labels
     /// would grow with every pod ever seen; the admin dump shows per-endpoint state.
     pub(crate) outlier: OutlierMetrics,
+    /// Local rate limits (`crate::ratelimit`).
+    pub(crate) ratelimit: RateLimitMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
     l4_unrouted: Family<ListenerLabels, Counter>,
     l4_received: Family<ListenerLabels, Counter>,
@@ -146,6 +149,7 @@ impl Metrics {
             config_version: Gauge::default(),
             resources: Family::default(),
             outlier: OutlierMetrics::default(),
+            ratelimit: RateLimitMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
             l4_received: Family::default(),
@@ -239,6 +243,17 @@ impl Metrics {
             "weir_upstream_ejections_refused",
             "Ejections not made because the cluster had its maximum share ejected",
             m.outlier.ejections_refused.clone(),
+        );
+        registry.register(
+            "weir_ratelimit_limited",
+            "Requests refused (429) by a local rate limit",
+            m.ratelimit.limited.clone(),
+        );
+        registry.register(
+            "weir_ratelimit_untracked",
+            "Requests let through a local rate limit without a bucket because every \
+             bucket of their shard was in use (the limiter's memory bound)",
+            m.ratelimit.untracked.clone(),
         );
         registry.register(
             "weir_config_resources",
@@ -335,5 +350,6 @@ impl Metrics {
         set("certificate", stats.certificates);
         set("sni", stats.sni_entries);
         set("l4_route", stats.l4_routes);
+        set("policy", stats.policies);
     }
 }

@@ -1,7 +1,9 @@
 //! Retries (Gateway API `HTTPRouteRetry`): the attempts of one request without a body.
 //!
-//! An attempt is retried when the endpoint cannot be reached, resets the connection,
-//! does not answer within the attempt's limit, or answers with one of the rule's codes;
+//! The retry is the rule's own (HTTPRoute `retry`), else a policy's
+//! ([`crate::policy::resolve`]). An attempt is retried when the endpoint cannot be
+//! reached, resets the connection, does not answer within the attempt's limit, or
+//! answers with one of the retry's codes;
 //! while attempts remain, the route's request timeout leaves room for the backoff, and
 //! the cluster's retry budget allows it ([`crate::endpoints::ClusterHealth::retry`]).
 //! Each retry goes to a newly chosen endpoint (another one when the cluster has
@@ -17,10 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
-use weir_model::{Action, EndpointAddr, RouteRule};
+use weir_model::{Action, EndpointAddr, RouteRule, Timeouts};
 
 use crate::body::RequestBody;
 use crate::error::ProxyError;
+use crate::policy::Applied;
 use crate::router;
 use crate::server::{
     Bounded, ConnContext, ProxyBody, Target, UpstreamResult, address, attempt_limit,
@@ -38,15 +41,17 @@ pub(crate) type Forward = dyn Future<Output = Retried> + Send;
 pub(crate) async fn forward(
     ctx: Arc<ConnContext>,
     rule: Arc<RouteRule>,
+    applied: Applied,
     first: Target,
     head: http::request::Parts,
     start: Instant,
 ) -> Retried {
-    let Some(retry) = rule.retry.clone() else {
+    let timeouts = &applied.timeouts;
+    let Some(retry) = applied.retry(&rule) else {
         // Not reached: the caller checked. One attempt, as without retries.
         let addr = first.addr.clone();
         let backend = first.backend;
-        let result = attempt(&ctx, &rule, first, &head, start)
+        let result = attempt(&ctx, &rule, timeouts, first, &head, start)
             .await
             .map(|(resp, lease)| relay(&rule, backend_filters(&rule, backend), None, resp, lease));
         return (result, 1, addr);
@@ -60,7 +65,7 @@ pub(crate) async fn forward(
     loop {
         let addr = target.addr.clone();
         let backend = target.backend;
-        let result = attempt(&ctx, &rule, target, &head, start).await;
+        let result = attempt(&ctx, &rule, timeouts, target, &head, start).await;
         let retryable = match &result {
             Ok((resp, _)) => retry.retries_status(resp.status().as_u16()),
             Err(e) => matches!(
@@ -69,8 +74,7 @@ pub(crate) async fn forward(
             ),
         };
         let wait = backoff(retry.backoff, attempts);
-        let time_left = rule
-            .timeouts
+        let time_left = timeouts
             .request_limit()
             .is_none_or(|limit| start.elapsed() + wait < limit);
         let again = retryable
@@ -105,13 +109,14 @@ pub(crate) async fn forward(
 async fn attempt(
     ctx: &ConnContext,
     rule: &RouteRule,
+    timeouts: &Timeouts,
     target: Target,
     head: &http::request::Parts,
     start: Instant,
 ) -> UpstreamResult {
     let mut parts = clone_head(head);
     address(&mut parts, rule, &target)?;
-    let limit = attempt_limit(ctx, rule, start);
+    let limit = attempt_limit(ctx, timeouts, start);
     let req = Request::from_parts(parts, RequestBody::empty());
     let send = ctx
         .shared

@@ -17,8 +17,8 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use weir_model::{
-    Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, UpstreamProtocol,
-    WeightedBackend,
+    Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, Timeouts,
+    UpstreamProtocol, WeightedBackend,
 };
 
 use crate::authority;
@@ -30,6 +30,7 @@ use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
+use crate::policy::{self, Applied};
 use crate::pool::Lease;
 use crate::retry;
 use crate::router::{self, RequestView, RouteOutcome};
@@ -158,7 +159,9 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 ///
 /// The request goes through named phases, each a function below:
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
-/// 2. (check: policies that may refuse the request — the place where they will go);
+/// 2. [`policy::check`]: the policies that may refuse the request (a local rate limit),
+///    after [`policy::resolve`] found the settings of the request's rule, route and
+///    Gateway (timeouts, retries, rate limit);
 /// 3. [`choose`]: a backend of the rule by weight, an endpoint of its cluster by the
 ///    balancer ([`crate::balance`]);
 /// 4. [`rewrite`]: the forwarded head (hop-by-hop headers, `x-forwarded-*`, filters,
@@ -341,7 +344,18 @@ fn phases(
     log: Option<&mut AccessLog>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
-    let Matched { rule, raw_host } = route(ctx, &snapshot, &mut req)?;
+    let Matched {
+        rule,
+        raw_host,
+        applied,
+    } = route(ctx, &snapshot, &mut req)?;
+    policy::check(
+        &ctx.shared.rate_limits,
+        &applied,
+        ctx.remote,
+        req.headers(),
+        start,
+    )?;
     let backends = match &rule.action {
         Action::Forward(backends) => backends,
         // A rule that cannot forward (no usable backend) fails a gRPC request the gRPC
@@ -360,18 +374,26 @@ fn phases(
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
     }
-    let retried = rule.retry.as_ref().is_some_and(|r| r.attempts > 0)
+    let retried = applied.retry(&rule).is_some_and(|r| r.attempts > 0)
         && req.body().is_end_stream()
         && !req.headers().contains_key(header::UPGRADE);
-    let mut rewritten = rewrite(ctx, &rule, &mut target, req, raw_host)?;
+    let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     if retried {
         // The head is kept for the retries; the attempts run in one boxed future, so
         // requests without retries keep the small inline one.
-        let fut = retry::forward(Arc::clone(ctx), rule, target, rewritten.parts, start);
+        let fut = retry::forward(
+            Arc::clone(ctx),
+            rule,
+            applied,
+            target,
+            rewritten.parts,
+            start,
+        );
         return Ok(Routed::Retrying(Box::pin(fut)));
     }
     address(&mut rewritten.parts, &rule, &target)?;
-    Ok(Routed::Forward(send(ctx, rule, target, rewritten, start)))
+    let limit = attempt_limit(ctx, &applied.timeouts, start);
+    Ok(Routed::Forward(send(ctx, rule, target, rewritten, limit)))
 }
 
 /// What [`route`] found.
@@ -379,6 +401,9 @@ struct Matched {
     rule: Arc<RouteRule>,
     /// The host as the client sent it (the one kept after [`authority::canonical_host`]).
     raw_host: Option<HeaderValue>,
+    /// The settings of the rule and of the policies attached to it, its route and its
+    /// listener's Gateway.
+    applied: Applied,
 }
 
 /// Phase 1: makes the request's host and path canonical (one host, one normal path,
@@ -411,7 +436,12 @@ fn route(
         RouteOutcome::Matched(rule) => Arc::clone(rule),
     };
     drop(host);
-    Ok(Matched { rule, raw_host })
+    let applied = policy::resolve(snapshot, &listener.listener.gateway, &rule);
+    Ok(Matched {
+        rule,
+        raw_host,
+        applied,
+    })
 }
 
 /// Phase 3: a backend of the rule (by weight) and an endpoint of its cluster (by the
@@ -525,6 +555,7 @@ struct Rewritten {
 fn rewrite(
     ctx: &ConnContext,
     rule: &RouteRule,
+    timeouts: &Timeouts,
     target: &mut Target,
     req: Request<Incoming>,
     raw_host: Option<HeaderValue>,
@@ -550,10 +581,9 @@ fn rewrite(
     add_forwarded(&mut parts.headers, ctx, raw_host);
     filters::apply_request_filters(rule, &mut parts);
     if !target.mirrors.is_empty() {
-        let limit = rule
-            .timeouts
+        let limit = timeouts
             .request_limit()
-            .or(rule.timeouts.backend_request_limit())
+            .or(timeouts.backend_request_limit())
             .unwrap_or(mirror::DEFAULT_TIMEOUT);
         let mirrors = std::mem::take(&mut target.mirrors);
         mirror::send(ctx, &parts, !body.is_end_stream(), mirrors, limit);
@@ -600,15 +630,16 @@ pub(crate) fn address(
     Ok(())
 }
 
-/// How long one attempt may wait for its response head: what is left of the route's
-/// request timeout, at most its backend-request timeout; a route without either gets
-/// the listener's upstream-response timeout (no upstream may hold a request forever).
+/// How long one attempt may wait for its response head: what is left of the request
+/// timeout, at most the backend-request timeout (the route's, else its policies'); a
+/// request with neither gets the listener's upstream-response timeout (no upstream may
+/// hold a request forever).
 pub(crate) fn attempt_limit(
     ctx: &ConnContext,
-    rule: &RouteRule,
+    timeouts: &Timeouts,
     start: Instant,
 ) -> Option<Duration> {
-    let t = &rule.timeouts;
+    let t = timeouts;
     let remaining = t.request_limit().map(|d| d.saturating_sub(start.elapsed()));
     let limit = match (remaining, t.backend_request_limit()) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -622,21 +653,20 @@ pub(crate) fn attempt_limit(
     (!upstream_response.is_zero()).then_some(upstream_response)
 }
 
-/// Phase 5: hands the request to the upstream pool, bounded by the route's request and
-/// backend-request timeouts (or the listener's upstream-response timeout).
+/// Phase 5: hands the request to the upstream pool, bounded by `limit` (from
+/// [`attempt_limit`]).
 fn send(
     ctx: &ConnContext,
     rule: Arc<RouteRule>,
     target: Target,
     rewritten: Rewritten,
-    start: Instant,
+    limit: Option<Duration>,
 ) -> Forwarding<impl Future<Output = UpstreamResult> + Send + use<>> {
     let Rewritten {
         parts,
         body,
         client_upgrade,
     } = rewritten;
-    let limit = attempt_limit(ctx, &rule, start);
     let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
     let send = ctx
         .shared

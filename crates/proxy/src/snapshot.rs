@@ -13,8 +13,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    ClusterKey, ContentHash, Delta, DeltaBatch, L4Route, Listener, ListenerKey, Resource,
-    ResourceKey, SniCert, VirtualHost,
+    ClusterKey, ContentHash, Delta, DeltaBatch, L4Route, Listener, ListenerKey, Policy,
+    PolicyTarget, Resource, ResourceKey, SniCert, VirtualHost,
 };
 
 use crate::balance::ClusterState;
@@ -53,6 +53,8 @@ pub struct SnapshotStats {
     pub sni_entries: usize,
     /// L4 routes (TLS passthrough hostnames, TCP routes) over all listeners.
     pub l4_routes: usize,
+    /// Policies (one per target: Gateway, route or rule).
+    pub policies: usize,
 }
 
 /// Immutable data-plane configuration. Cheap to clone (all parts behind `Arc`s or
@@ -63,6 +65,8 @@ pub struct Snapshot {
     listeners: Arc<HashMap<ListenerKey, Arc<ListenerState>>>,
     clusters: ShardedMap<ClusterKey, Arc<ClusterState>>,
     certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
+    /// Policies by target, looked up per request (see [`crate::policy`]).
+    policies: ShardedMap<PolicyTarget, Arc<Policy>>,
     /// Endpoint state (health, load), shared by every version derived from one another
     /// and kept across cluster changes (see [`crate::endpoints`]).
     endpoints: Arc<EndpointRegistry>,
@@ -90,6 +94,7 @@ impl Snapshot {
             listeners: Arc::default(),
             clusters: ShardedMap::new(),
             certificates: ShardedMap::new(),
+            policies: ShardedMap::new(),
             endpoints,
         }
     }
@@ -137,6 +142,7 @@ impl Snapshot {
             }
             ResourceKey::Cluster(c) => self.clusters.contains_key(c),
             ResourceKey::Certificate(h) => self.certificates.contains_key(h),
+            ResourceKey::Policy(t) => self.policies.contains_key(t),
         }
     }
 
@@ -223,6 +229,11 @@ impl Snapshot {
                         .insert(&r.host, r.clone());
                 }
             }
+            Resource::Policy(p) => {
+                if self.policies.get(&p.target) != Some(p) {
+                    self.policies.insert(p.target.clone(), p.clone());
+                }
+            }
         }
         Ok(())
     }
@@ -271,6 +282,9 @@ impl Snapshot {
                 // SNI entries still naming it keep their own Arc and keep working.
                 self.certificates.remove(h);
             }
+            ResourceKey::Policy(t) => {
+                self.policies.remove(t);
+            }
         }
     }
 
@@ -305,6 +319,16 @@ impl Snapshot {
         self.clusters.get(key)
     }
 
+    /// The policy attached to `target`, if any.
+    pub fn policy(&self, target: &PolicyTarget) -> Option<&Arc<Policy>> {
+        self.policies.get(target)
+    }
+
+    /// Whether any policy is attached to anything (requests skip the lookups when not).
+    pub fn has_policies(&self) -> bool {
+        !self.policies.is_empty()
+    }
+
     /// Counts of each kind of resource.
     pub fn stats(&self) -> SnapshotStats {
         SnapshotStats {
@@ -314,6 +338,7 @@ impl Snapshot {
             certificates: self.certificates.len(),
             sni_entries: self.listeners.values().map(|s| s.sni.len()).sum(),
             l4_routes: self.listeners.values().map(|s| s.l4.len()).sum(),
+            policies: self.policies.len(),
         }
     }
 
@@ -372,12 +397,22 @@ impl Snapshot {
             .map(|(h, _)| h.to_string())
             .collect();
         certificates.sort();
-        json!({
+        let mut policies: Vec<(String, Value)> = self
+            .policies
+            .iter()
+            .map(|(t, p)| (t.to_string(), to_value(&**p)))
+            .collect();
+        policies.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out = json!({
             "version": self.version,
             "listeners": listeners,
             "clusters": clusters,
             "certificates": certificates,
-        })
+        });
+        if !policies.is_empty() {
+            out["policies"] = Value::Object(policies.into_iter().collect());
+        }
+        out
     }
 }
 
@@ -588,7 +623,8 @@ mod tests {
                 clusters: 1,
                 certificates: 1,
                 sni_entries: 1,
-                l4_routes: 0
+                l4_routes: 0,
+                policies: 0,
             }
         );
         assert_eq!(s.listeners().count(), 1);
@@ -627,7 +663,8 @@ mod tests {
                 clusters: 0,
                 certificates: 0,
                 sni_entries: 0,
-                l4_routes: 0
+                l4_routes: 0,
+                policies: 0,
             }
         );
         assert_eq!(

@@ -35,6 +35,7 @@ fn main() {
         "{:>8} {:>12} {:>16} {:>10}",
         "routes", "initial", "per change", "deltas"
     );
+    let mut rows = Vec::new();
     for n in [1_000usize, 10_000, 100_000] {
         let mut t = Translator::new(options.clone());
         let mut changes = vec![
@@ -67,6 +68,40 @@ fn main() {
         println!(
             "{n:>8} {:>12.1?} {:>16.1?} {:>10.2}",
             initial,
+            per,
+            deltas as f64 / rounds as f64
+        );
+        rows.push((n, t));
+    }
+
+    // One Gateway-wide TrafficPolicy over all N routes, edited: the policy is its own
+    // resource, so an edit is one delta whatever N.
+    println!(
+        "\n{:>8} {:>16} {:>10}   (one Gateway-wide policy edited)",
+        "routes", "per edit", "deltas"
+    );
+    for (n, mut t) in rows {
+        let policy = |k: usize| {
+            object(serde_json::json!({
+                "apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+                "metadata": {"name": "limits", "namespace": "default"},
+                "spec": {
+                    "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}],
+                    "rateLimit": {"local": {"requests": 100 + k, "unit": "Second"}}
+                }
+            }))
+        };
+        t.apply([ObjectChange::Upsert(policy(0))]);
+        let rounds = 2_000;
+        let edits: Vec<_> = (1..=rounds).map(policy).collect();
+        let mut deltas = 0;
+        let start = Instant::now();
+        for p in edits {
+            deltas += t.apply([ObjectChange::Upsert(p)]).batch.deltas.len();
+        }
+        let per = start.elapsed() / rounds as u32;
+        println!(
+            "{n:>8} {:>16.1?} {:>10.2}",
             per,
             deltas as f64 / rounds as f64
         );

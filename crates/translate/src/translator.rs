@@ -15,11 +15,12 @@ use weir_model::{Certificate, ClusterKey, Resource, ResourceKey, RouteRule};
 
 use crate::compile::backend::{self, ClusterSource};
 use crate::compile::order::RuleOrder;
+use crate::compile::policy;
 use crate::compile::route_kind::RouteKind;
 use crate::compile::status;
 use crate::incremental::{
     ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey, HostTable,
-    KindClaims, L4Table, SniOwner, Sockets,
+    KindClaims, L4Table, PolicyIndex, SniOwner, Sockets,
 };
 use crate::store::{Dep, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -53,6 +54,7 @@ struct Dirty {
     ingresses: HashSet<ObjectKey>,
     gateway_status: HashSet<ObjectKey>,
     plain_status: HashSet<ObjectKey>,
+    policy_status: HashSet<ObjectKey>,
     resources: DirtyResources,
     statuses: Vec<(ObjectKey, ObjectStatus)>,
 }
@@ -80,6 +82,8 @@ pub struct Translator {
     routes: HashMap<ObjectKey, Contribution>,
     /// What each Ingress contributes, and the Ingress listeners.
     ingress: IngressState,
+    /// Policies, their targets and the Policy resources.
+    policies: PolicyIndex,
     /// The IR and statuses emitted so far.
     emitter: Emitter,
 }
@@ -91,6 +95,7 @@ struct Sources<'a> {
     hosts: &'a HostTable,
     l4: &'a L4Table,
     clusters: &'a ClusterRefs,
+    policies: &'a PolicyIndex,
 }
 
 impl Desired for Sources<'_> {
@@ -112,6 +117,10 @@ impl Desired for Sources<'_> {
             ResourceKey::L4Route(k, h) => {
                 self.l4.route(*k, h).map(|r| Resource::L4Route(Arc::new(r)))
             }
+            ResourceKey::Policy(t) => self
+                .policies
+                .resource(t)
+                .map(|p| Resource::Policy(Arc::new(p))),
             ResourceKey::Certificate(_) => None,
         }
     }
@@ -136,6 +145,7 @@ impl Translator {
             clusters: ClusterRefs::default(),
             routes: HashMap::new(),
             ingress: IngressState::default(),
+            policies: PolicyIndex::default(),
             emitter: Emitter::default(),
         }
     }
@@ -171,6 +181,7 @@ impl Translator {
             hosts: &self.hosts,
             l4: &self.l4,
             clusters: &self.clusters,
+            policies: &self.policies,
         };
         let batch = self.emitter.emit(&d.resources, &sources);
         let mut statuses = std::mem::take(&mut d.statuses);
@@ -228,9 +239,36 @@ impl Translator {
         match key.kind {
             Kind::Gateway | Kind::XListenerSet | Kind::ListenerSet => {
                 d.gateways.insert(key.clone());
+                self.policies.object_changed(
+                    key,
+                    &self.store,
+                    &mut d.resources,
+                    &mut d.policy_status,
+                );
             }
             Kind::HttpRoute | Kind::TlsRoute | Kind::TcpRoute | Kind::GrpcRoute => {
                 d.routes.insert(key.clone());
+                self.policies.object_changed(
+                    key,
+                    &self.store,
+                    &mut d.resources,
+                    &mut d.policy_status,
+                );
+            }
+            Kind::TrafficPolicy => {
+                let compiled = match new {
+                    Some(Object::TrafficPolicy(p)) => {
+                        Some((policy::compile(p), self.store.age(key)))
+                    }
+                    _ => None,
+                };
+                self.policies.set(
+                    key,
+                    compiled,
+                    &self.store,
+                    &mut d.resources,
+                    &mut d.policy_status,
+                );
             }
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
@@ -323,6 +361,13 @@ impl Translator {
         for gk in std::mem::take(&mut d.gateway_status) {
             let st = self.gateways.status(&gk);
             self.set_status(&gk, st, d);
+        }
+        for k in std::mem::take(&mut d.policy_status) {
+            let generation = self.store.get(&k).and_then(|o| o.metadata().generation);
+            let st = self
+                .policies
+                .status(&k, &self.opts.controller_name, generation);
+            self.set_status(&k, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
             let st = self.store.get(&k).and_then(|o| {

@@ -103,6 +103,59 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: r1, namespace: default}
 spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.test]
+  rules:
+  - {matches: [{path: {value: /x}}], backendRefs: [{name: svc, port: 80}]}
+  - {name: main, backendRefs: [{name: svc, port: 80}]}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p1, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  timeouts: {request: 10s}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p1, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}, {group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
+  rateLimit: {local: {requests: 5, unit: Second}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p1, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  rateLimit: {local: {requests: 0, unit: Second}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p2, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1, sectionName: main}]
+  retry: {attempts: 2, retryOn: [5xx]}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p2, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
+  timeouts: {backendRequest: 1s}
+  retry: {attempts: 1}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p3, namespace: default, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}, {group: gateway.networking.k8s.io, kind: Gateway, name: gw2}]
+  retry: {attempts: 4}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
   parentRefs: [{name: gw}, {name: gw2}]
   hostnames: [a.test, b.test]
   rules:

@@ -183,3 +183,57 @@ fn one_passthrough_hostname_among_many() {
         Delta::Remove(ResourceKey::L4Route(..))
     ));
 }
+
+fn policy(name: &str, target: serde_json::Value, spec: serde_json::Value) -> Arc<Object> {
+    let mut v = serde_json::json!({
+        "apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    });
+    v["spec"]["targetRefs"] = serde_json::json!([target]);
+    object(v)
+}
+
+/// A Gateway-wide policy covers every route without being copied into any: attaching,
+/// editing and removing it are one delta each, however many routes it covers.
+#[test]
+fn one_gateway_policy_over_many_routes() {
+    let mut t = Translator::new(options(true));
+    let mut changes = vec![ObjectChange::Upsert(object(serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+    })))];
+    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    t.apply(changes);
+    let gw =
+        serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"});
+    let only_policy = |out: &weir_translate::TranslateOutput| {
+        assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
+        assert!(matches!(out.batch.deltas[0].key(), ResourceKey::Policy(_)));
+        let kinds: Vec<Kind> = out.statuses.iter().map(|(k, _)| k.kind).collect();
+        assert!(kinds.iter().all(|k| *k == Kind::TrafficPolicy), "{kinds:?}");
+    };
+    let limit =
+        |n: u32| serde_json::json!({"rateLimit": {"local": {"requests": n, "unit": "Second"}}});
+    let out = t.apply([ObjectChange::Upsert(policy("all", gw.clone(), limit(100)))]);
+    only_policy(&out);
+    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
+    let out = t.apply([ObjectChange::Upsert(policy("all", gw.clone(), limit(50)))]);
+    only_policy(&out);
+    // One route's own policy: one delta too.
+    let r = serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r7"});
+    let out = t.apply([ObjectChange::Upsert(policy(
+        "r7",
+        r,
+        serde_json::json!({"timeouts": {"request": "1s"}}),
+    ))]);
+    only_policy(&out);
+    let out = t.apply([ObjectChange::Delete(ObjectKey::new(
+        Kind::TrafficPolicy,
+        "default",
+        "all",
+    ))]);
+    only_policy(&out);
+    assert!(matches!(&out.batch.deltas[0], Delta::Remove(_)));
+}

@@ -81,6 +81,27 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
                     .map(move |c| line(&scope, c))
             })
             .collect(),
+        ObjectStatus::Policy(s) => s
+            .ancestors
+            .iter()
+            .flat_map(|a| {
+                let r = &a.ancestor_ref;
+                let mut scope = format!(
+                    "target {} {}",
+                    r.kind.as_deref().unwrap_or("Gateway"),
+                    r.name
+                );
+                if let Some(sec) = &r.section_name {
+                    scope.push('/');
+                    scope.push_str(sec);
+                }
+                scope.push_str(": ");
+                a.conditions
+                    .iter()
+                    .filter(|c| bad(c))
+                    .map(move |c| line(&scope, c))
+            })
+            .collect(),
         ObjectStatus::Ingress { problems, .. } => problems.clone(),
         ObjectStatus::Problems(p) => p.clone(),
     }

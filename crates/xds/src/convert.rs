@@ -9,10 +9,10 @@ use std::time::Duration;
 use weir_model::{
     Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
     DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
-    L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, PathMatch, PathNormalization,
-    PathRewrite, Pattern, Protocol, QueryMatch, Redirect, RequestMatch, Resource, ResourceKey,
-    Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol,
-    VirtualHost, WeightedBackend,
+    L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PathMatch,
+    PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
+    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -89,8 +89,149 @@ pub fn key_to_wire(k: &ResourceKey) -> wire::ResourceKey {
             ResourceKey::Certificate(h) => Key::Certificate(h.0),
             ResourceKey::Sni(l, h) => Key::Sni(hk(l, h)),
             ResourceKey::L4Route(l, h) => Key::L4Route(hk(l, h)),
+            ResourceKey::Policy(t) => Key::Policy(target_to_wire(t)),
         }),
     }
+}
+
+fn target_to_wire(t: &PolicyTarget) -> wire::PolicyTarget {
+    use wire::policy_target::Target;
+    wire::PolicyTarget {
+        target: Some(match t {
+            PolicyTarget::Gateway(g) => Target::Gateway(g.to_string()),
+            PolicyTarget::Route {
+                kind,
+                namespace,
+                name,
+            } => Target::Route(route_ref_to_wire(&RouteRef {
+                kind: *kind,
+                namespace: namespace.clone(),
+                name: name.clone(),
+                rule: 0,
+            })),
+            PolicyTarget::Rule(r) => Target::Rule(route_ref_to_wire(r)),
+        }),
+    }
+}
+
+fn target_from_wire(t: &wire::PolicyTarget) -> Result<PolicyTarget, InvalidResource> {
+    use wire::policy_target::Target;
+    Ok(match t.target.as_ref().ok_or_else(|| missing("target"))? {
+        Target::Gateway(g) => PolicyTarget::Gateway(g.as_str().into()),
+        Target::Route(r) => {
+            PolicyTarget::route_of(&route_ref_from_wire(r).map_err(within("route"))?)
+        }
+        Target::Rule(r) => PolicyTarget::Rule(route_ref_from_wire(r).map_err(within("rule"))?),
+    })
+}
+
+fn timeouts_to_wire(t: &Timeouts) -> wire::Timeouts {
+    wire::Timeouts {
+        request_ns: t.request.map(|d| d.as_nanos() as u64),
+        backend_request_ns: t.backend_request.map(|d| d.as_nanos() as u64),
+    }
+}
+
+fn timeouts_from_wire(t: Option<wire::Timeouts>) -> Timeouts {
+    let t = t.unwrap_or_default();
+    Timeouts {
+        request: t.request_ns.map(Duration::from_nanos),
+        backend_request: t.backend_request_ns.map(Duration::from_nanos),
+    }
+}
+
+fn retry_to_wire(rt: &Retry) -> wire::Retry {
+    wire::Retry {
+        attempts: rt.attempts,
+        codes: rt.codes.iter().map(|c| u32::from(*c)).collect(),
+        backoff_ns: rt.backoff.as_nanos() as u64,
+    }
+}
+
+fn retry_from_wire(rt: &wire::Retry) -> Result<Retry, InvalidResource> {
+    let mut codes = rt
+        .codes
+        .iter()
+        .map(|c| status("retry.codes", *c))
+        .collect::<Result<Vec<u16>, _>>()?;
+    codes.sort_unstable();
+    codes.dedup();
+    Ok(Retry {
+        attempts: rt.attempts,
+        codes,
+        backoff: Duration::from_nanos(rt.backoff_ns),
+    })
+}
+
+fn policy_to_wire(p: &Policy) -> wire::Policy {
+    use wire::local_rate_limit::Key;
+    wire::Policy {
+        target: Some(target_to_wire(&p.target)),
+        timeouts: p.timeouts.is_set().then(|| timeouts_to_wire(&p.timeouts)),
+        retry: p.retry.as_ref().map(retry_to_wire),
+        rate_limit: p.rate_limit.as_ref().map(|(name, l)| wire::LocalRateLimit {
+            policy: name.to_string(),
+            requests: l.requests,
+            per_ns: l.per.as_nanos() as u64,
+            burst: l.burst,
+            key: Some(match &l.key {
+                RateLimitKey::ClientIp => Key::ClientIp(true),
+                RateLimitKey::Header(h) => Key::Header(h.to_string()),
+                RateLimitKey::Target => Key::Target(true),
+            }),
+        }),
+    }
+}
+
+fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
+    use wire::local_rate_limit::Key;
+    let target = target_from_wire(p.target.as_ref().ok_or_else(|| missing("target"))?)
+        .map_err(within("target"))?;
+    let retry = p.retry.as_ref().map(retry_from_wire).transpose()?;
+    let rate_limit = match &p.rate_limit {
+        None => None,
+        Some(l) => {
+            if l.requests == 0 || l.burst == 0 || l.per_ns == 0 {
+                return Err(invalid(
+                    "rate_limit",
+                    "requests, per and burst must be positive",
+                ));
+            }
+            let key = match l.key.as_ref().ok_or_else(|| missing("rate_limit.key"))? {
+                Key::ClientIp(_) => RateLimitKey::ClientIp,
+                Key::Header(h) => {
+                    if http_token(h).is_none() {
+                        return Err(invalid("rate_limit.header", "not a header name"));
+                    }
+                    RateLimitKey::Header(h.to_ascii_lowercase().into())
+                }
+                Key::Target(_) => RateLimitKey::Target,
+            };
+            Some((
+                l.policy.as_str().into(),
+                LocalRateLimit {
+                    requests: l.requests,
+                    per: Duration::from_nanos(l.per_ns),
+                    burst: l.burst,
+                    key,
+                },
+            ))
+        }
+    };
+    Ok(Policy::new(
+        target,
+        timeouts_from_wire(p.timeouts),
+        retry,
+        rate_limit,
+    ))
+}
+
+/// `Some` when `s` is a non-empty HTTP token (a valid header name).
+fn http_token(s: &str) -> Option<&str> {
+    let ok = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    ok.then_some(s)
 }
 
 /// A key from the wire.
@@ -118,6 +259,7 @@ pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResour
             let (l, h) = hk("l4_route", h)?;
             ResourceKey::L4Route(l, h)
         }
+        Key::Policy(t) => ResourceKey::Policy(target_from_wire(t).map_err(within("policy"))?),
     })
 }
 
@@ -130,6 +272,7 @@ pub fn version_of(r: &Resource) -> u64 {
         Resource::Certificate(c) => c.hash().0,
         Resource::Sni(s) => s.hash().0,
         Resource::L4Route(r) => r.hash().0,
+        Resource::Policy(p) => p.hash().0,
     }
 }
 
@@ -199,6 +342,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 })
                 .collect(),
         }),
+        Resource::Policy(p) => R::Policy(policy_to_wire(p)),
     };
     wire::Resource {
         version: version_of(r),
@@ -348,6 +492,7 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
                 })
                 .collect(),
         ))),
+        R::Policy(p) => Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?)),
     };
     if version_of(&built) != r.version {
         return Err(invalid(
@@ -582,15 +727,8 @@ fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
                 }),
             }),
         }),
-        timeouts: Some(wire::Timeouts {
-            request_ns: r.timeouts.request.map(|d| d.as_nanos() as u64),
-            backend_request_ns: r.timeouts.backend_request.map(|d| d.as_nanos() as u64),
-        }),
-        retry: r.retry.as_ref().map(|rt| wire::Retry {
-            attempts: rt.attempts,
-            codes: rt.codes.iter().map(|c| u32::from(*c)).collect(),
-            backoff_ns: rt.backoff.as_nanos() as u64,
-        }),
+        timeouts: Some(timeouts_to_wire(&r.timeouts)),
+        retry: r.retry.as_ref().map(retry_to_wire),
     }
 }
 
@@ -666,27 +804,7 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
             reason: f.reason.as_str().into(),
         },
     };
-    let t = r.timeouts.unwrap_or_default();
-    let timeouts = Timeouts {
-        request: t.request_ns.map(Duration::from_nanos),
-        backend_request: t.backend_request_ns.map(Duration::from_nanos),
-    };
-    let retry = match &r.retry {
-        None => None,
-        Some(rt) => {
-            let mut codes = rt
-                .codes
-                .iter()
-                .map(|c| status("retry.codes", *c))
-                .collect::<Result<Vec<u16>, _>>()?;
-            codes.sort_unstable();
-            codes.dedup();
-            Some(Retry {
-                attempts: rt.attempts,
-                codes,
-                backoff: Duration::from_nanos(rt.backoff_ns),
-            })
-        }
-    };
+    let timeouts = timeouts_from_wire(r.timeouts);
+    let retry = r.retry.as_ref().map(retry_from_wire).transpose()?;
     Ok(RouteRule::new(route, matcher, filters, action, timeouts).with_retry(retry))
 }

@@ -2,9 +2,10 @@
 //! listener, and one [`Session`] per connected data plane that tracks what that data
 //! plane holds and computes the next update from the keys that changed since its last one.
 //!
-//! Work per change is O(keys changed × sessions of the owning Gateway); clusters and
-//! certificates are looked at by every session but included only where a virtual host or
-//! SNI entry of the session's Gateway references them.
+//! Work per change is O(keys changed × sessions of the owning Gateway); clusters,
+//! certificates and route policies are looked at by every session but included only
+//! where a virtual host or SNI entry of the session's Gateway references them; a
+//! Gateway-wide policy goes to its Gateway's sessions (`ResourceKey::gateway`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +32,8 @@ struct Inner {
     owner: HashMap<ListenerKey, Arc<str>>,
     /// Listener → its virtual-host and SNI keys.
     on_listener: HashMap<ListenerKey, HashSet<ResourceKey>>,
+    /// Gateway → the keys of resources of the Gateway itself (Gateway-wide policies).
+    on_gateway: HashMap<Arc<str>, HashSet<ResourceKey>>,
     sessions: HashMap<u64, Registered>,
     next_id: u64,
 }
@@ -83,7 +86,12 @@ impl Hub {
                         (_, Some(l)) => {
                             inner.on_listener.entry(l).or_default().insert(key.clone());
                         }
-                        (_, None) => {}
+                        (_, None) => {
+                            if let Some(g) = key.gateway() {
+                                let keys = inner.on_gateway.entry(g.clone()).or_default();
+                                keys.insert(key.clone());
+                            }
+                        }
                     }
                     inner.resources.insert(key.clone(), r.clone());
                 }
@@ -101,7 +109,16 @@ impl Hub {
                                 }
                             }
                         }
-                        (_, None) => {}
+                        (_, None) => {
+                            if let Some(g) = k.gateway()
+                                && let Some(set) = inner.on_gateway.get_mut(g)
+                            {
+                                set.remove(k);
+                                if set.is_empty() {
+                                    inner.on_gateway.remove(g);
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -112,7 +129,7 @@ impl Hub {
             touched.push((after, key));
         }
         for (owner, key) in touched {
-            let shared = key.listener().is_none();
+            let shared = key.listener().is_none() && key.gateway().is_none();
             for s in inner.sessions.values_mut() {
                 if shared || owner.as_ref() == Some(&s.gateway) {
                     s.dirty.insert(key.clone());
@@ -162,6 +179,10 @@ impl Hub {
             if let Some(keys) = inner.on_listener.get(&l) {
                 dirty.extend(keys.iter().cloned());
             }
+        }
+        // Resources of the Gateway itself (Gateway-wide policies).
+        if let Some(keys) = inner.on_gateway.get(&gateway) {
+            dirty.extend(keys.iter().cloned());
         }
         let notify = Arc::new(Notify::new());
         notify.notify_one();
@@ -233,7 +254,10 @@ impl Hub {
 }
 
 fn owner_of(inner: &Inner, key: &ResourceKey) -> Option<Arc<str>> {
-    key.listener().and_then(|l| inner.owner.get(&l).cloned())
+    match key.listener() {
+        Some(l) => inner.owner.get(&l).cloned(),
+        None => key.gateway().cloned(),
+    }
 }
 
 /// What a resource needs a data plane to hold as well, beyond its Gateway's listeners
@@ -333,12 +357,17 @@ impl Session {
             }
             let mine = |l: &ListenerKey| inner.owner.get(l) == Some(&self.gateway);
             // A resource under a listener is this data plane's when its Gateway owns the
-            // listener; a shared one (cluster, certificate) while something it holds
+            // listener; one of a Gateway (a Gateway-wide policy) when it is its Gateway;
+            // a shared one (cluster, certificate, route policy) while something it holds
             // references it.
-            let desired = inner.resources.get(&k).filter(|_| match k.listener() {
-                Some(l) => mine(&l),
-                None => self.refs.get(&k).is_some_and(|n| *n > 0),
-            });
+            let desired = inner
+                .resources
+                .get(&k)
+                .filter(|_| match (k.listener(), k.gateway()) {
+                    (Some(l), _) => mine(&l),
+                    (None, Some(g)) => *g == self.gateway,
+                    (None, None) => self.refs.get(&k).is_some_and(|n| *n > 0),
+                });
             if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();
                 let new = desired.map(refs_of).unwrap_or_default();

@@ -258,3 +258,78 @@ fn l4_routes_follow_their_listener_and_bring_their_clusters() {
     );
     assert!(b.next_update().is_none());
 }
+
+fn policy(target: PolicyTarget, secs: u64) -> Resource {
+    Resource::Policy(Arc::new(Policy::new(
+        target,
+        Timeouts {
+            request: Some(std::time::Duration::from_secs(secs)),
+            backend_request: None,
+        },
+        None,
+        None,
+    )))
+}
+
+/// A Gateway-wide policy goes to its Gateway's sessions (at subscribe and when it
+/// changes); a route's policy goes where a virtual host with that route's rules is.
+#[test]
+fn policies_go_to_their_gateway_and_to_the_holders_of_their_routes() {
+    let hub = two_gateways();
+    let route = |host: &str| PolicyTarget::Route {
+        kind: RouteKind::HttpRoute,
+        namespace: "ns".into(),
+        name: host.into(),
+    };
+    hub.apply(&batch(
+        vec![
+            policy(PolicyTarget::Gateway("ns/a".into()), 1),
+            policy(PolicyTarget::Gateway("ns/b".into()), 1),
+            policy(route("b.test"), 1),
+        ],
+        vec![],
+    ));
+    let mut a = hub.subscribe("ns/a", "n", HashMap::default());
+    let u = a.next_update().unwrap();
+    let (up, _) = keys(&u);
+    assert!(up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))));
+    assert!(!up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/b".into()))));
+    assert!(!up.contains(&ResourceKey::Policy(route("b.test"))));
+    a.ack(u.nonce, vec![]);
+    let mut b = hub.subscribe("ns/b", "n", HashMap::default());
+    let u = b.next_update().unwrap();
+    let (up, _) = keys(&u);
+    assert!(up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/b".into()))));
+    assert!(up.contains(&ResourceKey::Policy(route("b.test"))));
+    b.ack(u.nonce, vec![]);
+    // Editing ns/a's policy reaches ns/a only; a policy for a.test's route reaches a
+    // once it exists, without any virtual host changing.
+    hub.apply(&batch(
+        vec![
+            policy(PolicyTarget::Gateway("ns/a".into()), 2),
+            policy(route("a.test"), 2),
+        ],
+        vec![],
+    ));
+    assert!(b.next_update().is_none());
+    let u = a.next_update().unwrap();
+    let (mut up, _) = keys(&u);
+    up.sort();
+    assert_eq!(
+        up,
+        vec![
+            ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into())),
+            ResourceKey::Policy(route("a.test")),
+        ]
+    );
+    a.ack(u.nonce, vec![]);
+    hub.apply(&batch(
+        vec![],
+        vec![ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))],
+    ));
+    let u = a.next_update().unwrap();
+    assert_eq!(
+        keys(&u).1,
+        vec![ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))]
+    );
+}

@@ -246,24 +246,10 @@ fn compile_rule(
             "{field}.backendRefs: must be empty when the rule answers with a redirect or DirectResponse"
         ));
     }
-    let mut timeouts = Timeouts::default();
-    if let Some(t) = &rule.timeouts {
-        if let Some(r) = &t.request {
-            // `0s` disables the timeout: kept as zero, unlike an unset field.
-            timeouts.request = Some(
-                duration::parse(r)
-                    .map_err(|e| format!("{field}.timeouts.request: {e}"))?
-                    .unwrap_or(Duration::ZERO),
-            );
-        }
-        if let Some(r) = &t.backend_request {
-            timeouts.backend_request = Some(
-                duration::parse(r)
-                    .map_err(|e| format!("{field}.timeouts.backendRequest: {e}"))?
-                    .unwrap_or(Duration::ZERO),
-            );
-        }
-    }
+    let timeouts = match &rule.timeouts {
+        Some(t) => compile_timeouts(t, &format!("{field}.timeouts"))?,
+        None => Timeouts::default(),
+    };
     let retry = rule
         .retry
         .as_ref()
@@ -301,7 +287,29 @@ const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(25);
 /// More retries than this would multiply a failing backend's load for no gain.
 const MAX_RETRY_ATTEMPTS: i64 = 10;
 
-fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result<Retry, String> {
+/// HTTPRoute `timeouts` (also a TrafficPolicy's): `0s` disables a timeout, kept as zero,
+/// unlike an unset field.
+pub(crate) fn compile_timeouts(
+    t: &weir_api::HttpRouteTimeouts,
+    field: &str,
+) -> Result<Timeouts, String> {
+    let one = |v: &Option<String>, name: &str| -> Result<Option<Duration>, String> {
+        v.as_ref()
+            .map(|r| {
+                duration::parse(r)
+                    .map(|d| d.unwrap_or(Duration::ZERO))
+                    .map_err(|e| format!("{field}.{name}: {e}"))
+            })
+            .transpose()
+    };
+    Ok(Timeouts {
+        request: one(&t.request, "request")?,
+        backend_request: one(&t.backend_request, "backendRequest")?,
+    })
+}
+
+/// HTTPRoute `retry` (also the base of a TrafficPolicy's).
+pub(crate) fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result<Retry, String> {
     let attempts = match r.attempts {
         None => DEFAULT_RETRY_ATTEMPTS,
         Some(a) if (0..=MAX_RETRY_ATTEMPTS).contains(&a) => a as u32,

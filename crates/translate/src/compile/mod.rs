@@ -16,6 +16,7 @@ pub(crate) mod ingress;
 pub(crate) mod l4_route;
 pub(crate) mod listener;
 pub(crate) mod order;
+pub(crate) mod policy;
 pub(crate) mod route_kind;
 pub(crate) mod settings;
 pub(crate) mod status;

@@ -14,6 +14,7 @@ mod hosts;
 mod index;
 mod kind_claims;
 mod l4;
+mod policies;
 mod refcount;
 pub(crate) mod small;
 mod sockets;
@@ -26,6 +27,7 @@ pub(crate) use hosts::{HostKey, HostTable, SniOwner};
 pub(crate) use index::{MultiIndex, OrdIndex};
 pub(crate) use kind_claims::{Claim, KindClaims};
 pub(crate) use l4::L4Table;
+pub(crate) use policies::PolicyIndex;
 pub(crate) use refcount::RefCount;
 pub(crate) use sockets::Sockets;
 

@@ -90,6 +90,16 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
         }
     }
 
+    /// The entries in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        let (one, many) = match self {
+            SmallOrdMap::Empty => (None, None),
+            SmallOrdMap::One(k, v) => (Some((k, v)), None),
+            SmallOrdMap::Many(map) => (None, Some(map.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
     /// The keys in order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         let (one, many) = match self {

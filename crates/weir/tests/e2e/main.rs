@@ -8,6 +8,7 @@ mod grpc;
 mod ingress;
 mod l4;
 mod listener_sets;
+mod policies;
 mod reload;
 mod routing;
 mod tls;

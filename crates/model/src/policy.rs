@@ -1,0 +1,176 @@
+//! Policies: settings attached to a Gateway, a route or one rule of a route, kept as
+//! resources of their own and looked up by the data plane per request, so that editing
+//! a policy that covers many routes is one delta.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
+use crate::route::{Retry, RouteKind, RouteRef, Timeouts};
+
+/// What a [`Policy`] applies to, as the data plane sees a request: every key is derived
+/// from what the request already carries (its listener's Gateway, its rule's
+/// [`RouteRef`]), so nothing else names a policy and attaching one changes no route.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum PolicyTarget {
+    /// Every request on the listeners whose [`crate::Listener::gateway`] is this
+    /// (`namespace/name`).
+    Gateway(Arc<str>),
+    /// Every rule of one route object.
+    Route {
+        /// Object kind.
+        kind: RouteKind,
+        /// Object namespace.
+        namespace: Arc<str>,
+        /// Object name.
+        name: Arc<str>,
+    },
+    /// One rule of a route object (by its index, as in [`RouteRef::rule`]).
+    Rule(RouteRef),
+}
+
+impl PolicyTarget {
+    /// The route-wide target of a rule's origin.
+    pub fn route_of(r: &RouteRef) -> PolicyTarget {
+        PolicyTarget::Route {
+            kind: r.kind,
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyTarget::Gateway(g) => write!(f, "gateway {g}"),
+            PolicyTarget::Route {
+                kind,
+                namespace,
+                name,
+            } => write!(f, "{kind:?} {namespace}/{name}"),
+            PolicyTarget::Rule(r) => {
+                write!(f, "{:?} {}/{} rule {}", r.kind, r.namespace, r.name, r.rule)
+            }
+        }
+    }
+}
+
+/// What a local rate limit counts requests by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum RateLimitKey {
+    /// The client's IP address (one budget per client).
+    ClientIp,
+    /// The value of a request header (lower-case name); requests without it share one
+    /// budget.
+    Header(Arc<str>),
+    /// Nothing: one budget for everything the policy's target serves.
+    Target,
+}
+
+/// A token bucket per key (GCRA): `requests` per `per` on average, at most `burst` at
+/// once. A request over budget is answered `429` with `Retry-After`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct LocalRateLimit {
+    /// Requests allowed per `per`.
+    pub requests: u32,
+    /// The window the rate is expressed in (one second, minute or hour).
+    pub per: Duration,
+    /// Requests allowed at once after an idle period (≥ 1).
+    pub burst: u32,
+    /// What one budget is kept for.
+    pub key: RateLimitKey,
+}
+
+impl LocalRateLimit {
+    /// The time one request's token takes to come back.
+    pub fn interval(&self) -> Duration {
+        self.per / self.requests.max(1)
+    }
+}
+
+/// The settings every policy object attached to one target contributes, merged field by
+/// field (of several policies on one target, the oldest sets a field). The data plane
+/// resolves a request's settings from the most specific target that sets each field:
+/// rule, then route, then Gateway; a route's own `timeouts` and `retry` fields win over
+/// every policy.
+#[derive(Clone, Debug, Serialize)]
+pub struct Policy {
+    /// What it applies to (its key).
+    pub target: PolicyTarget,
+    /// Request and per-attempt timeouts (`None` fields: not set here).
+    #[serde(skip_serializing_if = "timeouts_unset")]
+    pub timeouts: Timeouts,
+    /// Retries of failed attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+    /// A local rate limit, and the policy object (`namespace/name`) that set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<(Arc<str>, LocalRateLimit)>,
+    hash: ContentHash,
+}
+eq_by_content_hash!(Policy);
+
+fn timeouts_unset(t: &Timeouts) -> bool {
+    !t.is_set()
+}
+
+impl Policy {
+    /// Builds a policy and computes its content hash.
+    pub fn new(
+        target: PolicyTarget,
+        timeouts: Timeouts,
+        retry: Option<Retry>,
+        rate_limit: Option<(Arc<str>, LocalRateLimit)>,
+    ) -> Self {
+        let hash = content_hash(&(&target, &timeouts, &retry, &rate_limit));
+        Policy {
+            target,
+            timeouts,
+            retry,
+            rate_limit,
+            hash,
+        }
+    }
+
+    /// Whether it sets nothing (such a policy is not emitted).
+    pub fn is_empty(&self) -> bool {
+        !self.timeouts.is_set() && self.retry.is_none() && self.rate_limit.is_none()
+    }
+
+    /// The content hash computed at construction.
+    pub fn hash(&self) -> ContentHash {
+        self.hash
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_divides_the_window() {
+        let l = LocalRateLimit {
+            requests: 4,
+            per: Duration::from_secs(1),
+            burst: 4,
+            key: RateLimitKey::ClientIp,
+        };
+        assert_eq!(l.interval(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn hash_covers_target_and_settings() {
+        let t = |g: &str| PolicyTarget::Gateway(g.into());
+        let timeouts = Timeouts {
+            request: Some(Duration::from_secs(1)),
+            backend_request: None,
+        };
+        let a = Policy::new(t("ns/a"), timeouts.clone(), None, None);
+        assert_eq!(a, Policy::new(t("ns/a"), timeouts.clone(), None, None));
+        assert_ne!(a, Policy::new(t("ns/b"), timeouts, None, None));
+        assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
+    }
+}

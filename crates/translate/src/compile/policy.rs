@@ -1,0 +1,332 @@
+//! TrafficPolicy: its targets and its validated settings (pure; the attachment and the
+//! merge per target are in `crate::incremental::PolicyIndex`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_api::{
+    HttpRouteRetry, Kind, LocalRateLimitSpec, PolicyRetry, RateLimitKeyType, RateLimitUnit,
+    RetryOn, TrafficPolicy,
+};
+use weir_model::{LocalRateLimit, RateLimitKey, Retry, Timeouts};
+
+use crate::compile::http_route::{compile_retry, compile_timeouts};
+
+/// One targetRef of a policy, resolved to its namespace (a policy targets objects of its
+/// own namespace).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct TargetRef {
+    /// The target's kind; `None` for a group/kind weir does not attach policies to.
+    pub(crate) kind: Option<Kind>,
+    pub(crate) group: Arc<str>,
+    pub(crate) kind_name: Arc<str>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) name: Arc<str>,
+    pub(crate) section: Option<Arc<str>>,
+}
+
+/// What one policy object sets (every field optional), shared by every target it names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PolicySettings {
+    /// `namespace/name` of the policy (named by rate-limit refusals and logs).
+    pub(crate) name: Arc<str>,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) retry: Option<Retry>,
+    pub(crate) rate_limit: Option<LocalRateLimit>,
+}
+
+/// The fields of a policy, for per-field merging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Field {
+    RequestTimeout,
+    BackendRequestTimeout,
+    Retry,
+    RateLimit,
+}
+
+impl Field {
+    pub(crate) const ALL: [Field; 4] = [
+        Field::RequestTimeout,
+        Field::BackendRequestTimeout,
+        Field::Retry,
+        Field::RateLimit,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Field::RequestTimeout => "timeouts.request",
+            Field::BackendRequestTimeout => "timeouts.backendRequest",
+            Field::Retry => "retry",
+            Field::RateLimit => "rateLimit.local",
+        }
+    }
+}
+
+impl PolicySettings {
+    /// Whether the policy sets `field`.
+    pub(crate) fn sets(&self, field: Field) -> bool {
+        match field {
+            Field::RequestTimeout => self.timeouts.request.is_some(),
+            Field::BackendRequestTimeout => self.timeouts.backend_request.is_some(),
+            Field::Retry => self.retry.is_some(),
+            Field::RateLimit => self.rate_limit.is_some(),
+        }
+    }
+}
+
+/// A compiled policy: its targets, and its settings or why they are invalid.
+pub(crate) struct CompiledPolicy {
+    pub(crate) targets: Vec<TargetRef>,
+    pub(crate) settings: Result<Arc<PolicySettings>, String>,
+}
+
+/// Compiles a TrafficPolicy.
+pub(crate) fn compile(p: &TrafficPolicy) -> CompiledPolicy {
+    let ns: Arc<str> = p.metadata.namespace.as_str().into();
+    let mut targets: Vec<TargetRef> = p
+        .spec
+        .target_refs
+        .iter()
+        .map(|t| TargetRef {
+            kind: target_kind(&t.group, &t.kind),
+            group: t.group.as_str().into(),
+            kind_name: t.kind.as_str().into(),
+            namespace: ns.clone(),
+            name: t.name.as_str().into(),
+            section: t.section_name.as_deref().map(Into::into),
+        })
+        .collect();
+    targets.sort();
+    targets.dedup();
+    let name: Arc<str> = format!("{}/{}", p.metadata.namespace, p.metadata.name).into();
+    CompiledPolicy {
+        targets,
+        settings: settings(p, name).map(Arc::new),
+    }
+}
+
+/// The kinds a TrafficPolicy attaches to.
+fn target_kind(group: &str, kind: &str) -> Option<Kind> {
+    match (group, kind) {
+        ("gateway.networking.k8s.io", "Gateway") => Some(Kind::Gateway),
+        ("gateway.networking.k8s.io", "HTTPRoute") => Some(Kind::HttpRoute),
+        _ => None,
+    }
+}
+
+fn settings(p: &TrafficPolicy, name: Arc<str>) -> Result<PolicySettings, String> {
+    let spec = &p.spec;
+    if spec.target_refs.is_empty() {
+        return Err("spec.targetRefs: at least one target is required".into());
+    }
+    let timeouts = match &spec.timeouts {
+        Some(t) => compile_timeouts(t, "spec.timeouts")?,
+        None => Timeouts::default(),
+    };
+    let retry = spec
+        .retry
+        .as_ref()
+        .map(|r| policy_retry(r, "spec.retry"))
+        .transpose()?;
+    let rate_limit = match spec.rate_limit.as_ref().and_then(|r| r.local.as_ref()) {
+        Some(l) => Some(local_rate_limit(l, "spec.rateLimit.local")?),
+        None => None,
+    };
+    let s = PolicySettings {
+        name,
+        timeouts,
+        retry,
+        rate_limit,
+    };
+    if !Field::ALL.iter().any(|f| s.sets(*f)) {
+        return Err("spec: sets nothing (timeouts, retry or rateLimit)".into());
+    }
+    Ok(s)
+}
+
+fn policy_retry(r: &PolicyRetry, field: &str) -> Result<Retry, String> {
+    let mut retry = compile_retry(
+        &HttpRouteRetry {
+            codes: r.codes.clone(),
+            attempts: r.attempts,
+            backoff: r.backoff.clone(),
+        },
+        field,
+    )?;
+    for class in r.retry_on.iter().flatten() {
+        match class {
+            RetryOn::ServerError => retry.codes.extend(500..=599),
+            RetryOn::GatewayError => retry.codes.extend_from_slice(&[502, 503, 504]),
+        }
+    }
+    retry.codes.sort_unstable();
+    retry.codes.dedup();
+    Ok(retry)
+}
+
+/// The most requests a local limit may allow at once (each bucket is one counter; the
+/// bound keeps `burst × interval` within the limiter's arithmetic).
+const MAX_BURST: i64 = 1_000_000;
+
+fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimit, String> {
+    let requests = match l.requests {
+        Some(r) if (1..=1_000_000_000).contains(&r) => r as u32,
+        Some(r) => {
+            return Err(format!(
+                "{field}.requests: {r} is not between 1 and 1000000000"
+            ));
+        }
+        None => return Err(format!("{field}.requests: required")),
+    };
+    let per = match l.unit {
+        Some(RateLimitUnit::Second) => Duration::from_secs(1),
+        Some(RateLimitUnit::Minute) => Duration::from_secs(60),
+        Some(RateLimitUnit::Hour) => Duration::from_secs(3600),
+        None => return Err(format!("{field}.unit: required")),
+    };
+    let burst = match l.burst {
+        None => requests.min(MAX_BURST as u32),
+        Some(b) if (1..=MAX_BURST).contains(&b) => b as u32,
+        Some(b) => {
+            return Err(format!(
+                "{field}.burst: {b} is not between 1 and {MAX_BURST}"
+            ));
+        }
+    };
+    let key = match l.key.as_ref() {
+        None => RateLimitKey::ClientIp,
+        Some(k) => match (k.type_, k.header.as_deref()) {
+            (None | Some(RateLimitKeyType::ClientIp), None) => RateLimitKey::ClientIp,
+            (Some(RateLimitKeyType::Header), Some(h)) if is_header_name(h) => {
+                RateLimitKey::Header(h.to_ascii_lowercase().into())
+            }
+            (Some(RateLimitKeyType::Header), Some(h)) => {
+                return Err(format!("{field}.key.header: {h:?} is not a header name"));
+            }
+            (Some(RateLimitKeyType::Header), None) => {
+                return Err(format!("{field}.key.header: required"));
+            }
+            (Some(RateLimitKeyType::Target), None) => RateLimitKey::Target,
+            (None | Some(RateLimitKeyType::ClientIp | RateLimitKeyType::Target), Some(_)) => {
+                return Err(format!("{field}.key.header: only allowed with type Header"));
+            }
+        },
+    };
+    Ok(LocalRateLimit {
+        requests,
+        per,
+        burst,
+        key,
+    })
+}
+
+/// An HTTP token (RFC 9110 §5.1).
+fn is_header_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(yaml: &str) -> TrafficPolicy {
+        let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        match weir_api::Object::from_value(v).unwrap() {
+            weir_api::Object::TrafficPolicy(p) => p,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const HEAD: &str =
+        "apiVersion: weir.dev/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, namespace: ns}\n";
+
+    #[test]
+    fn reads_every_field() {
+        let p = policy(&format!(
+            "{HEAD}spec:\n  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]\n  \
+             timeouts: {{request: 10s, backendRequest: 0s}}\n  \
+             retry: {{attempts: 3, codes: [429], retryOn: [gateway-error], backoff: 100ms}}\n  \
+             rateLimit: {{local: {{requests: 5, unit: Minute, key: {{type: Header, header: X-Api-Key}}}}}}\n"
+        ));
+        let c = compile(&p);
+        assert_eq!(c.targets.len(), 1);
+        assert_eq!(c.targets[0].kind, Some(Kind::Gateway));
+        let s = c.settings.unwrap();
+        assert_eq!(&*s.name, "ns/p");
+        assert_eq!(s.timeouts.request, Some(Duration::from_secs(10)));
+        assert_eq!(s.timeouts.backend_request, Some(Duration::ZERO));
+        let r = s.retry.as_ref().unwrap();
+        assert_eq!((r.attempts, &r.codes[..]), (3, &[429, 502, 503, 504][..]));
+        assert_eq!(r.backoff, Duration::from_millis(100));
+        let l = s.rate_limit.as_ref().unwrap();
+        assert_eq!((l.requests, l.burst), (5, 5));
+        assert_eq!(l.per, Duration::from_secs(60));
+        assert_eq!(l.key, RateLimitKey::Header("x-api-key".into()));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let t = "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n";
+        let cases = [
+            ("  retry: {attempts: 11}\n", "spec.retry.attempts"),
+            ("  timeouts: {request: 1x}\n", "spec.timeouts.request"),
+            (
+                "  rateLimit: {local: {requests: 0, unit: Second}}\n",
+                "spec.rateLimit.local.requests",
+            ),
+            (
+                "  rateLimit: {local: {requests: 1}}\n",
+                "spec.rateLimit.local.unit",
+            ),
+            (
+                "  rateLimit: {local: {requests: 1, unit: Second, key: {type: Header}}}\n",
+                "spec.rateLimit.local.key.header",
+            ),
+            ("  {}\n", "spec: sets nothing"),
+        ];
+        for (spec, want) in cases {
+            let spec = if spec.trim() == "{}" {
+                String::new()
+            } else {
+                spec.to_string()
+            };
+            let p = policy(&format!("{HEAD}spec:\n{t}{spec}"));
+            let err = compile(&p).settings.unwrap_err();
+            assert!(err.starts_with(want), "{err} should start with {want}");
+        }
+        let p = policy(&format!("{HEAD}spec:\n  timeouts: {{request: 1s}}\n"));
+        assert!(
+            compile(&p)
+                .settings
+                .unwrap_err()
+                .starts_with("spec.targetRefs")
+        );
+    }
+
+    /// Values outside an enum are refused when the object is read (as the API server
+    /// refuses them by the CRD's schema), so a file edit with one keeps the last good
+    /// object in effect.
+    #[test]
+    fn enum_values_are_checked_when_read() {
+        for (spec, field) in [
+            ("retry: {retryOn: [connect]}", "spec.retry.retryOn[0]"),
+            (
+                "rateLimit: {local: {requests: 1, unit: Day}}",
+                "spec.rateLimit.local.unit",
+            ),
+            (
+                "rateLimit: {local: {requests: 1, unit: Second, key: {type: Cookie}}}",
+                "spec.rateLimit.local.key.type",
+            ),
+        ] {
+            let v: serde_json::Value =
+                serde_saphyr::from_str(&format!("{HEAD}spec:\n  {spec}\n")).unwrap();
+            match weir_api::Object::from_value(v) {
+                Err(weir_api::InvalidObject::Field { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Policy attachment: which policies target which object, what each target resolves to
+//! in the IR ([`PolicyTarget`]) and the merged [`Policy`] resource per target.
+//!
+//! A policy is never copied into the routes it covers: the data plane finds a request's
+//! policies by keys derived from the request (its rule's origin, its listener's
+//! Gateway). Editing a policy marks only the `Policy` resources of its own targets
+//! dirty, and a route or Gateway change only re-resolves the targetRefs that name it.
+
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashSet};
+
+use weir_api::{
+    Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference,
+    PolicyAncestorStatus, PolicyStatus, Reason,
+};
+use weir_model::{Policy, PolicyTarget, ResourceKey, RouteKind, RouteRef, Timeouts};
+
+use crate::compile::order::Age;
+use crate::compile::policy::{CompiledPolicy, Field, PolicySettings, TargetRef};
+use crate::incremental::{DirtyResources, MultiIndex, OrdIndex};
+use crate::store::Store;
+
+/// Who set a field: the oldest policy wins.
+type Owner = (Age, ObjectKey);
+
+/// One policy as last compiled.
+struct Entry {
+    owner: Owner,
+    targets: Vec<TargetRef>,
+    settings: Result<Arc<PolicySettings>, String>,
+}
+
+/// Policies, their targets and the `Policy` resources.
+#[derive(Default)]
+pub(crate) struct PolicyIndex {
+    policies: HashMap<ObjectKey, Entry>,
+    /// Target → the valid policies naming it, oldest first.
+    attached: OrdIndex<TargetRef, Owner, Arc<PolicySettings>>,
+    /// Object → the targetRefs naming it, with the policy of each (several policies may
+    /// name one target; it is resolved while one does).
+    by_object: MultiIndex<ObjectKey, (TargetRef, ObjectKey)>,
+    /// TargetRef → what it resolved to, while its object exists (and its section).
+    resolved: HashMap<TargetRef, PolicyTarget>,
+    /// The reverse of `resolved`.
+    by_model: HashMap<PolicyTarget, TargetRef>,
+}
+
+impl PolicyIndex {
+    /// Replaces what policy `key` contributes with `new` (`None`: deleted). Marks the
+    /// `Policy` resources of its old and new targets dirty, and adds to `statuses` every
+    /// policy whose status may have changed.
+    pub(crate) fn set(
+        &mut self,
+        key: &ObjectKey,
+        new: Option<(CompiledPolicy, Age)>,
+        store: &Store,
+        dirty: &mut DirtyResources,
+        statuses: &mut HashSet<ObjectKey>,
+    ) {
+        statuses.insert(key.clone());
+        let mut touched: Vec<TargetRef> = Vec::new();
+        if let Some(old) = self.policies.remove(key) {
+            for t in old.targets {
+                if old.settings.is_ok() {
+                    self.attached.remove(&t, &old.owner);
+                }
+                self.by_object
+                    .remove(&object_of(&t), &(t.clone(), key.clone()));
+                touched.push(t);
+            }
+        }
+        if let Some((c, age)) = new {
+            let owner = (age, key.clone());
+            for t in &c.targets {
+                if let Ok(s) = &c.settings {
+                    self.attached.insert(t.clone(), owner.clone(), s.clone());
+                }
+                self.by_object
+                    .insert(object_of(t), (t.clone(), key.clone()));
+                touched.push(t.clone());
+            }
+            self.policies.insert(
+                key.clone(),
+                Entry {
+                    owner,
+                    targets: c.targets,
+                    settings: c.settings,
+                },
+            );
+        }
+        touched.sort();
+        touched.dedup();
+        for t in touched {
+            self.settle(&t, store, dirty, statuses);
+        }
+    }
+
+    /// Re-resolves the targetRefs naming `object` (it was created, changed or deleted).
+    pub(crate) fn object_changed(
+        &mut self,
+        object: &ObjectKey,
+        store: &Store,
+        dirty: &mut DirtyResources,
+        statuses: &mut HashSet<ObjectKey>,
+    ) {
+        let mut refs: Vec<TargetRef> = self.by_object.get(object).map(|(t, _)| t.clone()).collect();
+        refs.sort();
+        refs.dedup();
+        for t in refs {
+            self.settle(&t, store, dirty, statuses);
+        }
+    }
+
+    /// Resolves `t` again and marks what depends on it: its old and new `Policy`
+    /// resources, and the status of every policy naming it.
+    fn settle(
+        &mut self,
+        t: &TargetRef,
+        store: &Store,
+        dirty: &mut DirtyResources,
+        statuses: &mut HashSet<ObjectKey>,
+    ) {
+        let named = self.by_object.get(&object_of(t)).any(|(r, _)| r == t);
+        let now = if named { resolve(t, store) } else { None };
+        let before = match &now {
+            Some(m) => self.resolved.insert(t.clone(), m.clone()),
+            None => self.resolved.remove(t),
+        };
+        if let Some(b) = &before {
+            if self.by_model.get(b) == Some(t) {
+                self.by_model.remove(b);
+            }
+            dirty.insert(ResourceKey::Policy(b.clone()));
+        }
+        if let Some(m) = now {
+            // Two targetRefs resolving to one target (a route with duplicate rule
+            // names): the first keeps it.
+            self.by_model.entry(m.clone()).or_insert_with(|| t.clone());
+            dirty.insert(ResourceKey::Policy(m));
+        }
+        statuses.extend(self.attached.keys(t).map(|(_, k)| k.clone()));
+    }
+
+    /// The `Policy` resource of `target`: every valid policy on it merged field by field
+    /// (the oldest sets each field); `None` when nothing is attached or nothing is set.
+    pub(crate) fn resource(&self, target: &PolicyTarget) -> Option<Policy> {
+        let t = self.by_model.get(target)?;
+        let attached = self.attached.get(t)?;
+        let mut timeouts = Timeouts::default();
+        let (mut retry, mut rate_limit) = (None, None);
+        for (_, s) in attached.iter() {
+            if timeouts.request.is_none() {
+                timeouts.request = s.timeouts.request;
+            }
+            if timeouts.backend_request.is_none() {
+                timeouts.backend_request = s.timeouts.backend_request;
+            }
+            if retry.is_none() {
+                retry = s.retry.clone();
+            }
+            if rate_limit.is_none() {
+                rate_limit = s.rate_limit.clone().map(|l| (s.name.clone(), l));
+            }
+        }
+        let p = Policy::new(target.clone(), timeouts, retry, rate_limit);
+        (!p.is_empty()).then_some(p)
+    }
+
+    /// The status of policy `key`: one ancestor entry per target (the target itself).
+    pub(crate) fn status(
+        &self,
+        key: &ObjectKey,
+        controller: &str,
+        generation: Option<i64>,
+    ) -> Option<ObjectStatus> {
+        let e = self.policies.get(key)?;
+        let ancestors = e
+            .targets
+            .iter()
+            .map(|t| {
+                let (ok, reason, message) = self.accepted(e, t);
+                PolicyAncestorStatus {
+                    ancestor_ref: ParentReference {
+                        group: Some(t.group.to_string()),
+                        kind: Some(t.kind_name.to_string()),
+                        namespace: Some(t.namespace.to_string()),
+                        name: t.name.to_string(),
+                        section_name: t.section.as_deref().map(str::to_owned),
+                        port: None,
+                    },
+                    controller_name: controller.to_owned(),
+                    conditions: vec![Condition::new(
+                        ConditionType::Accepted,
+                        ok,
+                        reason,
+                        message,
+                        generation,
+                    )],
+                }
+            })
+            .collect();
+        Some(ObjectStatus::Policy(PolicyStatus { ancestors }))
+    }
+
+    /// The `Accepted` condition of policy `e` for target `t`.
+    fn accepted(&self, e: &Entry, t: &TargetRef) -> (bool, Reason, String) {
+        let settings = match &e.settings {
+            Ok(s) => s,
+            Err(why) => return (false, Reason::Invalid, why.clone()),
+        };
+        match (t.kind, &t.section) {
+            (None, _) => {
+                return (
+                    false,
+                    Reason::Invalid,
+                    format!(
+                        "{}{}{}: TrafficPolicies attach to a Gateway or an HTTPRoute (and one of its rules by sectionName)",
+                        t.kind_name,
+                        if t.group.is_empty() { "" } else { "." },
+                        t.group
+                    ),
+                );
+            }
+            (Some(Kind::Gateway), Some(_)) => {
+                return (
+                    false,
+                    Reason::Invalid,
+                    "sectionName on a Gateway (one listener) is not supported; target the Gateway or its routes".into(),
+                );
+            }
+            _ => {}
+        }
+        if !self.resolved.contains_key(t) {
+            let what = match &t.section {
+                Some(s) => format!("{} {}/{} rule {s:?}", t.kind_name, t.namespace, t.name),
+                None => format!("{} {}/{}", t.kind_name, t.namespace, t.name),
+            };
+            return (false, Reason::TargetNotFound, format!("{what} not found"));
+        }
+        // Fields an older policy on the same target already sets.
+        let mut lost: Vec<(&'static str, &ObjectKey)> = Vec::new();
+        let mut kept = 0;
+        for f in Field::ALL {
+            if !settings.sets(f) {
+                continue;
+            }
+            let first = self
+                .attached
+                .get(t)
+                .and_then(|m| m.iter().find(|(_, s)| s.sets(f)).map(|(o, _)| &o.1));
+            match first {
+                Some(k) if *k != e.owner.1 => lost.push((f.name(), k)),
+                _ => kept += 1,
+            }
+        }
+        let describe = |lost: &[(&str, &ObjectKey)]| {
+            lost.iter()
+                .map(|(f, k)| format!("{f} (set by {}/{})", k.namespace, k.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if kept == 0 {
+            (
+                false,
+                Reason::Conflicted,
+                format!(
+                    "every field is set by an older policy on the same target: {}",
+                    describe(&lost)
+                ),
+            )
+        } else if lost.is_empty() {
+            (true, Reason::Accepted, "Accepted".into())
+        } else {
+            (
+                true,
+                Reason::Accepted,
+                format!(
+                    "Accepted; overridden by older policies on the same target: {}",
+                    describe(&lost)
+                ),
+            )
+        }
+    }
+}
+
+/// The object a targetRef names (its section aside).
+fn object_of(t: &TargetRef) -> ObjectKey {
+    // Unsupported kinds are keyed by a kind that never changes their resolution.
+    let kind = t.kind.unwrap_or(Kind::TrafficPolicy);
+    ObjectKey {
+        kind,
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+    }
+}
+
+/// What `t` names in the IR, if its object (and section) exists.
+fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
+    let kind = t.kind?;
+    let obj = store.get(&object_of(t))?;
+    match (&**obj, &t.section) {
+        (Object::Gateway(_), None) => Some(PolicyTarget::Gateway(
+            format!("{}/{}", t.namespace, t.name).into(),
+        )),
+        (Object::HttpRoute(_), None) => Some(PolicyTarget::Route {
+            kind: RouteKind::HttpRoute,
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        }),
+        (Object::HttpRoute(r), Some(section)) => {
+            let i = r
+                .spec
+                .rules
+                .iter()
+                .position(|rule| rule.name.as_deref() == Some(&**section))?;
+            Some(PolicyTarget::Rule(RouteRef {
+                kind: RouteKind::HttpRoute,
+                namespace: t.namespace.clone(),
+                name: t.name.clone(),
+                rule: u32::try_from(i).ok()?,
+            }))
+        }
+        _ => {
+            debug_assert!(kind != Kind::HttpRoute || t.section.is_some());
+            None
+        }
+    }
+}

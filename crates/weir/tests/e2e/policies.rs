@@ -1,0 +1,111 @@
+//! TrafficPolicy from files: a Gateway-wide rate limit answers 429, editing the policy
+//! file changes it live, an edit the schema refuses keeps the last good policy, and
+//! removing the file lifts the limit.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+fn manifests(port: u16, backend_yaml: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
+  listeners:
+  - {{name: http, protocol: HTTP, port: {port}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [app.test]
+  rules:
+  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
+---
+{backend_yaml}"
+    )
+}
+
+fn limit(burst: u32) -> String {
+    format!(
+        "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: limit}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  rateLimit:
+    local: {{requests: 1, unit: Hour, burst: {burst}, key: {{type: Header, header: x-client}}}}
+"
+    )
+}
+
+async fn call(addr: std::net::SocketAddr, client: &str) -> Resp {
+    let req = get("app.test", "/")
+        .header("x-client", client)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    send_http1(addr, req).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_rate_limit_from_a_file_changes_live() {
+    let port = free_port();
+    let a = echo("a").await;
+    let gw = Gateway::start(&[
+        ("app.yaml", manifests(port, &backend("default", "a", &[a]))),
+        ("policy.yaml", limit(2)),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "probe").await.status == 429
+        })
+        .await,
+        "the policy applies"
+    );
+    for _ in 0..2 {
+        assert_eq!(call(addr, "x").await.status, 200);
+    }
+    let r = call(addr, "x").await;
+    assert_eq!(r.status, 429);
+    assert!(r.headers.contains_key("retry-after"));
+
+    // A larger burst: the client's bucket is kept and now has room.
+    gw.write("policy.yaml", &limit(5));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "x").await.status == 200
+        })
+        .await,
+        "the edited limit applies"
+    );
+
+    // An edit with a value outside the schema is refused when the file is read (as the
+    // API server would refuse it): the last good policy stays in effect.
+    gw.write(
+        "policy.yaml",
+        &limit(5).replace("unit: Hour", "unit: Fortnight"),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        assert_eq!(call(addr, "z").await.status, 200);
+    }
+    assert_eq!(call(addr, "z").await.status, 429);
+
+    // Removing the policy lifts the limit.
+    gw.remove("policy.yaml");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "x").await.status == 200
+        })
+        .await
+    );
+    for _ in 0..10 {
+        assert_eq!(call(addr, "x").await.status, 200);
+    }
+}
