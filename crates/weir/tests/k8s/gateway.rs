@@ -81,7 +81,10 @@ pub async fn class_and_gateway_status_and_traffic(ctx: Arc<Ctx>) {
     assert_eq!(l["name"], "http");
     assert_eq!(
         l["supportedKinds"],
-        json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}])
+        json!([
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
+            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}
+        ])
     );
     assert!(
         has(&l["conditions"], "Accepted", "True", "Accepted"),
