@@ -70,6 +70,17 @@ pub enum RateLimitKey {
     Target,
 }
 
+impl RateLimitKey {
+    /// Whether `name` can be the header of [`RateLimitKey::Header`]: a non-empty HTTP
+    /// token (RFC 9110 §5.1), checked by the translator and by the wire decode alike.
+    pub fn is_header_name(name: &str) -> bool {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }
+}
+
 /// A token bucket per key (GCRA): `requests` per `per` on average, at most `burst` at
 /// once. A request over budget is answered `429` with `Retry-After`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]

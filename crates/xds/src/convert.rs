@@ -200,7 +200,7 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             let key = match l.key.as_ref().ok_or_else(|| missing("rate_limit.key"))? {
                 Key::ClientIp(_) => RateLimitKey::ClientIp,
                 Key::Header(h) => {
-                    if http_token(h).is_none() {
+                    if !RateLimitKey::is_header_name(h) {
                         return Err(invalid("rate_limit.header", "not a header name"));
                     }
                     RateLimitKey::Header(h.to_ascii_lowercase().into())
@@ -224,14 +224,6 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
         retry,
         rate_limit,
     ))
-}
-
-/// `Some` when `s` is a non-empty HTTP token (a valid header name).
-fn http_token(s: &str) -> Option<&str> {
-    let ok = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    ok.then_some(s)
 }
 
 /// A key from the wire.

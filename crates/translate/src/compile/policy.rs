@@ -197,7 +197,7 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
         None => RateLimitKey::ClientIp,
         Some(k) => match (k.type_, k.header.as_deref()) {
             (None | Some(RateLimitKeyType::ClientIp), None) => RateLimitKey::ClientIp,
-            (Some(RateLimitKeyType::Header), Some(h)) if is_header_name(h) => {
+            (Some(RateLimitKeyType::Header), Some(h)) if RateLimitKey::is_header_name(h) => {
                 RateLimitKey::Header(h.to_ascii_lowercase().into())
             }
             (Some(RateLimitKeyType::Header), Some(h)) => {
@@ -218,13 +218,6 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
         burst,
         key,
     })
-}
-
-/// An HTTP token (RFC 9110 §5.1).
-fn is_header_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]
