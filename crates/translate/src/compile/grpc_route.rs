@@ -23,17 +23,14 @@ use weir_api::{
     GrpcMethodMatch, GrpcRoute, GrpcRouteFilter, GrpcRouteMatch, GrpcRouteRule, Kind, ObjectKey,
     ParentReference,
 };
-use weir_model::{
-    Action, Filter, HeaderMatch, PathMatch, Pattern, RequestMatch, RouteRef, RouteRule,
-};
+use weir_model::{Filter, HeaderMatch, PathMatch, Pattern, RequestMatch, Timeouts};
 
 use crate::compile::backend_ref::{RouteCtx, forward, mirror};
 use crate::compile::fields::{header_modifier, is_token, regex_error, string_match};
 use crate::compile::http_route::direct_response;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
-use crate::compile::route_kind::{
-    CompiledRoute, Referrer, RouteKind, RouteObject, route_hostnames,
-};
+use crate::compile::route_kind::{CompiledRoute, RouteKind, RouteObject};
+use crate::compile::rules::{CompiledRule, RouteId, RuleMatch, compile_rules};
 use crate::store::{Dep, Store};
 
 impl RouteObject for GrpcRoute {
@@ -60,70 +57,41 @@ struct GrpcMatch {
     method: usize,
 }
 
-fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &GrpcRoute) -> CompiledRoute {
-    let mut out = CompiledRoute::default();
-    route_hostnames(&route.spec.hostnames, &mut out);
-    let default_rules = [GrpcRouteRule::default()];
-    let rules: &[GrpcRouteRule] = if route.spec.rules.is_empty() {
-        &default_rules
-    } else {
-        &route.spec.rules
-    };
-    let origin = RuleOrigin {
-        age,
-        kind: weir_model::RouteKind::GrpcRoute,
-        namespace: &key.namespace,
-        name: &key.name,
-    };
-    for (i, rule) in rules.iter().enumerate() {
-        let field = format!("spec.rules[{i}]");
-        let mut ctx = RouteCtx {
-            store,
-            referrer: Referrer::Route(GrpcRoute::KIND),
-            ns: &key.namespace,
-            out: &mut out,
-        };
-        match compile_rule(&mut ctx, rule, &field) {
-            Ok((matches, filters, action)) => {
-                let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
-                let route_ref = RouteRef {
-                    kind: weir_model::RouteKind::GrpcRoute,
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    rule: rule_idx,
-                };
-                for (j, m) in matches.into_iter().enumerate() {
-                    let order = RuleOrder::grpc(
-                        &origin,
-                        &m.matcher,
-                        m.service,
-                        m.method,
-                        rule_idx,
-                        u32::try_from(j).unwrap_or(u32::MAX),
-                    );
-                    let rr = RouteRule::new(
-                        route_ref.clone(),
-                        m.matcher,
-                        filters.clone(),
-                        action.clone(),
-                        Default::default(),
-                    );
-                    out.rules.push((order, Arc::new(rr)));
-                }
-            }
-            Err(e) => out
-                .problems
-                .push(format!("{e} (rule {i} dropped; other rules still apply)")),
-        }
+impl RuleMatch for GrpcMatch {
+    /// GRPCRoute precedence: exact method matches first, then by the lengths of the
+    /// service and method conditions.
+    fn order(&self, origin: &RuleOrigin<'_>, rule: u32, matcher: u32) -> RuleOrder {
+        RuleOrder::grpc(
+            origin,
+            &self.matcher,
+            self.service,
+            self.method,
+            rule,
+            matcher,
+        )
     }
-    out
+
+    fn into_request(self) -> RequestMatch {
+        self.matcher
+    }
+}
+
+fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &GrpcRoute) -> CompiledRoute {
+    let id = RouteId {
+        store,
+        key,
+        age,
+        kind: GrpcRoute::KIND,
+        model_kind: weir_model::RouteKind::GrpcRoute,
+    };
+    compile_rules(id, &route.spec.hostnames, &route.spec.rules, compile_rule)
 }
 
 fn compile_rule(
     ctx: &mut RouteCtx<'_>,
     rule: &GrpcRouteRule,
     field: &str,
-) -> Result<(Vec<GrpcMatch>, Vec<Filter>, Action), String> {
+) -> Result<CompiledRule<GrpcMatch>, String> {
     let mut matches = Vec::new();
     for (j, m) in rule.matches.iter().enumerate() {
         matches.push(compile_match(m, &format!("{field}.matches[{j}]"))?);
@@ -214,7 +182,13 @@ fn compile_rule(
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)
     };
-    Ok((matches, filters, action))
+    Ok(CompiledRule {
+        matches,
+        filters,
+        action,
+        timeouts: Timeouts::default(),
+        retry: None,
+    })
 }
 
 fn compile_match(m: &GrpcRouteMatch, field: &str) -> Result<GrpcMatch, String> {

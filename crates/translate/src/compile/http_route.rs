@@ -6,9 +6,7 @@ use std::time::Duration;
 use weir_api::{
     HttpRoute, HttpRouteFilter, HttpRouteRule, Kind, ObjectKey, ParentReference, Reason,
 };
-use weir_model::{
-    Action, Filter, PathMatch, Redirect, RequestMatch, Retry, RouteRef, RouteRule, Timeouts,
-};
+use weir_model::{Action, Filter, PathMatch, Redirect, RequestMatch, Retry, Timeouts};
 
 use crate::compile::backend::RefError;
 use crate::compile::backend_ref::{RouteCtx, forward, mirror};
@@ -16,10 +14,9 @@ use crate::compile::duration;
 use crate::compile::fields::{
     compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
 };
-use crate::compile::order::{Age, RuleOrder, RuleOrigin};
-use crate::compile::route_kind::{
-    CompiledRoute, Referrer, RouteKind, RouteObject, route_hostnames,
-};
+use crate::compile::order::Age;
+use crate::compile::route_kind::{CompiledRoute, RouteKind, RouteObject};
+use crate::compile::rules::{CompiledRule, RouteId, compile_rules};
 use crate::store::{Dep, Store};
 
 impl RouteObject for HttpRoute {
@@ -40,77 +37,21 @@ impl RouteObject for HttpRoute {
 
 /// Compiles `route` (stored under `key`, with precedence `age`).
 fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> CompiledRoute {
-    let mut out = CompiledRoute::default();
-    route_hostnames(&route.spec.hostnames, &mut out);
-    let default_rules = [HttpRouteRule::default()];
-    let rules: &[HttpRouteRule] = if route.spec.rules.is_empty() {
-        &default_rules
-    } else {
-        &route.spec.rules
-    };
-    let origin = RuleOrigin {
+    let id = RouteId {
+        store,
+        key,
         age,
-        kind: weir_model::RouteKind::HttpRoute,
-        namespace: &key.namespace,
-        name: &key.name,
+        kind: HttpRoute::KIND,
+        model_kind: weir_model::RouteKind::HttpRoute,
     };
-    for (i, rule) in rules.iter().enumerate() {
-        let field = format!("spec.rules[{i}]");
-        let mut ctx = RouteCtx {
-            store,
-            referrer: Referrer::Route(HttpRoute::KIND),
-            ns: &key.namespace,
-            out: &mut out,
-        };
-        match compile_rule(&mut ctx, rule, &field) {
-            Ok((matches, filters, action, timeouts, retry)) => {
-                let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
-                let route_ref = RouteRef {
-                    kind: weir_model::RouteKind::HttpRoute,
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    rule: rule_idx,
-                };
-                for (j, m) in matches.into_iter().enumerate() {
-                    let order = RuleOrder::new(
-                        &origin,
-                        &m,
-                        false,
-                        rule_idx,
-                        u32::try_from(j).unwrap_or(u32::MAX),
-                    );
-                    let rr = RouteRule::new(
-                        route_ref.clone(),
-                        m,
-                        filters.clone(),
-                        action.clone(),
-                        timeouts.clone(),
-                    )
-                    .with_retry(retry.clone());
-                    out.rules.push((order, Arc::new(rr)));
-                }
-            }
-            Err(e) => out
-                .problems
-                .push(format!("{e} (rule {i} dropped; other rules still apply)")),
-        }
-    }
-    out
+    compile_rules(id, &route.spec.hostnames, &route.spec.rules, compile_rule)
 }
-
-type CompiledRule = (
-    Vec<RequestMatch>,
-    Vec<Filter>,
-    Action,
-    Timeouts,
-    Option<Retry>,
-);
 
 fn compile_rule(
     ctx: &mut RouteCtx<'_>,
     rule: &HttpRouteRule,
     field: &str,
-) -> Result<CompiledRule, String> {
+) -> Result<CompiledRule<RequestMatch>, String> {
     let mut matches = Vec::new();
     for (j, m) in rule.matches.iter().enumerate() {
         matches.push(compile_match(m, &format!("{field}.matches[{j}]"))?);
@@ -277,7 +218,13 @@ fn compile_rule(
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)
     };
-    Ok((matches, filters, action, timeouts, retry))
+    Ok(CompiledRule {
+        matches,
+        filters,
+        action,
+        timeouts,
+        retry,
+    })
 }
 
 /// Retries when unset: two, after 25 ms (Envoy's base interval), on connection failures

@@ -18,6 +18,7 @@ pub(crate) mod listener;
 pub(crate) mod order;
 pub(crate) mod policy;
 pub(crate) mod route_kind;
+pub(crate) mod rules;
 pub(crate) mod settings;
 pub(crate) mod status;
 pub(crate) mod tls;
