@@ -38,6 +38,7 @@ pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> Api
 pub(crate) fn watched() -> Vec<Watched> {
     const GW: &str = "gateway.networking.k8s.io";
     const NET: &str = "networking.k8s.io";
+    const WEIR: &str = "weir.dev";
     let w = |kind, resource, fields, has_status| Watched {
         kind,
         resource,
@@ -104,6 +105,26 @@ pub(crate) fn watched() -> Vec<Watched> {
             api_resource(GW, "v1", "GRPCRoute", "grpcroutes"),
             None,
             true,
+        ),
+        // weir's own kinds (deploy/crds/weir.dev.yaml); without those CRDs the
+        // watchers report them synced and empty, as above.
+        w(
+            Kind::TrafficPolicy,
+            api_resource(WEIR, "v1alpha1", "TrafficPolicy", "trafficpolicies"),
+            None,
+            true,
+        ),
+        w(
+            Kind::Backend,
+            api_resource(WEIR, "v1alpha1", "Backend", "backends"),
+            None,
+            false,
+        ),
+        w(
+            Kind::DirectResponse,
+            api_resource(WEIR, "v1alpha1", "DirectResponse", "directresponses"),
+            None,
+            false,
         ),
         w(
             Kind::ReferenceGrant,

@@ -138,6 +138,8 @@ impl WriterStats {
 /// Hands statuses to a background task that writes them. Dropping it stops the task.
 pub struct StatusWriter {
     tx: mpsc::UnboundedSender<Vec<(ObjectKey, ObjectStatus)>>,
+    /// The kinds whose status weir writes (those watched with `has_status`).
+    writable: HashSet<Kind>,
     /// The last Gateway statuses submitted, for [`StatusWriter::refresh`].
     gateways: std::sync::Mutex<HashMap<ObjectKey, ObjectStatus>>,
     /// (batches received, objects queued or in flight), published by the task.
@@ -173,11 +175,12 @@ impl StatusWriter {
         let (tx, rx) = mpsc::unbounded_channel();
         let (progress_tx, progress) = watch::channel((0, 0));
         let stats = WriterStats::new(registry);
-        let resources = kinds::watched()
+        let resources: HashMap<Kind, ApiResource> = kinds::watched()
             .into_iter()
             .filter(|w| w.has_status)
             .map(|w| (w.kind, w.resource))
             .collect();
+        let writable = resources.keys().copied().collect();
         let shared = Arc::new(Shared {
             client,
             live,
@@ -188,6 +191,7 @@ impl StatusWriter {
         let task = tokio::spawn(run(shared, rx, progress_tx));
         StatusWriter {
             tx,
+            writable,
             gateways: std::sync::Mutex::new(HashMap::new()),
             progress,
             sent: AtomicU64::new(0),
@@ -201,18 +205,7 @@ impl StatusWriter {
         let writable: Vec<_> = statuses
             .into_iter()
             .filter(|(k, s)| {
-                matches!(
-                    k.kind,
-                    Kind::GatewayClass
-                        | Kind::Gateway
-                        | Kind::XListenerSet
-                        | Kind::ListenerSet
-                        | Kind::HttpRoute
-                        | Kind::TlsRoute
-                        | Kind::TcpRoute
-                        | Kind::GrpcRoute
-                        | Kind::Ingress
-                ) && !matches!(s, ObjectStatus::Problems(_))
+                self.writable.contains(&k.kind) && !matches!(s, ObjectStatus::Problems(_))
             })
             .collect();
         {

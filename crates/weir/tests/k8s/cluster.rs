@@ -26,6 +26,9 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterRoleBinding" => "clusterrolebindings",
         "XListenerSet" => "xlistenersets",
         "ListenerSet" => "listenersets",
+        "TrafficPolicy" => "trafficpolicies",
+        "DirectResponse" => "directresponses",
+        "Backend" => "backends",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -67,16 +70,24 @@ fn parts(obj: &Value) -> (String, String, String, String) {
 /// Server-side applies each object (creates or updates it).
 pub async fn apply(client: &kube::Client, objects: &[Value]) {
     for obj in objects {
-        let (av, kind, ns, name) = parts(obj);
-        api_for(client, &av, &kind, &ns)
-            .patch(
-                &name,
-                &PatchParams::apply("weir-tests").force(),
-                &Patch::Apply(obj),
-            )
+        try_apply(client, obj)
             .await
-            .unwrap_or_else(|e| panic!("applying {kind} {ns}/{name}: {e}"));
+            .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Server-side applies one object; the API server's refusal as an error.
+pub async fn try_apply(client: &kube::Client, obj: &Value) -> Result<(), String> {
+    let (av, kind, ns, name) = parts(obj);
+    api_for(client, &av, &kind, &ns)
+        .patch(
+            &name,
+            &PatchParams::apply("weir-tests").force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("applying {kind} {ns}/{name}: {e}"))
 }
 
 /// Creates an object (fails if it exists).

@@ -19,6 +19,7 @@ mod env;
 mod gateway;
 mod ingress;
 mod listener_sets;
+mod policies;
 mod rbac;
 mod refs;
 mod scale;
@@ -81,6 +82,7 @@ const TESTS: &[(&str, Test)] = tests![
     rbac::deploy_manifest_rbac_is_sufficient,
     listener_sets::listener_set_status_and_traffic,
     listener_sets::xlistener_set_status_and_traffic,
+    policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
     scale::attached_routes_follow_a_thousand_routes,
 ];
