@@ -82,6 +82,29 @@ pub struct TrafficPolicySpec {
     pub retry: Option<PolicyRetry>,
     /// Rate limits.
     pub rate_limit: Option<RateLimitSpec>,
+    /// Requests must carry one of the API keys of these Secrets.
+    pub api_key_auth: Option<ApiKeyAuthSpec>,
+}
+
+/// API key authentication: a request must carry a key listed in one of `secretRefs`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ApiKeyAuthSpec {
+    /// Secrets in the policy's namespace; each entry of their `data` (or `stringData`) is
+    /// one client: the entry's name identifies the client, its value is the client's key.
+    pub secret_refs: Vec<LocalSecretReference>,
+    /// The request header carrying the key (default `x-api-key`).
+    pub header: Option<String>,
+    /// Whether the key header is forwarded to the backend (default false: removed).
+    pub forward_key: Option<bool>,
+}
+
+/// A Secret in the referring object's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalSecretReference {
+    /// The Secret's name.
+    pub name: String,
 }
 
 /// A target of a policy (Gateway API `LocalPolicyTargetReferenceWithSectionName`).

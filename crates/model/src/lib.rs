@@ -42,7 +42,7 @@ pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,
 };
-pub use policy::{LocalRateLimit, Policy, PolicyTarget, RateLimitKey};
+pub use policy::{ApiKeyAuth, LocalRateLimit, Policy, PolicyTarget, RateLimitKey};
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,

@@ -102,6 +102,54 @@ impl LocalRateLimit {
     }
 }
 
+/// API key authentication: a request must carry, in `header`, a key whose SHA-256 digest
+/// is one of `keys` (the keys themselves are not kept: configuration dumps and the wire
+/// carry digests only).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ApiKeyAuth {
+    /// The request header carrying the key (lowercase).
+    pub header: Arc<str>,
+    /// The keys' digests with the client each identifies, sorted by digest, no duplicates.
+    pub keys: Vec<([u8; 32], Arc<str>)>,
+    /// Whether the key header is forwarded to the backend.
+    pub forward_key: bool,
+}
+
+impl ApiKeyAuth {
+    /// Builds it; sorts the keys by digest and keeps the first client of a digest.
+    pub fn new(header: Arc<str>, mut keys: Vec<([u8; 32], Arc<str>)>, forward_key: bool) -> Self {
+        keys.sort_by_key(|k| k.0);
+        keys.dedup_by(|b, a| a.0 == b.0);
+        ApiKeyAuth {
+            header,
+            keys,
+            forward_key,
+        }
+    }
+
+    /// The client a key digest identifies.
+    pub fn client(&self, digest: &[u8; 32]) -> Option<&Arc<str>> {
+        self.keys
+            .binary_search_by(|(d, _)| d.cmp(digest))
+            .ok()
+            .map(|i| &self.keys[i].1)
+    }
+}
+
+/// Dumps show the header and the clients, never digests.
+impl Serialize for ApiKeyAuth {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut clients: Vec<&str> = self.keys.iter().map(|(_, c)| &**c).collect();
+        clients.sort_unstable();
+        let mut st = s.serialize_struct("ApiKeyAuth", 3)?;
+        st.serialize_field("header", &*self.header)?;
+        st.serialize_field("clients", &clients)?;
+        st.serialize_field("forward_key", &self.forward_key)?;
+        st.end()
+    }
+}
+
 /// The settings every policy object attached to one target contributes, merged field by
 /// field (of several policies on one target, the oldest sets a field). The data plane
 /// resolves a request's settings from the most specific target that sets each field:
@@ -120,6 +168,9 @@ pub struct Policy {
     /// A local rate limit, and the policy object (`namespace/name`) that set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<(Arc<str>, LocalRateLimit)>,
+    /// API key authentication, and the policy object (`namespace/name`) that set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_auth: Option<(Arc<str>, Arc<ApiKeyAuth>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -136,19 +187,42 @@ impl Policy {
         retry: Option<Retry>,
         rate_limit: Option<(Arc<str>, LocalRateLimit)>,
     ) -> Self {
-        let hash = content_hash(&(&target, &timeouts, &retry, &rate_limit));
-        Policy {
+        let mut p = Policy {
             target,
             timeouts,
             retry,
             rate_limit,
-            hash,
-        }
+            api_key_auth: None,
+            hash: ContentHash(0),
+        };
+        p.rehash();
+        p
+    }
+
+    fn rehash(&mut self) {
+        self.hash = content_hash(&(
+            &self.target,
+            &self.timeouts,
+            &self.retry,
+            &self.rate_limit,
+            &self.api_key_auth,
+        ));
+    }
+
+    /// This policy with API key authentication (`namespace/name` of the policy object
+    /// that set it).
+    pub fn with_api_key_auth(mut self, auth: Option<(Arc<str>, Arc<ApiKeyAuth>)>) -> Self {
+        self.api_key_auth = auth;
+        self.rehash();
+        self
     }
 
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
-        !self.timeouts.is_set() && self.retry.is_none() && self.rate_limit.is_none()
+        !self.timeouts.is_set()
+            && self.retry.is_none()
+            && self.rate_limit.is_none()
+            && self.api_key_auth.is_none()
     }
 
     /// The content hash computed at construction.

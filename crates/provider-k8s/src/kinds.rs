@@ -144,12 +144,22 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             false,
         ),
-        // Only TLS Secrets: the API server filters, so other Secrets' data never
-        // reaches (or is cached by) weir.
+        // Only TLS and Opaque Secrets: the API server filters, so other Secrets' data
+        // (service-account tokens, Helm releases, registry credentials) never reaches (or
+        // is cached by) weir. A Secret's type is immutable, so no Secret moves between
+        // these two watchers.
         w(
             Kind::Secret,
             api_resource("", "v1", "Secret", "secrets"),
             Some("type=kubernetes.io/tls"),
+            false,
+        ),
+        // Opaque Secrets: the credentials of authentication policies (API keys); TLS
+        // ones as well when a Secret of type Opaque holds tls.crt/tls.key.
+        w(
+            Kind::Secret,
+            api_resource("", "v1", "Secret", "secrets"),
+            Some("type=Opaque"),
             false,
         ),
         w(

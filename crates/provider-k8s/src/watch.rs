@@ -74,6 +74,8 @@ impl Update {
 /// What one watcher sends.
 struct KindBatch {
     kind: Kind,
+    /// Which watcher sent it (a kind may have several: Secrets by type).
+    watcher: usize,
     changes: Vec<(ObjectKey, Option<Arc<Object>>)>,
     errors: Vec<String>,
     /// This watcher's initial list is complete.
@@ -83,8 +85,8 @@ struct KindBatch {
 /// Watches every kind weir reads and hands out coalesced [`Update`]s.
 pub struct KubeProvider {
     rx: mpsc::UnboundedReceiver<KindBatch>,
-    kinds: usize,
-    synced: HashSet<Kind>,
+    watchers: usize,
+    synced: HashSet<usize>,
     live: LiveCache,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -103,14 +105,15 @@ impl KubeProvider {
         let (tx, rx) = mpsc::unbounded_channel();
         let live = LiveCache::default();
         let watched = kinds::watched();
-        let kinds = watched.len();
+        let watchers = watched.len();
         let tasks = watched
             .into_iter()
-            .map(|w| tokio::spawn(run(client.clone(), w, tx.clone(), live.clone())))
+            .enumerate()
+            .map(|(i, w)| tokio::spawn(run(client.clone(), i, w, tx.clone(), live.clone())))
             .collect();
         KubeProvider {
             rx,
-            kinds,
+            watchers,
             synced: HashSet::new(),
             live,
             tasks,
@@ -126,9 +129,9 @@ impl KubeProvider {
     /// listed: translation never starts from a partially synced cache.
     pub async fn initial(&mut self) -> Update {
         let mut merged = Merge::default();
-        while self.synced.len() < self.kinds {
+        while self.synced.len() < self.watchers {
             let Some(b) = self.rx.recv().await else { break };
-            if b.synced && self.synced.insert(b.kind) {
+            if b.synced && self.synced.insert(b.watcher) {
                 tracing::debug!(kind = %b.kind, "initial list complete");
             }
             merged.add(b);
@@ -185,6 +188,7 @@ impl Merge {
 /// differences and deletions missed while disconnected are detected.
 async fn run(
     client: kube::Client,
+    watcher: usize,
     w: Watched,
     tx: mpsc::UnboundedSender<KindBatch>,
     live: LiveCache,
@@ -200,6 +204,7 @@ async fn run(
     let mut ever_synced = false;
     let batch = |synced| KindBatch {
         kind: w.kind,
+        watcher,
         changes: Vec::new(),
         errors: Vec::new(),
         synced,

@@ -64,6 +64,12 @@ pub(crate) enum ProxyError {
         /// The policy object (`namespace/name`) that set the limit.
         policy: Option<std::sync::Arc<str>>,
     },
+    /// An authentication policy found no valid credentials on the request.
+    #[error("not authenticated (policy {policy})")]
+    Unauthenticated {
+        /// The policy object (`namespace/name`) that asks for credentials.
+        policy: std::sync::Arc<str>,
+    },
 }
 
 impl ProxyError {
@@ -170,6 +176,7 @@ pub(crate) enum GrpcStatus {
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
+    Unauthenticated = 16,
 }
 
 impl GrpcStatus {
@@ -252,6 +259,9 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             Fault::Policy,
             "too many requests\n",
         ),
+        ProxyError::Unauthenticated { .. } => {
+            (StatusCode::UNAUTHORIZED, Fault::Policy, "unauthorized\n")
+        }
     }
 }
 
@@ -275,6 +285,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
         ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
+        ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use weir_model::{Policy, PolicyTarget, RateLimitKey, Retry, RouteRule, Timeouts};
+use weir_model::{ApiKeyAuth, Policy, PolicyTarget, RateLimitKey, Retry, RouteRule, Timeouts};
 
 use crate::error::ProxyError;
 use crate::ratelimit::{Decision, RateLimiter};
@@ -27,6 +27,8 @@ pub(crate) struct Applied {
     retry: Option<Arc<Policy>>,
     /// The policy whose rate limit applies.
     rate_limit: Option<Arc<Policy>>,
+    /// The policy whose API key check applies.
+    api_key_auth: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -36,6 +38,7 @@ impl Applied {
             timeouts: rule.timeouts.clone(),
             retry: None,
             rate_limit: None,
+            api_key_auth: None,
         }
     }
 
@@ -79,17 +82,24 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
         applied.retry = first(|p| p.retry.is_some());
     }
     applied.rate_limit = first(|p| p.rate_limit.is_some());
+    applied.api_key_auth = first(|p| p.api_key_auth.is_some());
     applied
 }
 
-/// Phase 2: refuses the request if a policy says so (today: a local rate limit).
+/// Phase 2: refuses the request if a policy says so: authentication first (an API key),
+/// then a local rate limit.
 pub(crate) fn check(
     limiter: &RateLimiter,
     applied: &Applied,
     remote: SocketAddr,
-    headers: &HeaderMap,
+    headers: &mut HeaderMap,
     now: Instant,
 ) -> Result<(), ProxyError> {
+    if let Some(p) = &applied.api_key_auth
+        && let Some((name, auth)) = &p.api_key_auth
+    {
+        check_api_key(name, auth, headers)?;
+    }
     let Some(policy) = &applied.rate_limit else {
         return Ok(());
     };
@@ -121,6 +131,31 @@ pub(crate) fn check(
             policy: policy.rate_limit.as_ref().map(|(n, _)| n.clone()),
         }),
     }
+}
+
+/// An API key check: exactly one key header, whose digest is a configured key's. The
+/// header is removed unless the policy forwards it.
+fn check_api_key(
+    policy: &Arc<str>,
+    auth: &ApiKeyAuth,
+    headers: &mut HeaderMap,
+) -> Result<(), ProxyError> {
+    let refused = || ProxyError::Unauthenticated {
+        policy: policy.clone(),
+    };
+    let mut values = headers.get_all(&*auth.header).iter();
+    let (Some(key), None) = (values.next(), values.next()) else {
+        return Err(refused());
+    };
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
+    let digest: &[u8; 32] = digest.as_ref().try_into().map_err(|_| refused())?;
+    if auth.client(digest).is_none() {
+        return Err(refused());
+    }
+    if !auth.forward_key {
+        headers.remove(&*auth.header);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -231,5 +266,86 @@ mod tests {
         let a = resolve(&Snapshot::empty(), &gw, &own);
         assert_eq!(a.timeouts, own.timeouts);
         assert!(a.retry.is_none() && a.rate_limit.is_none());
+    }
+
+    fn digest(key: &str) -> [u8; 32] {
+        let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
+        d.as_ref().try_into().unwrap()
+    }
+
+    /// An API key policy: one key header whose digest is configured passes (the header is
+    /// removed unless forwarded); a wrong, missing or repeated key is refused (401); the
+    /// check comes from the most specific target and runs before the rate limit.
+    #[test]
+    fn api_keys_are_checked_before_the_rate_limit() {
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let auth = |forward| {
+            Some((
+                Arc::from("ns/keys"),
+                Arc::new(ApiKeyAuth::new(
+                    "x-key".into(),
+                    vec![(digest("alice-key-1234"), "alice".into())],
+                    forward,
+                )),
+            ))
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Rule(r.route.clone()),
+                Timeouts::default(),
+                None,
+                None,
+            )
+            .with_api_key_auth(auth(false)),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                Some(limit(1)),
+            )
+            .with_api_key_auth(auth(true)),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        let limiter = RateLimiter::new(Default::default());
+        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let now = Instant::now();
+        let headers = |keys: &[&str]| {
+            let mut h = HeaderMap::new();
+            for k in keys {
+                h.append("x-key", k.parse().unwrap());
+            }
+            h
+        };
+        let refused = |h: &mut HeaderMap| {
+            matches!(
+                check(&limiter, &a, remote, h, now),
+                Err(ProxyError::Unauthenticated { .. })
+            )
+        };
+        assert!(refused(&mut headers(&[])));
+        assert!(refused(&mut headers(&["bob-key-5678"])));
+        assert!(refused(&mut headers(&["alice-key-1234", "alice-key-1234"])));
+        // Refused requests did not spend the rate limit's budget.
+        let mut ok = headers(&["alice-key-1234"]);
+        check(&limiter, &a, remote, &mut ok, now).unwrap();
+        assert!(
+            !ok.contains_key("x-key"),
+            "the rule's policy removes the key"
+        );
+        assert!(matches!(
+            check(&limiter, &a, remote, &mut headers(&["alice-key-1234"]), now),
+            Err(ProxyError::RateLimited { .. })
+        ));
+
+        // On another rule only the Gateway's policy applies: it forwards the key.
+        let other = rule(None, secs(None, None));
+        let mut other = other;
+        other.route.rule = 2;
+        let a = resolve(&s, &gw, &other);
+        let mut h = headers(&["alice-key-1234"]);
+        let limiter = RateLimiter::new(Default::default());
+        check(&limiter, &a, remote, &mut h, now).unwrap();
+        assert!(h.contains_key("x-key"));
     }
 }

@@ -159,7 +159,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 ///
 /// The request goes through named phases, each a function below:
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
-/// 2. [`policy::check`]: the policies that may refuse the request (a local rate limit),
+/// 2. [`policy::check`]: the policies that may refuse the request (an API key check,
+///    then a local rate limit),
 ///    after [`policy::resolve`] found the settings of the request's rule, route and
 ///    Gateway (timeouts, retries, rate limit);
 /// 3. [`choose`]: a backend of the rule by weight, an endpoint of its cluster by the
@@ -353,7 +354,7 @@ fn phases(
         &ctx.shared.rate_limits,
         &applied,
         ctx.remote,
-        req.headers(),
+        req.headers_mut(),
         start,
     )?;
     let backends = match &rule.action {

@@ -55,6 +55,8 @@ struct Dirty {
     gateway_status: HashSet<ObjectKey>,
     plain_status: HashSet<ObjectKey>,
     policy_status: HashSet<ObjectKey>,
+    /// Policies to compile again (changed, or a Secret they read changed).
+    policies: HashSet<ObjectKey>,
     resources: DirtyResources,
     statuses: Vec<(ObjectKey, ObjectStatus)>,
 }
@@ -256,19 +258,7 @@ impl Translator {
                 );
             }
             Kind::TrafficPolicy => {
-                let compiled = match new {
-                    Some(Object::TrafficPolicy(p)) => {
-                        Some((policy::compile(p), self.store.age(key)))
-                    }
-                    _ => None,
-                };
-                self.policies.set(
-                    key,
-                    compiled,
-                    &self.store,
-                    &mut d.resources,
-                    &mut d.policy_status,
-                );
+                d.policies.insert(key.clone());
             }
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
@@ -329,6 +319,31 @@ impl Translator {
         }
     }
 
+    /// Compiles the dirty policies again (from the store: a deleted one is removed).
+    fn recompute_policies(&mut self, d: &mut Dirty) {
+        let keys: Vec<ObjectKey> = d.policies.drain().collect();
+        for key in keys {
+            let compiled = match self.store.get(&key).map(|o| &**o) {
+                Some(Object::TrafficPolicy(p)) => {
+                    let c = policy::compile(p, &self.store);
+                    self.deps.set(&key, c.deps.clone());
+                    Some((c, self.store.age(&key)))
+                }
+                _ => {
+                    self.deps.set(&key, Vec::new());
+                    None
+                }
+            };
+            self.policies.set(
+                &key,
+                compiled,
+                &self.store,
+                &mut d.resources,
+                &mut d.policy_status,
+            );
+        }
+    }
+
     fn mark_dependents(&self, dep: &Dep, d: &mut Dirty) {
         for k in self.deps.dependents(dep) {
             match k.kind {
@@ -336,6 +351,7 @@ impl Translator {
                     d.gateways.insert(k.clone())
                 }
                 Kind::Ingress => d.ingresses.insert(k.clone()),
+                Kind::TrafficPolicy => d.policies.insert(k.clone()),
                 kind if RouteKind::of_object(kind).is_some() => d.routes.insert(k.clone()),
                 _ => false,
             };
@@ -343,6 +359,7 @@ impl Translator {
     }
 
     fn recompute(&mut self, d: &mut Dirty) {
+        self.recompute_policies(d);
         self.recompute_gateways(d);
         self.check_ingress_blocked(d);
         // Recomputing a route may mark others (HTTPRoute/GRPCRoute hostname claims); a

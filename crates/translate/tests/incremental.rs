@@ -147,6 +147,25 @@ spec:
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: p4, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
+  apiKeyAuth: {secretRefs: [{name: api-keys}], header: x-key}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: api-keys, namespace: default}
+type: Opaque
+stringData: {alice: alice-key-1234}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: api-keys, namespace: default}
+type: Opaque
+stringData: {alice: alice-key-5678, bob: short}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: p3, namespace: default, creationTimestamp: "2020-01-01T00:00:00Z"}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}, {group: gateway.networking.k8s.io, kind: Gateway, name: gw2}]

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
-    DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
-    L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PathMatch,
-    PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    Action, ApiKeyAuth, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts,
+    ContentHash, DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier,
+    HostMatch, L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit,
+    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
     RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
     RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
@@ -180,7 +180,40 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 RateLimitKey::Target => Key::Target(true),
             }),
         }),
+        api_key_auth: p.api_key_auth.as_ref().map(|(name, a)| wire::ApiKeyAuth {
+            policy: name.to_string(),
+            header: a.header.to_string(),
+            keys: a
+                .keys
+                .iter()
+                .map(|(d, c)| wire::ApiKey {
+                    sha256: d.to_vec(),
+                    client: c.to_string(),
+                })
+                .collect(),
+            forward_key: a.forward_key,
+        }),
     }
+}
+
+fn api_key_auth_from_wire(a: &wire::ApiKeyAuth) -> Result<ApiKeyAuth, InvalidResource> {
+    if !RateLimitKey::is_header_name(&a.header) {
+        return Err(invalid("api_key_auth.header", "not a header name"));
+    }
+    let mut keys = Vec::with_capacity(a.keys.len());
+    for k in &a.keys {
+        let d: [u8; 32] = k
+            .sha256
+            .as_slice()
+            .try_into()
+            .map_err(|_| invalid("api_key_auth.keys.sha256", "not 32 bytes"))?;
+        keys.push((d, k.client.as_str().into()));
+    }
+    Ok(ApiKeyAuth::new(
+        a.header.to_ascii_lowercase().into(),
+        keys,
+        a.forward_key,
+    ))
 }
 
 fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
@@ -218,12 +251,17 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             ))
         }
     };
-    Ok(Policy::new(
-        target,
-        timeouts_from_wire(p.timeouts),
-        retry,
-        rate_limit,
-    ))
+    let api_key_auth = match &p.api_key_auth {
+        None => None,
+        Some(a) => Some((
+            a.policy.as_str().into(),
+            Arc::new(api_key_auth_from_wire(a)?),
+        )),
+    };
+    Ok(
+        Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
+            .with_api_key_auth(api_key_auth),
+    )
 }
 
 /// A key from the wire.

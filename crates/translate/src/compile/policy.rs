@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{
-    HttpRouteRetry, Kind, LocalRateLimitSpec, PolicyRetry, RateLimitKeyType, RateLimitUnit,
-    RetryOn, TrafficPolicy,
+    ApiKeyAuthSpec, HttpRouteRetry, Kind, LocalRateLimitSpec, Object, ObjectKey, PolicyRetry,
+    RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
-use weir_model::{LocalRateLimit, RateLimitKey, Retry, Timeouts};
+use weir_model::{ApiKeyAuth, LocalRateLimit, RateLimitKey, Retry, Timeouts};
 
 use crate::compile::http_route::{compile_retry, compile_timeouts};
+use crate::store::{Dep, Store};
 
 /// One targetRef of a policy, resolved to its namespace (a policy targets objects of its
 /// own namespace).
@@ -33,6 +34,7 @@ pub(crate) struct PolicySettings {
     pub(crate) timeouts: Timeouts,
     pub(crate) retry: Option<Retry>,
     pub(crate) rate_limit: Option<LocalRateLimit>,
+    pub(crate) api_key_auth: Option<Arc<ApiKeyAuth>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -42,14 +44,16 @@ pub(crate) enum Field {
     BackendRequestTimeout,
     Retry,
     RateLimit,
+    ApiKeyAuth,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 4] = [
+    pub(crate) const ALL: [Field; 5] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
         Field::RateLimit,
+        Field::ApiKeyAuth,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Field {
             Field::BackendRequestTimeout => "timeouts.backendRequest",
             Field::Retry => "retry",
             Field::RateLimit => "rateLimit.local",
+            Field::ApiKeyAuth => "apiKeyAuth",
         }
     }
 }
@@ -70,6 +75,7 @@ impl PolicySettings {
             Field::BackendRequestTimeout => self.timeouts.backend_request.is_some(),
             Field::Retry => self.retry.is_some(),
             Field::RateLimit => self.rate_limit.is_some(),
+            Field::ApiKeyAuth => self.api_key_auth.is_some(),
         }
     }
 }
@@ -78,10 +84,17 @@ impl PolicySettings {
 pub(crate) struct CompiledPolicy {
     pub(crate) targets: Vec<TargetRef>,
     pub(crate) settings: Result<Arc<PolicySettings>, String>,
+    /// Referenced objects that are missing or unusable: the policy applies (an auth check
+    /// without usable credentials refuses every request) but is not `Accepted`.
+    pub(crate) unresolved: Vec<String>,
+    /// Parts of referenced objects that were skipped (the policy is still `Accepted`).
+    pub(crate) warnings: Vec<String>,
+    /// Objects the settings were read from (Secrets), to recompile on their change.
+    pub(crate) deps: Vec<Dep>,
 }
 
-/// Compiles a TrafficPolicy.
-pub(crate) fn compile(p: &TrafficPolicy) -> CompiledPolicy {
+/// Compiles a TrafficPolicy (Secrets it references are read from `store`).
+pub(crate) fn compile(p: &TrafficPolicy, store: &Store) -> CompiledPolicy {
     let ns: Arc<str> = p.metadata.namespace.as_str().into();
     let mut targets: Vec<TargetRef> = p
         .spec
@@ -99,9 +112,20 @@ pub(crate) fn compile(p: &TrafficPolicy) -> CompiledPolicy {
     targets.sort();
     targets.dedup();
     let name: Arc<str> = format!("{}/{}", p.metadata.namespace, p.metadata.name).into();
+    let mut refs = Refs {
+        store,
+        namespace: &p.metadata.namespace,
+        unresolved: Vec::new(),
+        warnings: Vec::new(),
+        deps: Vec::new(),
+    };
+    let settings = settings(p, name, &mut refs).map(Arc::new);
     CompiledPolicy {
         targets,
-        settings: settings(p, name).map(Arc::new),
+        settings,
+        unresolved: refs.unresolved,
+        warnings: refs.warnings,
+        deps: refs.deps,
     }
 }
 
@@ -114,7 +138,20 @@ fn target_kind(group: &str, kind: &str) -> Option<Kind> {
     }
 }
 
-fn settings(p: &TrafficPolicy, name: Arc<str>) -> Result<PolicySettings, String> {
+/// Where a policy's references resolve, and what came of them.
+struct Refs<'a> {
+    store: &'a Store,
+    namespace: &'a str,
+    unresolved: Vec<String>,
+    warnings: Vec<String>,
+    deps: Vec<Dep>,
+}
+
+fn settings(
+    p: &TrafficPolicy,
+    name: Arc<str>,
+    refs: &mut Refs<'_>,
+) -> Result<PolicySettings, String> {
     let spec = &p.spec;
     if spec.target_refs.is_empty() {
         return Err("spec.targetRefs: at least one target is required".into());
@@ -132,16 +169,114 @@ fn settings(p: &TrafficPolicy, name: Arc<str>) -> Result<PolicySettings, String>
         Some(l) => Some(local_rate_limit(l, "spec.rateLimit.local")?),
         None => None,
     };
+    let api_key_auth = spec
+        .api_key_auth
+        .as_ref()
+        .map(|a| api_key_auth(a, "spec.apiKeyAuth", refs))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
         timeouts,
         retry,
         rate_limit,
+        api_key_auth,
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
-        return Err("spec: sets nothing (timeouts, retry or rateLimit)".into());
+        return Err("spec: sets nothing (timeouts, retry, rateLimit or apiKeyAuth)".into());
     }
     Ok(s)
+}
+
+/// The most Secrets one `apiKeyAuth` may name.
+const MAX_KEY_SECRETS: usize = 16;
+/// The shortest key accepted (shorter keys are guessable).
+const MIN_KEY_LEN: usize = 8;
+
+fn api_key_auth(
+    a: &ApiKeyAuthSpec,
+    field: &str,
+    refs: &mut Refs<'_>,
+) -> Result<ApiKeyAuth, String> {
+    let header = a.header.as_deref().unwrap_or("x-api-key");
+    if !RateLimitKey::is_header_name(header) {
+        return Err(format!("{field}.header: {header:?} is not a header name"));
+    }
+    if a.secret_refs.is_empty() {
+        return Err(format!(
+            "{field}.secretRefs: at least one Secret is required"
+        ));
+    }
+    if a.secret_refs.len() > MAX_KEY_SECRETS {
+        return Err(format!(
+            "{field}.secretRefs: at most {MAX_KEY_SECRETS} Secrets"
+        ));
+    }
+    let mut keys = Vec::new();
+    for (i, r) in a.secret_refs.iter().enumerate() {
+        let key = ObjectKey::new(Kind::Secret, refs.namespace, &r.name);
+        refs.deps.push(Dep::Object(key.clone()));
+        let f = format!("{field}.secretRefs[{i}]");
+        let Some(obj) = refs.store.get(&key) else {
+            refs.unresolved.push(format!(
+                "{f}: Secret {}/{} not found; requests are refused (401) until it exists",
+                refs.namespace, r.name
+            ));
+            continue;
+        };
+        let Object::Secret(secret) = &**obj else {
+            continue;
+        };
+        for (client, value) in secret_entries(secret) {
+            match value {
+                Some(v) if v.len() >= MIN_KEY_LEN => {
+                    keys.push((sha256(&v), client.as_str().into()));
+                }
+                Some(_) => refs.warnings.push(format!(
+                    "{f}: the key of client {client:?} is shorter than {MIN_KEY_LEN} bytes; ignored"
+                )),
+                None => refs.warnings.push(format!(
+                    "{f}: the key of client {client:?} is not valid base64; ignored"
+                )),
+            }
+        }
+    }
+    Ok(ApiKeyAuth::new(
+        header.to_ascii_lowercase().into(),
+        keys,
+        a.forward_key.unwrap_or(false),
+    ))
+}
+
+/// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.
+fn secret_entries(s: &Secret) -> Vec<(&String, Option<Vec<u8>>)> {
+    use base64::Engine;
+    let mut out: Vec<(&String, Option<Vec<u8>>)> = s
+        .string_data
+        .iter()
+        .map(|(k, v)| (k, Some(v.as_bytes().to_vec())))
+        .collect();
+    for (k, v) in &s.data {
+        if s.string_data.contains_key(k) {
+            continue;
+        }
+        let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        out.push((
+            k,
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .ok(),
+        ));
+    }
+    out
+}
+
+/// The SHA-256 digest of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    let mut out = [0; 32];
+    out.copy_from_slice(d.as_ref());
+    out
 }
 
 fn policy_retry(r: &PolicyRetry, field: &str) -> Result<Retry, String> {
@@ -243,7 +378,7 @@ mod tests {
              retry: {{attempts: 3, codes: [429], retryOn: [gateway-error], backoff: 100ms}}\n  \
              rateLimit: {{local: {{requests: 5, unit: Minute, key: {{type: Header, header: X-Api-Key}}}}}}\n"
         ));
-        let c = compile(&p);
+        let c = compile(&p, &Store::default());
         assert_eq!(c.targets.len(), 1);
         assert_eq!(c.targets[0].kind, Some(Kind::Gateway));
         let s = c.settings.unwrap();
@@ -286,12 +421,12 @@ mod tests {
                 spec.to_string()
             };
             let p = policy(&format!("{HEAD}spec:\n{t}{spec}"));
-            let err = compile(&p).settings.unwrap_err();
+            let err = compile(&p, &Store::default()).settings.unwrap_err();
             assert!(err.starts_with(want), "{err} should start with {want}");
         }
         let p = policy(&format!("{HEAD}spec:\n  timeouts: {{request: 1s}}\n"));
         assert!(
-            compile(&p)
+            compile(&p, &Store::default())
                 .settings
                 .unwrap_err()
                 .starts_with("spec.targetRefs")

@@ -29,6 +29,10 @@ struct Entry {
     owner: Owner,
     targets: Vec<TargetRef>,
     settings: Result<Arc<PolicySettings>, String>,
+    /// Unusable references (the settings still apply).
+    unresolved: Vec<String>,
+    /// Skipped parts of references (reported in the `Accepted` message).
+    warnings: Vec<String>,
 }
 
 /// Policies, their targets and the `Policy` resources.
@@ -86,6 +90,8 @@ impl PolicyIndex {
                     owner,
                     targets: c.targets,
                     settings: c.settings,
+                    unresolved: c.unresolved,
+                    warnings: c.warnings,
                 },
             );
         }
@@ -148,7 +154,7 @@ impl PolicyIndex {
         let t = self.by_model.get(target)?;
         let attached = self.attached.get(t)?;
         let mut timeouts = Timeouts::default();
-        let (mut retry, mut rate_limit) = (None, None);
+        let (mut retry, mut rate_limit, mut api_key_auth) = (None, None, None);
         for (_, s) in attached.iter() {
             if timeouts.request.is_none() {
                 timeouts.request = s.timeouts.request;
@@ -162,8 +168,12 @@ impl PolicyIndex {
             if rate_limit.is_none() {
                 rate_limit = s.rate_limit.clone().map(|l| (s.name.clone(), l));
             }
+            if api_key_auth.is_none() {
+                api_key_auth = s.api_key_auth.clone().map(|a| (s.name.clone(), a));
+            }
         }
-        let p = Policy::new(target.clone(), timeouts, retry, rate_limit);
+        let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
+            .with_api_key_auth(api_key_auth);
         (!p.is_empty()).then_some(p)
     }
 
@@ -260,7 +270,9 @@ impl PolicyIndex {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        if kept == 0 {
+        if kept > 0 && !e.unresolved.is_empty() {
+            (false, Reason::Invalid, e.unresolved.join("; "))
+        } else if kept == 0 {
             (
                 false,
                 Reason::Conflicted,
@@ -269,17 +281,19 @@ impl PolicyIndex {
                     describe(&lost)
                 ),
             )
-        } else if lost.is_empty() {
-            (true, Reason::Accepted, "Accepted".into())
         } else {
-            (
-                true,
-                Reason::Accepted,
-                format!(
-                    "Accepted; overridden by older policies on the same target: {}",
+            let mut m = String::from("Accepted");
+            if !lost.is_empty() {
+                m += &format!(
+                    "; overridden by older policies on the same target: {}",
                     describe(&lost)
-                ),
-            )
+                );
+            }
+            for w in &e.warnings {
+                m += "; ";
+                m += w;
+            }
+            (true, Reason::Accepted, m)
         }
     }
 }

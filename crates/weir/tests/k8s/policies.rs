@@ -138,4 +138,34 @@ pub async fn traffic_policy_status_and_rate_limit(ctx: Arc<Ctx>) {
     // Deleting the policy lifts the limit.
     cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "limit").await;
     until_http(addr, host, "/limited", Ok("echo-a")).await;
+
+    // API keys from an Opaque Secret (weir watches those beside TLS Secrets).
+    cluster::apply(
+        c,
+        &[
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                   "metadata": {"name": "keys", "namespace": ns},
+                   "stringData": {"alice": "alice-key-1234"}}),
+            policy(
+                ns,
+                "keys",
+                json!({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r"}),
+                json!({"apiKeyAuth": {"secretRefs": [{"name": "keys"}]}}),
+            ),
+        ],
+    )
+    .await;
+    wait_status(c, POLICY_V1, ns, "keys", "Accepted", |s| {
+        ancestor(s, "r", "True", "Accepted")
+    })
+    .await;
+    until_http(addr, host, "/free", Err(401)).await;
+    let with_key = support::get(host, "/free")
+        .header("x-api-key", "alice-key-1234")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let r = support::send_http1(addr, with_key).await.unwrap();
+    assert_eq!(r.status, 200, "a valid key passes");
+    cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "keys").await;
+    until_http(addr, host, "/free", Ok("echo-a")).await;
 }
