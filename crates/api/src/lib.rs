@@ -37,7 +37,8 @@ pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
-    ApiKeyAuthSpec, Backend, BackendSpec, DirectResponse, DirectResponseSpec, HeaderValue,
-    LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference, RateLimitKeySpec,
-    RateLimitKeyType, RateLimitSpec, RateLimitUnit, RetryOn, TrafficPolicy, TrafficPolicySpec,
+    ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, DirectResponse, DirectResponseSpec,
+    HeaderValue, LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference,
+    RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit, RetryOn, TrafficPolicy,
+    TrafficPolicySpec,
 };

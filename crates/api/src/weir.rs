@@ -84,6 +84,20 @@ pub struct TrafficPolicySpec {
     pub rate_limit: Option<RateLimitSpec>,
     /// Requests must carry one of the API keys of these Secrets.
     pub api_key_auth: Option<ApiKeyAuthSpec>,
+    /// Requests must carry the credentials of a user of an htpasswd Secret.
+    pub basic_auth: Option<BasicAuthSpec>,
+}
+
+/// Basic authentication against an htpasswd file kept in a Secret (as ingress-nginx's
+/// `auth-type: basic`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BasicAuthSpec {
+    /// A Secret in the policy's namespace whose key `auth` holds htpasswd lines
+    /// (`user:hash`; bcrypt, apr1 or `{SHA}` hashes).
+    pub secret_ref: LocalSecretReference,
+    /// The realm named in `WWW-Authenticate` (default `weir`).
+    pub realm: Option<String>,
 }
 
 /// API key authentication: a request must carry a key listed in one of `secretRefs`.

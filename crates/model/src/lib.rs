@@ -42,7 +42,10 @@ pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,
 };
-pub use policy::{ApiKeyAuth, LocalRateLimit, Policy, PolicyTarget, RateLimitKey};
+pub use policy::{
+    ApiKeyAuth, BasicAuth, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget,
+    RateLimitKey,
+};
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,

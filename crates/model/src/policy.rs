@@ -136,6 +136,92 @@ impl ApiKeyAuth {
     }
 }
 
+/// Basic authentication: a request must carry `Authorization: Basic` credentials of one
+/// of `users`, checked against its htpasswd hash (bcrypt, apr1 or `{SHA}`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BasicAuth {
+    /// The realm named in `WWW-Authenticate`.
+    pub realm: Arc<str>,
+    /// (user, htpasswd hash), sorted by user, no duplicates.
+    pub users: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl BasicAuth {
+    /// Builds it; sorts the users and keeps the first entry of a user.
+    pub fn new(realm: Arc<str>, mut users: Vec<(Arc<str>, Arc<str>)>) -> Self {
+        users.sort_by(|a, b| a.0.cmp(&b.0));
+        users.dedup_by(|b, a| a.0 == b.0);
+        BasicAuth { realm, users }
+    }
+
+    /// The stored hash of `user`.
+    pub fn hash_of(&self, user: &str) -> Option<&Arc<str>> {
+        self.users
+            .binary_search_by(|(u, _)| (**u).cmp(user))
+            .ok()
+            .map(|i| &self.users[i].1)
+    }
+}
+
+/// The htpasswd hash schemes weir checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PasswordScheme {
+    /// `$2a$`, `$2b$`, `$2y$` (60 characters).
+    Bcrypt,
+    /// `$apr1$` (Apache's MD5 crypt, what `htpasswd` writes by default).
+    Apr1,
+    /// `{SHA}` (base64 of SHA-1).
+    Sha1,
+}
+
+/// The highest bcrypt cost accepted: each check costs 2^cost rounds, and a cost above 12
+/// (hundreds of milliseconds per uncached check) would let clients tie up the checkers.
+pub const MAX_BCRYPT_COST: u32 = 12;
+
+impl PasswordScheme {
+    /// The scheme of an htpasswd hash weir checks, or why it does not.
+    pub fn check(hash: &str) -> Result<PasswordScheme, String> {
+        match PasswordScheme::of(hash) {
+            Some(PasswordScheme::Bcrypt) => {
+                let cost = hash.get(4..6).and_then(|c| c.parse::<u32>().ok());
+                if cost.is_none_or(|c| c > MAX_BCRYPT_COST) {
+                    return Err(format!("bcrypt cost above {MAX_BCRYPT_COST}"));
+                }
+                Ok(PasswordScheme::Bcrypt)
+            }
+            Some(s) => Ok(s),
+            None => {
+                Err("unsupported hash (weir checks bcrypt, apr1 and {SHA}: htpasswd -B)".into())
+            }
+        }
+    }
+
+    /// The scheme of an htpasswd hash, if weir checks it.
+    pub fn of(hash: &str) -> Option<PasswordScheme> {
+        if ["$2a$", "$2b$", "$2y$"].iter().any(|p| hash.starts_with(p)) && hash.len() == 60 {
+            Some(PasswordScheme::Bcrypt)
+        } else if hash.starts_with("$apr1$") {
+            Some(PasswordScheme::Apr1)
+        } else if hash.starts_with("{SHA}") {
+            Some(PasswordScheme::Sha1)
+        } else {
+            None
+        }
+    }
+}
+
+/// Dumps show the realm and the users, never hashes.
+impl Serialize for BasicAuth {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let users: Vec<&str> = self.users.iter().map(|(u, _)| &**u).collect();
+        let mut st = s.serialize_struct("BasicAuth", 2)?;
+        st.serialize_field("realm", &*self.realm)?;
+        st.serialize_field("users", &users)?;
+        st.end()
+    }
+}
+
 /// Dumps show the header and the clients, never digests.
 impl Serialize for ApiKeyAuth {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -171,6 +257,9 @@ pub struct Policy {
     /// API key authentication, and the policy object (`namespace/name`) that set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key_auth: Option<(Arc<str>, Arc<ApiKeyAuth>)>,
+    /// Basic authentication, and the policy object (`namespace/name`) that set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<(Arc<str>, Arc<BasicAuth>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -193,6 +282,7 @@ impl Policy {
             retry,
             rate_limit,
             api_key_auth: None,
+            basic_auth: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -206,6 +296,7 @@ impl Policy {
             &self.retry,
             &self.rate_limit,
             &self.api_key_auth,
+            &self.basic_auth,
         ));
     }
 
@@ -217,12 +308,21 @@ impl Policy {
         self
     }
 
+    /// This policy with basic authentication (`namespace/name` of the policy object that
+    /// set it).
+    pub fn with_basic_auth(mut self, auth: Option<(Arc<str>, Arc<BasicAuth>)>) -> Self {
+        self.basic_auth = auth;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
             && self.retry.is_none()
             && self.rate_limit.is_none()
             && self.api_key_auth.is_none()
+            && self.basic_auth.is_none()
     }
 
     /// The content hash computed at construction.

@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) workers: Workers,
     /// Local rate-limit buckets, kept across snapshots.
     pub(crate) rate_limits: RateLimiter,
+    /// Results of basic-auth checks, kept across snapshots.
+    pub(crate) verified: Arc<crate::basic_auth::VerifiedCache>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -105,6 +107,7 @@ impl DataPlane {
                 snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::with_endpoints(endpoints))),
                 upstreams,
                 rate_limits: RateLimiter::new(metrics.ratelimit.clone()),
+                verified: Arc::default(),
                 config,
                 metrics,
                 workers,

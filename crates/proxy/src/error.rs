@@ -69,6 +69,9 @@ pub(crate) enum ProxyError {
     Unauthenticated {
         /// The policy object (`namespace/name`) that asks for credentials.
         policy: std::sync::Arc<str>,
+        /// The realm of a Basic challenge (`WWW-Authenticate`), if the policy asks for
+        /// Basic credentials.
+        realm: Option<std::sync::Arc<str>>,
     },
 }
 
@@ -207,6 +210,16 @@ pub(crate) fn error_response(
         h.insert("ratelimit-limit", HeaderValue::from(*limit));
         h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
         h.insert("ratelimit-reset", HeaderValue::from(secs));
+    }
+    if let ProxyError::Unauthenticated {
+        realm: Some(realm), ..
+    } = err
+    {
+        // The realm was checked to be a quoted-string's content when configured.
+        let challenge = format!("Basic realm=\"{realm}\", charset=\"UTF-8\"");
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
     }
     (resp, fault)
 }

@@ -14,6 +14,7 @@ mod tls;
 
 mod admin;
 mod authority;
+mod basic_auth;
 mod body;
 mod dataplane;
 mod drain;
@@ -36,6 +37,7 @@ mod upstream;
 mod workers;
 
 pub use admin::serve_admin;
+pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};

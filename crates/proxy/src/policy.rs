@@ -12,7 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use weir_model::{ApiKeyAuth, Policy, PolicyTarget, RateLimitKey, Retry, RouteRule, Timeouts};
+use http::header;
+use weir_model::{
+    ApiKeyAuth, BasicAuth, PasswordScheme, Policy, PolicyTarget, RateLimitKey, Retry, RouteRule,
+    Timeouts,
+};
+
+use crate::basic_auth::{self, Verified, VerifiedCache};
 
 use crate::error::ProxyError;
 use crate::ratelimit::{Decision, RateLimiter};
@@ -29,6 +35,8 @@ pub(crate) struct Applied {
     rate_limit: Option<Arc<Policy>>,
     /// The policy whose API key check applies.
     api_key_auth: Option<Arc<Policy>>,
+    /// The policy whose basic-auth check applies.
+    basic_auth: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -39,6 +47,7 @@ impl Applied {
             retry: None,
             rate_limit: None,
             api_key_auth: None,
+            basic_auth: None,
         }
     }
 
@@ -83,18 +92,50 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     }
     applied.rate_limit = first(|p| p.rate_limit.is_some());
     applied.api_key_auth = first(|p| p.api_key_auth.is_some());
+    applied.basic_auth = first(|p| p.basic_auth.is_some());
     applied
 }
 
-/// Phase 2: refuses the request if a policy says so: authentication first (an API key),
-/// then a local rate limit.
+/// Why phase 2 stopped a request.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Refused: answer with this error.
+    Refused(ProxyError),
+    /// Basic credentials to check off the worker threads; the request then goes through
+    /// the phases again with the result attached.
+    Verify(basic_auth::Pending),
+}
+
+impl From<ProxyError> for Refusal {
+    fn from(e: ProxyError) -> Refusal {
+        Refusal::Refused(e)
+    }
+}
+
+/// What phase 2 reads and keeps besides the request: rate-limit buckets and past
+/// basic-auth results.
+pub(crate) struct Checkers<'a> {
+    pub(crate) limiter: &'a RateLimiter,
+    pub(crate) verified: &'a VerifiedCache,
+}
+
+/// Phase 2: refuses the request if a policy says so: authentication first (Basic
+/// credentials, then an API key), then a local rate limit. `verified` is the result of
+/// a basic-auth check done off the worker threads for this request.
 pub(crate) fn check(
-    limiter: &RateLimiter,
+    checkers: &Checkers<'_>,
     applied: &Applied,
     remote: SocketAddr,
     headers: &mut HeaderMap,
+    verified: Option<Verified>,
     now: Instant,
-) -> Result<(), ProxyError> {
+) -> Result<(), Refusal> {
+    if let Some(p) = &applied.basic_auth
+        && let Some((name, auth)) = &p.basic_auth
+    {
+        check_basic(name, auth, checkers.verified, headers, verified)?;
+    }
+    let limiter = checkers.limiter;
     if let Some(p) = &applied.api_key_auth
         && let Some((name, auth)) = &p.api_key_auth
     {
@@ -125,12 +166,61 @@ pub(crate) fn check(
     };
     match limiter.check(&policy.target, limit, key, now) {
         Decision::Allowed { .. } => Ok(()),
-        Decision::Limited { retry_after } => Err(ProxyError::RateLimited {
+        Decision::Limited { retry_after } => Err(Refusal::Refused(ProxyError::RateLimited {
             retry_after: retry_after.max(Duration::from_millis(1)),
             limit: limit.burst,
             policy: policy.rate_limit.as_ref().map(|(n, _)| n.clone()),
-        }),
+        })),
     }
+}
+
+/// A basic-auth check: exactly one `Authorization: Basic` header, whose user is listed
+/// and whose password matches the user's hash — from the result attached to the request,
+/// the cache, a fast check in place, or (bcrypt) a check off the worker threads.
+fn check_basic(
+    policy: &Arc<str>,
+    auth: &BasicAuth,
+    cache: &VerifiedCache,
+    headers: &HeaderMap,
+    verified: Option<Verified>,
+) -> Result<(), Refusal> {
+    let refused = || {
+        Refusal::Refused(ProxyError::Unauthenticated {
+            policy: policy.clone(),
+            realm: Some(auth.realm.clone()),
+        })
+    };
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(refused());
+    };
+    let Some((user, password)) = basic_auth::credentials(value) else {
+        return Err(refused());
+    };
+    let Some(hash) = auth.hash_of(&user) else {
+        return Err(refused());
+    };
+    let key = basic_auth::cache_key(policy, &user, &password, hash);
+    let known = verified
+        .filter(|v| v.key == key)
+        .map(|v| v.ok)
+        .or_else(|| cache.get(&key));
+    let ok = match known {
+        Some(ok) => ok,
+        None if PasswordScheme::of(hash).is_some_and(basic_auth::is_slow) => {
+            return Err(Refusal::Verify(basic_auth::Pending {
+                key,
+                hash: hash.clone(),
+                password,
+            }));
+        }
+        None => {
+            let ok = basic_auth::verify(hash, &password);
+            cache.put(key, ok);
+            ok
+        }
+    };
+    if ok { Ok(()) } else { Err(refused()) }
 }
 
 /// An API key check: exactly one key header, whose digest is a configured key's. The
@@ -142,6 +232,7 @@ fn check_api_key(
 ) -> Result<(), ProxyError> {
     let refused = || ProxyError::Unauthenticated {
         policy: policy.clone(),
+        realm: None,
     };
     let mut values = headers.get_all(&*auth.header).iter();
     let (Some(key), None) = (values.next(), values.next()) else {
@@ -308,6 +399,11 @@ mod tests {
         ]);
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
+        let verified = VerifiedCache::default();
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+        };
         let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let now = Instant::now();
         let headers = |keys: &[&str]| {
@@ -319,8 +415,11 @@ mod tests {
         };
         let refused = |h: &mut HeaderMap| {
             matches!(
-                check(&limiter, &a, remote, h, now),
-                Err(ProxyError::Unauthenticated { .. })
+                check(&checkers, &a, remote, h, None, now),
+                Err(Refusal::Refused(ProxyError::Unauthenticated {
+                    realm: None,
+                    ..
+                }))
             )
         };
         assert!(refused(&mut headers(&[])));
@@ -328,14 +427,21 @@ mod tests {
         assert!(refused(&mut headers(&["alice-key-1234", "alice-key-1234"])));
         // Refused requests did not spend the rate limit's budget.
         let mut ok = headers(&["alice-key-1234"]);
-        check(&limiter, &a, remote, &mut ok, now).unwrap();
+        check(&checkers, &a, remote, &mut ok, None, now).unwrap();
         assert!(
             !ok.contains_key("x-key"),
             "the rule's policy removes the key"
         );
         assert!(matches!(
-            check(&limiter, &a, remote, &mut headers(&["alice-key-1234"]), now),
-            Err(ProxyError::RateLimited { .. })
+            check(
+                &checkers,
+                &a,
+                remote,
+                &mut headers(&["alice-key-1234"]),
+                None,
+                now
+            ),
+            Err(Refusal::Refused(ProxyError::RateLimited { .. }))
         ));
 
         // On another rule only the Gateway's policy applies: it forwards the key.
@@ -345,7 +451,87 @@ mod tests {
         let a = resolve(&s, &gw, &other);
         let mut h = headers(&["alice-key-1234"]);
         let limiter = RateLimiter::new(Default::default());
-        check(&limiter, &a, remote, &mut h, now).unwrap();
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+        };
+        check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
+    }
+
+    /// Basic credentials: apr1 is checked in place and cached; bcrypt is handed off
+    /// (`Verify`), and its result, attached to the request, decides the second pass.
+    #[test]
+    fn basic_credentials_are_checked_in_place_or_handed_off() {
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let auth = BasicAuth::new(
+            "shop".into(),
+            vec![
+                // `openssl passwd -apr1 -salt xyzabc secret`
+                ("ann".into(), "$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.".into()),
+                // Python bcrypt, password "open-sesame"
+                (
+                    "bob".into(),
+                    "$2b$05$cpMOa7iYBoWsHDKngyut7O7aOVPvgAOOZBOppjm/auBtNnWEWXjjS".into(),
+                ),
+            ],
+        );
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                None,
+            )
+            .with_basic_auth(Some(("ns/basic".into(), Arc::new(auth)))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        let limiter = RateLimiter::new(Default::default());
+        let verified = VerifiedCache::default();
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+        };
+        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let now = Instant::now();
+        let basic = |user: &str, pw: &str| {
+            use base64::Engine;
+            let mut h = HeaderMap::new();
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"));
+            h.insert(
+                header::AUTHORIZATION,
+                format!("Basic {token}").parse().unwrap(),
+            );
+            h
+        };
+        let run = |h: &mut HeaderMap, v: Option<Verified>| check(&checkers, &a, remote, h, v, now);
+        let challenged = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Unauthenticated { realm: Some(ref realm), .. })) if &**realm == "shop");
+        assert!(challenged(run(&mut HeaderMap::new(), None)));
+        assert!(challenged(run(&mut basic("ann", "wrong"), None)));
+        assert!(challenged(run(&mut basic("nobody", "secret"), None)));
+        let mut ok = basic("ann", "secret");
+        run(&mut ok, None).unwrap();
+        assert!(ok.contains_key(header::AUTHORIZATION), "forwarded as sent");
+        // bcrypt: handed off, then decided by the attached result.
+        let Err(Refusal::Verify(job)) = run(&mut basic("bob", "open-sesame"), None) else {
+            panic!("bcrypt is checked off the worker");
+        };
+        let good = Verified {
+            key: job.key,
+            ok: basic_auth::verify(&job.hash, &job.password),
+        };
+        assert!(good.ok);
+        run(&mut basic("bob", "open-sesame"), Some(good)).unwrap();
+        let bad = Verified {
+            key: job.key,
+            ok: false,
+        };
+        assert!(challenged(run(&mut basic("bob", "open-sesame"), Some(bad))));
+        // A result for other credentials does not count.
+        assert!(matches!(
+            run(&mut basic("bob", "open-sesame!"), Some(good)),
+            Err(Refusal::Verify(_))
+        ));
     }
 }

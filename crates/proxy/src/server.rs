@@ -22,6 +22,7 @@ use weir_model::{
 };
 
 use crate::authority;
+use crate::basic_auth;
 use crate::body::RequestBody;
 use crate::dataplane::Shared;
 use crate::endpoints::{InFlight, Outcome};
@@ -30,7 +31,7 @@ use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
-use crate::policy::{self, Applied};
+use crate::policy::{self, Applied, Refusal};
 use crate::pool::Lease;
 use crate::retry;
 use crate::router::{self, RequestView, RouteOutcome};
@@ -196,16 +197,7 @@ pub(crate) fn handle(
             attempts: 1,
         })
     });
-    let state = match phases(&ctx, req, start, log.as_deref_mut()) {
-        Ok(Routed::Forward(fwd)) => State::Forwarding { fwd },
-        Ok(Routed::Retrying(fut)) => State::Retrying { fut },
-        Ok(Routed::Respond(resp)) => State::Done {
-            result: Some(Ok(resp)),
-        },
-        Err(e) => State::Done {
-            result: Some(Err(e)),
-        },
-    };
+    let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut()));
     Handling {
         ctx,
         start,
@@ -236,6 +228,8 @@ pin_project_lite::pin_project! {
         Forwarding { #[pin] fwd: Forwarding<S> },
         /// Attempts of a request with retries (see [`crate::retry`]).
         Retrying { fut: Pin<Box<retry::Forward>> },
+        /// Credentials being checked off the worker threads.
+        Verifying { fut: Verifying },
     }
 }
 
@@ -249,6 +243,16 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                 "request polled after its response",
             ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
+            StateProj::Verifying { fut } => {
+                let (result, attempts, upstream) = std::task::ready!(fut.as_mut().poll(cx));
+                if let Some(log) = this.log.as_deref_mut() {
+                    log.attempts = attempts;
+                    if upstream.is_some() {
+                        log.upstream = upstream;
+                    }
+                }
+                result
+            }
             StateProj::Retrying { fut } => {
                 let (result, attempts, upstream) = std::task::ready!(fut.as_mut().poll(cx));
                 if let Some(log) = this.log.as_deref_mut() {
@@ -335,6 +339,78 @@ enum Routed<S> {
     Respond(Response<ProxyBody>),
     Forward(Forwarding<S>),
     Retrying(Pin<Box<retry::Forward>>),
+    /// Credentials checked off the worker threads first (see [`basic_auth`]).
+    Verify(Verifying),
+}
+
+/// A basic-auth check running off the worker threads, then the request's second pass
+/// through the phases and its forwarding: the result, the attempts made and the endpoint.
+type Verifying = Pin<
+    Box<
+        dyn Future<
+                Output = (
+                    Result<Response<ProxyBody>, ProxyError>,
+                    u32,
+                    Option<EndpointAddr>,
+                ),
+            > + Send,
+    >,
+>;
+
+/// Checks Basic credentials off the worker threads (bcrypt), then takes the request
+/// through the phases again with the result attached (so it is not checked twice) and
+/// forwards it. Boxed: only the first request of a credential comes here; the others
+/// find the result in the cache.
+fn verify_then_forward(
+    ctx: &Arc<ConnContext>,
+    mut req: Request<Incoming>,
+    job: basic_auth::Pending,
+    start: Instant,
+) -> Verifying {
+    let ctx = Arc::clone(ctx);
+    Box::pin(async move {
+        let v = basic_auth::verify_blocking(Arc::clone(&ctx.shared.verified), job).await;
+        req.extensions_mut().insert(v);
+        let mut log = AccessLog {
+            method: req.method().clone(),
+            path: String::new(),
+            host: None,
+            request_id: None,
+            upstream: None,
+            attempts: 1,
+        };
+        match phases(&ctx, req, start, Some(&mut log)) {
+            Ok(Routed::Forward(fwd)) => (fwd.await, log.attempts, log.upstream),
+            Ok(Routed::Retrying(fut)) => {
+                let (result, attempts, upstream) = fut.await;
+                (result, attempts, Some(upstream))
+            }
+            Ok(Routed::Respond(resp)) => (Ok(resp), 1, None),
+            Ok(Routed::Verify(_)) => (
+                Err(ProxyError::BadRequest("credentials checked twice")),
+                1,
+                None,
+            ),
+            Err(e) => (Err(e), 1, None),
+        }
+    })
+}
+
+impl<S> Routed<S> {
+    /// The state a request is in after the phases.
+    fn into_state(r: Result<Routed<S>, ProxyError>) -> State<S> {
+        match r {
+            Ok(Routed::Forward(fwd)) => State::Forwarding { fwd },
+            Ok(Routed::Retrying(fut)) => State::Retrying { fut },
+            Ok(Routed::Verify(fut)) => State::Verifying { fut },
+            Ok(Routed::Respond(resp)) => State::Done {
+                result: Some(Ok(resp)),
+            },
+            Err(e) => State::Done {
+                result: Some(Err(e)),
+            },
+        }
+    }
 }
 
 /// Phases 1–5 (see [`handle`]).
@@ -350,13 +426,25 @@ fn phases(
         raw_host,
         applied,
     } = route(ctx, &snapshot, &mut req)?;
-    policy::check(
-        &ctx.shared.rate_limits,
+    let checkers = policy::Checkers {
+        limiter: &ctx.shared.rate_limits,
+        verified: &ctx.shared.verified,
+    };
+    let verified = req.extensions_mut().remove::<basic_auth::Verified>();
+    match policy::check(
+        &checkers,
         &applied,
         ctx.remote,
         req.headers_mut(),
+        verified,
         start,
-    )?;
+    ) {
+        Ok(()) => {}
+        Err(Refusal::Refused(e)) => return Err(e),
+        Err(Refusal::Verify(job)) => {
+            return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
+        }
+    }
     let backends = match &rule.action {
         Action::Forward(backends) => backends,
         // A rule that cannot forward (no usable backend) fails a gRPC request the gRPC

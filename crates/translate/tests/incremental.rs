@@ -158,6 +158,25 @@ metadata: {name: api-keys, namespace: default}
 type: Opaque
 stringData: {alice: alice-key-1234}
 ---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p5, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  basicAuth: {secretRef: {name: htpasswd}, realm: Shop}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: htpasswd, namespace: default}
+type: Opaque
+stringData: {auth: "ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi."}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: htpasswd, namespace: default}
+type: Opaque
+stringData: {auth: "ann:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\nbob:plain"}
+---
 apiVersion: v1
 kind: Secret
 metadata: {name: api-keys, namespace: default}

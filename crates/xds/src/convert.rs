@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, ApiKeyAuth, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts,
-    ContentHash, DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier,
-    HostMatch, L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Action, ApiKeyAuth, BasicAuth, Certificate, Cluster, ClusterKey, ConnectionLimits,
+    ConnectionTimeouts, ContentHash, DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch,
+    HeaderModifier, HostMatch, L4Backend, L4Route, Listener, ListenerKey, ListenerSettings,
+    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
+    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch, Resource,
+    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -193,7 +194,35 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
             forward_key: a.forward_key,
         }),
+        basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
+            policy: name.to_string(),
+            realm: b.realm.to_string(),
+            users: b
+                .users
+                .iter()
+                .map(|(u, h)| wire::BasicAuthUser {
+                    name: u.to_string(),
+                    hash: h.to_string(),
+                })
+                .collect(),
+        }),
     }
+}
+
+fn basic_auth_from_wire(b: &wire::BasicAuth) -> Result<BasicAuth, InvalidResource> {
+    // The realm is sent in a quoted-string: no quotes, backslashes or control characters.
+    if b.realm
+        .bytes()
+        .any(|c| c == b'"' || c == b'\\' || c.is_ascii_control())
+    {
+        return Err(invalid("basic_auth.realm", "not a quoted-string's content"));
+    }
+    let mut users = Vec::with_capacity(b.users.len());
+    for u in &b.users {
+        PasswordScheme::check(&u.hash).map_err(|why| invalid("basic_auth.users.hash", &why))?;
+        users.push((u.name.as_str().into(), u.hash.as_str().into()));
+    }
+    Ok(BasicAuth::new(b.realm.as_str().into(), users))
 }
 
 fn api_key_auth_from_wire(a: &wire::ApiKeyAuth) -> Result<ApiKeyAuth, InvalidResource> {
@@ -258,9 +287,14 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             Arc::new(api_key_auth_from_wire(a)?),
         )),
     };
+    let basic_auth = match &p.basic_auth {
+        None => None,
+        Some(b) => Some((b.policy.as_str().into(), Arc::new(basic_auth_from_wire(b)?))),
+    };
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
-            .with_api_key_auth(api_key_auth),
+            .with_api_key_auth(api_key_auth)
+            .with_basic_auth(basic_auth),
     )
 }
 

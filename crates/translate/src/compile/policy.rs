@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{
-    ApiKeyAuthSpec, HttpRouteRetry, Kind, LocalRateLimitSpec, Object, ObjectKey, PolicyRetry,
-    RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
+    ApiKeyAuthSpec, BasicAuthSpec, HttpRouteRetry, Kind, LocalRateLimitSpec, Object, ObjectKey,
+    PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
-use weir_model::{ApiKeyAuth, LocalRateLimit, RateLimitKey, Retry, Timeouts};
+use weir_model::{
+    ApiKeyAuth, BasicAuth, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+};
 
 use crate::compile::http_route::{compile_retry, compile_timeouts};
 use crate::store::{Dep, Store};
@@ -35,6 +37,7 @@ pub(crate) struct PolicySettings {
     pub(crate) retry: Option<Retry>,
     pub(crate) rate_limit: Option<LocalRateLimit>,
     pub(crate) api_key_auth: Option<Arc<ApiKeyAuth>>,
+    pub(crate) basic_auth: Option<Arc<BasicAuth>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -45,15 +48,17 @@ pub(crate) enum Field {
     Retry,
     RateLimit,
     ApiKeyAuth,
+    BasicAuth,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 5] = [
+    pub(crate) const ALL: [Field; 6] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
         Field::RateLimit,
         Field::ApiKeyAuth,
+        Field::BasicAuth,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -63,6 +68,7 @@ impl Field {
             Field::Retry => "retry",
             Field::RateLimit => "rateLimit.local",
             Field::ApiKeyAuth => "apiKeyAuth",
+            Field::BasicAuth => "basicAuth",
         }
     }
 }
@@ -76,6 +82,7 @@ impl PolicySettings {
             Field::Retry => self.retry.is_some(),
             Field::RateLimit => self.rate_limit.is_some(),
             Field::ApiKeyAuth => self.api_key_auth.is_some(),
+            Field::BasicAuth => self.basic_auth.is_some(),
         }
     }
 }
@@ -175,15 +182,24 @@ fn settings(
         .map(|a| api_key_auth(a, "spec.apiKeyAuth", refs))
         .transpose()?
         .map(Arc::new);
+    let basic_auth = spec
+        .basic_auth
+        .as_ref()
+        .map(|b| basic_auth(b, "spec.basicAuth", refs))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
         timeouts,
         retry,
         rate_limit,
         api_key_auth,
+        basic_auth,
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
-        return Err("spec: sets nothing (timeouts, retry, rateLimit or apiKeyAuth)".into());
+        return Err(
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth or basicAuth)".into(),
+        );
     }
     Ok(s)
 }
@@ -246,6 +262,78 @@ fn api_key_auth(
         keys,
         a.forward_key.unwrap_or(false),
     ))
+}
+
+/// The Secret key holding htpasswd lines (ingress-nginx's `auth-secret` layout).
+const HTPASSWD_KEY: &str = "auth";
+
+fn basic_auth(b: &BasicAuthSpec, field: &str, refs: &mut Refs<'_>) -> Result<BasicAuth, String> {
+    let realm = b.realm.as_deref().unwrap_or("weir");
+    if realm
+        .bytes()
+        .any(|c| c == b'"' || c == b'\\' || c.is_ascii_control())
+        || realm.len() > 256
+    {
+        return Err(format!(
+            "{field}.realm: {realm:?} must be at most 256 characters without quotes, backslashes or control characters"
+        ));
+    }
+    let name = &b.secret_ref.name;
+    if name.is_empty() {
+        return Err(format!("{field}.secretRef.name: required"));
+    }
+    let key = ObjectKey::new(Kind::Secret, refs.namespace, name);
+    refs.deps.push(Dep::Object(key.clone()));
+    let f = format!("{field}.secretRef");
+    let mut users = Vec::new();
+    let lines = match refs.store.get(&key).map(|o| &**o) {
+        Some(Object::Secret(secret)) => secret_entries(secret)
+            .into_iter()
+            .find(|(k, _)| k.as_str() == HTPASSWD_KEY)
+            .map(|(_, v)| v),
+        _ => {
+            refs.unresolved.push(format!(
+                "{f}: Secret {}/{name} not found; requests are refused (401) until it exists",
+                refs.namespace
+            ));
+            return Ok(BasicAuth::new(realm.into(), users));
+        }
+    };
+    let text = match lines {
+        Some(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Some(None) => {
+            refs.unresolved.push(format!(
+                "{f}: Secret {}/{name}: key {HTPASSWD_KEY:?} is not valid base64; requests are refused (401)",
+                refs.namespace
+            ));
+            return Ok(BasicAuth::new(realm.into(), users));
+        }
+        None => {
+            refs.unresolved.push(format!(
+                "{f}: Secret {}/{name} has no key {HTPASSWD_KEY:?} (htpasswd lines); requests are refused (401)",
+                refs.namespace
+            ));
+            return Ok(BasicAuth::new(realm.into(), users));
+        }
+    };
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((user, hash)) = line.split_once(':') else {
+            refs.warnings
+                .push(format!("{f}: line {} is not user:hash; ignored", i + 1));
+            continue;
+        };
+        match PasswordScheme::check(hash) {
+            Ok(_) => users.push((user.into(), hash.into())),
+            Err(why) => refs
+                .warnings
+                .push(format!("{f}: user {user:?}: {why}; ignored")),
+        }
+    }
+    Ok(BasicAuth::new(realm.into(), users))
 }
 
 /// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.

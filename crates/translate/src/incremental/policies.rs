@@ -154,7 +154,8 @@ impl PolicyIndex {
         let t = self.by_model.get(target)?;
         let attached = self.attached.get(t)?;
         let mut timeouts = Timeouts::default();
-        let (mut retry, mut rate_limit, mut api_key_auth) = (None, None, None);
+        let (mut retry, mut rate_limit) = (None, None);
+        let (mut api_key_auth, mut basic_auth) = (None, None);
         for (_, s) in attached.iter() {
             if timeouts.request.is_none() {
                 timeouts.request = s.timeouts.request;
@@ -171,9 +172,13 @@ impl PolicyIndex {
             if api_key_auth.is_none() {
                 api_key_auth = s.api_key_auth.clone().map(|a| (s.name.clone(), a));
             }
+            if basic_auth.is_none() {
+                basic_auth = s.basic_auth.clone().map(|b| (s.name.clone(), b));
+            }
         }
         let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
-            .with_api_key_auth(api_key_auth);
+            .with_api_key_auth(api_key_auth)
+            .with_basic_auth(basic_auth);
         (!p.is_empty()).then_some(p)
     }
 

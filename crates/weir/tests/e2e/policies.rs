@@ -198,3 +198,94 @@ spec:
         .await
     );
 }
+
+async fn with_basic(addr: std::net::SocketAddr, creds: Option<&str>) -> Resp {
+    use base64::Engine;
+    let mut req = get("app.test", "/");
+    if let Some(c) = creds {
+        let token = base64::engine::general_purpose::STANDARD.encode(c);
+        req = req.header("authorization", format!("Basic {token}"));
+    }
+    send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Basic auth from an htpasswd Secret file (hashes made by openssl and Python's bcrypt):
+/// a missing or wrong password gets 401 with a Basic challenge; apr1 and bcrypt users
+/// pass (bcrypt checked off the worker threads, then cached); several clients at once
+/// with a bcrypt user all pass; a user removed from the Secret is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_from_an_htpasswd_secret() {
+    let port = free_port();
+    let a = echo("a").await;
+    let secret = |lines: &str| {
+        format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: htpasswd}}
+type: Opaque
+stringData:
+  auth: |
+{lines}"
+        )
+    };
+    let ann = "    ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.\n";
+    let bob = "    bob:$2b$05$cpMOa7iYBoWsHDKngyut7O7aOVPvgAOOZBOppjm/auBtNnWEWXjjS\n";
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: basic}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  basicAuth: {secretRef: {name: htpasswd}, realm: Shop}
+";
+    let gw = Gateway::start(&[
+        ("app.yaml", manifests(port, &backend("default", "a", &[a]))),
+        ("secret.yaml", secret(&format!("{ann}{bob}"))),
+        ("policy.yaml", policy.to_string()),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with_basic(addr, None).await.status == 401
+        })
+        .await,
+        "the policy applies"
+    );
+    let r = with_basic(addr, Some("ann:wrong")).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.headers.get("www-authenticate").unwrap(),
+        "Basic realm=\"Shop\", charset=\"UTF-8\""
+    );
+    assert_eq!(with_basic(addr, Some("ann:secret")).await.status, 200);
+    assert_eq!(with_basic(addr, Some("bob:open-sesame")).await.status, 200);
+    assert_eq!(with_basic(addr, Some("bob:open-sesame?")).await.status, 401);
+    // Concurrent first checks of one bcrypt user, and cached ones.
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        tasks.push(tokio::spawn(async move {
+            let pw = if i % 2 == 0 {
+                "bob:open-sesame"
+            } else {
+                "ann:secret"
+            };
+            with_basic(addr, Some(pw)).await.status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+
+    // bob removed from the file: refused, ann still in.
+    gw.write("secret.yaml", &secret(ann));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with_basic(addr, Some("bob:open-sesame")).await.status == 401
+        })
+        .await,
+        "a removed user is refused"
+    );
+    assert_eq!(with_basic(addr, Some("ann:secret")).await.status, 200);
+}
