@@ -210,6 +210,7 @@ impl StatusWriter {
                         | Kind::HttpRoute
                         | Kind::TlsRoute
                         | Kind::TcpRoute
+                        | Kind::UdpRoute
                         | Kind::GrpcRoute
                         | Kind::Ingress
                 ) && !matches!(s, ObjectStatus::Problems(_))
