@@ -215,7 +215,7 @@ impl ListenerHandle {
         };
         let worker = shared.workers.pick();
         let task = shared.workers.spawn_on(worker, async move {
-            match UdpSocket::from_std(socket) {
+            match l4::udp::register(socket) {
                 Ok(socket) => l4::udp::serve(socket, l).await,
                 Err(e) => {
                     tracing::warn!(listener = %key, error = %e, "cannot register the listener")

@@ -27,6 +27,11 @@
 //! - Reply buffers are one 64 KiB buffer per worker thread, not per session (a session
 //!   holds a socket and a few words).
 //!
+//! Sockets are std sockets in tokio's `AsyncFd`: a send is one non-blocking syscall,
+//! always attempted (tokio's `UdpSocket::try_send` refuses to try until the reactor has
+//! seen the socket writable, which a session's new socket has not when its first
+//! datagram goes out); only reads wait for readiness.
+//!
 //! [`ProxyConfig::udp_session_idle_timeout`]: crate::ProxyConfig::udp_session_idle_timeout
 
 use std::cell::RefCell;
@@ -40,7 +45,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::net::UdpSocket;
+use std::net::UdpSocket;
+
+use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use weir_model::{EndpointAddr, ListenerKey};
@@ -89,7 +96,7 @@ pub(crate) struct UdpLoop {
 
 /// One client's session.
 struct Session {
-    upstream: UdpSocket,
+    upstream: AsyncFd<UdpSocket>,
     /// Milliseconds after `born` of the last datagram either way.
     last_active: AtomicU64,
     born: Instant,
@@ -129,7 +136,7 @@ thread_local! {
 }
 
 /// Reads the listener's socket until the listener stops; then ends every session.
-pub(crate) async fn serve(socket: UdpSocket, mut l: UdpLoop) {
+pub(crate) async fn serve(socket: AsyncFd<UdpSocket>, mut l: UdpLoop) {
     let socket = Arc::new(socket);
     let sessions: Sessions = Arc::default();
     let admission = Admission::default();
@@ -138,7 +145,7 @@ pub(crate) async fn serve(socket: UdpSocket, mut l: UdpLoop) {
         let (n, client) = tokio::select! {
             biased;
             _ = l.stop.changed() => break,
-            r = socket.recv_from(&mut buf) => match r {
+            r = recv_from(&socket, &mut buf) => match r {
                 Ok(r) => r,
                 Err(e) => {
                     // ICMP errors for earlier sends surface here on some systems; the
@@ -159,7 +166,7 @@ pub(crate) async fn serve(socket: UdpSocket, mut l: UdpLoop) {
         let existing = lock(&sessions).get(&client).map(|(s, _)| Arc::clone(s));
         if let Some(s) = existing {
             s.touch();
-            if let Err(e) = s.upstream.try_send(datagram) {
+            if let Err(e) = s.upstream.get_ref().send(datagram) {
                 m.dropped.inc();
                 if e.kind() != io::ErrorKind::WouldBlock {
                     tracing::debug!(listener = %l.key, %client, error = %e, "UDP session ended");
@@ -203,7 +210,7 @@ pub(crate) async fn serve(socket: UdpSocket, mut l: UdpLoop) {
             _slot: slot,
             _in_flight: in_flight,
         });
-        if session.upstream.try_send(datagram).is_err() {
+        if session.upstream.get_ref().send(datagram).is_err() {
             m.dropped.inc();
         }
         let idle = l.shared.config.udp_session_idle_timeout;
@@ -248,9 +255,20 @@ fn endpoint(shared: &Shared, key: ListenerKey) -> Option<(SocketAddr, InFlight)>
     }
 }
 
+/// Waits for a datagram on the listener's socket.
+async fn recv_from(socket: &AsyncFd<UdpSocket>, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    loop {
+        let mut guard = socket.readable().await?;
+        match guard.try_io(|s| s.get_ref().recv_from(buf)) {
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
 /// A socket of its own for a session, connected to `addr` (a UDP connect only records
 /// the peer: it never waits, and replies from anyone else are filtered by the kernel).
-fn connect(addr: SocketAddr) -> io::Result<UdpSocket> {
+fn connect(addr: SocketAddr) -> io::Result<AsyncFd<UdpSocket>> {
     let local: SocketAddr = if addr.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -259,13 +277,24 @@ fn connect(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = std::net::UdpSocket::bind(local)?;
     s.connect(addr)?;
     s.set_nonblocking(true)?;
-    UdpSocket::from_std(s)
+    register(s)
+}
+
+/// Registers a UDP socket with the current runtime's reactor. tokio 1.54 deprecates
+/// `AsyncFd::new` because it takes any raw fd, which its owner could close (and the
+/// number be reused) while it is registered; here the `AsyncFd` owns the
+/// `std::net::UdpSocket` itself, so its fd stays open and the same for as long as it is
+/// registered. (`AsyncFd::register`, the replacement, is `unsafe` for that same promise,
+/// and the crate forbids `unsafe`.)
+#[allow(deprecated)]
+pub(crate) fn register(socket: UdpSocket) -> io::Result<AsyncFd<UdpSocket>> {
+    AsyncFd::new(socket)
 }
 
 /// Relays the endpoint's replies to the client until the session is idle for `idle`,
 /// the endpoint refuses, or the task is aborted (listener gone, session replaced).
 async fn relay_replies(
-    listener: Arc<UdpSocket>,
+    listener: Arc<AsyncFd<UdpSocket>>,
     client: SocketAddr,
     s: Arc<Session>,
     sessions: Sessions,
@@ -276,15 +305,15 @@ async fn relay_replies(
         let deadline = s.idle_deadline(idle);
         tokio::select! {
             r = s.upstream.readable() => {
-                if r.is_err() {
+                let Ok(mut guard) = r else {
                     break 'session;
-                }
+                };
                 for _ in 0..BURST {
                     let done = REPLY_BUF.with_borrow_mut(|buf| {
-                        match s.upstream.try_recv(buf) {
+                        match s.upstream.get_ref().recv(buf) {
                             Ok(n) => {
                                 s.touch();
-                                match listener.try_send_to(&buf[..n], client) {
+                                match listener.get_ref().send_to(&buf[..n], client) {
                                     Ok(_) => {
                                         m.sent.inc();
                                         m.sent_bytes.inc_by(n as u64);
@@ -295,7 +324,10 @@ async fn relay_replies(
                                 }
                                 Ok(false)
                             }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                guard.clear_ready();
+                                Ok(true)
+                            }
                             Err(e) => Err(e),
                         }
                     });
@@ -310,6 +342,7 @@ async fn relay_replies(
                     }
                 }
                 // A full burst: let the worker's other connections run first.
+                drop(guard);
                 tokio::task::yield_now().await;
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
