@@ -26,6 +26,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterRoleBinding" => "clusterrolebindings",
         "XListenerSet" => "xlistenersets",
         "ListenerSet" => "listenersets",
+        "UDPRoute" => "udproutes",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
