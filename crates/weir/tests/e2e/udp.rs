@@ -135,6 +135,11 @@ spec:
         ("stable.yaml", udp_route("stable", "stable", &[("s", 1)])),
     ])
     .await;
+    // `/config` shows the UDP listener and its route.
+    let config = gw.admin_get("/config").await.json();
+    let l = &config["listeners"][stable.to_string()];
+    assert_eq!(l["protocol"], "Udp", "{l:#}");
+    assert_eq!(l["l4"]["*"][0]["cluster"], "backend/default/s", "{l:#}");
     let stable_client = client().await;
     assert_eq!(
         exchange(&stable_client, stable, "ping").await.unwrap(),
