@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -166,14 +166,19 @@ pub(crate) async fn serve(socket: AsyncFd<UdpSocket>, mut l: UdpLoop) {
         let existing = lock(&sessions).get(&client).map(|(s, _)| Arc::clone(s));
         if let Some(s) = existing {
             s.touch();
-            if let Err(e) = s.upstream.get_ref().send(datagram) {
-                m.dropped.inc();
-                if e.kind() != io::ErrorKind::WouldBlock {
+            match s.upstream.get_ref().send(datagram) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    m.dropped.inc();
+                    continue;
+                }
+                // The endpoint refused an earlier datagram (ICMP port unreachable): this
+                // one starts a session on an endpoint chosen afresh.
+                Err(e) => {
                     tracing::debug!(listener = %l.key, %client, error = %e, "UDP session ended");
                     end(&sessions, client, &s);
                 }
             }
-            continue;
         }
         let slot = match admission.admit(client.ip(), &rt.listener.settings.limits) {
             Ok(slot) => slot,
@@ -215,7 +220,7 @@ pub(crate) async fn serve(socket: AsyncFd<UdpSocket>, mut l: UdpLoop) {
         }
         let idle = l.shared.config.udp_session_idle_timeout;
         let task = tokio::spawn(relay_replies(
-            Arc::clone(&socket),
+            Arc::downgrade(&socket),
             client,
             Arc::clone(&session),
             Arc::clone(&sessions),
@@ -292,9 +297,11 @@ pub(crate) fn register(socket: UdpSocket) -> io::Result<AsyncFd<UdpSocket>> {
 }
 
 /// Relays the endpoint's replies to the client until the session is idle for `idle`,
-/// the endpoint refuses, or the task is aborted (listener gone, session replaced).
+/// the endpoint refuses, or the task is aborted (listener gone, session replaced). The
+/// listener's socket is held only while replies are relayed, so it closes as soon as
+/// the listener's loop ends (its address can be bound again at once).
 async fn relay_replies(
-    listener: Arc<AsyncFd<UdpSocket>>,
+    listener: Weak<AsyncFd<UdpSocket>>,
     client: SocketAddr,
     s: Arc<Session>,
     sessions: Sessions,
@@ -306,6 +313,9 @@ async fn relay_replies(
         tokio::select! {
             r = s.upstream.readable() => {
                 let Ok(mut guard) = r else {
+                    break 'session;
+                };
+                let Some(listener) = listener.upgrade() else {
                     break 'session;
                 };
                 for _ in 0..BURST {
@@ -343,6 +353,7 @@ async fn relay_replies(
                 }
                 // A full burst: let the worker's other connections run first.
                 drop(guard);
+                drop(listener);
                 tokio::task::yield_now().await;
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
