@@ -6,7 +6,9 @@
 // echo-basic processes, each in its own network namespace with its own address
 // (10.240.N.2, host side 10.240.N.1 on a veth pair), plus a Pod object marked Running and
 // Ready with that address. Every Service with a selector gets one EndpointSlice listing
-// the Ready Pods it selects. Deployments of other images get no Pods (logged once).
+// the Ready Pods it selects. The CoreDNS Deployment of the UDPRoute tests runs this
+// binary's DNS stand-in instead (dns.go). Deployments of other images get no Pods
+// (logged once).
 //
 // It also serves what the API server asks a kubelet for Pod logs: it registers a Node
 // (its address and kubelet port) and answers /containerLogs/NS/POD/CONTAINER over HTTPS
@@ -57,6 +59,10 @@ type pod struct {
 	exited               chan struct{}
 	ip                   string
 	ready                bool
+	// How readiness is checked: "tcp" (connect to probeAddr) or "udp" (a datagram to
+	// probeAddr is answered).
+	probeNet, probeAddr string
+	probePayload        []byte
 }
 
 type podlet struct {
@@ -76,7 +82,12 @@ func main() {
 	flag.IntVar(&opts.subnet, "subnet", 240, "pods get 10.SUBNET.N.2/24 (N = 1..250)")
 	flag.StringVar(&opts.workDir, "work-dir", "", "where mounted Secrets are written")
 	flag.DurationVar(&opts.interval, "interval", 300*time.Millisecond, "reconcile period")
+	dnsStandIn := flag.String("dns-stand-in", "", "serve the CoreDNS stand-in on this UDP address and nothing else")
 	flag.Parse()
+	if *dnsStandIn != "" {
+		serveDNSStandIn(*dnsStandIn)
+		return
+	}
 	if opts.echoBasic == "" || opts.workDir == "" {
 		log.Fatal("--echo-basic and --work-dir are required")
 	}
@@ -122,7 +133,7 @@ func (p *podlet) reconcile(ctx context.Context) error {
 			continue
 		}
 		key := d.Namespace + "/" + d.Name
-		if !runsEchoBasic(d) {
+		if !runsEchoBasic(d) && !runsCoreDNS(d) {
 			if !p.skipped[key] {
 				p.skipped[key] = true
 				log.Printf("deployment %s: image %q cannot run here (only echo-basic can); no pods", key, d.Spec.Template.Spec.Containers[0].Image)
@@ -168,6 +179,11 @@ func (p *podlet) reconcile(ctx context.Context) error {
 func runsEchoBasic(d *appsv1.Deployment) bool {
 	c := d.Spec.Template.Spec.Containers
 	return len(c) == 1 && strings.Contains(c[0].Image, "echo-basic")
+}
+
+func runsCoreDNS(d *appsv1.Deployment) bool {
+	c := d.Spec.Template.Spec.Containers
+	return len(c) == 1 && strings.Contains(c[0].Image, "coredns/coredns")
 }
 
 func (p *podlet) freeSlot() (int, error) {

@@ -73,6 +73,22 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 		return err
 	}
 	cmd := exec.Command("ip", "netns", "exec", netns, p.opts.echoBasic)
+	probeNet, probeAddr, probePayload := "tcp", ip+":3000", []byte(nil)
+	if runsCoreDNS(d) {
+		self, err := os.Executable()
+		if err != nil {
+			_ = run("ip", "netns", "del", netns)
+			return err
+		}
+		cmd = exec.Command("ip", "netns", "exec", netns, self, "--dns-stand-in", ":53")
+		probeNet, probeAddr, probePayload = "udp", ip+":53", dnsProbe()
+	} else if envValue(env, "UDP_ECHO_SERVER") != "" {
+		port := envValue(env, "UDP_PORT")
+		if port == "" {
+			port = "8080"
+		}
+		probeNet, probeAddr, probePayload = "udp", ip+":"+port, []byte("podlet readiness probe")
+	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = in, in
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -101,7 +117,8 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); <-copied; logFile.Close(); close(exited) }()
 	p.slots[n] = true
-	pd := &pod{ns: d.Namespace, name: name, deployment: d.Name, slot: n, netns: netns, cmd: cmd, exited: exited, ip: ip}
+	pd := &pod{ns: d.Namespace, name: name, deployment: d.Name, slot: n, netns: netns, cmd: cmd, exited: exited, ip: ip,
+		probeNet: probeNet, probeAddr: probeAddr, probePayload: probePayload}
 	p.pods[d.Namespace+"/"+name] = pd
 
 	tmpl := d.Spec.Template.DeepCopy()
@@ -179,13 +196,31 @@ func (p *podlet) containerEnv(ctx context.Context, d *appsv1.Deployment, name st
 	return env, nil
 }
 
-// markReady marks the Pod Running and Ready once echo-basic accepts connections.
-func (p *podlet) markReady(ctx context.Context, pd *pod) {
-	conn, err := net.DialTimeout("tcp", pd.ip+":3000", 100*time.Millisecond)
-	if err != nil {
-		return
+// envValue is the value of name in env (KEY=VALUE entries), or "".
+func envValue(env []string, name string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, name+"="); ok {
+			return v
+		}
 	}
-	conn.Close()
+	return ""
+}
+
+// markReady marks the Pod Running and Ready once its process serves: echo-basic accepts
+// connections on 3000 (HTTP, gRPC, TCP modes), a UDP echo server or the DNS stand-in
+// answers a datagram.
+func (p *podlet) markReady(ctx context.Context, pd *pod) {
+	if pd.probeNet == "udp" {
+		if !probeUDP(pd.probeAddr, pd.probePayload) {
+			return
+		}
+	} else {
+		conn, err := net.DialTimeout("tcp", pd.probeAddr, 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		conn.Close()
+	}
 	obj, err := p.cs.CoreV1().Pods(pd.ns).Get(ctx, pd.name, metav1.GetOptions{})
 	if err != nil {
 		log.Printf("pod %s/%s: %v", pd.ns, pd.name, err)

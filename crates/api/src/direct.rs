@@ -77,6 +77,7 @@ impl<'de> Visitor<'de> for DirectVisitor {
             Kind::TcpRoute => Object::TcpRoute(Deserialize::deserialize(rest)?),
             Kind::TrafficPolicy => Object::TrafficPolicy(Deserialize::deserialize(rest)?),
             Kind::GrpcRoute => Object::GrpcRoute(Deserialize::deserialize(rest)?),
+            Kind::UdpRoute => Object::UdpRoute(Deserialize::deserialize(rest)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {

@@ -30,7 +30,8 @@ pub use crate::grpcroute::{
 };
 pub use crate::ingress::*;
 pub use crate::l4route::{
-    L4BackendRef, L4RouteRule, TcpRoute, TcpRouteSpec, TlsRoute, TlsRouteSpec,
+    L4BackendRef, L4RouteRule, TcpRoute, TcpRouteSpec, TlsRoute, TlsRouteSpec, UdpRoute,
+    UdpRouteSpec,
 };
 pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};

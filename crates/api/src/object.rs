@@ -8,7 +8,7 @@ use crate::core::{EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::grpcroute::GrpcRoute;
 use crate::ingress::{Ingress, IngressClass};
-use crate::l4route::{TcpRoute, TlsRoute};
+use crate::l4route::{TcpRoute, TlsRoute, UdpRoute};
 use crate::listenerset::ListenerSet;
 use crate::meta::ObjectMeta;
 use crate::weir::{Backend, DirectResponse, TrafficPolicy};
@@ -52,6 +52,8 @@ pub enum Kind {
     TrafficPolicy,
     /// gateway.networking.k8s.io GRPCRoute.
     GrpcRoute,
+    /// gateway.networking.k8s.io UDPRoute.
+    UdpRoute,
 }
 
 impl Kind {
@@ -76,6 +78,7 @@ impl Kind {
             Kind::TcpRoute => "TCPRoute",
             Kind::TrafficPolicy => "TrafficPolicy",
             Kind::GrpcRoute => "GRPCRoute",
+            Kind::UdpRoute => "UDPRoute",
         }
     }
 
@@ -89,6 +92,7 @@ impl Kind {
             | Kind::ListenerSet
             | Kind::TlsRoute
             | Kind::TcpRoute
+            | Kind::UdpRoute
             | Kind::GrpcRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Secret | Kind::Service | Kind::Namespace => "",
@@ -127,6 +131,7 @@ impl Kind {
             "TCPRoute" => Kind::TcpRoute,
             "TrafficPolicy" => Kind::TrafficPolicy,
             "GRPCRoute" => Kind::GrpcRoute,
+            "UDPRoute" => Kind::UdpRoute,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -193,6 +198,7 @@ pub enum Object {
     TcpRoute(TcpRoute),
     TrafficPolicy(TrafficPolicy),
     GrpcRoute(GrpcRoute),
+    UdpRoute(UdpRoute),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -296,6 +302,7 @@ impl Object {
             Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
             Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
             Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
+            Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -331,6 +338,7 @@ impl Object {
             Object::TcpRoute(_) => Kind::TcpRoute,
             Object::TrafficPolicy(_) => Kind::TrafficPolicy,
             Object::GrpcRoute(_) => Kind::GrpcRoute,
+            Object::UdpRoute(_) => Kind::UdpRoute,
         }
     }
 
@@ -355,6 +363,7 @@ impl Object {
             Object::TcpRoute(o) => &o.metadata,
             Object::TrafficPolicy(o) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
+            Object::UdpRoute(o) => &o.metadata,
         }
     }
 
@@ -378,6 +387,7 @@ impl Object {
             Object::TcpRoute(o) => &mut o.metadata,
             Object::TrafficPolicy(o) => &mut o.metadata,
             Object::GrpcRoute(o) => &mut o.metadata,
+            Object::UdpRoute(o) => &mut o.metadata,
         }
     }
 
@@ -498,6 +508,49 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(o.key(), ObjectKey::new(Kind::TcpRoute, "ns", "t"));
+    }
+
+    /// UDPRoute: v1 and v1alpha2 read into one type; what the CRD schema refuses (no
+    /// rules, a Service reference without a port, a weight out of range) is refused on
+    /// both read paths with its field.
+    #[test]
+    fn reads_and_checks_udp_route() {
+        let route = |spec: serde_json::Value| {
+            let v = json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
+                "metadata": {"name": "u", "namespace": "ns"}, "spec": spec,
+            });
+            let direct = Object::deserialize_direct(&v).map_err(|e| e.to_string());
+            let slow = Object::from_value(v).map_err(|e| e.to_string());
+            assert_eq!(direct.is_ok(), slow.is_ok(), "{direct:?} {slow:?}");
+            slow
+        };
+        let o = route(json!({"parentRefs": [{"name": "gw"}],
+            "rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": 2}]}]}))
+        .unwrap();
+        assert_eq!(o.key(), ObjectKey::new(Kind::UdpRoute, "ns", "u"));
+        for (spec, field) in [
+            (json!({"parentRefs": [{"name": "gw"}]}), "rules: required"),
+            (json!({"rules": []}), "rules: 0 rules"),
+            (
+                json!({"rules": [{"backendRefs": [{"name": "dns"}]}]}),
+                "port: required",
+            ),
+            (
+                json!({"rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": -1}]}]}),
+                "weight: -1",
+            ),
+            (
+                json!({"rules": [{"backendRefs": []}]}),
+                "rules[0].backendRefs: 0",
+            ),
+        ] {
+            let e = route(spec).unwrap_err();
+            assert!(e.contains(field), "{e}");
+        }
+        // A Backend (not a Service) needs no port.
+        route(json!({"rules": [{"backendRefs": [{"group": "weir.dev", "kind": "Backend", "name": "b"}]}]}))
+            .unwrap();
     }
 
     /// GRPCRoute: matches, filters and backends read; `null` reads as absent, and the

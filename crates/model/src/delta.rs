@@ -24,7 +24,8 @@ pub enum ResourceKey {
     Certificate(ContentHash),
     /// An SNI table entry.
     Sni(ListenerKey, HostMatch),
-    /// An L4 route: a passthrough SNI pattern (or a TCP socket's one entry) on a listener.
+    /// An L4 route: a passthrough SNI pattern (or a TCP or UDP socket's one entry) on a
+    /// listener.
     L4Route(ListenerKey, HostMatch),
     /// The policies attached to one target.
     Policy(PolicyTarget),

@@ -1,4 +1,5 @@
-//! L4 routes: where a TLS passthrough or TCP listener sends a connection.
+//! L4 routes: where a TLS passthrough or TCP listener sends a connection, and a UDP
+//! listener a client's datagrams.
 
 use serde::Serialize;
 
@@ -20,8 +21,8 @@ pub struct L4Backend {
 
 /// The backends connections for one host pattern on one listener are spliced to: a
 /// TLSRoute hostname on a TLS passthrough socket (the pattern is matched against the
-/// ClientHello's SNI, exact before wildcard), or a TCPRoute on a TCP socket (the pattern
-/// is [`HostMatch::Any`]).
+/// ClientHello's SNI, exact before wildcard), or a TCPRoute on a TCP socket or a UDPRoute
+/// on a UDP socket (the pattern is [`HostMatch::Any`]).
 ///
 /// Each (listener, host) is its own resource, like a [`crate::VirtualHost`], so adding
 /// one passthrough hostname among thousands is one delta.

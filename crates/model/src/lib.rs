@@ -9,7 +9,7 @@
 //! - [`Certificate`]: a PEM certificate chain and key, addressed by its content hash.
 //! - [`SniCert`]: which certificate a listener presents for one host pattern.
 //! - [`L4Route`]: where a TLS passthrough or TCP listener splices the connections for one
-//!   host pattern (SNI).
+//!   host pattern (SNI), and where a UDP listener sends its clients' datagrams.
 //! - [`Policy`]: the settings (timeouts, retries, rate limit) attached to a Gateway, a
 //!   route or one rule, looked up per request by a key derived from the request.
 //!

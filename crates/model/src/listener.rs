@@ -33,6 +33,12 @@ pub enum Protocol {
     /// TCP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
     /// connection's bytes.
     Tcp,
+    /// UDP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
+    /// datagrams; a client address's datagrams form a session pinned to one endpoint.
+    /// A UDP socket is keyed like the others, so a UDP listener and a TCP-based one on
+    /// the same address and port conflict (Gateway API leaves that combination to the
+    /// implementation).
+    Udp,
 }
 
 /// A socket to bind and the labels its traffic is reported under.

@@ -300,6 +300,8 @@ pub enum RouteKind {
     TcpRoute,
     /// gateway.networking.k8s.io GRPCRoute.
     GrpcRoute,
+    /// gateway.networking.k8s.io UDPRoute.
+    UdpRoute,
 }
 
 /// The object and rule a [`RouteRule`] came from (for logs and debugging).

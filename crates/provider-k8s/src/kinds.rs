@@ -99,6 +99,12 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        w(
+            Kind::UdpRoute,
+            api_resource(GW, "v1", "UDPRoute", "udproutes"),
+            None,
+            true,
+        ),
         // Standard channel, v1 since Gateway API v1.1.
         w(
             Kind::GrpcRoute,

@@ -32,6 +32,9 @@ pub struct ProxyConfig {
     /// Worker threads serving connections, each with its own single-threaded runtime;
     /// 0 means one per CPU this process may use (its affinity mask).
     pub workers: usize,
+    /// A UDP session with no datagram either way for this long ends (its socket is
+    /// closed; the client's next datagram starts a new one).
+    pub udp_session_idle_timeout: Duration,
 }
 
 impl Default for ProxyConfig {
@@ -42,6 +45,7 @@ impl Default for ProxyConfig {
             upstream_idle_timeout: Duration::from_secs(90),
             drain_timeout: Duration::from_secs(10),
             workers: 0,
+            udp_session_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -169,14 +173,20 @@ impl DataPlane {
         match snapshot.listener(&key) {
             Some(state) => {
                 let listener = &state.listener;
-                let running = {
+                let updated = {
                     let map = lock(&self.listeners);
-                    map.get(&key)
-                        .map(|h| h.update(&self.shared, listener))
-                        .is_some()
+                    map.get(&key).map(|h| h.update(&self.shared, listener))
                 };
-                if running {
-                    return Ok(());
+                match updated {
+                    Some(true) => return Ok(()),
+                    // Between UDP and a stream protocol: a socket of the other kind.
+                    Some(false) => {
+                        let old = lock(&self.listeners).remove(&key);
+                        if let Some(old) = old {
+                            drop(old.stop().await);
+                        }
+                    }
+                    None => {}
                 }
                 match ListenerHandle::bind(&self.shared, Arc::clone(listener)).await {
                     Ok(handle) => {

@@ -1,7 +1,8 @@
 //! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
 //! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
 //! HTTP (HTTP/1.1 and h2c), TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
-//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`).
+//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`). A UDP listener has no
+//! accept loop: its socket is read by `crate::l4::udp::serve`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -26,6 +27,7 @@ use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::error::{ProxyError, ResponseShape, error_response};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
+use crate::l4::udp::{UdpLoop, UdpMetrics};
 use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
@@ -35,15 +37,15 @@ use crate::tls;
 
 /// What an accept loop needs to serve new connections; replaced without rebinding when the
 /// listener's protocol, labels or settings change.
-struct Runtime {
-    listener: Arc<Listener>,
-    handler: ConnectionHandler,
-    metrics: ListenerMetrics,
+pub(crate) struct Runtime {
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) handler: ConnectionHandler,
+    pub(crate) metrics: ListenerMetrics,
 }
 
 /// How a listener serves a connection, chosen once per listener (never per connection or
 /// request) from its protocol.
-enum ConnectionHandler {
+pub(crate) enum ConnectionHandler {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
     Http(HttpServers),
     /// TLS terminated here (certificate by SNI), then HTTP by ALPN. When the socket also
@@ -54,6 +56,9 @@ enum ConnectionHandler {
     TlsPassthrough(L4Metrics),
     /// TCP: the listener's L4 route.
     Tcp(L4Metrics),
+    /// UDP: the listener's L4 route, per client session. Never reaches
+    /// `serve_connection`: a UDP socket has no connections to accept.
+    Udp(UdpMetrics),
 }
 
 impl ConnectionHandler {
@@ -66,7 +71,7 @@ impl ConnectionHandler {
 
 /// hyper's connection builders with the listener's limits: one per way a connection may
 /// speak HTTP.
-struct HttpServers {
+pub(crate) struct HttpServers {
     /// Plaintext: HTTP/1.1 or h2c by the first bytes.
     auto: auto::Builder<TokioExecutor>,
     /// TLS with ALPN other than `h2`.
@@ -105,6 +110,11 @@ impl Runtime {
             ),
             Protocol::TlsPassthrough => ConnectionHandler::TlsPassthrough(l4()),
             Protocol::Tcp => ConnectionHandler::Tcp(l4()),
+            Protocol::Udp => ConnectionHandler::Udp(
+                shared
+                    .metrics
+                    .udp_listener(&listener.gateway, &listener.name),
+            ),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
         Runtime {
@@ -144,6 +154,9 @@ impl ListenerHandle {
         shared: &Arc<Shared>,
         listener: Arc<Listener>,
     ) -> std::io::Result<ListenerHandle> {
+        if listener.protocol == Protocol::Udp {
+            return Self::bind_udp(shared, listener).await;
+        }
         let key = listener.key;
         // Bound here so that a failure is reported to the caller; the socket then moves
         // to a worker, whose runtime registers it.
@@ -182,6 +195,45 @@ impl ListenerHandle {
         })
     }
 
+    /// Binds a UDP listener's socket and starts the loop that reads it.
+    async fn bind_udp(
+        shared: &Arc<Shared>,
+        listener: Arc<Listener>,
+    ) -> std::io::Result<ListenerHandle> {
+        let key = listener.key;
+        let socket = UdpSocket::bind(key.0).await?;
+        let local_addr = socket.local_addr()?;
+        let socket = socket.into_std()?;
+        let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(shared, listener)));
+        let (stop, stop_rx) = watch::channel(false);
+        let (closed_tx, closed) = oneshot::channel();
+        let l = UdpLoop {
+            shared: Arc::clone(shared),
+            key,
+            runtime: Arc::clone(&runtime),
+            stop: stop_rx,
+        };
+        let worker = shared.workers.pick();
+        let task = shared.workers.spawn_on(worker, async move {
+            match l4::udp::register(socket) {
+                Ok(socket) => l4::udp::serve(socket, l).await,
+                Err(e) => {
+                    tracing::warn!(listener = %key, error = %e, "cannot register the listener")
+                }
+            }
+            // The socket is closed once `serve` returns (sessions included).
+            let _ = closed_tx.send(());
+        });
+        tracing::info!(listener = %key, addr = %local_addr, "listening (UDP)");
+        Ok(ListenerHandle {
+            local_addr,
+            runtime,
+            stop,
+            closed,
+            task,
+        })
+    }
+
     /// The address actually bound.
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -189,12 +241,18 @@ impl ListenerHandle {
 
     /// Serves new connections with the changed listener (protocol, labels, settings);
     /// existing connections keep their settings (and count against the new limits). A
-    /// no-op when nothing changed.
-    pub(crate) fn update(&self, shared: &Arc<Shared>, listener: &Arc<Listener>) {
-        if self.runtime.load().listener.hash() != listener.hash() {
+    /// no-op when nothing changed. Returns false, changing nothing, when the listener
+    /// moved between UDP and a stream protocol: its socket must be bound again.
+    pub(crate) fn update(&self, shared: &Arc<Shared>, listener: &Arc<Listener>) -> bool {
+        let current = self.runtime.load();
+        if (current.listener.protocol == Protocol::Udp) != (listener.protocol == Protocol::Udp) {
+            return false;
+        }
+        if current.listener.hash() != listener.hash() {
             self.runtime
                 .store(Arc::new(Runtime::new(shared, Arc::clone(listener))));
         }
+        true
     }
 
     /// Stops accepting and waits until the socket is closed. In-flight requests keep
@@ -370,6 +428,8 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
             l4::serve_passthrough(stream, l4(metrics), &mut c.ticket).await
         }
         ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
+        // A UDP listener's runtime only ever serves `l4::udp::serve`.
+        ConnectionHandler::Udp(_) => {}
     }
 }
 

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
 use crate::l4::L4Metrics;
+use crate::l4::udp::UdpMetrics;
 use crate::ratelimit::RateLimitMetrics;
 use crate::snapshot::SnapshotStats;
 
@@ -86,6 +87,13 @@ pub(crate) struct Metrics {
     l4_received: Family<ListenerLabels, Counter>,
     l4_sent: Family<ListenerLabels, Counter>,
     l4_connect_errors: Family<ListenerLabels, Counter>,
+    udp_sessions: Family<ListenerLabels, Counter>,
+    udp_open: Family<ListenerLabels, Gauge>,
+    udp_refused: Family<ListenerLabels, Counter>,
+    udp_received: Family<ListenerLabels, Counter>,
+    udp_sent: Family<ListenerLabels, Counter>,
+    udp_unrouted: Family<ListenerLabels, Counter>,
+    udp_dropped: Family<ListenerLabels, Counter>,
 }
 
 /// Per-listener handles, resolved when an accept loop starts.
@@ -155,6 +163,13 @@ impl Metrics {
             l4_received: Family::default(),
             l4_sent: Family::default(),
             l4_connect_errors: Family::default(),
+            udp_sessions: Family::default(),
+            udp_open: Family::default(),
+            udp_refused: Family::default(),
+            udp_received: Family::default(),
+            udp_sent: Family::default(),
+            udp_unrouted: Family::default(),
+            udp_dropped: Family::default(),
         };
         registry.register(
             "weir_requests",
@@ -272,12 +287,12 @@ impl Metrics {
         );
         registry.register(
             "weir_l4_received_bytes",
-            "Bytes received from TLS passthrough and TCP clients (sent upstream)",
+            "Bytes received from TLS passthrough, TCP and UDP clients (sent upstream)",
             m.l4_received.clone(),
         );
         registry.register(
             "weir_l4_sent_bytes",
-            "Bytes sent to TLS passthrough and TCP clients (received from upstreams)",
+            "Bytes sent to TLS passthrough, TCP and UDP clients (received from upstreams)",
             m.l4_sent.clone(),
         );
         registry.register(
@@ -285,7 +300,67 @@ impl Metrics {
             "Failed connection attempts to the upstreams of TLS passthrough and TCP routes",
             m.l4_connect_errors.clone(),
         );
+        let udp = [
+            (
+                "weir_l4_udp_sessions",
+                "UDP sessions started (one per client address until idle)",
+                &m.udp_sessions,
+            ),
+            (
+                "weir_l4_udp_sessions_refused",
+                "Datagrams dropped because starting their session would pass the listener's connection limits",
+                &m.udp_refused,
+            ),
+            (
+                "weir_l4_udp_datagrams_received",
+                "Datagrams received from UDP clients",
+                &m.udp_received,
+            ),
+            (
+                "weir_l4_udp_datagrams_sent",
+                "Datagrams sent to UDP clients (replies of their session's endpoint)",
+                &m.udp_sent,
+            ),
+            (
+                "weir_l4_udp_unrouted_datagrams",
+                "UDP datagrams dropped without a route, backend or endpoint for a new session",
+                &m.udp_unrouted,
+            ),
+            (
+                "weir_l4_udp_dropped_datagrams",
+                "UDP datagrams dropped because a socket could not take them (buffer full, error)",
+                &m.udp_dropped,
+            ),
+        ];
+        for (name, help, family) in udp {
+            registry.register(name, help, family.clone());
+        }
+        registry.register(
+            "weir_l4_udp_open_sessions",
+            "UDP sessions open now",
+            m.udp_open.clone(),
+        );
         m
+    }
+
+    /// Resolves the UDP handles of one listener (takes the family locks; call once per
+    /// listener change, only for UDP listeners).
+    pub(crate) fn udp_listener(&self, gateway: &str, listener: &str) -> UdpMetrics {
+        let labels = ListenerLabels {
+            gateway: gateway.to_owned(),
+            listener: listener.to_owned(),
+        };
+        UdpMetrics {
+            sessions: self.udp_sessions.get_or_create_owned(&labels),
+            open: self.udp_open.get_or_create_owned(&labels),
+            refused: self.udp_refused.get_or_create_owned(&labels),
+            received: self.udp_received.get_or_create_owned(&labels),
+            sent: self.udp_sent.get_or_create_owned(&labels),
+            unrouted: self.udp_unrouted.get_or_create_owned(&labels),
+            dropped: self.udp_dropped.get_or_create_owned(&labels),
+            received_bytes: self.l4_received.get_or_create_owned(&labels),
+            sent_bytes: self.l4_sent.get_or_create_owned(&labels),
+        }
     }
 
     /// Resolves the L4 handles of one listener (takes the family locks; call once per

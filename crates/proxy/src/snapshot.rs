@@ -487,8 +487,8 @@ impl ListenerState {
         }
     }
 
-    /// A TCP listener's route (its catch-all L4 entry).
-    pub fn tcp_route(&self) -> Option<&Arc<L4Route>> {
+    /// A TCP or UDP listener's route (its catch-all L4 entry).
+    pub fn socket_route(&self) -> Option<&Arc<L4Route>> {
         self.l4.any()
     }
 
@@ -869,7 +869,7 @@ mod tests {
         assert_eq!(via(Some("other.test")).as_deref(), Some("any"));
         assert_eq!(via(None).as_deref(), Some("any"));
         assert_eq!(via(Some("exact.test")).as_deref(), Some("any"));
-        assert_eq!(l.tcp_route().map(|r| &*r.route.name), Some("any"));
+        assert_eq!(l.socket_route().map(|r| &*r.route.name), Some("any"));
         assert_eq!(s.stats().l4_routes, 2);
         assert!(s.to_json()["listeners"]["0.0.0.0:443"]["l4"]["*.pass.test"].is_array());
 

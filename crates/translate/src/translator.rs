@@ -248,7 +248,11 @@ impl Translator {
                     &mut d.policy_status,
                 );
             }
-            Kind::HttpRoute | Kind::TlsRoute | Kind::TcpRoute | Kind::GrpcRoute => {
+            Kind::HttpRoute
+            | Kind::TlsRoute
+            | Kind::TcpRoute
+            | Kind::UdpRoute
+            | Kind::GrpcRoute => {
                 d.routes.insert(key.clone());
                 self.policies.object_changed(
                     key,

@@ -266,6 +266,18 @@ spec: {ports: [{port: 80, name: http}, {port: 81, name: grpc, appProtocol: kuber
 ---
 apiVersion: v1
 kind: Service
+metadata: {name: svc, namespace: default}
+spec: {ports: [{port: 80, name: http}, {port: 80, name: dns, protocol: UDP}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc-2, namespace: default, labels: {kubernetes.io/service-name: svc}}
+addressType: IPv4
+ports: [{name: dns, port: 1053, protocol: UDP}]
+endpoints: [{addresses: [10.0.0.5]}]
+---
+apiVersion: v1
+kind: Service
 metadata: {name: svc2, namespace: other}
 spec: {ports: [{port: 80}]}
 ---
@@ -651,6 +663,53 @@ spec:
   parentRefs: [{name: gw, namespace: default}]
   hostnames: [a.test]
   rules: [{matches: [{method: {service: pkg.Echo}}], backendRefs: [{name: svc2, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: udp2, port: 9000, protocol: UDP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw3, namespace: default}
+spec:
+  gatewayClassName: weir
+  addresses: [{type: IPAddress, value: 10.9.9.9}]
+  listeners:
+  - {name: dns, port: 53, protocol: UDP, allowedRoutes: {namespaces: {from: All}}}
+  - {name: tcp, port: 9000, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: UDPRoute
+metadata: {name: u1, namespace: default}
+spec:
+  parentRefs: [{name: gw3}, {name: gw}]
+  rules: [{backendRefs: [{name: svc, port: 80, weight: 2}, {name: svc2, namespace: other, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: u1, namespace: default}
+spec:
+  parentRefs: [{name: gw3, sectionName: udp2}]
+  rules: [{backendRefs: [{group: weir.dev, kind: Backend, name: b1, namespace: other}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: UDPRoute
+metadata: {name: u2, namespace: other}
+spec:
+  parentRefs: [{name: gw3, namespace: default, port: 53}]
+  rules: [{backendRefs: [{name: svc2, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: other}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: UDPRoute, namespace: default}]
+  to: [{group: "", kind: Service}, {group: weir.dev, kind: Backend}]
 ---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant

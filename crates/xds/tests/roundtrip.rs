@@ -56,7 +56,18 @@ fn every_golden_resource_round_trips() {
         if v.rules.iter().any(|x| x.route.kind == weir_model::RouteKind::GrpcRoute)))
             > 0
     );
-    for protocol in [Protocol::TlsPassthrough, Protocol::Tcp, Protocol::Https] {
+    // UDPRoute L4 routes (their RouteRef kind has a wire value of its own).
+    assert!(
+        kinds(|r| matches!(r, Resource::L4Route(l)
+        if l.route.kind == weir_model::RouteKind::UdpRoute))
+            > 0
+    );
+    for protocol in [
+        Protocol::TlsPassthrough,
+        Protocol::Tcp,
+        Protocol::Udp,
+        Protocol::Https,
+    ] {
         assert!(
             resources
                 .iter()

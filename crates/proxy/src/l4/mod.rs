@@ -1,6 +1,7 @@
 //! The L4 path: TLS passthrough (the ClientHello's SNI picks an [`L4Route`], the TLS
 //! session is the backend's) and TCP (the listener's one route), both spliced byte for
-//! byte to an endpoint of a weighted backend.
+//! byte to an endpoint of a weighted backend; and UDP (`udp`: datagrams relayed through
+//! per-client sessions).
 //!
 //! Bounds: reading the ClientHello is limited to [`hello::MAX_HELLO`] bytes and to the
 //! listener's `handshake` timeout from accept; connecting to the upstream to the data
@@ -9,6 +10,7 @@
 //! timeout (raw bytes have no graceful close of their own).
 
 pub(crate) mod hello;
+pub(crate) mod udp;
 
 use std::io;
 use std::net::SocketAddr;
@@ -69,7 +71,9 @@ pub(crate) struct L4Conn<'a> {
 pub(crate) async fn serve_tcp(stream: TcpStream, c: L4Conn<'_>, ticket: &mut Ticket) {
     let route = {
         let snap = c.shared.snapshots.load();
-        snap.listener(&c.key).and_then(|l| l.tcp_route()).cloned()
+        snap.listener(&c.key)
+            .and_then(|l| l.socket_route())
+            .cloned()
     };
     splice(stream, Vec::new(), route, &c, ticket).await;
 }

@@ -20,6 +20,9 @@ pub(crate) enum ClusterSource {
         port: u16,
         /// HTTP/2 upstream whatever the port's appProtocol says (GRPCRoute backends).
         h2c: bool,
+        /// The Service port of protocol UDP (UDPRoute backends); otherwise one of
+        /// another protocol (TCP), the first with the number if there is none.
+        udp: bool,
     },
     /// A weir Backend object.
     Backend {
@@ -39,6 +42,9 @@ pub(crate) enum WantProtocol {
     Declared,
     /// HTTP/2 (h2c).
     Http2,
+    /// Datagrams (UDPRoute): a Service's port of protocol UDP, which may share its number
+    /// with a TCP port (DNS's 53) and then has endpoints of its own.
+    Udp,
 }
 
 impl WantProtocol {
@@ -52,6 +58,7 @@ impl WantProtocol {
         match self {
             WantProtocol::Declared => "",
             WantProtocol::Http2 => "/h2c",
+            WantProtocol::Udp => "/udp",
         }
     }
 }
@@ -115,10 +122,22 @@ pub(crate) fn resolve_service(
             format!("{field}.port: {port} is not a valid port"),
         ));
     };
-    if !svc.spec.ports.iter().any(|sp| sp.port == port) {
+    if !svc
+        .spec
+        .ports
+        .iter()
+        .any(|sp| sp.port == port && (want != WantProtocol::Udp || is_udp(sp)))
+    {
         return Err(RefError::new(
             Reason::BackendNotFound,
-            format!("{field}: Service {ns}/{name} has no port {port}"),
+            format!(
+                "{field}: Service {ns}/{name} has no {}port {port}",
+                if want == WantProtocol::Udp {
+                    "UDP "
+                } else {
+                    ""
+                }
+            ),
         ));
     }
     Ok((
@@ -128,8 +147,13 @@ pub(crate) fn resolve_service(
             name: name.into(),
             port: p,
             h2c: want.h2c(),
+            udp: want == WantProtocol::Udp,
         },
     ))
+}
+
+fn is_udp(sp: &weir_api::ServicePort) -> bool {
+    sp.protocol.as_deref() == Some("UDP")
 }
 
 /// Resolves a weir Backend (the caller has checked permission).
@@ -140,6 +164,11 @@ pub(crate) fn resolve_backend(
     want: WantProtocol,
     field: &str,
 ) -> Result<Resolved, RefError> {
+    // A Backend's endpoints are addresses: the same cluster serves datagrams.
+    let want = match want {
+        WantProtocol::Udp => WantProtocol::Declared,
+        w => w,
+    };
     if store.backend(ns, name).is_none() {
         return Err(RefError::new(
             Reason::BackendNotFound,
@@ -168,9 +197,13 @@ pub(crate) fn build_cluster(
             name,
             port,
             h2c: want_h2c,
+            udp,
         } => {
             let svc = store.service(ns, name)?;
-            let sp = svc.spec.ports.iter().find(|p| p.port == i32::from(*port))?;
+            let numbered = || svc.spec.ports.iter().filter(|p| p.port == i32::from(*port));
+            let sp = numbered()
+                .find(|p| is_udp(p) == *udp)
+                .or_else(|| numbered().next().filter(|_| !*udp))?;
             let sp_name = sp.name.as_deref().unwrap_or("");
             let mut h2c = *want_h2c || sp.app_protocol.as_deref() == Some(H2C);
             // As kube-proxy does: ready endpoints take the traffic; only when none is

@@ -230,6 +230,7 @@ fn resolve_ref(
     }
     let want = match ctx.referrer {
         Referrer::Route(RouteKind::Grpc) => WantProtocol::Http2,
+        Referrer::Route(RouteKind::Udp) => WantProtocol::Udp,
         _ => WantProtocol::Declared,
     };
     if k == Kind::Service {

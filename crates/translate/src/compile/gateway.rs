@@ -327,7 +327,9 @@ pub(crate) fn settle(
             && l.key.is_some()
             && match l.protocol {
                 Some(Protocol::Https) => l.cert.is_some(),
-                Some(Protocol::Http | Protocol::TlsPassthrough | Protocol::Tcp) => true,
+                Some(Protocol::Http | Protocol::TlsPassthrough | Protocol::Tcp | Protocol::Udp) => {
+                    true
+                }
                 None => false,
             };
     }

@@ -1,9 +1,9 @@
-//! TLSRoute and TCPRoute → the target of their `L4Route` resources (independent of the
-//! listeners they attach to).
+//! TLSRoute, TCPRoute and UDPRoute → the target of their `L4Route` resources
+//! (independent of the listeners they attach to).
 
 use std::sync::Arc;
 
-use weir_api::{L4RouteRule, ObjectKey, ParentReference, TcpRoute, TlsRoute};
+use weir_api::{L4RouteRule, ObjectKey, ParentReference, TcpRoute, TlsRoute, UdpRoute};
 use weir_model::RouteRef;
 
 use crate::compile::backend_ref::{RouteCtx, l4_backends};
@@ -38,28 +38,37 @@ impl RouteObject for TlsRoute {
     }
 }
 
-impl RouteObject for TcpRoute {
-    const KIND: RouteKind = RouteKind::Tcp;
+/// TCPRoute and UDPRoute differ only in their kind: no hostnames, rules of weighted
+/// backends.
+macro_rules! hostless_l4_route {
+    ($ty:ty, $kind:expr, $model:expr) => {
+        impl RouteObject for $ty {
+            const KIND: RouteKind = $kind;
 
-    fn generation(&self) -> Option<i64> {
-        self.metadata.generation
-    }
+            fn generation(&self) -> Option<i64> {
+                self.metadata.generation
+            }
 
-    fn parent_refs(&self) -> &[ParentReference] {
-        &self.spec.parent_refs
-    }
+            fn parent_refs(&self) -> &[ParentReference] {
+                &self.spec.parent_refs
+            }
 
-    fn compile(&self, store: &Store, key: &ObjectKey, _age: &Age) -> CompiledRoute {
-        compile_rules(
-            store,
-            key,
-            Self::KIND,
-            weir_model::RouteKind::TcpRoute,
-            &self.spec.rules,
-            CompiledRoute::default(),
-        )
-    }
+            fn compile(&self, store: &Store, key: &ObjectKey, _age: &Age) -> CompiledRoute {
+                compile_rules(
+                    store,
+                    key,
+                    Self::KIND,
+                    $model,
+                    &self.spec.rules,
+                    CompiledRoute::default(),
+                )
+            }
+        }
+    };
 }
+
+hostless_l4_route!(TcpRoute, RouteKind::Tcp, weir_model::RouteKind::TcpRoute);
+hostless_l4_route!(UdpRoute, RouteKind::Udp, weir_model::RouteKind::UdpRoute);
 
 /// The backends of every rule, as one weighted set: L4 rules have no matches, so
 /// several rules (v1alpha2 allows up to 16) can only share the connections.

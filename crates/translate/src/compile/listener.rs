@@ -126,16 +126,19 @@ pub(crate) fn compile_listeners(
                 }
             },
             "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
             other => {
                 acc = Err((
                     Reason::UnsupportedProtocol,
-                    format!("{field}.protocol: {other:?} is not supported (HTTP, HTTPS, TLS, TCP)"),
+                    format!(
+                        "{field}.protocol: {other:?} is not supported (HTTP, HTTPS, TLS, TCP, UDP)"
+                    ),
                 ));
                 None
             }
         };
-        // TCP carries no hostname (Gateway API: ignored for TCP and UDP listeners).
-        let hostname = if protocol == Some(Protocol::Tcp) {
+        // TCP and UDP carry no hostname (Gateway API: ignored for TCP and UDP listeners).
+        let hostname = if matches!(protocol, Some(Protocol::Tcp | Protocol::Udp)) {
             HostMatch::Any
         } else {
             hostname

@@ -74,6 +74,7 @@ impl RouteKind {
             Kind::GrpcRoute => Some(RouteKind::Grpc),
             Kind::TlsRoute => Some(RouteKind::Tls),
             Kind::TcpRoute => Some(RouteKind::Tcp),
+            Kind::UdpRoute => Some(RouteKind::Udp),
             _ => None,
         }
     }
@@ -100,6 +101,7 @@ impl RouteKinds {
             }
             Protocol::TlsPassthrough => RouteKinds::NONE.with(RouteKind::Tls),
             Protocol::Tcp => RouteKinds::NONE.with(RouteKind::Tcp),
+            Protocol::Udp => RouteKinds::NONE.with(RouteKind::Udp),
         }
     }
 
@@ -163,7 +165,7 @@ impl Referrer {
 
 /// What a route compiles to, independent of the listeners it attaches to. A route kind
 /// that programs virtual-host rules fills `rules`; one that splices connections (TLSRoute,
-/// TCPRoute) fills `l4`.
+/// TCPRoute) or relays datagrams (UDPRoute) fills `l4`.
 #[derive(Default)]
 pub(crate) struct CompiledRoute {
     /// `None` when the route has no hostnames (it takes the listener's).

@@ -46,6 +46,7 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
+    "UDPRoute",
 ];
 
 /// The status of an object whose status depends on nothing else; `None` when it has none.

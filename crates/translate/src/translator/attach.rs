@@ -61,6 +61,7 @@ impl Translator {
             Some(Object::HttpRoute(r)) => self.attach_route(rk, r, d),
             Some(Object::TlsRoute(r)) => self.attach_route(rk, r, d),
             Some(Object::TcpRoute(r)) => self.attach_route(rk, r, d),
+            Some(Object::UdpRoute(r)) => self.attach_route(rk, r, d),
             Some(Object::GrpcRoute(r)) => self.attach_route(rk, r, d),
             _ => self.detach_route(rk, d),
         }

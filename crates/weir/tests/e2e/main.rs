@@ -12,3 +12,4 @@ mod policies;
 mod reload;
 mod routing;
 mod tls;
+mod udp;

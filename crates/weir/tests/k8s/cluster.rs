@@ -29,6 +29,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "TrafficPolicy" => "trafficpolicies",
         "DirectResponse" => "directresponses",
         "Backend" => "backends",
+        "UDPRoute" => "udproutes",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));

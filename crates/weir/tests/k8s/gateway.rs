@@ -471,3 +471,110 @@ pub async fn other_controllers_entries_are_left_intact(ctx: Arc<Ctx>) {
     assert_eq!(others, vec![&theirs], "{s:#}");
     until_http(SocketAddr::from((ip, port)), "b.t4.test", "/", Ok("echo-a")).await;
 }
+
+/// UDP: a UDP listener carries UDPRoute (`supportedKinds`, `attachedRoutes`), a UDPRoute
+/// to a Service's UDP port is accepted with its references resolved, one on a TCP
+/// listener is not allowed there, one to a Service without a UDP port of that number
+/// has `BackendNotFound`; the GatewayClass claims UDPRoute. (Datagrams through weir are
+/// covered by the e2e `udp.rs` and the conformance suite's GATEWAY-UDP profile.)
+pub async fn udp_listener_and_route_status(ctx: Arc<Ctx>) {
+    const UDP_ROUTE_V1: (&str, &str) = ("gateway.networking.k8s.io/v1", "UDPRoute");
+    let c = &ctx.client;
+    let ns = "tudp";
+    let ip = ctx.gateway_ip();
+    let (udp_port, tcp_port) = (support::free_port(), support::free_port());
+    let udp_route = |name: &str, section: &str, svc: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
+               "metadata": {"name": name, "namespace": ns},
+               "spec": {"parentRefs": [{"name": "gw", "sectionName": section}],
+                        "rules": [{"backendRefs": [{"name": svc, "port": 53}]}]}})
+    };
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(
+        c,
+        &[
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "dns", "namespace": ns},
+                   "spec": {"ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                                      {"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "tcp-only", "namespace": ns},
+                   "spec": {"ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
+            build::gateway(
+                ns,
+                "gw",
+                ip,
+                json!([{"name": "dns", "port": udp_port, "protocol": "UDP"},
+                       {"name": "tcp", "port": tcp_port, "protocol": "TCP"}]),
+            ),
+            udp_route("u1", "dns", "dns"),
+            udp_route("on-tcp", "tcp", "dns"),
+        ],
+    )
+    .await;
+    let gw = wait_status(c, GW_V1, ns, "gw", "UDP listener with 1 route", |s| {
+        has(&s["conditions"], "Programmed", "True", "Programmed")
+            && s["listeners"][0]["attachedRoutes"] == 1
+    })
+    .await;
+    let l = &gw["listeners"][0];
+    assert_eq!(l["name"], "dns");
+    assert_eq!(
+        l["supportedKinds"],
+        json!([{"group": "gateway.networking.k8s.io", "kind": "UDPRoute"}])
+    );
+    assert!(
+        has(&l["conditions"], "Programmed", "True", "Programmed"),
+        "{l:#}"
+    );
+    wait_status(c, UDP_ROUTE_V1, ns, "u1", "UDPRoute accepted", |s| {
+        our_parent(s, "gw").is_some_and(|p| {
+            has(&p["conditions"], "Accepted", "True", "Accepted")
+                && has(&p["conditions"], "ResolvedRefs", "True", "ResolvedRefs")
+        })
+    })
+    .await;
+    wait_status(
+        c,
+        UDP_ROUTE_V1,
+        ns,
+        "on-tcp",
+        "UDPRoute not allowed on TCP",
+        |s| {
+            our_parent(s, "gw").is_some_and(|p| {
+                has(
+                    &p["conditions"],
+                    "Accepted",
+                    "False",
+                    "NotAllowedByListeners",
+                )
+            })
+        },
+    )
+    .await;
+    cluster::apply(c, &[udp_route("u1", "dns", "tcp-only")]).await;
+    wait_status(
+        c,
+        UDP_ROUTE_V1,
+        ns,
+        "u1",
+        "UDPRoute without a UDP port",
+        |s| {
+            our_parent(s, "gw")
+                .is_some_and(|p| has(&p["conditions"], "ResolvedRefs", "False", "BackendNotFound"))
+        },
+    )
+    .await;
+    let class = wait_status(c, CLASS_V1, "", "weir", "GatewayClass Accepted", |s| {
+        has(&s["conditions"], "Accepted", "True", "Accepted")
+    })
+    .await;
+    assert!(
+        class["supportedFeatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "UDPRoute"),
+        "{class:#}"
+    );
+}

@@ -74,6 +74,7 @@ const TESTS: &[(&str, Test)] = tests![
     gateway::tls_listener_and_invalid_certificate,
     gateway::allowed_routes_differ_per_gateway,
     gateway::other_controllers_entries_are_left_intact,
+    gateway::udp_listener_and_route_status,
     refs::cross_namespace_backend_needs_a_grant,
     refs::route_that_loses_its_backend,
     endpoints::scale_to_zero_and_back,
