@@ -37,7 +37,7 @@ pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol}
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
-pub use l4::{L4Backend, L4Route};
+pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,

@@ -1,7 +1,7 @@
 //! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
 //! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
 //! HTTP (HTTP/1.1 and h2c), TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
-//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`).
+//! by ALPN), TLS by SNI passed through or terminated and spliced, or TCP (`crate::l4`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -47,13 +47,20 @@ enum ConnectionHandler {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
     Http(HttpServers),
     /// TLS terminated here (certificate by SNI), then HTTP by ALPN. When the socket also
-    /// has L4 routes (HTTPS and TLS passthrough listeners on one port), the ClientHello
-    /// is read first and a passthrough hostname is spliced instead.
-    Https(TlsAcceptor, HttpServers, L4Metrics),
-    /// TLS passthrough: the ClientHello's SNI picks the L4 route.
-    TlsPassthrough(L4Metrics),
+    /// has L4 routes (HTTPS and TLS listeners on one port), the ClientHello is read first
+    /// and a hostname of one of them is served by its route instead.
+    Https(TlsAcceptor, HttpServers, L4Handler),
+    /// TLS passthrough or terminate: the ClientHello's SNI picks the L4 route.
+    Tls(L4Handler),
     /// TCP: the listener's L4 route.
     Tcp(L4Metrics),
+}
+
+/// What a TLS socket needs for its L4 routes: the acceptor of routes that terminate
+/// TLS (no ALPN) and the listener's L4 counters.
+struct L4Handler {
+    terminate: TlsAcceptor,
+    metrics: L4Metrics,
 }
 
 impl ConnectionHandler {
@@ -93,17 +100,25 @@ impl Runtime {
                 .metrics
                 .l4_listener(&listener.gateway, &listener.name)
         };
+        let acceptor = |carries| {
+            TlsAcceptor::from(tls::server_config(
+                Arc::clone(&shared.snapshots),
+                listener.key,
+                carries,
+            ))
+        };
+        let l4_tls = || L4Handler {
+            terminate: acceptor(tls::Carries::Opaque),
+            metrics: l4(),
+        };
         let handler = match listener.protocol {
             Protocol::Http => ConnectionHandler::Http(HttpServers::new(limits)),
             Protocol::Https => ConnectionHandler::Https(
-                TlsAcceptor::from(tls::server_config(
-                    Arc::clone(&shared.snapshots),
-                    listener.key,
-                )),
+                acceptor(tls::Carries::Http),
                 HttpServers::new(limits),
-                l4(),
+                l4_tls(),
             ),
-            Protocol::TlsPassthrough => ConnectionHandler::TlsPassthrough(l4()),
+            Protocol::TlsPassthrough | Protocol::TlsTerminate => ConnectionHandler::Tls(l4_tls()),
             Protocol::Tcp => ConnectionHandler::Tcp(l4()),
         };
         let metrics = shared.metrics.listener(&listener.gateway, &listener.name);
@@ -333,7 +348,7 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
     };
     match &rt.handler {
         ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
-        ConnectionHandler::Https(acceptor, servers, metrics) => {
+        ConnectionHandler::Https(acceptor, servers, l4h) => {
             let mixed = c
                 .shared
                 .snapshots
@@ -344,7 +359,7 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
                 return serve_http(stream, c, servers, Some(acceptor)).await;
             }
             let mut stream = stream;
-            let lc = l4(metrics);
+            let lc = l4(&l4h.metrics);
             let Some(Hello::Read(prefix, sni)) = c
                 .ticket
                 .until_closed(l4::read_hello(&mut stream, &lc))
@@ -352,22 +367,18 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
             else {
                 return;
             };
-            let route = {
-                let snap = c.shared.snapshots.load();
-                snap.listener(&c.key)
-                    .and_then(|l| l.passthrough(sni.as_deref()))
-                    .cloned()
-            };
-            match route {
-                Some(route) => l4::splice(stream, prefix, Some(route), &lc, &mut c.ticket).await,
+            match l4::route_for(&lc, sni.as_deref()) {
+                Some(route) => {
+                    l4::serve_route(stream, prefix, route, &lc, &l4h.terminate, &mut c.ticket).await
+                }
                 None => {
                     let stream = Rewind::new(prefix, stream);
                     serve_http(stream, c, servers, Some(acceptor)).await
                 }
             }
         }
-        ConnectionHandler::TlsPassthrough(metrics) => {
-            l4::serve_passthrough(stream, l4(metrics), &mut c.ticket).await
+        ConnectionHandler::Tls(l4h) => {
+            l4::serve_tls(stream, l4(&l4h.metrics), &l4h.terminate, &mut c.ticket).await
         }
         ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
     }
@@ -422,27 +433,18 @@ where
         }
         Some(acceptor) => {
             // The handshake (ClientHello included) gets the `handshake` timeout.
-            let limit = timeouts.handshake;
-            let handshake = async {
-                if limit.is_zero() {
-                    Ok(acceptor.accept(stream).await)
-                } else {
-                    tokio::time::timeout_at((c.accepted_at + limit).into(), acceptor.accept(stream))
-                        .await
-                }
-            };
-            let tls = match ticket.until_closed(handshake).await {
-                None => return,
-                Some(Ok(Ok(tls))) => tls,
-                Some(Ok(Err(e))) => {
-                    tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Some(Err(_)) => {
-                    bounds.timeout_handshake.inc();
-                    tracing::debug!(listener = %c.key, remote = %c.remote, "TLS handshake timed out");
-                    return;
-                }
+            let Some(tls) = tls::accept(
+                acceptor,
+                stream,
+                c.accepted_at,
+                timeouts.handshake,
+                &mut ticket,
+                bounds,
+                (c.key, c.remote),
+            )
+            .await
+            else {
+                return;
             };
             // ALPN decides: `h2` is served as HTTP/2 only (`serve_connection` honours
             // `http2_only`), anything else as HTTP/1.1 only (`serve_connection_with_upgrades`

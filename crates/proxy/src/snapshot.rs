@@ -465,13 +465,15 @@ impl ListenerState {
         entry.cert.certified_key()
     }
 
-    /// The TLS passthrough route for a ClientHello with server name `sni`: the best L4
-    /// pattern (exact, then the longest wildcard, then [`weir_model::HostMatch::Any`]; no
-    /// SNI: only the catch-all), unless the listener's SNI table (TLS terminated here, on
-    /// a socket with HTTPS and passthrough listeners) has a more specific pattern for it.
-    /// On equally specific patterns passthrough wins: the terminating side's catch-all is
-    /// the certificate for clients without a match, not a listener's own hostname.
-    pub fn passthrough(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
+    /// The L4 route (TLS passed through or terminated) for a ClientHello with server name
+    /// `sni`: the best L4 pattern (exact, then the longest wildcard, then
+    /// [`weir_model::HostMatch::Any`]; no SNI: only the catch-all), unless the listener's
+    /// SNI table (HTTPS terminated here, on a socket with HTTPS and TLS listeners) has a
+    /// more specific pattern for it. On equally specific patterns the L4 route wins: the
+    /// terminating side's catch-all is the certificate for clients without a match, not a
+    /// listener's own hostname, and a TLS `Terminate` listener's hostname has both an SNI
+    /// entry (its certificate) and its L4 route.
+    pub fn l4_route(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
         let name = sni.map(router::normalize_host);
         let route = match &name {
             Some(n) => self.l4.lookup(n),
@@ -844,7 +846,7 @@ mod tests {
         );
         let l = s.listener(&lk(443)).unwrap();
         assert!(l.has_l4_routes());
-        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| r.route.name.to_string());
         assert_eq!(via(Some("exact.test")).as_deref(), Some("exact"));
         assert_eq!(via(Some("EXACT.test.")).as_deref(), Some("exact"));
         assert_eq!(via(Some("x.pass.test")).as_deref(), Some("wild"));
@@ -864,7 +866,7 @@ mod tests {
             ],
         );
         let l = s.listener(&lk(443)).unwrap();
-        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| r.route.name.to_string());
         // Equally specific (both catch-alls): passthrough.
         assert_eq!(via(Some("other.test")).as_deref(), Some("any"));
         assert_eq!(via(None).as_deref(), Some("any"));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use weir_model::{
     Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
     DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
-    L4Backend, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PathMatch,
+    L4Backend, L4Mode, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PathMatch,
     PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
     RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
     RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
@@ -280,6 +280,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 Protocol::Http => wire::ListenerProtocol::Http,
                 Protocol::Https => wire::ListenerProtocol::Https,
                 Protocol::TlsPassthrough => wire::ListenerProtocol::TlsPassthrough,
+                Protocol::TlsTerminate => wire::ListenerProtocol::TlsTerminate,
                 Protocol::Tcp => wire::ListenerProtocol::Tcp,
             } as i32,
             gateway: l.gateway.to_string(),
@@ -333,6 +334,10 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                     weight: b.weight,
                 })
                 .collect(),
+            mode: match r.mode {
+                L4Mode::Passthrough => wire::L4Mode::Passthrough,
+                L4Mode::Terminate => wire::L4Mode::Terminate,
+            } as i32,
         }),
         Resource::Policy(p) => R::Policy(policy_to_wire(p)),
     };
@@ -404,6 +409,7 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
                 Ok(wire::ListenerProtocol::Http) => Protocol::Http,
                 Ok(wire::ListenerProtocol::Https) => Protocol::Https,
                 Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
                 Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
                 Err(_) => return Err(invalid("protocol", l.protocol)),
             },
@@ -471,7 +477,7 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
             host_from_wire("host", s.host.as_ref())?,
             ContentHash(s.certificate),
         ))),
-        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::new(
+        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::with_mode(
             ListenerKey(addr("listener", &r.listener)?),
             host_from_wire("host", r.host.as_ref())?,
             route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
@@ -483,6 +489,11 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
                     weight: b.weight,
                 })
                 .collect(),
+            match wire::L4Mode::try_from(r.mode) {
+                Ok(wire::L4Mode::Passthrough) => L4Mode::Passthrough,
+                Ok(wire::L4Mode::Terminate) => L4Mode::Terminate,
+                Err(_) => return Err(invalid("mode", r.mode)),
+            },
         ))),
         R::Policy(p) => Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?)),
     };

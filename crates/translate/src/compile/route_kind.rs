@@ -98,7 +98,9 @@ impl RouteKinds {
             Protocol::Http | Protocol::Https => {
                 RouteKinds::NONE.with(RouteKind::Http).with(RouteKind::Grpc)
             }
-            Protocol::TlsPassthrough => RouteKinds::NONE.with(RouteKind::Tls),
+            Protocol::TlsPassthrough | Protocol::TlsTerminate => {
+                RouteKinds::NONE.with(RouteKind::Tls)
+            }
             Protocol::Tcp => RouteKinds::NONE.with(RouteKind::Tcp),
         }
     }

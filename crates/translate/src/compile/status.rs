@@ -46,6 +46,8 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 /// The status of an object whose status depends on nothing else; `None` when it has none.
