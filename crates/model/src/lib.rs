@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod cluster;
+mod cors;
 mod delta;
 mod hash;
 mod host;
@@ -34,6 +35,7 @@ mod route;
 mod tls;
 
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
+pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};

@@ -15,6 +15,7 @@ mod tls;
 mod admin;
 mod authority;
 mod body;
+mod cors;
 mod dataplane;
 mod drain;
 mod error;

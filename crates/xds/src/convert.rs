@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use weir_model::{
     Action, Certificate, Cluster, ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash,
-    DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch,
-    L4Backend, L4Mode, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PathMatch,
-    PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Cors, CorsNames, CorsOrigin, DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch,
+    HeaderModifier, HostMatch, L4Backend, L4Mode, L4Route, Listener, ListenerKey, ListenerSettings,
+    LocalRateLimit, PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget,
+    Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry,
+    RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
+    WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -617,7 +618,64 @@ fn filter_to_wire(f: &Filter) -> wire::Filter {
                 cluster: cluster.0.to_string(),
                 per_million: *per_million,
             }),
+            Filter::Cors(c) => F::Cors(cors_to_wire(c)),
         }),
+    }
+}
+
+fn cors_to_wire(c: &Cors) -> wire::Cors {
+    let names = |n: &CorsNames| match n {
+        CorsNames::Any => wire::cors::Names {
+            any: true,
+            names: Vec::new(),
+        },
+        CorsNames::Listed(v) => wire::cors::Names {
+            any: false,
+            names: v.iter().map(|s| s.to_string()).collect(),
+        },
+    };
+    wire::Cors {
+        allow_origins: c
+            .allow_origins
+            .iter()
+            .map(|o| match o {
+                CorsOrigin::Any => "*".to_owned(),
+                CorsOrigin::Exact(o) => o.to_string(),
+                CorsOrigin::Wildcard { prefix, suffix } => format!("{prefix}*{suffix}"),
+            })
+            .collect(),
+        allow_methods: Some(names(&c.allow_methods)),
+        allow_headers: Some(names(&c.allow_headers)),
+        expose_headers: Some(names(&c.expose_headers)),
+        allow_credentials: c.allow_credentials,
+        max_age: c.max_age,
+    }
+}
+
+fn cors_from_wire(c: &wire::Cors) -> Cors {
+    let names = |n: &Option<wire::cors::Names>| match n {
+        Some(n) if n.any => CorsNames::Any,
+        Some(n) => CorsNames::Listed(n.names.iter().map(|s| s.as_str().into()).collect()),
+        None => CorsNames::Listed(Vec::new()),
+    };
+    Cors {
+        allow_origins: c
+            .allow_origins
+            .iter()
+            .map(|o| match o.split_once('*') {
+                _ if o == "*" => CorsOrigin::Any,
+                Some((prefix, suffix)) => CorsOrigin::Wildcard {
+                    prefix: prefix.into(),
+                    suffix: suffix.into(),
+                },
+                None => CorsOrigin::Exact(o.as_str().into()),
+            })
+            .collect(),
+        allow_methods: names(&c.allow_methods),
+        allow_headers: names(&c.allow_headers),
+        expose_headers: names(&c.expose_headers),
+        allow_credentials: c.allow_credentials,
+        max_age: c.max_age,
     }
 }
 
@@ -637,6 +695,7 @@ fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, Invali
                 cluster: ClusterKey(m.cluster.as_str().into()),
                 per_million: m.per_million,
             },
+            F::Cors(c) => Filter::Cors(Arc::new(cors_from_wire(c))),
         });
     }
     Ok(out)
