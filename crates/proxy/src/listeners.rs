@@ -30,6 +30,7 @@ use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
 use crate::protocol::{FirstBytes, Speaks};
+use crate::router;
 use crate::server::{self, ConnContext, ProxyBody};
 use crate::tls;
 
@@ -394,20 +395,24 @@ where
     let settings = &rt.listener.settings;
     let timeouts = &settings.timeouts;
     let bounds = &*rt.metrics.bounds;
-    let ctx = Arc::new(ConnContext {
-        shared: c.shared,
-        key: c.key,
-        local_port: c.local_port,
-        remote: c.remote,
-        client_ip: HeaderValue::try_from(c.remote.ip().to_string())
-            .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
-        tls: tls.is_some(),
-        metrics: rt.metrics.clone(),
-        listener_label: Arc::clone(&rt.listener.name),
-        timeouts: timeouts.clone(),
-    });
+    let shared = c.shared;
+    let context = |sni: Option<Box<str>>| {
+        Arc::new(ConnContext {
+            shared,
+            key: c.key,
+            local_port: c.local_port,
+            remote: c.remote,
+            client_ip: HeaderValue::try_from(c.remote.ip().to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
+            tls: tls.is_some(),
+            sni,
+            metrics: rt.metrics.clone(),
+            listener_label: Arc::clone(&rt.listener.name),
+            timeouts: timeouts.clone(),
+        })
+    };
     let max_headers = settings.limits.max_headers;
-    let service = |state: Arc<ConnState>| {
+    let service = |state: Arc<ConnState>, ctx: Arc<ConnContext>| {
         hyper::service::service_fn(move |req: Request<Incoming>| -> Served<_> {
             let fut = if limits::too_many_headers(&req, max_headers) {
                 Either::Left(ready(Ok(too_many_headers(
@@ -427,7 +432,7 @@ where
             let io = TokioIo::new(Watch::new(io, Arc::clone(&state), true));
             let conn = servers
                 .auto
-                .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+                .serve_connection_with_upgrades(io, service(Arc::clone(&state), context(None)));
             let conn = ticket.serve(conn);
             Watched::new(conn, state, timeouts, bounds, c.accepted_at).await
         }
@@ -450,10 +455,18 @@ where
             // `http2_only`), anything else as HTTP/1.1 only (`serve_connection_with_upgrades`
             // ignores `http1_only`, so the first bytes are checked instead).
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            let ctx = context(
+                tls.get_ref()
+                    .1
+                    .server_name()
+                    .map(|n| router::normalize_host(n).into_owned().into_boxed_str()),
+            );
             let state = ConnState::new(h2);
             if h2 {
                 let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
-                let conn = servers.h2.serve_connection(io, service(Arc::clone(&state)));
+                let conn = servers
+                    .h2
+                    .serve_connection(io, service(Arc::clone(&state), ctx));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {
@@ -461,7 +474,7 @@ where
                 let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
                 let conn = servers
                     .h1
-                    .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+                    .serve_connection_with_upgrades(io, service(Arc::clone(&state), ctx));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             }

@@ -133,6 +133,9 @@ pub(crate) struct ConnContext {
     /// The client's IP as a header value (for `x-forwarded-for`), formatted once.
     pub(crate) client_ip: HeaderValue,
     pub(crate) tls: bool,
+    /// The TLS server name the client sent (normalized), which chose the certificate and
+    /// so the listener: a request for a host of another listener is misdirected (421).
+    pub(crate) sni: Option<Box<str>>,
     pub(crate) metrics: ListenerMetrics,
     pub(crate) listener_label: Arc<str>,
     /// The listener's timeouts when the connection was accepted (body idle, default
@@ -436,6 +439,14 @@ fn route(
         None => "",
     };
     let host = router::normalize_host(raw_str);
+    // Gateway API's "detect misdirected requests": the common case (host = server name)
+    // costs one comparison.
+    if let Some(sni) = ctx.sni.as_deref()
+        && *sni != *host
+        && listener.misdirected(sni, &host)
+    {
+        return Err(ProxyError::Misdirected);
+    }
     let view = RequestView {
         host: &host,
         path: req.uri().path(),

@@ -489,6 +489,17 @@ impl ListenerState {
         }
     }
 
+    /// Whether a request for `host` on a TLS connection whose server name was `sni`
+    /// (both normalized) is misdirected: the SNI entries (one per HTTPS listener
+    /// hostname, plus the catch-all) pick a different pattern, that is another listener,
+    /// for the host than for the server name. A host no entry covers differs from a
+    /// server name one covers, and the other way round; two names both left to the
+    /// catch-all do not.
+    pub fn misdirected(&self, sni: &str, host: &str) -> bool {
+        let pattern = |name: &str| self.sni.lookup(name).map(|e| &e.sni.host);
+        pattern(sni) != pattern(host)
+    }
+
     /// A TCP listener's route (its catch-all L4 entry).
     pub fn tcp_route(&self) -> Option<&Arc<L4Route>> {
         self.l4.any()
