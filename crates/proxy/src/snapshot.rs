@@ -375,6 +375,16 @@ impl Snapshot {
             if !l4.is_empty() {
                 entry["l4"] = Value::Object(l4);
             }
+            // The L4 hosts whose TLS is terminated here (the others pass through).
+            let terminated: Vec<Value> = state
+                .l4
+                .iter()
+                .filter(|(_, r)| r.mode == weir_model::L4Mode::Terminate)
+                .map(|(host, _)| Value::String(host.to_string()))
+                .collect();
+            if !terminated.is_empty() {
+                entry["l4_terminated"] = Value::Array(terminated);
+            }
             listeners.insert(l.key.to_string(), entry);
         }
         let now = std::time::Instant::now();
@@ -891,6 +901,81 @@ mod tests {
             deltas: vec![up(l4(444, HostMatch::Any, "orphan"))],
         });
         assert_eq!(rejected.len(), 1, "{rejected:?}");
+    }
+
+    /// A TLS Terminate listener's hostname has an SNI entry (its certificate) and an L4
+    /// route in `Terminate` mode of the same pattern: the route wins the tie, and the
+    /// certificate is found for the same name; `/config` lists the terminated hosts.
+    #[test]
+    fn terminated_l4_routes_beside_their_certificates() {
+        let cert = self_signed(&["tls.test"]);
+        let terminate = |h: HostMatch, name: &str| {
+            let base = match l4(443, h, name) {
+                Resource::L4Route(r) => r,
+                _ => unreachable!(),
+            };
+            Resource::L4Route(Arc::new(L4Route::with_mode(
+                base.listener,
+                base.host.clone(),
+                base.route.clone(),
+                base.backends.clone(),
+                weir_model::L4Mode::Terminate,
+            )))
+        };
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "mixed")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("tls.test"), &cert)),
+                up(sni(443, host("web.tls.test"), &cert)),
+                up(terminate(host("tls.test"), "term")),
+                up(terminate(host("*.tls.test"), "term-wild")),
+                up(l4(443, host("abc.test"), "pass")),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| (r.route.name.to_string(), r.mode));
+        use weir_model::L4Mode::{Passthrough, Terminate};
+        assert_eq!(via(Some("tls.test")), Some(("term".into(), Terminate)));
+        assert!(l.certificate(Some("tls.test")).is_some());
+        assert_eq!(
+            via(Some("x.tls.test")),
+            Some(("term-wild".into(), Terminate))
+        );
+        // An HTTPS name more specific than the terminated wildcard stays HTTPS.
+        assert_eq!(via(Some("web.tls.test")), None);
+        assert_eq!(via(Some("abc.test")), Some(("pass".into(), Passthrough)));
+        let json = s.to_json();
+        let terminated = &json["listeners"]["0.0.0.0:443"]["l4_terminated"];
+        assert_eq!(
+            terminated.as_array().map(|a| a.len()),
+            Some(2),
+            "{terminated}"
+        );
+    }
+
+    /// The server name and the host must fall to the same SNI entry (listener).
+    #[test]
+    fn misdirected_when_host_and_server_name_pick_different_entries() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "https")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("second.test"), &cert)),
+                up(sni(443, host("*.wild.test"), &cert)),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        assert!(!l.misdirected("a.test", "b.test"), "both the catch-all's");
+        assert!(!l.misdirected("x.wild.test", "y.wild.test"));
+        assert!(l.misdirected("a.test", "second.test"));
+        assert!(l.misdirected("second.test", "a.test"));
+        assert!(l.misdirected("x.wild.test", "second.test"));
     }
 
     #[test]
