@@ -75,6 +75,18 @@ pub(crate) fn apply(rule: &RouteRule, origin: &HeaderValue, headers: &mut Header
 
 /// The headers of every answer to an allowed origin.
 fn common(cors: &Cors, origin: &HeaderValue, headers: &mut HeaderMap) {
+    let expose = match &cors.expose_headers {
+        // With credentials a browser reads `*` as a header name, so the names of the
+        // response's own headers are listed instead (none on a preflight).
+        CorsNames::Any if cors.allow_credentials => {
+            let names: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
+            (!names.is_empty())
+                .then(|| HeaderValue::try_from(names.join(", ")).ok())
+                .flatten()
+        }
+        CorsNames::Any => Some(HeaderValue::from_static("*")),
+        CorsNames::Listed(v) => joined(v),
+    };
     headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
     if cors.allow_credentials {
         headers.insert(
@@ -82,16 +94,8 @@ fn common(cors: &Cors, origin: &HeaderValue, headers: &mut HeaderMap) {
             HeaderValue::from_static("true"),
         );
     }
-    match &cors.expose_headers {
-        CorsNames::Any => {
-            headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("*"));
-        }
-        CorsNames::Listed(v) if !v.is_empty() => {
-            if let Some(v) = joined(v) {
-                headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, v);
-            }
-        }
-        CorsNames::Listed(_) => {}
+    if let Some(v) = expose {
+        headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, v);
     }
     headers.append(VARY, HeaderValue::from_static("origin"));
 }
