@@ -349,7 +349,7 @@ pub struct HttpQueryParamMatch {
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpRouteFilter {
     /// `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`,
-    /// `URLRewrite`, `RequestMirror`, `ExtensionRef`.
+    /// `URLRewrite`, `RequestMirror`, `CORS`, `ExtensionRef`.
     #[serde(rename = "type")]
     pub type_: String,
     /// For `RequestHeaderModifier`.
@@ -365,6 +365,27 @@ pub struct HttpRouteFilter {
     pub extension_ref: Option<LocalObjectReference>,
     /// For `RequestMirror`.
     pub request_mirror: Option<HttpRequestMirrorFilter>,
+    /// For `CORS` (experimental channel, Gateway API v1.2+).
+    pub cors: Option<HttpCorsFilter>,
+}
+
+/// CORS filter (GEP-1767): the gateway answers preflight requests from allowed origins
+/// and adds the CORS response headers to their actual requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpCorsFilter {
+    /// Origins (`scheme://host[:port]`, the host may start with `*.`), or `*` for any.
+    pub allow_origins: Vec<String>,
+    /// Methods a preflight allows, or `*`.
+    pub allow_methods: Vec<String>,
+    /// Request headers a preflight allows, or `*`.
+    pub allow_headers: Vec<String>,
+    /// Response headers the browser may expose to the page.
+    pub expose_headers: Vec<String>,
+    /// Whether requests with credentials are allowed.
+    pub allow_credentials: Option<bool>,
+    /// How long (seconds) a preflight's answer may be cached; default 5.
+    pub max_age: Option<i32>,
 }
 
 /// Mirror filter: a copy of each (or a share of the) request goes to another backend;

@@ -1,5 +1,5 @@
-//! L4 routes: where a TLS passthrough or TCP listener sends a connection, and a UDP
-//! listener a client's datagrams.
+//! L4 routes: where a TLS (passthrough or terminate) or TCP listener sends a connection,
+//! and a UDP listener a client's datagrams.
 
 use serde::Serialize;
 
@@ -19,6 +19,26 @@ pub struct L4Backend {
     pub weight: u32,
 }
 
+/// What the data plane does with a connection an [`L4Route`] takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum L4Mode {
+    /// The connection's bytes go to the backend unchanged: TCP, or TLS passed through
+    /// (the TLS session is the backend's).
+    #[default]
+    Passthrough,
+    /// TLS is terminated here with the listener's certificate for the ClientHello's SNI
+    /// (the socket's SNI entries, as for HTTPS), and the decrypted bytes go to the
+    /// backend over plaintext TCP (a TLSRoute on a `Terminate` listener).
+    Terminate,
+}
+
+impl L4Mode {
+    /// Whether this is the default mode (left out of golden outputs and hashes).
+    pub fn is_passthrough(&self) -> bool {
+        *self == L4Mode::Passthrough
+    }
+}
+
 /// The backends connections for one host pattern on one listener are spliced to: a
 /// TLSRoute hostname on a TLS passthrough socket (the pattern is matched against the
 /// ClientHello's SNI, exact before wildcard), or a TCPRoute on a TCP socket or a UDPRoute
@@ -36,24 +56,45 @@ pub struct L4Route {
     pub route: RouteRef,
     /// Weighted backends; empty (every backendRef invalid): connections are closed.
     pub backends: Vec<L4Backend>,
+    /// Passed through, or TLS terminated first.
+    #[serde(skip_serializing_if = "L4Mode::is_passthrough")]
+    pub mode: L4Mode,
     hash: ContentHash,
 }
 eq_by_content_hash!(L4Route);
 
 impl L4Route {
-    /// Builds an L4 route and computes its content hash.
+    /// Builds a passthrough L4 route and computes its content hash.
     pub fn new(
         listener: ListenerKey,
         host: HostMatch,
         route: RouteRef,
         backends: Vec<L4Backend>,
     ) -> Self {
-        let hash = content_hash(&(&listener, &host, &route, &backends));
+        Self::with_mode(listener, host, route, backends, L4Mode::Passthrough)
+    }
+
+    /// Builds an L4 route in `mode` and computes its content hash.
+    pub fn with_mode(
+        listener: ListenerKey,
+        host: HostMatch,
+        route: RouteRef,
+        backends: Vec<L4Backend>,
+        mode: L4Mode,
+    ) -> Self {
+        // A passthrough route hashes as it did before routes had a mode, so a data plane
+        // one release older still accepts (re-hashes equal) what a newer controller sends.
+        let hash = if mode.is_passthrough() {
+            content_hash(&(&listener, &host, &route, &backends))
+        } else {
+            content_hash(&(&listener, &host, &route, &backends, &mode))
+        };
         L4Route {
             listener,
             host,
             route,
             backends,
+            mode,
             hash,
         }
     }

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod cluster;
+mod cors;
 mod delta;
 mod hash;
 mod host;
@@ -34,10 +35,11 @@ mod route;
 mod tls;
 
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
+pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
-pub use l4::{L4Backend, L4Route};
+pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
     PathNormalization, Protocol,

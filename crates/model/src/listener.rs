@@ -24,12 +24,19 @@ pub enum Protocol {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge (h2c).
     Http,
     /// TLS, certificate chosen by SNI; HTTP/2 or HTTP/1.1 by ALPN. When the socket also
-    /// has [`crate::L4Route`]s (HTTPS and TLS passthrough listeners on one port), a
-    /// ClientHello whose SNI one of them matches is passed through instead.
+    /// has [`crate::L4Route`]s (HTTPS and TLS listeners on one port), a ClientHello whose
+    /// SNI one of them matches is served by that route instead (passed through, or
+    /// terminated and spliced).
     Https,
     /// TLS passed through: the ClientHello's SNI picks an [`crate::L4Route`], whose
     /// backend gets the connection's bytes unchanged.
     TlsPassthrough,
+    /// TLS with routes that terminate it (Gateway API `TLS` listeners in `Terminate`
+    /// mode, possibly beside `Passthrough` ones): the ClientHello's SNI picks an
+    /// [`crate::L4Route`]; one in [`crate::L4Mode::Terminate`] is served the certificate
+    /// of the socket's SNI entries and gets the decrypted bytes, one in
+    /// [`crate::L4Mode::Passthrough`] the bytes unchanged. Never carries HTTP.
+    TlsTerminate,
     /// TCP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
     /// connection's bytes.
     Tcp,

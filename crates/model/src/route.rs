@@ -177,6 +177,9 @@ pub enum Filter {
         /// Share of requests mirrored, in millionths (1_000_000 = every request).
         per_million: u32,
     },
+    /// Answer CORS preflights from allowed origins; add the CORS headers to the
+    /// responses of their actual requests.
+    Cors(Arc<crate::Cors>),
 }
 
 /// A redirect response (Gateway API `HTTPRequestRedirectFilter`).

@@ -18,6 +18,11 @@ pub(crate) enum ProxyError {
     /// No virtual host or no rule matched the request.
     #[error("no route")]
     NoRoute,
+    /// The request's host belongs to another listener of the socket than the one the
+    /// connection's TLS server name chose (HTTP/2 connection reuse, or a client sending
+    /// a Host unlike its SNI): 421, so that the client retries on a connection of its own.
+    #[error("misdirected request: host not served by the listener of the TLS server name")]
+    Misdirected,
     /// The request head cannot be routed (e.g. a Host header that is not text).
     #[error("bad request: {0}")]
     BadRequest(&'static str),
@@ -196,8 +201,12 @@ pub(crate) fn error_response(
 ) -> (Response<ProxyBody>, Fault) {
     let (status, fault, body) = http_error(err);
     let mut resp = match shape {
-        ResponseShape::Http => text_response(status, Bytes::from_static(body.as_bytes())),
-        ResponseShape::Grpc => grpc_error(grpc_status(err), body.trim_end()),
+        // 421 is for the client's HTTP stack (it opens another connection and retries),
+        // not for the gRPC layer, so a gRPC request gets it as it is.
+        ResponseShape::Grpc if !matches!(err, ProxyError::Misdirected) => {
+            grpc_error(grpc_status(err), body.trim_end())
+        }
+        _ => text_response(status, Bytes::from_static(body.as_bytes())),
     };
     if let ProxyError::RateLimited {
         retry_after, limit, ..
@@ -228,6 +237,11 @@ pub(crate) fn error_response(
 fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
     match err {
         ProxyError::NoRoute => (StatusCode::NOT_FOUND, Fault::Client, "no route\n"),
+        ProxyError::Misdirected => (
+            StatusCode::MISDIRECTED_REQUEST,
+            Fault::Client,
+            "misdirected request\n",
+        ),
         ProxyError::BadRequest(_) | ProxyError::InvalidPath(_) | ProxyError::InvalidHost(_) => {
             (StatusCode::BAD_REQUEST, Fault::Client, "bad request\n")
         }
@@ -287,6 +301,7 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
 fn grpc_status(err: &ProxyError) -> GrpcStatus {
     match err {
         ProxyError::NoRoute => GrpcStatus::Unimplemented,
+        ProxyError::Misdirected => GrpcStatus::Unavailable,
         ProxyError::BadRequest(_)
         | ProxyError::InvalidPath(_)
         | ProxyError::InvalidHost(_)

@@ -16,6 +16,7 @@ mod admin;
 mod authority;
 mod basic_auth;
 mod body;
+mod cors;
 mod dataplane;
 mod drain;
 mod error;

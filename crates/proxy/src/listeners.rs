@@ -1,8 +1,8 @@
 //! Accept loops: one per [`ListenerKey`]. Each connection is served by its listener's
 //! [`ConnectionHandler`], chosen once when the listener's runtime is built: plaintext
 //! HTTP (HTTP/1.1 and h2c), TLS terminated here (certificate by SNI, HTTP/2 or HTTP/1.1
-//! by ALPN), TLS passed through by SNI, or TCP (`crate::l4`). A UDP listener has no
-//! accept loop: its socket is read by `crate::l4::udp::serve`.
+//! by ALPN), TLS by SNI passed through or terminated and spliced, or TCP (`crate::l4`). A
+//! UDP listener has no accept loop: its socket is read by `crate::l4::udp::serve`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,6 +32,7 @@ use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
 use crate::limits::{self, AcceptBackoff, Admission, Slot};
 use crate::metrics::ListenerMetrics;
 use crate::protocol::{FirstBytes, Speaks};
+use crate::router;
 use crate::server::{self, ConnContext, ProxyBody};
 use crate::tls;
 
@@ -49,16 +50,23 @@ pub(crate) enum ConnectionHandler {
     /// Plaintext HTTP/1.1, and HTTP/2 with prior knowledge.
     Http(HttpServers),
     /// TLS terminated here (certificate by SNI), then HTTP by ALPN. When the socket also
-    /// has L4 routes (HTTPS and TLS passthrough listeners on one port), the ClientHello
-    /// is read first and a passthrough hostname is spliced instead.
-    Https(TlsAcceptor, HttpServers, L4Metrics),
-    /// TLS passthrough: the ClientHello's SNI picks the L4 route.
-    TlsPassthrough(L4Metrics),
+    /// has L4 routes (HTTPS and TLS listeners on one port), the ClientHello is read first
+    /// and a hostname of one of them is served by its route instead.
+    Https(TlsAcceptor, HttpServers, L4Handler),
+    /// TLS passthrough or terminate: the ClientHello's SNI picks the L4 route.
+    Tls(L4Handler),
     /// TCP: the listener's L4 route.
     Tcp(L4Metrics),
     /// UDP: the listener's L4 route, per client session. Never reaches
     /// `serve_connection`: a UDP socket has no connections to accept.
     Udp(UdpMetrics),
+}
+
+/// What a TLS socket needs for its L4 routes: the acceptor of routes that terminate
+/// TLS (no ALPN) and the listener's L4 counters.
+pub(crate) struct L4Handler {
+    terminate: TlsAcceptor,
+    metrics: L4Metrics,
 }
 
 impl ConnectionHandler {
@@ -98,17 +106,25 @@ impl Runtime {
                 .metrics
                 .l4_listener(&listener.gateway, &listener.name)
         };
+        let acceptor = |carries| {
+            TlsAcceptor::from(tls::server_config(
+                Arc::clone(&shared.snapshots),
+                listener.key,
+                carries,
+            ))
+        };
+        let l4_tls = || L4Handler {
+            terminate: acceptor(tls::Carries::Opaque),
+            metrics: l4(),
+        };
         let handler = match listener.protocol {
             Protocol::Http => ConnectionHandler::Http(HttpServers::new(limits)),
             Protocol::Https => ConnectionHandler::Https(
-                TlsAcceptor::from(tls::server_config(
-                    Arc::clone(&shared.snapshots),
-                    listener.key,
-                )),
+                acceptor(tls::Carries::Http),
                 HttpServers::new(limits),
-                l4(),
+                l4_tls(),
             ),
-            Protocol::TlsPassthrough => ConnectionHandler::TlsPassthrough(l4()),
+            Protocol::TlsPassthrough | Protocol::TlsTerminate => ConnectionHandler::Tls(l4_tls()),
             Protocol::Tcp => ConnectionHandler::Tcp(l4()),
             Protocol::Udp => ConnectionHandler::Udp(
                 shared
@@ -391,7 +407,7 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
     };
     match &rt.handler {
         ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
-        ConnectionHandler::Https(acceptor, servers, metrics) => {
+        ConnectionHandler::Https(acceptor, servers, l4h) => {
             let mixed = c
                 .shared
                 .snapshots
@@ -402,7 +418,7 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
                 return serve_http(stream, c, servers, Some(acceptor)).await;
             }
             let mut stream = stream;
-            let lc = l4(metrics);
+            let lc = l4(&l4h.metrics);
             let Some(Hello::Read(prefix, sni)) = c
                 .ticket
                 .until_closed(l4::read_hello(&mut stream, &lc))
@@ -410,22 +426,18 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
             else {
                 return;
             };
-            let route = {
-                let snap = c.shared.snapshots.load();
-                snap.listener(&c.key)
-                    .and_then(|l| l.passthrough(sni.as_deref()))
-                    .cloned()
-            };
-            match route {
-                Some(route) => l4::splice(stream, prefix, Some(route), &lc, &mut c.ticket).await,
+            match l4::route_for(&lc, sni.as_deref()) {
+                Some(route) => {
+                    l4::serve_route(stream, prefix, route, &lc, &l4h.terminate, &mut c.ticket).await
+                }
                 None => {
                     let stream = Rewind::new(prefix, stream);
                     serve_http(stream, c, servers, Some(acceptor)).await
                 }
             }
         }
-        ConnectionHandler::TlsPassthrough(metrics) => {
-            l4::serve_passthrough(stream, l4(metrics), &mut c.ticket).await
+        ConnectionHandler::Tls(l4h) => {
+            l4::serve_tls(stream, l4(&l4h.metrics), &l4h.terminate, &mut c.ticket).await
         }
         ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
         // A UDP listener's runtime only ever serves `l4::udp::serve`.
@@ -443,20 +455,24 @@ where
     let settings = &rt.listener.settings;
     let timeouts = &settings.timeouts;
     let bounds = &*rt.metrics.bounds;
-    let ctx = Arc::new(ConnContext {
-        shared: c.shared,
-        key: c.key,
-        local_port: c.local_port,
-        remote: c.remote,
-        client_ip: HeaderValue::try_from(c.remote.ip().to_string())
-            .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
-        tls: tls.is_some(),
-        metrics: rt.metrics.clone(),
-        listener_label: Arc::clone(&rt.listener.name),
-        timeouts: timeouts.clone(),
-    });
+    let shared = c.shared;
+    let context = |sni: Option<Box<str>>| {
+        Arc::new(ConnContext {
+            shared,
+            key: c.key,
+            local_port: c.local_port,
+            remote: c.remote,
+            client_ip: HeaderValue::try_from(c.remote.ip().to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
+            tls: tls.is_some(),
+            sni,
+            metrics: rt.metrics.clone(),
+            listener_label: Arc::clone(&rt.listener.name),
+            timeouts: timeouts.clone(),
+        })
+    };
     let max_headers = settings.limits.max_headers;
-    let service = |state: Arc<ConnState>| {
+    let service = |state: Arc<ConnState>, ctx: Arc<ConnContext>| {
         hyper::service::service_fn(move |req: Request<Incoming>| -> Served<_> {
             let fut = if limits::too_many_headers(&req, max_headers) {
                 Either::Left(ready(Ok(too_many_headers(
@@ -476,42 +492,41 @@ where
             let io = TokioIo::new(Watch::new(io, Arc::clone(&state), true));
             let conn = servers
                 .auto
-                .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+                .serve_connection_with_upgrades(io, service(Arc::clone(&state), context(None)));
             let conn = ticket.serve(conn);
             Watched::new(conn, state, timeouts, bounds, c.accepted_at).await
         }
         Some(acceptor) => {
             // The handshake (ClientHello included) gets the `handshake` timeout.
-            let limit = timeouts.handshake;
-            let handshake = async {
-                if limit.is_zero() {
-                    Ok(acceptor.accept(stream).await)
-                } else {
-                    tokio::time::timeout_at((c.accepted_at + limit).into(), acceptor.accept(stream))
-                        .await
-                }
-            };
-            let tls = match ticket.until_closed(handshake).await {
-                None => return,
-                Some(Ok(Ok(tls))) => tls,
-                Some(Ok(Err(e))) => {
-                    tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Some(Err(_)) => {
-                    bounds.timeout_handshake.inc();
-                    tracing::debug!(listener = %c.key, remote = %c.remote, "TLS handshake timed out");
-                    return;
-                }
+            let Some(tls) = tls::accept(
+                acceptor,
+                stream,
+                c.accepted_at,
+                timeouts.handshake,
+                &mut ticket,
+                bounds,
+                (c.key, c.remote),
+            )
+            .await
+            else {
+                return;
             };
             // ALPN decides: `h2` is served as HTTP/2 only (`serve_connection` honours
             // `http2_only`), anything else as HTTP/1.1 only (`serve_connection_with_upgrades`
             // ignores `http1_only`, so the first bytes are checked instead).
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            let ctx = context(
+                tls.get_ref()
+                    .1
+                    .server_name()
+                    .map(|n| router::normalize_host(n).into_owned().into_boxed_str()),
+            );
             let state = ConnState::new(h2);
             if h2 {
                 let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
-                let conn = servers.h2.serve_connection(io, service(Arc::clone(&state)));
+                let conn = servers
+                    .h2
+                    .serve_connection(io, service(Arc::clone(&state), ctx));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {
@@ -519,7 +534,7 @@ where
                 let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
                 let conn = servers
                     .h1
-                    .serve_connection_with_upgrades(io, service(Arc::clone(&state)));
+                    .serve_connection_with_upgrades(io, service(Arc::clone(&state), ctx));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             }

@@ -44,6 +44,7 @@ pub(crate) async fn forward(
     applied: Applied,
     first: Target,
     head: http::request::Parts,
+    cors_origin: Option<http::HeaderValue>,
     start: Instant,
 ) -> Retried {
     let timeouts = &applied.timeouts;
@@ -53,7 +54,16 @@ pub(crate) async fn forward(
         let backend = first.backend;
         let result = attempt(&ctx, &rule, timeouts, first, &head, start)
             .await
-            .map(|(resp, lease)| relay(&rule, backend_filters(&rule, backend), None, resp, lease));
+            .map(|(resp, lease)| {
+                relay(
+                    &rule,
+                    backend_filters(&rule, backend),
+                    cors_origin.as_ref(),
+                    None,
+                    resp,
+                    lease,
+                )
+            });
         return (result, 1, addr);
     };
     let health = first.in_flight.cluster();
@@ -86,6 +96,7 @@ pub(crate) async fn forward(
                 Ok((resp, lease)) => Ok(relay(
                     &rule,
                     backend_filters(&rule, backend),
+                    cors_origin.as_ref(),
                     None,
                     resp,
                     lease,

@@ -24,6 +24,7 @@ use weir_model::{
 use crate::authority;
 use crate::basic_auth;
 use crate::body::RequestBody;
+use crate::cors;
 use crate::dataplane::Shared;
 use crate::endpoints::{InFlight, Outcome};
 use crate::error::{ProxyError, ResponseShape, error_response, text_response};
@@ -133,6 +134,9 @@ pub(crate) struct ConnContext {
     /// The client's IP as a header value (for `x-forwarded-for`), formatted once.
     pub(crate) client_ip: HeaderValue,
     pub(crate) tls: bool,
+    /// The TLS server name the client sent (normalized), which chose the certificate and
+    /// so the listener: a request for a host of another listener is misdirected (421).
+    pub(crate) sni: Option<Box<str>>,
     pub(crate) metrics: ListenerMetrics,
     pub(crate) listener_label: Arc<str>,
     /// The listener's timeouts when the connection was accepted (body idle, default
@@ -426,6 +430,11 @@ fn phases(
         raw_host,
         applied,
     } = route(ctx, &snapshot, &mut req)?;
+    let cors_origin = match cors::check(&rule, req.method(), req.headers()) {
+        cors::Check::Pass => None,
+        cors::Check::Answer(resp) => return Ok(Routed::Respond(resp)),
+        cors::Check::Allowed(origin) => Some(origin),
+    };
     let checkers = policy::Checkers {
         limiter: &ctx.shared.rate_limits,
         verified: &ctx.shared.verified,
@@ -455,7 +464,11 @@ fn phases(
         _ => {
             let raw = raw_host.as_ref().and_then(|v| v.to_str().ok());
             let host = router::normalize_host(raw.unwrap_or(""));
-            return Ok(Routed::Respond(answer(ctx, &rule, &host, &req)));
+            let mut resp = answer(ctx, &rule, &host, &req);
+            if let Some(origin) = &cors_origin {
+                cors::apply(&rule, origin, resp.headers_mut());
+            }
+            return Ok(Routed::Respond(resp));
         }
     };
     let mut target = choose(&snapshot, &rule, backends, start)?;
@@ -467,6 +480,7 @@ fn phases(
         && req.body().is_end_stream()
         && !req.headers().contains_key(header::UPGRADE);
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
+    rewritten.cors_origin = cors_origin;
     if retried {
         // The head is kept for the retries; the attempts run in one boxed future, so
         // requests without retries keep the small inline one.
@@ -476,6 +490,7 @@ fn phases(
             applied,
             target,
             rewritten.parts,
+            rewritten.cors_origin,
             start,
         );
         return Ok(Routed::Retrying(Box::pin(fut)));
@@ -513,6 +528,14 @@ fn route(
         None => "",
     };
     let host = router::normalize_host(raw_str);
+    // Gateway API's "detect misdirected requests": the common case (host = server name)
+    // costs one comparison.
+    if let Some(sni) = ctx.sni.as_deref()
+        && *sni != *host
+        && listener.misdirected(sni, &host)
+    {
+        return Err(ProxyError::Misdirected);
+    }
     let view = RequestView {
         host: &host,
         path: req.uri().path(),
@@ -638,6 +661,9 @@ struct Rewritten {
     body: Incoming,
     /// The client side of an HTTP/1.1 upgrade passed on to the upstream.
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The request's origin, allowed by the rule's CORS filter: the response gets the
+    /// CORS headers.
+    cors_origin: Option<HeaderValue>,
 }
 
 /// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
@@ -681,6 +707,7 @@ fn rewrite(
         parts,
         body,
         client_upgrade,
+        cors_origin: None,
     })
 }
 
@@ -755,6 +782,7 @@ fn send(
         parts,
         body,
         client_upgrade,
+        cors_origin,
     } = rewritten;
     let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
     let send = ctx
@@ -766,6 +794,7 @@ fn send(
         rule,
         backend: target.backend,
         client_upgrade,
+        cors_origin: cors_origin.map(Box::new),
         in_flight: Some(target.in_flight),
     }
 }
@@ -779,6 +808,8 @@ pin_project_lite::pin_project! {
         rule: Arc<RouteRule>,
         backend: usize,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        // Boxed: CORS requests are the rare case, and this future has a size budget.
+        cors_origin: Option<Box<HeaderValue>>,
         in_flight: Option<InFlight>,
     }
 }
@@ -797,6 +828,7 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
         Poll::Ready(Ok(relay(
             rule,
             backend_filters(rule, *this.backend),
+            this.cors_origin.as_deref(),
             this.client_upgrade.take(),
             resp,
             lease,
@@ -819,6 +851,7 @@ pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
 pub(crate) fn relay(
     rule: &RouteRule,
     backend_filters: &[Filter],
+    cors_origin: Option<&HeaderValue>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
     mut lease: Option<Lease>,
@@ -847,6 +880,10 @@ pub(crate) fn relay(
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         parts.headers.insert(header::UPGRADE, u);
+    }
+    // The CORS headers first: a ResponseHeaderModifier that sets one wins.
+    if let Some(origin) = cors_origin {
+        cors::apply(rule, origin, &mut parts.headers);
     }
     filters::apply_response_filters(rule, &mut parts.headers);
     filters::apply_response_header_filters(backend_filters, &mut parts.headers);

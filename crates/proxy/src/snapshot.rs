@@ -375,6 +375,16 @@ impl Snapshot {
             if !l4.is_empty() {
                 entry["l4"] = Value::Object(l4);
             }
+            // The L4 hosts whose TLS is terminated here (the others pass through).
+            let terminated: Vec<Value> = state
+                .l4
+                .iter()
+                .filter(|(_, r)| r.mode == weir_model::L4Mode::Terminate)
+                .map(|(host, _)| Value::String(host.to_string()))
+                .collect();
+            if !terminated.is_empty() {
+                entry["l4_terminated"] = Value::Array(terminated);
+            }
             listeners.insert(l.key.to_string(), entry);
         }
         let now = std::time::Instant::now();
@@ -465,13 +475,15 @@ impl ListenerState {
         entry.cert.certified_key()
     }
 
-    /// The TLS passthrough route for a ClientHello with server name `sni`: the best L4
-    /// pattern (exact, then the longest wildcard, then [`weir_model::HostMatch::Any`]; no
-    /// SNI: only the catch-all), unless the listener's SNI table (TLS terminated here, on
-    /// a socket with HTTPS and passthrough listeners) has a more specific pattern for it.
-    /// On equally specific patterns passthrough wins: the terminating side's catch-all is
-    /// the certificate for clients without a match, not a listener's own hostname.
-    pub fn passthrough(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
+    /// The L4 route (TLS passed through or terminated) for a ClientHello with server name
+    /// `sni`: the best L4 pattern (exact, then the longest wildcard, then
+    /// [`weir_model::HostMatch::Any`]; no SNI: only the catch-all), unless the listener's
+    /// SNI table (HTTPS terminated here, on a socket with HTTPS and TLS listeners) has a
+    /// more specific pattern for it. On equally specific patterns the L4 route wins: the
+    /// terminating side's catch-all is the certificate for clients without a match, not a
+    /// listener's own hostname, and a TLS `Terminate` listener's hostname has both an SNI
+    /// entry (its certificate) and its L4 route.
+    pub fn l4_route(&self, sni: Option<&str>) -> Option<&Arc<L4Route>> {
         let name = sni.map(router::normalize_host);
         let route = match &name {
             Some(n) => self.l4.lookup(n),
@@ -485,6 +497,17 @@ impl ListenerState {
             Some(t) if specificity(&t.sni.host) > specificity(&route.host) => None,
             _ => Some(route),
         }
+    }
+
+    /// Whether a request for `host` on a TLS connection whose server name was `sni`
+    /// (both normalized) is misdirected: the SNI entries (one per HTTPS listener
+    /// hostname, plus the catch-all) pick a different pattern, that is another listener,
+    /// for the host than for the server name. A host no entry covers differs from a
+    /// server name one covers, and the other way round; two names both left to the
+    /// catch-all do not.
+    pub fn misdirected(&self, sni: &str, host: &str) -> bool {
+        let pattern = |name: &str| self.sni.lookup(name).map(|e| &e.sni.host);
+        pattern(sni) != pattern(host)
     }
 
     /// A TCP or UDP listener's route (its catch-all L4 entry).
@@ -844,7 +867,7 @@ mod tests {
         );
         let l = s.listener(&lk(443)).unwrap();
         assert!(l.has_l4_routes());
-        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| r.route.name.to_string());
         assert_eq!(via(Some("exact.test")).as_deref(), Some("exact"));
         assert_eq!(via(Some("EXACT.test.")).as_deref(), Some("exact"));
         assert_eq!(via(Some("x.pass.test")).as_deref(), Some("wild"));
@@ -864,7 +887,7 @@ mod tests {
             ],
         );
         let l = s.listener(&lk(443)).unwrap();
-        let via = |sni: Option<&str>| l.passthrough(sni).map(|r| r.route.name.to_string());
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| r.route.name.to_string());
         // Equally specific (both catch-alls): passthrough.
         assert_eq!(via(Some("other.test")).as_deref(), Some("any"));
         assert_eq!(via(None).as_deref(), Some("any"));
@@ -878,6 +901,81 @@ mod tests {
             deltas: vec![up(l4(444, HostMatch::Any, "orphan"))],
         });
         assert_eq!(rejected.len(), 1, "{rejected:?}");
+    }
+
+    /// A TLS Terminate listener's hostname has an SNI entry (its certificate) and an L4
+    /// route in `Terminate` mode of the same pattern: the route wins the tie, and the
+    /// certificate is found for the same name; `/config` lists the terminated hosts.
+    #[test]
+    fn terminated_l4_routes_beside_their_certificates() {
+        let cert = self_signed(&["tls.test"]);
+        let terminate = |h: HostMatch, name: &str| {
+            let base = match l4(443, h, name) {
+                Resource::L4Route(r) => r,
+                _ => unreachable!(),
+            };
+            Resource::L4Route(Arc::new(L4Route::with_mode(
+                base.listener,
+                base.host.clone(),
+                base.route.clone(),
+                base.backends.clone(),
+                weir_model::L4Mode::Terminate,
+            )))
+        };
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "mixed")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("tls.test"), &cert)),
+                up(sni(443, host("web.tls.test"), &cert)),
+                up(terminate(host("tls.test"), "term")),
+                up(terminate(host("*.tls.test"), "term-wild")),
+                up(l4(443, host("abc.test"), "pass")),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        let via = |sni: Option<&str>| l.l4_route(sni).map(|r| (r.route.name.to_string(), r.mode));
+        use weir_model::L4Mode::{Passthrough, Terminate};
+        assert_eq!(via(Some("tls.test")), Some(("term".into(), Terminate)));
+        assert!(l.certificate(Some("tls.test")).is_some());
+        assert_eq!(
+            via(Some("x.tls.test")),
+            Some(("term-wild".into(), Terminate))
+        );
+        // An HTTPS name more specific than the terminated wildcard stays HTTPS.
+        assert_eq!(via(Some("web.tls.test")), None);
+        assert_eq!(via(Some("abc.test")), Some(("pass".into(), Passthrough)));
+        let json = s.to_json();
+        let terminated = &json["listeners"]["0.0.0.0:443"]["l4_terminated"];
+        assert_eq!(
+            terminated.as_array().map(|a| a.len()),
+            Some(2),
+            "{terminated}"
+        );
+    }
+
+    /// The server name and the host must fall to the same SNI entry (listener).
+    #[test]
+    fn misdirected_when_host_and_server_name_pick_different_entries() {
+        let cert = self_signed(&["a.test"]);
+        let s = apply(
+            &Snapshot::empty(),
+            vec![
+                up(listener(443, "https")),
+                up(Resource::Certificate(cert.clone())),
+                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, host("second.test"), &cert)),
+                up(sni(443, host("*.wild.test"), &cert)),
+            ],
+        );
+        let l = s.listener(&lk(443)).unwrap();
+        assert!(!l.misdirected("a.test", "b.test"), "both the catch-all's");
+        assert!(!l.misdirected("x.wild.test", "y.wild.test"));
+        assert!(l.misdirected("a.test", "second.test"));
+        assert!(l.misdirected("second.test", "a.test"));
+        assert!(l.misdirected("x.wild.test", "second.test"));
     }
 
     #[test]

@@ -1,14 +1,21 @@
 //! TLS: certificates parsed once per content, and the SNI resolver over live snapshots.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use weir_model::{Certificate, ListenerKey};
 
+use crate::drain::Ticket;
+use crate::metrics::BoundsMetrics;
 use crate::snapshot::Snapshot;
 
 /// Why a certificate could not be turned into a signing key.
@@ -126,8 +133,20 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
+/// What a terminated TLS connection carries, which decides the ALPN offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carries {
+    /// HTTP: ALPN `h2` and `http/1.1`.
+    Http,
+    /// Bytes spliced to an L4 backend (a TLSRoute on a `Terminate` listener): no ALPN,
+    /// since weir does not know the protocol inside, and agreeing to one of the client's
+    /// would be a promise the backend may not keep.
+    Opaque,
+}
+
 /// Builds the ServerConfig for a TLS listener: aws-lc-rs provider, TLS 1.2 and 1.3, ALPN
-/// h2 + http/1.1, certificates chosen by [`SniResolver`].
+/// h2 + http/1.1 when it `carries` HTTP (none otherwise), certificates chosen by
+/// [`SniResolver`].
 ///
 /// Cipher suites: the server's order wins, and AES-128-GCM comes first (then AES-256-GCM,
 /// then ChaCha20-Poly1305). Clients such as OpenSSL list AES-256-GCM-SHA384 first, whose
@@ -136,6 +155,7 @@ impl ResolvesServerCert for SniResolver {
 pub(crate) fn server_config(
     snapshots: Arc<ArcSwap<Snapshot>>,
     listener: ListenerKey,
+    carries: Carries,
 ) -> Arc<rustls::ServerConfig> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     // A stable sort keeps the default order within each group.
@@ -154,9 +174,48 @@ pub(crate) fn server_config(
     let mut config = builder
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver::new(snapshots, listener)));
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if carries == Carries::Http {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    }
     config.ignore_client_order = true;
     Arc::new(config)
+}
+
+/// One connection's TLS handshake, the ClientHello included, within the listener's
+/// `handshake` timeout counted from accept (zero: none). `None` when it failed, timed out
+/// (counted in `bounds`) or the listener closed meanwhile; each is logged at debug.
+pub(crate) async fn accept<S>(
+    acceptor: &TlsAcceptor,
+    stream: S,
+    accepted_at: Instant,
+    limit: Duration,
+    ticket: &mut Ticket,
+    bounds: &BoundsMetrics,
+    (key, remote): (ListenerKey, SocketAddr),
+) -> Option<TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let handshake = async {
+        if limit.is_zero() {
+            Ok(acceptor.accept(stream).await)
+        } else {
+            tokio::time::timeout_at((accepted_at + limit).into(), acceptor.accept(stream)).await
+        }
+    };
+    match ticket.until_closed(handshake).await {
+        None => None,
+        Some(Ok(Ok(tls))) => Some(tls),
+        Some(Ok(Err(e))) => {
+            tracing::debug!(listener = %key, %remote, error = %e, "TLS handshake failed");
+            None
+        }
+        Some(Err(_)) => {
+            bounds.timeout_handshake.inc();
+            tracing::debug!(listener = %key, %remote, "TLS handshake timed out");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -350,7 +409,7 @@ mod tests {
         let (snapshot, rejected) = Snapshot::empty().apply(&batch);
         assert!(rejected.is_empty(), "{rejected:?}");
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
-        let config = server_config(snapshots.clone(), key);
+        let config = server_config(snapshots.clone(), key, Carries::Http);
 
         let (leaf, alpn, suite) = handshake_with_suite(&config, &[&a], "a.test")?;
         assert_eq!(leaf, leaf_of(&a));
@@ -382,13 +441,16 @@ mod tests {
     }
 
     #[test]
-    fn server_config_offers_h2_and_http1() {
+    fn server_config_offers_h2_and_http1_only_for_http() {
         let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::empty()));
         let key = ListenerKey("127.0.0.1:443".parse().unwrap());
-        let config = server_config(snapshots, key);
+        let config = server_config(snapshots.clone(), key, Carries::Http);
         assert_eq!(
             config.alpn_protocols,
             [b"h2".to_vec(), b"http/1.1".to_vec()]
         );
+        // Spliced bytes: no protocol is agreed on the backend's behalf.
+        let config = server_config(snapshots, key, Carries::Opaque);
+        assert!(config.alpn_protocols.is_empty());
     }
 }

@@ -142,3 +142,54 @@ async fn protocol_change_keeps_the_socket() {
     assert!(leaf == a_der);
     assert_eq!(conn.get("a.test", "/").await.status, 500);
 }
+
+/// Gateway API's `GatewayHTTPSListenerDetectMisdirectedRequests`: on a socket with
+/// several HTTPS listeners, a request whose host belongs to another listener than the one
+/// the connection's server name chose is answered 421 (over HTTP/2 connection reuse as
+/// over HTTP/1.1); hosts of the same listener, and names both left to the catch-all, are
+/// served (or 404).
+#[tokio::test]
+async fn a_host_of_another_listener_than_the_server_name_is_misdirected() {
+    let ca = Ca::new();
+    // One certificate for every name, as a client coalescing HTTP/2 connections sees it.
+    let (all, _) = ca.leaf(&["a.test", "second.test", "*.wild.test", "unknown.test"]);
+    let backend = Backend::start("b1").await;
+    let p = Proxy::start(vec![
+        listener(Protocol::Https),
+        Resource::Certificate(all.clone()),
+        sni(None, &all),
+        sni(Some("second.test"), &all),
+        sni(Some("*.wild.test"), &all),
+        sni(Some("four.wild.test"), &all),
+        vhost(Some("a.test"), vec![rule("/", forward(&[("c1", 1)]))]),
+        vhost(Some("second.test"), vec![rule("/", forward(&[("c1", 1)]))]),
+        vhost(Some("*.wild.test"), vec![rule("/", forward(&[("c1", 1)]))]),
+        vhost(
+            Some("four.wild.test"),
+            vec![rule("/", forward(&[("c1", 1)]))],
+        ),
+        cluster("c1", &[backend.addr], UpstreamProtocol::Http1),
+    ])
+    .await;
+    let cases = [
+        ("a.test", "a.test", 200),
+        ("a.test", "second.test", 421),
+        ("a.test", "unknown.test", 404),
+        ("second.test", "second.test", 200),
+        ("second.test", "a.test", 421),
+        ("second.test", "unknown.test", 421),
+        ("three.wild.test", "five.wild.test", 200),
+        ("three.wild.test", "four.wild.test", 421),
+        ("four.wild.test", "five.wild.test", 421),
+        ("unknown.test", "a.test", 200),
+    ];
+    for alpn in [&[&b"h2"[..]][..], &[&b"http/1.1"[..]][..]] {
+        for (server_name, host, status) in cases {
+            let (mut conn, _) = Conn::tls(p.addr, server_name, &ca.der(), alpn)
+                .await
+                .expect("handshake");
+            let r = conn.get(host, "/").await;
+            assert_eq!(r.status, status, "SNI {server_name}, host {host}, {alpn:?}");
+        }
+    }
+}

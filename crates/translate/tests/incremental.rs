@@ -724,6 +724,38 @@ metadata: {name: grant, namespace: other}
 spec:
   from: [{group: gateway.networking.k8s.io, kind: GRPCRoute, namespace: default}, {group: gateway.networking.k8s.io, kind: TCPRoute, namespace: default}]
   to: [{group: "", kind: Service}, {group: weir.dev, kind: Backend}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}
+  - {name: pass, port: 443, protocol: TLS, hostname: "*.test", tls: {mode: Terminate, certificateRefs: [{name: cert2}]}, allowedRoutes: {namespaces: {from: All}}}
+  - {name: pass-only, port: 8443, protocol: TLS, tls: {certificateRefs: [{name: cert, namespace: other}]}}
+  - {name: tcp, port: 9000, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: term, port: 8443, protocol: TLS, hostname: a.test, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}
+  - {name: pass, port: 8443, protocol: TLS, hostname: b.test, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - filters: [{type: CORS, cors: {allowOrigins: ["https://*.a.test", "http://b.test"], allowMethods: [GET], allowCredentials: true}}]
+    backendRefs: [{name: svc, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /open}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["*"], allowHeaders: ["*"], maxAge: 60}}]
+    backendRefs: [{name: svc, port: 80}]
 "#;
 
 /// Pool of variants per object key: the documents above plus certificate Secrets taken

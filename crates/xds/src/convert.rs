@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use weir_model::{
     Action, ApiKeyAuth, BasicAuth, Certificate, Cluster, ClusterKey, ConnectionLimits,
-    ConnectionTimeouts, ContentHash, DirectResponse, Endpoint, EndpointAddr, Filter, HeaderMatch,
-    HeaderModifier, HostMatch, L4Backend, L4Route, Listener, ListenerKey, ListenerSettings,
-    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
-    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch, Resource,
-    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
-    UpstreamProtocol, VirtualHost, WeightedBackend,
+    ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Endpoint,
+    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, L4Backend, L4Mode, L4Route,
+    Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme, PathMatch,
+    PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
+    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -352,6 +352,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 Protocol::Http => wire::ListenerProtocol::Http,
                 Protocol::Https => wire::ListenerProtocol::Https,
                 Protocol::TlsPassthrough => wire::ListenerProtocol::TlsPassthrough,
+                Protocol::TlsTerminate => wire::ListenerProtocol::TlsTerminate,
                 Protocol::Tcp => wire::ListenerProtocol::Tcp,
                 Protocol::Udp => wire::ListenerProtocol::Udp,
             } as i32,
@@ -406,6 +407,10 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                     weight: b.weight,
                 })
                 .collect(),
+            mode: match r.mode {
+                L4Mode::Passthrough => wire::L4Mode::Passthrough,
+                L4Mode::Terminate => wire::L4Mode::Terminate,
+            } as i32,
         }),
         Resource::Policy(p) => R::Policy(policy_to_wire(p)),
     };
@@ -477,6 +482,7 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
                 Ok(wire::ListenerProtocol::Http) => Protocol::Http,
                 Ok(wire::ListenerProtocol::Https) => Protocol::Https,
                 Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
                 Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
                 Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
                 Err(_) => return Err(invalid("protocol", l.protocol)),
@@ -545,7 +551,7 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
             host_from_wire("host", s.host.as_ref())?,
             ContentHash(s.certificate),
         ))),
-        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::new(
+        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::with_mode(
             ListenerKey(addr("listener", &r.listener)?),
             host_from_wire("host", r.host.as_ref())?,
             route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
@@ -557,6 +563,11 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
                     weight: b.weight,
                 })
                 .collect(),
+            match wire::L4Mode::try_from(r.mode) {
+                Ok(wire::L4Mode::Passthrough) => L4Mode::Passthrough,
+                Ok(wire::L4Mode::Terminate) => L4Mode::Terminate,
+                Err(_) => return Err(invalid("mode", r.mode)),
+            },
         ))),
         R::Policy(p) => Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?)),
     };
@@ -680,7 +691,64 @@ fn filter_to_wire(f: &Filter) -> wire::Filter {
                 cluster: cluster.0.to_string(),
                 per_million: *per_million,
             }),
+            Filter::Cors(c) => F::Cors(cors_to_wire(c)),
         }),
+    }
+}
+
+fn cors_to_wire(c: &Cors) -> wire::Cors {
+    let names = |n: &CorsNames| match n {
+        CorsNames::Any => wire::cors::Names {
+            any: true,
+            names: Vec::new(),
+        },
+        CorsNames::Listed(v) => wire::cors::Names {
+            any: false,
+            names: v.iter().map(|s| s.to_string()).collect(),
+        },
+    };
+    wire::Cors {
+        allow_origins: c
+            .allow_origins
+            .iter()
+            .map(|o| match o {
+                CorsOrigin::Any => "*".to_owned(),
+                CorsOrigin::Exact(o) => o.to_string(),
+                CorsOrigin::Wildcard { prefix, suffix } => format!("{prefix}*{suffix}"),
+            })
+            .collect(),
+        allow_methods: Some(names(&c.allow_methods)),
+        allow_headers: Some(names(&c.allow_headers)),
+        expose_headers: Some(names(&c.expose_headers)),
+        allow_credentials: c.allow_credentials,
+        max_age: c.max_age,
+    }
+}
+
+fn cors_from_wire(c: &wire::Cors) -> Cors {
+    let names = |n: &Option<wire::cors::Names>| match n {
+        Some(n) if n.any => CorsNames::Any,
+        Some(n) => CorsNames::Listed(n.names.iter().map(|s| s.as_str().into()).collect()),
+        None => CorsNames::Listed(Vec::new()),
+    };
+    Cors {
+        allow_origins: c
+            .allow_origins
+            .iter()
+            .map(|o| match o.split_once('*') {
+                _ if o == "*" => CorsOrigin::Any,
+                Some((prefix, suffix)) => CorsOrigin::Wildcard {
+                    prefix: prefix.into(),
+                    suffix: suffix.into(),
+                },
+                None => CorsOrigin::Exact(o.as_str().into()),
+            })
+            .collect(),
+        allow_methods: names(&c.allow_methods),
+        allow_headers: names(&c.allow_headers),
+        expose_headers: names(&c.expose_headers),
+        allow_credentials: c.allow_credentials,
+        max_age: c.max_age,
     }
 }
 
@@ -700,6 +768,7 @@ fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, Invali
                 cluster: ClusterKey(m.cluster.as_str().into()),
                 per_million: m.per_million,
             },
+            F::Cors(c) => Filter::Cors(Arc::new(cors_from_wire(c))),
         });
     }
     Ok(out)

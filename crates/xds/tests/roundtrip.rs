@@ -9,6 +9,8 @@ use weir_xds::convert::{
     key_from_wire, key_to_wire, resource_from_wire, resource_to_wire, version_of,
 };
 
+use weir_model::{CorsNames, CorsOrigin};
+
 fn golden_resources() -> Vec<Resource> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../translate/testdata");
     let mut all = Vec::new();
@@ -62,8 +64,26 @@ fn every_golden_resource_round_trips() {
         if l.route.kind == weir_model::RouteKind::UdpRoute))
             > 0
     );
+    // TLSRoutes on Terminate listeners, and CORS filters of every origin and list shape.
+    assert!(
+        kinds(|r| matches!(r, Resource::L4Route(l) if l.mode == weir_model::L4Mode::Terminate))
+            >= 3
+    );
+    let cors = |f: fn(&weir_model::Cors) -> bool| {
+        resources
+            .iter()
+            .filter(|r| {
+                matches!(r, Resource::VirtualHost(v) if v.rules.iter().any(|x| x.filters.iter()
+                    .any(|f2| matches!(f2, weir_model::Filter::Cors(c) if f(c)))))
+            })
+            .count()
+    };
+    assert!(cors(|c| c.allow_origins.contains(&CorsOrigin::Any)) > 0);
+    assert!(cors(|c| c.allow_methods == CorsNames::Any && c.allow_headers == CorsNames::Any) > 0);
+    assert!(cors(|c| c.allow_credentials && !c.expose_headers.is_empty()) > 0);
     for protocol in [
         Protocol::TlsPassthrough,
+        Protocol::TlsTerminate,
         Protocol::Tcp,
         Protocol::Udp,
         Protocol::Https,

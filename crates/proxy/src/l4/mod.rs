@@ -1,6 +1,7 @@
-//! The L4 path: TLS passthrough (the ClientHello's SNI picks an [`L4Route`], the TLS
-//! session is the backend's) and TCP (the listener's one route), both spliced byte for
-//! byte to an endpoint of a weighted backend; and UDP (`udp`: datagrams relayed through
+//! The L4 path: TLS (the ClientHello's SNI picks an [`L4Route`]; passed through, the TLS
+//! session is the backend's; terminated, weir's certificate for the SNI serves it and the
+//! backend gets plaintext) and TCP (the listener's one route), spliced byte for byte to
+//! an endpoint of a weighted backend; and UDP (`udp`: datagrams relayed through
 //! per-client sessions).
 //!
 //! Bounds: reading the ClientHello is limited to [`hello::MAX_HELLO`] bytes and to the
@@ -23,13 +24,15 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use weir_model::{EndpointAddr, L4Backend, L4Route, ListenerKey};
+use tokio_rustls::TlsAcceptor;
+use weir_model::{EndpointAddr, L4Backend, L4Mode, L4Route, ListenerKey};
 
 use crate::dataplane::Shared;
 use crate::drain::Ticket;
 use crate::endpoints::{InFlight, Outcome};
 use crate::metrics::BoundsMetrics;
 use crate::router;
+use crate::tls;
 
 pub use hello::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 
@@ -137,32 +140,80 @@ pub(crate) async fn read_hello(stream: &mut TcpStream, c: &L4Conn<'_>) -> Hello 
     }
 }
 
-/// Serves a TLS passthrough listener's connection: the ClientHello's SNI picks the route.
-pub(crate) async fn serve_passthrough(mut stream: TcpStream, c: L4Conn<'_>, ticket: &mut Ticket) {
+/// Serves a TLS listener's connection: the ClientHello's SNI picks the route, which passes
+/// the connection through or terminates TLS first (`terminate`).
+pub(crate) async fn serve_tls(
+    mut stream: TcpStream,
+    c: L4Conn<'_>,
+    terminate: &TlsAcceptor,
+    ticket: &mut Ticket,
+) {
     let read = ticket.until_closed(read_hello(&mut stream, &c)).await;
     let Some(Hello::Read(prefix, sni)) = read else {
         return;
     };
-    let route = {
-        let snap = c.shared.snapshots.load();
-        snap.listener(&c.key)
-            .and_then(|l| l.passthrough(sni.as_deref()))
-            .cloned()
-    };
-    splice(stream, prefix, route, &c, ticket).await;
+    match route_for(&c, sni.as_deref()) {
+        Some(route) => serve_route(stream, prefix, route, &c, terminate, ticket).await,
+        None => {
+            c.metrics.unrouted.inc();
+            tracing::debug!(listener = %c.key, remote = %c.remote, ?sni, "no L4 route: closing");
+        }
+    }
+}
+
+/// The L4 route of the connection's listener for a ClientHello with server name `sni`
+/// (`None` also when a terminated HTTPS name on the socket is more specific).
+pub(crate) fn route_for(c: &L4Conn<'_>, sni: Option<&str>) -> Option<Arc<L4Route>> {
+    let snap = c.shared.snapshots.load();
+    snap.listener(&c.key).and_then(|l| l.l4_route(sni)).cloned()
+}
+
+/// Serves a connection whose ClientHello (`prefix`, already read) chose `route`: the bytes
+/// as they are ([`L4Mode::Passthrough`]), or, for [`L4Mode::Terminate`], the plaintext of
+/// the TLS session `terminate` accepts (the certificate of the listener's SNI entries;
+/// the handshake bounded like HTTPS's).
+pub(crate) async fn serve_route(
+    stream: TcpStream,
+    prefix: Vec<u8>,
+    route: Arc<L4Route>,
+    c: &L4Conn<'_>,
+    terminate: &TlsAcceptor,
+    ticket: &mut Ticket,
+) {
+    match route.mode {
+        L4Mode::Passthrough => splice(stream, prefix, Some(route), c, ticket).await,
+        L4Mode::Terminate => {
+            let Some(tls) = tls::accept(
+                terminate,
+                Rewind::new(prefix, stream),
+                c.accepted_at,
+                c.handshake,
+                ticket,
+                c.bounds,
+                (c.key, c.remote),
+            )
+            .await
+            else {
+                return;
+            };
+            splice(tls, Vec::new(), Some(route), c, ticket).await
+        }
+    }
 }
 
 /// Connects to an endpoint of `route` and copies bytes both ways (first `prefix`, what
 /// was read from the client already) until both sides have closed; each side's end of
-/// input is passed on as a half-close. No route, backend or endpoint: the client's
-/// connection is closed.
-pub(crate) async fn splice(
-    client: TcpStream,
+/// input is passed on as a half-close (over terminated TLS: a `close_notify`). No route,
+/// backend or endpoint: the client's connection is closed.
+pub(crate) async fn splice<S>(
+    client: S,
     prefix: Vec<u8>,
     route: Option<Arc<L4Route>>,
     c: &L4Conn<'_>,
     ticket: &mut Ticket,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let Some((addr, in_flight)) = route.as_deref().and_then(|r| endpoint(c.shared, r)) else {
         c.metrics.unrouted.inc();
         tracing::debug!(listener = %c.key, remote = %c.remote, "no L4 route or endpoint: closing");

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use weir_api::{Gateway, Kind, LabelSelector, ListenerSetSpec, ObjectKey, ObjectMeta, Reason};
-use weir_model::{HostMatch, ListenerKey, ListenerSettings, Protocol};
+use weir_model::{HostMatch, L4Mode, ListenerKey, ListenerSettings, Protocol};
 
 use crate::compile::listener::{
     ListenerState, ListenerView, Outcome, compile_listeners, first_conflict,
@@ -326,7 +326,7 @@ pub(crate) fn settle(
             && l.shadowed.is_none()
             && l.key.is_some()
             && match l.protocol {
-                Some(Protocol::Https) => l.cert.is_some(),
+                Some(Protocol::Https | Protocol::TlsTerminate) => l.cert.is_some(),
                 Some(Protocol::Http | Protocol::TlsPassthrough | Protocol::Tcp | Protocol::Udp) => {
                     true
                 }
@@ -384,6 +384,11 @@ pub(crate) fn views(state: &GatewayState) -> Vec<ListenerView> {
             routable: l.routable(),
             kinds: l.kinds,
             programmed: l.programmed,
+            l4_mode: if l.protocol == Some(Protocol::TlsTerminate) {
+                L4Mode::Terminate
+            } else {
+                L4Mode::Passthrough
+            },
         })
         .collect()
 }

@@ -217,7 +217,10 @@ pub(crate) fn set_listener_valid(l: &ListenerState) -> bool {
         && l.conflict.is_none()
         && l.taken_by.is_none()
         && l.shadowed.is_none()
-        && (l.protocol != Some(weir_model::Protocol::Https) || l.cert.is_some())
+        && (!l
+            .protocol
+            .is_some_and(crate::compile::listener::terminates_tls)
+            || l.cert.is_some())
 }
 
 /// A set's listener in conflict is neither accepted nor programmed, with the conflict's

@@ -10,6 +10,7 @@ use weir_model::{Action, Filter, PathMatch, Redirect, RequestMatch, Retry, Timeo
 
 use crate::compile::backend::RefError;
 use crate::compile::backend_ref::{RouteCtx, forward, mirror};
+use crate::compile::cors;
 use crate::compile::duration;
 use crate::compile::fields::{
     compile_match, direct_response_of, exact_host, header_modifier, path_modifier,
@@ -173,6 +174,16 @@ fn compile_rule(
                 if let Some(filter) = mirror(ctx, m, &format!("{ff}.requestMirror"))? {
                     filters.push(filter);
                 }
+            }
+            "CORS" => {
+                let c = f.cors.as_ref().ok_or_else(|| missing("cors"))?;
+                if filters.iter().any(|f| matches!(f, Filter::Cors(_))) {
+                    return Err(format!("{ff}: only one CORS filter is allowed"));
+                }
+                filters.push(Filter::Cors(Arc::new(cors::compile(
+                    c,
+                    &format!("{ff}.cors"),
+                )?)));
             }
             other => return Err(format!("{ff}.type: unsupported filter type {other:?}")),
         }

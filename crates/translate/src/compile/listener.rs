@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use weir_api::{GatewayListener, Kind, LabelSelector, ObjectKey, Reason};
-use weir_model::{Certificate, HostMatch, ListenerKey, Protocol};
+use weir_model::{Certificate, HostMatch, L4Mode, ListenerKey, Protocol};
 
 use crate::compile::route_kind::{GATEWAY_GROUP, Referrer, RouteKind, RouteKinds};
 use crate::store::{Dep, Store};
@@ -74,6 +74,8 @@ pub(crate) struct ListenerView {
     pub(crate) routable: bool,
     pub(crate) kinds: RouteKinds,
     pub(crate) programmed: bool,
+    /// What this listener's TLSRoutes do with a connection (terminate TLS first or not).
+    pub(crate) l4_mode: L4Mode,
 }
 
 /// Validates listeners (of a Gateway or an XListenerSet in namespace `ns`), including
@@ -110,16 +112,15 @@ pub(crate) fn compile_listeners(
         let protocol = match l.protocol.as_str() {
             "HTTP" => Some(Protocol::Http),
             "HTTPS" => Some(Protocol::Https),
+            // Gateway API's default mode is Terminate.
             "TLS" => match l.tls.as_ref().and_then(|t| t.mode.as_deref()) {
                 Some("Passthrough") => Some(Protocol::TlsPassthrough),
-                // TLS terminated here and then spliced (TLSRoute on a Terminate listener)
-                // is not served yet.
-                mode => {
+                None | Some("Terminate") => Some(Protocol::TlsTerminate),
+                Some(mode) => {
                     acc = Err((
                         Reason::UnsupportedValue,
                         format!(
-                            "{field}.tls.mode: {:?} is not supported for protocol TLS (Passthrough)",
-                            mode.unwrap_or("Terminate")
+                            "{field}.tls.mode: {mode:?} is not supported (Terminate, Passthrough)"
                         ),
                     ));
                     None
@@ -144,9 +145,12 @@ pub(crate) fn compile_listeners(
             hostname
         };
         let mut cert = None;
-        if protocol == Some(Protocol::Https) {
+        if protocol.is_some_and(terminates_tls) {
             match &l.tls {
-                Some(t) if t.mode.as_deref().is_some_and(|m| m != "Terminate") => {
+                Some(t)
+                    if protocol == Some(Protocol::Https)
+                        && t.mode.as_deref().is_some_and(|m| m != "Terminate") =>
+                {
                     acc = Err((
                         Reason::UnsupportedValue,
                         format!(
@@ -201,7 +205,10 @@ pub(crate) fn compile_listeners(
                 }
                 _ => resolved.push((
                     Reason::InvalidCertificateRef,
-                    format!("{field}.tls.certificateRefs: HTTPS needs at least one"),
+                    format!(
+                        "{field}.tls.certificateRefs: {} needs at least one",
+                        l.protocol
+                    ),
                 )),
             }
         }
@@ -271,24 +278,38 @@ pub(crate) fn first_conflict(
     None
 }
 
+/// Whether a listener of `protocol` terminates TLS with its `certificateRefs` (HTTPS, and
+/// TLS in `Terminate` mode): its certificates become the socket's SNI entries.
+pub(crate) fn terminates_tls(protocol: Protocol) -> bool {
+    matches!(protocol, Protocol::Https | Protocol::TlsTerminate)
+}
+
 /// Whether listeners of protocols `a` and `b` can serve one socket: the same protocol, or
-/// HTTPS and TLS passthrough (the data plane reads each ClientHello's SNI and passes
-/// through the hostnames of passthrough listeners).
+/// two kinds of TLS listener — HTTPS, TLS passthrough, TLS terminate (the data plane reads
+/// each ClientHello's SNI and picks the listener's route by it; Gateway API's
+/// `TLSRouteModeMixed`).
 pub(crate) fn shares_socket(a: Option<Protocol>, b: Option<Protocol>) -> bool {
-    a == b
-        || matches!(
-            (a, b),
-            (Some(Protocol::Https), Some(Protocol::TlsPassthrough))
-                | (Some(Protocol::TlsPassthrough), Some(Protocol::Https))
+    let tls = |p: Option<Protocol>| {
+        matches!(
+            p,
+            Some(Protocol::Https | Protocol::TlsPassthrough | Protocol::TlsTerminate)
         )
+    };
+    a == b || (tls(a) && tls(b))
 }
 
 /// The protocol of a socket its (compatible) listeners serve: HTTPS when one of them
-/// terminates TLS (passthrough hostnames are then checked first).
+/// serves HTTP over TLS, else TLS terminate when one of them terminates TLS (the L4
+/// routes of the others are checked first in both cases).
 pub(crate) fn socket_protocol(protocols: impl Iterator<Item = Protocol>) -> Option<Protocol> {
-    let mut out = None;
+    let rank = |p: Protocol| match p {
+        Protocol::Https => 2,
+        Protocol::TlsTerminate => 1,
+        _ => 0,
+    };
+    let mut out: Option<Protocol> = None;
     for p in protocols {
-        if out.is_none() || p == Protocol::Https {
+        if out.is_none_or(|o| rank(p) > rank(o)) {
             out = Some(p);
         }
     }

@@ -6,6 +6,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod backend_ref;
+pub(crate) mod cors;
 pub(crate) mod duration;
 pub(crate) mod fields;
 pub(crate) mod gateway;

@@ -99,7 +99,9 @@ impl RouteKinds {
             Protocol::Http | Protocol::Https => {
                 RouteKinds::NONE.with(RouteKind::Http).with(RouteKind::Grpc)
             }
-            Protocol::TlsPassthrough => RouteKinds::NONE.with(RouteKind::Tls),
+            Protocol::TlsPassthrough | Protocol::TlsTerminate => {
+                RouteKinds::NONE.with(RouteKind::Tls)
+            }
             Protocol::Tcp => RouteKinds::NONE.with(RouteKind::Tcp),
             Protocol::Udp => RouteKinds::NONE.with(RouteKind::Udp),
         }

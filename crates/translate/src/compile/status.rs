@@ -16,6 +16,7 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "GatewayStaticAddresses",
     "HTTPRoute",
@@ -26,6 +27,7 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteCORS",
     "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
@@ -46,6 +48,8 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
     "UDPRoute",
 ];
 

@@ -7,7 +7,7 @@ use weir_api::{
     Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference, Reason,
     RouteParentStatus, RouteStatus,
 };
-use weir_model::HostMatch;
+use weir_model::{HostMatch, L4Mode};
 
 use super::{Dirty, Translator};
 use crate::compile::listener::Allowed;
@@ -42,6 +42,9 @@ pub(super) struct Attachment {
     pub(super) parents: Vec<(ParentReference, ParentOutcome)>,
     /// The (socket, host) pairs the route's rules are programmed on.
     pub(super) hosts: Vec<HostKey>,
+    /// Those of `hosts` whose listener terminates TLS before an L4 route splices
+    /// (TLS `Terminate` listeners).
+    pub(super) terminated: Vec<HostKey>,
     /// The listeners (Gateway or set, listener name) the route counts as attached to.
     pub(super) listeners: Vec<(ObjectKey, Arc<str>)>,
     /// What the attachment depends on: the parents and the route's namespace.
@@ -122,7 +125,14 @@ impl Translator {
             Some(target) => att
                 .hosts
                 .iter()
-                .map(|hk| (hk.clone(), owner.clone(), target.clone()))
+                .map(|hk| {
+                    let mode = if att.terminated.contains(hk) {
+                        L4Mode::Terminate
+                    } else {
+                        L4Mode::Passthrough
+                    };
+                    (hk.clone(), owner.clone(), (target.clone(), mode))
+                })
                 .collect(),
             None => Vec::new(),
         };
@@ -251,6 +261,9 @@ impl Translator {
                     };
                     for h in effective.into_iter().filter(|h| !owned_elsewhere(h)) {
                         let hk = (k, h);
+                        if l.l4_mode == L4Mode::Terminate && !att.terminated.contains(&hk) {
+                            att.terminated.push(hk.clone());
+                        }
                         if !att.hosts.contains(&hk) {
                             att.hosts.push(hk);
                         }

@@ -247,7 +247,7 @@ impl Translator {
                     out.isolated.push(hk);
                 }
             }
-            if protocol == Protocol::Https {
+            if listener::terminates_tls(protocol) {
                 let mut seen: Vec<HostMatch> = Vec::new();
                 for l in &on_key {
                     if let Some(c) = &l.cert

@@ -486,3 +486,154 @@ spec:
     assert!(line.ends_with(" 2"), "{line}");
     gw.gw.stop().await;
 }
+
+/// TLS to `addr` offering ALPN `h2`: sends `msg`, half-closes (`close_notify`), reads the
+/// answer; also returns the ALPN protocol agreed.
+async fn tls_exchange_alpn(
+    addr: SocketAddr,
+    pki: &Pki,
+    sni: &str,
+    msg: &str,
+) -> Result<(String, Option<Vec<u8>>), BoxError> {
+    let run = async {
+        let stream = TcpStream::connect(addr).await?;
+        let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[b"h2"]));
+        let mut tls = connector
+            .connect(ServerName::try_from(sni.to_string())?, stream)
+            .await?;
+        let alpn = tls.get_ref().1.alpn_protocol().map(|p| p.to_vec());
+        tls.write_all(msg.as_bytes()).await?;
+        tls.shutdown().await?;
+        let mut out = String::new();
+        tls.read_to_string(&mut out).await?;
+        Ok::<_, BoxError>((out, alpn))
+    };
+    tokio::time::timeout(EXCHANGE, run).await?
+}
+
+fn terminate_route(name: &str, listener: &str, backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}}}
+spec:
+  parentRefs: [{{name: gw, sectionName: {listener}}}]
+  rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: {backend}}}]}}]
+"
+    )
+}
+
+/// TLS `Terminate` listeners: weir terminates TLS with the listener's certificate and the
+/// plaintext TCP backend gets the decrypted bytes (half-close passed on both ways, no ALPN
+/// agreed on the backend's behalf); on one port a Terminate, a Passthrough and an HTTPS
+/// listener each serve their hostnames (TLSRouteModeMixed); a route's backend changes
+/// live and a removed route closes new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_terminate_and_mixed_modes() {
+    let pki = Pki::new();
+    let (p1, p2) = (free_port(), free_port());
+    let term_addr: SocketAddr = ([127, 0, 0, 1], p1).into();
+    let mixed_addr: SocketAddr = ([127, 0, 0, 1], p2).into();
+    let plain_a = tcp_backend("a").await;
+    let plain_b = tcp_backend("b").await;
+    let plain_m = tcp_backend("m").await;
+    let pass = tls_backend(&pki, &["abc.test"], "p").await;
+    let web = echo("web").await;
+    let (crt, key) = pki.leaf(&["term.test", "tls.test", "web.test"]);
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: term, protocol: TLS, port: {p1}, hostname: term.test, tls: {{mode: Terminate, certificateRefs: [{{name: site}}]}}}}
+  - {{name: mixed-term, protocol: TLS, port: {p2}, hostname: tls.test, tls: {{mode: Terminate, certificateRefs: [{{name: site}}]}}}}
+  - {{name: pass, protocol: TLS, port: {p2}, hostname: abc.test, tls: {{mode: Passthrough}}}}
+  - {{name: https, protocol: HTTPS, port: {p2}, hostname: web.test, tls: {{certificateRefs: [{{name: site}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web}}
+spec:
+  parentRefs: [{{name: gw, sectionName: https}}]
+  rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: web}}]}}]
+"
+    );
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("site.yaml", tls_secret("default", "site", &crt, &key)),
+        ("a.yaml", backend("default", "a", &[plain_a])),
+        ("b.yaml", backend("default", "b", &[plain_b])),
+        ("m.yaml", backend("default", "m", &[plain_m])),
+        ("pass-backend.yaml", backend("default", "pass", &[pass])),
+        ("web.yaml", backend("default", "web", &[web])),
+        ("term.yaml", terminate_route("term", "term", "a")),
+        ("mixed.yaml", terminate_route("mixed", "mixed-term", "m")),
+        ("pass.yaml", tls_route("pass", &["abc.test"], "pass")),
+    ])
+    .await;
+
+    // Terminated: the client's TLS session ends at weir (its certificate verifies for the
+    // name), the plain backend reads the plaintext and answers after the half-close.
+    let (answer, alpn) = tls_exchange_alpn(term_addr, &pki, "term.test", "hello")
+        .await
+        .unwrap();
+    assert_eq!(answer, "a:hello");
+    assert_eq!(alpn, None, "no ALPN agreed for spliced bytes");
+    // A name the listener does not serve: no route, closed.
+    assert!(!answered(
+        &tls_exchange(term_addr, &pki, "term.test.other", "x").await
+    ));
+
+    // Mixed port: each hostname by its listener's mode.
+    assert_eq!(
+        tls_exchange(mixed_addr, &pki, "tls.test", "hi")
+            .await
+            .unwrap(),
+        "m:hi"
+    );
+    assert_eq!(
+        tls_exchange(mixed_addr, &pki, "abc.test", "hi")
+            .await
+            .unwrap(),
+        "p:hi"
+    );
+    let r = https(
+        mixed_addr,
+        pki.client_config(&[b"http/1.1"]),
+        "web.test",
+        "/x",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(r.resp.echo_name(), Some("web"));
+    assert_eq!(r.peer_cert, der_of(&crt));
+
+    // The route's backend changes live; removing the route closes new connections.
+    let pki = &pki;
+    gw.write("term.yaml", &terminate_route("term", "term", "b"));
+    assert!(
+        eventually(Duration::from_secs(5), move || async move {
+            matches!(tls_exchange(term_addr, pki, "term.test", "x").await, Ok(s) if s == "b:x")
+        })
+        .await
+    );
+    gw.remove("term.yaml");
+    assert!(
+        eventually(Duration::from_secs(5), move || async move {
+            !answered(&tls_exchange(term_addr, pki, "term.test", "x").await)
+        })
+        .await
+    );
+    // The mixed port is unaffected.
+    assert_eq!(
+        tls_exchange(mixed_addr, pki, "tls.test", "again")
+            .await
+            .unwrap(),
+        "m:again"
+    );
+    gw.gw.stop().await;
+}

@@ -337,3 +337,93 @@ spec:
     assert_eq!(http1(addr, "x.test", "/missing").await.unwrap().status, 500);
     gw.gw.stop().await;
 }
+
+/// The HTTPRoute CORS filter through `weir run`: a preflight from an allowed origin is
+/// answered by weir (the echo backend would have answered 200 with a body), one from
+/// another origin is refused, and an actual request's response carries the headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_preflights_are_answered_and_responses_get_the_headers() {
+    let port = free_port();
+    let (bk, _) = backends(&["a"]).await;
+    let route = "
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cors}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [cors.test]
+  rules:
+  - filters:
+    - type: CORS
+      cors:
+        allowOrigins: ['https://app.example.com', 'https://*.apps.example.com']
+        allowMethods: [GET, PUT]
+        allowHeaders: [x-token]
+        exposeHeaders: [x-request-id]
+        allowCredentials: true
+        maxAge: 600
+    backendRefs: [{group: weir.dev, kind: Backend, name: a}]
+";
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway(port)),
+        ("b.yaml", bk),
+        ("r.yaml", route.into()),
+    ])
+    .await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let preflight = |origin: &str| {
+        Request::options("/items")
+            .header("host", "cors.test")
+            .header("origin", origin)
+            .header("access-control-request-method", "PUT")
+            .header("access-control-request-headers", "x-token")
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    let r = send_http1(addr, preflight("https://team.apps.example.com"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 204);
+    assert_eq!(r.body, "", "answered by weir, not the backend");
+    let h = |r: &Resp, n: &str| r.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(
+        h(&r, "access-control-allow-origin").as_deref(),
+        Some("https://team.apps.example.com")
+    );
+    assert_eq!(
+        h(&r, "access-control-allow-methods").as_deref(),
+        Some("GET, PUT")
+    );
+    assert_eq!(
+        h(&r, "access-control-allow-headers").as_deref(),
+        Some("x-token")
+    );
+    assert_eq!(h(&r, "access-control-max-age").as_deref(), Some("600"));
+    assert_eq!(
+        h(&r, "access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+
+    let r = send_http1(addr, preflight("https://evil.example.net"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403);
+    assert_eq!(h(&r, "access-control-allow-origin"), None);
+
+    let req = get("cors.test", "/items")
+        .header("origin", "https://app.example.com")
+        .body(Empty::new())
+        .unwrap();
+    let r = send_http1(addr, req).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.echo_name(), Some("a"));
+    assert_eq!(
+        h(&r, "access-control-allow-origin").as_deref(),
+        Some("https://app.example.com")
+    );
+    assert_eq!(
+        h(&r, "access-control-expose-headers").as_deref(),
+        Some("x-request-id")
+    );
+    gw.gw.stop().await;
+}
