@@ -399,6 +399,28 @@ metadata: {name: i2, namespace: default}
 spec:
   defaultBackend: {resource: {apiGroup: weir.dev, kind: Backend, name: b1}}
 ---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: i2
+  namespace: default
+  annotations:
+    nginx.ingress.kubernetes.io/limit-rps: "5"
+    nginx.ingress.kubernetes.io/auth-type: basic
+    nginx.ingress.kubernetes.io/auth-secret: htpasswd
+    nginx.ingress.kubernetes.io/enable-cors: "true"
+spec:
+  rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: i1
+  namespace: default
+  annotations: {nginx.ingress.kubernetes.io/limit-rpm: "60", nginx.ingress.kubernetes.io/server-snippet: "x"}
+spec:
+  rules: [{host: b.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw3, namespace: default}

@@ -11,7 +11,9 @@ use weir_model::{
 use crate::TranslatorOptions;
 use crate::compile::backend::{self, RefError, Resolved, WantProtocol};
 use crate::compile::fields::normalize_prefix;
+use crate::compile::ingress_nginx;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
+use crate::compile::policy::PolicySettings;
 use crate::store::{Dep, Store};
 
 /// What an Ingress compiles to.
@@ -27,6 +29,8 @@ pub(crate) struct CompiledIngress {
     pub(crate) clusters: Vec<Resolved>,
     /// Objects the result depends on.
     pub(crate) deps: Vec<Dep>,
+    /// The settings of its ingress-nginx policy annotations (`ingress_nginx`).
+    pub(crate) policy: Option<Arc<PolicySettings>>,
 }
 
 /// The annotation that marks an IngressClass as the cluster default.
@@ -53,6 +57,11 @@ pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) ->
 /// Compiles an Ingress of ours.
 pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) -> CompiledIngress {
     let mut out = CompiledIngress::default();
+    let annotations = ingress_nginx::compile(store, ing);
+    out.problems.extend(annotations.problems);
+    out.deps.extend(annotations.deps);
+    out.policy = annotations.policy;
+    let filters = annotations.filters;
     let ns = &*key.namespace;
     let origin = RuleOrigin {
         age,
@@ -83,7 +92,13 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
         out.rules.push((
             host,
             order,
-            Arc::new(RouteRule::new(r, m, vec![], action, Timeouts::default())),
+            Arc::new(RouteRule::new(
+                r,
+                m,
+                filters.clone(),
+                action,
+                Timeouts::default(),
+            )),
         ));
     };
     for (i, rule) in ing.spec.rules.iter().enumerate() {

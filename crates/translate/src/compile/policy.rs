@@ -146,12 +146,15 @@ fn target_kind(group: &str, kind: &str) -> Option<Kind> {
 }
 
 /// Where a policy's references resolve, and what came of them.
-struct Refs<'a> {
-    store: &'a Store,
-    namespace: &'a str,
-    unresolved: Vec<String>,
-    warnings: Vec<String>,
-    deps: Vec<Dep>,
+pub(crate) struct Refs<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) namespace: &'a str,
+    /// Missing or unusable references (the settings apply, but are not `Accepted`).
+    pub(crate) unresolved: Vec<String>,
+    /// Skipped parts of references.
+    pub(crate) warnings: Vec<String>,
+    /// Objects read.
+    pub(crate) deps: Vec<Dep>,
 }
 
 fn settings(
@@ -269,71 +272,121 @@ const HTPASSWD_KEY: &str = "auth";
 
 fn basic_auth(b: &BasicAuthSpec, field: &str, refs: &mut Refs<'_>) -> Result<BasicAuth, String> {
     let realm = b.realm.as_deref().unwrap_or("weir");
+    check_realm(realm).map_err(|e| format!("{field}.realm: {realm:?} {e}"))?;
+    let name = &b.secret_ref.name;
+    if name.is_empty() {
+        return Err(format!("{field}.secretRef.name: required"));
+    }
+    Ok(htpasswd_users(
+        realm,
+        name,
+        HtpasswdLayout::File,
+        &format!("{field}.secretRef"),
+        refs,
+    ))
+}
+
+/// A realm goes into a quoted-string of `WWW-Authenticate`.
+pub(crate) fn check_realm(realm: &str) -> Result<(), &'static str> {
     if realm
         .bytes()
         .any(|c| c == b'"' || c == b'\\' || c.is_ascii_control())
         || realm.len() > 256
     {
-        return Err(format!(
-            "{field}.realm: {realm:?} must be at most 256 characters without quotes, backslashes or control characters"
-        ));
+        return Err(
+            "must be at most 256 characters without quotes, backslashes or control characters",
+        );
     }
-    let name = &b.secret_ref.name;
-    if name.is_empty() {
-        return Err(format!("{field}.secretRef.name: required"));
-    }
+    Ok(())
+}
+
+/// How a Secret holds htpasswd entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HtpasswdLayout {
+    /// One key, `auth`, with `user:hash` lines (ingress-nginx's `auth-file`).
+    File,
+    /// One key per user, the hash as its value (ingress-nginx's `auth-map`).
+    Map,
+}
+
+/// The users of Secret `name` (in `refs.namespace`): a missing Secret or key is
+/// `unresolved` (no users: every request refused), a skipped entry a warning.
+pub(crate) fn htpasswd_users(
+    realm: &str,
+    name: &str,
+    layout: HtpasswdLayout,
+    f: &str,
+    refs: &mut Refs<'_>,
+) -> BasicAuth {
     let key = ObjectKey::new(Kind::Secret, refs.namespace, name);
     refs.deps.push(Dep::Object(key.clone()));
-    let f = format!("{field}.secretRef");
     let mut users = Vec::new();
-    let lines = match refs.store.get(&key).map(|o| &**o) {
-        Some(Object::Secret(secret)) => secret_entries(secret)
-            .into_iter()
-            .find(|(k, _)| k.as_str() == HTPASSWD_KEY)
-            .map(|(_, v)| v),
-        _ => {
-            refs.unresolved.push(format!(
-                "{f}: Secret {}/{name} not found; requests are refused (401) until it exists",
-                refs.namespace
-            ));
-            return Ok(BasicAuth::new(realm.into(), users));
-        }
+    let Some(Object::Secret(secret)) = refs.store.get(&key).map(|o| &**o) else {
+        refs.unresolved.push(format!(
+            "{f}: Secret {}/{name} not found; requests are refused (401) until it exists",
+            refs.namespace
+        ));
+        return BasicAuth::new(realm.into(), users);
     };
-    let text = match lines {
-        Some(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-        Some(None) => {
-            refs.unresolved.push(format!(
-                "{f}: Secret {}/{name}: key {HTPASSWD_KEY:?} is not valid base64; requests are refused (401)",
-                refs.namespace
-            ));
-            return Ok(BasicAuth::new(realm.into(), users));
+    let mut entries: Vec<(String, String)> = Vec::new();
+    match layout {
+        HtpasswdLayout::File => {
+            let lines = secret_entries(secret)
+                .into_iter()
+                .find(|(k, _)| k.as_str() == HTPASSWD_KEY)
+                .map(|(_, v)| v);
+            let text = match lines {
+                Some(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                Some(None) => {
+                    refs.unresolved.push(format!(
+                        "{f}: Secret {}/{name}: key {HTPASSWD_KEY:?} is not valid base64; requests are refused (401)",
+                        refs.namespace
+                    ));
+                    return BasicAuth::new(realm.into(), users);
+                }
+                None => {
+                    refs.unresolved.push(format!(
+                        "{f}: Secret {}/{name} has no key {HTPASSWD_KEY:?} (htpasswd lines); requests are refused (401)",
+                        refs.namespace
+                    ));
+                    return BasicAuth::new(realm.into(), users);
+                }
+            };
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                match line.split_once(':') {
+                    Some((user, hash)) => entries.push((user.into(), hash.into())),
+                    None => refs
+                        .warnings
+                        .push(format!("{f}: line {} is not user:hash; ignored", i + 1)),
+                }
+            }
         }
-        None => {
-            refs.unresolved.push(format!(
-                "{f}: Secret {}/{name} has no key {HTPASSWD_KEY:?} (htpasswd lines); requests are refused (401)",
-                refs.namespace
-            ));
-            return Ok(BasicAuth::new(realm.into(), users));
+        HtpasswdLayout::Map => {
+            for (user, value) in secret_entries(secret) {
+                match value {
+                    Some(v) => {
+                        entries.push((user.clone(), String::from_utf8_lossy(&v).trim().to_owned()))
+                    }
+                    None => refs
+                        .warnings
+                        .push(format!("{f}: user {user:?}: not valid base64; ignored")),
+                }
+            }
         }
-    };
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((user, hash)) = line.split_once(':') else {
-            refs.warnings
-                .push(format!("{f}: line {} is not user:hash; ignored", i + 1));
-            continue;
-        };
-        match PasswordScheme::check(hash) {
-            Ok(_) => users.push((user.into(), hash.into())),
+    }
+    for (user, hash) in entries {
+        match PasswordScheme::check(&hash) {
+            Ok(_) => users.push((user.as_str().into(), hash.as_str().into())),
             Err(why) => refs
                 .warnings
                 .push(format!("{f}: user {user:?}: {why}; ignored")),
         }
     }
-    Ok(BasicAuth::new(realm.into(), users))
+    BasicAuth::new(realm.into(), users)
 }
 
 /// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.

@@ -48,6 +48,10 @@ pub(crate) struct PolicyIndex {
     resolved: HashMap<TargetRef, PolicyTarget>,
     /// The reverse of `resolved`.
     by_model: HashMap<PolicyTarget, TargetRef>,
+    /// Policies an object carries itself rather than by a TrafficPolicy (an Ingress's
+    /// ingress-nginx annotations), by the target they apply to. No TrafficPolicy
+    /// attaches to those targets, so nothing is merged with them.
+    implicit: HashMap<PolicyTarget, Arc<PolicySettings>>,
 }
 
 impl PolicyIndex {
@@ -148,38 +152,32 @@ impl PolicyIndex {
         statuses.extend(self.attached.keys(t).map(|(_, k)| k.clone()));
     }
 
+    /// Sets (or, with `None`, removes) the implicit policy of `target`, marking its
+    /// `Policy` resource dirty when it changes.
+    pub(crate) fn set_implicit(
+        &mut self,
+        target: PolicyTarget,
+        settings: Option<Arc<PolicySettings>>,
+        dirty: &mut DirtyResources,
+    ) {
+        let changed = match settings {
+            Some(s) => self.implicit.insert(target.clone(), s.clone()).as_deref() != Some(&*s),
+            None => self.implicit.remove(&target).is_some(),
+        };
+        if changed {
+            dirty.insert(ResourceKey::Policy(target));
+        }
+    }
+
     /// The `Policy` resource of `target`: every valid policy on it merged field by field
     /// (the oldest sets each field); `None` when nothing is attached or nothing is set.
     pub(crate) fn resource(&self, target: &PolicyTarget) -> Option<Policy> {
+        if let Some(s) = self.implicit.get(target) {
+            return merged(target, std::iter::once(s));
+        }
         let t = self.by_model.get(target)?;
         let attached = self.attached.get(t)?;
-        let mut timeouts = Timeouts::default();
-        let (mut retry, mut rate_limit) = (None, None);
-        let (mut api_key_auth, mut basic_auth) = (None, None);
-        for (_, s) in attached.iter() {
-            if timeouts.request.is_none() {
-                timeouts.request = s.timeouts.request;
-            }
-            if timeouts.backend_request.is_none() {
-                timeouts.backend_request = s.timeouts.backend_request;
-            }
-            if retry.is_none() {
-                retry = s.retry.clone();
-            }
-            if rate_limit.is_none() {
-                rate_limit = s.rate_limit.clone().map(|l| (s.name.clone(), l));
-            }
-            if api_key_auth.is_none() {
-                api_key_auth = s.api_key_auth.clone().map(|a| (s.name.clone(), a));
-            }
-            if basic_auth.is_none() {
-                basic_auth = s.basic_auth.clone().map(|b| (s.name.clone(), b));
-            }
-        }
-        let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
-            .with_api_key_auth(api_key_auth)
-            .with_basic_auth(basic_auth);
-        (!p.is_empty()).then_some(p)
+        merged(target, attached.iter().map(|(_, s)| s))
     }
 
     /// The status of policy `key`: one ancestor entry per target (the target itself).
@@ -301,6 +299,41 @@ impl PolicyIndex {
             (true, Reason::Accepted, m)
         }
     }
+}
+
+/// Policies on one target merged field by field, in the order given (the first that
+/// sets a field sets it); `None` when nothing is set.
+fn merged<'a>(
+    target: &PolicyTarget,
+    settings: impl Iterator<Item = &'a Arc<PolicySettings>>,
+) -> Option<Policy> {
+    let mut timeouts = Timeouts::default();
+    let (mut retry, mut rate_limit) = (None, None);
+    let (mut api_key_auth, mut basic_auth) = (None, None);
+    for s in settings {
+        if timeouts.request.is_none() {
+            timeouts.request = s.timeouts.request;
+        }
+        if timeouts.backend_request.is_none() {
+            timeouts.backend_request = s.timeouts.backend_request;
+        }
+        if retry.is_none() {
+            retry = s.retry.clone();
+        }
+        if rate_limit.is_none() {
+            rate_limit = s.rate_limit.clone().map(|l| (s.name.clone(), l));
+        }
+        if api_key_auth.is_none() {
+            api_key_auth = s.api_key_auth.clone().map(|a| (s.name.clone(), a));
+        }
+        if basic_auth.is_none() {
+            basic_auth = s.basic_auth.clone().map(|b| (s.name.clone(), b));
+        }
+    }
+    let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
+        .with_api_key_auth(api_key_auth)
+        .with_basic_auth(basic_auth);
+    (!p.is_empty()).then_some(p)
 }
 
 /// The object a targetRef names (its section aside).

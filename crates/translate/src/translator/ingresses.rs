@@ -3,7 +3,7 @@
 use foldhash::HashMap;
 
 use weir_api::{Kind, ObjectKey, ObjectStatus};
-use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
+use weir_model::{HostMatch, Listener, ListenerKey, PolicyTarget, Protocol, RouteKind};
 
 use super::{Contribution, Dirty, Translator};
 use crate::store::Dep;
@@ -101,6 +101,7 @@ impl Translator {
         let (mut ours, mut tls_hosts) = (false, 0);
         let mut status = None;
         let mut deps = Vec::new();
+        let mut policy = None;
         let ing = self.store.ingress(ik);
         if ing.is_some_and(|i| i.spec.ingress_class_name.is_none()) {
             // A class-less Ingress is ours while our IngressClass is the default one.
@@ -116,6 +117,7 @@ impl Translator {
             let age = self.store.age(ik);
             let c = crate::compile::ingress::compile(&self.store, ik, &age, ing);
             deps.extend(c.deps);
+            policy = c.policy;
             ours = true;
             let mut problems = c.problems;
             let [http, https] = self.ingress_keys();
@@ -166,6 +168,14 @@ impl Translator {
             self.ingress.tls_hosts += tls_hosts;
         }
         self.deps.set(ik, deps);
+        // The ingress-nginx annotations' policy, keyed by the Ingress as the data plane
+        // derives it from the Ingress's rules.
+        let target = PolicyTarget::Route {
+            kind: RouteKind::Ingress,
+            namespace: ik.namespace.clone(),
+            name: ik.name.clone(),
+        };
+        self.policies.set_implicit(target, policy, &mut d.resources);
         let new = self.program(old, rules, sni, clusters, d);
         if self.store.ingress(ik).is_some() {
             self.ingress

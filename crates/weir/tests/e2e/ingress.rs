@@ -63,3 +63,89 @@ spec:
     assert_eq!(r.resp.echo_name(), Some("b"));
     gw.gw.stop().await;
 }
+
+/// An Ingress written for ingress-nginx: `limit-rps` (429 past rate × burst multiplier),
+/// `auth-type: basic` with an `auth-secret` (401 with the realm's challenge, then 200),
+/// `enable-cors` (a preflight answered by weir with ingress-nginx's default methods), and
+/// the annotation weir does not serve left in place without breaking anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_annotations() {
+    use base64::Engine;
+    let a = echo("a").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingress = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations:
+    nginx.ingress.kubernetes.io/limit-rps: \"1\"
+    nginx.ingress.kubernetes.io/limit-burst-multiplier: \"3\"
+    nginx.ingress.kubernetes.io/auth-type: basic
+    nginx.ingress.kubernetes.io/auth-secret: htpasswd
+    nginx.ingress.kubernetes.io/auth-realm: Shop
+    nginx.ingress.kubernetes.io/enable-cors: \"true\"
+    nginx.ingress.kubernetes.io/configuration-snippet: \"more_set_headers 'X: y';\"
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: a}}}
+";
+    // `openssl passwd -apr1 -salt xyzabc secret`
+    let secret = "apiVersion: v1
+kind: Secret
+metadata: {name: htpasswd}
+type: Opaque
+stringData:
+  auth: |
+    ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.
+";
+    let files = [
+        ("ingress.yaml", ingress.to_string()),
+        ("secret.yaml", secret.to_string()),
+        ("backends.yaml", backend("default", "a", &[a])),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    let call = |creds: Option<&'static str>| async move {
+        let mut req = get("shop.test", "/");
+        if let Some(c) = creds {
+            let token = base64::engine::general_purpose::STANDARD.encode(c);
+            req = req.header("authorization", format!("Basic {token}"));
+        }
+        send_http1(http_addr, req.body(http_body_util::Empty::new()).unwrap())
+            .await
+            .unwrap()
+    };
+    // A CORS preflight is answered by weir (no credentials needed, no budget spent).
+    let preflight = http::Request::options("/")
+        .header("host", "shop.test")
+        .header("origin", "https://app.test")
+        .header("access-control-request-method", "PUT")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let r = send_http1(http_addr, preflight).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(
+        r.headers.get("access-control-allow-origin").unwrap(),
+        "https://app.test"
+    );
+    assert!(r.echo_name().is_none(), "answered by weir");
+
+    let r = call(None).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.headers.get("www-authenticate").unwrap(),
+        "Basic realm=\"Shop\", charset=\"UTF-8\""
+    );
+    assert_eq!(call(Some("ann:wrong")).await.status, 401);
+    // Three requests at once (1/s × 3), then 429 for the same client.
+    for _ in 0..3 {
+        let r = call(Some("ann:secret")).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.echo_name(), Some("a"));
+    }
+    let r = call(Some("ann:secret")).await;
+    assert_eq!(r.status, 429);
+    assert!(r.headers.contains_key("retry-after"));
+}

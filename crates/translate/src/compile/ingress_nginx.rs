@@ -1,0 +1,274 @@
+//! ingress-nginx annotations (`nginx.ingress.kubernetes.io/*`) served natively, so that
+//! an Ingress written for ingress-nginx behaves the same on weir.
+//!
+//! Nothing here has an implementation of its own: a policy annotation becomes a setting
+//! of the Ingress's *implicit policy* — the same `PolicySettings` a TrafficPolicy
+//! compiles to, emitted as the `Policy` resource keyed by the Ingress (`PolicyTarget`
+//! route of kind Ingress), which the data plane looks up for every rule of the Ingress
+//! as it does for an HTTPRoute's — and a filter annotation becomes the same IR filter an
+//! HTTPRoute filter does. Every other annotation of the prefix is named in the Ingress's
+//! status as not supported (never ignored silently).
+//!
+//! | annotation | becomes |
+//! |---|---|
+//! | `limit-rps`, `limit-rpm`, `limit-burst-multiplier` | a local rate limit per client IP (burst = rate × multiplier, default 5; with both, `limit-rps`) |
+//! | `auth-type: basic`, `auth-secret`, `auth-secret-type`, `auth-realm` | basic auth (`auth-file`: the Secret's `auth` key; `auth-map`: a key per user) |
+//! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_api::{HttpCorsFilter, Ingress};
+use weir_model::{Filter, LocalRateLimit, RateLimitKey};
+
+use crate::compile::policy::{HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users};
+use crate::store::{Dep, Store};
+
+/// The annotation prefix.
+pub(crate) const PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
+/// What an Ingress's annotations ask for.
+#[derive(Default)]
+pub(crate) struct Annotations {
+    /// Settings of the Ingress's implicit policy (`None`: no policy annotation).
+    pub(crate) policy: Option<Arc<PolicySettings>>,
+    /// Filters for every rule of the Ingress.
+    pub(crate) filters: Vec<Filter>,
+    /// Invalid, unsupported or partly applied annotations, each named.
+    pub(crate) problems: Vec<String>,
+    /// Objects read (Secrets).
+    pub(crate) deps: Vec<Dep>,
+}
+
+/// The annotations weir reads; every other one of [`PREFIX`] is reported.
+const SUPPORTED: &[&str] = &[
+    "limit-rps",
+    "limit-rpm",
+    "limit-burst-multiplier",
+    "auth-type",
+    "auth-secret",
+    "auth-secret-type",
+    "auth-realm",
+    "enable-cors",
+    "cors-allow-origin",
+    "cors-allow-methods",
+    "cors-allow-headers",
+    "cors-expose-headers",
+    "cors-allow-credentials",
+    "cors-max-age",
+];
+
+/// ingress-nginx's `limit-burst-multiplier` default.
+const DEFAULT_BURST_MULTIPLIER: u32 = 5;
+
+/// Reads the annotations of `ing`.
+pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
+    let mut out = Annotations::default();
+    let ours: BTreeMap<&str, &str> = ing
+        .metadata
+        .annotations
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(PREFIX)?, v.trim())))
+        .collect();
+    if ours.is_empty() {
+        return out;
+    }
+    let unsupported: Vec<&str> = ours
+        .keys()
+        .copied()
+        .filter(|k| !SUPPORTED.contains(k))
+        .collect();
+    if !unsupported.is_empty() {
+        out.problems.push(format!(
+            "annotations not supported by weir, ignored: {}",
+            unsupported
+                .iter()
+                .map(|k| format!("{PREFIX}{k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let ns = &ing.metadata.namespace;
+    let name: Arc<str> = format!("{ns}/{} (Ingress annotations)", ing.metadata.name).into();
+    let mut settings = PolicySettings {
+        name,
+        ..PolicySettings::default()
+    };
+
+    // Rate limits.
+    let number = |k: &str, out: &mut Annotations| -> Option<u32> {
+        let v = ours.get(k)?;
+        match v.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                out.problems.push(format!(
+                    "{}: {v:?} is not a positive integer; ignored",
+                    field(k)
+                ));
+                None
+            }
+        }
+    };
+    let rps = number("limit-rps", &mut out);
+    let rpm = number("limit-rpm", &mut out);
+    let multiplier = number("limit-burst-multiplier", &mut out).unwrap_or(DEFAULT_BURST_MULTIPLIER);
+    if rps.is_some() && rpm.is_some() {
+        out.problems.push(format!(
+            "{}: applies; {} is ignored (weir keeps one limit per Ingress)",
+            field("limit-rps"),
+            field("limit-rpm")
+        ));
+    }
+    if let Some((requests, per)) = rps
+        .map(|n| (n, Duration::from_secs(1)))
+        .or(rpm.map(|n| (n, Duration::from_secs(60))))
+    {
+        settings.rate_limit = Some(LocalRateLimit {
+            requests,
+            per,
+            burst: requests.saturating_mul(multiplier).min(1_000_000),
+            key: RateLimitKey::ClientIp,
+        });
+    }
+
+    // Basic auth.
+    match ours.get("auth-type").copied() {
+        None => {}
+        Some("basic") => basic_auth(store, ing, &ours, &mut settings, &mut out),
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not supported (weir supports basic); ignored",
+            field("auth-type")
+        )),
+    }
+
+    // CORS.
+    if ours.get("enable-cors").copied() == Some("true") {
+        match cors(&ours) {
+            Ok(f) => out.filters.push(f),
+            Err(e) => out.problems.push(format!("{e}; CORS not enabled")),
+        }
+    }
+
+    let sets = settings.rate_limit.is_some() || settings.basic_auth.is_some();
+    if sets {
+        out.policy = Some(Arc::new(settings));
+    }
+    out
+}
+
+fn basic_auth(
+    store: &Store,
+    ing: &Ingress,
+    ours: &BTreeMap<&str, &str>,
+    settings: &mut PolicySettings,
+    out: &mut Annotations,
+) {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let ns = ing.metadata.namespace.as_str();
+    let realm = ours
+        .get("auth-realm")
+        .copied()
+        .unwrap_or("Authentication Required");
+    if let Err(e) = check_realm(realm) {
+        out.problems.push(format!(
+            "{}: {realm:?} {e}; every request is refused (401)",
+            field("auth-realm")
+        ));
+    }
+    let layout = match ours.get("auth-secret-type").copied() {
+        None | Some("auth-file") => Some(HtpasswdLayout::File),
+        Some("auth-map") => Some(HtpasswdLayout::Map),
+        Some(other) => {
+            out.problems.push(format!(
+                "{}: {other:?} is not auth-file or auth-map; every request is refused (401)",
+                field("auth-secret-type")
+            ));
+            None
+        }
+    };
+    // `name` or `namespace/name`; only the Ingress's own namespace (another namespace's
+    // Secret would need a grant Ingress has no way to express).
+    let secret = match ours.get("auth-secret").map(|s| s.split_once('/')) {
+        None => {
+            out.problems.push(format!(
+                "{}: required with auth-type basic; every request is refused (401)",
+                field("auth-secret")
+            ));
+            None
+        }
+        Some(Some((sns, name))) if sns == ns => Some(name),
+        Some(Some((sns, _))) => {
+            out.problems.push(format!(
+                "{}: a Secret of namespace {sns:?}, not the Ingress's; every request is refused (401)",
+                field("auth-secret")
+            ));
+            None
+        }
+        Some(None) => ours.get("auth-secret").copied(),
+    };
+    let realm_ok = check_realm(realm).is_ok();
+    let mut refs = Refs {
+        store,
+        namespace: ns,
+        unresolved: Vec::new(),
+        warnings: Vec::new(),
+        deps: Vec::new(),
+    };
+    let auth = match (secret, layout) {
+        (Some(name), Some(layout)) if realm_ok => {
+            htpasswd_users(realm, name, layout, &field("auth-secret"), &mut refs)
+        }
+        // Fail closed: an Ingress asking for auth never serves without it.
+        _ => weir_model::BasicAuth::new("weir".into(), Vec::new()),
+    };
+    out.problems.extend(refs.unresolved);
+    out.problems.extend(refs.warnings);
+    out.deps.extend(refs.deps);
+    settings.basic_auth = Some(Arc::new(auth));
+}
+
+/// ingress-nginx's CORS defaults, for the annotations not set.
+fn cors(ours: &BTreeMap<&str, &str>) -> Result<Filter, String> {
+    let list = |k: &str, default: &str| -> Vec<String> {
+        ours.get(k)
+            .copied()
+            .unwrap_or(default)
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let credentials = match ours.get("cors-allow-credentials").copied() {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => {
+            return Err(format!(
+                "metadata.annotations[{PREFIX}cors-allow-credentials]: {other:?} is not true or false"
+            ));
+        }
+    };
+    let max_age = match ours.get("cors-max-age") {
+        None => 1_728_000,
+        Some(v) => v.parse::<i32>().map_err(|_| {
+            format!("metadata.annotations[{PREFIX}cors-max-age]: {v:?} is not a number of seconds")
+        })?,
+    };
+    let spec = HttpCorsFilter {
+        allow_origins: list("cors-allow-origin", "*"),
+        allow_methods: list(
+            "cors-allow-methods",
+            "GET, PUT, POST, DELETE, PATCH, OPTIONS",
+        ),
+        allow_headers: list(
+            "cors-allow-headers",
+            "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization",
+        ),
+        expose_headers: list("cors-expose-headers", ""),
+        allow_credentials: Some(credentials),
+        max_age: Some(max_age),
+    };
+    crate::compile::cors::compile(&spec, &format!("metadata.annotations[{PREFIX}cors-*]"))
+        .map(|c| Filter::Cors(Arc::new(c)))
+}
