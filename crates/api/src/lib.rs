@@ -39,7 +39,7 @@ pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, DirectResponse, DirectResponseSpec,
-    HeaderValue, LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference,
-    RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit, RetryOn, TrafficPolicy,
-    TrafficPolicySpec,
+    HeaderValue, IpRulesSpec, LocalRateLimitSpec, LocalSecretReference, PolicyRetry,
+    PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit,
+    RetryOn, TrafficPolicy, TrafficPolicySpec,
 };

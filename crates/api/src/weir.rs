@@ -86,6 +86,20 @@ pub struct TrafficPolicySpec {
     pub api_key_auth: Option<ApiKeyAuthSpec>,
     /// Requests must carry the credentials of a user of an htpasswd Secret.
     pub basic_auth: Option<BasicAuthSpec>,
+    /// Which client addresses may send requests.
+    pub ip_rules: Option<IpRulesSpec>,
+}
+
+/// Client address rules: a client in `deny` is refused; when `allow` is not empty, a
+/// client must be in it. Entries are CIDRs (`10.0.0.0/8`, `2001:db8::/32`) or addresses.
+/// The client is the peer of the connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IpRulesSpec {
+    /// Only these clients (empty: every client not denied).
+    pub allow: Vec<String>,
+    /// Never these clients.
+    pub deny: Vec<String>,
 }
 
 /// Basic authentication against an htpasswd file kept in a Secret (as ingress-nginx's

@@ -163,6 +163,110 @@ impl BasicAuth {
     }
 }
 
+/// A network: an address and a prefix length (`10.0.0.0/8`); the address has no bits
+/// set past the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IpNet {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `addr/prefix` or a lone address (a host network). Bits past the prefix
+    /// must be zero (`10.0.0.1/8` is refused: it is usually a mistake).
+    pub fn parse(s: &str) -> Result<IpNet, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = a
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+        };
+        let net = IpNet { addr, prefix };
+        if net.masked(addr) != bits(addr) {
+            return Err(format!("{s:?} has bits set past its prefix length"));
+        }
+        Ok(net)
+    }
+
+    fn masked(&self, ip: std::net::IpAddr) -> u128 {
+        let width: u32 = if ip.is_ipv4() { 32 } else { 128 };
+        let host_bits = width - u32::from(self.prefix).min(width);
+        let mask = if host_bits >= 128 {
+            0
+        } else {
+            u128::MAX << host_bits
+        };
+        bits(ip) & mask
+    }
+
+    /// Whether `ip` is in the network (an IPv4-mapped IPv6 address counts as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.addr.is_ipv4() && self.masked(ip) == bits(self.addr)
+    }
+}
+
+fn bits(ip: std::net::IpAddr) -> u128 {
+    match ip {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+impl std::fmt::Display for IpNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Serialize for IpNet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Client address rules: `deny` wins; a non-empty `allow` admits only its networks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct IpRules {
+    /// Only these networks (empty: any not denied).
+    pub allow: Vec<IpNet>,
+    /// Never these networks.
+    pub deny: Vec<IpNet>,
+}
+
+impl IpRules {
+    /// Rules that refuse every client (what an unusable list fails closed to).
+    pub fn deny_all() -> IpRules {
+        let any = |addr: std::net::IpAddr| IpNet { addr, prefix: 0 };
+        IpRules {
+            allow: Vec::new(),
+            deny: vec![
+                any(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                any(std::net::Ipv6Addr::UNSPECIFIED.into()),
+            ],
+        }
+    }
+
+    /// Whether a client at `ip` may send requests.
+    pub fn admits(&self, ip: std::net::IpAddr) -> bool {
+        !self.deny.iter().any(|n| n.contains(ip))
+            && (self.allow.is_empty() || self.allow.iter().any(|n| n.contains(ip)))
+    }
+}
+
 /// The htpasswd hash schemes weir checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PasswordScheme {
@@ -260,6 +364,9 @@ pub struct Policy {
     /// Basic authentication, and the policy object (`namespace/name`) that set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<(Arc<str>, Arc<BasicAuth>)>,
+    /// Client address rules, and the policy object (`namespace/name`) that set them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_rules: Option<(Arc<str>, Arc<IpRules>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -283,6 +390,7 @@ impl Policy {
             rate_limit,
             api_key_auth: None,
             basic_auth: None,
+            ip_rules: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -297,6 +405,7 @@ impl Policy {
             &self.rate_limit,
             &self.api_key_auth,
             &self.basic_auth,
+            &self.ip_rules,
         ));
     }
 
@@ -316,6 +425,14 @@ impl Policy {
         self
     }
 
+    /// This policy with client address rules (`namespace/name` of the policy object that
+    /// set them).
+    pub fn with_ip_rules(mut self, rules: Option<(Arc<str>, Arc<IpRules>)>) -> Self {
+        self.ip_rules = rules;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -323,6 +440,7 @@ impl Policy {
             && self.rate_limit.is_none()
             && self.api_key_auth.is_none()
             && self.basic_auth.is_none()
+            && self.ip_rules.is_none()
     }
 
     /// The content hash computed at construction.
@@ -357,5 +475,35 @@ mod tests {
         assert_eq!(a, Policy::new(t("ns/a"), timeouts.clone(), None, None));
         assert_ne!(a, Policy::new(t("ns/b"), timeouts, None, None));
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
+    }
+
+    #[test]
+    fn networks_parse_and_contain() {
+        let n = |s: &str| IpNet::parse(s).unwrap();
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(n("10.0.0.0/8").contains(ip("10.255.1.2")));
+        assert!(!n("10.0.0.0/8").contains(ip("11.0.0.1")));
+        assert!(n("192.0.2.7").contains(ip("192.0.2.7")));
+        assert!(!n("192.0.2.7").contains(ip("192.0.2.6")));
+        assert!(n("0.0.0.0/0").contains(ip("203.0.113.9")));
+        assert!(!n("0.0.0.0/0").contains(ip("2001:db8::1")));
+        assert!(n("2001:db8::/32").contains(ip("2001:db8:ffff::1")));
+        assert!(!n("2001:db8::/32").contains(ip("2001:db9::1")));
+        assert!(n("::/0").contains(ip("::1")));
+        // An IPv4-mapped IPv6 client is its IPv4 address.
+        assert!(n("127.0.0.0/8").contains(ip("::ffff:127.0.0.1")));
+        for bad in ["10.0.0.1/8", "10.0.0.0/33", "nope", "10.0.0.0/", "::1/129"] {
+            assert!(IpNet::parse(bad).is_err(), "{bad}");
+        }
+        let rules = IpRules {
+            allow: vec![n("10.0.0.0/8")],
+            deny: vec![n("10.1.0.0/16")],
+        };
+        assert!(rules.admits(ip("10.2.0.1")));
+        assert!(!rules.admits(ip("10.1.0.1")), "deny wins");
+        assert!(!rules.admits(ip("192.0.2.1")), "not allowed");
+        assert!(IpRules::default().admits(ip("192.0.2.1")));
+        assert!(!IpRules::deny_all().admits(ip("192.0.2.1")));
+        assert!(!IpRules::deny_all().admits(ip("2001:db8::1")));
     }
 }

@@ -69,6 +69,12 @@ pub(crate) enum ProxyError {
         /// The policy object (`namespace/name`) that set the limit.
         policy: Option<std::sync::Arc<str>>,
     },
+    /// A policy's client address rules refuse the client.
+    #[error("client address refused (policy {policy})")]
+    Forbidden {
+        /// The policy object (`namespace/name`) whose rules refused it.
+        policy: std::sync::Arc<str>,
+    },
     /// An authentication policy found no valid credentials on the request.
     #[error("not authenticated (policy {policy})")]
     Unauthenticated {
@@ -183,6 +189,7 @@ pub(crate) enum GrpcStatus {
     ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
+    PermissionDenied = 7,
     Unavailable = 14,
     Unauthenticated = 16,
 }
@@ -289,6 +296,7 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
         ProxyError::Unauthenticated { .. } => {
             (StatusCode::UNAUTHORIZED, Fault::Policy, "unauthorized\n")
         }
+        ProxyError::Forbidden { .. } => (StatusCode::FORBIDDEN, Fault::Policy, "forbidden\n"),
     }
 }
 
@@ -314,6 +322,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
         ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
         ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
+        ProxyError::Forbidden { .. } => GrpcStatus::PermissionDenied,
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) struct Applied {
     api_key_auth: Option<Arc<Policy>>,
     /// The policy whose basic-auth check applies.
     basic_auth: Option<Arc<Policy>>,
+    /// The policy whose client address rules apply.
+    ip_rules: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -48,6 +50,7 @@ impl Applied {
             rate_limit: None,
             api_key_auth: None,
             basic_auth: None,
+            ip_rules: None,
         }
     }
 
@@ -93,6 +96,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.rate_limit = first(|p| p.rate_limit.is_some());
     applied.api_key_auth = first(|p| p.api_key_auth.is_some());
     applied.basic_auth = first(|p| p.basic_auth.is_some());
+    applied.ip_rules = first(|p| p.ip_rules.is_some());
     applied
 }
 
@@ -119,8 +123,8 @@ pub(crate) struct Checkers<'a> {
     pub(crate) verified: &'a VerifiedCache,
 }
 
-/// Phase 2: refuses the request if a policy says so: authentication first (Basic
-/// credentials, then an API key), then a local rate limit. `verified` is the result of
+/// Phase 2: refuses the request if a policy says so: the client's address first, then
+/// authentication (Basic credentials, then an API key), then a local rate limit. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
 pub(crate) fn check(
     checkers: &Checkers<'_>,
@@ -130,6 +134,14 @@ pub(crate) fn check(
     verified: Option<Verified>,
     now: Instant,
 ) -> Result<(), Refusal> {
+    if let Some(p) = &applied.ip_rules
+        && let Some((name, rules)) = &p.ip_rules
+        && !rules.admits(remote.ip())
+    {
+        return Err(Refusal::Refused(ProxyError::Forbidden {
+            policy: name.clone(),
+        }));
+    }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
     {
@@ -253,8 +265,8 @@ fn check_api_key(
 mod tests {
     use super::*;
     use weir_model::{
-        Action, Delta, DeltaBatch, LocalRateLimit, PathMatch, RequestMatch, Resource, RouteKind,
-        RouteRef,
+        Action, Delta, DeltaBatch, IpNet, IpRules, LocalRateLimit, PathMatch, RequestMatch,
+        Resource, RouteKind, RouteRef,
     };
 
     fn rule(retry: Option<Retry>, timeouts: Timeouts) -> RouteRule {
@@ -532,6 +544,62 @@ mod tests {
         assert!(matches!(
             run(&mut basic("bob", "open-sesame!"), Some(good)),
             Err(Refusal::Verify(_))
+        ));
+    }
+
+    /// Client address rules come first: a refused client gets 403 before any credential
+    /// is looked at.
+    #[test]
+    fn address_rules_come_first() {
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let rules = IpRules {
+            allow: vec![IpNet::parse("10.0.0.0/8").unwrap()],
+            deny: vec![IpNet::parse("10.9.0.0/16").unwrap()],
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                None,
+            )
+            .with_ip_rules(Some(("ns/ips".into(), Arc::new(rules))))
+            .with_api_key_auth(Some((
+                "ns/keys".into(),
+                Arc::new(ApiKeyAuth::new("x-key".into(), vec![], false)),
+            ))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        let limiter = RateLimiter::new(Default::default());
+        let verified = VerifiedCache::default();
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+        };
+        let now = Instant::now();
+        let from = |ip: &str| {
+            check(
+                &checkers,
+                &a,
+                SocketAddr::new(ip.parse().unwrap(), 1),
+                &mut HeaderMap::new(),
+                None,
+                now,
+            )
+        };
+        assert!(matches!(
+            from("10.9.1.1"),
+            Err(Refusal::Refused(ProxyError::Forbidden { .. }))
+        ));
+        assert!(matches!(
+            from("192.0.2.1"),
+            Err(Refusal::Refused(ProxyError::Forbidden { .. }))
+        ));
+        // Admitted, then asked for a key.
+        assert!(matches!(
+            from("10.1.1.1"),
+            Err(Refusal::Refused(ProxyError::Unauthenticated { .. }))
         ));
     }
 }

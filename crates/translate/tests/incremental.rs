@@ -160,6 +160,13 @@ stringData: {alice: alice-key-1234}
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: p4, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1, sectionName: main}]
+  ipRules: {allow: [10.0.0.0/8], deny: [10.1.0.0/16]}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: p5, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
@@ -406,6 +413,7 @@ metadata:
   namespace: default
   annotations:
     nginx.ingress.kubernetes.io/limit-rps: "5"
+    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
     nginx.ingress.kubernetes.io/auth-type: basic
     nginx.ingress.kubernetes.io/auth-secret: htpasswd
     nginx.ingress.kubernetes.io/enable-cors: "true"

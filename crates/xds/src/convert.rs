@@ -9,9 +9,9 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BasicAuth, Certificate, Cluster, ClusterKey, ConnectionLimits,
     ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Endpoint,
-    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, L4Backend, L4Mode, L4Route,
-    Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme, PathMatch,
-    PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, IpNet, IpRules, L4Backend,
+    L4Mode, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme,
+    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
     RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
     RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
@@ -194,6 +194,11 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
             forward_key: a.forward_key,
         }),
+        ip_rules: p.ip_rules.as_ref().map(|(name, r)| wire::IpRules {
+            policy: name.to_string(),
+            allow: r.allow.iter().map(ToString::to_string).collect(),
+            deny: r.deny.iter().map(ToString::to_string).collect(),
+        }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -291,10 +296,26 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
         None => None,
         Some(b) => Some((b.policy.as_str().into(), Arc::new(basic_auth_from_wire(b)?))),
     };
+    let ip_rules = match &p.ip_rules {
+        None => None,
+        Some(r) => {
+            let nets = |list: &[String], field: &str| {
+                list.iter()
+                    .map(|s| IpNet::parse(s).map_err(|e| invalid(field, e)))
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            let rules = IpRules {
+                allow: nets(&r.allow, "ip_rules.allow")?,
+                deny: nets(&r.deny, "ip_rules.deny")?,
+            };
+            Some((r.policy.as_str().into(), Arc::new(rules)))
+        }
+    };
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
             .with_api_key_auth(api_key_auth)
-            .with_basic_auth(basic_auth),
+            .with_basic_auth(basic_auth)
+            .with_ip_rules(ip_rules),
     )
 }
 

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `limit-rps`, `limit-rpm`, `limit-burst-multiplier` | a local rate limit per client IP (burst = rate × multiplier, default 5; with both, `limit-rps`) |
 //! | `auth-type: basic`, `auth-secret`, `auth-secret-type`, `auth-realm` | basic auth (`auth-file`: the Secret's `auth` key; `auth-map`: a key per user) |
+//! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
 //! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
 
 use std::collections::BTreeMap;
@@ -20,9 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{HttpCorsFilter, Ingress};
-use weir_model::{Filter, LocalRateLimit, RateLimitKey};
+use weir_model::{Filter, IpRules, LocalRateLimit, RateLimitKey};
 
-use crate::compile::policy::{HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users};
+use crate::compile::policy::{
+    HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users, ip_rules,
+};
 use crate::store::{Dep, Store};
 
 /// The annotation prefix.
@@ -57,6 +60,8 @@ const SUPPORTED: &[&str] = &[
     "cors-expose-headers",
     "cors-allow-credentials",
     "cors-max-age",
+    "whitelist-source-range",
+    "denylist-source-range",
 ];
 
 /// ingress-nginx's `limit-burst-multiplier` default.
@@ -133,6 +138,38 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         });
     }
 
+    // Client address rules. An invalid list fails closed: every client is refused.
+    let cidrs = |k: &str| -> Vec<String> {
+        ours.get(k)
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (allow, deny) = (
+        cidrs("whitelist-source-range"),
+        cidrs("denylist-source-range"),
+    );
+    if !allow.is_empty() || !deny.is_empty() {
+        let fields = (
+            field("whitelist-source-range"),
+            field("denylist-source-range"),
+        );
+        settings.ip_rules = Some(Arc::new(
+            match ip_rules(&allow, &deny, (&fields.0, &fields.1)) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.problems
+                        .push(format!("{e}; every client is refused (403)"));
+                    IpRules::deny_all()
+                }
+            },
+        ));
+    }
+
     // Basic auth.
     match ours.get("auth-type").copied() {
         None => {}
@@ -151,7 +188,9 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         }
     }
 
-    let sets = settings.rate_limit.is_some() || settings.basic_auth.is_some();
+    let sets = settings.rate_limit.is_some()
+        || settings.basic_auth.is_some()
+        || settings.ip_rules.is_some();
     if sets {
         out.policy = Some(Arc::new(settings));
     }

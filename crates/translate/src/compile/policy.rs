@@ -9,7 +9,8 @@ use weir_api::{
     PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+    ApiKeyAuth, BasicAuth, IpNet, IpRules, LocalRateLimit, PasswordScheme, RateLimitKey, Retry,
+    Timeouts,
 };
 
 use crate::compile::http_route::{compile_retry, compile_timeouts};
@@ -38,6 +39,7 @@ pub(crate) struct PolicySettings {
     pub(crate) rate_limit: Option<LocalRateLimit>,
     pub(crate) api_key_auth: Option<Arc<ApiKeyAuth>>,
     pub(crate) basic_auth: Option<Arc<BasicAuth>>,
+    pub(crate) ip_rules: Option<Arc<IpRules>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -49,16 +51,18 @@ pub(crate) enum Field {
     RateLimit,
     ApiKeyAuth,
     BasicAuth,
+    IpRules,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 6] = [
+    pub(crate) const ALL: [Field; 7] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
         Field::RateLimit,
         Field::ApiKeyAuth,
         Field::BasicAuth,
+        Field::IpRules,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -69,6 +73,7 @@ impl Field {
             Field::RateLimit => "rateLimit.local",
             Field::ApiKeyAuth => "apiKeyAuth",
             Field::BasicAuth => "basicAuth",
+            Field::IpRules => "ipRules",
         }
     }
 }
@@ -83,6 +88,7 @@ impl PolicySettings {
             Field::RateLimit => self.rate_limit.is_some(),
             Field::ApiKeyAuth => self.api_key_auth.is_some(),
             Field::BasicAuth => self.basic_auth.is_some(),
+            Field::IpRules => self.ip_rules.is_some(),
         }
     }
 }
@@ -191,6 +197,18 @@ fn settings(
         .map(|b| basic_auth(b, "spec.basicAuth", refs))
         .transpose()?
         .map(Arc::new);
+    let ip_rules = spec
+        .ip_rules
+        .as_ref()
+        .map(|r| {
+            ip_rules(
+                &r.allow,
+                &r.deny,
+                ("spec.ipRules.allow", "spec.ipRules.deny"),
+            )
+        })
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
         timeouts,
@@ -198,13 +216,42 @@ fn settings(
         rate_limit,
         api_key_auth,
         basic_auth,
+        ip_rules,
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth or basicAuth)".into(),
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth or ipRules)"
+                .into(),
         );
     }
     Ok(s)
+}
+
+/// The most networks of one `allow` or `deny` list.
+const MAX_NETWORKS: usize = 256;
+
+/// Client address rules from CIDR lists, whose field paths are `fields` (allow, deny).
+pub(crate) fn ip_rules(
+    allow: &[String],
+    deny: &[String],
+    fields: (&str, &str),
+) -> Result<IpRules, String> {
+    if allow.is_empty() && deny.is_empty() {
+        return Err(format!("{} or {}: required", fields.0, fields.1));
+    }
+    let nets = |list: &[String], field: &str| {
+        if list.len() > MAX_NETWORKS {
+            return Err(format!("{field}: at most {MAX_NETWORKS} networks"));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, s)| IpNet::parse(s.trim()).map_err(|e| format!("{field}[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(IpRules {
+        allow: nets(allow, fields.0)?,
+        deny: nets(deny, fields.1)?,
+    })
 }
 
 /// The most Secrets one `apiKeyAuth` may name.

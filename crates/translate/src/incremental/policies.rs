@@ -309,7 +309,7 @@ fn merged<'a>(
 ) -> Option<Policy> {
     let mut timeouts = Timeouts::default();
     let (mut retry, mut rate_limit) = (None, None);
-    let (mut api_key_auth, mut basic_auth) = (None, None);
+    let (mut api_key_auth, mut basic_auth, mut ip_rules) = (None, None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -329,10 +329,14 @@ fn merged<'a>(
         if basic_auth.is_none() {
             basic_auth = s.basic_auth.clone().map(|b| (s.name.clone(), b));
         }
+        if ip_rules.is_none() {
+            ip_rules = s.ip_rules.clone().map(|r| (s.name.clone(), r));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
-        .with_basic_auth(basic_auth);
+        .with_basic_auth(basic_auth)
+        .with_ip_rules(ip_rules);
     (!p.is_empty()).then_some(p)
 }
 

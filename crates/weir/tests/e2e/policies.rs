@@ -289,3 +289,54 @@ spec:
     );
     assert_eq!(with_basic(addr, Some("ann:secret")).await.status, 200);
 }
+
+/// Client address rules: the test client (127.0.0.1) denied gets 403 before any other
+/// check; an edit that allows it lets it through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_address_rules_apply_live() {
+    let port = free_port();
+    let a = echo("a").await;
+    let rules = |allow: &str, deny: &str| {
+        format!(
+            "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: ips}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  ipRules: {{allow: [{allow}], deny: [{deny}]}}
+"
+        )
+    };
+    let gw = Gateway::start(&[
+        ("app.yaml", manifests(port, &backend("default", "a", &[a]))),
+        ("policy.yaml", rules("10.0.0.0/8", "")),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "x").await.status == 403
+        })
+        .await,
+        "127.0.0.1 is not in the allowed networks"
+    );
+    gw.write(
+        "policy.yaml",
+        &rules("10.0.0.0/8, 127.0.0.0/8", "127.0.0.2"),
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "x").await.status == 200
+        })
+        .await,
+        "127.0.0.1 allowed after the edit"
+    );
+    gw.write("policy.yaml", &rules("127.0.0.0/8", "127.0.0.1"));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "x").await.status == 403
+        })
+        .await,
+        "deny wins over allow"
+    );
+}
