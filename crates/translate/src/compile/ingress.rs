@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use weir_api::{Ingress, IngressBackend, Kind, ObjectKey, Reason};
 use weir_model::{
-    Action, Certificate, HostMatch, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule,
-    Timeouts, WeightedBackend,
+    Action, Certificate, HostMatch, PathMatch, PathRewrite, Redirect, RequestMatch, RouteKind,
+    RouteRef, RouteRule, Timeouts, WeightedBackend,
 };
 
 use crate::TranslatorOptions;
@@ -31,6 +31,8 @@ pub(crate) struct CompiledIngress {
     pub(crate) deps: Vec<Dep>,
     /// The settings of its ingress-nginx policy annotations (`ingress_nginx`).
     pub(crate) policy: Option<Arc<PolicySettings>>,
+    /// Which of its rules on the plaintext listener redirect to HTTPS (`ssl-redirect`).
+    pub(crate) ssl_redirect: ingress_nginx::SslRedirect,
 }
 
 /// The annotation that marks an IngressClass as the cluster default.
@@ -61,7 +63,17 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
+    out.ssl_redirect = annotations.ssl_redirect;
     let filters = annotations.filters;
+    let (redirect, want) = (annotations.redirect, annotations.want);
+    let app_root = annotations.app_root;
+    // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
+    let action =
+        |store: &Store, b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect
+        {
+            Some(r) => Action::Redirect(r.clone()),
+            None => action(store, ns_of(key), b, field, out, want),
+        };
     let ns = &*key.namespace;
     let origin = RuleOrigin {
         age,
@@ -132,12 +144,36 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
                     continue;
                 }
             };
-            let action = action(store, ns, &p.backend, &format!("{field}.backend"), &mut out);
+            let action = action(store, &p.backend, &format!("{field}.backend"), &mut out);
             push(&mut out, host.clone(), path, action, false, idx);
         }
     }
+    if let Some(root) = &app_root {
+        // `app-root`: `/` itself redirects (302) there, on every host of the Ingress.
+        let mut hosts: Vec<HostMatch> = out.rules.iter().map(|(h, _, _)| h.clone()).collect();
+        hosts.sort();
+        hosts.dedup();
+        let to = Action::Redirect(Redirect {
+            scheme: None,
+            hostname: None,
+            path: Some(PathRewrite::Full(root.clone())),
+            port: None,
+            status: 302,
+        });
+        for host in hosts {
+            push(
+                &mut out,
+                host,
+                PathMatch::Exact("/".into()),
+                to.clone(),
+                false,
+                flat,
+            );
+        }
+        flat += 1;
+    }
     if let Some(b) = &ing.spec.default_backend {
-        let action = action(store, ns, b, "spec.defaultBackend", &mut out);
+        let action = action(store, b, "spec.defaultBackend", &mut out);
         // The default backend answers whatever no rule matches, also on the hosts that
         // have rules (an exact host hides the catch-all host), so it closes every host
         // of this Ingress as well as the catch-all.
@@ -198,14 +234,19 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     out
 }
 
+fn ns_of(key: &ObjectKey) -> &str {
+    &key.namespace
+}
+
 fn action(
     store: &Store,
     ns: &str,
     b: &IngressBackend,
     field: &str,
     out: &mut CompiledIngress,
+    want: WantProtocol,
 ) -> Action {
-    match resolve(store, ns, b, field, &mut out.deps) {
+    match resolve(store, ns, b, field, &mut out.deps, want) {
         Ok((key, src)) => {
             if !out.clusters.iter().any(|(k, _)| *k == key) {
                 out.clusters.push((key.clone(), src));
@@ -232,6 +273,7 @@ fn resolve(
     b: &IngressBackend,
     field: &str,
     deps: &mut Vec<Dep>,
+    want: WantProtocol,
 ) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
         deps.push(Dep::Object(ObjectKey::new(Kind::Service, ns, &s.name)));
@@ -270,14 +312,7 @@ fn resolve(
                 ));
             }
         };
-        return backend::resolve_service(
-            store,
-            ns,
-            &s.name,
-            Some(port),
-            WantProtocol::Declared,
-            &fs,
-        );
+        return backend::resolve_service(store, ns, &s.name, Some(port), want, &fs);
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && r.kind == "Backend" {
@@ -286,7 +321,7 @@ fn resolve(
                 store,
                 ns,
                 &r.name,
-                WantProtocol::Declared,
+                want,
                 &format!("{field}.resource"),
             );
         }

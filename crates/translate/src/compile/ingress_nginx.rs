@@ -14,6 +14,14 @@
 //! | `limit-rps`, `limit-rpm`, `limit-burst-multiplier` | a local rate limit per client IP (burst = rate × multiplier, default 5; with both, `limit-rps`) |
 //! | `auth-type: basic`, `auth-secret`, `auth-secret-type`, `auth-realm` | basic auth (`auth-file`: the Secret's `auth` key; `auth-map`: a key per user) |
 //! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
+//! | `upstream-vhost` | the Host rewrite filter |
+//! | `x-forwarded-prefix` | a request header filter setting `X-Forwarded-Prefix` |
+//! | `rewrite-target` (without `$n` captures) | the path rewrite filter (the whole path, as nginx's `rewrite` does) |
+//! | `permanent-redirect` (`-code`, default 301), `temporal-redirect` (`-code`, default 302) | every rule answers with that redirect |
+//! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
+//! | `app-root` | a request for `/` is redirected (302) there |
+//! | `backend-protocol` `HTTP`, `GRPC`, `H2C` | HTTP/1.1 or HTTP/2 (h2c) to the backends |
+//! | `enable-websockets` | nothing to do: upgrades are always relayed |
 //! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
 
 use std::collections::BTreeMap;
@@ -21,7 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{HttpCorsFilter, Ingress};
-use weir_model::{Filter, IpRules, LocalRateLimit, RateLimitKey};
+use weir_model::{
+    Filter, HeaderModifier, IpRules, LocalRateLimit, PathRewrite, RateLimitKey, Redirect,
+};
+
+use crate::compile::backend::WantProtocol;
 
 use crate::compile::policy::{
     HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users, ip_rules,
@@ -32,16 +44,51 @@ use crate::store::{Dep, Store};
 pub(crate) const PREFIX: &str = "nginx.ingress.kubernetes.io/";
 
 /// What an Ingress's annotations ask for.
-#[derive(Default)]
 pub(crate) struct Annotations {
     /// Settings of the Ingress's implicit policy (`None`: no policy annotation).
     pub(crate) policy: Option<Arc<PolicySettings>>,
     /// Filters for every rule of the Ingress.
     pub(crate) filters: Vec<Filter>,
+    /// What every rule does instead of forwarding (`permanent-redirect`,
+    /// `temporal-redirect`).
+    pub(crate) redirect: Option<Redirect>,
+    /// Which requests on the plaintext listener are redirected to HTTPS.
+    pub(crate) ssl_redirect: SslRedirect,
+    /// Requests for `/` are redirected here (`app-root`).
+    pub(crate) app_root: Option<Arc<str>>,
+    /// The protocol to the backends (`backend-protocol`).
+    pub(crate) want: WantProtocol,
     /// Invalid, unsupported or partly applied annotations, each named.
     pub(crate) problems: Vec<String>,
     /// Objects read (Secrets).
     pub(crate) deps: Vec<Dep>,
+}
+
+impl Default for Annotations {
+    fn default() -> Self {
+        Annotations {
+            policy: None,
+            filters: Vec::new(),
+            redirect: None,
+            ssl_redirect: SslRedirect::Off,
+            app_root: None,
+            want: WantProtocol::Declared,
+            problems: Vec::new(),
+            deps: Vec::new(),
+        }
+    }
+}
+
+/// Which plaintext requests of an Ingress are redirected to HTTPS (308).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum SslRedirect {
+    /// None (weir's default, unlike ingress-nginx's: only the annotations turn it on).
+    #[default]
+    Off,
+    /// Those for a host the Ingress serves over TLS (`ssl-redirect: "true"`).
+    TlsHosts,
+    /// All (`force-ssl-redirect: "true"`: TLS ends before weir, e.g. at a load balancer).
+    All,
 }
 
 /// The annotations weir reads; every other one of [`PREFIX`] is reported.
@@ -62,6 +109,18 @@ const SUPPORTED: &[&str] = &[
     "cors-max-age",
     "whitelist-source-range",
     "denylist-source-range",
+    "upstream-vhost",
+    "x-forwarded-prefix",
+    "rewrite-target",
+    "permanent-redirect",
+    "permanent-redirect-code",
+    "temporal-redirect",
+    "temporal-redirect-code",
+    "ssl-redirect",
+    "force-ssl-redirect",
+    "app-root",
+    "backend-protocol",
+    "enable-websockets",
 ];
 
 /// ingress-nginx's `limit-burst-multiplier` default.
@@ -188,6 +247,8 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         }
     }
 
+    filters_and_redirects(&ours, &mut out);
+
     let sets = settings.rate_limit.is_some()
         || settings.basic_auth.is_some()
         || settings.ip_rules.is_some();
@@ -266,6 +327,160 @@ fn basic_auth(
     out.problems.extend(refs.warnings);
     out.deps.extend(refs.deps);
     settings.basic_auth = Some(Arc::new(auth));
+}
+
+/// The annotations that become filters, redirects or the backend protocol.
+fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    // One URL rewrite: the host (`upstream-vhost`) and the path (`rewrite-target`).
+    let (mut rewrite_host, mut rewrite_path) = (None, None);
+    if let Some(host) = ours.get("upstream-vhost").copied() {
+        if is_host(host) {
+            rewrite_host = Some(host.to_ascii_lowercase().into());
+        } else {
+            out.problems.push(format!(
+                "{}: {host:?} is not a host name; ignored",
+                field("upstream-vhost")
+            ));
+        }
+    }
+    if let Some(prefix) = ours.get("x-forwarded-prefix").copied() {
+        match http::HeaderValue::from_str(prefix) {
+            Ok(_) if !prefix.is_empty() => {
+                out.filters.push(Filter::RequestHeaders(HeaderModifier {
+                    set: vec![("x-forwarded-prefix".into(), prefix.into())],
+                    add: vec![],
+                    remove: vec![],
+                }))
+            }
+            _ => out.problems.push(format!(
+                "{}: {prefix:?} is not a header value; ignored",
+                field("x-forwarded-prefix")
+            )),
+        }
+    }
+    if let Some(target) = ours.get("rewrite-target").copied() {
+        if target.contains('$') {
+            out.problems.push(format!(
+                "{}: {target:?} uses regex captures, which weir does not serve yet; ignored",
+                field("rewrite-target")
+            ));
+        } else if target.starts_with('/') && http::uri::PathAndQuery::try_from(target).is_ok() {
+            rewrite_path = Some(PathRewrite::Full(target.into()));
+        } else {
+            out.problems.push(format!(
+                "{}: {target:?} is not a path; ignored",
+                field("rewrite-target")
+            ));
+        }
+    }
+    if rewrite_host.is_some() || rewrite_path.is_some() {
+        out.filters.push(Filter::UrlRewrite {
+            hostname: rewrite_host,
+            path: rewrite_path,
+        });
+    }
+    for (k, default) in [("permanent-redirect", 301), ("temporal-redirect", 302)] {
+        let Some(url) = ours.get(k).copied() else {
+            continue;
+        };
+        if out.redirect.is_some() {
+            out.problems.push(format!(
+                "{}: ignored (permanent-redirect applies)",
+                field(k)
+            ));
+            continue;
+        }
+        let code_key = format!("{k}-code");
+        let status = match ours.get(code_key.as_str()) {
+            None => default,
+            Some(c) => match c.parse::<u16>() {
+                Ok(c) if (300..400).contains(&c) => c,
+                _ => {
+                    out.problems.push(format!(
+                        "{}: {c:?} is not a 3xx status; {default} used",
+                        field(&code_key)
+                    ));
+                    default
+                }
+            },
+        };
+        match redirect_to(url, status) {
+            Some(r) => out.redirect = Some(r),
+            None => out.problems.push(format!(
+                "{}: {url:?} is not an absolute http(s) URL without a query; ignored",
+                field(k)
+            )),
+        }
+    }
+    for (k, mode) in [
+        ("ssl-redirect", SslRedirect::TlsHosts),
+        ("force-ssl-redirect", SslRedirect::All),
+    ] {
+        match ours.get(k).copied() {
+            None | Some("false") => {}
+            Some("true") => out.ssl_redirect = out.ssl_redirect.max(mode),
+            Some(other) => out.problems.push(format!(
+                "{}: {other:?} is not true or false; ignored",
+                field(k)
+            )),
+        }
+    }
+    if let Some(root) = ours.get("app-root").copied() {
+        if root.starts_with('/') && root != "/" && http::uri::PathAndQuery::try_from(root).is_ok() {
+            out.app_root = Some(root.into());
+        } else {
+            out.problems.push(format!(
+                "{}: {root:?} is not a path other than /; ignored",
+                field("app-root")
+            ));
+        }
+    }
+    match ours.get("backend-protocol").map(|p| p.to_ascii_uppercase()).as_deref() {
+        None | Some("HTTP") => {}
+        Some("GRPC" | "H2C") => out.want = WantProtocol::Http2,
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not served yet (weir serves HTTP, GRPC and H2C: no TLS to backends); HTTP used",
+            field("backend-protocol")
+        )),
+    }
+}
+
+/// A host name (letters, digits, `-`, `.`), optionally with a port.
+fn is_host(s: &str) -> bool {
+    let host = match s.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => h,
+        _ => s,
+    };
+    !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+}
+
+/// A redirect to an absolute `http(s)` URL (path and query kept as given).
+fn redirect_to(url: &str, status: u16) -> Option<Redirect> {
+    let uri: http::Uri = url.parse().ok()?;
+    let scheme = uri
+        .scheme_str()
+        .filter(|s| matches!(*s, "http" | "https"))?;
+    let authority = uri.authority()?;
+    if !is_host(authority.host()) || authority.as_str().contains('@') {
+        return None;
+    }
+    // The query of the request is kept (as for every redirect); one in the URL is not.
+    if uri.query().is_some() {
+        return None;
+    }
+    let path = uri.path();
+    Some(Redirect {
+        scheme: Some(scheme.into()),
+        hostname: Some(authority.host().to_ascii_lowercase().into()),
+        path: Some(PathRewrite::Full(path.into())),
+        port: authority.port_u16(),
+        status,
+    })
 }
 
 /// ingress-nginx's CORS defaults, for the annotations not set.

@@ -2,10 +2,16 @@
 
 use foldhash::HashMap;
 
+use std::sync::Arc;
 use weir_api::{Kind, ObjectKey, ObjectStatus};
-use weir_model::{HostMatch, Listener, ListenerKey, PolicyTarget, Protocol, RouteKind};
+
+use weir_model::{
+    Action, HostMatch, Listener, ListenerKey, PolicyTarget, Protocol, Redirect, RouteKind,
+    RouteRule, Timeouts,
+};
 
 use super::{Contribution, Dirty, Translator};
+use crate::compile::ingress_nginx::SslRedirect;
 use crate::store::Dep;
 
 /// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
@@ -144,7 +150,32 @@ impl Translator {
                 };
                 for (h, order, rule) in &c.rules {
                     if let Some(k) = http {
-                        rules.push(((k, h.clone()), order.clone(), rule.clone()));
+                        // `ssl-redirect`: the plaintext listener answers with a 308 to
+                        // https for every rule (the same match, nothing forwarded).
+                        let redirect = match c.ssl_redirect {
+                            SslRedirect::Off => false,
+                            SslRedirect::TlsHosts => https.is_some() && covered(h),
+                            SslRedirect::All => true,
+                        };
+                        let plain = if redirect {
+                            Arc::new(RouteRule::new(
+                                rule.route.clone(),
+                                rule.matcher.clone(),
+                                Vec::new(),
+                                Action::Redirect(Redirect {
+                                    scheme: Some("https".into()),
+                                    hostname: None,
+                                    path: None,
+                                    // The Ingress HTTPS listener's port (none: 443).
+                                    port: https.map(|k| k.0.port()).filter(|p| *p != 443),
+                                    status: 308,
+                                }),
+                                Timeouts::default(),
+                            ))
+                        } else {
+                            rule.clone()
+                        };
+                        rules.push(((k, h.clone()), order.clone(), plain));
                     }
                     if let Some(k) = https
                         && covered(h)

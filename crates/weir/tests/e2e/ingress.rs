@@ -149,3 +149,89 @@ stringData:
     assert_eq!(r.status, 429);
     assert!(r.headers.contains_key("retry-after"));
 }
+
+/// ingress-nginx's rewrite and redirect annotations through `weir run`: `rewrite-target`
+/// and `upstream-vhost` change what the backend sees, `x-forwarded-prefix` is added,
+/// `app-root` redirects `/`, `force-ssl-redirect` answers 308 to https on the plaintext
+/// listener, and `permanent-redirect` answers every request of its Ingress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_rewrites_and_redirects() {
+    let a = echo("a").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let https_port = free_port();
+    let https_addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
+    let ingresses = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /
+    nginx.ingress.kubernetes.io/upstream-vhost: internal.test
+    nginx.ingress.kubernetes.io/x-forwarded-prefix: /shop
+    nginx.ingress.kubernetes.io/app-root: /shop
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /shop, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: a}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: secure
+  annotations:
+    nginx.ingress.kubernetes.io/force-ssl-redirect: \"true\"
+spec:
+  rules:
+  - host: secure.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: a}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: moved
+  annotations:
+    nginx.ingress.kubernetes.io/permanent-redirect: https://new.example.com/landing
+spec:
+  rules:
+  - host: moved.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: a}}}
+";
+    let files = [
+        ("ingress.yaml", ingresses.to_string()),
+        ("backends.yaml", backend("default", "a", &[a])),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), Some(https_addr)).await;
+    let r = http1(http_addr, "shop.test", "/shop/cart").await.unwrap();
+    assert_eq!(r.status, 200);
+    let seen = r.json();
+    assert_eq!(seen["path"], "/", "{seen}");
+    assert_eq!(seen["headers"]["host"], "internal.test", "{seen}");
+    assert_eq!(seen["headers"]["x-forwarded-prefix"], "/shop", "{seen}");
+
+    let r = http1(http_addr, "shop.test", "/").await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        &format!("http://shop.test:{}/shop", http_addr.port())
+    );
+
+    let r = http1(http_addr, "secure.test", "/x?y=1").await.unwrap();
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        &format!("https://secure.test:{https_port}/x?y=1")
+    );
+
+    let r = http1(http_addr, "moved.test", "/old").await.unwrap();
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        "https://new.example.com/landing"
+    );
+}
