@@ -73,8 +73,8 @@ pub struct TrafficPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TrafficPolicySpec {
-    /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute`
-    /// (`sectionName`: one rule, by its `name`).
+    /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute` or a
+    /// `GRPCRoute` (`sectionName`: one rule, by its `name`).
     pub target_refs: Vec<PolicyTargetReference>,
     /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
     pub timeouts: Option<crate::gateway::HttpRouteTimeouts>,
@@ -145,7 +145,7 @@ pub struct PolicyTargetReference {
     pub kind: String,
     /// Name of the target (in the policy's namespace).
     pub name: String,
-    /// A part of the target: an HTTPRoute rule's `name`.
+    /// A part of the target: a route rule's `name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
 }

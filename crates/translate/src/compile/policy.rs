@@ -147,6 +147,7 @@ fn target_kind(group: &str, kind: &str) -> Option<Kind> {
     match (group, kind) {
         ("gateway.networking.k8s.io", "Gateway") => Some(Kind::Gateway),
         ("gateway.networking.k8s.io", "HTTPRoute") => Some(Kind::HttpRoute),
+        ("gateway.networking.k8s.io", "GRPCRoute") => Some(Kind::GrpcRoute),
         _ => None,
     }
 }

@@ -228,7 +228,7 @@ impl PolicyIndex {
                     false,
                     Reason::Invalid,
                     format!(
-                        "{}{}{}: TrafficPolicies attach to a Gateway or an HTTPRoute (and one of its rules by sectionName)",
+                        "{}{}{}: TrafficPolicies attach to a Gateway, an HTTPRoute or a GRPCRoute (and one of its rules by sectionName)",
                         t.kind_name,
                         if t.group.is_empty() { "" } else { "." },
                         t.group
@@ -353,33 +353,39 @@ fn object_of(t: &TargetRef) -> ObjectKey {
 
 /// What `t` names in the IR, if its object (and section) exists.
 fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
-    let kind = t.kind?;
+    t.kind?;
     let obj = store.get(&object_of(t))?;
-    match (&**obj, &t.section) {
-        (Object::Gateway(_), None) => Some(PolicyTarget::Gateway(
-            format!("{}/{}", t.namespace, t.name).into(),
-        )),
-        (Object::HttpRoute(_), None) => Some(PolicyTarget::Route {
-            kind: RouteKind::HttpRoute,
+    // A route: its kind in the IR and its rules' names (a rule is targeted by name).
+    let (kind, names): (RouteKind, Vec<Option<&str>>) = match &**obj {
+        Object::Gateway(_) if t.section.is_none() => {
+            return Some(PolicyTarget::Gateway(
+                format!("{}/{}", t.namespace, t.name).into(),
+            ));
+        }
+        Object::HttpRoute(r) => (
+            RouteKind::HttpRoute,
+            r.spec.rules.iter().map(|x| x.name.as_deref()).collect(),
+        ),
+        Object::GrpcRoute(r) => (
+            RouteKind::GrpcRoute,
+            r.spec.rules.iter().map(|x| x.name.as_deref()).collect(),
+        ),
+        _ => return None,
+    };
+    match &t.section {
+        None => Some(PolicyTarget::Route {
+            kind,
             namespace: t.namespace.clone(),
             name: t.name.clone(),
         }),
-        (Object::HttpRoute(r), Some(section)) => {
-            let i = r
-                .spec
-                .rules
-                .iter()
-                .position(|rule| rule.name.as_deref() == Some(&**section))?;
+        Some(section) => {
+            let i = names.iter().position(|n| *n == Some(&**section))?;
             Some(PolicyTarget::Rule(RouteRef {
-                kind: RouteKind::HttpRoute,
+                kind,
                 namespace: t.namespace.clone(),
                 name: t.name.clone(),
                 rule: u32::try_from(i).ok()?,
             }))
-        }
-        _ => {
-            debug_assert!(kind != Kind::HttpRoute || t.section.is_some());
-            None
         }
     }
 }
