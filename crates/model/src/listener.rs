@@ -118,9 +118,43 @@ pub struct ListenerSettings {
     pub limits: ConnectionLimits,
     /// Path normalization before routing (the normalized path is what is forwarded).
     pub paths: PathNormalization,
+    /// Peers whose `X-Forwarded-For` is believed: for a request from one of them, the
+    /// client is the rightmost address of that header not in these networks (what
+    /// `ipRules` and client-IP rate limits see). Empty: the peer is the client.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<crate::IpNet>,
 }
 
 impl ListenerSettings {
+    /// The client of a request from `peer` carrying `forwarded_for` (the values of its
+    /// `X-Forwarded-For` headers, in order): the peer itself unless it is a trusted
+    /// proxy; then, walking the list from the right, the first address that is not a
+    /// trusted proxy (the leftmost when all are; the peer when an entry is not an
+    /// address, since what lies left of it cannot be trusted either).
+    pub fn client_ip<'a>(
+        &self,
+        peer: std::net::IpAddr,
+        forwarded_for: impl DoubleEndedIterator<Item = &'a str>,
+    ) -> std::net::IpAddr {
+        let trusted = |ip: std::net::IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
+        if self.trusted_proxies.is_empty() || !trusted(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        for value in forwarded_for.rev() {
+            for entry in value.rsplit(',') {
+                let Ok(ip) = entry.trim().parse::<std::net::IpAddr>() else {
+                    return client;
+                };
+                client = ip;
+                if !trusted(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+
     /// Whether every field has its default (golden outputs leave such settings out).
     pub fn is_default(&self) -> bool {
         *self == ListenerSettings::default()
@@ -203,5 +237,47 @@ impl Default for PathNormalization {
         PathNormalization {
             merge_slashes: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_is_found_through_trusted_proxies_only() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let s = ListenerSettings {
+            trusted_proxies: vec![
+                crate::IpNet::parse("10.0.0.0/8").unwrap(),
+                crate::IpNet::parse("127.0.0.1").unwrap(),
+            ],
+            ..ListenerSettings::default()
+        };
+        let client = |peer: &str, xff: &[&str]| s.client_ip(ip(peer), xff.iter().copied());
+        // An untrusted peer is the client, whatever it claims.
+        assert_eq!(client("192.0.2.1", &["203.0.113.9"]), ip("192.0.2.1"));
+        // Through trusted hops, the rightmost untrusted address.
+        assert_eq!(
+            client("127.0.0.1", &["203.0.113.9, 10.1.1.1"]),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            client("10.0.0.2", &["198.51.100.7, 203.0.113.9", "10.1.1.1"]),
+            ip("203.0.113.9"),
+            "a spoofed leftmost entry is not believed"
+        );
+        assert_eq!(
+            client("127.0.0.1", &["10.1.1.1"]),
+            ip("10.1.1.1"),
+            "all trusted"
+        );
+        assert_eq!(client("127.0.0.1", &[]), ip("127.0.0.1"));
+        assert_eq!(client("127.0.0.1", &["unknown, 10.1.1.1"]), ip("10.1.1.1"));
+        // No trusted proxies: the header is never read.
+        assert_eq!(
+            ListenerSettings::default().client_ip(ip("127.0.0.1"), ["203.0.113.9"].into_iter()),
+            ip("127.0.0.1")
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! a route's own `timeouts` and `retry` win over every policy. A snapshot without
 //! policies costs one branch.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,14 +129,14 @@ pub(crate) struct Checkers<'a> {
 pub(crate) fn check(
     checkers: &Checkers<'_>,
     applied: &Applied,
-    remote: SocketAddr,
+    client: IpAddr,
     headers: &mut HeaderMap,
     verified: Option<Verified>,
     now: Instant,
 ) -> Result<(), Refusal> {
     if let Some(p) = &applied.ip_rules
         && let Some((name, rules)) = &p.ip_rules
-        && !rules.admits(remote.ip())
+        && !rules.admits(client)
     {
         return Err(Refusal::Refused(ProxyError::Forbidden {
             policy: name.clone(),
@@ -161,7 +161,7 @@ pub(crate) fn check(
     };
     let mut ip = [0u8; 17];
     let key: &[u8] = match &limit.key {
-        RateLimitKey::ClientIp => match remote.ip() {
+        RateLimitKey::ClientIp => match client {
             IpAddr::V4(a) => {
                 ip[0] = 4;
                 ip[1..5].copy_from_slice(&a.octets());
@@ -416,7 +416,7 @@ mod tests {
             limiter: &limiter,
             verified: &verified,
         };
-        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
         let headers = |keys: &[&str]| {
             let mut h = HeaderMap::new();
@@ -505,7 +505,7 @@ mod tests {
             limiter: &limiter,
             verified: &verified,
         };
-        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
         let basic = |user: &str, pw: &str| {
             use base64::Engine;
@@ -582,7 +582,7 @@ mod tests {
             check(
                 &checkers,
                 &a,
-                SocketAddr::new(ip.parse().unwrap(), 1),
+                ip.parse().unwrap(),
                 &mut HeaderMap::new(),
                 None,
                 now,

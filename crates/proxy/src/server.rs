@@ -429,6 +429,7 @@ fn phases(
         rule,
         raw_host,
         applied,
+        client,
     } = route(ctx, &snapshot, &mut req)?;
     let cors_origin = match cors::check(&rule, req.method(), req.headers()) {
         cors::Check::Pass => None,
@@ -443,7 +444,7 @@ fn phases(
     match policy::check(
         &checkers,
         &applied,
-        ctx.remote,
+        client,
         req.headers_mut(),
         verified,
         start,
@@ -508,6 +509,8 @@ struct Matched {
     /// The settings of the rule and of the policies attached to it, its route and its
     /// listener's Gateway.
     applied: Applied,
+    /// The client: the peer, or what a trusted proxy's `X-Forwarded-For` says.
+    client: std::net::IpAddr,
 }
 
 /// Phase 1: makes the request's host and path canonical (one host, one normal path,
@@ -549,10 +552,18 @@ fn route(
     };
     drop(host);
     let applied = policy::resolve(snapshot, &listener.listener.gateway, &rule);
+    let client = listener.listener.settings.client_ip(
+        ctx.remote.ip(),
+        req.headers()
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     Ok(Matched {
         rule,
         raw_host,
         applied,
+        client,
     })
 }
 

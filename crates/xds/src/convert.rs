@@ -456,6 +456,7 @@ fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
         max_header_bytes: l.max_header_bytes,
         max_headers: l.max_headers,
         merge_slashes: s.paths.merge_slashes,
+        trusted_proxies: s.trusted_proxies.iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -490,6 +491,11 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
         paths: PathNormalization {
             merge_slashes: s.merge_slashes,
         },
+        trusted_proxies: s
+            .trusted_proxies
+            .iter()
+            .map(|n| IpNet::parse(n).map_err(|e| invalid("settings.trusted_proxies", e)))
+            .collect::<Result<_, _>>()?,
     })
 }
 

@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use weir_model::ListenerSettings;
+use weir_model::{IpNet, ListenerSettings};
 
 use crate::compile::duration;
 
 /// The annotations weir reads on a Gateway, with what each sets.
-pub(crate) const ANNOTATIONS: [&str; 10] = [
+pub(crate) const ANNOTATIONS: [&str; 11] = [
     "weir.dev/handshake-timeout",
     "weir.dev/request-header-timeout",
     "weir.dev/idle-timeout",
@@ -24,6 +24,7 @@ pub(crate) const ANNOTATIONS: [&str; 10] = [
     "weir.dev/max-header-bytes",
     "weir.dev/max-headers",
     "weir.dev/merge-slashes",
+    "weir.dev/trusted-proxies",
 ];
 
 /// Largest accepted `max-header-bytes` (1 MiB) and `max-headers`: beyond them one slow
@@ -60,6 +61,13 @@ pub(crate) fn listener_settings(
                 count(value, 8192, MAX_HEADER_BYTES).map(|n| l.max_header_bytes = n)
             }
             "weir.dev/max-headers" => count(value, 1, MAX_HEADERS).map(|n| l.max_headers = n),
+            "weir.dev/trusted-proxies" => value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(IpNet::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map(|nets| s.trusted_proxies = nets),
             "weir.dev/merge-slashes" => match value.as_str() {
                 "true" | "false" => {
                     s.paths.merge_slashes = value == "true";

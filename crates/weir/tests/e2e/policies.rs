@@ -340,3 +340,65 @@ spec:
         "deny wins over allow"
     );
 }
+
+/// `weir.dev/trusted-proxies` on a Gateway: from a trusted peer (the test client,
+/// 127.0.0.1) the client is the rightmost untrusted `X-Forwarded-For` address, which
+/// `ipRules` then judge; without the annotation the header is not believed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_address_through_trusted_proxies() {
+    let port = free_port();
+    let a = echo("a").await;
+    let with_trusted = |trusted: bool| {
+        let annotations = if trusted {
+            "annotations: {weir.dev/trusted-proxies: \"127.0.0.0/8, 10.0.0.0/8\"}"
+        } else {
+            "annotations: {}"
+        };
+        manifests(port, &backend("default", "a", &[a])).replacen(
+            "metadata: {name: gw}",
+            &format!("metadata:\n  name: gw\n  {annotations}"),
+            1,
+        )
+    };
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: ips}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  ipRules: {deny: [203.0.113.0/24]}
+";
+    let gw = Gateway::start(&[
+        ("app.yaml", with_trusted(true)),
+        ("policy.yaml", policy.to_string()),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let from = |xff: &'static str| async move {
+        let req = get("app.test", "/")
+            .header("x-forwarded-for", xff)
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        send_http1(addr, req).await.unwrap().status
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            from("203.0.113.5").await == 403
+        })
+        .await,
+        "the forwarded client is denied"
+    );
+    assert_eq!(from("198.51.100.1").await, 200);
+    assert_eq!(from("203.0.113.5, 10.2.3.4").await, 403, "trusted hop skipped");
+    assert_eq!(from("203.0.113.5, 198.51.100.1").await, 200, "rightmost untrusted");
+
+    // Without trusted proxies the header is not believed: the peer (127.0.0.1) is the
+    // client.
+    gw.write("app.yaml", &with_trusted(false));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            from("203.0.113.5").await == 200
+        })
+        .await,
+        "X-Forwarded-For ignored"
+    );
+}
