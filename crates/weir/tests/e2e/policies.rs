@@ -388,8 +388,16 @@ spec:
         "the forwarded client is denied"
     );
     assert_eq!(from("198.51.100.1").await, 200);
-    assert_eq!(from("203.0.113.5, 10.2.3.4").await, 403, "trusted hop skipped");
-    assert_eq!(from("203.0.113.5, 198.51.100.1").await, 200, "rightmost untrusted");
+    assert_eq!(
+        from("203.0.113.5, 10.2.3.4").await,
+        403,
+        "trusted hop skipped"
+    );
+    assert_eq!(
+        from("203.0.113.5, 198.51.100.1").await,
+        200,
+        "rightmost untrusted"
+    );
 
     // Without trusted proxies the header is not believed: the peer (127.0.0.1) is the
     // client.
