@@ -209,8 +209,14 @@ fn check_basic(
     let Some((user, password)) = basic_auth::credentials(value) else {
         return Err(refused());
     };
-    let Some(hash) = auth.hash_of(&user) else {
-        return Err(refused());
+    // An unknown user is checked like a known one (against the first user's hash) and
+    // then refused, so that the answer's timing does not tell which users exist.
+    let (hash, listed) = match auth.hash_of(&user) {
+        Some(h) => (h, true),
+        None => match auth.users.first() {
+            Some((_, h)) => (h, false),
+            None => return Err(refused()),
+        },
     };
     let key = basic_auth::cache_key(policy, &user, &password, hash);
     let known = verified
@@ -232,7 +238,7 @@ fn check_basic(
             ok
         }
     };
-    if ok { Ok(()) } else { Err(refused()) }
+    if ok && listed { Ok(()) } else { Err(refused()) }
 }
 
 /// An API key check: exactly one key header, whose digest is a configured key's. The
@@ -521,6 +527,8 @@ mod tests {
         let challenged = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Unauthenticated { realm: Some(ref realm), .. })) if &**realm == "shop");
         assert!(challenged(run(&mut HeaderMap::new(), None)));
         assert!(challenged(run(&mut basic("ann", "wrong"), None)));
+        // An unknown user costs a check like a known one (the first user's hash, apr1
+        // here: in place) and is refused even with that user's password.
         assert!(challenged(run(&mut basic("nobody", "secret"), None)));
         let mut ok = basic("ann", "secret");
         run(&mut ok, None).unwrap();

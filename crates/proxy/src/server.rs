@@ -164,8 +164,9 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 ///
 /// The request goes through named phases, each a function below:
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
-/// 2. [`policy::check`]: the policies that may refuse the request (an API key check,
-///    then a local rate limit),
+/// 2. [`policy::check`]: the policies that may refuse the request (client address
+///    rules, Basic credentials, an API key, then a local rate limit; a bcrypt check
+///    leaves these phases for the blocking pool and comes back: [`verify_then_forward`]),
 ///    after [`policy::resolve`] found the settings of the request's rule, route and
 ///    Gateway (timeouts, retries, rate limit);
 /// 3. [`choose`]: a backend of the rule by weight, an endpoint of its cluster by the
