@@ -82,7 +82,6 @@ fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &GrpcRoute) -> Comp
         key,
         age,
         kind: GrpcRoute::KIND,
-        model_kind: weir_model::RouteKind::GrpcRoute,
     };
     compile_rules(id, &route.spec.hostnames, &route.spec.rules, compile_rule)
 }

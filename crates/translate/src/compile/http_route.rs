@@ -43,7 +43,6 @@ fn compile(store: &Store, key: &ObjectKey, age: &Age, route: &HttpRoute) -> Comp
         key,
         age,
         kind: HttpRoute::KIND,
-        model_kind: weir_model::RouteKind::HttpRoute,
     };
     compile_rules(id, &route.spec.hostnames, &route.spec.rules, compile_rule)
 }

@@ -67,14 +67,12 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     let filters = annotations.filters;
     let (redirect, want) = (annotations.redirect, annotations.want);
     let app_root = annotations.app_root;
-    // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
-    let action =
-        |store: &Store, b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect
-        {
-            Some(r) => Action::Redirect(r.clone()),
-            None => action(store, ns_of(key), b, field, out, want),
-        };
     let ns = &*key.namespace;
+    // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
+    let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
+        Some(r) => Action::Redirect(r.clone()),
+        None => action(store, ns, b, field, out, want),
+    };
     let origin = RuleOrigin {
         age,
         kind: RouteKind::Ingress,
@@ -144,7 +142,7 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
                     continue;
                 }
             };
-            let action = action(store, &p.backend, &format!("{field}.backend"), &mut out);
+            let action = action(&p.backend, &format!("{field}.backend"), &mut out);
             push(&mut out, host.clone(), path, action, false, idx);
         }
     }
@@ -173,7 +171,7 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
         flat += 1;
     }
     if let Some(b) = &ing.spec.default_backend {
-        let action = action(store, b, "spec.defaultBackend", &mut out);
+        let action = action(b, "spec.defaultBackend", &mut out);
         // The default backend answers whatever no rule matches, also on the hosts that
         // have rules (an exact host hides the catch-all host), so it closes every host
         // of this Ingress as well as the catch-all.
@@ -232,10 +230,6 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
         }
     }
     out
-}
-
-fn ns_of(key: &ObjectKey) -> &str {
-    &key.namespace
 }
 
 fn action(

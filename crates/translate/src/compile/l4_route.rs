@@ -27,21 +27,14 @@ impl RouteObject for TlsRoute {
     fn compile(&self, store: &Store, key: &ObjectKey, _age: &Age) -> CompiledRoute {
         let mut out = CompiledRoute::default();
         route_hostnames(&self.spec.hostnames, &mut out);
-        compile_rules(
-            store,
-            key,
-            Self::KIND,
-            weir_model::RouteKind::TlsRoute,
-            &self.spec.rules,
-            out,
-        )
+        compile_rules(store, key, Self::KIND, &self.spec.rules, out)
     }
 }
 
 /// TCPRoute and UDPRoute differ only in their kind: no hostnames, rules of weighted
 /// backends.
 macro_rules! hostless_l4_route {
-    ($ty:ty, $kind:expr, $model:expr) => {
+    ($ty:ty, $kind:expr) => {
         impl RouteObject for $ty {
             const KIND: RouteKind = $kind;
 
@@ -58,7 +51,6 @@ macro_rules! hostless_l4_route {
                     store,
                     key,
                     Self::KIND,
-                    $model,
                     &self.spec.rules,
                     CompiledRoute::default(),
                 )
@@ -67,8 +59,8 @@ macro_rules! hostless_l4_route {
     };
 }
 
-hostless_l4_route!(TcpRoute, RouteKind::Tcp, weir_model::RouteKind::TcpRoute);
-hostless_l4_route!(UdpRoute, RouteKind::Udp, weir_model::RouteKind::UdpRoute);
+hostless_l4_route!(TcpRoute, RouteKind::Tcp);
+hostless_l4_route!(UdpRoute, RouteKind::Udp);
 
 /// The backends of every rule, as one weighted set: L4 rules have no matches, so
 /// several rules (v1alpha2 allows up to 16) can only share the connections.
@@ -76,7 +68,6 @@ fn compile_rules(
     store: &Store,
     key: &ObjectKey,
     kind: RouteKind,
-    model_kind: weir_model::RouteKind,
     rules: &[L4RouteRule],
     mut out: CompiledRoute,
 ) -> CompiledRoute {
@@ -97,7 +88,7 @@ fn compile_rules(
     }
     out.l4 = Some(Arc::new(L4Target {
         route: RouteRef {
-            kind: model_kind,
+            kind: kind.model(),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             rule: 0,

@@ -67,6 +67,17 @@ impl RouteKind {
         RouteKind::ALL.into_iter().find(|k| k.name() == kind)
     }
 
+    /// What IR rules and L4 routes of this kind name as their origin.
+    pub(crate) fn model(self) -> weir_model::RouteKind {
+        match self {
+            RouteKind::Http => weir_model::RouteKind::HttpRoute,
+            RouteKind::Grpc => weir_model::RouteKind::GrpcRoute,
+            RouteKind::Tls => weir_model::RouteKind::TlsRoute,
+            RouteKind::Tcp => weir_model::RouteKind::TcpRoute,
+            RouteKind::Udp => weir_model::RouteKind::UdpRoute,
+        }
+    }
+
     /// The route kind of objects of `kind`, if they are routes weir reads.
     pub(crate) fn of_object(kind: Kind) -> Option<RouteKind> {
         match kind {

@@ -52,7 +52,6 @@ pub(crate) struct RouteId<'a> {
     pub(crate) key: &'a ObjectKey,
     pub(crate) age: &'a Age,
     pub(crate) kind: RouteKind,
-    pub(crate) model_kind: weir_model::RouteKind,
 }
 
 /// Compiles a route's hostnames and rules (`compile_rule` compiles one rule, given the
@@ -73,7 +72,7 @@ pub(crate) fn compile_rules<R: Default, M: RuleMatch>(
     };
     let origin = RuleOrigin {
         age: id.age,
-        kind: id.model_kind,
+        kind: id.kind.model(),
         namespace: &id.key.namespace,
         name: &id.key.name,
     };
@@ -89,7 +88,7 @@ pub(crate) fn compile_rules<R: Default, M: RuleMatch>(
             Ok(c) => {
                 let rule_idx = u32::try_from(i).unwrap_or(u32::MAX);
                 let route_ref = RouteRef {
-                    kind: id.model_kind,
+                    kind: id.kind.model(),
                     namespace: id.key.namespace.clone(),
                     name: id.key.name.clone(),
                     rule: rule_idx,
