@@ -68,8 +68,13 @@ pub struct NetnsBackend {
 }
 
 impl NetnsBackend {
-    /// Backend number `n` (1..=250) answers as `name` on 10.231.`n`.2:8080.
+    /// Backend number `n` (1..=250) answers as `name` on 10.231.`n`.2:8080 (the second
+    /// octet is `WEIR_K8S_TEST_SUBNET` when set, so that two test runs can share a host).
     pub fn start(n: u8, name: &str) -> NetnsBackend {
+        let octet: u8 = std::env::var("WEIR_K8S_TEST_SUBNET")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(231);
         let ns = format!("weirt{}-{n}", std::process::id());
         let (host_if, ns_if) = (
             format!("wth{n}x{}", std::process::id() % 10000),
@@ -81,7 +86,7 @@ impl NetnsBackend {
             "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
         ]);
         ip(&["link", "set", &ns_if, "netns", &ns]);
-        ip(&["addr", "add", &format!("10.231.{n}.1/24"), "dev", &host_if]);
+        ip(&["addr", "add", &format!("10.{octet}.{n}.1/24"), "dev", &host_if]);
         ip(&["link", "set", &host_if, "up"]);
         ip(&[
             "netns",
@@ -90,13 +95,13 @@ impl NetnsBackend {
             "ip",
             "addr",
             "add",
-            &format!("10.231.{n}.2/24"),
+            &format!("10.{octet}.{n}.2/24"),
             "dev",
             &ns_if,
         ]);
         ip(&["netns", "exec", &ns, "ip", "link", "set", &ns_if, "up"]);
         ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-        let addr = Ipv4Addr::new(10, 231, n, 2);
+        let addr = Ipv4Addr::new(10, octet, n, 2);
         let port = 8080;
         let mut child = Command::new("ip")
             .args([
