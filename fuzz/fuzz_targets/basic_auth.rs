@@ -38,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     };
     match PasswordScheme::of(hash) {
         Some(PasswordScheme::Bcrypt) => {
-            if hash.get(4..6).and_then(|c| c.parse::<u32>().ok()).is_some_and(|c| c <= 4) {
+            if hash
+                .get(4..6)
+                .and_then(|c| c.parse::<u32>().ok())
+                .is_some_and(|c| c <= 4)
+            {
                 let _ = verify_htpasswd(hash, password);
             }
         }

@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     let docs = match read_manifest(data) {
         Ok(docs) => docs,
         Err(e) => {
-            assert!(std::str::from_utf8(data).is_err(), "UTF-8 file refused: {e}");
+            assert!(
+                std::str::from_utf8(data).is_err(),
+                "UTF-8 file refused: {e}"
+            );
             return;
         }
     };

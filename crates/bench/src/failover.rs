@@ -290,7 +290,7 @@ impl FlapControl {
 /// An HTTP/1.1 endpoint answering `x-backend: name`, 200, or (for the flapping one) 503
 /// while its phase says so, counted. Aborting the task closes the listener and every
 /// connection it serves.
-async fn serve(
+pub(crate) async fn serve(
     tcp: TcpListener,
     name: &'static str,
     flapping: Option<(Arc<AtomicU8>, Arc<AtomicU64>)>,

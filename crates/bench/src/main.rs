@@ -17,6 +17,7 @@ mod progress;
 mod propagation;
 mod report;
 mod side;
+mod soak;
 mod stats;
 mod traffic;
 
@@ -57,6 +58,10 @@ enum Command {
     /// Backend failover: one Service of 4 endpoints, one flapping between healthy, 503s
     /// and refused connections, behind N routes; counts what clients see of its failures.
     Failover(FailoverArgs),
+    /// Soak: configuration changes at a fixed rate for a long time, with traffic on every
+    /// protocol (HTTP/1.1, h2c, HTTPS, TLS passthrough, TCP, UDP); counts failed requests
+    /// and samples weir's RSS and open file descriptors.
+    Soak(SoakArgs),
     /// The fixed-response backend the traffic bench runs behind the proxies.
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -93,6 +98,28 @@ struct FailoverArgs {
     #[arg(long)]
     no_retry_run: bool,
     /// Output directory [default: <workspace>/target/weir-bench/failover].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct SoakArgs {
+    /// Seconds of churn and traffic.
+    #[arg(long, default_value_t = 1800)]
+    duration: u64,
+    /// Configuration changes per second.
+    #[arg(long, default_value_t = 10.0)]
+    rate: f64,
+    /// Most churned HTTPRoutes live at once.
+    #[arg(long, default_value_t = 200)]
+    churn_routes: usize,
+    /// Requests per second of each of the seven clients.
+    #[arg(long, default_value_t = 50.0)]
+    client_rate: f64,
+    /// The weir binary [default: <workspace>/target/release/weir].
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Output directory [default: <workspace>/target/weir-bench/soak].
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -386,6 +413,36 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Soak(a) => {
+            let bench_dir = workspace_path("target/weir-bench");
+            let out = a.out.unwrap_or_else(|| bench_dir.join("soak"));
+            let opts = soak::Options {
+                weir: a
+                    .weir
+                    .unwrap_or_else(|| workspace_path("target/release/weir")),
+                duration: Duration::from_secs(a.duration.max(1)),
+                rate: a.rate,
+                churn_routes: a.churn_routes.max(2),
+                client_rate: a.client_rate,
+                cache: bench_dir.join("certs"),
+                out: out.clone(),
+            };
+            run_with_files(
+                &runtime,
+                async {
+                    let report = soak::run(&opts).await?;
+                    std::fs::create_dir_all(&out)?;
+                    let json = out.join("soak.json");
+                    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+                    if report.failures() > 0 {
+                        eprintln!("{}", report.markdown());
+                        anyhow::bail!("{} requests failed", report.failures());
+                    }
+                    Ok((report, vec![json]))
+                },
+                soak::Report::markdown,
+            )
         }
         Command::K8s(a) => {
             let bench_dir = workspace_path("target/weir-bench");

@@ -139,7 +139,8 @@ pub(crate) fn route_domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
     s
 }
 
-fn secret_yaml(i: usize, leaf: &Leaf) -> String {
+/// Domain `i`'s `kubernetes.io/tls` Secret `d<i>-tls`.
+pub(crate) fn secret_yaml(i: usize, leaf: &Leaf) -> String {
     let mut s = String::with_capacity(leaf.cert_pem.len() + leaf.key_pem.len() + 800);
     let _ = write!(
         s,

@@ -20,7 +20,7 @@ use http::{Request, Version};
 
 /// Why a request's host is rejected (answered 400).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum InvalidHost {
+pub enum InvalidHost {
     /// More than one `Host` field.
     #[error("more than one Host header")]
     Repeated,
@@ -38,8 +38,8 @@ pub(crate) enum InvalidHost {
 
 /// Validates the request's host and makes its `Host` field the one host of the request
 /// (see the module documentation). Returns that host, or `None` for an HTTP/1.0 request
-/// that names none.
-pub(crate) fn canonical_host<B>(req: &mut Request<B>) -> Result<Option<HeaderValue>, InvalidHost> {
+/// that names none. Public for the `host` fuzz target.
+pub fn canonical_host<B>(req: &mut Request<B>) -> Result<Option<HeaderValue>, InvalidHost> {
     let mut fields = req.headers().get_all(header::HOST).iter();
     let field = fields.next();
     if fields.next().is_some() {

@@ -38,8 +38,10 @@ mod upstream;
 mod workers;
 
 pub use admin::serve_admin;
+pub use authority::{InvalidHost, canonical_host};
 pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
+pub use protocol::{Opening, judge_opening};
 pub use snapshot::{Snapshot, SnapshotStats};

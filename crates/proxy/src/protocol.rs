@@ -92,21 +92,46 @@ enum Line {
     Failed,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+/// What a connection's first bytes show so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// Not yet decided: every byte so far can still open an allowed protocol.
     Undecided,
+    /// An HTTP/1.x request line, or (where allowed) the whole HTTP/2 preface.
     Allowed,
+    /// Neither: the connection is closed without an answer.
     Refused,
 }
 
+/// Judges a connection's first bytes, read in `chunks` as they arrive, the way
+/// [`FirstBytes`] does under hyper (`allow_h2`: a plaintext listener, where HTTP/2 with
+/// prior knowledge may open the connection). Stops at the first decision. Public for the
+/// `first_bytes` fuzz target.
+pub fn judge_opening<'a>(allow_h2: bool, chunks: impl IntoIterator<Item = &'a [u8]>) -> Opening {
+    let speaks = if allow_h2 {
+        Speaks::Http1OrH2
+    } else {
+        Speaks::Http1
+    };
+    let FirstBytes { check, .. } = FirstBytes::new((), speaks);
+    let mut check = check.expect("a new connection is undecided");
+    for chunk in chunks {
+        match check.feed(chunk) {
+            Opening::Undecided => {}
+            decided => return decided,
+        }
+    }
+    Opening::Undecided
+}
+
 impl Check {
-    fn feed(&mut self, bytes: &[u8]) -> Verdict {
+    fn feed(&mut self, bytes: &[u8]) -> Opening {
         for &b in bytes {
             if let Some(n) = self.preface {
                 let matched = H2_PREFACE.get(usize::from(n)) == Some(&b);
                 self.preface = matched.then_some(n + 1);
                 if usize::from(n) + 1 == H2_PREFACE.len() && matched {
-                    return Verdict::Allowed;
+                    return Opening::Allowed;
                 }
             }
             self.line = match (self.line, b) {
@@ -119,17 +144,17 @@ impl Check {
                 (Line::Target, b) if b != b'\r' && b != b'\n' => Line::Target,
                 (Line::Version(n), b) if HTTP1_VERSION.get(usize::from(n)) == Some(&b) => {
                     if usize::from(n) + 1 == HTTP1_VERSION.len() {
-                        return Verdict::Allowed;
+                        return Opening::Allowed;
                     }
                     Line::Version(n + 1)
                 }
                 _ => Line::Failed,
             };
             if self.line == Line::Failed && self.preface.is_none() {
-                return Verdict::Refused;
+                return Opening::Refused;
             }
         }
-        Verdict::Undecided
+        Opening::Undecided
     }
 }
 
@@ -149,9 +174,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for FirstBytes<IO> {
         ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
         if let Some(check) = &mut this.check {
             match check.feed(&buf.filled()[before..]) {
-                Verdict::Undecided => {}
-                Verdict::Allowed => this.check = None,
-                Verdict::Refused => {
+                Opening::Undecided => {}
+                Opening::Allowed => this.check = None,
+                Opening::Refused => {
                     buf.set_filled(before);
                     this.check = None;
                     this.discard_received(cx);
@@ -200,23 +225,15 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for FirstBytes<IO> {
 mod tests {
     use super::*;
 
-    fn verdict(speaks: Speaks, chunks: &[&[u8]]) -> Verdict {
-        let FirstBytes { check, .. } = FirstBytes::new((), speaks);
-        let mut check = check.expect("fresh");
-        for chunk in chunks {
-            match check.feed(chunk) {
-                Verdict::Undecided => {}
-                decided => return decided,
-            }
-        }
-        Verdict::Undecided
+    fn verdict(speaks: Speaks, chunks: &[&[u8]]) -> Opening {
+        judge_opening(speaks == Speaks::Http1OrH2, chunks.iter().copied())
     }
 
     #[test]
     fn request_lines_and_prefaces() {
+        use Opening::*;
         use Speaks::*;
-        use Verdict::*;
-        let cases: &[(Speaks, &[u8], Verdict)] = &[
+        let cases: &[(Speaks, &[u8], Opening)] = &[
             (Http1OrH2, b"GET / HTTP/1.1\r\n", Allowed),
             (Http1OrH2, b"\r\nPOST /a?b HTTP/1.0\r\n", Allowed),
             (Http1OrH2, b"OPTIONS * HTTP/1.1\r\n", Allowed),
