@@ -38,8 +38,9 @@ pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
-    ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, DirectResponse, DirectResponseSpec,
-    HeaderValue, IpRulesSpec, LocalRateLimitSpec, LocalSecretReference, PolicyRetry,
-    PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit,
-    RetryOn, TrafficPolicy, TrafficPolicySpec,
+    ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, ClaimToHeader, DirectResponse,
+    DirectResponseSpec, HeaderValue, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec,
+    LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference, RateLimitKeySpec,
+    RateLimitKeyType, RateLimitSpec, RateLimitUnit, RequiredClaim, RetryOn, SecretKeyReference,
+    TrafficPolicy, TrafficPolicySpec,
 };

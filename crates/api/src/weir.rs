@@ -88,6 +88,81 @@ pub struct TrafficPolicySpec {
     pub basic_auth: Option<BasicAuthSpec>,
     /// Which client addresses may send requests.
     pub ip_rules: Option<IpRulesSpec>,
+    /// Requests must carry a JSON Web Token signed by one of these providers.
+    pub jwt_auth: Option<JwtAuthSpec>,
+}
+
+/// JWT authentication: a request must carry, as `Authorization: Bearer <token>`, a token
+/// that one provider's keys verify and whose claims pass that provider's checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JwtAuthSpec {
+    /// Token issuers (at least one; names unique).
+    pub providers: Vec<JwtProviderSpec>,
+    /// Whether the `Authorization` header is forwarded to the backend (default false:
+    /// removed once the token is verified).
+    pub forward_token: Option<bool>,
+}
+
+/// One token issuer: its keys and what its tokens must claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JwtProviderSpec {
+    /// The provider's name (in logs and status).
+    pub name: String,
+    /// The `iss` claim a token must carry (not checked when unset).
+    pub issuer: Option<String>,
+    /// The token's `aud` must name one of these (not checked when empty).
+    pub audiences: Vec<String>,
+    /// The provider's public keys, a JWK Set.
+    pub jwks: JwksSpec,
+    /// Claims a token must carry; with `values`, the claim (a string, or a list of
+    /// strings) must hold one of them.
+    pub required_claims: Vec<RequiredClaim>,
+    /// Claims copied into request headers for the backend (strings and numbers; other
+    /// values as JSON).
+    pub claims_to_headers: Vec<ClaimToHeader>,
+}
+
+/// Where a provider's JWK Set comes from: inline JSON, or a key of a Secret in the
+/// policy's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JwksSpec {
+    /// The JWK Set as JSON (`{"keys": [...]}`).
+    pub inline: Option<String>,
+    /// A Secret holding the JWK Set.
+    pub secret_ref: Option<SecretKeyReference>,
+}
+
+/// A key of a Secret in the referring object's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SecretKeyReference {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its `data` (default `jwks`).
+    pub key: Option<String>,
+}
+
+/// A claim a token must carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequiredClaim {
+    /// The claim's name.
+    pub name: String,
+    /// Accepted values (any value when empty).
+    pub values: Vec<String>,
+}
+
+/// A claim copied into a request header.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClaimToHeader {
+    /// The claim's name.
+    pub claim: String,
+    /// The request header it is copied to (replacing any the client sent).
+    pub header: String,
 }
 
 /// Client address rules: a client in `deny` is refused; when `allow` is not empty, a

@@ -45,8 +45,8 @@ pub use listener::{
     PathNormalization, Protocol,
 };
 pub use policy::{
-    ApiKeyAuth, BasicAuth, IpNet, IpRules, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
-    PolicyTarget, RateLimitKey,
+    ApiKeyAuth, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
+    LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget, RateLimitKey,
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,

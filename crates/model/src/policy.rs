@@ -163,6 +163,104 @@ impl BasicAuth {
     }
 }
 
+/// JWT authentication: a request must carry `Authorization: Bearer <token>` with a
+/// token that one of `providers` verifies.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct JwtAuth {
+    /// Token issuers, tried in order (those whose `issuer` matches the token's `iss`
+    /// first).
+    pub providers: Vec<JwtProvider>,
+    /// Whether the `Authorization` header is forwarded once verified.
+    pub forward_token: bool,
+}
+
+/// One token issuer: its public keys and what its tokens must claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct JwtProvider {
+    /// Its name.
+    pub name: Arc<str>,
+    /// The `iss` a token must carry, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<Arc<str>>,
+    /// The token's `aud` must name one of these, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audiences: Vec<Arc<str>>,
+    /// Its public keys.
+    pub keys: Vec<JwtKey>,
+    /// (claim, accepted values — any when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub required_claims: Vec<(Arc<str>, Vec<Arc<str>>)>,
+    /// (claim, request header, lowercase).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims_to_headers: Vec<(Arc<str>, Arc<str>)>,
+}
+
+/// A public key of a JWK Set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct JwtKey {
+    /// Its `kid`: a token naming a `kid` is checked against the keys with that `kid`.
+    pub kid: Option<Arc<str>>,
+    /// Its `alg`, when the JWK names one: the only algorithm it verifies.
+    pub alg: Option<Arc<str>>,
+    /// The key.
+    pub material: JwtKeyMaterial,
+}
+
+/// The public part of a signing key, as a JWK carries it (decoded from base64url).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum JwtKeyMaterial {
+    /// RSA (RS256/384/512, PS256/384/512): modulus and exponent, big-endian.
+    Rsa {
+        /// Modulus.
+        n: Arc<[u8]>,
+        /// Public exponent.
+        e: Arc<[u8]>,
+    },
+    /// ECDSA P-256 (ES256): the uncompressed point `04 || x || y`.
+    EcP256(Arc<[u8]>),
+    /// ECDSA P-384 (ES384): the uncompressed point.
+    EcP384(Arc<[u8]>),
+    /// Ed25519 (EdDSA): the 32-byte public key.
+    Ed25519(Arc<[u8]>),
+}
+
+impl JwtKeyMaterial {
+    /// Whether a token signed with `alg` (its JOSE name) may be checked with this key.
+    pub fn verifies(&self, alg: &str) -> bool {
+        match self {
+            JwtKeyMaterial::Rsa { .. } => matches!(
+                alg,
+                "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512"
+            ),
+            JwtKeyMaterial::EcP256(_) => alg == "ES256",
+            JwtKeyMaterial::EcP384(_) => alg == "ES384",
+            JwtKeyMaterial::Ed25519(_) => alg == "EdDSA",
+        }
+    }
+
+    fn kind(&self) -> (&'static str, usize) {
+        match self {
+            JwtKeyMaterial::Rsa { n, .. } => ("RSA", n.len() * 8),
+            JwtKeyMaterial::EcP256(_) => ("EC P-256", 256),
+            JwtKeyMaterial::EcP384(_) => ("EC P-384", 384),
+            JwtKeyMaterial::Ed25519(_) => ("Ed25519", 256),
+        }
+    }
+}
+
+impl Serialize for JwtKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (kind, bits) = self.material.kind();
+        let mut st = s.serialize_struct("JwtKey", 4)?;
+        st.serialize_field("kid", &self.kid.as_deref())?;
+        st.serialize_field("alg", &self.alg.as_deref())?;
+        st.serialize_field("kind", kind)?;
+        st.serialize_field("bits", &bits)?;
+        st.end()
+    }
+}
+
 /// A network: an address and a prefix length (`10.0.0.0/8`); the address has no bits
 /// set past the prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -367,6 +465,9 @@ pub struct Policy {
     /// Client address rules, and the policy object (`namespace/name`) that set them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ip_rules: Option<(Arc<str>, Arc<IpRules>)>,
+    /// JWT authentication, and the policy object (`namespace/name`) that set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt_auth: Option<(Arc<str>, Arc<JwtAuth>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -391,6 +492,7 @@ impl Policy {
             api_key_auth: None,
             basic_auth: None,
             ip_rules: None,
+            jwt_auth: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -406,6 +508,7 @@ impl Policy {
             &self.api_key_auth,
             &self.basic_auth,
             &self.ip_rules,
+            &self.jwt_auth,
         ));
     }
 
@@ -433,6 +536,14 @@ impl Policy {
         self
     }
 
+    /// This policy with JWT authentication (`namespace/name` of the policy object that
+    /// set it).
+    pub fn with_jwt_auth(mut self, auth: Option<(Arc<str>, Arc<JwtAuth>)>) -> Self {
+        self.jwt_auth = auth;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -441,6 +552,7 @@ impl Policy {
             && self.api_key_auth.is_none()
             && self.basic_auth.is_none()
             && self.ip_rules.is_none()
+            && self.jwt_auth.is_none()
     }
 
     /// The content hash computed at construction.

@@ -80,9 +80,22 @@ pub(crate) enum ProxyError {
     Unauthenticated {
         /// The policy object (`namespace/name`) that asks for credentials.
         policy: std::sync::Arc<str>,
-        /// The realm of a Basic challenge (`WWW-Authenticate`), if the policy asks for
-        /// Basic credentials.
-        realm: Option<std::sync::Arc<str>>,
+        /// What the answer's `WWW-Authenticate` asks for.
+        challenge: Challenge,
+    },
+}
+
+/// The credentials a `401` asks for (its `WWW-Authenticate`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Challenge {
+    /// None named (API keys).
+    None,
+    /// Basic credentials for this realm.
+    Basic(std::sync::Arc<str>),
+    /// A bearer token (RFC 6750); `invalid_token` when one was sent and refused.
+    Bearer {
+        /// A token was sent and refused.
+        invalid_token: bool,
     },
 }
 
@@ -227,13 +240,22 @@ pub(crate) fn error_response(
         h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
         h.insert("ratelimit-reset", HeaderValue::from(secs));
     }
-    if let ProxyError::Unauthenticated {
-        realm: Some(realm), ..
-    } = err
-    {
-        // The realm was checked to be a quoted-string's content when configured.
-        let challenge = format!("Basic realm=\"{realm}\", charset=\"UTF-8\"");
-        if let Ok(v) = HeaderValue::from_str(&challenge) {
+    if let ProxyError::Unauthenticated { challenge, .. } = err {
+        let value = match challenge {
+            Challenge::None => None,
+            // The realm was checked to be a quoted-string's content when configured.
+            Challenge::Basic(realm) => {
+                HeaderValue::from_str(&format!("Basic realm=\"{realm}\", charset=\"UTF-8\"")).ok()
+            }
+            Challenge::Bearer { invalid_token } => {
+                Some(HeaderValue::from_static(if *invalid_token {
+                    "Bearer error=\"invalid_token\""
+                } else {
+                    "Bearer"
+                }))
+            }
+        };
+        if let Some(v) = value {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
     }

@@ -21,6 +21,7 @@ mod dataplane;
 mod drain;
 mod error;
 mod idle;
+mod jwt;
 mod l4;
 mod limits;
 mod listeners;
@@ -41,6 +42,14 @@ pub use admin::serve_admin;
 pub use authority::{InvalidHost, canonical_host};
 pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use jwt::MAX_TOKEN_LEN as MAX_JWT_LEN;
+
+/// Whether `token` passes `auth` (a provider's key verifies it and its claims pass the
+/// provider's checks): the check of a `jwtAuth` policy without the headers. Public for
+/// the `jwt` fuzz target.
+pub fn verify_jwt(auth: &weir_model::JwtAuth, token: &str) -> bool {
+    jwt::verify(auth, token).is_some()
+}
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
 pub use protocol::{Opening, judge_opening};

@@ -20,7 +20,8 @@ use weir_model::{
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
-use crate::error::ProxyError;
+use crate::error::{Challenge, ProxyError};
+use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
 use crate::snapshot::Snapshot;
 
@@ -39,6 +40,8 @@ pub(crate) struct Applied {
     basic_auth: Option<Arc<Policy>>,
     /// The policy whose client address rules apply.
     ip_rules: Option<Arc<Policy>>,
+    /// The policy whose JWT check applies.
+    jwt_auth: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -51,6 +54,7 @@ impl Applied {
             api_key_auth: None,
             basic_auth: None,
             ip_rules: None,
+            jwt_auth: None,
         }
     }
 
@@ -97,6 +101,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.api_key_auth = first(|p| p.api_key_auth.is_some());
     applied.basic_auth = first(|p| p.basic_auth.is_some());
     applied.ip_rules = first(|p| p.ip_rules.is_some());
+    applied.jwt_auth = first(|p| p.jwt_auth.is_some());
     applied
 }
 
@@ -124,7 +129,8 @@ pub(crate) struct Checkers<'a> {
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
-/// authentication (Basic credentials, then an API key), then a local rate limit. `verified` is the result of
+/// authentication (Basic credentials, then an API key, then a bearer JWT), then a local
+/// rate limit. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
 pub(crate) fn check(
     checkers: &Checkers<'_>,
@@ -152,6 +158,11 @@ pub(crate) fn check(
         && let Some((name, auth)) = &p.api_key_auth
     {
         check_api_key(name, auth, headers)?;
+    }
+    if let Some(p) = &applied.jwt_auth
+        && let Some((name, auth)) = &p.jwt_auth
+    {
+        jwt::check(name, auth, headers)?;
     }
     let Some(policy) = &applied.rate_limit else {
         return Ok(());
@@ -199,7 +210,7 @@ fn check_basic(
     let refused = || {
         Refusal::Refused(ProxyError::Unauthenticated {
             policy: policy.clone(),
-            realm: Some(auth.realm.clone()),
+            challenge: Challenge::Basic(auth.realm.clone()),
         })
     };
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
@@ -250,7 +261,7 @@ fn check_api_key(
 ) -> Result<(), ProxyError> {
     let refused = || ProxyError::Unauthenticated {
         policy: policy.clone(),
-        realm: None,
+        challenge: Challenge::None,
     };
     let mut values = headers.get_all(&*auth.header).iter();
     let (Some(key), None) = (values.next(), values.next()) else {
@@ -435,7 +446,7 @@ mod tests {
             matches!(
                 check(&checkers, &a, remote, h, None, now),
                 Err(Refusal::Refused(ProxyError::Unauthenticated {
-                    realm: None,
+                    challenge: Challenge::None,
                     ..
                 }))
             )
@@ -524,7 +535,7 @@ mod tests {
             h
         };
         let run = |h: &mut HeaderMap, v: Option<Verified>| check(&checkers, &a, remote, h, v, now);
-        let challenged = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Unauthenticated { realm: Some(ref realm), .. })) if &**realm == "shop");
+        let challenged = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Unauthenticated { challenge: Challenge::Basic(ref realm), .. })) if &**realm == "shop");
         assert!(challenged(run(&mut HeaderMap::new(), None)));
         assert!(challenged(run(&mut basic("ann", "wrong"), None)));
         // An unknown user costs a check like a known one (the first user's hash, apr1

@@ -172,6 +172,25 @@ spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
   basicAuth: {secretRef: {name: htpasswd}, realm: Shop}
 ---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p6, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
+  jwtAuth: {providers: [{name: corp, issuer: https://corp, jwks: {secretRef: {name: jwks}}}]}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: jwks, namespace: default}
+type: Opaque
+stringData: {jwks: '{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}'}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: jwks, namespace: default}
+type: Opaque
+stringData: {jwks: '{"keys": []}'}
+---
 apiVersion: v1
 kind: Secret
 metadata: {name: htpasswd, namespace: default}

@@ -9,11 +9,12 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BasicAuth, Certificate, Cluster, ClusterKey, ConnectionLimits,
     ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Endpoint,
-    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, IpNet, IpRules, L4Backend,
-    L4Mode, L4Route, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, IpNet, IpRules, JwtAuth, JwtKey,
+    JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route, Listener, ListenerKey,
+    ListenerSettings, LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
+    Pattern, Policy, PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch,
+    Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -199,6 +200,10 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             allow: r.allow.iter().map(ToString::to_string).collect(),
             deny: r.deny.iter().map(ToString::to_string).collect(),
         }),
+        jwt_auth: p
+            .jwt_auth
+            .as_ref()
+            .map(|(name, j)| jwt_auth_to_wire(name, j)),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -212,6 +217,112 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
         }),
     }
+}
+
+fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
+    use wire::jwt_key::Key;
+    let strings = |v: &[Arc<str>]| v.iter().map(ToString::to_string).collect();
+    wire::JwtAuth {
+        policy: policy.to_owned(),
+        forward_token: j.forward_token,
+        providers: j
+            .providers
+            .iter()
+            .map(|p| wire::JwtProvider {
+                name: p.name.to_string(),
+                issuer: p.issuer.as_deref().map(str::to_owned),
+                audiences: strings(&p.audiences),
+                keys: p
+                    .keys
+                    .iter()
+                    .map(|k| wire::JwtKey {
+                        kid: k.kid.as_deref().map(str::to_owned),
+                        alg: k.alg.as_deref().map(str::to_owned),
+                        key: Some(match &k.material {
+                            JwtKeyMaterial::Rsa { n, e } => Key::Rsa(wire::RsaKey {
+                                n: n.to_vec(),
+                                e: e.to_vec(),
+                            }),
+                            JwtKeyMaterial::EcP256(p) => Key::EcP256(p.to_vec()),
+                            JwtKeyMaterial::EcP384(p) => Key::EcP384(p.to_vec()),
+                            JwtKeyMaterial::Ed25519(x) => Key::Ed25519(x.to_vec()),
+                        }),
+                    })
+                    .collect(),
+                required_claims: p
+                    .required_claims
+                    .iter()
+                    .map(|(name, values)| wire::RequiredClaim {
+                        name: name.to_string(),
+                        values: strings(values),
+                    })
+                    .collect(),
+                claims_to_headers: p
+                    .claims_to_headers
+                    .iter()
+                    .map(|(claim, header)| wire::ClaimToHeader {
+                        claim: claim.to_string(),
+                        header: header.to_string(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn jwt_auth_from_wire(j: &wire::JwtAuth) -> Result<JwtAuth, InvalidResource> {
+    use wire::jwt_key::Key;
+    let strings = |v: &[String]| v.iter().map(|s| Arc::from(s.as_str())).collect();
+    let mut providers = Vec::with_capacity(j.providers.len());
+    for p in &j.providers {
+        let mut keys = Vec::with_capacity(p.keys.len());
+        for k in &p.keys {
+            let material = match k.key.as_ref().ok_or_else(|| missing("jwt_auth.keys.key"))? {
+                Key::Rsa(r) => JwtKeyMaterial::Rsa {
+                    n: r.n.as_slice().into(),
+                    e: r.e.as_slice().into(),
+                },
+                Key::EcP256(p) if p.len() == 65 => JwtKeyMaterial::EcP256(p.as_slice().into()),
+                Key::EcP384(p) if p.len() == 97 => JwtKeyMaterial::EcP384(p.as_slice().into()),
+                Key::Ed25519(x) if x.len() == 32 => JwtKeyMaterial::Ed25519(x.as_slice().into()),
+                _ => return Err(invalid("jwt_auth.keys", "key of the wrong length")),
+            };
+            keys.push(JwtKey {
+                kid: k.kid.as_deref().map(Arc::from),
+                alg: k.alg.as_deref().map(Arc::from),
+                material,
+            });
+        }
+        let mut claims_to_headers = Vec::with_capacity(p.claims_to_headers.len());
+        for c in &p.claims_to_headers {
+            if !RateLimitKey::is_header_name(&c.header) {
+                return Err(invalid(
+                    "jwt_auth.claims_to_headers.header",
+                    "not a header name",
+                ));
+            }
+            claims_to_headers.push((
+                Arc::from(c.claim.as_str()),
+                Arc::from(c.header.to_ascii_lowercase().as_str()),
+            ));
+        }
+        providers.push(JwtProvider {
+            name: p.name.as_str().into(),
+            issuer: p.issuer.as_deref().map(Arc::from),
+            audiences: strings(&p.audiences),
+            keys,
+            required_claims: p
+                .required_claims
+                .iter()
+                .map(|c| (Arc::from(c.name.as_str()), strings(&c.values)))
+                .collect(),
+            claims_to_headers,
+        });
+    }
+    Ok(JwtAuth {
+        providers,
+        forward_token: j.forward_token,
+    })
 }
 
 fn basic_auth_from_wire(b: &wire::BasicAuth) -> Result<BasicAuth, InvalidResource> {
@@ -311,11 +422,16 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             Some((r.policy.as_str().into(), Arc::new(rules)))
         }
     };
+    let jwt_auth = match &p.jwt_auth {
+        None => None,
+        Some(j) => Some((j.policy.as_str().into(), Arc::new(jwt_auth_from_wire(j)?))),
+    };
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
             .with_api_key_auth(api_key_auth)
             .with_basic_auth(basic_auth)
-            .with_ip_rules(ip_rules),
+            .with_ip_rules(ip_rules)
+            .with_jwt_auth(jwt_auth),
     )
 }
 

@@ -52,6 +52,12 @@ fn every_golden_resource_round_trips() {
         if p.api_key_auth.as_ref().is_some_and(|(_, a)| a.keys.len() == 3)))
             >= 1
     );
+    // JWT keys of every kind (RSA, EC P-256 and P-384, Ed25519).
+    assert!(
+        kinds(|r| matches!(r, Resource::Policy(p)
+        if p.jwt_auth.as_ref().is_some_and(|(_, j)| j.providers.iter().map(|p| p.keys.len()).sum::<usize>() == 4)))
+            >= 1
+    );
     // GRPCRoute rules (their RouteRef kind has a wire value of its own).
     assert!(
         kinds(|r| matches!(r, Resource::VirtualHost(v)

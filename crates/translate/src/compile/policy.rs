@@ -9,11 +9,12 @@ use weir_api::{
     PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, IpNet, IpRules, LocalRateLimit, PasswordScheme, RateLimitKey, Retry,
-    Timeouts,
+    ApiKeyAuth, BasicAuth, IpNet, IpRules, JwtAuth, LocalRateLimit, PasswordScheme, RateLimitKey,
+    Retry, Timeouts,
 };
 
 use crate::compile::http_route::{compile_retry, compile_timeouts};
+use crate::compile::jwt;
 use crate::store::{Dep, Store};
 
 /// One targetRef of a policy, resolved to its namespace (a policy targets objects of its
@@ -40,6 +41,7 @@ pub(crate) struct PolicySettings {
     pub(crate) api_key_auth: Option<Arc<ApiKeyAuth>>,
     pub(crate) basic_auth: Option<Arc<BasicAuth>>,
     pub(crate) ip_rules: Option<Arc<IpRules>>,
+    pub(crate) jwt_auth: Option<Arc<JwtAuth>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -52,10 +54,11 @@ pub(crate) enum Field {
     ApiKeyAuth,
     BasicAuth,
     IpRules,
+    JwtAuth,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 7] = [
+    pub(crate) const ALL: [Field; 8] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -63,6 +66,7 @@ impl Field {
         Field::ApiKeyAuth,
         Field::BasicAuth,
         Field::IpRules,
+        Field::JwtAuth,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -74,6 +78,7 @@ impl Field {
             Field::ApiKeyAuth => "apiKeyAuth",
             Field::BasicAuth => "basicAuth",
             Field::IpRules => "ipRules",
+            Field::JwtAuth => "jwtAuth",
         }
     }
 }
@@ -89,6 +94,7 @@ impl PolicySettings {
             Field::ApiKeyAuth => self.api_key_auth.is_some(),
             Field::BasicAuth => self.basic_auth.is_some(),
             Field::IpRules => self.ip_rules.is_some(),
+            Field::JwtAuth => self.jwt_auth.is_some(),
         }
     }
 }
@@ -210,6 +216,12 @@ fn settings(
         })
         .transpose()?
         .map(Arc::new);
+    let jwt_auth = spec
+        .jwt_auth
+        .as_ref()
+        .map(|a| jwt::jwt_auth(a, "spec.jwtAuth", refs))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
         timeouts,
@@ -218,10 +230,11 @@ fn settings(
         api_key_auth,
         basic_auth,
         ip_rules,
+        jwt_auth,
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth or ipRules)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules or jwtAuth)"
                 .into(),
         );
     }
@@ -438,7 +451,7 @@ pub(crate) fn htpasswd_users(
 }
 
 /// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.
-fn secret_entries(s: &Secret) -> Vec<(&String, Option<Vec<u8>>)> {
+pub(crate) fn secret_entries(s: &Secret) -> Vec<(&String, Option<Vec<u8>>)> {
     use base64::Engine;
     let mut out: Vec<(&String, Option<Vec<u8>>)> = s
         .string_data

@@ -309,7 +309,7 @@ fn merged<'a>(
 ) -> Option<Policy> {
     let mut timeouts = Timeouts::default();
     let (mut retry, mut rate_limit) = (None, None);
-    let (mut api_key_auth, mut basic_auth, mut ip_rules) = (None, None, None);
+    let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -332,11 +332,15 @@ fn merged<'a>(
         if ip_rules.is_none() {
             ip_rules = s.ip_rules.clone().map(|r| (s.name.clone(), r));
         }
+        if jwt_auth.is_none() {
+            jwt_auth = s.jwt_auth.clone().map(|j| (s.name.clone(), j));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
         .with_basic_auth(basic_auth)
-        .with_ip_rules(ip_rules);
+        .with_ip_rules(ip_rules)
+        .with_jwt_auth(jwt_auth);
     (!p.is_empty()).then_some(p)
 }
 

@@ -1,0 +1,436 @@
+//! JWT authentication (TrafficPolicy `jwtAuth`): the request's one `Authorization:
+//! Bearer` token must verify with a key of one provider (RS/PS/ES/EdDSA; the key's type
+//! and, when the JWK names one, its `alg` must fit the token's `alg`), be unexpired
+//! (`exp` required, `nbf` honoured, a minute of leeway), carry the provider's `iss` and
+//! one of its audiences when set, and hold its required claims. Then the claims named by
+//! the provider are copied into request headers (a client cannot send them itself: they
+//! are removed either way) and the token is removed unless forwarded.
+//!
+//! Keys were decoded by the translator; a key is rebuilt for verification from its raw
+//! parts (a copy of a few hundred bytes), and only keys that can verify the token — its
+//! `kid`, its algorithm — are tried.
+
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+use weir_model::{JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider};
+
+use crate::error::{Challenge, ProxyError};
+
+/// Longest token considered (bounds the work an unauthenticated request can cause).
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+/// Clock skew allowed for `exp` and `nbf`, in seconds.
+const LEEWAY_SECS: u64 = 60;
+
+/// Checks a request's bearer token against `auth` (of the policy named `policy`).
+pub(crate) fn check(
+    policy: &Arc<str>,
+    auth: &JwtAuth,
+    headers: &mut HeaderMap,
+) -> Result<(), ProxyError> {
+    let refused = |invalid_token| ProxyError::Unauthenticated {
+        policy: policy.clone(),
+        challenge: Challenge::Bearer { invalid_token },
+    };
+    let token = bearer_token(headers).ok_or(refused(false))?;
+    let claims = verify(auth, token).ok_or(refused(true))?;
+    let (provider, claims) = claims;
+    for (_, name) in &provider.claims_to_headers {
+        headers.remove(&**name);
+    }
+    for (claim, name) in &provider.claims_to_headers {
+        let Some(value) = claims.get(&**claim).and_then(header_value) else {
+            continue;
+        };
+        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+            headers.insert(name, value);
+        }
+    }
+    if !auth.forward_token {
+        headers.remove(header::AUTHORIZATION);
+    }
+    Ok(())
+}
+
+/// The token of the request's one `Authorization: Bearer` header.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let value = value.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token.len() <= MAX_TOKEN_LEN)
+        .then_some(token)
+}
+
+/// The provider whose key verifies `token` and whose checks its claims pass, with the
+/// claims. Public (through [`crate::verify_jwt`]) for the `jwt` fuzz target.
+pub(crate) fn verify<'a>(
+    auth: &'a JwtAuth,
+    token: &str,
+) -> Option<(&'a JwtProvider, Map<String, Value>)> {
+    if token.len() > MAX_TOKEN_LEN {
+        return None;
+    }
+    let header = jsonwebtoken::decode_header(token).ok()?;
+    let alg = header.alg;
+    let alg_name = algorithm_name(alg)?;
+    for provider in &auth.providers {
+        let mut validation = Validation::new(alg);
+        validation.leeway = LEEWAY_SECS;
+        validation.validate_nbf = true;
+        match &provider.issuer {
+            Some(iss) => validation.set_issuer(&[&**iss]),
+            None => validation.iss = None,
+        }
+        if provider.audiences.is_empty() {
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&provider.audiences);
+        }
+        for key in candidates(&provider.keys, header.kid.as_deref(), alg_name) {
+            let Ok(data) =
+                jsonwebtoken::decode::<Map<String, Value>>(token, &decoding_key(key), &validation)
+            else {
+                continue;
+            };
+            if has_required_claims(provider, &data.claims) {
+                return Some((provider, data.claims));
+            }
+        }
+    }
+    None
+}
+
+/// The keys that may verify a token signed with `alg` naming `kid`: those with that
+/// `kid` (or, when the token names none, every key), of a type that fits `alg` and whose
+/// own `alg`, if any, is `alg`.
+fn candidates<'a>(
+    keys: &'a [JwtKey],
+    kid: Option<&'a str>,
+    alg: &'a str,
+) -> impl Iterator<Item = &'a JwtKey> {
+    keys.iter().filter(move |k| {
+        kid.is_none_or(|kid| k.kid.as_deref() == Some(kid))
+            && k.material.verifies(alg)
+            && k.alg.as_deref().is_none_or(|a| a == alg)
+    })
+}
+
+/// The JOSE name of an asymmetric algorithm (symmetric ones are never accepted: a public
+/// key must not double as an HMAC secret).
+fn algorithm_name(alg: Algorithm) -> Option<&'static str> {
+    Some(match alg {
+        Algorithm::RS256 => "RS256",
+        Algorithm::RS384 => "RS384",
+        Algorithm::RS512 => "RS512",
+        Algorithm::PS256 => "PS256",
+        Algorithm::PS384 => "PS384",
+        Algorithm::PS512 => "PS512",
+        Algorithm::ES256 => "ES256",
+        Algorithm::ES384 => "ES384",
+        Algorithm::EdDSA => "EdDSA",
+        _ => return None,
+    })
+}
+
+fn decoding_key(key: &JwtKey) -> DecodingKey {
+    match &key.material {
+        JwtKeyMaterial::Rsa { n, e } => DecodingKey::from_rsa_raw_components(n, e),
+        JwtKeyMaterial::EcP256(point) | JwtKeyMaterial::EcP384(point) => {
+            DecodingKey::from_ec_der(point)
+        }
+        JwtKeyMaterial::Ed25519(x) => DecodingKey::from_ed_der(x),
+    }
+}
+
+fn has_required_claims(provider: &JwtProvider, claims: &Map<String, Value>) -> bool {
+    provider.required_claims.iter().all(|(name, values)| {
+        let Some(claim) = claims.get(&**name) else {
+            return false;
+        };
+        if values.is_empty() {
+            return true;
+        }
+        let accepted = |s: &str| values.iter().any(|v| &**v == s);
+        match claim {
+            Value::String(s) => accepted(s) || s.split(' ').any(accepted),
+            Value::Array(items) => items.iter().any(|i| i.as_str().is_some_and(accepted)),
+            _ => false,
+        }
+    })
+}
+
+/// A claim as a header value: strings as they are, other values as JSON; `None` when
+/// it cannot be a header value (control characters).
+fn header_value(v: &Value) -> Option<HeaderValue> {
+    match v {
+        Value::String(s) => HeaderValue::from_str(s).ok(),
+        Value::Null => None,
+        other => HeaderValue::from_str(&other.to_string()).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    /// An Ed25519 key pair: PKCS#8 for signing, the raw public key for the JWK.
+    fn ed_pair() -> (EncodingKey, Vec<u8>) {
+        use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+        let pkcs8 =
+            Ed25519KeyPair::generate_pkcs8(&aws_lc_rs::rand::SystemRandom::new()).expect("key");
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("pair");
+        (
+            EncodingKey::from_ed_der(pkcs8.as_ref()),
+            pair.public_key().as_ref().to_vec(),
+        )
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+    }
+
+    fn auth(public: &[u8], issuer: Option<&str>) -> JwtAuth {
+        JwtAuth {
+            providers: vec![JwtProvider {
+                name: "p".into(),
+                issuer: issuer.map(Arc::from),
+                audiences: vec!["api".into()],
+                keys: vec![JwtKey {
+                    kid: Some("k1".into()),
+                    alg: None,
+                    material: JwtKeyMaterial::Ed25519(public.into()),
+                }],
+                required_claims: vec![("scope".into(), vec!["read".into()])],
+                claims_to_headers: vec![("sub".into(), "x-user".into())],
+            }],
+            forward_token: false,
+        }
+    }
+
+    fn token(key: &EncodingKey, kid: Option<&str>, claims: Value) -> String {
+        let mut h = Header::new(Algorithm::EdDSA);
+        h.kid = kid.map(str::to_owned);
+        encode(&h, &claims, key).expect("token")
+    }
+
+    fn headers(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).expect("value"),
+        );
+        h.insert("x-user", HeaderValue::from_static("spoofed"));
+        h
+    }
+
+    #[test]
+    fn a_valid_token_passes_and_its_claims_become_headers() {
+        let (key, public) = ed_pair();
+        let auth = auth(&public, Some("https://iss"));
+        let claims = serde_json::json!({
+            "iss": "https://iss", "aud": ["api"], "sub": "alice",
+            "scope": "read write", "exp": now() + 600,
+        });
+        let mut h = headers(&token(&key, Some("k1"), claims));
+        check(&"ns/p".into(), &auth, &mut h).expect("accepted");
+        assert_eq!(h.get("x-user").unwrap(), "alice");
+        assert!(h.get(header::AUTHORIZATION).is_none(), "token removed");
+    }
+
+    #[test]
+    fn bad_tokens_are_refused() {
+        let (key, public) = ed_pair();
+        let (other_key, _) = ed_pair();
+        let auth = auth(&public, Some("https://iss"));
+        let good = serde_json::json!({
+            "iss": "https://iss", "aud": "api", "sub": "a", "scope": ["read"], "exp": now() + 600,
+        });
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut c = good.clone();
+            f(&mut c);
+            c
+        };
+        let cases = [
+            (
+                "expired",
+                token(
+                    &key,
+                    Some("k1"),
+                    with(&|c| c["exp"] = (now() - 3600).into()),
+                ),
+            ),
+            (
+                "no exp",
+                token(
+                    &key,
+                    Some("k1"),
+                    with(&|c| {
+                        c.as_object_mut().unwrap().remove("exp");
+                    }),
+                ),
+            ),
+            (
+                "not yet valid",
+                token(
+                    &key,
+                    Some("k1"),
+                    with(&|c| c["nbf"] = (now() + 3600).into()),
+                ),
+            ),
+            (
+                "wrong issuer",
+                token(
+                    &key,
+                    Some("k1"),
+                    with(&|c| c["iss"] = "https://evil".into()),
+                ),
+            ),
+            (
+                "wrong audience",
+                token(&key, Some("k1"), with(&|c| c["aud"] = "web".into())),
+            ),
+            (
+                "missing scope",
+                token(&key, Some("k1"), with(&|c| c["scope"] = "write".into())),
+            ),
+            ("other key", token(&other_key, Some("k1"), good.clone())),
+            ("unknown kid", token(&key, Some("k2"), good.clone())),
+            ("garbage", "a.b.c".to_owned()),
+        ];
+        for (what, t) in cases {
+            let mut h = headers(&t);
+            let err = check(&"ns/p".into(), &auth, &mut h).expect_err(what);
+            assert!(
+                matches!(
+                    err,
+                    ProxyError::Unauthenticated {
+                        challenge: Challenge::Bearer {
+                            invalid_token: true
+                        },
+                        ..
+                    }
+                ),
+                "{what}: {err:?}"
+            );
+        }
+        // The right token without a kid is tried against every key.
+        let mut h = headers(&token(&key, None, good.clone()));
+        assert!(check(&"ns/p".into(), &auth, &mut h).is_ok());
+        // No token, or another scheme: a plain Bearer challenge.
+        for value in [None, Some("Basic YTpi"), Some("Bearer ")] {
+            let mut h = HeaderMap::new();
+            if let Some(v) = value {
+                h.insert(header::AUTHORIZATION, HeaderValue::from_static(v));
+            }
+            let err = check(&"ns/p".into(), &auth, &mut h).expect_err("no token");
+            assert!(matches!(
+                err,
+                ProxyError::Unauthenticated {
+                    challenge: Challenge::Bearer {
+                        invalid_token: false
+                    },
+                    ..
+                }
+            ));
+        }
+    }
+
+    /// The PKCS#1 `RSAPrivateKey` inside a PKCS#8 `PrivateKeyInfo` (jsonwebtoken signs
+    /// with PKCS#1; aws-lc-rs writes PKCS#8): the content of its OCTET STRING, the third
+    /// element of the outer SEQUENCE.
+    fn pkcs1_of(pkcs8: &[u8]) -> &[u8] {
+        // (header length, content length) of the DER element at the start of `d`.
+        fn element(d: &[u8]) -> (usize, usize) {
+            match d[1] {
+                n if n < 0x80 => (2, usize::from(n)),
+                n => {
+                    let k = usize::from(n & 0x7f);
+                    let len = d[2..2 + k].iter().fold(0, |a, b| a << 8 | usize::from(*b));
+                    (2 + k, len)
+                }
+            }
+        }
+        let (h, _) = element(pkcs8);
+        let mut rest = &pkcs8[h..];
+        for _ in 0..2 {
+            let (h, len) = element(rest);
+            rest = &rest[h + len..];
+        }
+        let (h, len) = element(rest);
+        assert_eq!(rest[0], 0x04, "an OCTET STRING");
+        &rest[h..h + len]
+    }
+
+    #[test]
+    fn rsa_and_ecdsa_keys_verify_their_tokens() {
+        use aws_lc_rs::encoding::AsDer;
+        use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair};
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let ec8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .expect("ec key");
+        let ec =
+            EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, ec8.as_ref())
+                .expect("ec pair");
+        let rsa = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa");
+        let rsa8 = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&rsa).expect("pkcs8");
+        let parts = aws_lc_rs::rsa::PublicKeyComponents::<Vec<u8>>::from(rsa.public_key());
+        let claims = serde_json::json!({"aud": "api", "scope": "read", "exp": now() + 60});
+        for (alg, signing, material) in [
+            (
+                Algorithm::ES256,
+                EncodingKey::from_ec_der(ec8.as_ref()),
+                JwtKeyMaterial::EcP256(ec.public_key().as_ref().into()),
+            ),
+            (
+                Algorithm::RS256,
+                EncodingKey::from_rsa_der(pkcs1_of(rsa8.as_ref())),
+                JwtKeyMaterial::Rsa {
+                    n: parts.n.as_slice().into(),
+                    e: parts.e.as_slice().into(),
+                },
+            ),
+            (
+                Algorithm::PS384,
+                EncodingKey::from_rsa_der(pkcs1_of(rsa8.as_ref())),
+                JwtKeyMaterial::Rsa {
+                    n: parts.n.as_slice().into(),
+                    e: parts.e.as_slice().into(),
+                },
+            ),
+        ] {
+            let mut auth = auth(&[0; 32], None);
+            auth.providers[0].keys[0].material = material;
+            let t = encode(&Header::new(alg), &claims, &signing).expect("token");
+            assert!(verify(&auth, &t).is_some(), "{alg:?}");
+            // The same key named for another algorithm refuses it.
+            auth.providers[0].keys[0].alg = Some("RS512".into());
+            assert!(verify(&auth, &t).is_none(), "{alg:?} with alg RS512");
+        }
+    }
+
+    #[test]
+    fn symmetric_algorithms_are_never_accepted() {
+        let (_, public) = ed_pair();
+        let auth = auth(&public, None);
+        // An HS256 token "signed" with the public key bytes as the secret.
+        let claims = serde_json::json!({"aud": "api", "scope": "read", "exp": now() + 60});
+        let t = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(&public),
+        )
+        .expect("token");
+        assert!(verify(&auth, &t).is_none());
+    }
+}

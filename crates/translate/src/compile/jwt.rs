@@ -1,0 +1,347 @@
+//! TrafficPolicy `jwtAuth`: providers and their JWK Sets (inline, or from a Secret) into
+//! the IR's [`JwtAuth`]. Keys are decoded here, once per change, so the data plane only
+//! verifies; a key it could not use (symmetric, encryption-only, too short, an unknown
+//! curve) is skipped with a warning, and a provider left without keys refuses every token
+//! (the policy is then not `Accepted`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use base64::Engine;
+use serde::Deserialize;
+use weir_api::{JwtAuthSpec, JwtProviderSpec, Kind, Object, ObjectKey};
+use weir_model::{JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, RateLimitKey};
+
+use crate::compile::policy::{Refs, secret_entries};
+use crate::store::Dep;
+
+/// The most providers of one policy, and the most claims of each list.
+const MAX_PROVIDERS: usize = 16;
+const MAX_CLAIMS: usize = 16;
+/// The most keys read from one JWK Set.
+const MAX_KEYS: usize = 64;
+/// The Secret key holding a JWK Set when `secretRef.key` is unset.
+const DEFAULT_JWKS_KEY: &str = "jwks";
+/// RSA keys shorter than this are skipped (RFC 7518 §3.3 requires 2048 bits).
+const MIN_RSA_BYTES: usize = 256;
+
+pub(crate) fn jwt_auth(
+    a: &JwtAuthSpec,
+    field: &str,
+    refs: &mut Refs<'_>,
+) -> Result<JwtAuth, String> {
+    if a.providers.is_empty() {
+        return Err(format!(
+            "{field}.providers: at least one provider is required"
+        ));
+    }
+    if a.providers.len() > MAX_PROVIDERS {
+        return Err(format!("{field}.providers: at most {MAX_PROVIDERS}"));
+    }
+    let mut names = HashSet::new();
+    let mut providers = Vec::with_capacity(a.providers.len());
+    for (i, p) in a.providers.iter().enumerate() {
+        let f = format!("{field}.providers[{i}]");
+        if p.name.is_empty() {
+            return Err(format!("{f}.name: required"));
+        }
+        if !names.insert(p.name.as_str()) {
+            return Err(format!("{f}.name: {:?} is not unique", p.name));
+        }
+        providers.push(provider(p, &f, refs)?);
+    }
+    Ok(JwtAuth {
+        providers,
+        forward_token: a.forward_token.unwrap_or(false),
+    })
+}
+
+fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProvider, String> {
+    if p.issuer.as_deref() == Some("") {
+        return Err(format!("{f}.issuer: must not be empty when set"));
+    }
+    if p.audiences.iter().any(String::is_empty) {
+        return Err(format!("{f}.audiences: entries must not be empty"));
+    }
+    if p.required_claims.len() > MAX_CLAIMS || p.claims_to_headers.len() > MAX_CLAIMS {
+        return Err(format!(
+            "{f}: at most {MAX_CLAIMS} requiredClaims and {MAX_CLAIMS} claimsToHeaders"
+        ));
+    }
+    let mut required_claims = Vec::new();
+    for (j, c) in p.required_claims.iter().enumerate() {
+        if c.name.is_empty() {
+            return Err(format!("{f}.requiredClaims[{j}].name: required"));
+        }
+        let values = c.values.iter().map(|v| Arc::from(v.as_str())).collect();
+        required_claims.push((Arc::from(c.name.as_str()), values));
+    }
+    let mut claims_to_headers = Vec::new();
+    for (j, c) in p.claims_to_headers.iter().enumerate() {
+        if c.claim.is_empty() {
+            return Err(format!("{f}.claimsToHeaders[{j}].claim: required"));
+        }
+        if !RateLimitKey::is_header_name(&c.header) {
+            return Err(format!(
+                "{f}.claimsToHeaders[{j}].header: {:?} is not a header name",
+                c.header
+            ));
+        }
+        claims_to_headers.push((
+            Arc::from(c.claim.as_str()),
+            Arc::from(c.header.to_ascii_lowercase().as_str()),
+        ));
+    }
+    let keys = match (&p.jwks.inline, &p.jwks.secret_ref) {
+        (Some(json), None) => {
+            let (keys, skipped) =
+                read_jwks(json.as_bytes()).map_err(|e| format!("{f}.jwks.inline: {e}"))?;
+            for s in skipped {
+                refs.warnings.push(format!("{f}.jwks.inline: {s}"));
+            }
+            keys
+        }
+        (None, Some(r)) => {
+            if r.name.is_empty() {
+                return Err(format!("{f}.jwks.secretRef.name: required"));
+            }
+            secret_keys(
+                &r.name,
+                r.key.as_deref().unwrap_or(DEFAULT_JWKS_KEY),
+                f,
+                refs,
+            )
+        }
+        _ => {
+            return Err(format!(
+                "{f}.jwks: exactly one of inline and secretRef is required"
+            ));
+        }
+    };
+    if keys.is_empty() {
+        refs.unresolved.push(format!(
+            "{f}.jwks: no usable key; tokens of provider {:?} are refused (401)",
+            p.name
+        ));
+    }
+    Ok(JwtProvider {
+        name: p.name.as_str().into(),
+        issuer: p.issuer.as_deref().map(Arc::from),
+        audiences: p.audiences.iter().map(|a| Arc::from(a.as_str())).collect(),
+        keys,
+        required_claims,
+        claims_to_headers,
+    })
+}
+
+/// The keys of the JWK Set in Secret `name`'s `key`: a missing Secret, key or a set that
+/// is not JSON leaves none (and is `unresolved`).
+fn secret_keys(name: &str, key: &str, f: &str, refs: &mut Refs<'_>) -> Vec<JwtKey> {
+    let obj = ObjectKey::new(Kind::Secret, refs.namespace, name);
+    refs.deps.push(Dep::Object(obj.clone()));
+    let ns = refs.namespace;
+    let Some(Object::Secret(secret)) = refs.store.get(&obj).map(|o| &**o) else {
+        refs.unresolved
+            .push(format!("{f}.jwks.secretRef: Secret {ns}/{name} not found"));
+        return Vec::new();
+    };
+    let Some((_, value)) = secret_entries(secret)
+        .into_iter()
+        .find(|(k, _)| k.as_str() == key)
+    else {
+        refs.unresolved.push(format!(
+            "{f}.jwks.secretRef: Secret {ns}/{name} has no key {key:?}"
+        ));
+        return Vec::new();
+    };
+    let Some(bytes) = value else {
+        refs.unresolved.push(format!(
+            "{f}.jwks.secretRef: Secret {ns}/{name}: key {key:?} is not valid base64"
+        ));
+        return Vec::new();
+    };
+    match read_jwks(&bytes) {
+        Ok((keys, skipped)) => {
+            for s in skipped {
+                refs.warnings
+                    .push(format!("{f}.jwks.secretRef ({ns}/{name}): {s}"));
+            }
+            keys
+        }
+        Err(e) => {
+            refs.unresolved
+                .push(format!("{f}.jwks.secretRef ({ns}/{name}): {e}"));
+            Vec::new()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JwkSet {
+    keys: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Jwk {
+    kty: String,
+    kid: Option<String>,
+    alg: Option<String>,
+    #[serde(rename = "use")]
+    use_: Option<String>,
+    n: Option<String>,
+    e: Option<String>,
+    crv: Option<String>,
+    x: Option<String>,
+    y: Option<String>,
+}
+
+/// The usable keys of a JWK Set, and why the others were skipped.
+pub(crate) fn read_jwks(json: &[u8]) -> Result<(Vec<JwtKey>, Vec<String>), String> {
+    let set: JwkSet = serde_json::from_slice(json)
+        .map_err(|e| format!("not a JWK Set ({{\"keys\": [...]}}): {e}"))?;
+    if set.keys.len() > MAX_KEYS {
+        return Err(format!("more than {MAX_KEYS} keys"));
+    }
+    let mut keys = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, value) in set.keys.into_iter().enumerate() {
+        let jwk: Jwk = match serde_json::from_value(value) {
+            Ok(j) => j,
+            Err(e) => {
+                skipped.push(format!("key {i}: {e}; skipped"));
+                continue;
+            }
+        };
+        let label = match &jwk.kid {
+            Some(kid) => format!("key {i} (kid {kid:?})"),
+            None => format!("key {i}"),
+        };
+        match key(&jwk) {
+            Ok(material) => {
+                if let Some(alg) = &jwk.alg
+                    && !material.verifies(alg)
+                {
+                    skipped.push(format!(
+                        "{label}: alg {alg:?} does not fit a {} key; skipped",
+                        jwk.kty
+                    ));
+                    continue;
+                }
+                keys.push(JwtKey {
+                    kid: jwk.kid.as_deref().map(Arc::from),
+                    alg: jwk.alg.as_deref().map(Arc::from),
+                    material,
+                });
+            }
+            Err(why) => skipped.push(format!("{label}: {why}; skipped")),
+        }
+    }
+    Ok((keys, skipped))
+}
+
+fn key(jwk: &Jwk) -> Result<JwtKeyMaterial, String> {
+    if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
+        return Err("not a signing key (use is not \"sig\")".into());
+    }
+    let part = |name: &str, v: &Option<String>| -> Result<Vec<u8>, String> {
+        let v = v.as_deref().ok_or_else(|| format!("no {name:?}"))?;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(v.trim_end_matches('='))
+            .map_err(|_| format!("{name:?} is not base64url"))
+    };
+    match (jwk.kty.as_str(), jwk.crv.as_deref()) {
+        ("RSA", _) => {
+            let n = part("n", &jwk.n)?;
+            let e = part("e", &jwk.e)?;
+            let bits = n.iter().skip_while(|b| **b == 0).count();
+            if bits < MIN_RSA_BYTES {
+                return Err(format!(
+                    "RSA modulus of {} bits (at least 2048 required)",
+                    bits * 8
+                ));
+            }
+            if e.is_empty() || e.len() > 8 {
+                return Err("RSA exponent out of range".into());
+            }
+            Ok(JwtKeyMaterial::Rsa {
+                n: n.into(),
+                e: e.into(),
+            })
+        }
+        ("EC", Some(crv @ ("P-256" | "P-384"))) => {
+            let len = if crv == "P-256" { 32 } else { 48 };
+            let (x, y) = (part("x", &jwk.x)?, part("y", &jwk.y)?);
+            if x.len() != len || y.len() != len {
+                return Err(format!("{crv} coordinates must be {len} bytes"));
+            }
+            let mut point = Vec::with_capacity(1 + 2 * len);
+            point.push(4);
+            point.extend_from_slice(&x);
+            point.extend_from_slice(&y);
+            Ok(if len == 32 {
+                JwtKeyMaterial::EcP256(point.into())
+            } else {
+                JwtKeyMaterial::EcP384(point.into())
+            })
+        }
+        ("OKP", Some("Ed25519")) => {
+            let x = part("x", &jwk.x)?;
+            if x.len() != 32 {
+                return Err("Ed25519 key must be 32 bytes".into());
+            }
+            Ok(JwtKeyMaterial::Ed25519(x.into()))
+        }
+        ("EC" | "OKP", crv) => Err(format!("unsupported curve {crv:?}")),
+        ("oct", _) => Err("symmetric keys (HS256…) are not supported".into()),
+        (kty, _) => Err(format!("unsupported key type {kty:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    #[test]
+    fn reads_rsa_ec_and_ed25519_keys_and_skips_the_rest() {
+        let json = format!(
+            r#"{{"keys": [
+              {{"kty": "RSA", "kid": "r", "alg": "RS256", "n": "{n}", "e": "AQAB"}},
+              {{"kty": "EC", "kid": "e", "crv": "P-256", "x": "{x32}", "y": "{x32}"}},
+              {{"kty": "OKP", "crv": "Ed25519", "x": "{x32}"}},
+              {{"kty": "RSA", "kid": "short", "n": "{short}", "e": "AQAB"}},
+              {{"kty": "oct", "k": "c2VjcmV0"}},
+              {{"kty": "EC", "crv": "P-521", "x": "{x32}", "y": "{x32}"}},
+              {{"kty": "RSA", "use": "enc", "n": "{n}", "e": "AQAB"}},
+              {{"kty": "EC", "kid": "bad-alg", "alg": "RS256", "crv": "P-256", "x": "{x32}", "y": "{x32}"}},
+              {{"kty": 7}}
+            ]}}"#,
+            n = b64(&[0xc5; 256]),
+            short = b64(&[0xc5; 128]),
+            x32 = b64(&[7; 32]),
+        );
+        let (keys, skipped) = read_jwks(json.as_bytes()).expect("a set");
+        let kinds: Vec<_> = keys
+            .iter()
+            .map(|k| (k.kid.as_deref(), std::mem::discriminant(&k.material)))
+            .collect();
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert!(matches!(keys[0].material, JwtKeyMaterial::Rsa { .. }));
+        assert!(
+            matches!(&keys[1].material, JwtKeyMaterial::EcP256(p) if p.len() == 65 && p[0] == 4)
+        );
+        assert!(matches!(keys[2].material, JwtKeyMaterial::Ed25519(_)));
+        assert_eq!(skipped.len(), 6, "{skipped:#?}");
+        assert!(skipped[0].contains("1024 bits"), "{}", skipped[0]);
+        assert!(skipped[1].contains("symmetric"), "{}", skipped[1]);
+        assert!(skipped[2].contains("P-521"), "{}", skipped[2]);
+        assert!(skipped[3].contains("not a signing key"), "{}", skipped[3]);
+        assert!(skipped[4].contains("does not fit"), "{}", skipped[4]);
+        assert!(read_jwks(b"[]").is_err());
+        assert!(read_jwks(b"{\"keys\": 3}").is_err());
+    }
+}
