@@ -1,6 +1,7 @@
 //! TrafficPolicy from files: a Gateway-wide rate limit answers 429, editing the policy
 //! file changes it live, an edit the schema refuses keeps the last good policy, and
-//! removing the file lifts the limit; API keys from a Secret file.
+//! removing the file lifts the limit; API keys from a Secret file; JWTs against a JWK Set
+//! Secret file.
 
 use std::time::Duration;
 
@@ -196,6 +197,157 @@ spec:
             with_key(addr, None).await.status == 200
         })
         .await
+    );
+}
+
+/// An ES256 signing key and its JWK (`kid`).
+struct EcKey {
+    signing: jsonwebtoken::EncodingKey,
+    jwk: String,
+    kid: &'static str,
+}
+
+fn ec_key(kid: &'static str) -> EcKey {
+    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING as ALG, EcdsaKeyPair, KeyPair};
+    use base64::Engine;
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ALG, &rng).unwrap();
+    let pair = EcdsaKeyPair::from_pkcs8(&ALG, pkcs8.as_ref()).unwrap();
+    let point = pair.public_key().as_ref();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    EcKey {
+        signing: jsonwebtoken::EncodingKey::from_ec_der(pkcs8.as_ref()),
+        jwk: format!(
+            r#"{{"kty": "EC", "crv": "P-256", "kid": "{kid}", "alg": "ES256", "x": "{}", "y": "{}"}}"#,
+            b64(&point[1..33]),
+            b64(&point[33..65])
+        ),
+        kid,
+    }
+}
+
+impl EcKey {
+    fn token(&self, claims: serde_json::Value) -> String {
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some(self.kid.to_owned());
+        jsonwebtoken::encode(&h, &claims, &self.signing).unwrap()
+    }
+}
+
+fn jwks_secret(keys: &[&EcKey]) -> String {
+    let keys: Vec<&str> = keys.iter().map(|k| k.jwk.as_str()).collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: jwks}}\ntype: Opaque\nstringData:\n  jwks: '{{\"keys\": [{}]}}'\n",
+        keys.join(", ")
+    )
+}
+
+fn claims(sub: &str, exp_from_now: i64) -> serde_json::Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    serde_json::json!({
+        "iss": "https://corp.test", "aud": "app", "sub": sub, "scope": "read",
+        "exp": now + exp_from_now,
+    })
+}
+
+async fn with_token(addr: std::net::SocketAddr, token: Option<&str>) -> Resp {
+    let mut req = get("app.test", "/").header("x-user", "spoofed");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// JWTs verified against a JWK Set kept in a Secret file: no token gets 401 with a Bearer
+/// challenge, an expired or wrongly signed one 401 `invalid_token`; a good one reaches the
+/// backend with its `sub` as `x-user` (the client's own `x-user` dropped) and without the
+/// token; rotating the Secret's keys applies live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwts_verified_against_a_jwks_secret_apply_live() {
+    let port = free_port();
+    let a = echo("a").await;
+    let (k1, k2) = (ec_key("k1"), ec_key("k2"));
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: jwt}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: app}]
+  jwtAuth:
+    providers:
+    - name: corp
+      issuer: https://corp.test
+      audiences: [app]
+      jwks: {secretRef: {name: jwks}}
+      requiredClaims: [{name: scope, values: [read]}]
+      claimsToHeaders: [{claim: sub, header: x-user}]
+";
+    let gw = Gateway::start(&[
+        ("app.yaml", manifests(port, &backend("default", "a", &[a]))),
+        ("secret.yaml", jwks_secret(&[&k1])),
+        ("policy.yaml", policy.to_string()),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with_token(addr, None).await.status == 401
+        })
+        .await,
+        "the policy applies"
+    );
+    let r = with_token(addr, None).await;
+    assert_eq!(r.headers["www-authenticate"], "Bearer");
+    let r = with_token(addr, Some(&k1.token(claims("alice", 600)))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = &r.json()["headers"];
+    assert_eq!(seen["x-user"], "alice", "{}", r.body);
+    assert!(seen.get("authorization").is_none(), "{}", r.body);
+    for bad in [
+        k1.token(claims("alice", -3600)),
+        k2.token(claims("alice", 600)),
+        format!("{}x", k1.token(claims("alice", 600))),
+    ] {
+        let r = with_token(addr, Some(&bad)).await;
+        assert_eq!(r.status, 401);
+        assert_eq!(
+            r.headers["www-authenticate"],
+            "Bearer error=\"invalid_token\""
+        );
+    }
+
+    // Rotation: k2 joins, then k1 leaves.
+    gw.write("secret.yaml", &jwks_secret(&[&k1, &k2]));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with_token(addr, Some(&k2.token(claims("bob", 600))))
+                .await
+                .status
+                == 200
+        })
+        .await,
+        "the new key applies"
+    );
+    gw.write("secret.yaml", &jwks_secret(&[&k2]));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with_token(addr, Some(&k1.token(claims("alice", 600))))
+                .await
+                .status
+                == 401
+        })
+        .await,
+        "the old key is gone"
+    );
+    assert_eq!(
+        with_token(addr, Some(&k2.token(claims("bob", 600))))
+            .await
+            .status,
+        200
     );
 }
 
