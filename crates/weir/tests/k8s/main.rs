@@ -140,7 +140,11 @@ fn main() -> ExitCode {
         ctx.controller.stop().await;
         failed
     });
-    drop(apiserver);
+    let mut failed: Vec<String> = failed.into_iter().map(|n| n.to_string()).collect();
+    if let Err(e) = apiserver.stop() {
+        println!("scripts/k8s-env stop ... FAILED: {e}");
+        failed.push("k8s-env stop".into());
+    }
     if failed.is_empty() {
         println!("k8s tests: all passed");
         ExitCode::SUCCESS
@@ -179,6 +183,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         embedded_proxy: true,
         xds_auth: false,
         provision: None,
+        leader_election: None,
     })
     .await
     .expect("starting the controller");
