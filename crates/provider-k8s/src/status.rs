@@ -437,7 +437,8 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
         let sent = tokio::select! {
             r = api.patch_status(&key.name, &params, &merge) => r,
             // Stop at once when leadership is lost (the request is dropped).
-            _ = leader.wait_for(|l| !*l) => return WriteResult::NotLeader,
+            // (`Err`: no election, the sender is gone and the value stays `true`.)
+            Ok(_) = leader.wait_for(|l| !*l) => return WriteResult::NotLeader,
         };
         match sent {
             Ok(obj) => {

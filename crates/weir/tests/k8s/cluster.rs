@@ -24,6 +24,8 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ConfigMap" => "configmaps",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
+        "Role" => "roles",
+        "RoleBinding" => "rolebindings",
         "XListenerSet" => "xlistenersets",
         "ListenerSet" => "listenersets",
         "TrafficPolicy" => "trafficpolicies",

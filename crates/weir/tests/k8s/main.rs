@@ -17,6 +17,7 @@ mod cluster;
 mod endpoints;
 mod env;
 mod gateway;
+mod ha;
 mod ingress;
 mod listener_sets;
 mod policies;
@@ -51,6 +52,8 @@ pub struct Ctx {
     pub pki: support::Pki,
     /// The admin kubeconfig of the test API server.
     pub kubeconfig: std::path::PathBuf,
+    /// Stops and restarts the API server alone.
+    pub apiserver: env::ApiControl,
     next_ip: AtomicU8,
 }
 
@@ -85,6 +88,8 @@ const TESTS: &[(&str, Test)] = tests![
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
+    ha::leader_failover_keeps_serving,
+    ha::api_server_outage,
     scale::attached_routes_follow_a_thousand_routes,
 ];
 
@@ -195,6 +200,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         ingress_http,
         pki: support::Pki::new(),
         kubeconfig,
+        apiserver: apiserver.control(),
         next_ip: AtomicU8::new(1),
     }
 }
