@@ -111,7 +111,10 @@ impl Drop for Leadership {
 
 impl Leadership {
     /// Starts campaigning for the Lease.
-    pub fn start(client: kube::Client, opts: LeaseOptions) -> Result<Leadership, InvalidLeaseOptions> {
+    pub fn start(
+        client: kube::Client,
+        opts: LeaseOptions,
+    ) -> Result<Leadership, InvalidLeaseOptions> {
         opts.validate()?;
         let (tx, leader) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
@@ -279,7 +282,10 @@ async fn try_acquire_or_renew(
     spec.holder_identity = Some(opts.identity.clone());
     spec.lease_duration_seconds = Some(seconds(opts.lease_duration));
     spec.renew_time = Some(now());
-    match api.replace(&opts.name, &PostParams::default(), &lease).await {
+    match api
+        .replace(&opts.name, &PostParams::default(), &lease)
+        .await
+    {
         Ok(l) => {
             *observed = Some(Observed {
                 resource_version: l.metadata.resource_version.unwrap_or_default(),
@@ -322,7 +328,11 @@ pub fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let host = if host.is_empty() { "weir".to_string() } else { host };
+    let host = if host.is_empty() {
+        "weir".to_string()
+    } else {
+        host
+    };
     format!("{host}-{}", std::process::id())
 }
 

@@ -31,7 +31,7 @@ enum Command {
     /// Serve Kubernetes-style YAML manifests from a file or directory, hot reloaded.
     Run(RunArgs),
     /// Watch a Kubernetes API server (Gateway API, Ingress), serve its Gateways and Ingresses, write status.
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
     /// A data plane for one Gateway, configured by a controller's push protocol (split mode).
     Proxy(ProxyArgs),
     /// Validate a config path: print every problem with file, object and field; exit 1 if any.
@@ -321,6 +321,7 @@ fn main() -> ExitCode {
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Controller(a) => {
+                let a = *a;
                 let opts = weir::controller::ControllerOptions {
                     kubeconfig: a.kubeconfig,
                     controller_name: a.controller_name,

@@ -17,9 +17,15 @@
 mod tests {
     #[test]
     fn a_controller_serves_one_version_back_and_every_newer_one() {
-        assert!(super::serves(1, 0), "v0 data planes (before versioning) are served");
+        assert!(
+            super::serves(1, 0),
+            "v0 data planes (before versioning) are served"
+        );
         assert!(super::serves(1, 1));
-        assert!(super::serves(1, 7), "a newer data plane reads what it knows");
+        assert!(
+            super::serves(1, 7),
+            "a newer data plane reads what it knows"
+        );
         assert!(super::serves(3, 2));
         assert!(!super::serves(3, 1), "two versions back is refused");
         assert!(!super::serves(2, 0));

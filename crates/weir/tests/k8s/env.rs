@@ -128,7 +128,9 @@ impl ApiServer {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        Err(format!("etcd (pid {pid}) still runs after scripts/k8s-env stop"))
+        Err(format!(
+            "etcd (pid {pid}) still runs after scripts/k8s-env stop"
+        ))
     }
 }
 
@@ -178,7 +180,13 @@ impl NetnsBackend {
             "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
         ]);
         ip(&["link", "set", &ns_if, "netns", &ns]);
-        ip(&["addr", "add", &format!("10.{octet}.{n}.1/24"), "dev", &host_if]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.{octet}.{n}.1/24"),
+            "dev",
+            &host_if,
+        ]);
         ip(&["link", "set", &host_if, "up"]);
         ip(&[
             "netns",

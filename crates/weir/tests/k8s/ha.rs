@@ -224,7 +224,10 @@ impl Loop {
         self.task.await.unwrap();
         let failures = self.failures.lock().unwrap().clone();
         let ok = self.ok.load(Ordering::Relaxed);
-        println!("  {what}: {ok} requests answered 200, {} failed", failures.len());
+        println!(
+            "  {what}: {ok} requests answered 200, {} failed",
+            failures.len()
+        );
         assert!(ok > 0, "{what}: the client sent no request");
         assert!(
             failures.is_empty(),
@@ -286,15 +289,22 @@ fn route(ns: &str, name: &str, host: &str, svc: &str) -> Value {
 }
 
 async fn route_accepted(c: &kube::Client, ns: &str, name: &str) {
-    wait_status(c, ROUTE_V1, ns, name, "accepted by the HA controllers", |s| {
-        s["parents"].as_array().is_some_and(|ps| {
-            ps.iter().any(|p| {
-                p["controllerName"] == NAME
-                    && p["parentRef"]["name"] == "gw"
-                    && has(&p["conditions"], "Accepted", "True", "Accepted")
+    wait_status(
+        c,
+        ROUTE_V1,
+        ns,
+        name,
+        "accepted by the HA controllers",
+        |s| {
+            s["parents"].as_array().is_some_and(|ps| {
+                ps.iter().any(|p| {
+                    p["controllerName"] == NAME
+                        && p["parentRef"]["name"] == "gw"
+                        && has(&p["conditions"], "Accepted", "True", "Accepted")
+                })
             })
-        })
-    })
+        },
+    )
     .await;
 }
 
@@ -329,8 +339,15 @@ pub async fn leader_failover_keeps_serving(ctx: Arc<Ctx>) {
         ["ctl-a"]
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(until_leaders(&[&ra, &rb], 1, Duration::ZERO).await, ["ctl-a"]);
-    assert_eq!(metric(rb.admin, WRITTEN).await, Some(0), "the follower wrote status");
+    assert_eq!(
+        until_leaders(&[&ra, &rb], 1, Duration::ZERO).await,
+        ["ctl-a"]
+    );
+    assert_eq!(
+        metric(rb.admin, WRITTEN).await,
+        Some(0),
+        "the follower wrote status"
+    );
     let b_written = metric(rb.admin, WRITTEN).await.unwrap();
 
     let traffic = Loop::start(addr, "r0.ha.test", "echo-a");
@@ -386,7 +403,11 @@ pub async fn leader_failover_keeps_serving(ctx: Arc<Ctx>) {
         until_leaders(&[&ra, &rb], 1, Duration::from_secs(10)).await,
         ["ctl-b"]
     );
-    assert_eq!(metric(ra.admin, WRITTEN).await, Some(0), "a follower wrote status");
+    assert_eq!(
+        metric(ra.admin, WRITTEN).await,
+        Some(0),
+        "a follower wrote status"
+    );
 }
 
 pub async fn api_server_outage(ctx: Arc<Ctx>) {
@@ -437,8 +458,8 @@ pub async fn api_server_outage(ctx: Arc<Ctx>) {
     .await;
     ctx.controller.statuses_written().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let written_before = metric(ra.admin, WRITTEN).await.unwrap()
-        + metric(rb.admin, WRITTEN).await.unwrap();
+    let written_before =
+        metric(ra.admin, WRITTEN).await.unwrap() + metric(rb.admin, WRITTEN).await.unwrap();
     let in_process_before = ctx.controller.status_stats.written();
 
     let split_traffic = Loop::start(addr, "r0.ha.test", "echo-a");
@@ -482,7 +503,10 @@ pub async fn api_server_outage(ctx: Arc<Ctx>) {
     println!(
         "  outage: status writes after the relist: {after_relist} (HA replicas), {in_process_after_relist} (in-process controller)"
     );
-    assert_eq!(after_relist, 0, "nothing changed, yet statuses were rewritten");
+    assert_eq!(
+        after_relist, 0,
+        "nothing changed, yet statuses were rewritten"
+    );
     assert_eq!(
         in_process_after_relist, 0,
         "nothing changed, yet the in-process controller rewrote statuses"
