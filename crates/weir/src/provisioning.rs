@@ -58,9 +58,15 @@ impl Provisioning {
         // Addresses assigned later (a load balancer's) reach the Gateway's status as soon
         // as its Service shows them. Only Gateways provisioned now are followed: a
         // removed one's Service events are ignored.
+        //
+        // A follower provisions nothing, so it learns the addresses of the Services the
+        // leader provisioned from this watch alone: when it becomes the leader, the
+        // Gateway statuses it reconciles then carry the same addresses as the stored ones
+        // (no rewrite without them before its own apply returns).
         let watch_task = {
             let addresses = addresses.clone();
             let changed = changed.clone();
+            let leader = leader.clone();
             provisioner.watch_addresses(move |key, a| {
                 let mut all = addresses.lock().unwrap_or_else(|p| p.into_inner());
                 match all.get_mut(&key) {
@@ -68,6 +74,9 @@ impl Provisioning {
                         *old = a;
                         drop(all);
                         changed(key);
+                    }
+                    None if !*leader.borrow() => {
+                        all.insert(key, a);
                     }
                     _ => {}
                 }

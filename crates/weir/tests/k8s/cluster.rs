@@ -26,6 +26,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterRoleBinding" => "clusterrolebindings",
         "Role" => "roles",
         "RoleBinding" => "rolebindings",
+        "Lease" => "leases",
         "XListenerSet" => "xlistenersets",
         "ListenerSet" => "listenersets",
         "TrafficPolicy" => "trafficpolicies",

@@ -321,7 +321,7 @@ pub async fn leader_failover_keeps_serving(ctx: Arc<Ctx>) {
     let mut a = Some(ra.start());
     until_ready(ra.admin).await;
     until_leaders(&[&ra], 1, Duration::from_secs(30)).await;
-    let _b = rb.start();
+    let b = rb.start();
     until_ready(rb.admin).await;
     let padmin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let _proxy = proxy(&[&ra, &rb], &format!("{ns}/gw"), padmin);
@@ -395,6 +395,10 @@ pub async fn leader_failover_keeps_serving(ctx: Arc<Ctx>) {
     );
     traffic.finish("HA failover").await;
 
+    let l = lease(c, ns).await;
+    assert_eq!(l["spec"]["holderIdentity"], "ctl-b", "{l}");
+    assert!(l["spec"]["leaseTransitions"].as_i64() >= Some(1), "{l}");
+
     // The old leader comes back: it follows (still exactly one leader) and writes nothing.
     let _a = ra.start();
     until_ready(ra.admin).await;
@@ -408,6 +412,30 @@ pub async fn leader_failover_keeps_serving(ctx: Arc<Ctx>) {
         Some(0),
         "a follower wrote status"
     );
+
+    // A graceful stop (SIGTERM, as in a rolling update) frees the Lease before the
+    // process exits: it never names the stopped replica afterwards, and the other takes
+    // it over.
+    let mut b = b;
+    let pid = b.0.id().to_string();
+    let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(ok.success());
+    let exited = support::eventually(Duration::from_secs(30), || {
+        let done = b.0.try_wait().unwrap().is_some();
+        async move { done }
+    })
+    .await;
+    assert!(exited, "ctl-b did not exit on SIGTERM");
+    let l = lease(c, ns).await;
+    assert_ne!(l["spec"]["holderIdentity"], "ctl-b", "released: {l}");
+    assert_eq!(
+        until_leaders(&[&ra], 1, Duration::from_secs(20)).await,
+        ["ctl-a"]
+    );
+}
+
+async fn lease(c: &kube::Client, ns: &str) -> Value {
+    cluster::get(c, "coordination.k8s.io/v1", "Lease", ns, "weir-ha").await
 }
 
 pub async fn api_server_outage(ctx: Arc<Ctx>) {
