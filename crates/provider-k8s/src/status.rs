@@ -391,9 +391,9 @@ async fn run(
             in_flight.insert(key.clone());
             let shared = shared.clone();
             writes.push(Box::pin(async move {
-                let r = write(&shared, &key, &status).await;
+                let (r, retry) = write(&shared, &key, &status).await;
                 shared.stats.record(key.kind, r);
-                (key, (r == WriteResult::Failed).then_some(status))
+                (key, retry.then_some(status))
             }));
         }
         for k in waiting.into_iter().rev() {
@@ -405,9 +405,11 @@ async fn run(
     }
 }
 
-async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> WriteResult {
+/// Writes one status; the flag says whether a failure is worth retrying (the API server
+/// was unreachable or overloaded, not refusing this write).
+async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> (WriteResult, bool) {
     let Some(resource) = shared.resources.get(&key.kind) else {
-        return WriteResult::Unchanged;
+        return (WriteResult::Unchanged, false);
     };
     let api: Api<DynamicObject> = if key.kind.namespaced() {
         Api::namespaced_with(shared.client.clone(), &key.namespace, resource)
@@ -416,21 +418,21 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
     };
     for _ in 0..MAX_CONFLICTS {
         let Some(live) = shared.live.get(key) else {
-            return WriteResult::Gone;
+            return (WriteResult::Gone, false);
         };
         let now = render::rfc3339(SystemTime::now());
         let Some(status) = render::render(&shared.opts, key, &live.status, desired, &now) else {
-            return WriteResult::Unchanged;
+            return (WriteResult::Unchanged, false);
         };
         if status == live.status {
-            return WriteResult::Unchanged;
+            return (WriteResult::Unchanged, false);
         }
         let patch = json!({
             "metadata": {"resourceVersion": live.resource_version},
             "status": with_removals(&live.status, status),
         });
         if !*shared.leader.borrow() {
-            return WriteResult::NotLeader;
+            return (WriteResult::NotLeader, false);
         }
         let mut leader = shared.leader.clone();
         let (params, merge) = (PatchParams::default(), Patch::Merge(&patch));
@@ -438,7 +440,7 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
             r = api.patch_status(&key.name, &params, &merge) => r,
             // Stop at once when leadership is lost (the request is dropped).
             // (`Err`: no election, the sender is gone and the value stays `true`.)
-            Ok(_) = leader.wait_for(|l| !*l) => return WriteResult::NotLeader,
+            Ok(_) = leader.wait_for(|l| !*l) => return (WriteResult::NotLeader, false),
         };
         match sent {
             Ok(obj) => {
@@ -451,9 +453,9 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
                         status,
                     },
                 );
-                return WriteResult::Written;
+                return (WriteResult::Written, false);
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => return WriteResult::Gone,
+            Err(kube::Error::Api(s)) if s.code == 404 => return (WriteResult::Gone, false),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 shared.stats.conflicts.inc();
                 // Someone else wrote the object: read it again and merge anew.
@@ -469,21 +471,30 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
                             status: obj.data.get("status").cloned().unwrap_or(Value::Null),
                         },
                     ),
-                    Err(kube::Error::Api(s)) if s.code == 404 => return WriteResult::Gone,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return (WriteResult::Gone, false),
                     Err(e) => {
                         tracing::warn!(object = %key, error = %e, "reading status after a conflict failed");
-                        return WriteResult::Failed;
+                        return (WriteResult::Failed, retryable(&e));
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "status write failed");
-                return WriteResult::Failed;
+                return (WriteResult::Failed, retryable(&e));
             }
         }
     }
     tracing::warn!(object = %key, "status write kept conflicting; giving up until the next change");
-    WriteResult::Failed
+    (WriteResult::Failed, false)
+}
+
+/// The API server could not be reached or was overloaded (a refusal of the write itself,
+/// 4xx, would fail again the same way).
+fn retryable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        _ => true,
+    }
 }
 
 /// A merge patch only adds and replaces; top-level fields we no longer report are

@@ -148,6 +148,10 @@ impl Controller {
         let (always, always_rx) = watch::channel(true);
         let leader = leadership.as_ref().map_or(always_rx, |l| l.watch());
         let leader_task = spawn_leader_gauge(&mut registry, leader.clone(), always);
+        // Taken now, before the initial statuses are submitted: leadership won after that
+        // submission (which a follower's writer drops) is then seen by the config loop,
+        // which submits everything again.
+        let mut leads = leader.clone();
         let dataplane = DataPlane::new(
             ProxyConfig {
                 access_log: opts.access_log,
@@ -290,7 +294,6 @@ impl Controller {
         };
         let (stop, mut stopped) = watch::channel(false);
         let task_writer = writer.clone();
-        let mut leads = leader.clone();
         let config_task = tokio::spawn(async move {
             loop {
                 let (seen, update) = tokio::select! {
