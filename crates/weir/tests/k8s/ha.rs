@@ -561,3 +561,83 @@ pub async fn api_server_outage(ctx: Arc<Ctx>) {
     split_traffic.finish("outage, split data plane").await;
     embedded_traffic.finish("outage, embedded data plane").await;
 }
+
+/// The Lease loop itself, three candidates in this process racing for one Lease with
+/// short timings: never two leaders at once (sampled throughout), exactly one while
+/// they all run, a released Lease taken by another candidate within a few retry periods,
+/// and a candidate that vanishes without releasing replaced once its Lease expires.
+pub async fn lease_election_among_three_candidates(ctx: Arc<Ctx>) {
+    use weir_provider_k8s::{Leadership, LeaseOptions};
+    let c = &ctx.client;
+    let ns = "t-lease";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    let opts = |id: &str| {
+        let mut o = LeaseOptions::new(ns.into(), "race".into(), id.into());
+        o.lease_duration = Duration::from_secs(2);
+        o.renew_deadline = Duration::from_millis(1500);
+        o.retry_period = Duration::from_millis(200);
+        o
+    };
+    let mut candidates: Vec<(&str, Option<Leadership>)> = ["x", "y", "z"]
+        .into_iter()
+        .map(|id| (id, Some(Leadership::start(c.clone(), opts(id)).unwrap())))
+        .collect();
+    // Who leads now among the running candidates; panics if two do.
+    let leaders = |cands: &[(&str, Option<Leadership>)]| -> Vec<String> {
+        let l: Vec<String> = cands
+            .iter()
+            .filter(|(_, l)| l.as_ref().is_some_and(|l| *l.watch().borrow()))
+            .map(|(id, _)| id.to_string())
+            .collect();
+        assert!(l.len() <= 1, "two leaders at once: {l:?}");
+        l
+    };
+    async fn one_leader(
+        cands: &[(&str, Option<Leadership>)],
+        leaders: &impl Fn(&[(&str, Option<Leadership>)]) -> Vec<String>,
+        within: Duration,
+    ) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let [l] = &leaders(cands)[..] {
+                return l.clone();
+            }
+            assert!(Instant::now() < deadline, "no leader within {within:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let first = one_leader(&candidates, &leaders, Duration::from_secs(20)).await;
+    // Steady state for 3 s (well past a lease duration): the same single leader.
+    for _ in 0..150 {
+        assert_eq!(leaders(&candidates), [first.clone()], "leadership moved");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let l = cluster::get(c, "coordination.k8s.io/v1", "Lease", ns, "race").await;
+    assert_eq!(l["spec"]["holderIdentity"], first.as_str(), "{l}");
+
+    // The leader releases: another takes over, quickly (a released Lease has no holder).
+    let i = candidates.iter().position(|(id, _)| *id == first).unwrap();
+    let released = Instant::now();
+    candidates[i].1.take().unwrap().release().await;
+    let second = one_leader(&candidates, &leaders, Duration::from_secs(10)).await;
+    println!(
+        "  lease: {first} released, {second} leads {} ms later",
+        released.elapsed().as_millis()
+    );
+    assert_ne!(second, first);
+
+    // The new leader vanishes without releasing (its task aborted, as in a crash): the
+    // last candidate takes the Lease once it has not changed for a lease duration.
+    let j = candidates.iter().position(|(id, _)| *id == second).unwrap();
+    drop(candidates[j].1.take());
+    let third = one_leader(&candidates, &leaders, Duration::from_secs(15)).await;
+    assert!(third != first && third != second, "{third}");
+    let l = cluster::get(c, "coordination.k8s.io/v1", "Lease", ns, "race").await;
+    assert_eq!(l["spec"]["holderIdentity"], third.as_str(), "{l}");
+    assert!(l["spec"]["leaseTransitions"].as_i64() >= Some(2), "{l}");
+    for (_, l) in candidates {
+        if let Some(l) = l {
+            l.release().await;
+        }
+    }
+}

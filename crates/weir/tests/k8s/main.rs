@@ -88,6 +88,7 @@ const TESTS: &[(&str, Test)] = tests![
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
+    ha::lease_election_among_three_candidates,
     ha::leader_failover_keeps_serving,
     ha::api_server_outage,
     scale::attached_routes_follow_a_thousand_routes,
