@@ -609,7 +609,11 @@ pub async fn lease_election_among_three_candidates(ctx: Arc<Ctx>) {
     let first = one_leader(&candidates, &leaders, Duration::from_secs(20)).await;
     // Steady state for 3 s (well past a lease duration): the same single leader.
     for _ in 0..150 {
-        assert_eq!(leaders(&candidates), [first.clone()], "leadership moved");
+        assert_eq!(
+            leaders(&candidates),
+            vec![first.clone()],
+            "leadership moved"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let l = cluster::get(c, "coordination.k8s.io/v1", "Lease", ns, "race").await;
