@@ -54,6 +54,14 @@ pub fn serves(ours: u32, peer: u32) -> bool {
 }
 pub use crate::server::{AllowAll, Authorize, ServerMetrics, XdsService};
 
+/// The message set of push protocol version 0 (the release before versions), frozen in
+/// `tests/proto/v0`: tests speak it as a data plane of that release would.
+#[cfg(feature = "testing")]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod v0 {
+    include!(concat!(env!("OUT_DIR"), "/v0/weir.config.v1.rs"));
+}
+
 /// The generated protocol types, client and server.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod proto {

@@ -14,6 +14,7 @@ mod support;
 
 mod build;
 mod cluster;
+mod compat;
 mod endpoints;
 mod env;
 mod gateway;
@@ -88,6 +89,7 @@ const TESTS: &[(&str, Test)] = tests![
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
+    compat::previous_release_data_plane_is_served,
     ha::lease_election_among_three_candidates,
     ha::leader_failover_keeps_serving,
     ha::api_server_outage,
