@@ -11,19 +11,23 @@
 //! - [`StatusWriter`] writes a status only when it differs from the stored one, with the
 //!   object's resourceVersion as a precondition (a conflict re-reads and merges again),
 //!   at most one write per object in flight (newer statuses replace queued ones), and
-//!   keeps route `parents` entries of other controllers exactly as they are.
+//!   keeps route `parents` entries of other controllers exactly as they are. With
+//!   leader election it writes only while this replica leads.
+//! - [`Leadership`] elects one leader among replicas on a `coordination.k8s.io/v1` Lease.
 //!
 //! This crate knows nothing of the file provider, the translator or the data plane.
 
 #![warn(missing_docs)]
 
 mod kinds;
+mod lease;
 mod provision;
 mod render;
 mod status;
 mod watch;
 
 pub use crate::kinds::api_resource;
+pub use crate::lease::{InvalidLeaseOptions, Leadership, LeaseOptions, default_identity};
 pub use crate::provision::{ProvisionOptions, Provisioner, manifests, provisioned_name};
 pub use crate::render::{
     AddressesOf, GatewayAddresses, GatewayProblems, ProblemsOf, RenderOptions,

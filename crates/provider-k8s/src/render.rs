@@ -119,7 +119,14 @@ pub(crate) fn render(
                 None => {
                     for a in &s.addresses {
                         for v in advertised(opts, &a.value) {
-                            let entry = json!({"type": a.type_, "value": v});
+                            // An advertised name (e.g. the Service's DNS name) is a
+                            // Hostname address, whatever the bound address was.
+                            let type_ = if v == a.value || v.parse::<std::net::IpAddr>().is_ok() {
+                                a.type_.as_str()
+                            } else {
+                                "Hostname"
+                            };
+                            let entry = json!({"type": type_, "value": v});
                             if !addresses.contains(&entry) {
                                 addresses.push(entry);
                             }
@@ -448,6 +455,30 @@ mod tests {
         assert_eq!(
             out["loadBalancer"]["ingress"],
             json!([{"ip": "10.0.0.5"}, {"ip": "192.0.2.1"}])
+        );
+    }
+
+    #[test]
+    fn an_advertised_name_is_a_hostname_address() {
+        let mut o = opts();
+        o.advertise = vec![
+            "weir.weir-system.svc.cluster.local".into(),
+            "10.0.0.5".into(),
+        ];
+        let s = ObjectStatus::Gateway(weir_api::GatewayStatus {
+            addresses: vec![weir_api::GatewayStatusAddress {
+                type_: "IPAddress".into(),
+                value: "0.0.0.0".into(),
+            }],
+            conditions: vec![],
+            listeners: vec![],
+            attached_listener_sets: None,
+        });
+        let out = render(&o, &key(), &Value::Null, &s, "t").unwrap();
+        assert_eq!(
+            out["addresses"],
+            json!([{"type": "Hostname", "value": "weir.weir-system.svc.cluster.local"},
+                   {"type": "IPAddress", "value": "10.0.0.5"}])
         );
     }
 

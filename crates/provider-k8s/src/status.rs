@@ -32,6 +32,17 @@ use crate::watch::LiveCache;
 const MAX_IN_FLIGHT: usize = 16;
 /// Attempts per write when another writer changed the object meanwhile (409).
 const MAX_CONFLICTS: usize = 5;
+/// A failed write is tried again after this long, doubling while writes keep failing
+/// (an API server outage), up to `RETRY_MAX`.
+const RETRY_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// How one write ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +55,8 @@ pub enum WriteResult {
     Gone,
     /// The API server refused or could not be reached (logged).
     Failed,
+    /// Not written: this replica is not (or no longer) the leader.
+    NotLeader,
 }
 
 /// Counts of finished writes, by result; also exported as
@@ -106,6 +119,7 @@ impl WriterStats {
             WriteResult::Unchanged => self.unchanged.inc(),
             WriteResult::Gone => self.gone.inc(),
             WriteResult::Failed => self.failed.inc(),
+            WriteResult::NotLeader => 0,
         };
     }
 
@@ -161,15 +175,24 @@ struct Shared {
     opts: RenderOptions,
     resources: HashMap<Kind, ApiResource>,
     stats: WriterStats,
+    /// Whether this replica may write (leader election); always `true` without it.
+    leader: watch::Receiver<bool>,
 }
 
 impl StatusWriter {
     /// Starts the writer. `live` must be the provider's cache (see
     /// [`crate::KubeProvider::live`]): it tells what is stored and at which version.
+    ///
+    /// `leader` (leader election): statuses are written only while it holds `true`;
+    /// submitted while it is `false` they are dropped, and when it turns `false` queued
+    /// writes are dropped and a write in flight is abandoned. The caller submits every
+    /// current status again when it turns `true` (only those that differ from the stored
+    /// ones are then written). `None`: always write.
     pub fn spawn(
         client: kube::Client,
         live: LiveCache,
         opts: RenderOptions,
+        leader: Option<watch::Receiver<bool>>,
         registry: &mut Registry,
     ) -> StatusWriter {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -181,14 +204,16 @@ impl StatusWriter {
             .map(|w| (w.kind, w.resource))
             .collect();
         let writable = resources.keys().copied().collect();
+        let leader = leader.unwrap_or_else(|| watch::channel(true).1);
         let shared = Arc::new(Shared {
             client,
             live,
             opts,
             resources,
             stats: stats.clone(),
+            leader: leader.clone(),
         });
-        let task = tokio::spawn(run(shared, rx, progress_tx));
+        let task = tokio::spawn(run(shared, rx, leader, progress_tx));
         StatusWriter {
             tx,
             writable,
@@ -272,19 +297,32 @@ impl StatusWriter {
 async fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Vec<(ObjectKey, ObjectStatus)>>,
+    mut leader: watch::Receiver<bool>,
     progress: watch::Sender<(u64, usize)>,
 ) {
     let mut received = 0u64;
     let mut pending: HashMap<ObjectKey, ObjectStatus> = HashMap::new();
     let mut queue: VecDeque<ObjectKey> = VecDeque::new();
     let mut in_flight: HashSet<ObjectKey> = HashSet::new();
-    let mut writes: FuturesUnordered<BoxFuture<'static, ObjectKey>> = FuturesUnordered::new();
+    let mut writes: FuturesUnordered<BoxFuture<'static, (ObjectKey, Option<ObjectStatus>)>> =
+        FuturesUnordered::new();
+    // Writes that failed (API server unreachable or refusing), tried again after a
+    // backoff unless a newer status replaced them.
+    let mut retry: HashMap<ObjectKey, ObjectStatus> = HashMap::new();
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut backoff = RETRY_MIN;
     let mut open = true;
     loop {
         tokio::select! {
             batch = rx.recv(), if open => match batch {
                 Some(batch) => {
+                    // A follower writes nothing; it submits everything again when it
+                    // becomes the leader.
+                    let leads = *leader.borrow();
                     let mut add = |batch: Vec<(ObjectKey, ObjectStatus)>| {
+                        if !leads {
+                            return;
+                        }
                         for (k, s) in batch {
                             if pending.insert(k.clone(), s).is_none() {
                                 queue.push_back(k);
@@ -301,8 +339,40 @@ async fn run(
                 }
                 None => open = false,
             },
-            Some(key) = writes.next(), if !writes.is_empty() => {
+            Some((key, failed)) = writes.next(), if !writes.is_empty() => {
                 in_flight.remove(&key);
+                match failed {
+                    Some(status) if *leader.borrow() => {
+                        if !pending.contains_key(&key) {
+                            retry.insert(key, status);
+                        }
+                        if retry_at.is_none() {
+                            retry_at = Some(tokio::time::Instant::now() + backoff);
+                            backoff = (backoff * 2).min(RETRY_MAX);
+                        }
+                    }
+                    Some(_) => {}
+                    None => backoff = RETRY_MIN,
+                }
+            }
+            _ = sleep_until(retry_at), if retry_at.is_some() => {
+                retry_at = None;
+                for (k, s) in retry.drain() {
+                    if !pending.contains_key(&k) {
+                        pending.insert(k.clone(), s);
+                        queue.push_back(k);
+                    }
+                }
+            }
+            Ok(()) = leader.changed() => {
+                if !*leader.borrow_and_update() {
+                    // Leadership lost: nothing queued is written (a write in flight
+                    // abandons itself, see `write`).
+                    pending.clear();
+                    queue.clear();
+                    retry.clear();
+                    retry_at = None;
+                }
             }
             else => return,
         }
@@ -321,9 +391,9 @@ async fn run(
             in_flight.insert(key.clone());
             let shared = shared.clone();
             writes.push(Box::pin(async move {
-                let r = write(&shared, &key, &status).await;
+                let (r, retry) = write(&shared, &key, &status).await;
                 shared.stats.record(key.kind, r);
-                key
+                (key, retry.then_some(status))
             }));
         }
         for k in waiting.into_iter().rev() {
@@ -335,9 +405,11 @@ async fn run(
     }
 }
 
-async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> WriteResult {
+/// Writes one status; the flag says whether a failure is worth retrying (the API server
+/// was unreachable or overloaded, not refusing this write).
+async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> (WriteResult, bool) {
     let Some(resource) = shared.resources.get(&key.kind) else {
-        return WriteResult::Unchanged;
+        return (WriteResult::Unchanged, false);
     };
     let api: Api<DynamicObject> = if key.kind.namespaced() {
         Api::namespaced_with(shared.client.clone(), &key.namespace, resource)
@@ -346,23 +418,31 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
     };
     for _ in 0..MAX_CONFLICTS {
         let Some(live) = shared.live.get(key) else {
-            return WriteResult::Gone;
+            return (WriteResult::Gone, false);
         };
         let now = render::rfc3339(SystemTime::now());
         let Some(status) = render::render(&shared.opts, key, &live.status, desired, &now) else {
-            return WriteResult::Unchanged;
+            return (WriteResult::Unchanged, false);
         };
         if status == live.status {
-            return WriteResult::Unchanged;
+            return (WriteResult::Unchanged, false);
         }
         let patch = json!({
             "metadata": {"resourceVersion": live.resource_version},
             "status": with_removals(&live.status, status),
         });
-        match api
-            .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        if !*shared.leader.borrow() {
+            return (WriteResult::NotLeader, false);
+        }
+        let mut leader = shared.leader.clone();
+        let (params, merge) = (PatchParams::default(), Patch::Merge(&patch));
+        let sent = tokio::select! {
+            r = api.patch_status(&key.name, &params, &merge) => r,
+            // Stop at once when leadership is lost (the request is dropped).
+            // (`Err`: no election, the sender is gone and the value stays `true`.)
+            Ok(_) = leader.wait_for(|l| !*l) => return (WriteResult::NotLeader, false),
+        };
+        match sent {
             Ok(obj) => {
                 let rv = obj.metadata.resource_version.clone().unwrap_or_default();
                 let status = obj.data.get("status").cloned().unwrap_or(Value::Null);
@@ -373,9 +453,9 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
                         status,
                     },
                 );
-                return WriteResult::Written;
+                return (WriteResult::Written, false);
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => return WriteResult::Gone,
+            Err(kube::Error::Api(s)) if s.code == 404 => return (WriteResult::Gone, false),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 shared.stats.conflicts.inc();
                 // Someone else wrote the object: read it again and merge anew.
@@ -391,21 +471,30 @@ async fn write(shared: &Shared, key: &ObjectKey, desired: &ObjectStatus) -> Writ
                             status: obj.data.get("status").cloned().unwrap_or(Value::Null),
                         },
                     ),
-                    Err(kube::Error::Api(s)) if s.code == 404 => return WriteResult::Gone,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return (WriteResult::Gone, false),
                     Err(e) => {
                         tracing::warn!(object = %key, error = %e, "reading status after a conflict failed");
-                        return WriteResult::Failed;
+                        return (WriteResult::Failed, retryable(&e));
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "status write failed");
-                return WriteResult::Failed;
+                return (WriteResult::Failed, retryable(&e));
             }
         }
     }
     tracing::warn!(object = %key, "status write kept conflicting; giving up until the next change");
-    WriteResult::Failed
+    (WriteResult::Failed, false)
+}
+
+/// The API server could not be reached or was overloaded (a refusal of the write itself,
+/// 4xx, would fail again the same way).
+fn retryable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        _ => true,
+    }
 }
 
 /// A merge patch only adds and replaces; top-level fields we no longer report are

@@ -2,7 +2,7 @@
 
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use futures_util::StreamExt;
@@ -198,7 +198,7 @@ async fn run(
     if let Some(f) = w.fields {
         cfg = cfg.fields(f);
     }
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut stream = watcher::watcher(api, cfg).backoff(backoff()).boxed();
     let mut known: HashMap<ObjectKey, Arc<Object>> = HashMap::new();
     let mut relist: Option<(HashSet<ObjectKey>, KindBatch)> = None;
     let mut ever_synced = false;
@@ -315,6 +315,57 @@ fn accept(
     }
 }
 
+/// Retries of a failed watch: 0.8 s doubling to 8 s (each delay with up to a quarter
+/// of jitter, so that 19 watchers do not retry in step), reset after two minutes without
+/// failure. kube's default (client-go's reflector) caps at 30 s, so after an API server
+/// outage of half a minute a watcher could wait another 30 s before relisting, and changes
+/// made meanwhile would sit unseen; 8 s bounds that, at the cost of one request per
+/// watcher every 8 s against an API server that is down.
+fn backoff() -> kube::runtime::utils::ResetTimerBackoff<Backoff> {
+    kube::runtime::utils::ResetTimerBackoff::new(Backoff::default(), Duration::from_secs(120))
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(800);
+const BACKOFF_MAX: Duration = Duration::from_secs(8);
+
+struct Backoff {
+    next: Duration,
+    /// Jitter source (a xorshift state; quality does not matter here).
+    seed: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        Backoff {
+            next: BACKOFF_MIN,
+            seed,
+        }
+    }
+}
+
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        Some(d + d.mul_f64((self.seed % 1000) as f64 / 4000.0))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
 fn is_not_found(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
@@ -322,5 +373,22 @@ fn is_not_found(e: &watcher::Error) -> bool {
         | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
         watcher::Error::WatchError(s) => s.code == 404,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_retries_double_to_the_cap_with_bounded_jitter_and_reset() {
+        let mut b = Backoff::default();
+        let delays: Vec<Duration> = (&mut b).take(8).collect();
+        for (d, base) in delays.iter().zip([0.8, 1.6, 3.2, 6.4, 8.0, 8.0, 8.0, 8.0]) {
+            let base = Duration::from_secs_f64(base);
+            assert!(*d >= base && *d <= base.mul_f64(1.25), "{d:?} for {base:?}");
+        }
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert!(b.next().unwrap() <= BACKOFF_MIN.mul_f64(1.25));
     }
 }

@@ -51,6 +51,9 @@ pub struct ControllerOptions {
     /// Data planes must present a token of ServiceAccount `weir-<gateway>` in the
     /// Gateway's namespace (checked with TokenReview); `false` admits every data plane.
     pub xds_auth: bool,
+    /// Several replicas: elect a leader on this Lease; only the leader writes status and
+    /// provisions. `None`: this replica always acts as the leader.
+    pub leader_election: Option<weir_provider_k8s::LeaseOptions>,
 }
 
 /// Admits a data plane to Gateway `ns/name` only with a token of ServiceAccount
@@ -101,6 +104,9 @@ pub struct Controller {
     pub xds_metrics: Option<weir_xds::ServerMetrics>,
     xds_task: Option<JoinHandle<()>>,
     refusal_task: JoinHandle<()>,
+    leadership: Option<weir_provider_k8s::Leadership>,
+    leader: watch::Receiver<bool>,
+    leader_task: JoinHandle<()>,
     writer: Arc<StatusWriter>,
     stop: watch::Sender<bool>,
     config_task: JoinHandle<()>,
@@ -121,11 +127,31 @@ impl Controller {
         self.writer.remembered_gateways()
     }
 
+    /// Whether this replica leads (always, without leader election), and its changes.
+    pub fn leader(&self) -> watch::Receiver<bool> {
+        self.leader.clone()
+    }
+
     /// Connects, waits for every watcher's initial list, applies it, and returns with
     /// `/ready` answering 200. Changes are then applied as they are watched.
     pub async fn start(opts: ControllerOptions) -> anyhow::Result<Controller> {
         let client = weir_provider_k8s::client(opts.kubeconfig.as_deref()).await?;
         let mut registry = Registry::default();
+        // Campaign from the start: the Lease is usually settled by the time the initial
+        // list is translated.
+        let leadership = opts
+            .leader_election
+            .clone()
+            .map(|o| weir_provider_k8s::Leadership::start(client.clone(), o))
+            .transpose()
+            .context("leader election")?;
+        let (always, always_rx) = watch::channel(true);
+        let leader = leadership.as_ref().map_or(always_rx, |l| l.watch());
+        let leader_task = spawn_leader_gauge(&mut registry, leader.clone(), always);
+        // Taken now, before the initial statuses are submitted: leadership won after that
+        // submission (which a follower's writer drops) is then seen by the config loop,
+        // which submits everything again.
+        let mut leads = leader.clone();
         let dataplane = DataPlane::new(
             ProxyConfig {
                 access_log: opts.access_log,
@@ -162,6 +188,7 @@ impl Controller {
                     },
                 ))),
             },
+            leadership.is_some().then(|| leader.clone()),
             &mut registry,
         ));
         let mut xds = None;
@@ -215,6 +242,7 @@ impl Controller {
                 weir_provider_k8s::Provisioner::new(client.clone(), p),
                 addresses.clone(),
                 move |gateway| writer.refresh(&[gateway]),
+                leader.clone(),
             )
         });
         let seen = Instant::now();
@@ -271,6 +299,20 @@ impl Controller {
                 let (seen, update) = tokio::select! {
                     next = provider.next() => match next { Some(n) => n, None => return },
                     _ = stopped.changed() => return,
+                    Ok(()) = leads.changed() => {
+                        if *leads.borrow_and_update() {
+                            // New leader: every current status once more; the writer sends
+                            // only those that differ from what the API server holds (the
+                            // previous leader wrote the rest), so a failover is no burst.
+                            let all = pipeline.statuses();
+                            tracing::info!(statuses = all.len(), "leader: reconciling every status with the API server");
+                            task_writer.submit(all);
+                            if let Some(p) = &provisioning {
+                                p.resync();
+                            }
+                        }
+                        continue;
+                    }
                 };
                 if update.is_empty() {
                     continue;
@@ -299,6 +341,9 @@ impl Controller {
             xds_metrics,
             xds_task,
             refusal_task,
+            leadership,
+            leader,
+            leader_task,
             status_stats: writer.stats(),
             writer,
             stop,
@@ -314,6 +359,12 @@ impl Controller {
 
     /// Stops watching, drains in-flight requests and stops the admin server.
     pub async fn stop(self) {
+        // Hand the Lease over first: another replica takes over without waiting for it
+        // to expire, and nothing is written from here on.
+        if let Some(l) = self.leadership {
+            l.release().await;
+        }
+        self.leader_task.abort();
         let _ = self.stop.send(true);
         let _ = self.config_task.await;
         if let Some(t) = &self.xds_task {
@@ -330,4 +381,30 @@ pub async fn run_until_signal(opts: ControllerOptions) -> anyhow::Result<()> {
     let controller = Controller::start(opts).await?;
     crate::standalone::drain_on_signal(|| controller.stop()).await;
     Ok(())
+}
+
+/// `weir_controller_leader`: 1 while this replica leads (always 1 without leader
+/// election), logged on every change.
+fn spawn_leader_gauge(
+    registry: &mut Registry,
+    mut leader: watch::Receiver<bool>,
+    always: watch::Sender<bool>,
+) -> JoinHandle<()> {
+    let gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    registry.register(
+        "weir_controller_leader",
+        "1 while this controller replica is the leader (writes status, provisions)",
+        gauge.clone(),
+    );
+    tokio::spawn(async move {
+        // Keeps the constant `true` of a controller without election alive.
+        let _always = always;
+        loop {
+            let now = *leader.borrow_and_update();
+            gauge.set(i64::from(now));
+            if leader.changed().await.is_err() {
+                return;
+            }
+        }
+    })
 }

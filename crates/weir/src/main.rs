@@ -31,7 +31,7 @@ enum Command {
     /// Serve Kubernetes-style YAML manifests from a file or directory, hot reloaded.
     Run(RunArgs),
     /// Watch a Kubernetes API server (Gateway API, Ingress), serve its Gateways and Ingresses, write status.
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
     /// A data plane for one Gateway, configured by a controller's push protocol (split mode).
     Proxy(ProxyArgs),
     /// Validate a config path: print every problem with file, object and field; exit 1 if any.
@@ -127,6 +127,88 @@ struct ControllerArgs {
     /// Type of each provisioned Service.
     #[arg(long, default_value = "LoadBalancer")]
     provision_service_type: String,
+    #[command(flatten)]
+    leader: LeaderArgs,
+}
+
+/// Leader election among controller replicas (Kubernetes' defaults for the timings).
+#[derive(clap::Args)]
+struct LeaderArgs {
+    /// Elect a leader among replicas on a coordination.k8s.io/v1 Lease: only the leader
+    /// writes status and provisions; every replica watches, translates and serves data
+    /// planes. Off: this replica always acts as the leader (run only one).
+    #[arg(long, env = "WEIR_LEADER_ELECT")]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "weir-controller")]
+    leader_elect_lease_name: String,
+    /// The Lease's namespace [default: $POD_NAMESPACE, else the service account's
+    /// namespace in a Pod, else `default`].
+    #[arg(long)]
+    leader_elect_namespace: Option<String>,
+    /// This replica's identity in the Lease [default: $POD_NAME, else host name and pid].
+    #[arg(long)]
+    leader_elect_identity: Option<String>,
+    /// How long a Lease that is not renewed keeps other replicas from taking it (whole
+    /// seconds; e.g. `15s`).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// The leader stops acting as leader when it has not renewed for this long.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How often the leader renews and a follower tries to acquire (e.g. `2s`, `500ms`).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: std::time::Duration,
+}
+
+impl LeaderArgs {
+    fn options(self) -> Option<weir_provider_k8s::LeaseOptions> {
+        if !self.leader_elect {
+            return None;
+        }
+        let namespace = self.leader_elect_namespace.unwrap_or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+                .or_else(|| {
+                    std::fs::read_to_string(
+                        "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
+                    )
+                    .ok()
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| "default".into())
+        });
+        let mut o = weir_provider_k8s::LeaseOptions::new(
+            namespace,
+            self.leader_elect_lease_name,
+            self.leader_elect_identity
+                .unwrap_or_else(weir_provider_k8s::default_identity),
+        );
+        o.lease_duration = self.leader_elect_lease_duration;
+        o.renew_deadline = self.leader_elect_renew_deadline;
+        o.retry_period = self.leader_elect_retry_period;
+        Some(o)
+    }
+}
+
+/// `15s`, `500ms`, `2m`, or a number of seconds.
+fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = match v.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => v.split_at(i),
+        None => (v, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{v:?}: expected a duration such as 15s or 500ms"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("{v:?}: unknown unit {unit:?} (ms, s, m)")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{v:?}: {e}"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -137,9 +219,10 @@ enum XdsAuth {
 
 #[derive(clap::Args)]
 struct ProxyArgs {
-    /// The controller's push endpoint.
-    #[arg(long, env = "WEIR_CONTROLLER")]
-    controller: String,
+    /// The controller's push endpoint; several (comma-separated or repeated): one per
+    /// controller replica, tried in turn whenever the stream is lost.
+    #[arg(long, env = "WEIR_CONTROLLER", value_delimiter = ',', required = true)]
+    controller: Vec<String>,
     /// The Gateway to serve, NAMESPACE/NAME.
     #[arg(long, env = "WEIR_GATEWAY")]
     gateway: String,
@@ -238,6 +321,7 @@ fn main() -> ExitCode {
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Controller(a) => {
+                let a = *a;
                 let opts = weir::controller::ControllerOptions {
                     kubeconfig: a.kubeconfig,
                     controller_name: a.controller_name,
@@ -257,6 +341,7 @@ fn main() -> ExitCode {
                         replicas: a.provision_replicas,
                         service_type: a.provision_service_type,
                     }),
+                    leader_election: a.leader.options(),
                 };
                 weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
@@ -266,7 +351,7 @@ fn main() -> ExitCode {
                     None => None,
                 };
                 let opts = weir::proxy::ProxyOptions {
-                    controller: a.controller,
+                    controllers: a.controller,
                     gateway: a.gateway,
                     admin: a.admin,
                     node: a.node.unwrap_or_else(|| {
@@ -304,5 +389,23 @@ fn main() -> ExitCode {
             eprintln!("weir: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_a_unit_or_mean_seconds() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("-1s").is_err());
     }
 }

@@ -43,18 +43,30 @@ pub(crate) type Addresses = Arc<std::sync::Mutex<BTreeMap<ObjectKey, Vec<String>
 impl Provisioning {
     /// `addresses` receives each Gateway's Service addresses; `changed` is called with the
     /// Gateway whose addresses changed (to write its status again).
+    ///
+    /// Only the leader provisions (`leader`, always `true` without leader election):
+    /// while this replica follows, requests are kept (newest per Gateway) and carried out
+    /// when it becomes the leader, after which [`Provisioning::resync`] asks for every
+    /// accepted Gateway again.
     pub(crate) fn start(
         provisioner: Provisioner,
         addresses: Addresses,
         changed: impl Fn(ObjectKey) + Send + Sync + 'static,
+        mut leader: tokio::sync::watch::Receiver<bool>,
     ) -> Provisioning {
         let changed = Arc::new(changed);
         // Addresses assigned later (a load balancer's) reach the Gateway's status as soon
         // as its Service shows them. Only Gateways provisioned now are followed: a
         // removed one's Service events are ignored.
+        //
+        // A follower provisions nothing, so it learns the addresses of the Services the
+        // leader provisioned from this watch alone: when it becomes the leader, the
+        // Gateway statuses it reconciles then carry the same addresses as the stored ones
+        // (no rewrite without them before its own apply returns).
         let watch_task = {
             let addresses = addresses.clone();
             let changed = changed.clone();
+            let leader = leader.clone();
             provisioner.watch_addresses(move |key, a| {
                 let mut all = addresses.lock().unwrap_or_else(|p| p.into_inner());
                 match all.get_mut(&key) {
@@ -62,6 +74,9 @@ impl Provisioning {
                         *old = a;
                         drop(all);
                         changed(key);
+                    }
+                    None if !*leader.borrow() => {
+                        all.insert(key, a);
                     }
                     _ => {}
                 }
@@ -71,14 +86,30 @@ impl Provisioning {
         let classes: Arc<std::sync::Mutex<BTreeMap<String, Arc<Object>>>> = Default::default();
         let task_classes = classes.clone();
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
+            // Requests received while following, carried out on becoming the leader.
+            let mut deferred: BTreeMap<ObjectKey, Want> = BTreeMap::new();
+            loop {
                 // The newest request per Gateway wins.
                 let mut batch = BTreeMap::new();
-                batch.insert(first.0, first.1);
+                tokio::select! {
+                    first = rx.recv() => match first {
+                        Some((k, w)) => {
+                            batch.insert(k, w);
+                        }
+                        None => return,
+                    },
+                    Ok(()) = leader.changed() => {}
+                }
                 while let Ok((k, w)) = rx.try_recv() {
                     batch.insert(k, w);
                 }
-                for (key, want) in batch {
+                if !*leader.borrow_and_update() {
+                    deferred.append(&mut batch);
+                    continue;
+                }
+                let mut all = std::mem::take(&mut deferred);
+                all.append(&mut batch);
+                for (key, want) in all {
                     let r = match &want {
                         Want::Present(o) => match &**o {
                             Object::Gateway(gw) => {
@@ -129,6 +160,17 @@ impl Provisioning {
             classes,
             tx,
             _watch: AbortOnDrop(watch_task),
+        }
+    }
+
+    /// Asks for every accepted Gateway's objects again (on becoming the leader: the
+    /// previous leader may have left work undone). Server-side apply makes a repeat of
+    /// unchanged objects a no-op on the API server.
+    pub(crate) fn resync(&self) {
+        for key in &self.accepted {
+            if let Some(o) = self.with_sets(key) {
+                let _ = self.tx.send((key.clone(), Want::Present(o)));
+            }
         }
     }
 

@@ -15,8 +15,9 @@ use weir_xds::client::{self, Apply, ClientOptions};
 /// Options of `weir proxy`.
 #[derive(Clone, Debug)]
 pub struct ProxyOptions {
-    /// The controller's push endpoint, e.g. `http://127.0.0.1:18000`.
-    pub controller: String,
+    /// The controller's push endpoints, e.g. `http://127.0.0.1:18000` (several: tried in
+    /// turn when the stream is lost).
+    pub controllers: Vec<String>,
     /// The Gateway served, `namespace/name`.
     pub gateway: String,
     /// Admin server address.
@@ -87,7 +88,7 @@ impl Proxy {
             crate::standalone::start_admin(opts.admin, &dataplane, Arc::new(registry)).await?;
         let (stop, stopped) = watch::channel(false);
         let client_opts = ClientOptions {
-            endpoint: opts.controller.clone(),
+            endpoints: opts.controllers.clone(),
             namespace: namespace.into(),
             name: name.into(),
             node: opts.node.clone(),

@@ -26,8 +26,10 @@ pub trait Apply: Send {
 /// Settings of [`run`].
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// The controller's push endpoint, e.g. `http://weir-controller:18000`.
-    pub endpoint: String,
+    /// The controller's push endpoints, e.g. `http://weir-controller:18000`: one (a
+    /// Service in front of every controller replica) or several (the replicas
+    /// themselves), tried in turn whenever the stream is lost.
+    pub endpoints: Vec<String>,
     /// The Gateway's namespace.
     pub namespace: String,
     /// The Gateway's name.
@@ -43,14 +45,24 @@ pub struct ClientOptions {
 pub async fn run(opts: ClientOptions, mut sink: impl Apply, mut stop: watch::Receiver<bool>) {
     let mut held: HashMap<ResourceKey, u64> = HashMap::default();
     let mut backoff = Duration::from_millis(100);
+    let mut next = 0;
     loop {
-        let session = session(&opts, &mut sink, &mut held);
+        let Some(endpoint) = opts.endpoints.get(next % opts.endpoints.len().max(1)) else {
+            tracing::error!("no controller endpoint given");
+            return;
+        };
+        next += 1;
+        let session = session(endpoint, &opts, &mut sink, &mut held);
         tokio::select! {
             r = session => match r {
                 Ok(()) => tracing::warn!("controller closed the stream; reconnecting"),
                 Err(e) => tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "controller unreachable; serving the last configuration"),
             },
             _ = stop.wait_for(|s| *s) => return,
+        }
+        if next % opts.endpoints.len() != 0 {
+            // Another replica may be up: try it at once.
+            continue;
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -61,11 +73,12 @@ pub async fn run(opts: ClientOptions, mut sink: impl Apply, mut stop: watch::Rec
 }
 
 async fn session(
+    endpoint: &str,
     opts: &ClientOptions,
     sink: &mut impl Apply,
     held: &mut HashMap<ResourceKey, u64>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let mut client = ConfigDiscoveryClient::connect(opts.endpoint.clone()).await?;
+    let mut client = ConfigDiscoveryClient::connect(endpoint.to_string()).await?;
     let (tx, rx) = mpsc::channel::<DataPlaneMessage>(4);
     tx.send(DataPlaneMessage {
         message: Some(Message::Subscribe(Subscribe {
@@ -79,6 +92,7 @@ async fn session(
                     version: *v,
                 })
                 .collect(),
+            protocol_version: crate::PROTOCOL_VERSION,
         })),
     })
     .await?;
@@ -91,8 +105,14 @@ async fn session(
             .insert("authorization", format!("Bearer {t}").parse()?);
     }
     let mut updates = client.stream(request).await?.into_inner();
-    tracing::info!(endpoint = %opts.endpoint, gateway = %format!("{}/{}", opts.namespace, opts.name), "subscribed");
+    tracing::info!(%endpoint, gateway = %format!("{}/{}", opts.namespace, opts.name), "subscribed");
+    let mut first = true;
     while let Some(update) = updates.message().await? {
+        if std::mem::take(&mut first) && update.protocol_version != crate::PROTOCOL_VERSION {
+            // Informational: an older controller sends nothing this data plane cannot
+            // read, a newer one nothing it did not announce support for.
+            tracing::info!(%endpoint, controller = update.protocol_version, ours = crate::PROTOCOL_VERSION, "controller speaks another push protocol version");
+        }
         let (nonce, complete) = (update.nonce, update.complete);
         let rejected = apply(update, sink, held).await;
         tx.send(DataPlaneMessage {

@@ -420,6 +420,7 @@ impl Session {
             complete: true,
             upserts: Vec::new(),
             removes: Vec::new(),
+            protocol_version: crate::PROTOCOL_VERSION,
         };
         let mut recorded = Vec::with_capacity(changes.len());
         for (k, r) in changes {

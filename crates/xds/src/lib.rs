@@ -13,13 +13,54 @@
 
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_controller_serves_one_version_back_and_every_newer_one() {
+        assert!(
+            super::serves(1, 0),
+            "v0 data planes (before versioning) are served"
+        );
+        assert!(super::serves(1, 1));
+        assert!(
+            super::serves(1, 7),
+            "a newer data plane reads what it knows"
+        );
+        assert!(super::serves(3, 2));
+        assert!(!super::serves(3, 1), "two versions back is refused");
+        assert!(!super::serves(2, 0));
+    }
+}
+
 pub mod client;
 pub mod convert;
 mod hub;
 mod server;
 
 pub use crate::hub::{Hub, Refused, Session};
+
+/// The push protocol version this build speaks, announced in `Subscribe` and `Update`.
+/// Raise it when the message set gains something an older peer would misread or lose;
+/// ARCHITECTURE.md ("Push protocol versions") has the rule. 1: the version fields
+/// themselves (0 is the message set before them).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Whether a controller speaking version `ours` serves a data plane announcing `peer`:
+/// a data plane one version older (the release before, during an upgrade) or newer (it
+/// reads what it knows of ours and ignores the rest) is served; an older one is refused
+/// with a message saying so, rather than fed messages it would misread.
+pub fn serves(ours: u32, peer: u32) -> bool {
+    peer.saturating_add(1) >= ours
+}
 pub use crate::server::{AllowAll, Authorize, ServerMetrics, XdsService};
+
+/// The message set of push protocol version 0 (the release before versions), frozen in
+/// `tests/proto/v0`: tests speak it as a data plane of that release would.
+#[cfg(feature = "testing")]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod v0 {
+    include!(concat!(env!("OUT_DIR"), "/v0/weir.config.v1.rs"));
+}
 
 /// The generated protocol types, client and server.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]

@@ -79,6 +79,8 @@ pub struct PerDataPlane {
     pub last_ack: Family<DataPlaneLabels, Gauge>,
     /// Resources refused.
     pub refused: Family<DataPlaneLabels, Counter>,
+    /// The push protocol version the data plane announced (0: before versioning).
+    pub protocol_version: Family<DataPlaneLabels, Gauge>,
 }
 
 impl ServerMetrics {
@@ -102,6 +104,11 @@ impl ServerMetrics {
             "weir_xds_data_plane_last_ack_nonce",
             "Nonce of the data plane's last acknowledged update",
             p.last_ack.clone(),
+        );
+        registry.register(
+            "weir_xds_data_plane_protocol_version",
+            "Push protocol version the data plane announced (0: before versioning)",
+            p.protocol_version.clone(),
         );
         registry.register(
             "weir_xds_data_plane_refused",
@@ -185,6 +192,13 @@ impl ConfigDiscovery for XdsService {
         if sub.gateway_namespace.is_empty() || sub.gateway_name.is_empty() {
             return Err(Status::invalid_argument("Subscribe names no Gateway"));
         }
+        if !crate::serves(crate::PROTOCOL_VERSION, sub.protocol_version) {
+            return Err(Status::failed_precondition(format!(
+                "data plane speaks push protocol version {}, this controller {} and serves one version back: upgrade the data plane",
+                sub.protocol_version,
+                crate::PROTOCOL_VERSION
+            )));
+        }
         self.auth
             .authorize(token.as_deref(), &sub.gateway_namespace, &sub.gateway_name)
             .await
@@ -196,7 +210,7 @@ impl ConfigDiscovery for XdsService {
             }
         }
         let gateway = format!("{}/{}", sub.gateway_namespace, sub.gateway_name);
-        tracing::info!(%gateway, node = %sub.node, held = held.len(), "data plane subscribed");
+        tracing::info!(%gateway, node = %sub.node, held = held.len(), protocol_version = sub.protocol_version, "data plane subscribed");
         let session = self.hub.subscribe(&gateway, &sub.node, held);
         let (tx, rx) = mpsc::channel(1);
         tokio::spawn(drive(
@@ -206,6 +220,7 @@ impl ConfigDiscovery for XdsService {
             tx,
             self.metrics.clone(),
             sub.node,
+            sub.protocol_version,
         ));
         let stream =
             futures_util::stream::unfold(
@@ -223,6 +238,7 @@ async fn drive(
     tx: mpsc::Sender<Result<Update, Status>>,
     metrics: ServerMetrics,
     node: String,
+    protocol_version: u32,
 ) {
     metrics.connected.inc();
     let labels = DataPlaneLabels {
@@ -248,6 +264,11 @@ async fn drive(
             .clone(),
     );
     connected.set(1);
+    metrics
+        .per_data_plane
+        .protocol_version
+        .get_or_create(&labels)
+        .set(i64::from(protocol_version));
     hub.synced().await;
     let notify = session.notify();
     let mut sent_at = std::time::Instant::now();

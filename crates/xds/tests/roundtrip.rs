@@ -1,39 +1,20 @@
 //! Every IR resource the translator builds from the golden inputs survives the wire:
 //! encoded, decoded and rebuilt, it has the same key and the same content hash.
 
-use std::path::Path;
-
 use weir_model::{Protocol, Resource, ResourceKey};
-use weir_translate::{ObjectChange, Translator, TranslatorOptions};
 use weir_xds::convert::{
     key_from_wire, key_to_wire, resource_from_wire, resource_to_wire, version_of,
 };
 
 use weir_model::{CorsNames, CorsOrigin};
 
+mod common;
+
 fn golden_resources() -> Vec<Resource> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../translate/testdata");
-    let mut all = Vec::new();
-    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".in.yaml"))
-        .collect();
-    inputs.sort();
-    assert!(inputs.len() >= 10, "golden inputs found: {}", inputs.len());
-    for input in inputs {
-        let mut provider = weir_provider_file::FileProvider::new(input);
-        let update = provider.load_all();
-        let mut t = Translator::new(TranslatorOptions {
-            standalone: true,
-            ingress_http: Some("127.0.0.1:8080".parse().unwrap()),
-            ingress_https: Some("127.0.0.1:8443".parse().unwrap()),
-            ..TranslatorOptions::default()
-        });
-        t.apply(update.upserts.into_iter().map(ObjectChange::Upsert));
-        all.extend(t.resources());
-    }
-    all
+    common::golden_inputs()
+        .into_iter()
+        .flat_map(|(_, r)| r)
+        .collect()
 }
 
 #[test]

@@ -10,6 +10,49 @@ use std::process::{Child, Command, Stdio};
 pub struct ApiServer {
     dir: PathBuf,
     script: PathBuf,
+    /// etcd's pid and what its command line names (its data dir), to check that `stop`
+    /// ended it.
+    etcd: Option<(String, String)>,
+    stopped: bool,
+}
+
+/// Stops and starts the API server alone (etcd keeps running with every object).
+#[derive(Clone)]
+pub struct ApiControl {
+    dir: PathBuf,
+    script: PathBuf,
+}
+
+impl ApiControl {
+    fn run(&self, cmd: &str) {
+        let out = Command::new(&self.script)
+            .args([cmd, "--dir"])
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .output()
+            .expect("running scripts/k8s-env");
+        assert!(
+            out.status.success(),
+            "scripts/k8s-env {cmd} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops kube-apiserver; clients get connection refused.
+    pub async fn stop_apiserver(&self) {
+        let c = self.clone();
+        tokio::task::spawn_blocking(move || c.run("apiserver-stop"))
+            .await
+            .unwrap();
+    }
+
+    /// Starts it again on the same port and etcd; returns once `/readyz` says ok.
+    pub async fn start_apiserver(&self) {
+        let c = self.clone();
+        tokio::task::spawn_blocking(move || c.run("apiserver-start"))
+            .await
+            .unwrap();
+    }
 }
 
 impl ApiServer {
@@ -29,22 +72,73 @@ impl ApiServer {
             out.success(),
             "scripts/k8s-env start failed (run `scripts/k8s-env install` first; it is cached after that)"
         );
-        ApiServer { dir, script }
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let etcd = read("etcd.pid").map(|pid| {
+            let marker = read("etcd-data-path").unwrap_or_else(|| dir.display().to_string());
+            (pid, marker)
+        });
+        ApiServer {
+            dir,
+            script,
+            etcd,
+            stopped: false,
+        }
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }
-}
 
-impl Drop for ApiServer {
-    fn drop(&mut self) {
+    pub fn control(&self) -> ApiControl {
+        ApiControl {
+            dir: self.dir.clone(),
+            script: self.script.clone(),
+        }
+    }
+
+    fn run_stop(&mut self) {
+        self.stopped = true;
         let _ = Command::new(&self.script)
             .args(["stop", "--dir"])
             .arg(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+
+    /// Stops etcd and the API server, and checks that etcd is gone (it used to linger:
+    /// `stop` looked for the state dir in a command line that names only its data dir).
+    pub fn stop(mut self) -> Result<(), String> {
+        self.run_stop();
+        let Some((pid, marker)) = &self.etcd else {
+            return Err("scripts/k8s-env start wrote no etcd.pid".into());
+        };
+        // A process that exited has no command line (a zombie's is empty).
+        let alive = || {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker.as_str()))
+        };
+        for _ in 0..50 {
+            if !alive() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Err(format!(
+            "etcd (pid {pid}) still runs after scripts/k8s-env stop"
+        ))
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.run_stop();
+        }
     }
 }
 

@@ -14,9 +14,11 @@ mod support;
 
 mod build;
 mod cluster;
+mod compat;
 mod endpoints;
 mod env;
 mod gateway;
+mod ha;
 mod ingress;
 mod listener_sets;
 mod policies;
@@ -51,6 +53,8 @@ pub struct Ctx {
     pub pki: support::Pki,
     /// The admin kubeconfig of the test API server.
     pub kubeconfig: std::path::PathBuf,
+    /// Stops and restarts the API server alone.
+    pub apiserver: env::ApiControl,
     next_ip: AtomicU8,
 }
 
@@ -85,6 +89,10 @@ const TESTS: &[(&str, Test)] = tests![
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
+    compat::previous_release_data_plane_is_served,
+    ha::lease_election_among_three_candidates,
+    ha::leader_failover_keeps_serving,
+    ha::api_server_outage,
     scale::attached_routes_follow_a_thousand_routes,
 ];
 
@@ -140,7 +148,11 @@ fn main() -> ExitCode {
         ctx.controller.stop().await;
         failed
     });
-    drop(apiserver);
+    let mut failed: Vec<String> = failed.into_iter().map(|n| n.to_string()).collect();
+    if let Err(e) = apiserver.stop() {
+        println!("scripts/k8s-env stop ... FAILED: {e}");
+        failed.push("k8s-env stop".into());
+    }
     if failed.is_empty() {
         println!("k8s tests: all passed");
         ExitCode::SUCCESS
@@ -179,6 +191,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         embedded_proxy: true,
         xds_auth: false,
         provision: None,
+        leader_election: None,
     })
     .await
     .expect("starting the controller");
@@ -190,6 +203,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         ingress_http,
         pki: support::Pki::new(),
         kubeconfig,
+        apiserver: apiserver.control(),
         next_ip: AtomicU8::new(1),
     }
 }

@@ -34,6 +34,18 @@ fn kubeconfig_with_token(admin: &std::path::Path, token: &str, out: &std::path::
     std::fs::write(out, serde_json::to_vec(&kc).unwrap()).unwrap();
 }
 
+fn lease_options() -> weir_provider_k8s::LeaseOptions {
+    let mut o = weir_provider_k8s::LeaseOptions::new(
+        "weir-system".into(),
+        "weir-rbac-check".into(),
+        "rbac-check-replica".into(),
+    );
+    o.lease_duration = Duration::from_secs(4);
+    o.renew_deadline = Duration::from_secs(3);
+    o.retry_period = Duration::from_millis(500);
+    o
+}
+
 pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
     let c = &ctx.client;
     let rbac: Vec<Value> = manifest()
@@ -41,11 +53,18 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
         .filter(|o| {
             matches!(
                 o["kind"].as_str(),
-                Some("Namespace" | "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding")
+                Some(
+                    "Namespace"
+                        | "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                )
             )
         })
         .collect();
-    assert_eq!(rbac.len(), 4, "deploy/weir.yaml lost part of its RBAC");
+    assert_eq!(rbac.len(), 6, "deploy/weir.yaml lost part of its RBAC");
     cluster::apply(c, &rbac).await;
 
     let req = http::Request::post("/api/v1/namespaces/weir-system/serviceaccounts/weir/token")
@@ -81,11 +100,18 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             embedded_proxy: true,
             xds_auth: false,
             provision: None,
+            // The Lease RBAC of the manifest: the Role in weir-system.
+            leader_election: Some(lease_options()),
         }),
     )
     .await
     .expect("the controller syncs with the manifest's RBAC")
     .expect("the controller starts");
+    let mut leader = controller.leader();
+    tokio::time::timeout(Duration::from_secs(30), leader.wait_for(|l| *l))
+        .await
+        .expect("the controller takes the Lease with the manifest's RBAC")
+        .unwrap();
 
     let ns = "t9";
     let ip = ctx.gateway_ip();

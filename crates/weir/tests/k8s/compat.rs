@@ -1,0 +1,190 @@
+//! A data plane one release older than its controller keeps working: a real `weir
+//! controller` process of this release, and a data plane that speaks the previous
+//! release's push protocol (the frozen version-0 messages, `weir_xds::v0`: no protocol
+//! version in its Subscribe) and applies what it receives to a real data plane serving
+//! traffic. It is configured, serves a route, follows a change made in the API, and the
+//! controller reports it as a version-0 data plane.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use serde_json::json;
+use weir_model::{Delta, DeltaBatch};
+use weir_xds::v0;
+
+use crate::build::{self, until_http};
+use crate::cluster;
+use crate::{Ctx, support};
+
+const NAME: &str = "weir.dev/compat-check";
+const CLASS: &str = "weir-compat";
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The previous release's client loop: subscribe, decode each update with the v0
+/// messages, rebuild, apply, ack. Runs until the stream ends.
+async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_proxy::DataPlane>) {
+    let (ns, name) = gateway.split_once('/').unwrap();
+    let mut client =
+        v0::config_discovery_client::ConfigDiscoveryClient::connect(format!("http://{xds}"))
+            .await
+            .expect("the controller's push server");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(v0::DataPlaneMessage {
+        message: Some(v0::data_plane_message::Message::Subscribe(v0::Subscribe {
+            gateway_namespace: ns.into(),
+            gateway_name: name.into(),
+            node: "v0".into(),
+            held: vec![],
+        })),
+    })
+    .await
+    .unwrap();
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let mut updates = client.stream(outbound).await.unwrap().into_inner();
+    while let Ok(Some(update)) = updates.message().await {
+        let mut deltas = Vec::new();
+        let mut rejected = Vec::new();
+        for r in &update.upserts {
+            // The bytes as this release's decoder (the previous release's conversion code
+            // is unchanged) sees what a v0 reader kept of them.
+            let wire = weir_xds::proto::Resource::decode(r.encode_to_vec().as_slice()).unwrap();
+            match weir_xds::convert::resource_from_wire(&wire) {
+                Ok(r) => deltas.push(Delta::Upsert(r)),
+                Err(e) => rejected.push(v0::Rejection {
+                    key: None,
+                    error: e.to_string(),
+                }),
+            }
+        }
+        for k in &update.removes {
+            let wire = weir_xds::proto::ResourceKey::decode(k.encode_to_vec().as_slice()).unwrap();
+            deltas.push(Delta::Remove(
+                weir_xds::convert::key_from_wire(&wire).unwrap(),
+            ));
+        }
+        assert!(
+            rejected.is_empty(),
+            "the v0 data plane refused: {rejected:?}"
+        );
+        let report = dataplane.apply(&DeltaBatch { deltas }).await;
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        if update.complete {
+            dataplane.set_ready();
+        }
+        let ack = v0::DataPlaneMessage {
+            message: Some(v0::data_plane_message::Message::Ack(v0::Ack {
+                nonce: update.nonce,
+                rejected,
+            })),
+        };
+        if tx.send(ack).await.is_err() {
+            return;
+        }
+    }
+}
+
+pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t-compat";
+    let ip = ctx.gateway_ip();
+    let addr = SocketAddr::from((ip, support::free_port()));
+    cluster::apply(
+        c,
+        &[
+            build::namespace(ns, json!({})),
+            build::gateway_class(CLASS, NAME),
+        ],
+    )
+    .await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    let mut gw = build::gateway(
+        ns,
+        "gw",
+        ip,
+        json!([{"name": "http", "port": addr.port(), "protocol": "HTTP"}]),
+    );
+    gw["spec"]["gatewayClassName"] = CLASS.into();
+    let route = |svc: &str| {
+        build::route(
+            ns,
+            "r",
+            json!([{"name": "gw"}]),
+            &["compat.test"],
+            json!([build::rule("/", svc, None)]),
+        )
+    };
+    cluster::apply(c, &[gw, route("svc-a")]).await;
+
+    let xds = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let _controller = Proc(
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["controller", "--kubeconfig"])
+            .arg(&ctx.kubeconfig)
+            .args([
+                "--controller-name",
+                NAME,
+                "--ingress-class",
+                "none-here",
+                "--no-embedded-proxy",
+                "--no-access-log",
+                "--xds-auth",
+                "none",
+            ])
+            .arg(format!("--xds-listen={xds}"))
+            .arg(format!("--admin={admin}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting weir controller"),
+    );
+    let ok = support::eventually(Duration::from_secs(60), || async {
+        support::http1(admin, "localhost", "/ready")
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    assert!(ok, "the controller never became ready");
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let dataplane =
+        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
+    let client = tokio::spawn(v0_data_plane(xds, format!("{ns}/gw"), dataplane.clone()));
+    until_http(addr, "compat.test", "/", Ok("echo-a")).await;
+    // A change made in the API reaches the old data plane as a delta.
+    cluster::apply(c, &[route("svc-b")]).await;
+    until_http(addr, "compat.test", "/", Ok("echo-b")).await;
+    let page = support::http1(admin, "localhost", "/metrics")
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("weir_xds_data_plane_protocol_version{")
+                && l.contains("node=\"v0\"")
+                && l.ends_with(" 0")),
+        "the controller sees a version-0 data plane"
+    );
+    assert_eq!(
+        page.lines()
+            .find_map(|l| l.strip_prefix("weir_xds_resources_refused_total "))
+            .map(str::trim),
+        Some("0"),
+        "nothing refused"
+    );
+    client.abort();
+    dataplane.shutdown().await;
+}
