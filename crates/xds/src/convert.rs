@@ -435,6 +435,25 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
     )
 }
 
+/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 0
+/// does not know `jwtAuth` and would serve the routes it guards without the check, so a
+/// JWT policy reaches it as a policy that refuses every client (`ipRules` deny all, 403):
+/// closed until the data plane is upgraded.
+pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
+    match r {
+        Resource::Policy(p) if version == 0 && p.jwt_auth.is_some() => {
+            let name = p.jwt_auth.as_ref().map(|(n, _)| n.clone());
+            let p = p
+                .as_ref()
+                .clone()
+                .with_jwt_auth(None)
+                .with_ip_rules(name.map(|n| (n, Arc::new(IpRules::deny_all()))));
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
+        }
+        _ => std::borrow::Cow::Borrowed(r),
+    }
+}
+
 /// A key from the wire.
 pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResource> {
     use wire::resource_key::Key;

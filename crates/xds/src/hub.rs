@@ -7,6 +7,7 @@
 //! where a virtual host or SNI entry of the session's Gateway references them; a
 //! Gateway-wide policy goes to its Gateway's sessions (`ResourceKey::gateway`).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,7 +15,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
-use crate::convert::{key_to_wire, resource_to_wire, version_of};
+use crate::convert::{for_version, key_to_wire, resource_to_wire, version_of};
 use crate::proto as wire;
 
 /// The IR every session reads, and who must hear about which change.
@@ -163,6 +164,19 @@ impl Hub {
         node: &str,
         held: HashMap<ResourceKey, u64>,
     ) -> Session {
+        self.subscribe_as(gateway, node, held, crate::PROTOCOL_VERSION)
+    }
+
+    /// [`Hub::subscribe`] for a data plane that announced push protocol
+    /// `protocol_version`: what it would not enforce is sent in the form its version
+    /// knows ([`crate::convert::for_version`]).
+    pub fn subscribe_as(
+        self: &Arc<Self>,
+        gateway: &str,
+        node: &str,
+        held: HashMap<ResourceKey, u64>,
+        protocol_version: u32,
+    ) -> Session {
         let mut inner = self.lock();
         let id = inner.next_id;
         inner.next_id += 1;
@@ -208,6 +222,7 @@ impl Hub {
             in_flight: None,
             next_nonce: 1,
             updates: 0,
+            protocol_version,
         }
     }
 
@@ -287,6 +302,8 @@ pub struct Session {
     in_flight: Option<InFlight>,
     next_nonce: u64,
     updates: u64,
+    /// The data plane's push protocol version.
+    protocol_version: u32,
 }
 
 struct InFlight {
@@ -350,7 +367,7 @@ impl Session {
         let mut seen: HashSet<ResourceKey> = HashSet::with_capacity(work.len());
         // A key can be looked at twice (a reference count changed after it was seen): the
         // last look decides.
-        let mut changes: HashMap<ResourceKey, Option<&Resource>> = HashMap::new();
+        let mut changes: HashMap<ResourceKey, Option<Cow<'_, Resource>>> = HashMap::new();
         while let Some(k) = work.pop_front() {
             if !seen.insert(k.clone()) {
                 continue;
@@ -367,10 +384,11 @@ impl Session {
                     (Some(l), _) => mine(&l),
                     (None, Some(g)) => *g == self.gateway,
                     (None, None) => self.refs.get(&k).is_some_and(|n| *n > 0),
-                });
+                })
+                .map(|r| for_version(r, self.protocol_version));
             if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();
-                let new = desired.map(refs_of).unwrap_or_default();
+                let new = desired.as_deref().map(refs_of).unwrap_or_default();
                 for r in &new {
                     let n = self.refs.entry(r.clone()).or_insert(0);
                     *n += 1;
@@ -393,7 +411,7 @@ impl Session {
                     self.view_refs.insert(k.clone(), new);
                 }
             }
-            let want = desired.map(version_of);
+            let want = desired.as_deref().map(version_of);
             let held = self.sent.get(&k).copied();
             let unchanged = want == held
                 || (want.is_some() && self.rejected.get(&k).copied() == want)
@@ -404,7 +422,8 @@ impl Session {
                 changes.insert(k, desired);
             }
         }
-        let mut changes: Vec<(ResourceKey, Option<&Resource>)> = changes.into_iter().collect();
+        let mut changes: Vec<(ResourceKey, Option<Cow<'_, Resource>>)> =
+            changes.into_iter().collect();
         let first = self.updates == 0;
         if changes.is_empty() && !first {
             return None;
@@ -426,8 +445,8 @@ impl Session {
         for (k, r) in changes {
             match r {
                 Some(r) => {
-                    update.upserts.push(resource_to_wire(r));
-                    recorded.push((k, Some(version_of(r))));
+                    update.upserts.push(resource_to_wire(&r));
+                    recorded.push((k, Some(version_of(&r))));
                 }
                 None => {
                     update.removes.push(key_to_wire(&k));

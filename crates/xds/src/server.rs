@@ -211,7 +211,9 @@ impl ConfigDiscovery for XdsService {
         }
         let gateway = format!("{}/{}", sub.gateway_namespace, sub.gateway_name);
         tracing::info!(%gateway, node = %sub.node, held = held.len(), protocol_version = sub.protocol_version, "data plane subscribed");
-        let session = self.hub.subscribe(&gateway, &sub.node, held);
+        let session = self
+            .hub
+            .subscribe_as(&gateway, &sub.node, held, sub.protocol_version);
         let (tx, rx) = mpsc::channel(1);
         tokio::spawn(drive(
             self.hub.clone(),

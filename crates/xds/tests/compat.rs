@@ -96,6 +96,7 @@ async fn ack(tx: &tokio::sync::mpsc::Sender<v0::DataPlaneMessage>, nonce: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_plane_of_the_previous_release_receives_every_gateway_complete() {
     let mut sessions = 0;
+    let mut closed = 0;
     let mut resources = 0;
     for (input, ir) in common::golden_inputs() {
         let hub = Arc::new(Hub::default());
@@ -115,11 +116,20 @@ async fn a_data_plane_of_the_previous_release_receives_every_gateway_complete() 
             let (_tx, mut updates) = subscribe_v0(addr, &gw).await;
             let first = updates.message().await.unwrap().expect("a first update");
             assert!(first.complete, "{input} {gw}: the first update is complete");
-            let got: BTreeSet<ResourceKey> = first
-                .upserts
-                .iter()
-                .map(|r| rebuild_as_v0_reader(r).key())
-                .collect();
+            let rebuilt: Vec<Resource> = first.upserts.iter().map(rebuild_as_v0_reader).collect();
+            // A JWT policy, which version 0 cannot enforce, arrives closed: every client
+            // refused by address rules.
+            for r in &rebuilt {
+                if let Resource::Policy(p) = r
+                    && let Some(Resource::Policy(now)) = ir.iter().find(|x| x.key() == r.key())
+                    && now.jwt_auth.is_some()
+                {
+                    let (_, rules) = p.ip_rules.as_ref().expect("closed for version 0");
+                    assert!(!rules.admits("192.0.2.1".parse().unwrap()));
+                    closed += 1;
+                }
+            }
+            let got: BTreeSet<ResourceKey> = rebuilt.iter().map(Resource::key).collect();
             // What a data plane of this release would hold.
             let mut current = hub.subscribe(&gw, "current", Default::default());
             let want: BTreeSet<ResourceKey> = current
@@ -135,7 +145,13 @@ async fn a_data_plane_of_the_previous_release_receives_every_gateway_complete() 
             resources += got.len();
         }
     }
-    println!("v0 data plane: {sessions} Gateways, {resources} resources rebuilt");
+    println!(
+        "v0 data plane: {sessions} Gateways, {resources} resources rebuilt, {closed} JWT policies closed"
+    );
+    assert!(
+        closed >= 1,
+        "the JWT golden input reaches a version-0 data plane closed"
+    );
     assert!(
         sessions >= 10,
         "only {sessions} Gateways among the golden inputs"
