@@ -218,6 +218,15 @@ pub enum InvalidObject {
         /// The document's kind.
         kind: String,
     },
+    /// The object breaks rules the Kubernetes API server enforces (its CRD schema and CEL
+    /// rules, or a core kind's validation): it would be refused on create.
+    #[error("{object} is invalid: {}", .errors.join("; "))]
+    Rejected {
+        /// `Kind namespace/name` (or `Kind name`).
+        object: String,
+        /// Every problem, `field: what` in the API server's words.
+        errors: Vec<String>,
+    },
     /// A field has the wrong shape.
     #[error("{kind} {name}: field {field}: {message}")]
     Field {
