@@ -152,13 +152,6 @@ pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
     }
     if let Some(class) = str_of(spec, "ingressClassName") {
         check("spec.ingressClassName", class, names::dns1123_subdomain(class), errs);
-        if doc["metadata"]["annotations"].get("kubernetes.io/ingress.class").is_some() {
-            errs.push(FieldError::invalid(
-                "metadata.annotations[kubernetes.io/ingress.class]",
-                str_of(&doc["metadata"]["annotations"], "kubernetes.io/ingress.class").unwrap_or(""),
-                "can not be set when the class field is also set",
-            ));
-        }
     }
     for (i, rule) in rules.iter().enumerate() {
         if let Some(host) = str_of(rule, "host").filter(|h| !h.is_empty()) {

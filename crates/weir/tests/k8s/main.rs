@@ -24,6 +24,7 @@ mod rbac;
 mod refs;
 mod scale;
 mod split;
+mod validation;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -86,6 +87,7 @@ const TESTS: &[(&str, Test)] = tests![
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
     scale::attached_routes_follow_a_thousand_routes,
+    validation::corpus_verdicts_match_the_api_server,
 ];
 
 fn main() -> ExitCode {
