@@ -178,3 +178,32 @@ fn real_schemas_and_core_kinds() {
     let other = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "_"}});
     assert!(check(other).is_empty(), "kinds weir does not read are the reader's to name");
 }
+
+/// UDPRoute's bounds come from its CRD schema (the union of the served versions: v1
+/// allows one rule, v1alpha2 sixteen).
+#[test]
+fn udp_route_bounds_come_from_the_schema() {
+    let route = |version: &str, spec: Value| {
+        check(json!({"apiVersion": format!("gateway.networking.k8s.io/{version}"), "kind": "UDPRoute",
+                     "metadata": {"name": "u", "namespace": "ns"}, "spec": spec}))
+    };
+    let ok = json!({"parentRefs": [{"name": "gw"}],
+                    "rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": 2}]}]});
+    assert!(route("v1", ok).is_empty());
+    let backend = json!({"rules": [{"backendRefs": [{"group": "weir.dev", "kind": "Backend", "name": "b"}]}]});
+    assert!(route("v1", backend).is_empty(), "a Backend needs no port");
+    let two_rules = json!({"rules": [{"backendRefs": [{"name": "a", "port": 53}]},
+                                     {"backendRefs": [{"name": "b", "port": 53}]}]});
+    assert!(route("v1alpha2", two_rules.clone()).is_empty());
+    assert_eq!(route("v1", two_rules), ["spec.rules: Too many: 2: must have at most 1 items"]);
+    for (spec, field) in [
+        (json!({"parentRefs": [{"name": "gw"}]}), "spec.rules: Required value"),
+        (json!({"rules": []}), "spec.rules: Invalid value: \"0\""),
+        (json!({"rules": [{"backendRefs": [{"name": "dns"}]}]}), "Must have port for Service reference"),
+        (json!({"rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": -1}]}]}), "spec.rules[0].backendRefs[0].weight: Invalid value: -1"),
+        (json!({"rules": [{"backendRefs": []}]}), "spec.rules[0].backendRefs: Invalid value: \"0\""),
+    ] {
+        let e = route("v1alpha2", spec);
+        assert!(e.iter().any(|e| e.contains(field)), "{field}: {e:?}");
+    }
+}
