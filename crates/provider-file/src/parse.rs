@@ -114,7 +114,9 @@ fn to_object(mut value: Value) -> Result<Object, DocError> {
     }
     let probe = probe(&value);
     Object::from_value(value).map_err(|error| DocError {
-        key: probe.and_then(|p| Object::from_value(p).ok()).map(|o| o.key()),
+        key: probe
+            .and_then(|p| Object::from_value(p).ok())
+            .map(|o| o.key()),
         error,
     })
 }

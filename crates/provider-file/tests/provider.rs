@@ -70,15 +70,26 @@ fn reads_multi_document_files_with_document_indexes() {
 fn objects_the_api_server_would_refuse_are_rejected_alone() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.yaml");
-    write(&file, &format!("{}---
-{}", route("r", "Exact"), ns("a", "x")));
+    write(
+        &file,
+        &format!(
+            "{}---
+{}",
+            route("r", "Exact"),
+            ns("a", "x")
+        ),
+    );
     let mut p = FileProvider::new(dir.path());
     assert!(p.load_all().errors.is_empty());
 
     write(
         &file,
-        &format!("{}---
-{}", route("r", "Glob"), ns("a", "two words")),
+        &format!(
+            "{}---
+{}",
+            route("r", "Glob"),
+            ns("a", "two words")
+        ),
     );
     let u = p.reload(std::slice::from_ref(&file));
     assert!(u.upserts.is_empty() && u.deletes.is_empty(), "{u:?}");
@@ -91,16 +102,29 @@ fn objects_the_api_server_would_refuse_are_rejected_alone() {
         )),
         "{shown:?}"
     );
-    assert!(shown[0].ends_with("; keeping its previous version"), "{shown:?}");
-    assert!(shown[1].contains("metadata.labels: Invalid value: \"two words\""), "{shown:?}");
+    assert!(
+        shown[0].ends_with("; keeping its previous version"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].contains("metadata.labels: Invalid value: \"two words\""),
+        "{shown:?}"
+    );
     assert_eq!(u.errors[0].object.as_deref(), Some("HTTPRoute ns/r"));
     assert_eq!(u.errors[0].kind, FileErrorKind::InvalidObject);
     assert_eq!(label(p.get(&ns_key("a")).unwrap()), "x");
     assert!(p.get(&route_key("r")).is_some());
 
     // A valid sibling beside a refused object is served.
-    write(&file, &format!("{}---
-{}", route("r", "Glob"), ns("a", "z")));
+    write(
+        &file,
+        &format!(
+            "{}---
+{}",
+            route("r", "Glob"),
+            ns("a", "z")
+        ),
+    );
     let u = p.reload(std::slice::from_ref(&file));
     assert_eq!(upserted(&u), vec![ns_key("a")], "{u:?}");
     assert_eq!(u.errors.len(), 1, "{:?}", u.errors);

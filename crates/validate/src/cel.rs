@@ -69,8 +69,7 @@ impl Rule {
     /// a failure too).
     pub(crate) fn check(&self, value: &Value, properties: bool) -> Result<bool, String> {
         let mut ctx = Context::with_env(Arc::clone(&ENV));
-        ctx.add_function("isIP", is_ip)
-            .map_err(|e| e.to_string())?;
+        ctx.add_function("isIP", is_ip).map_err(|e| e.to_string())?;
         ctx.add_function("duration", duration)
             .map_err(|e| e.to_string())?;
         ctx.add_variable_from_value("self", to_cel(value, properties));
@@ -98,8 +97,9 @@ fn is_ip(s: Arc<String>) -> bool {
 /// Kubernetes' `duration(string)` (Go duration syntax: `1h30m`, `500ms`, `-1.5s`), as
 /// nanoseconds: rules only compare durations with each other, which integers do exactly.
 fn duration(s: Arc<String>) -> Result<i64, cel::ExecutionError> {
-    parse_go_duration(&s)
-        .ok_or_else(|| cel::ExecutionError::function_error("duration", format!("invalid duration {s:?}")))
+    parse_go_duration(&s).ok_or_else(|| {
+        cel::ExecutionError::function_error("duration", format!("invalid duration {s:?}"))
+    })
 }
 
 /// Parses Go's `time.ParseDuration` syntax into nanoseconds.
@@ -152,8 +152,25 @@ pub(crate) fn parse_go_duration(s: &str) -> Option<i64> {
 /// `__…__`; `__`, `.`, `-` and `/` are spelled out.
 pub(crate) fn escape_property(name: &str) -> String {
     const RESERVED: [&str; 20] = [
-        "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-        "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
         "void",
     ];
     if RESERVED.contains(&name) || name == "while" {
@@ -212,29 +229,78 @@ mod tests {
 
     #[test]
     fn kubernetes_functions() {
-        assert_eq!(eval("self.all(h, !isIP(h))", json!(["a.test", "b.test"])), Ok(true));
-        assert_eq!(eval("self.all(h, !isIP(h))", json!(["a.test", "10.0.0.1"])), Ok(false));
+        assert_eq!(
+            eval("self.all(h, !isIP(h))", json!(["a.test", "b.test"])),
+            Ok(true)
+        );
+        assert_eq!(
+            eval("self.all(h, !isIP(h))", json!(["a.test", "10.0.0.1"])),
+            Ok(false)
+        );
         assert_eq!(eval("isIP(self)", json!("fe80::1")), Ok(true));
         assert_eq!(eval("isIP(self)", json!("010.0.0.1")), Ok(false));
         assert_eq!(eval("isIP(self)", json!("fe80::1%eth0")), Ok(false));
         let timeouts = "!(has(self.request) && has(self.backendRequest) && duration(self.request) != duration('0s') && duration(self.backendRequest) > duration(self.request))";
-        assert_eq!(eval(timeouts, json!({"request": "1s", "backendRequest": "1500ms"})), Ok(false));
-        assert_eq!(eval(timeouts, json!({"request": "1m", "backendRequest": "59.5s"})), Ok(true));
-        assert_eq!(eval(timeouts, json!({"request": "0s", "backendRequest": "1h"})), Ok(true));
+        assert_eq!(
+            eval(
+                timeouts,
+                json!({"request": "1s", "backendRequest": "1500ms"})
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            eval(
+                timeouts,
+                json!({"request": "1m", "backendRequest": "59.5s"})
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval(timeouts, json!({"request": "0s", "backendRequest": "1h"})),
+            Ok(true)
+        );
         assert!(eval("duration(self) > duration('1s')", json!("5 parsecs")).is_err());
     }
 
     #[test]
     fn standard_macros_and_string_functions() {
         let rules = [
-            ("self.filter(f, f.type == 'CORS').size() <= 1", json!([{"type": "CORS"}, {"type": "CORS"}]), false),
-            ("self.exists(f, f == 'a') && self.exists_one(f, f == 'b')", json!(["a", "b"]), true),
-            ("self.all(k, k.split('/')[0].size() < 5)", json!({"abc/d": "x", "abcdef": "y"}), false),
-            ("self.startsWith('*.') && self.substring(2).matches('^[a-z.]+$')", json!("*.a.test"), true),
-            ("self.endsWith('.cluster.local') || self.contains('//')", json!("/a//b"), true),
-            ("size(self.group) == 0 && !has(self.port)", json!({"group": "", "kind": "Service"}), true),
+            (
+                "self.filter(f, f.type == 'CORS').size() <= 1",
+                json!([{"type": "CORS"}, {"type": "CORS"}]),
+                false,
+            ),
+            (
+                "self.exists(f, f == 'a') && self.exists_one(f, f == 'b')",
+                json!(["a", "b"]),
+                true,
+            ),
+            (
+                "self.all(k, k.split('/')[0].size() < 5)",
+                json!({"abc/d": "x", "abcdef": "y"}),
+                false,
+            ),
+            (
+                "self.startsWith('*.') && self.substring(2).matches('^[a-z.]+$')",
+                json!("*.a.test"),
+                true,
+            ),
+            (
+                "self.endsWith('.cluster.local') || self.contains('//')",
+                json!("/a//b"),
+                true,
+            ),
+            (
+                "size(self.group) == 0 && !has(self.port)",
+                json!({"group": "", "kind": "Service"}),
+                true,
+            ),
             ("'*' in self && self.size() > 1", json!(["*", "x"]), true),
-            ("self.value.matches(r\"\"\"^(\\*\\.)?[a-z0-9]+$\"\"\")", json!({"value": "*.ab"}), true),
+            (
+                "self.value.matches(r\"\"\"^(\\*\\.)?[a-z0-9]+$\"\"\")",
+                json!({"value": "*.ab"}),
+                true,
+            ),
         ];
         for (rule, value, want) in rules {
             assert_eq!(eval(rule, value), Ok(want), "{rule}");
@@ -244,16 +310,35 @@ mod tests {
     #[test]
     fn multi_line_rules_and_escaped_properties() {
         let rule = "self.all(p1, self.exists_one(p2,\n  (has(p1.__namespace__) && has(p2.__namespace__)\n   ? p1.__namespace__ == p2.__namespace__ : true) && p1.name == p2.name))";
-        assert_eq!(eval(rule, json!([{"name": "a", "namespace": "x"}, {"name": "a", "namespace": "y"}])), Ok(true));
-        assert_eq!(eval(rule, json!([{"name": "a", "namespace": "x"}, {"name": "a", "namespace": "x"}])), Ok(false));
-        assert_eq!(escape_property("a.b-c/d__e"), "a__dot__b__dash__c__slash__d__underscores__e");
+        assert_eq!(
+            eval(
+                rule,
+                json!([{"name": "a", "namespace": "x"}, {"name": "a", "namespace": "y"}])
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval(
+                rule,
+                json!([{"name": "a", "namespace": "x"}, {"name": "a", "namespace": "x"}])
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            escape_property("a.b-c/d__e"),
+            "a__dot__b__dash__c__slash__d__underscores__e"
+        );
         assert_eq!(escape_property("while"), "__while__");
     }
 
     #[test]
     fn missing_fields_are_errors_and_transition_rules_are_skipped() {
         assert!(eval("self.mode == 'Terminate'", json!({})).is_err());
-        assert!(Rule::compile("self == oldSelf", None, None).unwrap().is_none());
+        assert!(
+            Rule::compile("self == oldSelf", None, None)
+                .unwrap()
+                .is_none()
+        );
         assert!(Rule::compile("self.all(", None, None).is_err());
     }
 

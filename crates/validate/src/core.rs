@@ -14,7 +14,9 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 fn unsupported(field: &str, value: &str, supported: &[&str], errs: &mut Errs) {
@@ -46,7 +48,11 @@ fn port_number(field: &str, v: &Value, errs: &mut Errs) {
 /// A host of an Ingress rule or TLS entry: a DNS subdomain or a wildcard one, never an IP.
 fn ingress_host(field: &str, host: &str, errs: &mut Errs) {
     if names::is_ip(host) {
-        errs.push(FieldError::invalid(field, host, "must be a DNS name, not an IP address"));
+        errs.push(FieldError::invalid(
+            field,
+            host,
+            "must be a DNS name, not an IP address",
+        ));
     } else if host.contains('*') {
         check(field, host, names::wildcard_subdomain(host), errs);
     } else {
@@ -76,10 +82,18 @@ fn ingress_backend(field: &str, b: &Value, errs: &mut Errs) {
         }
         (Some(s), None) => {
             let name = str_of(s, "name").unwrap_or("");
-            check(&format!("{field}.service.name"), name, names::dns1035_label(name), errs);
+            check(
+                &format!("{field}.service.name"),
+                name,
+                names::dns1035_label(name),
+                errs,
+            );
             let port = s.get("port").unwrap_or(&Value::Null);
             let pf = format!("{field}.service.port");
-            match (str_of(port, "name").filter(|n| !n.is_empty()), port.get("number")) {
+            match (
+                str_of(port, "name").filter(|n| !n.is_empty()),
+                port.get("number"),
+            ) {
                 (Some(_), Some(n)) if n.as_i64() != Some(0) => errs.push(FieldError::invalid(
                     &pf,
                     "",
@@ -103,19 +117,30 @@ fn ingress_path(field: &str, p: &Value, errs: &mut Errs) {
     let path = str_of(p, "path").unwrap_or("");
     let pf = format!("{field}.path");
     match str_of(p, "pathType") {
-        None => errs.push(FieldError::required(&format!("{field}.pathType"), "pathType must be specified")),
+        None => errs.push(FieldError::required(
+            &format!("{field}.pathType"),
+            "pathType must be specified",
+        )),
         Some("Exact" | "Prefix") => {
             if !path.starts_with('/') {
                 errs.push(FieldError::invalid(&pf, path, "must be an absolute path"));
             }
             for bad in BAD_PATH_PARTS {
                 if path.contains(bad) {
-                    errs.push(FieldError::invalid(&pf, path, format!("must not contain '{bad}'")));
+                    errs.push(FieldError::invalid(
+                        &pf,
+                        path,
+                        format!("must not contain '{bad}'"),
+                    ));
                 }
             }
             for bad in ["/..", "/."] {
                 if path.ends_with(bad) {
-                    errs.push(FieldError::invalid(&pf, path, format!("cannot end with '{bad}'")));
+                    errs.push(FieldError::invalid(
+                        &pf,
+                        path,
+                        format!("cannot end with '{bad}'"),
+                    ));
                 }
             }
         }
@@ -151,7 +176,12 @@ pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
         ));
     }
     if let Some(class) = str_of(spec, "ingressClassName") {
-        check("spec.ingressClassName", class, names::dns1123_subdomain(class), errs);
+        check(
+            "spec.ingressClassName",
+            class,
+            names::dns1123_subdomain(class),
+            errs,
+        );
     }
     for (i, rule) in rules.iter().enumerate() {
         if let Some(host) = str_of(rule, "host").filter(|h| !h.is_empty()) {
@@ -160,7 +190,10 @@ pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
         if let Some(http) = rule.get("http") {
             let paths = list(http, "paths");
             if paths.is_empty() {
-                errs.push(FieldError::required(&format!("spec.rules[{i}].http.paths"), ""));
+                errs.push(FieldError::required(
+                    &format!("spec.rules[{i}].http.paths"),
+                    "",
+                ));
             }
             for (j, p) in paths.iter().enumerate() {
                 ingress_path(&format!("spec.rules[{i}].http.paths[{j}]"), p, errs);
@@ -257,7 +290,11 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
         && ip != "None"
         && !names::is_ip(ip)
     {
-        errs.push(FieldError::invalid("spec.clusterIP", ip, "must be a valid IP address or \"None\""));
+        errs.push(FieldError::invalid(
+            "spec.clusterIP",
+            ip,
+            "must be a valid IP address or \"None\"",
+        ));
     }
     if let Some(a) = str_of(spec, "sessionAffinity")
         && a != "ClientIP"
@@ -270,7 +307,9 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
     for (i, p) in ports.iter().enumerate() {
         let field = format!("spec.ports[{i}]");
         match str_of(p, "name").filter(|n| !n.is_empty()) {
-            None if ports.len() > 1 => errs.push(FieldError::required(&format!("{field}.name"), "")),
+            None if ports.len() > 1 => {
+                errs.push(FieldError::required(&format!("{field}.name"), ""))
+            }
             None => {}
             Some(n) => {
                 check(&format!("{field}.name"), n, names::dns1123_label(n), errs);
@@ -284,13 +323,27 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
                 seen_names.push(n);
             }
         }
-        port_number(&format!("{field}.port"), p.get("port").unwrap_or(&Value::Null), errs);
+        port_number(
+            &format!("{field}.port"),
+            p.get("port").unwrap_or(&Value::Null),
+            errs,
+        );
         let protocol = str_of(p, "protocol").unwrap_or("TCP");
         if !["TCP", "UDP", "SCTP"].contains(&protocol) {
-            unsupported(&format!("{field}.protocol"), protocol, &["SCTP", "TCP", "UDP"], errs);
+            unsupported(
+                &format!("{field}.protocol"),
+                protocol,
+                &["SCTP", "TCP", "UDP"],
+                errs,
+            );
         }
         match p.get("targetPort") {
-            Some(Value::String(s)) => check(&format!("{field}.targetPort"), s, names::iana_svc_name(s), errs),
+            Some(Value::String(s)) => check(
+                &format!("{field}.targetPort"),
+                s,
+                names::iana_svc_name(s),
+                errs,
+            ),
             Some(n @ Value::Number(_)) if n.as_i64() != Some(0) => {
                 port_number(&format!("{field}.targetPort"), n, errs)
             }
@@ -306,7 +359,10 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
         if seen_ports.contains(&key) {
             errs.push(FieldError {
                 field: field.clone(),
-                kind: ErrorType::Duplicate(format!("{{port: {}, protocol: {protocol}}}", key.0.unwrap_or(0))),
+                kind: ErrorType::Duplicate(format!(
+                    "{{port: {}, protocol: {protocol}}}",
+                    key.0.unwrap_or(0)
+                )),
                 detail: String::new(),
             });
         }
@@ -330,7 +386,10 @@ const MAX_SECRET_BYTES: usize = 1024 * 1024;
 pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
     let mut keys: Vec<&str> = Vec::new();
     let mut size = 0;
-    for (field, map) in [("data", doc.get("data")), ("stringData", doc.get("stringData"))] {
+    for (field, map) in [
+        ("data", doc.get("data")),
+        ("stringData", doc.get("stringData")),
+    ] {
         let Some(map) = map.and_then(Value::as_object) else {
             continue;
         };
@@ -390,7 +449,12 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
             }
         }
         "kubernetes.io/service-account-token" => {
-            if str_of(&doc["metadata"]["annotations"], "kubernetes.io/service-account.name").is_none_or(str::is_empty) {
+            if str_of(
+                &doc["metadata"]["annotations"],
+                "kubernetes.io/service-account.name",
+            )
+            .is_none_or(str::is_empty)
+            {
                 errs.push(FieldError::required(
                     "metadata.annotations[kubernetes.io/service-account.name]",
                     "",
@@ -398,7 +462,11 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
             }
         }
         ty @ ("kubernetes.io/dockercfg" | "kubernetes.io/dockerconfigjson") => {
-            let key = if ty == "kubernetes.io/dockercfg" { ".dockercfg" } else { ".dockerconfigjson" };
+            let key = if ty == "kubernetes.io/dockercfg" {
+                ".dockercfg"
+            } else {
+                ".dockerconfigjson"
+            };
             match data_of(key) {
                 None => errs.push(FieldError::required(&format!("data[{key}]"), "")),
                 Some(text) => {
@@ -477,7 +545,10 @@ pub(crate) fn endpoint_slice(doc: &Value, errs: &mut Errs) {
         let addresses = list(e, "addresses");
         let field = format!("endpoints[{i}].addresses");
         if addresses.is_empty() {
-            errs.push(FieldError::required(&field, "must contain at least 1 address"));
+            errs.push(FieldError::required(
+                &field,
+                "must contain at least 1 address",
+            ));
         } else if addresses.len() > 100 {
             errs.push(FieldError {
                 field: field.clone(),
@@ -490,17 +561,32 @@ pub(crate) fn endpoint_slice(doc: &Value, errs: &mut Errs) {
             endpoint_address(&format!("{field}[{j}]"), a, ty.unwrap_or(""), errs);
         }
         if let Some(h) = str_of(e, "hostname") {
-            check(&format!("endpoints[{i}].hostname"), h, names::dns1123_label(h), errs);
+            check(
+                &format!("endpoints[{i}].hostname"),
+                h,
+                names::dns1123_label(h),
+                errs,
+            );
         }
         if let Some(n) = str_of(e, "nodeName") {
-            check(&format!("endpoints[{i}].nodeName"), n, names::dns1123_subdomain(n), errs);
+            check(
+                &format!("endpoints[{i}].nodeName"),
+                n,
+                names::dns1123_subdomain(n),
+                errs,
+            );
         }
     }
     let mut seen = Vec::new();
     for (i, p) in list(doc, "ports").iter().enumerate() {
         let name = str_of(p, "name").unwrap_or("");
         if !name.is_empty() {
-            check(&format!("ports[{i}].name"), name, names::dns1123_label(name), errs);
+            check(
+                &format!("ports[{i}].name"),
+                name,
+                names::dns1123_label(name),
+                errs,
+            );
         }
         if seen.contains(&name) {
             errs.push(FieldError {
@@ -513,20 +599,35 @@ pub(crate) fn endpoint_slice(doc: &Value, errs: &mut Errs) {
         if let Some(proto) = str_of(p, "protocol")
             && !["TCP", "UDP", "SCTP"].contains(&proto)
         {
-            unsupported(&format!("ports[{i}].protocol"), proto, &["SCTP", "TCP", "UDP"], errs);
+            unsupported(
+                &format!("ports[{i}].protocol"),
+                proto,
+                &["SCTP", "TCP", "UDP"],
+                errs,
+            );
         }
     }
 }
 
 fn endpoint_address(field: &str, a: &str, ty: &str, errs: &mut Errs) {
     let ip = match ty {
-        "IPv4" => a.parse::<std::net::Ipv4Addr>().map(std::net::IpAddr::V4).ok(),
-        "IPv6" => a.parse::<std::net::Ipv6Addr>().map(std::net::IpAddr::V6).ok(),
+        "IPv4" => a
+            .parse::<std::net::Ipv4Addr>()
+            .map(std::net::IpAddr::V4)
+            .ok(),
+        "IPv6" => a
+            .parse::<std::net::Ipv6Addr>()
+            .map(std::net::IpAddr::V6)
+            .ok(),
         "FQDN" => return check(field, a, names::dns1123_subdomain(a), errs),
         _ => return,
     };
     let Some(ip) = ip else {
-        return errs.push(FieldError::invalid(field, a, format!("must be a valid {ty} address")));
+        return errs.push(FieldError::invalid(
+            field,
+            a,
+            format!("must be a valid {ty} address"),
+        ));
     };
     let special = if ip.is_unspecified() {
         Some("may not be unspecified (0.0.0.0)")
@@ -556,7 +657,12 @@ fn link_local(ip: std::net::IpAddr) -> bool {
 pub(crate) fn namespace(doc: &Value, errs: &mut Errs) {
     for (i, f) in list(&doc["spec"], "finalizers").iter().enumerate() {
         let f = f.as_str().unwrap_or("");
-        check(&format!("spec.finalizers[{i}]"), f, names::qualified_name(f), errs);
+        check(
+            &format!("spec.finalizers[{i}]"),
+            f,
+            names::qualified_name(f),
+            errs,
+        );
     }
 }
 

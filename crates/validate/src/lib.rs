@@ -29,10 +29,10 @@ use std::sync::{LazyLock, OnceLock};
 use serde_json::Value;
 
 pub use crate::cel::InvalidRule;
-pub use crate::error::{ErrorType, FieldError};
-pub use crate::schema::InvalidSchema;
 use crate::error::Path;
+pub use crate::error::{ErrorType, FieldError};
 use crate::meta::NameRule;
+pub use crate::schema::InvalidSchema;
 use crate::schema::Schema;
 
 /// Gateway API v1.6.3 (experimental channel) and v1.4.0's XListenerSet.
@@ -129,7 +129,11 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
         meta::validate(doc, NameRule::Subdomain, namespaced, &mut errs);
         match schema {
             Ok(schema) => apply_schema(schema, doc, &mut errs),
-            Err(e) => errs.push(FieldError::invalid("", &kind, format!("schema unusable: {e}"))),
+            Err(e) => errs.push(FieldError::invalid(
+                "",
+                &kind,
+                format!("schema unusable: {e}"),
+            )),
         }
     } else if CRD_GROUPS.contains(&group)
         || matches!(

@@ -24,7 +24,10 @@ const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut Vec<FieldError>) {
     let meta = &doc["metadata"];
     match meta.get("name").and_then(Value::as_str) {
-        None | Some("") => errs.push(FieldError::required("metadata.name", "name or generateName is required")),
+        None | Some("") => errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        )),
         Some(name) => {
             let problem = match rule {
                 NameRule::Subdomain => names::dns1123_subdomain(name),
@@ -54,7 +57,11 @@ pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut
                         errs.push(FieldError::invalid(field, v, p));
                     }
                 }
-                None => errs.push(FieldError::invalid(field, &v.to_string(), "must be a string")),
+                None => errs.push(FieldError::invalid(
+                    field,
+                    &v.to_string(),
+                    "must be a string",
+                )),
             }
         }
     }

@@ -8,7 +8,8 @@ fn label_chars(s: &str) -> bool {
     !b.is_empty()
         && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
         && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
 /// RFC 1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63): the problems, if any.
@@ -95,7 +96,8 @@ pub(crate) fn iana_svc_name(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 15
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && b.iter().any(u8::is_ascii_lowercase)
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
@@ -114,7 +116,9 @@ pub(crate) fn config_map_key(s: &str) -> Option<String> {
         && s != "."
         && s != ".."
         && !s.starts_with("..");
-    (!ok).then(|| "a valid config key must consist of alphanumeric characters, '-', '_' or '.'".into())
+    (!ok).then(|| {
+        "a valid config key must consist of alphanumeric characters, '-', '_' or '.'".into()
+    })
 }
 
 /// Whether `s` is an IP address (IPv4 without leading zeros, or IPv6).

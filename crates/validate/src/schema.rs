@@ -160,7 +160,12 @@ impl Schema {
             Some("map") => ListType::Map(
                 m.get("x-kubernetes-list-map-keys")
                     .and_then(Value::as_array)
-                    .map(|keys| keys.iter().filter_map(Value::as_str).map(Into::into).collect())
+                    .map(|keys| {
+                        keys.iter()
+                            .filter_map(Value::as_str)
+                            .map(Into::into)
+                            .collect()
+                    })
                     .unwrap_or_default(),
             ),
             _ => ListType::Atomic,
@@ -347,7 +352,11 @@ impl Schema {
                 if let Some(min) = self.minimum
                     && (x < min || self.exclusive_minimum && x == min)
                 {
-                    let rel = if self.exclusive_minimum { "greater than" } else { "greater than or equal to" };
+                    let rel = if self.exclusive_minimum {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
                     errs.push(FieldError {
                         field: field.to_owned(),
                         kind: ErrorType::Invalid(shown.clone()),
@@ -357,7 +366,11 @@ impl Schema {
                 if let Some(max) = self.maximum
                     && (x > max || self.exclusive_maximum && x == max)
                 {
-                    let rel = if self.exclusive_maximum { "less than" } else { "less than or equal to" };
+                    let rel = if self.exclusive_maximum {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
                     errs.push(FieldError {
                         field: field.to_owned(),
                         kind: ErrorType::Invalid(shown),
@@ -400,7 +413,11 @@ impl Schema {
         }
         let mut scratch = Vec::new();
         if !self.one_of.is_empty() {
-            let n = self.one_of.iter().filter(|s| s.conforms(value, &mut scratch)).count();
+            let n = self
+                .one_of
+                .iter()
+                .filter(|s| s.conforms(value, &mut scratch))
+                .count();
             if n != 1 {
                 errs.push(FieldError::invalid(
                     field,
@@ -499,14 +516,17 @@ impl Schema {
                 ListType::Set => items[..j].contains(item).then(|| item.to_string()),
                 ListType::Map(keys) => {
                     let k = key(item, keys);
-                    items[..j].iter().any(|other| key(other, keys) == k).then(|| {
-                        let shown: Map<String, Value> = keys
-                            .iter()
-                            .zip(k)
-                            .map(|(name, v)| (name.to_string(), v))
-                            .collect();
-                        Value::Object(shown).to_string()
-                    })
+                    items[..j]
+                        .iter()
+                        .any(|other| key(other, keys) == k)
+                        .then(|| {
+                            let shown: Map<String, Value> = keys
+                                .iter()
+                                .zip(k)
+                                .map(|(name, v)| (name.to_string(), v))
+                                .collect();
+                            Value::Object(shown).to_string()
+                        })
                 }
             };
             if let Some(shown) = duplicate {
@@ -530,7 +550,8 @@ impl Schema {
         }
         match value {
             Value::Object(map) => map.iter().all(|(name, child)| {
-                self.property(name).is_none_or(|s| s.conforms(child, scratch))
+                self.property(name)
+                    .is_none_or(|s| s.conforms(child, scratch))
             }),
             Value::Array(items) => match &self.items {
                 Some(s) => items.iter().all(|i| s.conforms(i, scratch)),

@@ -29,8 +29,17 @@ fn types_enums_and_bounds() {
         "name": {"type": "string", "minLength": 1, "maxLength": 3, "pattern": "^[a-z]+$"},
         "weight": {"type": "integer", "minimum": 0, "exclusiveMaximum": true, "maximum": 10}
     }});
-    assert!(errors(s.clone(), json!({"port": 80, "mode": "A", "name": "ab", "weight": 9})).is_empty());
-    let e = errors(s.clone(), json!({"port": 0, "mode": "C", "name": "ABCD", "weight": 10}));
+    assert!(
+        errors(
+            s.clone(),
+            json!({"port": 80, "mode": "A", "name": "ab", "weight": 9})
+        )
+        .is_empty()
+    );
+    let e = errors(
+        s.clone(),
+        json!({"port": 0, "mode": "C", "name": "ABCD", "weight": 10}),
+    );
     assert_eq!(
         e,
         [
@@ -46,7 +55,11 @@ fn types_enums_and_bounds() {
         ["port: Invalid value: \"string\": must be of type integer"]
     );
     // Lengths count characters: three two-byte characters fit in maxLength 3.
-    assert_eq!(errors(s, json!({"name": "ééé"})).len(), 1, "only the pattern fails");
+    assert_eq!(
+        errors(s, json!({"name": "ééé"})).len(),
+        1,
+        "only the pattern fails"
+    );
 }
 
 #[test]
@@ -59,7 +72,10 @@ fn required_items_and_lists() {
         "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
     }});
     assert_eq!(errors(s.clone(), json!({})), ["refs: Required value"]);
-    let e = errors(s.clone(), json!({"refs": [{"name": "a"}, {"name": "a", "port": 1}, {"port": 2}], "tags": ["x", "y", "x"]}));
+    let e = errors(
+        s.clone(),
+        json!({"refs": [{"name": "a"}, {"name": "a", "port": 1}, {"port": 2}], "tags": ["x", "y", "x"]}),
+    );
     assert_eq!(
         e,
         [
@@ -102,12 +118,12 @@ fn pruning_defaults_and_nulls() {
 fn one_of_any_of_not_and_formats() {
     // The shape of a Gateway address: an IPAddress value must be an IP.
     let s = json!({"type": "object",
-        "properties": {"type": {"type": "string"}, "value": {"type": "string"}},
-        "oneOf": [
-            {"properties": {"type": {"enum": ["IPAddress"]},
-                            "value": {"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}}},
-            {"properties": {"type": {"not": {"enum": ["IPAddress"]}}}}
-        ]});
+    "properties": {"type": {"type": "string"}, "value": {"type": "string"}},
+    "oneOf": [
+        {"properties": {"type": {"enum": ["IPAddress"]},
+                        "value": {"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}}},
+        {"properties": {"type": {"not": {"enum": ["IPAddress"]}}}}
+    ]});
     assert!(errors(s.clone(), json!({"type": "IPAddress", "value": "10.0.0.1"})).is_empty());
     assert!(errors(s.clone(), json!({"type": "Hostname", "value": "a.test"})).is_empty());
     assert_eq!(
@@ -129,9 +145,18 @@ fn cel_rules_see_defaults_and_report_field_paths() {
             {"rule": "self == oldSelf", "message": "immutable"}]}
     }, "x-kubernetes-validations": [
         {"rule": "!has(self.port) || self.port > 0", "message": "port must be positive", "fieldPath": ".port"}]});
-    assert!(errors(s.clone(), json!({"listeners": [{"protocol": "HTTP"}], "port": 5})).is_empty());
+    assert!(
+        errors(
+            s.clone(),
+            json!({"listeners": [{"protocol": "HTTP"}], "port": 5})
+        )
+        .is_empty()
+    );
     assert_eq!(
-        errors(s, json!({"listeners": [{"protocol": "TLS", "tls": {}}], "port": 0})),
+        errors(
+            s,
+            json!({"listeners": [{"protocol": "TLS", "tls": {}}], "port": 0})
+        ),
         [
             "listeners: Invalid value: \"array\": TLS listeners pass through",
             "port: Invalid value: \"object\": port must be positive",
@@ -159,8 +184,15 @@ fn real_schemas_and_core_kinds() {
     assert_eq!(check(route("/a", json!(["a.test"]))), Vec::<String>::new());
     let e = check(route("a//b", json!(["A.test", "10.0.0.1"])));
     assert!(e.iter().any(|e| e.starts_with("spec.rules[0].matches[0].path: Invalid value: \"object\": value must be an absolute path")), "{e:?}");
-    assert!(e.iter().any(|e| e.contains("must not contain '//'")), "{e:?}");
-    assert!(e.iter().any(|e| e.starts_with("spec.hostnames[0]: Invalid value: \"A.test\": should match")), "{e:?}");
+    assert!(
+        e.iter().any(|e| e.contains("must not contain '//'")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("spec.hostnames[0]: Invalid value: \"A.test\": should match")),
+        "{e:?}"
+    );
     // An IP matches HTTPRoute's hostname pattern: the API server accepts it there.
     assert_eq!(e.len(), 3, "{e:?}");
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
@@ -175,8 +207,12 @@ fn real_schemas_and_core_kinds() {
     );
     let unserved = json!({"apiVersion": "gateway.networking.k8s.io/v9", "kind": "HTTPRoute", "metadata": {"name": "r"}});
     assert_eq!(check(unserved).len(), 1);
-    let other = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "_"}});
-    assert!(check(other).is_empty(), "kinds weir does not read are the reader's to name");
+    let other =
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "_"}});
+    assert!(
+        check(other).is_empty(),
+        "kinds weir does not read are the reader's to name"
+    );
 }
 
 /// UDPRoute's bounds come from its CRD schema (the union of the served versions: v1
@@ -184,8 +220,10 @@ fn real_schemas_and_core_kinds() {
 #[test]
 fn udp_route_bounds_come_from_the_schema() {
     let route = |version: &str, spec: Value| {
-        check(json!({"apiVersion": format!("gateway.networking.k8s.io/{version}"), "kind": "UDPRoute",
-                     "metadata": {"name": "u", "namespace": "ns"}, "spec": spec}))
+        check(
+            json!({"apiVersion": format!("gateway.networking.k8s.io/{version}"), "kind": "UDPRoute",
+                     "metadata": {"name": "u", "namespace": "ns"}, "spec": spec}),
+        )
     };
     let ok = json!({"parentRefs": [{"name": "gw"}],
                     "rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": 2}]}]});
@@ -195,13 +233,28 @@ fn udp_route_bounds_come_from_the_schema() {
     let two_rules = json!({"rules": [{"backendRefs": [{"name": "a", "port": 53}]},
                                      {"backendRefs": [{"name": "b", "port": 53}]}]});
     assert!(route("v1alpha2", two_rules.clone()).is_empty());
-    assert_eq!(route("v1", two_rules), ["spec.rules: Too many: 2: must have at most 1 items"]);
+    assert_eq!(
+        route("v1", two_rules),
+        ["spec.rules: Too many: 2: must have at most 1 items"]
+    );
     for (spec, field) in [
-        (json!({"parentRefs": [{"name": "gw"}]}), "spec.rules: Required value"),
+        (
+            json!({"parentRefs": [{"name": "gw"}]}),
+            "spec.rules: Required value",
+        ),
         (json!({"rules": []}), "spec.rules: Invalid value: \"0\""),
-        (json!({"rules": [{"backendRefs": [{"name": "dns"}]}]}), "Must have port for Service reference"),
-        (json!({"rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": -1}]}]}), "spec.rules[0].backendRefs[0].weight: Invalid value: -1"),
-        (json!({"rules": [{"backendRefs": []}]}), "spec.rules[0].backendRefs: Invalid value: \"0\""),
+        (
+            json!({"rules": [{"backendRefs": [{"name": "dns"}]}]}),
+            "Must have port for Service reference",
+        ),
+        (
+            json!({"rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": -1}]}]}),
+            "spec.rules[0].backendRefs[0].weight: Invalid value: -1",
+        ),
+        (
+            json!({"rules": [{"backendRefs": []}]}),
+            "spec.rules[0].backendRefs: Invalid value: \"0\"",
+        ),
     ] {
         let e = route("v1alpha2", spec);
         assert!(e.iter().any(|e| e.contains(field)), "{field}: {e:?}");

@@ -114,7 +114,9 @@ fn render(source: &str, licence: &str, schemas: Map<String, Value>) -> String {
 }
 
 fn compare_or_bless(name: &str, generated: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(name);
     if std::env::var_os("WEIR_BLESS").is_some() {
         std::fs::write(&path, generated).unwrap();
         return;

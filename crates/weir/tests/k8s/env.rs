@@ -86,7 +86,13 @@ impl NetnsBackend {
             "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
         ]);
         ip(&["link", "set", &ns_if, "netns", &ns]);
-        ip(&["addr", "add", &format!("10.{octet}.{n}.1/24"), "dev", &host_if]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.{octet}.{n}.1/24"),
+            "dev",
+            &host_if,
+        ]);
         ip(&["link", "set", &host_if, "up"]);
         ip(&[
             "netns",

@@ -71,7 +71,9 @@ pub async fn corpus_verdicts_match_the_api_server(c: Arc<Ctx>) {
                 wrong_expectations.push(format!("{at}: expected {expect:?}, API server: {api:?}"));
             }
             if api_accepts != weir.is_ok() {
-                disagreements.push(format!("{at}:\n    API server: {api:?}\n    weir:       {weir:?}"));
+                disagreements.push(format!(
+                    "{at}:\n    API server: {api:?}\n    weir:       {weir:?}"
+                ));
             }
         }
     }
@@ -84,5 +86,8 @@ pub async fn corpus_verdicts_match_the_api_server(c: Arc<Ctx>) {
         wrong_expectations.len(),
         wrong_expectations.join("\n")
     );
-    assert!(refused >= 40 && accepted >= 10, "the corpus lost its coverage");
+    assert!(
+        refused >= 40 && accepted >= 10,
+        "the corpus lost its coverage"
+    );
 }
