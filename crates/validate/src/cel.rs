@@ -19,6 +19,18 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     Arc::new(env)
 });
 
+thread_local! {
+    /// The functions rules call beyond the environment's: built once per thread, each
+    /// evaluation gets a child scope holding only `self`.
+    static ROOT: Context<'static, 'static> = {
+        let mut ctx = Context::with_env(Arc::clone(&ENV));
+        ctx.add_function("isIP", is_ip).expect("isIP is not a standard function");
+        ctx.add_function("duration", duration)
+            .expect("duration is not declared without chrono");
+        ctx
+    };
+}
+
 /// A compiled `x-kubernetes-validations` entry.
 pub(crate) struct Rule {
     program: Program,
@@ -68,16 +80,15 @@ impl Rule {
     /// interpreter's error when it cannot be evaluated (which the API server reports as
     /// a failure too).
     pub(crate) fn check(&self, value: &Value, properties: bool) -> Result<bool, String> {
-        let mut ctx = Context::with_env(Arc::clone(&ENV));
-        ctx.add_function("isIP", is_ip).map_err(|e| e.to_string())?;
-        ctx.add_function("duration", duration)
-            .map_err(|e| e.to_string())?;
-        ctx.add_variable_from_value("self", to_cel(value, properties));
-        match self.program.execute(&ctx) {
-            Ok(CelValue::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
-            Err(e) => Err(e.to_string()),
-        }
+        ROOT.with(|root| {
+            let mut ctx = root.new_inner_scope();
+            ctx.add_variable_from_value("self", to_cel(value, properties));
+            match self.program.execute(&ctx) {
+                Ok(CelValue::Bool(b)) => Ok(b),
+                Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
     }
 
     /// The message the API server shows when the rule fails.
