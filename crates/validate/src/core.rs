@@ -435,31 +435,26 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
                 }
             }
         }
-        "kubernetes.io/basic-auth" => {
-            if !has("username") && !has("password") {
-                errs.push(FieldError::required(
-                    "data[username]",
-                    "either username or password is required",
-                ));
-            }
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            errs.push(FieldError::required(
+                "data[username]",
+                "either username or password is required",
+            ));
         }
-        "kubernetes.io/ssh-auth" => {
-            if !has("ssh-privatekey") {
-                errs.push(FieldError::required("data[ssh-privatekey]", ""));
-            }
+        "kubernetes.io/ssh-auth" if !has("ssh-privatekey") => {
+            errs.push(FieldError::required("data[ssh-privatekey]", ""));
         }
-        "kubernetes.io/service-account-token" => {
+        "kubernetes.io/service-account-token"
             if str_of(
                 &doc["metadata"]["annotations"],
                 "kubernetes.io/service-account.name",
             )
-            .is_none_or(str::is_empty)
-            {
-                errs.push(FieldError::required(
-                    "metadata.annotations[kubernetes.io/service-account.name]",
-                    "",
-                ));
-            }
+            .is_none_or(str::is_empty) =>
+        {
+            errs.push(FieldError::required(
+                "metadata.annotations[kubernetes.io/service-account.name]",
+                "",
+            ));
         }
         ty @ ("kubernetes.io/dockercfg" | "kubernetes.io/dockerconfigjson") => {
             let key = if ty == "kubernetes.io/dockercfg" {
@@ -500,7 +495,7 @@ fn b64_value(c: u8) -> Option<u32> {
 /// accepts; newlines are tolerated as Go's decoder does).
 fn decode(text: &str) -> Option<String> {
     let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'\n' && c != b'\r').collect();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);

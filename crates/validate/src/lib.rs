@@ -48,6 +48,9 @@ const CRD_GROUPS: [&str; 3] = [
     "weir.dev",
 ];
 
+/// The validation of a core kind (its metadata aside).
+type CoreCheck = fn(&Value, &mut Vec<FieldError>);
+
 /// Every served `group/version/kind` with its schema, compiled on first use.
 struct Catalog {
     kinds: HashMap<String, (Value, OnceLock<Result<Schema, String>>)>,
@@ -107,20 +110,19 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
     let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let mut errs = Vec::new();
-    let core: Option<(fn(&Value, &mut Vec<FieldError>), NameRule, bool)> =
-        match (api_version.as_str(), kind.as_str()) {
-            ("v1", "Secret") => Some((core::secret, NameRule::Subdomain, true)),
-            ("v1", "Service") => Some((core::service, NameRule::Dns1035, true)),
-            ("v1", "Namespace") => Some((core::namespace, NameRule::Label, false)),
-            ("networking.k8s.io/v1", "Ingress") => Some((core::ingress, NameRule::Subdomain, true)),
-            ("networking.k8s.io/v1", "IngressClass") => {
-                Some((core::ingress_class, NameRule::Subdomain, false))
-            }
-            ("discovery.k8s.io/v1", "EndpointSlice") => {
-                Some((core::endpoint_slice, NameRule::Subdomain, true))
-            }
-            _ => None,
-        };
+    let core: Option<(CoreCheck, NameRule, bool)> = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Secret") => Some((core::secret, NameRule::Subdomain, true)),
+        ("v1", "Service") => Some((core::service, NameRule::Dns1035, true)),
+        ("v1", "Namespace") => Some((core::namespace, NameRule::Label, false)),
+        ("networking.k8s.io/v1", "Ingress") => Some((core::ingress, NameRule::Subdomain, true)),
+        ("networking.k8s.io/v1", "IngressClass") => {
+            Some((core::ingress_class, NameRule::Subdomain, false))
+        }
+        ("discovery.k8s.io/v1", "EndpointSlice") => {
+            Some((core::endpoint_slice, NameRule::Subdomain, true))
+        }
+        _ => None,
+    };
     if let Some((check, names, namespaced)) = core {
         meta::validate(doc, names, namespaced, &mut errs);
         check(doc, &mut errs);

@@ -278,7 +278,7 @@ impl Schema {
     /// the default of every absent property that has one.
     fn prune_and_default(&self, map: &mut Map<String, Value>) {
         map.retain(|name, v| match self.property(name) {
-            Some(s) => !(v.is_null() && !s.nullable),
+            Some(s) => !v.is_null() || s.nullable,
             None => self.additional.is_some() || self.preserve_unknown,
         });
         for (name, s) in &self.properties {

@@ -571,8 +571,14 @@ spec:
         ("m.yaml", backend("default", "m", &[plain_m])),
         ("pass-backend.yaml", backend("default", "pass", &[pass])),
         ("web.yaml", backend("default", "web", &[web])),
-        ("term.yaml", terminate_route("term", "term", "term.test", "a")),
-        ("mixed.yaml", terminate_route("mixed", "mixed-term", "tls.test", "m")),
+        (
+            "term.yaml",
+            terminate_route("term", "term", "term.test", "a"),
+        ),
+        (
+            "mixed.yaml",
+            terminate_route("mixed", "mixed-term", "tls.test", "m"),
+        ),
         ("pass.yaml", tls_route("pass", &["abc.test"], "pass")),
     ])
     .await;
@@ -616,7 +622,10 @@ spec:
 
     // The route's backend changes live; removing the route closes new connections.
     let pki = &pki;
-    gw.write("term.yaml", &terminate_route("term", "term", "term.test", "b"));
+    gw.write(
+        "term.yaml",
+        &terminate_route("term", "term", "term.test", "b"),
+    );
     assert!(
         eventually(Duration::from_secs(5), move || async move {
             matches!(tls_exchange(term_addr, pki, "term.test", "x").await, Ok(s) if s == "b:x")
