@@ -76,13 +76,13 @@ impl Rule {
         }))
     }
 
-    /// Evaluates the rule with `self` bound to `value`: `Ok(true)` when it holds, the
+    /// Evaluates the rule with `self` bound to `value` (from [`to_cel`]): `Ok(true)` when it holds, the
     /// interpreter's error when it cannot be evaluated (which the API server reports as
     /// a failure too).
-    pub(crate) fn check(&self, value: &Value, properties: bool) -> Result<bool, String> {
+    pub(crate) fn check(&self, value: &CelValue) -> Result<bool, String> {
         ROOT.with(|root| {
             let mut ctx = root.new_inner_scope();
-            ctx.add_variable_from_value("self", to_cel(value, properties));
+            ctx.add_variable_from_value("self", value.clone());
             match self.program.execute(&ctx) {
                 Ok(CelValue::Bool(b)) => Ok(b),
                 Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
@@ -198,7 +198,7 @@ pub(crate) fn escape_property(name: &str) -> String {
 
 /// A JSON value as CEL sees it. `properties`: the value is an object with declared
 /// properties (its keys are escaped), not a map with free-form keys.
-fn to_cel(value: &Value, properties: bool) -> CelValue {
+pub(crate) fn to_cel(value: &Value, properties: bool) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
         Value::Bool(b) => CelValue::Bool(*b),
@@ -235,7 +235,7 @@ mod tests {
         Rule::compile(rule, None, None)
             .unwrap()
             .expect("not a transition rule")
-            .check(&value, true)
+            .check(&to_cel(&value, true))
     }
 
     #[test]

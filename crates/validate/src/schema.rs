@@ -5,7 +5,7 @@
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::cel::{InvalidRule, Rule};
+use crate::cel::{InvalidRule, Rule, to_cel};
 use crate::error::{ErrorType, FieldError, Path, quote};
 
 /// Why a schema could not be compiled (a bug in the generated file, never user input).
@@ -315,8 +315,13 @@ impl Schema {
             return;
         }
         self.check_keywords(value, field, errs);
+        if self.rules.is_empty() {
+            return;
+        }
+        // Converted once for all of this node's rules.
+        let cel_self = to_cel(value, self.has_properties);
         for rule in &self.rules {
-            match rule.check(value, self.has_properties) {
+            match rule.check(&cel_self) {
                 Ok(true) => {}
                 Ok(false) => errs.push(FieldError {
                     field: rule
