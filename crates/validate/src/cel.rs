@@ -5,11 +5,14 @@
 //! into a CEL value (property names that are CEL keywords, or hold `.`, `-`, `/` or `__`,
 //! are escaped the Kubernetes way: `namespace` → `__namespace__`).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
+use cel::extractors::This;
 use cel::objects::{Key, Map};
 use cel::{Context, Env, Program, Value as CelValue};
+use regex::Regex;
 use serde_json::Value;
 
 /// The environment rules compile against and run in.
@@ -20,15 +23,33 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
 });
 
 thread_local! {
-    /// The functions rules call beyond the environment's: built once per thread, each
-    /// evaluation gets a child scope holding only `self`.
+    /// The functions rules call beyond the environment's, declared once per thread; each
+    /// node's rules run in a child scope holding only `self`.
     static ROOT: Context<'static, 'static> = {
         let mut ctx = Context::with_env(Arc::clone(&ENV));
-        ctx.add_function("isIP", is_ip).expect("isIP is not a standard function");
+        ctx.add_function("isIP", is_ip)
+            .expect("isIP is not a standard function");
         ctx.add_function("duration", duration)
             .expect("duration is not declared without chrono");
+        ctx.add_function("matches", matches)
+            .expect("matches is not declared without the regex feature");
         ctx
     };
+}
+
+/// Runs `f` in a context where `self` is `value` (converted once, for all the rules `f`
+/// evaluates) and Kubernetes' functions are declared. `properties`: `value` is an object
+/// with declared properties, whose names are escaped.
+pub(crate) fn with_self<T>(
+    value: &Value,
+    properties: bool,
+    f: impl FnOnce(&Context<'_, '_>) -> T,
+) -> T {
+    ROOT.with(|root| {
+        let mut ctx = root.new_inner_scope();
+        ctx.add_variable_from_value("self", to_cel(value, properties));
+        f(&ctx)
+    })
 }
 
 /// A compiled `x-kubernetes-validations` entry.
@@ -76,19 +97,15 @@ impl Rule {
         }))
     }
 
-    /// Evaluates the rule with `self` bound to `value` (from [`to_cel`]): `Ok(true)` when it holds, the
-    /// interpreter's error when it cannot be evaluated (which the API server reports as
-    /// a failure too).
-    pub(crate) fn check(&self, value: &CelValue) -> Result<bool, String> {
-        ROOT.with(|root| {
-            let mut ctx = root.new_inner_scope();
-            ctx.add_variable_from_value("self", value.clone());
-            match self.program.execute(&ctx) {
-                Ok(CelValue::Bool(b)) => Ok(b),
-                Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
-                Err(e) => Err(e.to_string()),
-            }
-        })
+    /// Evaluates the rule in `ctx` (from [`with_self`]): `Ok(true)` when it holds, the
+    /// interpreter's error when it cannot be evaluated (which the API server reports as a
+    /// failure too).
+    pub(crate) fn check(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
+        match self.program.execute(ctx) {
+            Ok(CelValue::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The message the API server shows when the rule fails.
@@ -103,6 +120,34 @@ impl Rule {
 /// Kubernetes' `isIP(string)`: an IPv4 or IPv6 address without a zone.
 fn is_ip(s: Arc<String>) -> bool {
     s.parse::<std::net::IpAddr>().is_ok()
+}
+
+thread_local! {
+    /// Compiled patterns of `matches()`, by pattern: rules use a handful of constant ones.
+    static REGEXES: RefCell<HashMap<String, Regex>> = RefCell::new(HashMap::new());
+}
+
+/// Patterns kept at most; past it the cache starts over (only a rule building patterns
+/// from data could get there).
+const MAX_REGEXES: usize = 256;
+
+/// CEL's `string.matches(pattern)` (RE2 syntax, unanchored), each pattern compiled once
+/// per thread.
+fn matches(This(s): This<Arc<String>>, pattern: Arc<String>) -> Result<bool, cel::ExecutionError> {
+    REGEXES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(re) = cache.get(pattern.as_str()) {
+            return Ok(re.is_match(&s));
+        }
+        let re =
+            Regex::new(&pattern).map_err(|e| cel::ExecutionError::function_error("matches", e))?;
+        let hit = re.is_match(&s);
+        if cache.len() >= MAX_REGEXES {
+            cache.clear();
+        }
+        cache.insert(pattern.to_string(), re);
+        Ok(hit)
+    })
 }
 
 /// Kubernetes' `duration(string)` (Go duration syntax: `1h30m`, `500ms`, `-1.5s`), as
@@ -198,7 +243,7 @@ pub(crate) fn escape_property(name: &str) -> String {
 
 /// A JSON value as CEL sees it. `properties`: the value is an object with declared
 /// properties (its keys are escaped), not a map with free-form keys.
-pub(crate) fn to_cel(value: &Value, properties: bool) -> CelValue {
+fn to_cel(value: &Value, properties: bool) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
         Value::Bool(b) => CelValue::Bool(*b),
@@ -232,10 +277,10 @@ mod tests {
     use serde_json::json;
 
     fn eval(rule: &str, value: Value) -> Result<bool, String> {
-        Rule::compile(rule, None, None)
+        let rule = Rule::compile(rule, None, None)
             .unwrap()
-            .expect("not a transition rule")
-            .check(&to_cel(&value, true))
+            .expect("not a transition rule");
+        with_self(&value, true, |ctx| rule.check(ctx))
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::cel::{InvalidRule, Rule, to_cel};
+use crate::cel::{InvalidRule, Rule, with_self};
 use crate::error::{ErrorType, FieldError, Path, quote};
 
 /// Why a schema could not be compiled (a bug in the generated file, never user input).
@@ -318,26 +318,26 @@ impl Schema {
         if self.rules.is_empty() {
             return;
         }
-        // Converted once for all of this node's rules.
-        let cel_self = to_cel(value, self.has_properties);
-        for rule in &self.rules {
-            match rule.check(&cel_self) {
-                Ok(true) => {}
-                Ok(false) => errs.push(FieldError {
-                    field: rule
-                        .field_path
-                        .as_deref()
-                        .map_or_else(|| field.to_owned(), |p| path.join(p)),
-                    kind: ErrorType::Invalid(quote(value_type(value))),
-                    detail: rule.message(),
-                }),
-                Err(e) => errs.push(FieldError::invalid(
-                    field,
-                    value_type(value),
-                    format!("rule {:?} could not be evaluated: {e}", &*rule.source),
-                )),
+        with_self(value, self.has_properties, |ctx| {
+            for rule in &self.rules {
+                match rule.check(ctx) {
+                    Ok(true) => {}
+                    Ok(false) => errs.push(FieldError {
+                        field: rule
+                            .field_path
+                            .as_deref()
+                            .map_or_else(|| field.to_owned(), |p| path.join(p)),
+                        kind: ErrorType::Invalid(quote(value_type(value))),
+                        detail: rule.message(),
+                    }),
+                    Err(e) => errs.push(FieldError::invalid(
+                        field,
+                        value_type(value),
+                        format!("rule {:?} could not be evaluated: {e}", &*rule.source),
+                    )),
+                }
             }
-        }
+        });
     }
 
     fn check_keywords(&self, value: &Value, field: &str, errs: &mut Vec<FieldError>) {
