@@ -396,6 +396,14 @@ mod tests {
                 .is_none()
         );
         assert!(Rule::compile("self.all(", None, None).is_err());
+        // An invalid pattern is an evaluation error, every time (it is not cached).
+        for _ in 0..2 {
+            assert!(eval("self.matches('[')", json!("a")).is_err());
+        }
+        assert_eq!(
+            eval("self.matches('^a+$') && !self.matches('b')", json!("aa")),
+            Ok(true)
+        );
     }
 
     #[test]
