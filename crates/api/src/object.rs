@@ -529,10 +529,7 @@ mod tests {
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
                 "metadata": {"name": "u", "namespace": "ns"}, "spec": spec,
             });
-            let direct = Object::deserialize_direct(&v).map_err(|e| e.to_string());
-            let slow = Object::from_value(v).map_err(|e| e.to_string());
-            assert_eq!(direct.is_ok(), slow.is_ok(), "{direct:?} {slow:?}");
-            slow
+            Object::from_value(v).map_err(|e| e.to_string())
         };
         let o = route(json!({"parentRefs": [{"name": "gw"}],
             "rules": [{"backendRefs": [{"name": "dns", "port": 53, "weight": 2}]}]}))
@@ -573,9 +570,6 @@ mod tests {
         assert_eq!(g.spec.rules[0].backend_refs[0].weight, Some(3));
         assert_eq!(g.spec.rules[0].name.as_deref(), Some("r0"));
         assert!(g.spec.rules[1].matches.is_empty());
-        let mut without_nulls = v;
-        drop_null_fields(&mut without_nulls);
-        assert_eq!(Object::deserialize_direct(&without_nulls).unwrap(), o);
     }
 
     #[test]
