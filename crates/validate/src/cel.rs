@@ -61,6 +61,8 @@ pub(crate) struct Rule {
     pub(crate) message: Option<Box<str>>,
     /// `fieldPath`, relative to the value the rule guards (e.g. `.port`).
     pub(crate) field_path: Option<Box<str>>,
+    /// The same check in Rust, for the uniqueness rules that CEL evaluates in n² steps.
+    pub(crate) native: Option<crate::unique::Native>,
 }
 
 /// Why a rule could not be compiled.
@@ -90,6 +92,7 @@ impl Rule {
             return Ok(None);
         }
         Ok(Some(Rule {
+            native: crate::unique::native(rule),
             program,
             source: rule.into(),
             message: message.map(Into::into),

@@ -22,6 +22,7 @@ mod error;
 mod meta;
 mod names;
 mod schema;
+mod unique;
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, OnceLock};

@@ -318,9 +318,25 @@ impl Schema {
         if self.rules.is_empty() {
             return;
         }
-        with_self(value, self.has_properties, |ctx| {
-            for rule in &self.rules {
-                match rule.check(ctx) {
+        // Rules with a native check first; the value is converted for CEL only when a
+        // rule needs it.
+        let mut verdicts: Vec<Option<Result<bool, String>>> = self
+            .rules
+            .iter()
+            .map(|r| r.native.and_then(|f| f(value)).map(Ok))
+            .collect();
+        if verdicts.iter().any(Option::is_none) {
+            with_self(value, self.has_properties, |ctx| {
+                for (rule, verdict) in self.rules.iter().zip(&mut verdicts) {
+                    if verdict.is_none() {
+                        *verdict = Some(rule.check(ctx));
+                    }
+                }
+            });
+        }
+        {
+            for (rule, verdict) in self.rules.iter().zip(verdicts) {
+                match verdict.unwrap_or(Ok(true)) {
                     Ok(true) => {}
                     Ok(false) => errs.push(FieldError {
                         field: rule
@@ -337,7 +353,7 @@ impl Schema {
                     )),
                 }
             }
-        });
+        }
     }
 
     fn check_keywords(&self, value: &Value, field: &str, errs: &mut Vec<FieldError>) {
