@@ -8,7 +8,6 @@
 #![warn(missing_docs)]
 
 mod core;
-mod direct;
 mod gateway;
 mod grpcroute;
 mod ingress;

@@ -110,16 +110,6 @@ mod tests {
     }
 
     #[test]
-    fn direct_read_agrees() {
-        let v = set("gateway.networking.k8s.io/v1", "ListenerSet");
-        // serde_json sorts keys, so apiVersion and kind come first.
-        assert_eq!(
-            Object::deserialize_direct(&v).unwrap(),
-            Object::from_value(v).unwrap()
-        );
-    }
-
-    #[test]
     fn parent_namespace_defaults_to_the_sets() {
         let mut v = set("gateway.networking.k8s.io/v1", "ListenerSet");
         v["spec"]["parentRef"] = json!({"name": "gw"});

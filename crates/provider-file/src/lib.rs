@@ -77,6 +77,8 @@ pub struct FileError {
     pub document: Option<usize>,
     /// What kind of problem.
     pub kind: FileErrorKind,
+    /// The object concerned (`Kind ns/name`), when the document names one.
+    pub object: Option<String>,
     /// What is wrong; names the object (`Kind ns/name`) and the field when known.
     pub message: String,
 }

@@ -36,13 +36,6 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let mut docs = Vec::new();
     for (index, chunk) in split_documents(text).into_iter().enumerate() {
-        if let Some(object) = read_direct(chunk.text) {
-            docs.push(ParsedDoc {
-                index,
-                result: Ok(object),
-            });
-            continue;
-        }
         let options = serde_saphyr::options! { with_snippet: false };
         match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
             Ok(value) => push_objects(index, value, &mut docs),
@@ -62,99 +55,6 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
         }
     }
     Ok(docs)
-}
-
-/// The fast path: the document read straight into its typed object, without the
-/// `serde_json::Value` step (about half the parse time of a bulk load). `None` whenever
-/// the result could differ from the `Value` path's in any way (errors, `List`s, unusual
-/// shapes, quoted scalars that could be read as numbers or booleans); the caller then takes
-/// the `Value` path, which also words every error.
-fn read_direct(text: &str) -> Option<Object> {
-    if !quoted_scalars_are_strings(text) {
-        return None;
-    }
-    // `no_schema`: a plain `5` or `true` is not accepted as a string, exactly as a number
-    // or boolean `Value` would not be.
-    let options = serde_saphyr::options! { with_snippet: false, no_schema: true };
-    let mut object = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
-        Object::deserialize_direct(de)
-    })
-    .ok()?;
-    if let Object::Ingress(ingress) = &mut object {
-        // Sequences arrive without a length, so their vectors grow by doubling and keep
-        // spare slots for as long as the object lives (the `Value` path sizes them
-        // exactly). Ingresses are the kind found by the ten thousand.
-        let spec = &mut ingress.spec;
-        spec.tls.shrink_to_fit();
-        for tls in &mut spec.tls {
-            tls.hosts.shrink_to_fit();
-        }
-        spec.rules.shrink_to_fit();
-        for rule in &mut spec.rules {
-            if let Some(http) = &mut rule.http {
-                http.paths.shrink_to_fit();
-            }
-        }
-    }
-    Some(object)
-}
-
-/// Whether every quoted scalar of `text` certainly stays a string for the typed reader.
-///
-/// Read directly into a typed field, a quoted `"80"` becomes the number 80 and `'yes'` a
-/// boolean, where the `Value` path (a string `Value`) rejects them; such documents must take
-/// the `Value` path. This check is conservative: a quote it cannot pair on its line, an
-/// escape, or content that starts like a number or spells a YAML 1.1 boolean all say no.
-fn quoted_scalars_are_strings(text: &str) -> bool {
-    let b = text.as_bytes();
-    let mut i = 0;
-    while let Some(off) = b[i..].iter().position(|&c| c == b'"' || c == b'\'') {
-        let at = i + off;
-        let quote = b[at];
-        // A quoted scalar starts a token: after a space, a line start or a flow indicator.
-        // A quote inside a plain scalar (`don't`) is text.
-        let opens =
-            at == 0 || matches!(b[at - 1], b' ' | b'\t' | b'\n' | b'[' | b'{' | b',' | b':');
-        if !opens {
-            i = at + 1;
-            continue;
-        }
-        let start = at + 1;
-        let mut end = start;
-        loop {
-            match b.get(end) {
-                None | Some(b'\n') => return false,
-                Some(b'\\') if quote == b'"' => return false,
-                Some(&c) if c == quote => {
-                    // `''` inside single quotes is an escaped quote.
-                    if quote == b'\'' && b.get(end + 1) == Some(&b'\'') {
-                        end += 2;
-                        continue;
-                    }
-                    break;
-                }
-                Some(_) => end += 1,
-            }
-        }
-        if could_be_typed(&b[start..end]) {
-            return false;
-        }
-        i = end + 1;
-    }
-    true
-}
-
-/// Whether quoted content could be read as a number or a boolean by a typed field.
-fn could_be_typed(content: &[u8]) -> bool {
-    let c = content.trim_ascii();
-    let Some(&first) = c.first() else {
-        return false;
-    };
-    if first.is_ascii_digit() || matches!(first, b'+' | b'-' | b'.') {
-        return true;
-    }
-    const BOOLS: [&[u8]; 8] = [b"y", b"yes", b"n", b"no", b"true", b"false", b"on", b"off"];
-    BOOLS.iter().any(|w| c.eq_ignore_ascii_case(w))
 }
 
 fn push_objects(index: usize, value: Value, out: &mut Vec<ParsedDoc>) {
@@ -189,15 +89,42 @@ fn is_list(value: &Value) -> bool {
         && value.get("items").is_some_and(Value::is_array)
 }
 
-fn to_object(value: Value) -> Result<Object, DocError> {
-    let key = probe_key(&value);
-    Object::from_value(value).map_err(|error| DocError { key, error })
+/// Validates the document as the API server would on create (which also prunes unknown
+/// fields and fills in defaults, as the API server stores them), then reads it.
+fn to_object(mut value: Value) -> Result<Object, DocError> {
+    if let Err(errors) = weir_validate::validate(&mut value) {
+        let key = probe(&value)
+            .and_then(|p| Object::from_value(p).ok())
+            .map(|o| o.key());
+        let object = match &key {
+            Some(k) => k.to_string(),
+            None => format!(
+                "{} {}",
+                value["kind"].as_str().unwrap_or("?"),
+                value["metadata"]["name"].as_str().unwrap_or("?")
+            ),
+        };
+        return Err(DocError {
+            key,
+            error: InvalidObject::Rejected {
+                object,
+                errors: errors.iter().map(ToString::to_string).collect(),
+            },
+        });
+    }
+    let probe = probe(&value);
+    Object::from_value(value).map_err(|error| DocError {
+        key: probe
+            .and_then(|p| Object::from_value(p).ok())
+            .map(|o| o.key()),
+        error,
+    })
 }
 
-/// The key an object would have, read from `apiVersion`, `kind` and `metadata` alone, so
-/// that a document with a bad field elsewhere can still be matched to its previous version.
-/// Only called on the error path.
-fn probe_key(value: &Value) -> Option<ObjectKey> {
+/// The identifying fields of an object (`apiVersion`, `kind`, `metadata.name` and
+/// `.namespace`) as a minimal object, so that a document with a bad field elsewhere can
+/// still be matched to its previous version.
+fn probe(value: &Value) -> Option<Value> {
     let map = value.as_object()?;
     let api_version = map.get("apiVersion")?.as_str()?;
     let kind = map.get("kind")?.as_str()?;
@@ -212,9 +139,7 @@ fn probe_key(value: &Value) -> Option<ObjectKey> {
     probe.insert("apiVersion".into(), api_version.into());
     probe.insert("kind".into(), kind.into());
     probe.insert("metadata".into(), Value::Object(probe_meta));
-    Object::from_value(Value::Object(probe))
-        .ok()
-        .map(|o| o.key())
+    Some(Value::Object(probe))
 }
 
 /// The text of one document and the 0-based line it starts on.
@@ -408,52 +333,6 @@ mod tests {
         );
         let docs = parse_file(b"apiVersion: v1\nkind: Namespace\nmetadata: {name: 5}\n").unwrap();
         assert!(matches!(&docs[0].result, Err(DocError { key: None, .. })));
-    }
-
-    fn slow(text: &str) -> Option<Object> {
-        let options = serde_saphyr::options! { with_snippet: false };
-        let v: Value = serde_saphyr::from_str_with_options(text, options).ok()?;
-        Object::from_value(v).ok()
-    }
-
-    #[test]
-    fn direct_path_agrees_or_declines() {
-        let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: i\n  annotations: {a: b}\nspec:\n  tls:\n  - hosts: [\"a.test\"]\n    secretName: s\n  rules:\n  - host: 'a.test'\n    http:\n      paths:\n      - path: \"/\"\n        pathType: Prefix\n        backend:\n          service: {name: svc, port: {number: 80}}\n";
-        let secret = "kind: Secret\napiVersion: v1\nmetadata: {name: s, namespace: ns}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n    -----BEGIN CERTIFICATE-----\n    AAEC\n    -----END CERTIFICATE-----\n  note: it's fine\n";
-        for text in [ingress, secret] {
-            let direct = read_direct(text).expect("direct path taken");
-            assert_eq!(Some(direct), slow(text), "{text}");
-        }
-        let declined = [
-            // kind after other keys
-            "metadata: {name: n}\napiVersion: v1\nkind: Namespace\n",
-            // quoted scalars a typed field would read as a number or a boolean
-            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: \"80\"}]}\n",
-            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\nendpoints: [{addresses: [a], conditions: {ready: 'yes'}}]\n",
-            // escapes and multi-line quoted scalars
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: \"\\x6e\"}\n",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: \"a\n  b\"}\n",
-            // a plain number where a string is expected, a List, no name
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: 5}\n",
-            "apiVersion: v1\nkind: List\nitems: []\n",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {}\n",
-        ];
-        for text in declined {
-            assert!(read_direct(text).is_none(), "{text}");
-        }
-        // The quoted port is rejected by the Value path, whatever the typed reader thinks.
-        assert!(slow(declined[1]).is_none());
-    }
-
-    #[test]
-    fn quote_scan() {
-        assert!(quoted_scalars_are_strings(
-            "a: 'x'\nb: \"y z\"\nc: don't\nd: 'it''s'\n"
-        ));
-        assert!(!quoted_scalars_are_strings("a: \"80\"\n"));
-        assert!(!quoted_scalars_are_strings("a: [x, ' -1']\n"));
-        assert!(!quoted_scalars_are_strings("a: {b: 'On'}\n"));
-        assert!(!quoted_scalars_are_strings("a: 'open\n"));
     }
 
     #[test]

@@ -247,6 +247,7 @@ impl FileProvider {
                     file: root,
                     document: None,
                     kind: FileErrorKind::Unreadable,
+                    object: None,
                     message: if missing {
                         "does not exist".into()
                     } else {
@@ -282,6 +283,7 @@ impl FileProvider {
                     file: e.dir.clone(),
                     document: None,
                     kind: FileErrorKind::Unreadable,
+                    object: None,
                     message: format!("cannot list directory: {}", e.error),
                 });
             }
@@ -319,6 +321,7 @@ impl FileProvider {
                     file: path,
                     document: None,
                     kind: FileErrorKind::Unreadable,
+                    object: None,
                     message,
                 });
             }
@@ -329,6 +332,7 @@ impl FileProvider {
                     file: path,
                     document: None,
                     kind: FileErrorKind::Syntax,
+                    object: None,
                     message,
                 });
             }
@@ -401,6 +405,7 @@ impl FileProvider {
                             .then(|| self.key_at(&path, doc.index))
                             .flatten()
                     });
+                    let object = key.as_ref().map(ToString::to_string);
                     if let Some(key) = key
                         && let Some(prev) = self.def_in(&path, &key)
                     {
@@ -420,6 +425,7 @@ impl FileProvider {
                         file: path.clone(),
                         document: Some(doc.index),
                         kind,
+                        object,
                         message,
                     });
                 }
@@ -526,6 +532,7 @@ impl FileProvider {
                             file: loser.origin.file.clone(),
                             document: Some(loser.origin.document),
                             kind: FileErrorKind::Duplicate,
+                            object: Some(key.to_string()),
                             message: format!(
                                 "duplicate of {key} defined in {}#{}; ignored",
                                 winner.origin.file.display(),

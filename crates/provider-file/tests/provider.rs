@@ -63,6 +63,73 @@ fn reads_multi_document_files_with_document_indexes() {
     assert_eq!(p.len(), 2);
 }
 
+/// An object the API server would refuse (here an HTTPRoute path type outside its
+/// enum, and a label value with a space) is rejected alone, with every field named; on a
+/// reload its last good version stays, and its valid siblings are served.
+#[test]
+fn objects_the_api_server_would_refuse_are_rejected_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.yaml");
+    write(
+        &file,
+        &format!(
+            "{}---
+{}",
+            route("r", "Exact"),
+            ns("a", "x")
+        ),
+    );
+    let mut p = FileProvider::new(dir.path());
+    assert!(p.load_all().errors.is_empty());
+
+    write(
+        &file,
+        &format!(
+            "{}---
+{}",
+            route("r", "Glob"),
+            ns("a", "two words")
+        ),
+    );
+    let u = p.reload(std::slice::from_ref(&file));
+    assert!(u.upserts.is_empty() && u.deletes.is_empty(), "{u:?}");
+    let shown: Vec<String> = u.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].starts_with(&format!(
+            "{}#0: HTTPRoute ns/r is invalid: spec.rules[0].matches[0].path.type: Unsupported value: \"Glob\"",
+            file.display()
+        )),
+        "{shown:?}"
+    );
+    assert!(
+        shown[0].ends_with("; keeping its previous version"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].contains("metadata.labels: Invalid value: \"two words\""),
+        "{shown:?}"
+    );
+    assert_eq!(u.errors[0].object.as_deref(), Some("HTTPRoute ns/r"));
+    assert_eq!(u.errors[0].kind, FileErrorKind::InvalidObject);
+    assert_eq!(label(p.get(&ns_key("a")).unwrap()), "x");
+    assert!(p.get(&route_key("r")).is_some());
+
+    // A valid sibling beside a refused object is served.
+    write(
+        &file,
+        &format!(
+            "{}---
+{}",
+            route("r", "Glob"),
+            ns("a", "z")
+        ),
+    );
+    let u = p.reload(std::slice::from_ref(&file));
+    assert_eq!(upserted(&u), vec![ns_key("a")], "{u:?}");
+    assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
+}
+
 #[test]
 fn invalid_yaml_in_one_document_keeps_that_document_s_last_good_object() {
     let dir = tempfile::tempdir().unwrap();

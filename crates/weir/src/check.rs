@@ -49,7 +49,7 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
         .map(|e| Problem {
             file: Some(e.file.display().to_string()),
             document: e.document,
-            object: None,
+            object: e.object.clone(),
             message: e.message.clone(),
         })
         .collect();
@@ -90,9 +90,12 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
                 (Some(f), None) => f.clone(),
                 (None, _) => "-".into(),
             };
+            // A reader's message already starts with the object it concerns.
             match &p.object {
-                Some(o) => writeln!(out, "{at}: {o}: {}", p.message)?,
-                None => writeln!(out, "{at}: {}", p.message)?,
+                Some(o) if !p.message.starts_with(o.as_str()) => {
+                    writeln!(out, "{at}: {o}: {}", p.message)?
+                }
+                _ => writeln!(out, "{at}: {}", p.message)?,
             }
         }
         writeln!(out, "{objects} objects read, {} problem(s)", problems.len())?;

@@ -11,7 +11,8 @@ use weir_model::Certificate;
 /// Why a Secret cannot serve as a TLS certificate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum InvalidSecret {
-    /// Neither `type: kubernetes.io/tls` nor `tls.crt`/`tls.key` keys.
+    /// Not of `type: kubernetes.io/tls` (the only type the API server holds to having
+    /// `tls.crt` and `tls.key`), whatever keys it has.
     #[error("not a TLS Secret (needs type kubernetes.io/tls with tls.crt and tls.key)")]
     NotTls,
     /// A required key is missing.
@@ -56,7 +57,7 @@ fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
 }
 
 fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
-    if !looks_like_tls(s) {
+    if s.type_ != "kubernetes.io/tls" {
         return Err(InvalidSecret::NotTls);
     }
     let chain = value(s, CRT)?;
@@ -116,6 +117,12 @@ mod tests {
         ));
         let msg = certificate_from_secret(&secret("hello", "world", false)).unwrap_err();
         assert_eq!(msg, "Secret ns/s: tls.crt: no PEM CERTIFICATE block");
+        // Only `kubernetes.io/tls` Secrets serve certificates, whatever keys another
+        // type holds: the API server vouches for those keys only in that type.
+        let mut opaque = secret("x", "y", false);
+        opaque.type_ = "Opaque".into();
+        assert!(looks_like_tls(&opaque));
+        assert_eq!(parse(&opaque), Err(InvalidSecret::NotTls));
     }
 
     #[test]

@@ -511,13 +511,15 @@ async fn tls_exchange_alpn(
     tokio::time::timeout(EXCHANGE, run).await?
 }
 
-fn terminate_route(name: &str, listener: &str, backend: &str) -> String {
+/// A v1 TLSRoute needs hostnames (its schema's `minItems: 1`).
+fn terminate_route(name: &str, listener: &str, host: &str, backend: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
 metadata: {{name: {name}}}
 spec:
   parentRefs: [{{name: gw, sectionName: {listener}}}]
+  hostnames: [{host}]
   rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: {backend}}}]}}]
 "
     )
@@ -569,8 +571,14 @@ spec:
         ("m.yaml", backend("default", "m", &[plain_m])),
         ("pass-backend.yaml", backend("default", "pass", &[pass])),
         ("web.yaml", backend("default", "web", &[web])),
-        ("term.yaml", terminate_route("term", "term", "a")),
-        ("mixed.yaml", terminate_route("mixed", "mixed-term", "m")),
+        (
+            "term.yaml",
+            terminate_route("term", "term", "term.test", "a"),
+        ),
+        (
+            "mixed.yaml",
+            terminate_route("mixed", "mixed-term", "tls.test", "m"),
+        ),
         ("pass.yaml", tls_route("pass", &["abc.test"], "pass")),
     ])
     .await;
@@ -614,7 +622,10 @@ spec:
 
     // The route's backend changes live; removing the route closes new connections.
     let pki = &pki;
-    gw.write("term.yaml", &terminate_route("term", "term", "b"));
+    gw.write(
+        "term.yaml",
+        &terminate_route("term", "term", "term.test", "b"),
+    );
     assert!(
         eventually(Duration::from_secs(5), move || async move {
             matches!(tls_exchange(term_addr, pki, "term.test", "x").await, Ok(s) if s == "b:x")

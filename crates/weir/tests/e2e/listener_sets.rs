@@ -210,7 +210,9 @@ spec:
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.contains("ListenerSet v1: field spec.listeners[0].port"),
+        stdout.contains(
+            "ListenerSet default/v1 is invalid: spec.listeners[0].port: Invalid value: \"string\": must be of type integer"
+        ),
         "{stdout}"
     );
     assert!(!stdout.contains("XListenerSet"), "{stdout}");

@@ -33,6 +33,9 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "DirectResponse" => "directresponses",
         "Backend" => "backends",
         "UDPRoute" => "udproutes",
+        "GRPCRoute" => "grpcroutes",
+        "TLSRoute" => "tlsroutes",
+        "TCPRoute" => "tcproutes",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -92,6 +95,28 @@ pub async fn try_apply(client: &kube::Client, obj: &Value) -> Result<(), String>
         .await
         .map(drop)
         .map_err(|e| format!("applying {kind} {ns}/{name}: {e}"))
+}
+
+/// Submits an object for creation with a server-side dry run (`dryRun=All`): the API
+/// server decodes, defaults and validates it (schemas, CEL rules, built-in validation)
+/// without storing it. `Err` holds its refusal.
+pub async fn dry_run_create(client: &kube::Client, obj: &Value) -> Result<(), String> {
+    let (av, kind, ns, _) = parts(obj);
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("weir-tests".into()),
+    };
+    let url = api_for(client, &av, &kind, &ns).resource_url().to_owned();
+    // The object as written, not through `DynamicObject`: a field of the wrong type or a
+    // Secret's non-base64 data must reach the API server as it is in the file.
+    let req = kube::core::Request::new(url)
+        .create(&params, serde_json::to_vec(obj).unwrap())
+        .unwrap();
+    match client.request::<Value>(req).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) => Err(format!("{} ({})", s.message, s.code)),
+        Err(e) => panic!("dry run of {kind} {ns}: {e}"),
+    }
 }
 
 /// Creates an object (fails if it exists).

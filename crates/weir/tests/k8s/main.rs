@@ -26,6 +26,7 @@ mod rbac;
 mod refs;
 mod scale;
 mod split;
+mod validation;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -94,6 +95,7 @@ const TESTS: &[(&str, Test)] = tests![
     ha::leader_failover_keeps_serving,
     ha::api_server_outage,
     scale::attached_routes_follow_a_thousand_routes,
+    validation::corpus_verdicts_match_the_api_server,
 ];
 
 fn main() -> ExitCode {
