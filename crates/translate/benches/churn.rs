@@ -122,6 +122,7 @@ fn main() {
             "stringData": {"alice": format!("alice-key-{k:08}")}
         }))
     };
+    let mut rotated = Vec::new();
     for (n, mut t) in again {
         t.apply([
             ObjectChange::Upsert(secret(0)),
@@ -136,6 +137,52 @@ fn main() {
         ]);
         let rounds = 2_000;
         let rotations: Vec<_> = (1..=rounds).map(secret).collect();
+        let mut deltas = 0;
+        let start = Instant::now();
+        for s in rotations {
+            deltas += t.apply([ObjectChange::Upsert(s)]).batch.deltas.len();
+        }
+        let per = start.elapsed() / rounds as u32;
+        println!(
+            "{n:>8} {:>16.1?} {:>10.2}",
+            per,
+            deltas as f64 / rounds as f64
+        );
+        rotated.push((n, t));
+    }
+
+    // The JWK Set Secret of a Gateway-wide JWT policy rotated (a new Ed25519 key): the
+    // keys are decoded again and only the policy changes, whatever N.
+    println!(
+        "\n{:>8} {:>16} {:>10}   (the JWK Set Secret of a Gateway-wide JWT policy rotated)",
+        "routes", "per rotation", "deltas"
+    );
+    let jwks = |k: usize| {
+        let mut x = [7u8; 32];
+        x[..8].copy_from_slice(&(k as u64).to_be_bytes());
+        let x = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, x);
+        object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "jwks", "namespace": "default"},
+            "stringData": {"jwks": format!(
+                r#"{{"keys": [{{"kty": "OKP", "crv": "Ed25519", "kid": "k{k}", "x": "{x}"}}]}}"#
+            )}
+        }))
+    };
+    for (n, mut t) in rotated {
+        t.apply([
+            ObjectChange::Upsert(jwks(0)),
+            ObjectChange::Upsert(object(serde_json::json!({
+                "apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+                "metadata": {"name": "jwt", "namespace": "default"},
+                "spec": {
+                    "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}],
+                    "jwtAuth": {"providers": [{"name": "corp", "jwks": {"secretRef": {"name": "jwks"}}}]}
+                }
+            }))),
+        ]);
+        let rounds = 2_000;
+        let rotations: Vec<_> = (1..=rounds).map(jwks).collect();
         let mut deltas = 0;
         let start = Instant::now();
         for s in rotations {
