@@ -8,7 +8,7 @@
 //!
 //! Keys were decoded by the translator; a key is rebuilt for verification from its raw
 //! parts (a copy of a few hundred bytes), and only keys that can verify the token — its
-//! `kid`, its algorithm — are tried.
+//! `kid`, its algorithm — are tried, at most eight per request.
 
 use std::sync::Arc;
 
@@ -23,6 +23,10 @@ use crate::error::{Challenge, ProxyError};
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
 /// Clock skew allowed for `exp` and `nbf`, in seconds.
 const LEEWAY_SECS: u64 = 60;
+/// Most signature checks one request may cause: a token without a `kid` is tried against
+/// every fitting key, and a client must not make each request cost hundreds of RSA
+/// verifications.
+const MAX_ATTEMPTS: usize = 8;
 
 /// Checks a request's bearer token against `auth` (of the policy named `policy`).
 pub(crate) fn check(
@@ -79,6 +83,7 @@ pub(crate) fn verify<'a>(
     let header = jsonwebtoken::decode_header(token).ok()?;
     let alg = header.alg;
     let alg_name = algorithm_name(alg)?;
+    let mut attempts = 0;
     for provider in &auth.providers {
         let mut validation = Validation::new(alg);
         validation.leeway = LEEWAY_SECS;
@@ -93,6 +98,10 @@ pub(crate) fn verify<'a>(
             validation.set_audience(&provider.audiences);
         }
         for key in candidates(&provider.keys, header.kid.as_deref(), alg_name) {
+            attempts += 1;
+            if attempts > MAX_ATTEMPTS {
+                return None;
+            }
             let Ok(data) =
                 jsonwebtoken::decode::<Map<String, Value>>(token, &decoding_key(key), &validation)
             else {
@@ -417,6 +426,34 @@ mod tests {
             auth.providers[0].keys[0].alg = Some("RS512".into());
             assert!(verify(&auth, &t).is_none(), "{alg:?} with alg RS512");
         }
+    }
+
+    #[test]
+    fn a_request_causes_at_most_eight_signature_checks() {
+        let (key, public) = ed_pair();
+        let mut auth = auth(&public, None);
+        // Twenty keys without a kid before the right one: a token without a kid is
+        // refused after eight tries rather than checked against all 21.
+        let decoy = ed_pair().1;
+        let keys = &mut auth.providers[0].keys;
+        keys[0].kid = None;
+        for _ in 0..20 {
+            keys.insert(
+                0,
+                JwtKey {
+                    kid: None,
+                    alg: None,
+                    material: JwtKeyMaterial::Ed25519(decoy.as_slice().into()),
+                },
+            );
+        }
+        let claims = serde_json::json!({"aud": "api", "scope": "read", "exp": now() + 60});
+        assert!(verify(&auth, &token(&key, None, claims.clone())).is_none());
+        auth.providers[0].keys.drain(..14);
+        assert!(
+            verify(&auth, &token(&key, None, claims)).is_some(),
+            "7 decoys, then the key"
+        );
     }
 
     #[test]
