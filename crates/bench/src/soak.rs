@@ -366,12 +366,15 @@ impl Report {
     }
 }
 
-/// The churned routes: live ones (oldest first, with when they became live) and the one
-/// being removed.
+/// What the changes have made so far.
 #[derive(Default)]
 struct Churn {
+    /// Live churned routes, oldest first: (number, when clients may use it, generation).
+    /// A route leaves this list before its file is removed.
     live: VecDeque<(u64, Duration, u64)>,
+    /// The next route number.
     next: u64,
+    /// Whether the Gateway has its extra listener.
     extra_listener: bool,
 }
 
