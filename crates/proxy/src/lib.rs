@@ -44,6 +44,13 @@ pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
 pub use jwt::MAX_TOKEN_LEN as MAX_JWT_LEN;
 
+/// Why a certificate could not serve a handshake (its chain, its key, or a key that does
+/// not belong to the leaf), as the data plane would find at the first handshake; `None`
+/// when it can serve. `weir check` runs it on every TLS Secret.
+pub fn certificate_problem(cert: &weir_model::Certificate) -> Option<String> {
+    tls::parse(cert).err().map(|e| e.to_string())
+}
+
 /// Whether `token` passes `auth` (a provider's key verifies it and its claims pass the
 /// provider's checks): the check of a `jwtAuth` policy without the headers. Public for
 /// the `jwt` fuzz target.

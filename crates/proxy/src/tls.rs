@@ -78,7 +78,7 @@ impl CertEntry {
 }
 
 /// PEM chain + key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
-fn parse(cert: &Certificate) -> Result<Arc<CertifiedKey>, CertError> {
+pub(crate) fn parse(cert: &Certificate) -> Result<Arc<CertifiedKey>, CertError> {
     let chain = CertificateDer::pem_slice_iter(&cert.chain_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(CertError::ChainPem)?;

@@ -45,6 +45,10 @@ use std::sync::Arc;
 pub use pool::{AddressPool, InvalidAddressPool};
 pub use translator::Translator;
 
+/// The certificate of a `kubernetes.io/tls` Secret (PEM checked, key not parsed), as the
+/// translator reads it; `weir check` parses its key too.
+pub use compile::tls::certificate_from_secret;
+
 /// Settings of a [`Translator`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TranslatorOptions {

@@ -53,6 +53,25 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
             message: e.message.clone(),
         })
         .collect();
+    // Keys are parsed at the first handshake by `weir run` (20,000 at startup would cost
+    // seconds); `weir check` parses each TLS Secret's now, so a key that does not belong
+    // to its certificate is found before it is served.
+    for obj in &update.upserts {
+        if let weir_api::Object::Secret(s) = &**obj
+            && s.type_ == "kubernetes.io/tls"
+            && let Ok(cert) = weir_translate::certificate_from_secret(s)
+            && let Some(why) = weir_proxy::certificate_problem(&cert)
+        {
+            let key = obj.key();
+            let origin = provider.origin(&key);
+            problems.push(Problem {
+                file: origin.map(|o| o.file.display().to_string()),
+                document: origin.map(|o| o.document),
+                object: Some(key.to_string()),
+                message: format!("certificate unusable: {why}"),
+            });
+        }
+    }
     let objects = update.upserts.len();
     let mut translator = Translator::new(translator_options(
         opts.ingress_http,

@@ -76,7 +76,7 @@ fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
 }
 
 /// Parses a Secret into a certificate; the error message names the Secret and field.
-pub(crate) fn certificate_from_secret(s: &Secret) -> Result<Arc<Certificate>, String> {
+pub fn certificate_from_secret(s: &Secret) -> Result<Arc<Certificate>, String> {
     parse(s).map_err(|e| format!("Secret {}/{}: {e}", s.metadata.namespace, s.metadata.name))
 }
 

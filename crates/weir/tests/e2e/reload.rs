@@ -242,3 +242,33 @@ spec:
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `weir check` parses every TLS Secret's key: one whose key belongs to another
+/// certificate is named (with its file), which `weir run` would only find at the first
+/// handshake for its names.
+#[test]
+fn check_command_finds_a_key_that_is_not_the_certificates() {
+    let pki = Pki::new();
+    let (cert_a, key_a) = pki.leaf(&["a.test"]);
+    let (_, key_b) = pki.leaf(&["b.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    write_atomic(
+        &dir.path().join("good.yaml"),
+        &tls_secret("default", "good", &cert_a, &key_a),
+    );
+    write_atomic(
+        &dir.path().join("swapped.yaml"),
+        &tls_secret("default", "swapped", &cert_a, &key_b),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["check", "-c"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let problems: Vec<&str> = stdout.lines().filter(|l| l.contains("unusable")).collect();
+    assert_eq!(problems.len(), 1, "{stdout}");
+    assert!(problems[0].contains("swapped.yaml"), "{stdout}");
+    assert!(problems[0].contains("default/swapped"), "{stdout}");
+}
