@@ -37,9 +37,10 @@ pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
-    ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, ClaimToHeader, DirectResponse,
-    DirectResponseSpec, HeaderValue, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec,
-    LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference, RateLimitKeySpec,
-    RateLimitKeyType, RateLimitSpec, RateLimitUnit, RequiredClaim, RetryOn, SecretKeyReference,
-    TrafficPolicy, TrafficPolicySpec,
+    ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
+    DirectResponse, DirectResponseSpec, EndpointLimitsSpec, GrpcHealthCheckSpec, HeaderValue,
+    HealthCheckSpec, HealthCheckType, HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec,
+    JwtProviderSpec, LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference,
+    RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit, RequiredClaim, RetryOn,
+    SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
 };

@@ -90,6 +90,94 @@ pub struct TrafficPolicySpec {
     pub ip_rules: Option<IpRulesSpec>,
     /// Requests must carry a JSON Web Token signed by one of these providers.
     pub jwt_auth: Option<JwtAuthSpec>,
+    /// Active health checks of the endpoints (a policy on a `Service` or `Backend`).
+    pub health_check: Option<HealthCheckSpec>,
+    /// Admission limits of the endpoints (a policy on a `Service` or `Backend`).
+    pub circuit_breaker: Option<CircuitBreakerSpec>,
+}
+
+/// An active health check: every endpoint of the target is probed on its own, once per
+/// data plane however many routes use it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HealthCheckSpec {
+    /// The probe (required).
+    #[serde(rename = "type")]
+    pub type_: Option<HealthCheckType>,
+    /// Settings of an `HTTP` probe.
+    pub http: Option<HttpHealthCheckSpec>,
+    /// Settings of a `GRPC` probe.
+    pub grpc: Option<GrpcHealthCheckSpec>,
+    /// Time between probes (a Gateway API duration; default 5s, 100ms to 1h).
+    pub interval: Option<String>,
+    /// A probe without an answer in this time failed (default 1s, at most `interval`).
+    pub timeout: Option<String>,
+    /// A random extra wait before each probe, up to this (default 0, at most `interval`).
+    pub jitter: Option<String>,
+    /// Passed probes in a row that bring an endpoint back (default 1, 1–100).
+    pub healthy_threshold: Option<i64>,
+    /// Failed probes in a row that take an endpoint out (default 3, 1–100).
+    pub unhealthy_threshold: Option<i64>,
+}
+
+/// What a health probe does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum HealthCheckType {
+    /// An HTTP/1.1 GET that must answer an expected status.
+    #[serde(rename = "HTTP")]
+    Http,
+    /// A TCP connect.
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// A grpc.health.v1 `Check` that must answer `SERVING`.
+    #[serde(rename = "GRPC")]
+    Grpc,
+}
+
+/// An HTTP probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpHealthCheckSpec {
+    /// The path (default `/`).
+    pub path: Option<String>,
+    /// The `Host` header (default: the endpoint's address).
+    pub host: Option<String>,
+    /// Statuses that pass (default: 200–399).
+    pub expected_statuses: Option<Vec<i64>>,
+}
+
+/// A gRPC probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrpcHealthCheckSpec {
+    /// The service asked about (default empty: the server as a whole).
+    pub service: Option<String>,
+}
+
+/// Circuit breaking: what is over a limit is answered at once with 503.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CircuitBreakerSpec {
+    /// Limits over all endpoints of each cluster of the target.
+    pub max_connections: Option<i64>,
+    /// Requests waiting for a connection, over the cluster.
+    pub max_pending_requests: Option<i64>,
+    /// Requests in flight, over the cluster.
+    pub max_requests: Option<i64>,
+    /// Limits of each endpoint.
+    pub per_endpoint: Option<EndpointLimitsSpec>,
+}
+
+/// Limits of one endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EndpointLimitsSpec {
+    /// Open connections to the endpoint.
+    pub max_connections: Option<i64>,
+    /// Requests waiting for a connection to the endpoint.
+    pub max_pending_requests: Option<i64>,
+    /// Requests in flight to the endpoint.
+    pub max_requests: Option<i64>,
 }
 
 /// JWT authentication: a request must carry, as `Authorization: Bearer <token>`, a token

@@ -134,6 +134,19 @@ pub enum Resource {
     Policy(Arc<Policy>),
 }
 
+/// Adds, for each cluster in `keys`, the policy of the Service or Backend it is built
+/// from (health checks, circuit breaking): whoever uses a cluster looks that policy up.
+fn with_backend_policies(keys: &mut Vec<ResourceKey>) {
+    let targets: Vec<ResourceKey> = keys
+        .iter()
+        .filter_map(|k| match k {
+            ResourceKey::Cluster(c) => c.backend_target().map(ResourceKey::Policy),
+            _ => None,
+        })
+        .collect();
+    keys.extend(targets);
+}
+
 impl Resource {
     /// This resource's key.
     pub fn key(&self) -> ResourceKey {
@@ -200,6 +213,7 @@ impl Resource {
                         }
                     }
                 }
+                with_backend_policies(&mut used);
                 used.sort();
                 used.dedup();
                 let mut out = vec![(ResourceKey::Listener(v.listener), Reference::Required)];
@@ -216,6 +230,7 @@ impl Resource {
                     .iter()
                     .map(|b| ResourceKey::Cluster(b.cluster.clone()))
                     .collect();
+                with_backend_policies(&mut clusters);
                 clusters.sort();
                 clusters.dedup();
                 let mut out = vec![(ResourceKey::Listener(r.listener), Reference::Required)];

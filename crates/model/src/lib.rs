@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+mod backend_policy;
 mod cluster;
 mod cors;
 mod delta;
@@ -34,6 +35,7 @@ mod policy;
 mod route;
 mod tls;
 
+pub use backend_policy::{CircuitBreaker, HealthCheck, HealthProbe, Limits};
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
@@ -45,8 +47,9 @@ pub use listener::{
     PathNormalization, Protocol,
 };
 pub use policy::{
-    ApiKeyAuth, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
-    LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget, RateLimitKey,
+    ApiKeyAuth, BackendKind, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
+    JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget,
+    RateLimitKey,
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,

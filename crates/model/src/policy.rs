@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::backend_policy::{CircuitBreaker, HealthCheck};
+use crate::cluster::ClusterKey;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
 use crate::route::{Retry, RouteKind, RouteRef, Timeouts};
 
@@ -29,6 +31,57 @@ pub enum PolicyTarget {
     },
     /// One rule of a route object (by its index, as in [`RouteRef::rule`]).
     Rule(RouteRef),
+    /// Every cluster built from one Service or weir `Backend` (every port and protocol):
+    /// the data plane derives it from a cluster's key ([`ClusterKey::backend_target`]),
+    /// so the settings it carries (health checks, circuit breaking) apply to every route
+    /// and listener that sends traffic there.
+    Backend {
+        /// Object kind.
+        kind: BackendKind,
+        /// Object namespace.
+        namespace: Arc<str>,
+        /// Object name.
+        name: Arc<str>,
+    },
+}
+
+/// The kinds of object a cluster is built from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum BackendKind {
+    /// A core `Service` (its EndpointSlices).
+    Service,
+    /// A weir.dev `Backend` (static endpoints).
+    Backend,
+}
+
+impl ClusterKey {
+    /// The policy target of the Service or Backend this cluster was built from
+    /// (`service/<ns>/<name>:<port>[/<suffix>]`, `backend/<ns>/<name>[/<suffix>]`, the
+    /// keys the translator gives them); `None` for other clusters. Called once per
+    /// cluster version, never per request.
+    pub fn backend_target(&self) -> Option<PolicyTarget> {
+        let (kind, rest) = if let Some(r) = self.0.strip_prefix("service/") {
+            (BackendKind::Service, r)
+        } else if let Some(r) = self.0.strip_prefix("backend/") {
+            (BackendKind::Backend, r)
+        } else {
+            return None;
+        };
+        let (namespace, rest) = rest.split_once('/')?;
+        let end = match kind {
+            BackendKind::Service => rest.find(':')?,
+            BackendKind::Backend => rest.find('/').unwrap_or(rest.len()),
+        };
+        let name = &rest[..end];
+        if namespace.is_empty() || name.is_empty() {
+            return None;
+        }
+        Some(PolicyTarget::Backend {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
 }
 
 impl PolicyTarget {
@@ -54,6 +107,11 @@ impl std::fmt::Display for PolicyTarget {
             PolicyTarget::Rule(r) => {
                 write!(f, "{:?} {}/{} rule {}", r.kind, r.namespace, r.name, r.rule)
             }
+            PolicyTarget::Backend {
+                kind,
+                namespace,
+                name,
+            } => write!(f, "{kind:?} {namespace}/{name}"),
         }
     }
 }
@@ -468,6 +526,12 @@ pub struct Policy {
     /// JWT authentication, and the policy object (`namespace/name`) that set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jwt_auth: Option<(Arc<str>, Arc<JwtAuth>)>,
+    /// An active health check of the endpoints (on a [`PolicyTarget::Backend`] only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<Arc<HealthCheck>>,
+    /// Admission limits (on a [`PolicyTarget::Backend`] only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -493,6 +557,8 @@ impl Policy {
             basic_auth: None,
             ip_rules: None,
             jwt_auth: None,
+            health_check: None,
+            circuit_breaker: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -509,6 +575,8 @@ impl Policy {
             &self.basic_auth,
             &self.ip_rules,
             &self.jwt_auth,
+            &self.health_check,
+            &self.circuit_breaker,
         ));
     }
 
@@ -544,6 +612,20 @@ impl Policy {
         self
     }
 
+    /// This policy with an active health check.
+    pub fn with_health_check(mut self, check: Option<Arc<HealthCheck>>) -> Self {
+        self.health_check = check;
+        self.rehash();
+        self
+    }
+
+    /// This policy with circuit breaking.
+    pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
+        self.circuit_breaker = breaker;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -553,6 +635,8 @@ impl Policy {
             && self.basic_auth.is_none()
             && self.ip_rules.is_none()
             && self.jwt_auth.is_none()
+            && self.health_check.is_none()
+            && self.circuit_breaker.is_none()
     }
 
     /// The content hash computed at construction.
@@ -617,5 +701,31 @@ mod tests {
         assert!(IpRules::default().admits(ip("192.0.2.1")));
         assert!(!IpRules::deny_all().admits(ip("192.0.2.1")));
         assert!(!IpRules::deny_all().admits(ip("2001:db8::1")));
+    }
+
+    #[test]
+    fn cluster_keys_name_their_service_or_backend() {
+        let t = |k: &str| ClusterKey(k.into()).backend_target();
+        let svc = |ns: &str, name: &str| PolicyTarget::Backend {
+            kind: crate::BackendKind::Service,
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        assert_eq!(t("service/default/echo:8080"), Some(svc("default", "echo")));
+        assert_eq!(
+            t("service/default/echo:8080/h2c"),
+            Some(svc("default", "echo"))
+        );
+        assert_eq!(t("service/ns/dns:53/udp"), Some(svc("ns", "dns")));
+        let be = PolicyTarget::Backend {
+            kind: crate::BackendKind::Backend,
+            namespace: "default".into(),
+            name: "static".into(),
+        };
+        assert_eq!(t("backend/default/static"), Some(be.clone()));
+        assert_eq!(t("backend/default/static/h2c"), Some(be));
+        for other in ["invalid/x", "service/default/echo", "service//x:1", "x"] {
+            assert_eq!(t(other), None, "{other}");
+        }
     }
 }

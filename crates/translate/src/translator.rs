@@ -280,6 +280,14 @@ impl Translator {
             }
             Kind::Service => {
                 d.plain_status.insert(key.clone());
+                if old.is_none() != new.is_none() {
+                    self.policies.object_changed(
+                        key,
+                        &self.store,
+                        &mut d.resources,
+                        &mut d.policy_status,
+                    );
+                }
                 self.clusters
                     .mark_service(&key.namespace, &key.name, &mut d.resources);
                 // Routes and Ingresses see a Service's existence and port numbers/names;
@@ -305,9 +313,15 @@ impl Translator {
                         d.resources.insert(ResourceKey::Cluster(ck));
                     }
                 }
-                // Routes only see whether a Backend exists.
+                // Routes and policies only see whether a Backend exists.
                 if old.is_none() || new.is_none() {
                     self.mark_dependents(&Dep::Object(key.clone()), d);
+                    self.policies.object_changed(
+                        key,
+                        &self.store,
+                        &mut d.resources,
+                        &mut d.policy_status,
+                    );
                 }
             }
             Kind::Namespace => {

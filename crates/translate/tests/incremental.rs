@@ -167,6 +167,28 @@ spec:
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: p7, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}]
+  healthCheck: {type: HTTP, interval: 1s, http: {path: /healthz}}
+  circuitBreaker: {maxRequests: 100, perEndpoint: {maxConnections: 10}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p7, namespace: default}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: b1}, {group: "", kind: Service, name: svc}]
+  healthCheck: {type: TCP}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p8, namespace: other}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: b1}]
+  healthCheck: {type: GRPC, interval: 2s}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: p5, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]

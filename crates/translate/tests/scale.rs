@@ -237,3 +237,61 @@ fn one_gateway_policy_over_many_routes() {
     only_policy(&out);
     assert!(matches!(&out.batch.deltas[0], Delta::Remove(_)));
 }
+
+/// A policy on a Service used by every route is one delta too: the data plane derives
+/// the Service target from the cluster's key, so no route, virtual host or cluster is
+/// re-sent when the health check or circuit breaker is attached, edited or removed.
+#[test]
+fn one_service_policy_over_many_routes() {
+    let mut t = Translator::new(options(true));
+    let mut changes = vec![
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "default"},
+            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))),
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "svc", "namespace": "default"},
+            "spec": {"ports": [{"port": 80}]}
+        }))),
+    ];
+    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    t.apply(changes);
+    let svc = serde_json::json!({"group": "", "kind": "Service", "name": "svc"});
+    let only_policy = |out: &weir_translate::TranslateOutput| {
+        assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
+        assert!(matches!(
+            out.batch.deltas[0].key(),
+            ResourceKey::Policy(weir_model::PolicyTarget::Backend { .. })
+        ));
+        let kinds: Vec<Kind> = out.statuses.iter().map(|(k, _)| k.kind).collect();
+        assert!(kinds.iter().all(|k| *k == Kind::TrafficPolicy), "{kinds:?}");
+    };
+    let check = |interval: &str| {
+        serde_json::json!({
+            "healthCheck": {"type": "HTTP", "interval": interval, "http": {"path": "/healthz"}},
+            "circuitBreaker": {"maxRequests": 1000},
+        })
+    };
+    let out = t.apply([ObjectChange::Upsert(policy(
+        "svc",
+        svc.clone(),
+        check("5s"),
+    ))]);
+    only_policy(&out);
+    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
+    let out = t.apply([ObjectChange::Upsert(policy(
+        "svc",
+        svc.clone(),
+        check("2s"),
+    ))]);
+    only_policy(&out);
+    let out = t.apply([ObjectChange::Delete(ObjectKey::new(
+        Kind::TrafficPolicy,
+        "default",
+        "svc",
+    ))]);
+    only_policy(&out);
+    assert!(matches!(&out.batch.deltas[0], Delta::Remove(_)));
+}

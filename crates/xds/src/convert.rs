@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, ApiKeyAuth, BasicAuth, Certificate, Cluster, ClusterKey, ConnectionLimits,
-    ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Endpoint,
-    EndpointAddr, Filter, HeaderMatch, HeaderModifier, HostMatch, IpNet, IpRules, JwtAuth, JwtKey,
-    JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route, Listener, ListenerKey,
-    ListenerSettings, LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
-    Pattern, Policy, PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch,
-    Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
-    UpstreamProtocol, VirtualHost, WeightedBackend,
+    Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
+    ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
+    Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe,
+    HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode,
+    L4Route, Limits, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme,
+    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
+    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -112,6 +112,18 @@ fn target_to_wire(t: &PolicyTarget) -> wire::PolicyTarget {
                 rule: 0,
             })),
             PolicyTarget::Rule(r) => Target::Rule(route_ref_to_wire(r)),
+            PolicyTarget::Backend {
+                kind,
+                namespace,
+                name,
+            } => Target::Backend(wire::BackendTarget {
+                kind: match kind {
+                    BackendKind::Service => wire::backend_target::Kind::Service,
+                    BackendKind::Backend => wire::backend_target::Kind::Backend,
+                } as i32,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
         }),
     }
 }
@@ -124,6 +136,15 @@ fn target_from_wire(t: &wire::PolicyTarget) -> Result<PolicyTarget, InvalidResou
             PolicyTarget::route_of(&route_ref_from_wire(r).map_err(within("route"))?)
         }
         Target::Rule(r) => PolicyTarget::Rule(route_ref_from_wire(r).map_err(within("rule"))?),
+        Target::Backend(b) => PolicyTarget::Backend {
+            kind: match wire::backend_target::Kind::try_from(b.kind) {
+                Ok(wire::backend_target::Kind::Service) => BackendKind::Service,
+                Ok(wire::backend_target::Kind::Backend) => BackendKind::Backend,
+                Err(_) => return Err(invalid("backend.kind", b.kind)),
+            },
+            namespace: b.namespace.as_str().into(),
+            name: b.name.as_str().into(),
+        },
     })
 }
 
@@ -204,6 +225,11 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             .jwt_auth
             .as_ref()
             .map(|(name, j)| jwt_auth_to_wire(name, j)),
+        health_check: p.health_check.as_deref().map(health_check_to_wire),
+        circuit_breaker: p.circuit_breaker.as_ref().map(|c| wire::CircuitBreaker {
+            cluster: Some(limits_to_wire(&c.cluster)),
+            endpoint: Some(limits_to_wire(&c.endpoint)),
+        }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -217,6 +243,103 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
         }),
     }
+}
+
+fn health_check_to_wire(h: &HealthCheck) -> wire::HealthCheck {
+    use wire::health_check::Probe;
+    wire::HealthCheck {
+        interval_ns: h.interval.as_nanos() as u64,
+        timeout_ns: h.timeout.as_nanos() as u64,
+        jitter_ns: h.jitter.as_nanos() as u64,
+        healthy_threshold: h.healthy_threshold,
+        unhealthy_threshold: h.unhealthy_threshold,
+        probe: Some(match &h.probe {
+            HealthProbe::Http {
+                path,
+                host,
+                statuses,
+            } => Probe::Http(wire::HttpProbe {
+                path: path.to_string(),
+                host: host.as_deref().map(str::to_owned),
+                statuses: statuses
+                    .iter()
+                    .map(|(a, b)| wire::StatusRange {
+                        start: u32::from(*a),
+                        end: u32::from(*b),
+                    })
+                    .collect(),
+            }),
+            HealthProbe::Tcp => Probe::Tcp(true),
+            HealthProbe::Grpc { service } => Probe::Grpc(wire::GrpcProbe {
+                service: service.to_string(),
+            }),
+        }),
+    }
+}
+
+fn health_check_from_wire(h: &wire::HealthCheck) -> Result<HealthCheck, InvalidResource> {
+    use wire::health_check::Probe;
+    if h.interval_ns == 0 || h.timeout_ns == 0 {
+        return Err(invalid("interval", "interval and timeout must be positive"));
+    }
+    if h.healthy_threshold == 0 || h.unhealthy_threshold == 0 {
+        return Err(invalid("threshold", "thresholds must be positive"));
+    }
+    let probe = match h.probe.as_ref().ok_or_else(|| missing("probe"))? {
+        Probe::Http(p) => {
+            if !p.path.starts_with('/') {
+                return Err(invalid("http.path", "must start with /"));
+            }
+            let statuses = p
+                .statuses
+                .iter()
+                .map(|r| {
+                    let s = |v: u32| u16::try_from(v).ok().filter(|v| (100..=599).contains(v));
+                    match (s(r.start), s(r.end)) {
+                        (Some(a), Some(b)) if a <= b => Ok((a, b)),
+                        _ => Err(invalid("http.statuses", "not a range of 100-599")),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if statuses.is_empty() {
+                return Err(missing("http.statuses"));
+            }
+            HealthProbe::Http {
+                path: p.path.as_str().into(),
+                host: p.host.as_deref().map(Into::into),
+                statuses,
+            }
+        }
+        Probe::Tcp(_) => HealthProbe::Tcp,
+        Probe::Grpc(g) => HealthProbe::Grpc {
+            service: g.service.as_str().into(),
+        },
+    };
+    Ok(HealthCheck {
+        probe,
+        interval: Duration::from_nanos(h.interval_ns),
+        timeout: Duration::from_nanos(h.timeout_ns),
+        jitter: Duration::from_nanos(h.jitter_ns),
+        healthy_threshold: h.healthy_threshold,
+        unhealthy_threshold: h.unhealthy_threshold,
+    })
+}
+
+fn limits_to_wire(l: &Limits) -> wire::Limits {
+    wire::Limits {
+        max_connections: l.max_connections,
+        max_pending_requests: l.max_pending_requests,
+        max_requests: l.max_requests,
+    }
+}
+
+fn limits_from_wire(l: Option<&wire::Limits>) -> Limits {
+    l.map(|l| Limits {
+        max_connections: l.max_connections,
+        max_pending_requests: l.max_pending_requests,
+        max_requests: l.max_requests,
+    })
+    .unwrap_or_default()
 }
 
 fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
@@ -431,7 +554,19 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             .with_api_key_auth(api_key_auth)
             .with_basic_auth(basic_auth)
             .with_ip_rules(ip_rules)
-            .with_jwt_auth(jwt_auth),
+            .with_jwt_auth(jwt_auth)
+            .with_health_check(
+                p.health_check
+                    .as_ref()
+                    .map(health_check_from_wire)
+                    .transpose()
+                    .map_err(within("health_check"))?
+                    .map(Arc::new),
+            )
+            .with_circuit_breaker(p.circuit_breaker.as_ref().map(|c| CircuitBreaker {
+                cluster: limits_from_wire(c.cluster.as_ref()),
+                endpoint: limits_from_wire(c.endpoint.as_ref()),
+            })),
     )
 }
 
@@ -452,6 +587,14 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
         }
         _ => std::borrow::Cow::Borrowed(r),
     }
+}
+
+/// Whether a data plane of push protocol `version` is sent resource `k` at all. A policy
+/// on a Service or Backend ([`PolicyTarget::Backend`]; health checks, circuit breaking)
+/// came with version 1: a version-0 data plane could not decode its key, and without it
+/// serves as before (no probes, no limits), so it is not sent one.
+pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
+    version > 0 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
 }
 
 /// A key from the wire.

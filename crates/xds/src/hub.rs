@@ -15,7 +15,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
-use crate::convert::{for_version, key_to_wire, resource_to_wire, version_of};
+use crate::convert::{for_version, key_to_wire, resource_to_wire, sent_to_version, version_of};
 use crate::proto as wire;
 
 /// The IR every session reads, and who must hear about which change.
@@ -385,6 +385,7 @@ impl Session {
                     (None, Some(g)) => *g == self.gateway,
                     (None, None) => self.refs.get(&k).is_some_and(|n| *n > 0),
                 })
+                .filter(|_| sent_to_version(&k, self.protocol_version))
                 .map(|r| for_version(r, self.protocol_version));
             if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();

@@ -5,6 +5,7 @@
 //! [`Store`]: crate::store::Store
 
 pub(crate) mod backend;
+pub(crate) mod backend_policy;
 pub(crate) mod backend_ref;
 pub(crate) mod cors;
 pub(crate) mod duration;

@@ -9,10 +9,11 @@ use weir_api::{
     PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, IpNet, IpRules, JwtAuth, LocalRateLimit, PasswordScheme, RateLimitKey,
-    Retry, Timeouts,
+    ApiKeyAuth, BasicAuth, CircuitBreaker, HealthCheck, IpNet, IpRules, JwtAuth, LocalRateLimit,
+    PasswordScheme, RateLimitKey, Retry, Timeouts,
 };
 
+use crate::compile::backend_policy;
 use crate::compile::http_route::{compile_retry, compile_timeouts};
 use crate::compile::jwt;
 use crate::store::{Dep, Store};
@@ -42,6 +43,8 @@ pub(crate) struct PolicySettings {
     pub(crate) basic_auth: Option<Arc<BasicAuth>>,
     pub(crate) ip_rules: Option<Arc<IpRules>>,
     pub(crate) jwt_auth: Option<Arc<JwtAuth>>,
+    pub(crate) health_check: Option<Arc<HealthCheck>>,
+    pub(crate) circuit_breaker: Option<CircuitBreaker>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -55,10 +58,12 @@ pub(crate) enum Field {
     BasicAuth,
     IpRules,
     JwtAuth,
+    HealthCheck,
+    CircuitBreaker,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 8] = [
+    pub(crate) const ALL: [Field; 10] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -67,6 +72,8 @@ impl Field {
         Field::BasicAuth,
         Field::IpRules,
         Field::JwtAuth,
+        Field::HealthCheck,
+        Field::CircuitBreaker,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -79,7 +86,15 @@ impl Field {
             Field::BasicAuth => "basicAuth",
             Field::IpRules => "ipRules",
             Field::JwtAuth => "jwtAuth",
+            Field::HealthCheck => "healthCheck",
+            Field::CircuitBreaker => "circuitBreaker",
         }
+    }
+
+    /// Whether the field belongs to the endpoints (a Service or Backend target) rather
+    /// than to requests (a Gateway, route or rule target).
+    pub(crate) fn is_backend(self) -> bool {
+        matches!(self, Field::HealthCheck | Field::CircuitBreaker)
     }
 }
 
@@ -95,6 +110,31 @@ impl PolicySettings {
             Field::BasicAuth => self.basic_auth.is_some(),
             Field::IpRules => self.ip_rules.is_some(),
             Field::JwtAuth => self.jwt_auth.is_some(),
+            Field::HealthCheck => self.health_check.is_some(),
+            Field::CircuitBreaker => self.circuit_breaker.is_some(),
+        }
+    }
+
+    /// Whether these settings may apply to target `t`: fields of requests on Gateways and
+    /// routes, fields of endpoints on Services and Backends; the error names the first
+    /// field that does not fit.
+    pub(crate) fn fits(&self, t: &TargetRef) -> Result<(), String> {
+        let backend = matches!(t.kind, Some(Kind::Service | Kind::Backend));
+        match Field::ALL
+            .iter()
+            .find(|f| self.sets(**f) && f.is_backend() != backend)
+        {
+            None => Ok(()),
+            Some(f) if backend => Err(format!(
+                "spec.{}: applies to a Gateway or a route, not to a {}",
+                f.name(),
+                t.kind_name
+            )),
+            Some(f) => Err(format!(
+                "spec.{}: applies to a Service or a Backend, not to a {}",
+                f.name(),
+                t.kind_name
+            )),
         }
     }
 }
@@ -154,6 +194,8 @@ fn target_kind(group: &str, kind: &str) -> Option<Kind> {
         ("gateway.networking.k8s.io", "Gateway") => Some(Kind::Gateway),
         ("gateway.networking.k8s.io", "HTTPRoute") => Some(Kind::HttpRoute),
         ("gateway.networking.k8s.io", "GRPCRoute") => Some(Kind::GrpcRoute),
+        ("", "Service") => Some(Kind::Service),
+        ("weir.dev", "Backend") => Some(Kind::Backend),
         _ => None,
     }
 }
@@ -222,8 +264,21 @@ fn settings(
         .map(|a| jwt::jwt_auth(a, "spec.jwtAuth", refs))
         .transpose()?
         .map(Arc::new);
+    let health_check = spec
+        .health_check
+        .as_ref()
+        .map(|h| backend_policy::health_check(h, "spec.healthCheck"))
+        .transpose()?
+        .map(Arc::new);
+    let circuit_breaker = spec
+        .circuit_breaker
+        .as_ref()
+        .map(|c| backend_policy::circuit_breaker(c, "spec.circuitBreaker"))
+        .transpose()?;
     let s = PolicySettings {
         name,
+        health_check,
+        circuit_breaker,
         timeouts,
         retry,
         rate_limit,
@@ -234,7 +289,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules or jwtAuth)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, healthCheck or circuitBreaker)"
                 .into(),
         );
     }

@@ -14,7 +14,7 @@ use weir_api::{
     Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference,
     PolicyAncestorStatus, PolicyStatus, Reason,
 };
-use weir_model::{Policy, PolicyTarget, ResourceKey, RouteKind, RouteRef, Timeouts};
+use weir_model::{BackendKind, Policy, PolicyTarget, ResourceKey, RouteKind, RouteRef, Timeouts};
 
 use crate::compile::order::Age;
 use crate::compile::policy::{CompiledPolicy, Field, PolicySettings, TargetRef};
@@ -70,7 +70,7 @@ impl PolicyIndex {
         let mut touched: Vec<TargetRef> = Vec::new();
         if let Some(old) = self.policies.remove(key) {
             for t in old.targets {
-                if old.settings.is_ok() {
+                if old.settings.as_ref().is_ok_and(|s| s.fits(&t).is_ok()) {
                     self.attached.remove(&t, &old.owner);
                 }
                 self.by_object
@@ -81,7 +81,9 @@ impl PolicyIndex {
         if let Some((c, age)) = new {
             let owner = (age, key.clone());
             for t in &c.targets {
-                if let Ok(s) = &c.settings {
+                if let Ok(s) = &c.settings
+                    && s.fits(t).is_ok()
+                {
                     self.attached.insert(t.clone(), owner.clone(), s.clone());
                 }
                 self.by_object
@@ -228,7 +230,7 @@ impl PolicyIndex {
                     false,
                     Reason::Invalid,
                     format!(
-                        "{}{}{}: TrafficPolicies attach to a Gateway, an HTTPRoute or a GRPCRoute (and one of its rules by sectionName)",
+                        "{}{}{}: TrafficPolicies attach to a Gateway, an HTTPRoute or a GRPCRoute (and one of its rules by sectionName), a Service or a weir.dev Backend",
                         t.kind_name,
                         if t.group.is_empty() { "" } else { "." },
                         t.group
@@ -242,7 +244,20 @@ impl PolicyIndex {
                     "sectionName on a Gateway (one listener) is not supported; target the Gateway or its routes".into(),
                 );
             }
+            (Some(Kind::Service | Kind::Backend), Some(_)) => {
+                return (
+                    false,
+                    Reason::Invalid,
+                    format!(
+                        "sectionName on a {} is not supported; target the {} (every port)",
+                        t.kind_name, t.kind_name
+                    ),
+                );
+            }
             _ => {}
+        }
+        if let Err(why) = settings.fits(t) {
+            return (false, Reason::Invalid, why);
         }
         if !self.resolved.contains_key(t) {
             let what = match &t.section {
@@ -310,6 +325,7 @@ fn merged<'a>(
     let mut timeouts = Timeouts::default();
     let (mut retry, mut rate_limit) = (None, None);
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
+    let (mut health_check, mut circuit_breaker) = (None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -335,12 +351,20 @@ fn merged<'a>(
         if jwt_auth.is_none() {
             jwt_auth = s.jwt_auth.clone().map(|j| (s.name.clone(), j));
         }
+        if health_check.is_none() {
+            health_check = s.health_check.clone();
+        }
+        if circuit_breaker.is_none() {
+            circuit_breaker = s.circuit_breaker;
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
         .with_basic_auth(basic_auth)
         .with_ip_rules(ip_rules)
-        .with_jwt_auth(jwt_auth);
+        .with_jwt_auth(jwt_auth)
+        .with_health_check(health_check)
+        .with_circuit_breaker(circuit_breaker);
     (!p.is_empty()).then_some(p)
 }
 
@@ -374,6 +398,20 @@ fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
             RouteKind::GrpcRoute,
             r.spec.rules.iter().map(|x| x.name.as_deref()).collect(),
         ),
+        // Every cluster of the Service or Backend (its ports and protocols); the data
+        // plane derives the target from a cluster's key.
+        Object::Service(_) | Object::Backend(_) if t.section.is_none() => {
+            let kind = if matches!(&**obj, Object::Service(_)) {
+                BackendKind::Service
+            } else {
+                BackendKind::Backend
+            };
+            return Some(PolicyTarget::Backend {
+                kind,
+                namespace: t.namespace.clone(),
+                name: t.name.clone(),
+            });
+        }
         _ => return None,
     };
     match &t.section {

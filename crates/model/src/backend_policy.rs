@@ -1,0 +1,92 @@
+//! Settings of policies on a Service or `Backend` ([`crate::PolicyTarget::Backend`]):
+//! active health checks and circuit breaking. They belong to the endpoints, not to a
+//! request, so the data plane applies them to every cluster built from the target,
+//! whichever route or listener sends traffic there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// An active health check: each endpoint is probed every `interval` (± `jitter`); after
+/// `unhealthy_threshold` failed probes in a row it gets no traffic, after
+/// `healthy_threshold` passed probes in a row it gets traffic again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct HealthCheck {
+    /// What one probe does.
+    pub probe: HealthProbe,
+    /// Time between the start of one probe and the next (before jitter).
+    pub interval: Duration,
+    /// A probe without an answer within this time failed.
+    pub timeout: Duration,
+    /// Each wait is `interval` plus a random time up to this, so that probers started
+    /// together spread out.
+    pub jitter: Duration,
+    /// Passed probes in a row that make an unhealthy endpoint healthy (≥ 1).
+    pub healthy_threshold: u32,
+    /// Failed probes in a row that make a healthy endpoint unhealthy (≥ 1).
+    pub unhealthy_threshold: u32,
+}
+
+/// What a probe checks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum HealthProbe {
+    /// An HTTP/1.1 `GET` of `path` (with `Host: host`, or the endpoint's address) that
+    /// must answer one of `statuses`.
+    Http {
+        /// Request path (starts with `/`).
+        path: Arc<str>,
+        /// The `Host` header, if set.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host: Option<Arc<str>>,
+        /// Inclusive status ranges that pass, sorted.
+        statuses: Vec<(u16, u16)>,
+    },
+    /// A TCP connect.
+    Tcp,
+    /// A `grpc.health.v1.Health/Check` call over h2c that must answer `SERVING`.
+    Grpc {
+        /// The service name asked about (empty: the server as a whole).
+        service: Arc<str>,
+    },
+}
+
+impl HealthProbe {
+    /// Whether an HTTP probe's `status` passes.
+    pub fn passes(statuses: &[(u16, u16)], status: u16) -> bool {
+        statuses.iter().any(|(a, b)| (*a..=*b).contains(&status))
+    }
+}
+
+/// Admission limits of one cluster or one endpoint; `None` fields are unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Limits {
+    /// Open upstream connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Requests waiting for an upstream connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending_requests: Option<u32>,
+    /// Requests sent whose response head has not arrived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
+}
+
+impl Limits {
+    /// Whether it limits anything.
+    pub fn is_set(&self) -> bool {
+        self.max_connections.is_some()
+            || self.max_pending_requests.is_some()
+            || self.max_requests.is_some()
+    }
+}
+
+/// Circuit breaking: a request over a limit is answered at once (503, with the limit
+/// named), never queued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct CircuitBreaker {
+    /// Limits over all endpoints of a cluster.
+    pub cluster: Limits,
+    /// Limits of each endpoint.
+    pub endpoint: Limits,
+}

@@ -1,0 +1,291 @@
+//! The settings of a TrafficPolicy that belong to a Service or `Backend` rather than to a
+//! request: `healthCheck` and `circuitBreaker` (pure validation into the model).
+
+use std::time::Duration;
+
+use weir_api::{CircuitBreakerSpec, EndpointLimitsSpec, HealthCheckSpec, HealthCheckType};
+use weir_model::{CircuitBreaker, HealthCheck, HealthProbe, Limits};
+
+use crate::compile::duration;
+
+/// Probe interval bounds: under 100 ms probes become load; over an hour they say little.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// One passed probe brings an endpoint back (fast recovery; a flapping endpoint is
+/// taken out again after `unhealthyThreshold` failures and by passive outlier detection).
+const DEFAULT_HEALTHY: u32 = 1;
+const DEFAULT_UNHEALTHY: u32 = 3;
+const MAX_THRESHOLD: i64 = 100;
+/// The largest admission limit (one `u32` counter each).
+const MAX_LIMIT: i64 = 1_000_000_000;
+
+/// `healthCheck` at `field` (`spec.healthCheck`).
+pub(crate) fn health_check(h: &HealthCheckSpec, field: &str) -> Result<HealthCheck, String> {
+    let dur = |v: &Option<String>, name: &str, default: Duration| -> Result<Duration, String> {
+        match v {
+            None => Ok(default),
+            Some(s) => duration::parse(s)
+                .map(|d| d.unwrap_or(Duration::ZERO))
+                .map_err(|e| format!("{field}.{name}: {e}")),
+        }
+    };
+    let interval = dur(&h.interval, "interval", DEFAULT_INTERVAL)?;
+    if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
+        return Err(format!(
+            "{field}.interval: {interval:?} is not between 100ms and 1h"
+        ));
+    }
+    let timeout = dur(&h.timeout, "timeout", DEFAULT_TIMEOUT.min(interval))?;
+    if timeout.is_zero() || timeout > interval {
+        return Err(format!(
+            "{field}.timeout: {timeout:?} must be above 0 and at most the interval"
+        ));
+    }
+    let jitter = dur(&h.jitter, "jitter", Duration::ZERO)?;
+    if jitter > interval {
+        return Err(format!(
+            "{field}.jitter: {jitter:?} must be at most the interval"
+        ));
+    }
+    let threshold = |v: Option<i64>, name: &str, default: u32| match v {
+        None => Ok(default),
+        Some(n) if (1..=MAX_THRESHOLD).contains(&n) => Ok(n as u32),
+        Some(n) => Err(format!(
+            "{field}.{name}: {n} is not between 1 and {MAX_THRESHOLD}"
+        )),
+    };
+    let healthy_threshold = threshold(h.healthy_threshold, "healthyThreshold", DEFAULT_HEALTHY)?;
+    let unhealthy_threshold = threshold(
+        h.unhealthy_threshold,
+        "unhealthyThreshold",
+        DEFAULT_UNHEALTHY,
+    )?;
+    let Some(kind) = h.type_ else {
+        return Err(format!("{field}.type: required (HTTP, TCP or GRPC)"));
+    };
+    let unused = |name: &str| format!("{field}.{name}: only for type {name:?}s");
+    let probe = match kind {
+        HealthCheckType::Http => {
+            if h.grpc.is_some() {
+                return Err(unused("grpc"));
+            }
+            let http = h.http.clone().unwrap_or_default();
+            let path = http.path.unwrap_or_else(|| "/".into());
+            if !path.starts_with('/')
+                || path.len() > 1024
+                || path.bytes().any(|b| b.is_ascii_control() || b == b' ')
+            {
+                return Err(format!(
+                    "{field}.http.path: {path:?} must start with / and hold no spaces or control characters"
+                ));
+            }
+            if let Some(host) = &http.host
+                && (host.is_empty()
+                    || host.len() > 253
+                    || host.bytes().any(|b| b.is_ascii_control() || b == b' '))
+            {
+                return Err(format!("{field}.http.host: {host:?} is not a host"));
+            }
+            let statuses = match &http.expected_statuses {
+                None => vec![(200, 399)],
+                Some(list) if list.is_empty() => {
+                    return Err(format!(
+                        "{field}.http.expectedStatuses: at least one status"
+                    ));
+                }
+                Some(list) => {
+                    let mut out = Vec::with_capacity(list.len());
+                    for (i, s) in list.iter().enumerate() {
+                        let s = u16::try_from(*s)
+                            .ok()
+                            .filter(|s| (100..=599).contains(s))
+                            .ok_or_else(|| {
+                                format!(
+                                    "{field}.http.expectedStatuses[{i}]: {s} is not between 100 and 599"
+                                )
+                            })?;
+                        out.push((s, s));
+                    }
+                    out.sort_unstable();
+                    out.dedup();
+                    out
+                }
+            };
+            HealthProbe::Http {
+                path: path.into(),
+                host: http.host.map(Into::into),
+                statuses,
+            }
+        }
+        HealthCheckType::Tcp => {
+            if h.http.is_some() {
+                return Err(unused("http"));
+            }
+            if h.grpc.is_some() {
+                return Err(unused("grpc"));
+            }
+            HealthProbe::Tcp
+        }
+        HealthCheckType::Grpc => {
+            if h.http.is_some() {
+                return Err(unused("http"));
+            }
+            let service = h.grpc.as_ref().and_then(|g| g.service.clone());
+            let service = service.unwrap_or_default();
+            if service.len() > 1024 {
+                return Err(format!("{field}.grpc.service: at most 1024 characters"));
+            }
+            HealthProbe::Grpc {
+                service: service.into(),
+            }
+        }
+    };
+    Ok(HealthCheck {
+        probe,
+        interval,
+        timeout,
+        jitter,
+        healthy_threshold,
+        unhealthy_threshold,
+    })
+}
+
+/// `circuitBreaker` at `field` (`spec.circuitBreaker`).
+pub(crate) fn circuit_breaker(
+    c: &CircuitBreakerSpec,
+    field: &str,
+) -> Result<CircuitBreaker, String> {
+    let cluster = limits(
+        c.max_connections,
+        c.max_pending_requests,
+        c.max_requests,
+        field,
+    )?;
+    let endpoint = match &c.per_endpoint {
+        None => Limits::default(),
+        Some(EndpointLimitsSpec {
+            max_connections,
+            max_pending_requests,
+            max_requests,
+        }) => limits(
+            *max_connections,
+            *max_pending_requests,
+            *max_requests,
+            &format!("{field}.perEndpoint"),
+        )?,
+    };
+    if !cluster.is_set() && !endpoint.is_set() {
+        return Err(format!("{field}: sets no limit"));
+    }
+    Ok(CircuitBreaker { cluster, endpoint })
+}
+
+fn limits(
+    connections: Option<i64>,
+    pending: Option<i64>,
+    requests: Option<i64>,
+    field: &str,
+) -> Result<Limits, String> {
+    let one = |v: Option<i64>, name: &str| match v {
+        None => Ok(None),
+        // 0 pending is meaningful: never wait for a connection.
+        Some(n) if (0..=MAX_LIMIT).contains(&n) && (n > 0 || name == "maxPendingRequests") => {
+            Ok(Some(n as u32))
+        }
+        Some(n) => Err(format!(
+            "{field}.{name}: {n} is not between {} and {MAX_LIMIT}",
+            u8::from(name != "maxPendingRequests")
+        )),
+    };
+    Ok(Limits {
+        max_connections: one(connections, "maxConnections")?,
+        max_pending_requests: one(pending, "maxPendingRequests")?,
+        max_requests: one(requests, "maxRequests")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_ranges() {
+        let spec = HealthCheckSpec {
+            type_: Some(HealthCheckType::Http),
+            ..Default::default()
+        };
+        let h = health_check(&spec, "spec.healthCheck").unwrap();
+        assert_eq!(h.interval, DEFAULT_INTERVAL);
+        assert_eq!(h.timeout, DEFAULT_TIMEOUT);
+        assert_eq!((h.healthy_threshold, h.unhealthy_threshold), (1, 3));
+        assert!(
+            matches!(&h.probe, HealthProbe::Http { path, statuses, .. } if &**path == "/" && statuses == &[(200, 399)])
+        );
+        let bad = |f: fn(&mut HealthCheckSpec), want: &str| {
+            let mut s = spec.clone();
+            f(&mut s);
+            let e = health_check(&s, "spec.healthCheck").unwrap_err();
+            assert!(e.starts_with(want), "{e}");
+        };
+        bad(
+            |s| s.interval = Some("10ms".into()),
+            "spec.healthCheck.interval",
+        );
+        bad(
+            |s| {
+                s.interval = Some("1s".into());
+                s.timeout = Some("2s".into())
+            },
+            "spec.healthCheck.timeout",
+        );
+        bad(|s| s.jitter = Some("1h".into()), "spec.healthCheck.jitter");
+        bad(
+            |s| s.unhealthy_threshold = Some(0),
+            "spec.healthCheck.unhealthyThreshold",
+        );
+        bad(|s| s.type_ = None, "spec.healthCheck.type");
+        bad(
+            |s| {
+                s.http = Some(weir_api::HttpHealthCheckSpec {
+                    expected_statuses: Some(vec![200, 600]),
+                    ..Default::default()
+                })
+            },
+            "spec.healthCheck.http.expectedStatuses[1]",
+        );
+        bad(
+            |s| {
+                s.type_ = Some(HealthCheckType::Tcp);
+                s.http = Some(Default::default())
+            },
+            "spec.healthCheck.http",
+        );
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        let c = CircuitBreakerSpec {
+            max_requests: Some(10),
+            per_endpoint: Some(EndpointLimitsSpec {
+                max_pending_requests: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let b = circuit_breaker(&c, "spec.circuitBreaker").unwrap();
+        assert_eq!(b.cluster.max_requests, Some(10));
+        assert_eq!(b.endpoint.max_pending_requests, Some(0));
+        let e = circuit_breaker(
+            &CircuitBreakerSpec {
+                max_connections: Some(0),
+                ..Default::default()
+            },
+            "spec.circuitBreaker",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("spec.circuitBreaker.maxConnections"), "{e}");
+        assert!(circuit_breaker(&CircuitBreakerSpec::default(), "f").is_err());
+    }
+}
