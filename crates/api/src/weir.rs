@@ -77,7 +77,9 @@ pub struct TrafficPolicySpec {
     /// `GRPCRoute` (`sectionName`: one rule, by its `name`).
     pub target_refs: Vec<PolicyTargetReference>,
     /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
-    pub timeouts: Option<crate::gateway::HttpRouteTimeouts>,
+    /// (Boxed with the other rarely set fields: `Object` holds every kind inline, and its
+    /// largest variant sets its size.)
+    pub timeouts: Option<Box<crate::gateway::HttpRouteTimeouts>>,
     /// Retries of failed attempts.
     pub retry: Option<PolicyRetry>,
     /// Rate limits.
@@ -91,9 +93,9 @@ pub struct TrafficPolicySpec {
     /// Requests must carry a JSON Web Token signed by one of these providers.
     pub jwt_auth: Option<JwtAuthSpec>,
     /// Active health checks of the endpoints (a policy on a `Service` or `Backend`).
-    pub health_check: Option<HealthCheckSpec>,
+    pub health_check: Option<Box<HealthCheckSpec>>,
     /// Admission limits of the endpoints (a policy on a `Service` or `Backend`).
-    pub circuit_breaker: Option<CircuitBreakerSpec>,
+    pub circuit_breaker: Option<Box<CircuitBreakerSpec>>,
 }
 
 /// An active health check: every endpoint of the target is probed on its own, once per

@@ -5,17 +5,19 @@
 //! same cycle (so both follow the weights), skips either if outlier detection has ejected
 //! it, and of two healthy ones takes the one with fewer requests in flight (the "power of
 //! two choices": a slow or stuck endpoint gathers in-flight requests and so gets fewer new
-//! ones). With nothing in flight it is exact weighted round robin. If every endpoint is
-//! ejected it ignores ejection (a panic threshold of 0: better a chance than a certain
-//! 503).
+//! ones). With nothing in flight it is exact weighted round robin. An endpoint that
+//! failed its active health checks ([`crate::health`]) is skipped like an ejected one.
+//! If every endpoint is ejected or unhealthy it ignores both (a panic threshold of 0:
+//! better a chance than a certain 503; the same rule as passive outlier detection).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use weir_model::{Cluster, Endpoint};
+use weir_model::{Cluster, Endpoint, Policy};
 
 use crate::endpoints::{EndpointRegistry, EndpointState};
+use crate::health::Prober;
 use crate::router;
 
 /// Longest weighted round-robin cycle kept per cluster; larger weight sums are scaled.
@@ -31,6 +33,12 @@ pub struct ClusterState {
     cursor: AtomicUsize,
     /// One per endpoint of `cluster`, in its order.
     states: Box<[Arc<EndpointState>]>,
+    /// One per endpoint when its Service or Backend has an active health check; empty
+    /// otherwise (the common case costs one length check per pick).
+    probers: Box<[Arc<Prober>]>,
+    /// The policy of the cluster's Service or Backend ([`PolicyTarget::Backend`]), whose
+    /// backend-level fields (health check, circuit breaker) this state applies.
+    policy: Option<Arc<Policy>>,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -54,7 +62,19 @@ pub(crate) struct Picked<'a> {
 impl ClusterState {
     /// Precomputes the round-robin cycle and finds the endpoints' states in `registry`.
     /// Endpoints of weight 0 are never picked.
+    #[cfg(test)]
     pub(crate) fn new(cluster: Arc<Cluster>, registry: &EndpointRegistry) -> Self {
+        ClusterState::with_policy(cluster, registry, None)
+    }
+
+    /// As [`ClusterState::new`], applying `policy`, the policy of the cluster's Service
+    /// or Backend: one prober per endpoint for its health check (shared with every other
+    /// cluster probing the same address with the same settings).
+    pub(crate) fn with_policy(
+        cluster: Arc<Cluster>,
+        registry: &EndpointRegistry,
+        policy: Option<Arc<Policy>>,
+    ) -> Self {
         let weights: Vec<u32> = cluster.endpoints.iter().map(|e| e.weight).collect();
         let schedule = router::wrr_schedule(&weights, MAX_SCHEDULE).into_boxed_slice();
         // Start where the content hash says, so that a change to a busy cluster does not
@@ -68,12 +88,38 @@ impl ClusterState {
             &cluster.key,
             cluster.endpoints.iter().map(|e| e.addr.clone()),
         );
+        let probers = match policy.as_ref().and_then(|p| p.health_check.as_ref()) {
+            Some(check) => cluster
+                .endpoints
+                .iter()
+                .map(|e| registry.probers().prober(&e.addr, check))
+                .collect(),
+            None => Box::default(),
+        };
         ClusterState {
             cluster,
             schedule,
             cursor: AtomicUsize::new(start),
             states: states.into_boxed_slice(),
+            probers,
+            policy,
         }
+    }
+
+    /// The policy of the cluster's Service or Backend this state applies.
+    pub(crate) fn policy(&self) -> Option<&Arc<Policy>> {
+        self.policy.as_ref()
+    }
+
+    /// Whether endpoint `i` should get no new requests: ejected by outlier detection or
+    /// failing its health checks.
+    fn unavailable(&self, i: usize, now: Instant) -> bool {
+        self.states[i].is_ejected(now) || self.probers.get(i).is_some_and(|p| p.is_unhealthy())
+    }
+
+    /// The endpoints' probers, in the cluster's order (empty without a health check).
+    pub(crate) fn probers(&self) -> &[Arc<Prober>] {
+        &self.probers
     }
 
     /// The endpoint for the next request (see the module docs); `None` when the cluster
@@ -91,7 +137,7 @@ impl ClusterState {
         let other = (router::next_random() % (len as u64 - 1).max(1)) as usize;
         let b = self.schedule[(n + 1 + other) % len] as usize;
         let (sa, sb) = (&self.states[a], &self.states[b]);
-        let chosen = match (sa.is_ejected(now), sb.is_ejected(now)) {
+        let chosen = match (self.unavailable(a, now), self.unavailable(b, now)) {
             (false, false) => {
                 if sb.in_flight() < sa.in_flight() {
                     b
@@ -112,7 +158,7 @@ impl ClusterState {
         let n = self.states.len();
         (1..n)
             .map(|i| (from + i) % n)
-            .find(|&i| self.cluster.endpoints[i].weight > 0 && !self.states[i].is_ejected(now))
+            .find(|&i| self.cluster.endpoints[i].weight > 0 && !self.unavailable(i, now))
     }
 
     fn picked(&self, i: usize) -> Option<Picked<'_>> {

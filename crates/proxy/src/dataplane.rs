@@ -105,6 +105,7 @@ impl DataPlane {
         let endpoints = Arc::new(EndpointRegistry::new(
             OutlierDetection::default(),
             metrics.outlier.clone(),
+            metrics.health.clone(),
         ));
         Ok(Arc::new(DataPlane {
             shared: Arc::new(Shared {

@@ -26,6 +26,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use weir_model::{ClusterKey, EndpointAddr};
 
+use crate::health::{HealthMetrics, Probers};
+
 /// Passive outlier detection settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OutlierDetection {
@@ -381,6 +383,8 @@ type Key = (ClusterKey, EndpointAddr);
 pub(crate) struct EndpointRegistry {
     endpoints: Mutex<Registered>,
     outlier: Arc<Outlier>,
+    /// Active health checkers, one per (address, settings) ([`crate::health`]).
+    probers: Probers,
 }
 
 #[derive(Default)]
@@ -399,17 +403,31 @@ impl std::fmt::Debug for EndpointRegistry {
 
 impl Default for EndpointRegistry {
     fn default() -> Self {
-        EndpointRegistry::new(OutlierDetection::default(), OutlierMetrics::default())
+        EndpointRegistry::new(
+            OutlierDetection::default(),
+            OutlierMetrics::default(),
+            HealthMetrics::default(),
+        )
     }
 }
 
 impl EndpointRegistry {
     /// An empty registry.
-    pub(crate) fn new(config: OutlierDetection, metrics: OutlierMetrics) -> EndpointRegistry {
+    pub(crate) fn new(
+        config: OutlierDetection,
+        metrics: OutlierMetrics,
+        health: HealthMetrics,
+    ) -> EndpointRegistry {
         EndpointRegistry {
             endpoints: Mutex::new(Registered::default()),
             outlier: Arc::new(Outlier { config, metrics }),
+            probers: Probers::new(health),
         }
+    }
+
+    /// The active health checkers.
+    pub(crate) fn probers(&self) -> &Probers {
+        &self.probers
     }
 
     /// The states of a cluster's endpoints, in the order given: existing ones where the

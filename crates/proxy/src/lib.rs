@@ -6,6 +6,7 @@
 mod balance;
 mod endpoints;
 mod filters;
+mod health;
 mod hosts;
 mod router;
 mod sharded;

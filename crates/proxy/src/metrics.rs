@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
+use crate::health::HealthMetrics;
 use crate::l4::L4Metrics;
 use crate::l4::udp::UdpMetrics;
 use crate::ratelimit::RateLimitMetrics;
@@ -80,6 +81,8 @@ pub(crate) struct Metrics {
     /// Passive outlier detection (`crate::endpoints`). Unlabelled: per-endpoint labels
     /// would grow with every pod ever seen; the admin dump shows per-endpoint state.
     pub(crate) outlier: OutlierMetrics,
+    /// Active health checks.
+    pub(crate) health: HealthMetrics,
     /// Local rate limits (`crate::ratelimit`).
     pub(crate) ratelimit: RateLimitMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
@@ -157,6 +160,7 @@ impl Metrics {
             config_version: Gauge::default(),
             resources: Family::default(),
             outlier: OutlierMetrics::default(),
+            health: HealthMetrics::default(),
             ratelimit: RateLimitMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
@@ -232,6 +236,22 @@ impl Metrics {
             "weir_config_version",
             "Version of the live configuration snapshot",
             m.config_version.clone(),
+        );
+        registry.register(
+            "weir_upstream_health_checks",
+            "Active health probes done, by result (passed, failed)",
+            m.health.checks.clone(),
+        );
+        registry.register(
+            "weir_upstream_unhealthy_endpoints",
+            "Endpoints (address and probe settings) whose active health checks failed",
+            m.health.unhealthy.clone(),
+        );
+        registry.register(
+            "weir_upstream_health_probers",
+            "Active health probers running: one per endpoint address and probe settings, \
+             however many routes use the endpoint",
+            m.health.probers.clone(),
         );
         registry.register(
             "weir_upstream_ejections",

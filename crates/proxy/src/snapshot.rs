@@ -67,6 +67,9 @@ pub struct Snapshot {
     certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
     /// Policies by target, looked up per request (see [`crate::policy`]).
     policies: ShardedMap<PolicyTarget, Arc<Policy>>,
+    /// The clusters built from each Service or Backend ([`PolicyTarget::Backend`], from
+    /// the cluster key), so that a change of its policy rebuilds only their states.
+    backend_clusters: ShardedMap<PolicyTarget, Arc<[ClusterKey]>>,
     /// Endpoint state (health, load), shared by every version derived from one another
     /// and kept across cluster changes (see [`crate::endpoints`]).
     endpoints: Arc<EndpointRegistry>,
@@ -95,6 +98,7 @@ impl Snapshot {
             clusters: ShardedMap::new(),
             certificates: ShardedMap::new(),
             policies: ShardedMap::new(),
+            backend_clusters: ShardedMap::new(),
             endpoints,
         }
     }
@@ -190,8 +194,17 @@ impl Snapshot {
                 // Same content: keep the state (and its round-robin position).
                 let unchanged = self.clusters.get(&c.key).is_some_and(|s| s.cluster == *c);
                 if !unchanged {
-                    let state = ClusterState::new(c.clone(), &self.endpoints);
-                    self.clusters.insert(c.key.clone(), Arc::new(state));
+                    let target = c.key.backend_target();
+                    let policy = target.as_ref().and_then(|t| self.policies.get(t)).cloned();
+                    let state = ClusterState::with_policy(c.clone(), &self.endpoints, policy);
+                    if self
+                        .clusters
+                        .insert(c.key.clone(), Arc::new(state))
+                        .is_none()
+                        && let Some(t) = target
+                    {
+                        self.index_backend_cluster(t, &c.key, true);
+                    }
                 }
             }
             Resource::Certificate(c) => {
@@ -232,6 +245,7 @@ impl Snapshot {
             Resource::Policy(p) => {
                 if self.policies.get(&p.target) != Some(p) {
                     self.policies.insert(p.target.clone(), p.clone());
+                    self.backend_policy_changed(&p.target);
                 }
             }
         }
@@ -276,14 +290,57 @@ impl Snapshot {
                 }
             }
             ResourceKey::Cluster(c) => {
-                self.clusters.remove(c);
+                if self.clusters.remove(c).is_some()
+                    && let Some(t) = c.backend_target()
+                {
+                    self.index_backend_cluster(t, c, false);
+                }
             }
             ResourceKey::Certificate(h) => {
                 // SNI entries still naming it keep their own Arc and keep working.
                 self.certificates.remove(h);
             }
             ResourceKey::Policy(t) => {
-                self.policies.remove(t);
+                if self.policies.remove(t).is_some() {
+                    self.backend_policy_changed(t);
+                }
+            }
+        }
+    }
+
+    /// Adds (or removes) `cluster` to the clusters of Service or Backend `target`.
+    fn index_backend_cluster(&mut self, target: PolicyTarget, cluster: &ClusterKey, add: bool) {
+        let mut keys: Vec<ClusterKey> = self
+            .backend_clusters
+            .get(&target)
+            .map(|k| k.to_vec())
+            .unwrap_or_default();
+        keys.retain(|k| k != cluster);
+        if add {
+            keys.push(cluster.clone());
+        }
+        if keys.is_empty() {
+            self.backend_clusters.remove(&target);
+        } else {
+            self.backend_clusters.insert(target, keys.into());
+        }
+    }
+
+    /// Rebuilds the states of the clusters of a Service or Backend whose policy changed
+    /// (their endpoints keep their state; probers follow the new health check).
+    fn backend_policy_changed(&mut self, target: &PolicyTarget) {
+        if !matches!(target, PolicyTarget::Backend { .. }) {
+            return;
+        }
+        let Some(keys) = self.backend_clusters.get(target).cloned() else {
+            return;
+        };
+        let policy = self.policies.get(target).cloned();
+        for k in keys.iter() {
+            if let Some(old) = self.clusters.get(k) {
+                let state =
+                    ClusterState::with_policy(old.cluster.clone(), &self.endpoints, policy.clone());
+                self.clusters.insert(k.clone(), Arc::new(state));
             }
         }
     }
@@ -392,12 +449,26 @@ impl Snapshot {
             .clusters
             .iter()
             .map(|(k, c)| {
-                let state: Vec<Value> = c.states().iter().map(|s| s.to_json(now)).collect();
-                let v = json!({
+                let state: Vec<Value> = c
+                    .states()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let mut v = s.to_json(now);
+                        if let Some(p) = c.probers().get(i) {
+                            v["health_check"] = p.to_json();
+                        }
+                        v
+                    })
+                    .collect();
+                let mut v = json!({
                     "protocol": to_value(&c.cluster.protocol),
                     "endpoints": to_value(&c.cluster.endpoints),
                     "state": state,
                 });
+                if let Some(p) = c.policy() {
+                    v["policy"] = to_value(&p.target);
+                }
                 (k.to_string(), v)
             })
             .collect();
@@ -1059,5 +1130,56 @@ mod tests {
             !text.contains("PRIVATE KEY") && !text.contains("BEGIN"),
             "{text}"
         );
+    }
+
+    /// A policy on a Service reaches the states of its clusters whether it comes before
+    /// or after them, follows edits, and its probers stop when it goes.
+    #[tokio::test]
+    async fn service_policies_reach_their_clusters_states() {
+        use weir_model::{BackendKind, HealthCheck, HealthProbe};
+        let target = PolicyTarget::Backend {
+            kind: BackendKind::Service,
+            namespace: "ns".into(),
+            name: "app".into(),
+        };
+        let policy = |ms: u64| {
+            let check = HealthCheck {
+                probe: HealthProbe::Tcp,
+                interval: std::time::Duration::from_millis(ms),
+                timeout: std::time::Duration::from_millis(ms),
+                jitter: std::time::Duration::ZERO,
+                healthy_threshold: 1,
+                unhealthy_threshold: 1,
+            };
+            Resource::Policy(Arc::new(
+                Policy::new(target.clone(), Timeouts::default(), None, None)
+                    .with_health_check(Some(Arc::new(check))),
+            ))
+        };
+        let http = ClusterKey("service/ns/app:80".into());
+        let h2c = ClusterKey("service/ns/app:80/h2c".into());
+        let other = ClusterKey("service/ns/other:80".into());
+        let c = |k: &ClusterKey| Resource::Cluster(cluster(&k.0, &[1, 1]));
+        let probers = |s: &Snapshot, k: &ClusterKey| s.cluster(k).unwrap().probers().len();
+        // Policy first, then clusters; then one more cluster of the Service.
+        let mut s = apply(&Snapshot::empty(), vec![up(policy(60_000)), up(c(&http))]);
+        assert_eq!(probers(&s, &http), 2);
+        s = apply(&s, vec![up(c(&h2c)), up(c(&other))]);
+        assert_eq!(probers(&s, &h2c), 2);
+        assert_eq!(probers(&s, &other), 0, "another Service's cluster");
+        // The same addresses and settings: one prober each for both clusters.
+        assert_eq!(s.endpoints.probers().len(), 2);
+        // An edit gives new probers (new settings); removing the policy stops them.
+        s = apply(&s, vec![up(policy(30_000))]);
+        assert!(s.cluster(&http).unwrap().policy().is_some());
+        s = apply(&s, vec![Delta::Remove(ResourceKey::Policy(target.clone()))]);
+        assert_eq!(probers(&s, &http) + probers(&s, &h2c), 0);
+        assert!(s.cluster(&http).unwrap().policy().is_none());
+        assert_eq!(s.endpoints.probers().len(), 0, "no snapshot holds a prober");
+        // A removed cluster leaves the Service's index.
+        s = apply(&s, vec![Delta::Remove(ResourceKey::Cluster(h2c.clone()))]);
+        s = apply(&s, vec![up(policy(60_000))]);
+        assert_eq!(probers(&s, &http), 2);
+        assert!(s.cluster(&h2c).is_none());
     }
 }

@@ -1,0 +1,455 @@
+//! Active health checks: one prober per endpoint address and probe settings, however
+//! many clusters, routes and listeners use the endpoint.
+//!
+//! Probers are endpoint state outside the snapshot (like [`crate::endpoints`]): each
+//! snapshot's [`crate::balance::ClusterState`] holds an `Arc<Prober>` per endpoint of a
+//! cluster whose Service or Backend has a `healthCheck` policy, found in the
+//! [`Probers`] registry by (address, settings). The registry holds weak references, so a
+//! prober starts when the first snapshot needs it and stops (its task aborted) when the
+//! last snapshot holding it is gone; a config change that keeps the endpoint and the
+//! settings keeps the prober, its task and what it learned. The HTTP/1.1 and h2c
+//! clusters of one Service port, or two Services selecting one pod, share one prober
+//! when their settings are equal.
+//!
+//! A new prober starts healthy (a newly attached health check never takes a working
+//! endpoint out before it has failed its probes) and probes at once, after a random
+//! share of the jitter. The balancer skips an unhealthy endpoint; when every endpoint
+//! of a cluster is unhealthy or ejected, it ignores both (see [`crate::balance`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::TcpStream;
+use weir_model::{EndpointAddr, HealthCheck, HealthProbe};
+
+/// The `result` label of `weir_upstream_health_checks_total`: two values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResultLabel {
+    result: &'static str,
+}
+
+/// Health-check metrics (labels bounded: a result of two values).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HealthMetrics {
+    /// Probes done, by result (`passed`, `failed`).
+    pub(crate) checks: Family<ResultLabel, Counter>,
+    /// Endpoints (probers) unhealthy right now.
+    pub(crate) unhealthy: Gauge,
+    /// Probers running.
+    pub(crate) probers: Gauge,
+}
+
+/// What a prober has found, shared between its task and the balancer.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeStatus {
+    unhealthy: AtomicBool,
+    probes: AtomicU64,
+}
+
+/// One endpoint's prober: the task probing it, stopped when the last snapshot using it
+/// drops it.
+#[derive(Debug)]
+pub(crate) struct Prober {
+    status: Arc<ProbeStatus>,
+    task: Option<tokio::task::AbortHandle>,
+    metrics: HealthMetrics,
+}
+
+impl Prober {
+    /// Whether its last probes took the endpoint out. One relaxed load.
+    pub(crate) fn is_unhealthy(&self) -> bool {
+        self.status.unhealthy.load(Ordering::Relaxed)
+    }
+
+    /// A JSON view for the admin dump.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "healthy": !self.is_unhealthy(),
+            "probes": self.status.probes.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            self.metrics.probers.dec();
+        }
+        if self.status.unhealthy.swap(false, Ordering::Relaxed) {
+            self.metrics.unhealthy.dec();
+        }
+    }
+}
+
+type Key = (EndpointAddr, Arc<HealthCheck>);
+
+/// The probers of a data plane, by (endpoint address, settings). See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct Probers {
+    probers: Mutex<HashMap<Key, Weak<Prober>>>,
+    metrics: HealthMetrics,
+}
+
+impl Probers {
+    /// An empty registry counting into `metrics`.
+    pub(crate) fn new(metrics: HealthMetrics) -> Probers {
+        Probers {
+            probers: Mutex::default(),
+            metrics,
+        }
+    }
+
+    /// The prober of `addr` with `check`: the running one, or a new one started on the
+    /// current tokio runtime. Without a runtime (a snapshot built outside one) the prober
+    /// does not probe and the endpoint stays healthy.
+    pub(crate) fn prober(&self, addr: &EndpointAddr, check: &Arc<HealthCheck>) -> Arc<Prober> {
+        let mut map = self.probers.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (addr.clone(), Arc::clone(check));
+        if let Some(p) = map.get(&key).and_then(Weak::upgrade) {
+            return p;
+        }
+        let status = Arc::new(ProbeStatus::default());
+        let task = tokio::runtime::Handle::try_current().ok().map(|rt| {
+            self.metrics.probers.inc();
+            rt.spawn(run(
+                addr.clone(),
+                Arc::clone(check),
+                Arc::clone(&status),
+                self.metrics.clone(),
+            ))
+            .abort_handle()
+        });
+        let p = Arc::new(Prober {
+            status,
+            task,
+            metrics: self.metrics.clone(),
+        });
+        map.insert(key, Arc::downgrade(&p));
+        // Dead entries go when the map has grown (amortized O(1) per insertion).
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        p
+    }
+
+    /// Probers alive.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        let map = self.probers.lock().unwrap_or_else(|e| e.into_inner());
+        map.values().filter(|w| w.strong_count() > 0).count()
+    }
+}
+
+/// A prober's loop: probe, count, wait `interval` plus jitter, until aborted.
+async fn run(
+    addr: EndpointAddr,
+    check: Arc<HealthCheck>,
+    status: Arc<ProbeStatus>,
+    metrics: HealthMetrics,
+) {
+    let jitter = |max: Duration| {
+        let ns = max.as_nanos() as u64;
+        Duration::from_nanos(if ns == 0 {
+            0
+        } else {
+            crate::router::next_random() % (ns + 1)
+        })
+    };
+    tokio::time::sleep(jitter(check.jitter)).await;
+    let (mut passed, mut failed) = (0u32, 0u32);
+    loop {
+        let started = tokio::time::Instant::now();
+        let ok = tokio::time::timeout(check.timeout, probe(&addr, &check.probe))
+            .await
+            .unwrap_or(false);
+        status.probes.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .checks
+            .get_or_create(&ResultLabel {
+                result: if ok { "passed" } else { "failed" },
+            })
+            .inc();
+        let unhealthy = status.unhealthy.load(Ordering::Relaxed);
+        if ok {
+            (passed, failed) = (passed.saturating_add(1), 0);
+            if unhealthy && passed >= check.healthy_threshold {
+                status.unhealthy.store(false, Ordering::Relaxed);
+                metrics.unhealthy.dec();
+                tracing::info!(endpoint = %addr, "endpoint passed its health checks");
+            }
+        } else {
+            (passed, failed) = (0, failed.saturating_add(1));
+            if !unhealthy && failed >= check.unhealthy_threshold {
+                status.unhealthy.store(true, Ordering::Relaxed);
+                metrics.unhealthy.inc();
+                tracing::warn!(endpoint = %addr, failed, "endpoint failed its health checks");
+            }
+        }
+        tokio::time::sleep_until(started + check.interval + jitter(check.jitter)).await;
+    }
+}
+
+/// One probe of `addr` (the caller bounds it by the timeout).
+async fn probe(addr: &EndpointAddr, probe: &HealthProbe) -> bool {
+    let Some(sock) = resolve(addr).await else {
+        return false;
+    };
+    let Ok(stream) = TcpStream::connect(sock).await else {
+        return false;
+    };
+    let _ = stream.set_nodelay(true);
+    match probe {
+        HealthProbe::Tcp => true,
+        HealthProbe::Http {
+            path,
+            host,
+            statuses,
+        } => http_probe(stream, addr, path, host.as_deref(), statuses)
+            .await
+            .unwrap_or(false),
+        HealthProbe::Grpc { service } => grpc_probe(stream, addr, service).await.unwrap_or(false),
+    }
+}
+
+async fn resolve(addr: &EndpointAddr) -> Option<SocketAddr> {
+    match addr {
+        EndpointAddr::Socket(a) => Some(*a),
+        EndpointAddr::Host(h, p) => tokio::net::lookup_host((&**h, *p)).await.ok()?.next(),
+    }
+}
+
+/// Errors of a probe are only "failed": the endpoint's logs say more.
+type ProbeResult = Result<bool, Box<dyn std::error::Error + Send + Sync>>;
+
+async fn http_probe(
+    stream: TcpStream,
+    addr: &EndpointAddr,
+    path: &str,
+    host: Option<&str>,
+    statuses: &[(u16, u16)],
+) -> ProbeResult {
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
+    let conn = tokio::spawn(conn);
+    let host = host.map_or_else(|| addr.to_string(), str::to_owned);
+    let req = http::Request::get(path)
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, "weir-health-check")
+        .header(http::header::CONNECTION, "close")
+        .body(Empty::new())?;
+    let resp = sender.send_request(req).await?;
+    let ok = HealthProbe::passes(statuses, resp.status().as_u16());
+    // Read the body so the endpoint sees a complete exchange (bounded by the timeout).
+    let _ = resp.into_body().collect().await;
+    conn.abort();
+    Ok(ok)
+}
+
+/// `grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING`.
+const SERVING: u64 = 1;
+
+async fn grpc_probe(stream: TcpStream, addr: &EndpointAddr, service: &str) -> ProbeResult {
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await?;
+    let conn = tokio::spawn(conn);
+    // HealthCheckRequest { string service = 1; } in one gRPC message frame.
+    let mut msg = Vec::with_capacity(service.len() + 16);
+    if !service.is_empty() {
+        msg.push(0x0a);
+        put_varint(&mut msg, service.len() as u64);
+        msg.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = Vec::with_capacity(msg.len() + 5);
+    frame.push(0);
+    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg);
+    let uri = format!("http://{addr}/grpc.health.v1.Health/Check");
+    let req = http::Request::post(uri)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .header(http::header::USER_AGENT, "weir-health-check")
+        .body(Full::new(Bytes::from(frame)))?;
+    let resp = sender.send_request(req).await?;
+    let header_status = resp.headers().get("grpc-status").cloned();
+    if resp.status() != http::StatusCode::OK {
+        conn.abort();
+        return Ok(false);
+    }
+    let collected = resp.into_body().collect().await?;
+    let trailer_status = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .cloned();
+    conn.abort();
+    if trailer_status
+        .or(header_status)
+        .as_ref()
+        .map(|v| v.as_bytes())
+        != Some(b"0")
+    {
+        return Ok(false);
+    }
+    Ok(serving(collected.to_bytes()))
+}
+
+/// Whether a gRPC message frame holds a `HealthCheckResponse` with status `SERVING`.
+fn serving(mut body: Bytes) -> bool {
+    if body.len() < 5 || body[0] != 0 {
+        return false;
+    }
+    body.advance(1);
+    let len = body.get_u32() as usize;
+    if body.len() < len {
+        return false;
+    }
+    let mut msg = body.split_to(len);
+    let mut status = 0; // UNKNOWN when absent
+    while msg.has_remaining() {
+        let Some(tag) = get_varint(&mut msg) else {
+            return false;
+        };
+        match (tag >> 3, tag & 7) {
+            (1, 0) => match get_varint(&mut msg) {
+                Some(v) => status = v,
+                None => return false,
+            },
+            // Unknown fields are skipped by wire type.
+            (_, 0) => {
+                if get_varint(&mut msg).is_none() {
+                    return false;
+                }
+            }
+            (_, 2) => match get_varint(&mut msg) {
+                Some(n) if (n as usize) <= msg.remaining() => msg.advance(n as usize),
+                _ => return false,
+            },
+            (_, 1) if msg.remaining() >= 8 => msg.advance(8),
+            (_, 5) if msg.remaining() >= 4 => msg.advance(4),
+            _ => return false,
+        }
+    }
+    status == SERVING
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &mut Bytes) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        if !b.has_remaining() {
+            return None;
+        }
+        let byte = b.get_u8();
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(msg: &[u8]) -> Bytes {
+        let mut f = vec![0];
+        f.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        f.extend_from_slice(msg);
+        Bytes::from(f)
+    }
+
+    #[test]
+    fn grpc_health_responses_are_read() {
+        assert!(serving(frame(&[0x08, 0x01])));
+        assert!(!serving(frame(&[0x08, 0x02])), "NOT_SERVING");
+        assert!(!serving(frame(&[])), "UNKNOWN");
+        // Unknown fields before the status are skipped.
+        assert!(serving(frame(&[0x12, 0x02, b'h', b'i', 0x08, 0x01])));
+        assert!(!serving(frame(&[0x08])), "truncated");
+        assert!(
+            !serving(Bytes::from_static(&[1, 0, 0, 0, 2, 0x08, 0x01])),
+            "compressed"
+        );
+        let mut v = Vec::new();
+        put_varint(&mut v, 300);
+        assert_eq!(get_varint(&mut Bytes::from(v)), Some(300));
+    }
+
+    fn check(interval_ms: u64) -> Arc<HealthCheck> {
+        Arc::new(HealthCheck {
+            probe: HealthProbe::Tcp,
+            interval: Duration::from_millis(interval_ms),
+            timeout: Duration::from_millis(interval_ms),
+            jitter: Duration::ZERO,
+            healthy_threshold: 1,
+            unhealthy_threshold: 2,
+        })
+    }
+
+    #[tokio::test]
+    async fn one_prober_per_address_and_settings_stopped_with_its_last_user() {
+        let metrics = HealthMetrics::default();
+        let reg = Probers::new(metrics.clone());
+        let a = EndpointAddr::Socket(([127, 0, 0, 1], 9).into());
+        let b = EndpointAddr::Socket(([127, 0, 0, 2], 9).into());
+        let p1 = reg.prober(&a, &check(100));
+        let p2 = reg.prober(&a, &check(100));
+        assert!(Arc::ptr_eq(&p1, &p2), "equal settings share the prober");
+        let p3 = reg.prober(&a, &check(200));
+        let p4 = reg.prober(&b, &check(100));
+        assert!(!Arc::ptr_eq(&p1, &p3) && !Arc::ptr_eq(&p1, &p4));
+        assert_eq!(reg.len(), 3);
+        assert_eq!(metrics.probers.get(), 3);
+        drop((p1, p3, p4));
+        assert_eq!(reg.len(), 1);
+        drop(p2);
+        assert_eq!(reg.len(), 0);
+        assert_eq!(metrics.probers.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_turns_unhealthy_after_its_threshold_and_back() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let metrics = HealthMetrics::default();
+        let reg = Probers::new(metrics.clone());
+        let p = reg.prober(&EndpointAddr::Socket(addr), &check(100));
+        assert!(!p.is_unhealthy(), "a new prober starts healthy");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !p.is_unhealthy() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(p.is_unhealthy(), "refused connects make it unhealthy");
+        assert!(p.status.probes.load(Ordering::Relaxed) >= 2);
+        assert_eq!(metrics.unhealthy.get(), 1);
+        // It listens again: one passed probe brings it back.
+        let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        while p.is_unhealthy() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!p.is_unhealthy(), "a passed probe brings it back");
+        assert_eq!(metrics.unhealthy.get(), 0);
+    }
+}
