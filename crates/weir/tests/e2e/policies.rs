@@ -562,3 +562,87 @@ spec:
         "X-Forwarded-For ignored"
     );
 }
+
+fn metric(metrics: &str, sample: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A TCP health check on a Backend, from a file: of a Backend's two endpoints, the one
+/// whose port is closed is taken out by its probes (no client request goes there, so
+/// passive outlier detection never sees it fail), and gets traffic once it listens.
+/// Removing the policy stops the probers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_on_a_backend_takes_a_dead_endpoint_out_and_back() {
+    let port = free_port();
+    let a = echo("a").await;
+    let dead_port = free_port();
+    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], dead_port));
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: health}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: a}]
+  healthCheck: {type: TCP, interval: 100ms, timeout: 100ms, unhealthyThreshold: 1}
+"
+    .to_string();
+    let gw = Gateway::start(&[
+        (
+            "app.yaml",
+            manifests(port, &backend("default", "a", &[a, dead])),
+        ),
+        ("policy.yaml", policy),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let unhealthy = |n: f64| {
+        let gw = &gw;
+        move || async move {
+            let m = gw.admin_get("/metrics").await.body;
+            metric(&m, "weir_upstream_unhealthy_endpoints") == Some(n)
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(5), unhealthy(1.0)).await,
+        "the closed port is taken out"
+    );
+    let m = gw.admin_get("/metrics").await.body;
+    assert_eq!(metric(&m, "weir_upstream_health_probers"), Some(2.0), "{m}");
+    for _ in 0..50 {
+        let r = call(addr, "c").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.echo_name(), Some("a"));
+    }
+    let m = gw.admin_get("/metrics").await.body;
+    assert_eq!(metric(&m, "weir_upstream_ejections_total"), Some(0.0));
+    let config = gw.admin_get("/config").await.body;
+    assert!(config.contains("health_check"), "{config}");
+
+    // The endpoint comes up: probes bring it back and it gets traffic.
+    let l = tokio::net::TcpListener::bind(dead).await.unwrap();
+    tokio::spawn(weir::echo::serve(l, "b".into()));
+    assert!(
+        eventually(Duration::from_secs(5), unhealthy(0.0)).await,
+        "the endpoint is back"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, "c").await.echo_name() == Some("b")
+        })
+        .await,
+        "the recovered endpoint gets traffic"
+    );
+
+    // Removing the policy stops the probers.
+    gw.remove("policy.yaml");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let m = gw.admin_get("/metrics").await.body;
+            metric(&m, "weir_upstream_health_probers") == Some(0.0)
+        })
+        .await,
+        "probers stop with their policy"
+    );
+}
