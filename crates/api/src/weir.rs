@@ -160,11 +160,12 @@ pub struct GrpcHealthCheckSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct CircuitBreakerSpec {
-    /// Limits over all endpoints of each cluster of the target.
+    /// Upstream connections over each cluster of the target (HTTP/1.1: requests in
+    /// flight, each holding a connection; L4: spliced connections).
     pub max_connections: Option<i64>,
-    /// Requests waiting for a connection, over the cluster.
+    /// HTTP/1.1 requests opening an upstream connection at once, over the cluster.
     pub max_pending_requests: Option<i64>,
-    /// Requests in flight, over the cluster.
+    /// Requests in flight over the cluster.
     pub max_requests: Option<i64>,
     /// Limits of each endpoint.
     pub per_endpoint: Option<EndpointLimitsSpec>,
@@ -174,9 +175,9 @@ pub struct CircuitBreakerSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct EndpointLimitsSpec {
-    /// Open connections to the endpoint.
+    /// Upstream connections to the endpoint.
     pub max_connections: Option<i64>,
-    /// Requests waiting for a connection to the endpoint.
+    /// HTTP/1.1 requests opening a connection to the endpoint at once.
     pub max_pending_requests: Option<i64>,
     /// Requests in flight to the endpoint.
     pub max_requests: Option<i64>,

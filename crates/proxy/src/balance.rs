@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use weir_model::{Cluster, Endpoint, Policy};
 
-use crate::endpoints::{EndpointRegistry, EndpointState};
+use crate::breaker::{self, Overflow};
+use crate::endpoints::{ConnectGate, EndpointRegistry, EndpointState};
 use crate::health::Prober;
 use crate::router;
 
@@ -48,6 +49,24 @@ impl std::fmt::Debug for ClusterState {
             .field("endpoints", &self.cluster.endpoints.len())
             .field("cycle", &self.schedule.len())
             .finish()
+    }
+}
+
+/// Why [`ClusterState::admit`] found no endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The cluster has no endpoint of weight above 0.
+    NoEndpoints,
+    /// A circuit breaker's limit.
+    Overflow(Overflow),
+}
+
+impl From<Refused> for crate::error::ProxyError {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::NoEndpoints => crate::error::ProxyError::NoEndpoints,
+            Refused::Overflow(why) => crate::error::ProxyError::Overloaded(why),
+        }
     }
 }
 
@@ -150,6 +169,69 @@ impl ClusterState {
             (true, true) => self.first_healthy(a, now).unwrap_or(a),
         };
         self.picked(chosen)
+    }
+
+    /// The endpoint for the next request within the circuit breaker of the cluster's
+    /// Service or Backend ([`crate::breaker`]): [`ClusterState::pick`], passed over for
+    /// another endpoint when it is at its own limit; `Err` when the cluster is at its
+    /// limit or every endpoint is (counted), or it has no endpoints. Without a breaker,
+    /// one branch more than `pick`.
+    pub(crate) fn admit(&self, now: Instant) -> Result<Picked<'_>, Refused> {
+        let picked = self.pick(now).ok_or(Refused::NoEndpoints)?;
+        let Some(b) = self
+            .policy
+            .as_ref()
+            .and_then(|p| p.circuit_breaker.as_ref())
+        else {
+            return Ok(picked);
+        };
+        let protocol = self.cluster.protocol;
+        let health = picked.state.cluster_health();
+        if let Err(why) = breaker::admit_cluster(b, protocol, health.in_flight()) {
+            health.refused(why);
+            return Err(Refused::Overflow(why));
+        }
+        let Err(why) = breaker::admit_endpoint(b, protocol, picked.state.in_flight()) else {
+            return Ok(picked);
+        };
+        // Another endpoint with room, skipping unavailable ones first.
+        let n = self.states.len();
+        let fits = |i: usize| {
+            self.cluster.endpoints[i].weight > 0
+                && breaker::admit_endpoint(b, protocol, self.states[i].in_flight()).is_ok()
+        };
+        let start = self
+            .cluster
+            .endpoints
+            .iter()
+            .position(|e| std::ptr::eq(e, picked.endpoint))
+            .unwrap_or(0);
+        let other = (1..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| fits(i) && !self.unavailable(i, now))
+            .or_else(|| (1..n).map(|k| (start + k) % n).find(|&i| fits(i)));
+        match other.and_then(|i| self.picked(i)) {
+            Some(p) => Ok(p),
+            None => {
+                health.refused(why);
+                Err(Refused::Overflow(why))
+            }
+        }
+    }
+
+    /// The pending-request limits to check if the pool must connect for a request to
+    /// endpoint `state` (`None` without such limits).
+    pub(crate) fn connect_gate(&self, state: &Arc<EndpointState>) -> Option<ConnectGate> {
+        let b = self.policy.as_ref()?.circuit_breaker.as_ref()?;
+        let (endpoint_max, cluster_max) = (
+            b.endpoint.max_pending_requests,
+            b.cluster.max_pending_requests,
+        );
+        (endpoint_max.is_some() || cluster_max.is_some()).then(|| ConnectGate {
+            state: Arc::clone(state),
+            endpoint_max,
+            cluster_max,
+        })
     }
 
     /// The first endpoint of weight above 0 after `from` (round the list) that is not

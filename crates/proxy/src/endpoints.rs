@@ -26,6 +26,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use weir_model::{ClusterKey, EndpointAddr};
 
+use crate::breaker::{BreakerMetrics, Overflow};
 use crate::health::{HealthMetrics, Probers};
 
 /// Passive outlier detection settings.
@@ -95,6 +96,8 @@ pub(crate) struct OutlierMetrics {
     pub(crate) ejected: Gauge,
     /// Ejections refused because the cluster already had its maximum ejected.
     pub(crate) ejections_refused: Counter,
+    /// Requests refused by circuit breakers.
+    pub(crate) breaker: BreakerMetrics,
 }
 
 /// Per-cluster figures shared by its endpoints' states (how many are ejected, of how
@@ -103,6 +106,10 @@ pub(crate) struct OutlierMetrics {
 pub(crate) struct ClusterHealth {
     ejected: AtomicU32,
     size: AtomicU32,
+    /// Requests in flight to any endpoint of the cluster (circuit breaking).
+    in_flight: AtomicU32,
+    /// Requests opening an upstream connection (circuit breaking's pending requests).
+    connecting: AtomicU32,
     outlier: Arc<Outlier>,
     /// Retries this cluster may still get, in hundredths (see [`ClusterHealth::retry`]).
     retry_tokens: AtomicU32,
@@ -172,6 +179,16 @@ impl ClusterHealth {
         ok
     }
 
+    /// Requests in flight to the cluster.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a refusal by a circuit breaker.
+    pub(crate) fn refused(&self, why: Overflow) {
+        self.outlier.metrics.breaker.count(why);
+    }
+
     /// Endpoints currently ejected.
     #[cfg(test)]
     fn ejected(&self) -> u32 {
@@ -183,6 +200,8 @@ impl ClusterHealth {
 #[derive(Debug)]
 pub(crate) struct EndpointState {
     in_flight: AtomicU32,
+    /// Requests opening an upstream connection to it.
+    connecting: AtomicU32,
     consecutive_failures: AtomicU32,
     /// Milliseconds since [`epoch`] until which the endpoint is ejected; 0 when it is not.
     ejected_until: AtomicU64,
@@ -198,6 +217,7 @@ impl EndpointState {
     fn new(cluster: Arc<ClusterHealth>) -> EndpointState {
         EndpointState {
             in_flight: AtomicU32::new(0),
+            connecting: AtomicU32::new(0),
             consecutive_failures: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),
             ejections_in_a_row: AtomicU32::new(0),
@@ -205,6 +225,11 @@ impl EndpointState {
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         }
+    }
+
+    /// The figures of the endpoint's cluster.
+    pub(crate) fn cluster_health(&self) -> &Arc<ClusterHealth> {
+        &self.cluster
     }
 
     /// Requests sent to the endpoint whose response head has not arrived yet.
@@ -221,6 +246,7 @@ impl EndpointState {
     /// Counts a request sent to the endpoint; the guard's report (or drop) ends it.
     pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.cluster.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight {
             state: Some(Arc::clone(self)),
         }
@@ -359,6 +385,7 @@ impl InFlight {
     pub(crate) fn finish(mut self, outcome: Outcome) {
         if let Some(state) = self.state.take() {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
+            state.cluster.in_flight.fetch_sub(1, Ordering::Relaxed);
             if let Some(length) = state.report(outcome, Instant::now()) {
                 tracing::warn!(
                     ejection_ms = length.as_millis() as u64,
@@ -373,7 +400,65 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
+            state.cluster.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// The pending-request limits of one request's endpoint and cluster, checked when the
+/// HTTP/1.1 pool must open a connection for it ([`ConnectGate::enter`]).
+#[derive(Debug)]
+pub(crate) struct ConnectGate {
+    pub(crate) state: Arc<EndpointState>,
+    pub(crate) endpoint_max: Option<u32>,
+    pub(crate) cluster_max: Option<u32>,
+}
+
+/// A request counted as pending (opening a connection) until dropped.
+#[derive(Debug)]
+pub(crate) struct Connecting {
+    state: Arc<EndpointState>,
+}
+
+impl ConnectGate {
+    /// Counts the request as pending, or refuses it when the endpoint or its cluster has
+    /// its maximum of pending requests already.
+    pub(crate) fn enter(self) -> Result<Connecting, Overflow> {
+        let s = &self.state;
+        let over = |n: &AtomicU32, max: Option<u32>| {
+            max.is_some_and(|m| {
+                n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                    (c < m).then_some(c + 1)
+                })
+                .is_err()
+            })
+        };
+        if over(&s.cluster.connecting, self.cluster_max) {
+            s.cluster.refused(Overflow::ClusterPending);
+            return Err(Overflow::ClusterPending);
+        }
+        if self.cluster_max.is_none() {
+            s.cluster.connecting.fetch_add(1, Ordering::Relaxed);
+        }
+        if over(&s.connecting, self.endpoint_max) {
+            s.cluster.connecting.fetch_sub(1, Ordering::Relaxed);
+            s.cluster.refused(Overflow::EndpointPending);
+            return Err(Overflow::EndpointPending);
+        }
+        if self.endpoint_max.is_none() {
+            s.connecting.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Connecting { state: self.state })
+    }
+}
+
+impl Drop for Connecting {
+    fn drop(&mut self) {
+        self.state.connecting.fetch_sub(1, Ordering::Relaxed);
+        self.state
+            .cluster
+            .connecting
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -445,6 +530,8 @@ impl EndpointRegistry {
                 let h = Arc::new(ClusterHealth {
                     ejected: AtomicU32::new(0),
                     size: AtomicU32::new(0),
+                    in_flight: AtomicU32::new(0),
+                    connecting: AtomicU32::new(0),
                     outlier: Arc::clone(&self.outlier),
                     retry_tokens: AtomicU32::new(RETRY_RESERVE * 100),
                     retry_refilled: AtomicU64::new(millis(Instant::now())),
@@ -667,5 +754,39 @@ mod tests {
         drop(eps);
         assert_eq!(health.ejected(), 0);
         drop(kept);
+    }
+
+    #[test]
+    fn pending_requests_are_bounded_per_endpoint_and_cluster() {
+        let reg = EndpointRegistry::default();
+        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
+        let gate = |i: usize, ep: Option<u32>, cl: Option<u32>| ConnectGate {
+            state: Arc::clone(&eps[i]),
+            endpoint_max: ep,
+            cluster_max: cl,
+        };
+        let a = gate(0, Some(1), Some(2)).enter().unwrap();
+        assert_eq!(
+            gate(0, Some(1), Some(2)).enter().unwrap_err(),
+            Overflow::EndpointPending
+        );
+        let b = gate(1, Some(1), Some(2)).enter().unwrap();
+        assert_eq!(
+            gate(1, None, Some(2)).enter().unwrap_err(),
+            Overflow::ClusterPending
+        );
+        assert_eq!(health.connecting.load(Ordering::Relaxed), 2);
+        drop(a);
+        let c = gate(0, Some(1), Some(2)).enter().unwrap();
+        drop((b, c));
+        assert_eq!(health.connecting.load(Ordering::Relaxed), 0);
+        assert_eq!(eps[0].connecting.load(Ordering::Relaxed), 0);
+        // In flight counts per cluster too.
+        let f = eps[0].start();
+        let g = eps[1].start();
+        assert_eq!(health.in_flight(), 2);
+        f.finish(Outcome::Success);
+        drop(g);
+        assert_eq!(health.in_flight(), 0);
     }
 }

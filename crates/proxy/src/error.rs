@@ -75,6 +75,10 @@ pub(crate) enum ProxyError {
         /// The policy object (`namespace/name`) whose rules refused it.
         policy: std::sync::Arc<str>,
     },
+    /// A circuit breaker of the chosen cluster or endpoint refused the request (the
+    /// limit is named in the response).
+    #[error("circuit open: {}", .0.name())]
+    Overloaded(crate::breaker::Overflow),
     /// An authentication policy found no valid credentials on the request.
     #[error("not authenticated (policy {policy})")]
     Unauthenticated {
@@ -240,6 +244,10 @@ pub(crate) fn error_response(
         h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
         h.insert("ratelimit-reset", HeaderValue::from(secs));
     }
+    if let ProxyError::Overloaded(why) = err {
+        resp.headers_mut()
+            .insert(CIRCUIT_OPEN, HeaderValue::from_static(why.name()));
+    }
     if let ProxyError::Unauthenticated { challenge, .. } = err {
         let value = match challenge {
             Challenge::None => None,
@@ -284,6 +292,11 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             StatusCode::SERVICE_UNAVAILABLE,
             Fault::Upstream,
             "no healthy endpoints\n",
+        ),
+        ProxyError::Overloaded(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Fault::Upstream,
+            why.message(),
         ),
         ProxyError::Connect(_) => (
             StatusCode::BAD_GATEWAY,
@@ -339,6 +352,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::TooManyHeaders => GrpcStatus::Internal,
         ProxyError::BackendNotFound
         | ProxyError::NoEndpoints
+        | ProxyError::Overloaded(_)
         | ProxyError::Connect(_)
         | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
@@ -361,6 +375,10 @@ fn grpc_error(status: GrpcStatus, message: &'static str) -> Response<ProxyBody> 
     h.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
     resp
 }
+
+/// Names the circuit-breaker limit that refused a request (as Envoy's
+/// `x-envoy-overloaded` says that one did).
+const CIRCUIT_OPEN: header::HeaderName = header::HeaderName::from_static("weir-circuit-open");
 
 const GRPC_STATUS: header::HeaderName = header::HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: header::HeaderName = header::HeaderName::from_static("grpc-message");
@@ -407,6 +425,10 @@ mod tests {
             (ProxyError::NoEndpoints, "14"),
             (ProxyError::BackendNotFound, "14"),
             (ProxyError::Timeout, "4"),
+            (
+                ProxyError::Overloaded(crate::breaker::Overflow::ClusterRequests),
+                "14",
+            ),
             (ProxyError::BadRequest("x"), "13"),
         ];
         for (err, code) in cases {

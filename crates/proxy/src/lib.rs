@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod balance;
+mod breaker;
 mod endpoints;
 mod filters;
 mod health;

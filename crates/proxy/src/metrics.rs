@@ -237,6 +237,16 @@ impl Metrics {
             "Version of the live configuration snapshot",
             m.config_version.clone(),
         );
+        for why in crate::breaker::Overflow::ALL {
+            // Every reason shows, at 0 until a refusal.
+            m.outlier.breaker.touch(why);
+        }
+        registry.register(
+            "weir_upstream_circuit_open",
+            "Requests (and L4 connections) refused at once by a circuit breaker, by the \
+             limit that refused them",
+            m.outlier.breaker.family.clone(),
+        );
         registry.register(
             "weir_upstream_health_checks",
             "Active health probes done, by result (passed, failed)",

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 use weir_model::EndpointAddr;
 
 use crate::body::RequestBody;
+use crate::endpoints::ConnectGate;
 use crate::error::ProxyError;
 
 /// Idle connections kept per endpoint; more are closed when they come back.
@@ -132,7 +133,7 @@ where
                 // Closed before the request was written: it never reached the upstream,
                 // so it goes again (the closed connection is dropped with the lease).
                 (Some(req), Some(pool)) => {
-                    let fut = Box::pin(pool.send_slow(lease.addr, req, None));
+                    let fut = Box::pin(pool.send_slow(lease.addr, req, None, None));
                     self.set(Sending::Slow { fut });
                     self.poll(cx)
                 }
@@ -175,6 +176,7 @@ impl Http1Pool {
         self: &Arc<Self>,
         addr: &EndpointAddr,
         req: Request<RequestBody>,
+        gate: Option<ConnectGate>,
     ) -> Sending<impl Future<Output = Result<Response<Incoming>, TrySendError>> + Send + use<>>
     {
         match self.take(addr) {
@@ -186,7 +188,7 @@ impl Http1Pool {
                 }
             }
             taken => Sending::Slow {
-                fut: Box::pin(Arc::clone(self).send_slow(addr.clone(), req, taken)),
+                fut: Box::pin(Arc::clone(self).send_slow(addr.clone(), req, taken, gate)),
             },
         }
     }
@@ -198,6 +200,7 @@ impl Http1Pool {
         addr: EndpointAddr,
         req: Request<RequestBody>,
         first: Option<Sender>,
+        gate: Option<ConnectGate>,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req;
         let mut next = first;
@@ -213,7 +216,14 @@ impl Http1Pool {
                 },
             }
         }
+        // A pending request from here until its connection is up: a circuit breaker may
+        // refuse one more.
+        let pending = gate
+            .map(ConnectGate::enter)
+            .transpose()
+            .map_err(ProxyError::Overloaded)?;
         let mut sender = self.connect(&addr).await?;
+        drop(pending);
         match sender.send_request(req).await {
             Ok(resp) => Ok((resp, self.lease(&addr, sender))),
             Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
@@ -383,7 +393,10 @@ mod tests {
                 async move {
                     *req.uri_mut() = http::Uri::from_static("/");
                     let req = req.map(RequestBody::unlimited);
-                    let (resp, lease) = pool.send(&target, req).await.map_err(|e| e.to_string())?;
+                    let (resp, lease) = pool
+                        .send(&target, req, None)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let body = resp
                         .into_body()
                         .collect()

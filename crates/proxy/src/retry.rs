@@ -132,7 +132,7 @@ async fn attempt(
     let send = ctx
         .shared
         .upstreams
-        .send(target.protocol, &target.addr, req);
+        .send(target.protocol, &target.addr, req, target.gate);
     let result: UpstreamResult = Bounded::new(limit, send).await;
     target.in_flight.finish(outcome(&result));
     result

@@ -26,7 +26,7 @@ use crate::basic_auth;
 use crate::body::RequestBody;
 use crate::cors;
 use crate::dataplane::Shared;
-use crate::endpoints::{InFlight, Outcome};
+use crate::endpoints::{ConnectGate, InFlight, Outcome};
 use crate::error::{ProxyError, ResponseShape, error_response, text_response};
 use crate::filters;
 use crate::metrics::ListenerMetrics;
@@ -580,12 +580,13 @@ pub(crate) fn choose(
     let cluster = snapshot
         .cluster(&backends[backend].cluster)
         .ok_or(ProxyError::BackendNotFound)?;
-    let picked = cluster.pick(now).ok_or(ProxyError::NoEndpoints)?;
+    let picked = cluster.admit(now)?;
     Ok(Target {
         addr: picked.endpoint.addr.clone(),
         protocol: cluster.cluster.protocol,
         backend,
         mirrors: mirror::targets(snapshot, rule),
+        gate: cluster.connect_gate(picked.state),
         in_flight: picked.state.start(),
     })
 }
@@ -657,6 +658,9 @@ pub(crate) struct Target {
     mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
     /// The request counted against its endpoint until the outcome is known.
     pub(crate) in_flight: InFlight,
+    /// The circuit breaker's pending-request limits, checked if the request needs a new
+    /// connection.
+    pub(crate) gate: Option<ConnectGate>,
 }
 
 /// The filters of the rule's backend number `backend` (none if out of range).
@@ -800,7 +804,7 @@ fn send(
     let send = ctx
         .shared
         .upstreams
-        .send(target.protocol, &target.addr, req);
+        .send(target.protocol, &target.addr, req, target.gate);
     Forwarding {
         send: Bounded::new(limit, send),
         rule,

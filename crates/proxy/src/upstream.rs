@@ -21,6 +21,7 @@ use weir_model::{EndpointAddr, UpstreamProtocol};
 
 use crate::body::{RequestBody, Stall};
 use crate::dataplane::ProxyConfig;
+use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
 use crate::pool::{Http1Pool, Lease};
 
@@ -93,13 +94,14 @@ impl Upstreams {
         protocol: UpstreamProtocol,
         addr: &EndpointAddr,
         req: Request<RequestBody>,
+        gate: Option<ConnectGate>,
     ) -> UpstreamResponse<
         impl Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send + use<>,
     > {
         let stall = req.body().stall();
         let sending = match protocol {
             UpstreamProtocol::Http1 => Sending::Http1 {
-                fut: self.http1.send(addr, req),
+                fut: self.http1.send(addr, req, gate),
             },
             UpstreamProtocol::H2c => Sending::H2c {
                 fut: self.h2c.request(req),

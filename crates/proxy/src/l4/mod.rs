@@ -287,7 +287,8 @@ fn endpoint(shared: &Shared, route: &L4Route) -> Option<(EndpointAddr, InFlight)
     let backend = pick(&route.backends)?;
     let snap = shared.snapshots.load();
     let cluster = snap.cluster(&backend.cluster)?;
-    let picked = cluster.pick(std::time::Instant::now())?;
+    // A circuit breaker's refusal closes the connection (counted by `admit`).
+    let picked = cluster.admit(std::time::Instant::now()).ok()?;
     Some((picked.endpoint.addr.clone(), picked.state.start()))
 }
 

@@ -253,7 +253,7 @@ fn endpoint(shared: &Shared, key: ListenerKey) -> Option<(SocketAddr, InFlight)>
     let route = snap.listener(&key)?.socket_route()?;
     let backend = super::pick(&route.backends)?;
     let cluster = snap.cluster(&backend.cluster)?;
-    let picked = cluster.pick(Instant::now())?;
+    let picked = cluster.admit(Instant::now()).ok()?;
     match &picked.endpoint.addr {
         EndpointAddr::Socket(s) => Some((*s, picked.state.start())),
         EndpointAddr::Host(..) => None,

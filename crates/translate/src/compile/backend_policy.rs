@@ -190,13 +190,9 @@ fn limits(
 ) -> Result<Limits, String> {
     let one = |v: Option<i64>, name: &str| match v {
         None => Ok(None),
-        // 0 pending is meaningful: never wait for a connection.
-        Some(n) if (0..=MAX_LIMIT).contains(&n) && (n > 0 || name == "maxPendingRequests") => {
-            Ok(Some(n as u32))
-        }
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(Some(n as u32)),
         Some(n) => Err(format!(
-            "{field}.{name}: {n} is not between {} and {MAX_LIMIT}",
-            u8::from(name != "maxPendingRequests")
+            "{field}.{name}: {n} is not between 1 and {MAX_LIMIT}"
         )),
     };
     Ok(Limits {
@@ -269,14 +265,14 @@ mod tests {
         let c = CircuitBreakerSpec {
             max_requests: Some(10),
             per_endpoint: Some(EndpointLimitsSpec {
-                max_pending_requests: Some(0),
+                max_pending_requests: Some(1),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let b = circuit_breaker(&c, "spec.circuitBreaker").unwrap();
         assert_eq!(b.cluster.max_requests, Some(10));
-        assert_eq!(b.endpoint.max_pending_requests, Some(0));
+        assert_eq!(b.endpoint.max_pending_requests, Some(1));
         let e = circuit_breaker(
             &CircuitBreakerSpec {
                 max_connections: Some(0),

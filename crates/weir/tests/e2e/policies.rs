@@ -646,3 +646,53 @@ spec:
         "probers stop with their policy"
     );
 }
+
+/// A circuit breaker on a Backend, from a file: with one request in flight (the echo
+/// backend's `/delay/1000`), the next is answered 503 at once naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_circuit_breaker_on_a_backend_refuses_the_excess_at_once() {
+    let port = free_port();
+    let a = echo("a").await;
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: breaker}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: a}]
+  circuitBreaker: {maxRequests: 1}
+"
+    .to_string();
+    let gw = Gateway::start(&[
+        ("app.yaml", manifests(port, &backend("default", "a", &[a]))),
+        ("policy.yaml", policy),
+    ])
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // The policy is applied once a request beside a held one is refused.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let held = tokio::spawn(http1(addr, "app.test", "/delay/500"));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let r = http1(addr, "app.test", "/").await.unwrap();
+            let refused = r.status == 503;
+            let held = held.await.unwrap().unwrap();
+            assert_eq!(held.status, 200);
+            if refused {
+                assert_eq!(r.headers["weir-circuit-open"], "cluster_max_requests");
+            }
+            refused
+        })
+        .await,
+        "the breaker applies"
+    );
+    let m = gw.admin_get("/metrics").await.body;
+    assert!(
+        metric(
+            &m,
+            "weir_upstream_circuit_open_total{reason=\"cluster_max_requests\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+    // Without a request in flight, requests go through.
+    assert_eq!(http1(addr, "app.test", "/").await.unwrap().status, 200);
+}
