@@ -74,7 +74,8 @@ pub struct TrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct TrafficPolicySpec {
     /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute` or a
-    /// `GRPCRoute` (`sectionName`: one rule, by its `name`).
+    /// `GRPCRoute` (`sectionName`: one rule, by its `name`), or a core `Service` or a
+    /// weir.dev `Backend` (for `healthCheck` and `circuitBreaker`, which only they take).
     pub target_refs: Vec<PolicyTargetReference>,
     /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
     /// (Boxed with the other rarely set fields: `Object` holds every kind inline, and its
