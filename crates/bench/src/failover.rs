@@ -10,6 +10,12 @@
 //! saw, and how long after it recovered it got traffic again. Each weir build given runs
 //! the same schedule in turn (`--weir-baseline` for an older build, e.g. plain round
 //! robin).
+//!
+//! `--health-check` adds runs with an active HTTP health check on the Backend (a
+//! TrafficPolicy; `/healthz` answers as the endpoint does, refused while it refuses), once
+//! with `--routes` routes and once with `--health-routes` (default 100): each endpoint
+//! counts the probes it gets, so the table shows probes per endpoint and second for both
+//! route counts (one prober per endpoint: they should match).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,11 +37,22 @@ use tokio::task::JoinSet;
 use crate::client::admin_get;
 use crate::procs::{ChildGuard, free_port, log_tail};
 
+/// One configuration to run the schedule against.
+pub(crate) struct Run {
+    pub(crate) label: String,
+    pub(crate) bin: PathBuf,
+    /// Whether the routes retry.
+    pub(crate) retry: bool,
+    /// An active health check on the Backend, probing every this often.
+    pub(crate) health_check: Option<Duration>,
+    /// HTTPRoutes sending to the Backend.
+    pub(crate) routes: usize,
+}
+
 /// Options of one failover run.
 pub(crate) struct Options {
-    /// Runs to compare: (label, weir binary, whether the routes retry).
-    pub(crate) builds: Vec<(String, PathBuf, bool)>,
-    pub(crate) routes: usize,
+    /// Runs to compare.
+    pub(crate) builds: Vec<Run>,
     pub(crate) duration: Duration,
     pub(crate) period: Duration,
     pub(crate) clients: usize,
@@ -96,17 +113,24 @@ pub(crate) struct Report {
     ejections: Option<u64>,
     /// weir's `weir_upstream_retries_total` at the end (absent in older builds).
     retries: Option<u64>,
+    /// HTTPRoutes of the run.
+    routes: usize,
+    /// The active health check's interval, if the run had one.
+    health_check_ms: Option<u64>,
+    /// Health probes each endpoint got per second (mean over the four), with a health
+    /// check.
+    probes_per_endpoint_per_s: Option<f64>,
 }
 
 /// Runs the schedule against each build in turn and prints a table.
 pub(crate) async fn run(opts: Options) -> Result<Vec<Report>> {
     std::fs::create_dir_all(&opts.out)?;
     let mut reports = Vec::new();
-    for (label, bin, retry) in &opts.builds {
-        eprintln!("failover: {label} ({})", bin.display());
-        let report = run_one(&opts, label, bin, *retry)
+    for (i, run) in opts.builds.iter().enumerate() {
+        eprintln!("failover: {} ({})", run.label, run.bin.display());
+        let report = run_one(&opts, run, i)
             .await
-            .with_context(|| format!("failover run of {label}"))?;
+            .with_context(|| format!("failover run of {}", run.label))?;
         reports.push(report);
     }
     print_table(&opts, &reports);
@@ -119,14 +143,16 @@ pub(crate) async fn run(opts: Options) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
-async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result<Report> {
-    // The endpoints.
+async fn run_one(opts: &Options, run: &Run, index: usize) -> Result<Report> {
+    let (label, bin, retry) = (run.label.as_str(), run.bin.as_path(), run.retry);
+    // The endpoints, each counting the health probes it gets.
+    let probes = Arc::new(AtomicU64::new(0));
     let mut steady = Vec::new();
     let mut addrs = Vec::new();
     for name in ["s1", "s2", "s3"] {
         let tcp = TcpListener::bind("127.0.0.1:0").await?;
         addrs.push(tcp.local_addr()?);
-        steady.push(tokio::spawn(serve(tcp, name, None)));
+        steady.push(tokio::spawn(serve(tcp, name, None, Arc::clone(&probes))));
     }
     let flap_tcp = TcpListener::bind("127.0.0.1:0").await?;
     let flap_addr = flap_tcp.local_addr()?;
@@ -135,13 +161,15 @@ async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result
     let failed_answers = Arc::new(AtomicU64::new(0));
 
     // weir with `routes` HTTPRoutes to one Backend of those four endpoints.
-    let dir = opts.out.join(label.replace(['/', ' '], "_"));
+    let dir = opts
+        .out
+        .join(format!("{index}-{}", label.replace(['/', ' ', ','], "_")));
     let cfg = dir.join("manifests");
     std::fs::create_dir_all(&cfg)?;
     let port = free_port()?;
     std::fs::write(
         cfg.join("config.yaml"),
-        manifests(port, &addrs, opts.routes, retry),
+        manifests(port, &addrs, run.routes, retry, run.health_check),
     )?;
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let args = vec![
@@ -167,7 +195,9 @@ async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result
         flap_addr,
         Arc::clone(&phase),
         Arc::clone(&failed_answers),
+        Arc::clone(&probes),
     );
+    let probes_before = probes.load(Ordering::Relaxed);
     let start = Instant::now();
     let deadline = start + opts.duration;
     let schedule = {
@@ -199,7 +229,7 @@ async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result
     // The load.
     let mut clients = JoinSet::new();
     for c in 0..opts.clients {
-        let routes = opts.routes;
+        let routes = run.routes;
         clients.spawn(client(target, c, routes, start, deadline));
     }
     let mut samples = Vec::new();
@@ -207,6 +237,7 @@ async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result
         samples.extend(done??);
     }
     let timeline = schedule.await?;
+    let probed = probes.load(Ordering::Relaxed) - probes_before;
     let metrics = match admin_get(admin, "/metrics").await {
         Ok((200, text)) => text,
         _ => String::new(),
@@ -223,6 +254,11 @@ async fn run_one(opts: &Options, label: &str, bin: &Path, retry: bool) -> Result
         metric(&metrics, "weir_upstream_ejections_total"),
     );
     report.retry = retry;
+    report.routes = run.routes;
+    report.health_check_ms = run.health_check.map(|d| d.as_millis() as u64);
+    report.probes_per_endpoint_per_s = run
+        .health_check
+        .map(|_| probed as f64 / 4.0 / opts.duration.as_secs_f64());
     report.retries = metric(&metrics, "weir_upstream_retries_total");
     // What reached the flapping endpoint while it failed, counted where it happened: the
     // 503s it answered, and the connections weir could not open to it.
@@ -236,6 +272,7 @@ struct FlapControl {
     addr: SocketAddr,
     phase: Arc<AtomicU8>,
     failed: Arc<AtomicU64>,
+    probes: Arc<AtomicU64>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -245,13 +282,15 @@ impl FlapControl {
         addr: SocketAddr,
         phase: Arc<AtomicU8>,
         failed: Arc<AtomicU64>,
+        probes: Arc<AtomicU64>,
     ) -> FlapControl {
         let flapping = Some((Arc::clone(&phase), Arc::clone(&failed)));
-        let server = tokio::spawn(serve(tcp, "flap", flapping));
+        let server = tokio::spawn(serve(tcp, "flap", flapping, Arc::clone(&probes)));
         FlapControl {
             addr,
             phase,
             failed,
+            probes,
             server: Some(server),
         }
     }
@@ -275,7 +314,12 @@ impl FlapControl {
                             Ok(tcp) => {
                                 let flapping =
                                     Some((Arc::clone(&self.phase), Arc::clone(&self.failed)));
-                                self.server = Some(tokio::spawn(serve(tcp, "flap", flapping)));
+                                self.server = Some(tokio::spawn(serve(
+                                    tcp,
+                                    "flap",
+                                    flapping,
+                                    Arc::clone(&self.probes),
+                                )));
                                 break;
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -288,12 +332,14 @@ impl FlapControl {
 }
 
 /// An HTTP/1.1 endpoint answering `x-backend: name`, 200, or (for the flapping one) 503
-/// while its phase says so, counted. Aborting the task closes the listener and every
-/// connection it serves.
+/// while its phase says so, counted. `GET /healthz` (a health probe) answers the same
+/// status and is counted in `probes`, not as a failed answer. Aborting the task closes
+/// the listener and every connection it serves.
 pub(crate) async fn serve(
     tcp: TcpListener,
     name: &'static str,
     flapping: Option<(Arc<AtomicU8>, Arc<AtomicU64>)>,
+    probes: Arc<AtomicU64>,
 ) {
     let mut conns = JoinSet::new();
     loop {
@@ -301,11 +347,16 @@ pub(crate) async fn serve(
             continue;
         };
         let flapping = flapping.clone();
+        let probes = Arc::clone(&probes);
         conns.spawn(async move {
-            let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let probe = req.uri().path() == "/healthz";
+                if probe {
+                    probes.fetch_add(1, Ordering::Relaxed);
+                }
                 let failing = flapping.as_ref().is_some_and(|(p, failed)| {
                     let failing = Phase::of(p.load(Ordering::Relaxed)) == Phase::Failing503;
-                    if failing {
+                    if failing && !probe {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
                     failing
@@ -431,6 +482,9 @@ fn analyse(
         recovery_ms: Vec::new(),
         ejections,
         retries: None,
+        routes: 0,
+        health_check_ms: None,
+        probes_per_endpoint_per_s: None,
     };
     let (mut healthy, mut healthy_flap) = (0u64, 0u64);
     for s in samples {
@@ -473,13 +527,13 @@ fn analyse(
 
 fn print_table(opts: &Options, reports: &[Report]) {
     println!(
-        "\nfailover: 4 endpoints (1 flapping every {:?}: healthy, 503, healthy, refused), {} routes, {} clients, {:?}\n",
-        opts.period, opts.routes, opts.clients, opts.duration
+        "\nfailover: 4 endpoints (1 flapping every {:?}: healthy, 503, healthy, refused), {} clients, {:?}\n",
+        opts.period, opts.clients, opts.duration
     );
     println!(
-        "| build | requests | errors | requests during failing phases | reached the failing endpoint | client errors then | error % then | healthy share | recovery ms (median, max) | ejections | retries |"
+        "| build | routes | requests | errors | requests during failing phases | reached the failing endpoint | client errors then | error % then | healthy share | recovery ms (median, max) | ejections | retries | probes per endpoint per s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     for r in reports {
         let mut rec = r.recovery_ms.clone();
         rec.sort_by(f64::total_cmp);
@@ -487,9 +541,12 @@ fn print_table(opts: &Options, reports: &[Report]) {
         let max = rec.last().copied();
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
         println!(
-            "| {}{} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} | {} |",
+            "| {}{}{} | {} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} | {} | {} |",
             r.label,
             if r.retry { " + retry" } else { "" },
+            r.health_check_ms
+                .map_or(String::new(), |ms| format!(" + health check {ms} ms")),
+            r.routes,
             r.requests,
             r.errors,
             r.failing_phase_requests,
@@ -501,6 +558,8 @@ fn print_table(opts: &Options, reports: &[Report]) {
             fmt(max),
             r.ejections.map_or("-".to_owned(), |v| v.to_string()),
             r.retries.map_or("-".to_owned(), |v| v.to_string()),
+            r.probes_per_endpoint_per_s
+                .map_or("-".to_owned(), |v| format!("{v:.2}")),
         );
     }
 }
@@ -544,8 +603,15 @@ fn metric(text: &str, name: &str) -> Option<u64> {
 }
 
 /// A Gateway on 127.0.0.1:`port`, a Backend with the endpoints, `routes` HTTPRoutes
-/// (retrying 503s and connection failures twice when `retry`).
-fn manifests(port: u16, endpoints: &[SocketAddr], routes: usize, retry: bool) -> String {
+/// (retrying 503s and connection failures twice when `retry`), and with `health` a
+/// TrafficPolicy probing the Backend's endpoints (`GET /healthz`) at that interval.
+fn manifests(
+    port: u16,
+    endpoints: &[SocketAddr],
+    routes: usize,
+    retry: bool,
+    health: Option<Duration>,
+) -> String {
     let retry = if retry {
         "      retry: {codes: [503], attempts: 2, backoff: 10ms}\n"
     } else {
@@ -576,6 +642,32 @@ spec:
     );
     for e in endpoints {
         out.push_str(&format!("    - {e}\n"));
+    }
+    if let Some(every) = health {
+        // A probe may take half the interval; one failure takes an endpoint out, one
+        // pass brings it back (the quickest reaction the policy allows).
+        let ms = every.as_millis().max(100);
+        out.push_str(&format!(
+            "---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata:
+  name: health
+spec:
+  targetRefs:
+    - group: weir.dev
+      kind: Backend
+      name: svc
+  healthCheck:
+    type: HTTP
+    http: {{path: /healthz}}
+    interval: {ms}ms
+    timeout: {}ms
+    unhealthyThreshold: 1
+    healthyThreshold: 1
+",
+            (ms / 2).max(50)
+        ));
     }
     for i in 0..routes {
         out.push_str(&format!(
@@ -633,6 +725,7 @@ mod tests {
             s(4500, 200, true),
         ];
         let r = analyse("x", &samples, &timeline, Duration::from_secs(5), Some(2));
+        assert_eq!(r.probes_per_endpoint_per_s, None);
         assert_eq!(r.requests, 9);
         assert_eq!(r.errors, 2);
         assert_eq!(r.failing_phase_requests, 4);
@@ -646,8 +739,13 @@ mod tests {
         let eps: Vec<SocketAddr> = (1..=4)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
             .collect();
-        let m = manifests(8080, &eps, 20, true);
+        let m = manifests(8080, &eps, 20, true, None);
         assert_eq!(m.matches("retry:").count(), 20);
+        assert!(!m.contains("healthCheck"));
+        let h = manifests(8080, &eps, 100, false, Some(Duration::from_millis(500)));
+        assert_eq!(h.matches("kind: HTTPRoute").count(), 100);
+        assert_eq!(h.matches("kind: TrafficPolicy").count(), 1);
+        assert!(h.contains("interval: 500ms") && h.contains("timeout: 250ms"));
         assert_eq!(m.matches("kind: HTTPRoute").count(), 20);
         assert!(m.contains("r19.failover.test"));
         assert!(m.contains("- 127.0.0.1:9004"));

@@ -97,6 +97,16 @@ struct FailoverArgs {
     /// Skip the run whose routes retry 503s and connection failures.
     #[arg(long)]
     no_retry_run: bool,
+    /// Add runs with an active HTTP health check on the Backend: one with `--routes`
+    /// routes and one with `--health-routes`, comparing the probes each endpoint gets.
+    #[arg(long)]
+    health_check: bool,
+    /// Milliseconds between health probes of the `--health-check` runs.
+    #[arg(long, default_value_t = 500)]
+    health_interval_ms: u64,
+    /// Routes of the second `--health-check` run.
+    #[arg(long, default_value_t = 100)]
+    health_routes: usize,
     /// Output directory [default: <workspace>/target/weir-bench/failover].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -389,16 +399,28 @@ fn main() -> ExitCode {
             let weir = a
                 .weir
                 .unwrap_or_else(|| workspace_path("target/release/weir"));
-            let mut builds = vec![("weir".to_owned(), weir.clone(), false)];
+            let routes = a.routes.max(1);
+            let run = |label: &str, bin: &PathBuf, retry, health_check, routes| failover::Run {
+                label: label.to_owned(),
+                bin: bin.clone(),
+                retry,
+                health_check,
+                routes,
+            };
+            let mut builds = vec![run("weir", &weir, false, None, routes)];
             if !a.no_retry_run {
-                builds.push(("weir".to_owned(), weir, true));
+                builds.push(run("weir", &weir, true, None, routes));
+            }
+            if a.health_check {
+                let every = Some(Duration::from_millis(a.health_interval_ms.max(100)));
+                builds.push(run("weir", &weir, false, every, routes));
+                builds.push(run("weir", &weir, false, every, a.health_routes.max(1)));
             }
             if let Some(b) = a.weir_baseline {
-                builds.push(("weir-baseline".to_owned(), b, false));
+                builds.push(run("weir-baseline", &b, false, None, routes));
             }
             let opts = failover::Options {
                 builds,
-                routes: a.routes.max(1),
                 duration: Duration::from_secs(a.duration.max(1)),
                 period: Duration::from_secs(a.period.max(1)),
                 clients: a.clients.max(1),

@@ -151,7 +151,7 @@ pub(crate) async fn run(opts: &Options) -> Result<Report> {
     for name in ["e1", "e2"] {
         let tcp = TcpListener::bind("127.0.0.1:0").await?;
         echo.push(tcp.local_addr()?);
-        tasks.spawn(serve(tcp, name, None));
+        tasks.spawn(serve(tcp, name, None, Default::default()));
     }
     let tls_backend = TcpListener::bind("127.0.0.1:0").await?;
     let tcp_backend = TcpListener::bind("127.0.0.1:0").await?;
