@@ -54,6 +54,37 @@ pub(crate) struct HealthMetrics {
 pub(crate) struct ProbeStatus {
     unhealthy: AtomicBool,
     probes: AtomicU64,
+    /// Set when the prober is dropped. Changes of `unhealthy` (and of the gauge counting
+    /// it) happen under this lock, so an aborted task finishing its last probe on another
+    /// thread cannot count an endpoint that is gone.
+    stopped: Mutex<bool>,
+}
+
+impl ProbeStatus {
+    /// Moves the endpoint in or out (`unhealthy`), counted in `gauge`; nothing once
+    /// stopped. Called on a change only, never per request.
+    fn set(&self, unhealthy: bool, gauge: &Gauge) -> bool {
+        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        if *stopped || self.unhealthy.load(Ordering::Relaxed) == unhealthy {
+            return false;
+        }
+        self.unhealthy.store(unhealthy, Ordering::Relaxed);
+        if unhealthy {
+            gauge.inc();
+        } else {
+            gauge.dec();
+        }
+        true
+    }
+
+    /// Stops counting: the endpoint leaves the gauge if it was unhealthy.
+    fn stop(&self, gauge: &Gauge) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        *stopped = true;
+        if self.unhealthy.swap(false, Ordering::Relaxed) {
+            gauge.dec();
+        }
+    }
 }
 
 /// One endpoint's prober: the task probing it, stopped when the last snapshot using it
@@ -86,9 +117,7 @@ impl Drop for Prober {
             task.abort();
             self.metrics.probers.dec();
         }
-        if self.status.unhealthy.swap(false, Ordering::Relaxed) {
-            self.metrics.unhealthy.dec();
-        }
+        self.status.stop(&self.metrics.unhealthy);
     }
 }
 
@@ -183,16 +212,18 @@ async fn run(
         let unhealthy = status.unhealthy.load(Ordering::Relaxed);
         if ok {
             (passed, failed) = (passed.saturating_add(1), 0);
-            if unhealthy && passed >= check.healthy_threshold {
-                status.unhealthy.store(false, Ordering::Relaxed);
-                metrics.unhealthy.dec();
+            if unhealthy
+                && passed >= check.healthy_threshold
+                && status.set(false, &metrics.unhealthy)
+            {
                 tracing::info!(endpoint = %addr, "endpoint passed its health checks");
             }
         } else {
             (passed, failed) = (0, failed.saturating_add(1));
-            if !unhealthy && failed >= check.unhealthy_threshold {
-                status.unhealthy.store(true, Ordering::Relaxed);
-                metrics.unhealthy.inc();
+            if !unhealthy
+                && failed >= check.unhealthy_threshold
+                && status.set(true, &metrics.unhealthy)
+            {
                 tracing::warn!(endpoint = %addr, failed, "endpoint failed its health checks");
             }
         }
