@@ -1,6 +1,7 @@
 //! weir's own kinds in Kubernetes mode (deploy/crds/weir.dev.yaml): a TrafficPolicy
 //! attached to an HTTPRoute rule (status `ancestors`, a rate limit applied and removed,
-//! a missing target, a spec the API server refuses) and a DirectResponse used by a route.
+//! a missing target, a spec the API server refuses; a health check and circuit breaker on
+//! a Service) and a DirectResponse used by a route.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -138,6 +139,57 @@ pub async fn traffic_policy_status_and_rate_limit(ctx: Arc<Ctx>) {
     // Deleting the policy lifts the limit.
     cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "limit").await;
     until_http(addr, host, "/limited", Ok("echo-a")).await;
+
+    // A policy on the Service (a TCP health check and a circuit breaker): Accepted on
+    // the Service, traffic unchanged (the endpoint passes its probes); on a Service that
+    // does not exist: TargetNotFound.
+    let svc = |name: &str| json!({"group": "", "kind": "Service", "name": name});
+    let endpoints = json!({"healthCheck": {"type": "TCP", "interval": "1s"},
+                           "circuitBreaker": {"maxRequests": 1000}});
+    cluster::apply(
+        c,
+        &[
+            policy(ns, "svc-health", svc("svc-a"), endpoints.clone()),
+            policy(ns, "svc-missing", svc("no-such-svc"), endpoints),
+        ],
+    )
+    .await;
+    wait_status(c, POLICY_V1, ns, "svc-health", "Accepted", |s| {
+        ancestor(s, "svc-a", "True", "Accepted")
+    })
+    .await;
+    wait_status(c, POLICY_V1, ns, "svc-missing", "TargetNotFound", |s| {
+        ancestor(s, "no-such-svc", "False", "TargetNotFound")
+    })
+    .await;
+    // The embedded data plane probes the pod (in its network namespace) and it passes.
+    let admin = ctx.controller.admin_addr;
+    let mut passed = 0.0;
+    for _ in 0..100 {
+        let page = support::http1(admin, "localhost", "/metrics")
+            .await
+            .unwrap()
+            .body;
+        passed = page
+            .lines()
+            .find_map(|l| l.strip_prefix("weir_upstream_health_checks_total{result=\"passed\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if passed >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        passed >= 1.0,
+        "no health probe of the Service's endpoint passed"
+    );
+    assert_eq!(
+        support::http1(addr, host, "/free").await.unwrap().status,
+        200
+    );
+    cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "svc-health").await;
+    cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "svc-missing").await;
 
     // API keys from an Opaque Secret (weir watches those beside TLS Secrets).
     cluster::apply(
