@@ -39,6 +39,34 @@ fn every_golden_resource_round_trips() {
         if p.jwt_auth.as_ref().is_some_and(|(_, j)| j.providers.iter().map(|p| p.keys.len()).sum::<usize>() == 4)))
             >= 1
     );
+    // Policies of a Service and a Backend: HTTP and gRPC health checks, circuit breaking.
+    let backend_policy = |f: fn(&weir_model::Policy) -> bool| {
+        resources
+            .iter()
+            .filter(|r| {
+                matches!(r, Resource::Policy(p)
+                if matches!(p.target, weir_model::PolicyTarget::Backend { .. }) && f(p))
+            })
+            .count()
+    };
+    assert!(
+        backend_policy(|p| p
+            .circuit_breaker
+            .is_some_and(|c| c.endpoint.max_connections.is_some()))
+            >= 1
+    );
+    assert!(
+        backend_policy(|p| p.health_check.as_ref().is_some_and(
+            |h| matches!(h.probe, weir_model::HealthProbe::Http { ref host, .. } if host.is_some())
+        )) >= 1
+    );
+    assert!(
+        backend_policy(|p| p
+            .health_check
+            .as_ref()
+            .is_some_and(|h| matches!(h.probe, weir_model::HealthProbe::Grpc { .. })))
+            >= 1
+    );
     // GRPCRoute rules (their RouteRef kind has a wire value of its own).
     assert!(
         kinds(|r| matches!(r, Resource::VirtualHost(v)
@@ -162,4 +190,18 @@ fn listener_settings_round_trip_and_a_zero_head_limit_is_refused() {
     }
     let e = resource_from_wire(&w).unwrap_err();
     assert_eq!(e.field, "settings.max_headers");
+}
+
+#[test]
+fn a_health_check_with_a_zero_threshold_is_refused_with_its_field() {
+    let r = golden_resources()
+        .into_iter()
+        .find(|r| matches!(r, Resource::Policy(p) if p.health_check.is_some()))
+        .unwrap();
+    let mut w = resource_to_wire(&r);
+    if let Some(weir_xds::proto::resource::Resource::Policy(p)) = &mut w.resource {
+        p.health_check.as_mut().unwrap().unhealthy_threshold = 0;
+    }
+    let e = resource_from_wire(&w).unwrap_err();
+    assert_eq!(e.field, "policy.health_check.threshold", "{e}");
 }
