@@ -499,8 +499,13 @@ impl Policy {
         p
     }
 
+    /// The content hash. A data plane checks it against the hash the controller sent, so
+    /// a policy must hash alike in every release that can read it: the fields of push
+    /// protocol version 0 are hashed as that release does, and each field added since is
+    /// folded in only when set. A policy that sets none of them (every policy an older
+    /// data plane is sent, see `weir_xds::convert::for_version`) keeps its version-0 hash.
     fn rehash(&mut self) {
-        self.hash = content_hash(&(
+        let v0 = (
             &self.target,
             &self.timeouts,
             &self.retry,
@@ -508,8 +513,11 @@ impl Policy {
             &self.api_key_auth,
             &self.basic_auth,
             &self.ip_rules,
-            &self.jwt_auth,
-        ));
+        );
+        self.hash = match &self.jwt_auth {
+            None => content_hash(&v0),
+            Some(jwt) => content_hash(&(v0, jwt)),
+        };
     }
 
     /// This policy with API key authentication (`namespace/name` of the policy object
@@ -587,6 +595,30 @@ mod tests {
         assert_eq!(a, Policy::new(t("ns/a"), timeouts.clone(), None, None));
         assert_ne!(a, Policy::new(t("ns/b"), timeouts, None, None));
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
+    }
+
+    /// What a data plane of push protocol version 0 (the release before JWTs) computes for
+    /// the policy `for_version` sends it in place of a JWT check: any change here makes
+    /// such data planes refuse every policy (the Kubernetes test
+    /// `compat::previous_release_binary_is_served` runs that release's binary).
+    #[test]
+    fn policies_without_newer_fields_keep_their_version_0_hash() {
+        let target = PolicyTarget::Route {
+            kind: RouteKind::HttpRoute,
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let deny = Policy::new(target.clone(), Timeouts::default(), None, None)
+            .with_ip_rules(Some(("ns/jwt".into(), Arc::new(IpRules::deny_all()))));
+        assert_eq!(deny.hash(), ContentHash(0x8ec8_9027_376d_211e));
+        let with_jwt = deny.clone().with_jwt_auth(Some((
+            "ns/jwt".into(),
+            Arc::new(JwtAuth {
+                providers: Vec::new(),
+                forward_token: false,
+            }),
+        )));
+        assert_ne!(with_jwt.hash(), deny.hash());
     }
 
     #[test]
