@@ -1,9 +1,10 @@
-//! A data plane one release older than its controller keeps working: a real `weir
-//! controller` process of this release, and a data plane that speaks the previous
-//! release's push protocol (the frozen version-0 messages, `weir_xds::v0`: no protocol
-//! version in its Subscribe) and applies what it receives to a real data plane serving
-//! traffic. It is configured, serves a route, follows a change made in the API, and the
-//! controller reports it as a version-0 data plane.
+//! A data plane one release older than its controller keeps working, against a real `weir
+//! controller` process of this release, twice: the previous release's `weir proxy` binary
+//! itself (built from its commit by `scripts/previous-release`), and an in-process client
+//! of the frozen version-0 messages (`weir_xds::v0`: no protocol version in its Subscribe)
+//! applying what it receives to a data plane of this release. Each is configured, serves a
+//! route, follows a change made in the API, and the controller reports it as a version-0
+//! data plane; the binary also gets a JWT policy as deny-all.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -95,9 +96,29 @@ async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_pro
     }
 }
 
-pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+/// The cluster side shared by both tests: a namespace with two Services, a Gateway of the
+/// compat class on a loopback address of its own, route `r` to `svc-a`, and a `weir
+/// controller` process serving the push protocol.
+struct Setup {
+    ns: &'static str,
+    addr: SocketAddr,
+    xds: SocketAddr,
+    admin: SocketAddr,
+    _controller: Proc,
+}
+
+fn route(ns: &str, svc: &str) -> serde_json::Value {
+    build::route(
+        ns,
+        "r",
+        json!([{"name": "gw"}]),
+        &["compat.test"],
+        json!([build::rule("/", svc, None)]),
+    )
+}
+
+async fn setup(ctx: &Ctx, ns: &'static str) -> Setup {
     let c = &ctx.client;
-    let ns = "t-compat";
     let ip = ctx.gateway_ip();
     let addr = SocketAddr::from((ip, support::free_port()));
     cluster::apply(
@@ -117,20 +138,11 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
         json!([{"name": "http", "port": addr.port(), "protocol": "HTTP"}]),
     );
     gw["spec"]["gatewayClassName"] = CLASS.into();
-    let route = |svc: &str| {
-        build::route(
-            ns,
-            "r",
-            json!([{"name": "gw"}]),
-            &["compat.test"],
-            json!([build::rule("/", svc, None)]),
-        )
-    };
-    cluster::apply(c, &[gw, route("svc-a")]).await;
+    cluster::apply(c, &[gw, route(ns, "svc-a")]).await;
 
     let xds = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
-    let _controller = Proc(
+    let controller = Proc(
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["controller", "--kubeconfig"])
             .arg(&ctx.kubeconfig)
@@ -158,15 +170,18 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "the controller never became ready");
+    Setup {
+        ns,
+        addr,
+        xds,
+        admin,
+        _controller: controller,
+    }
+}
 
-    let mut registry = prometheus_client::registry::Registry::default();
-    let dataplane =
-        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
-    let client = tokio::spawn(v0_data_plane(xds, format!("{ns}/gw"), dataplane.clone()));
-    until_http(addr, "compat.test", "/", Ok("echo-a")).await;
-    // A change made in the API reaches the old data plane as a delta.
-    cluster::apply(c, &[route("svc-b")]).await;
-    until_http(addr, "compat.test", "/", Ok("echo-b")).await;
+/// The controller's metrics show data plane `node` at protocol version 0 and nothing
+/// refused by any data plane.
+async fn assert_seen_as_v0(admin: SocketAddr, node: &str) {
     let page = support::http1(admin, "localhost", "/metrics")
         .await
         .unwrap()
@@ -174,7 +189,7 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
     assert!(
         page.lines()
             .any(|l| l.starts_with("weir_xds_data_plane_protocol_version{")
-                && l.contains("node=\"v0\"")
+                && l.contains(&format!("node=\"{node}\""))
                 && l.ends_with(" 0")),
         "the controller sees a version-0 data plane"
     );
@@ -185,6 +200,87 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
         Some("0"),
         "nothing refused"
     );
+}
+
+pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+    let s = setup(&ctx, "t-compat").await;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let dataplane =
+        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
+    let client = tokio::spawn(v0_data_plane(
+        s.xds,
+        format!("{}/gw", s.ns),
+        dataplane.clone(),
+    ));
+    until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
+    // A change made in the API reaches the old data plane as a delta.
+    cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
+    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+    assert_seen_as_v0(s.admin, "v0").await;
     client.abort();
     dataplane.shutdown().await;
+}
+
+/// A TrafficPolicy checking JWTs on route `r` (an inline Ed25519 key).
+fn jwt_policy(ns: &str) -> serde_json::Value {
+    json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+    "metadata": {"name": "jwt", "namespace": ns},
+    "spec": {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                        "name": "r"}],
+        "jwtAuth": {"providers": [{"name": "corp", "jwks": {"inline":
+            r#"{"keys": [{"kty": "OKP", "kid": "ed-1", "crv": "Ed25519", "x": "3Rey2EKEXegqW8U5iIrHgFSiOZzPyfzC2jHOPdFmvc0"}]}"#
+        }}]}}})
+}
+
+/// The previous release's `weir proxy` binary itself (built from its commit by
+/// `scripts/previous-release build`, which `make test` runs) against this release's
+/// controller: it is configured, serves the route, follows a change, and a JWT check it
+/// does not know reaches it as deny-all (403) rather than being dropped.
+pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/previous-release"
+    ))
+    .arg("path")
+    .output()
+    .expect("running scripts/previous-release");
+    assert!(
+        out.status.success(),
+        "the previous release's binary: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let binary = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let s = setup(&ctx, "t-compat-bin").await;
+    let proxy_admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let _proxy = Proc(
+        Command::new(&binary)
+            .args(["proxy", "--no-access-log", "--node", "previous"])
+            .arg(format!("--gateway={}/gw", s.ns))
+            .arg(format!("--controller=http://{}", s.xds))
+            .arg(format!("--admin={proxy_admin}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the previous release's weir proxy"),
+    );
+    until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
+    cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
+    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+    assert_seen_as_v0(s.admin, "previous").await;
+
+    // Fail closed: the old data plane cannot check JWTs, so it refuses every request.
+    cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
+    until_http(s.addr, "compat.test", "/", Err(403)).await;
+    cluster::delete(
+        &ctx.client,
+        "weir.dev/v1alpha1",
+        "TrafficPolicy",
+        s.ns,
+        "jwt",
+    )
+    .await;
+    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+    assert_seen_as_v0(s.admin, "previous").await;
 }
