@@ -18,8 +18,8 @@ unit:
 k8s-env:
 	scripts/k8s-env install
 
-# The previous release's `weir` binary, for the Kubernetes test of a data plane one release
-# older than its controller: built once from its commit (about 5 minutes), then cached.
+# Earlier releases' `weir` binaries, for the Kubernetes test of data planes older than
+# their controller: each built once from its commit (about 5 minutes), then cached.
 previous-release:
 	scripts/previous-release build
 

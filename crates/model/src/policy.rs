@@ -501,11 +501,12 @@ impl Policy {
 
     /// The content hash. A data plane checks it against the hash the controller sent, so
     /// a policy must hash alike in every release that can read it: the fields of push
-    /// protocol version 0 are hashed as that release does, and each field added since is
-    /// folded in only when set. A policy that sets none of them (every policy an older
-    /// data plane is sent, see `weir_xds::convert::for_version`) keeps its version-0 hash.
+    /// protocol version 1 are hashed as that release does (`jwt_auth` included when
+    /// unset), and each field added since must be folded in only when set, so that a
+    /// policy without it keeps its version-1 hash. Version 0 hashed fewer fields; a
+    /// version-0 data plane is sent [`Policy::as_version_0`].
     fn rehash(&mut self) {
-        let v0 = (
+        self.hash = content_hash(&(
             &self.target,
             &self.timeouts,
             &self.retry,
@@ -513,11 +514,26 @@ impl Policy {
             &self.api_key_auth,
             &self.basic_auth,
             &self.ip_rules,
-        );
-        self.hash = match &self.jwt_auth {
-            None => content_hash(&v0),
-            Some(jwt) => content_hash(&(v0, jwt)),
-        };
+            &self.jwt_auth,
+        ));
+    }
+
+    /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
+    /// that release computes (it knows no `jwt_auth`, which must have been replaced
+    /// before: see `weir_xds::convert::for_version`). Only for sending to such a data
+    /// plane: its hash is not this release's.
+    pub fn as_version_0(mut self) -> Self {
+        debug_assert!(self.jwt_auth.is_none(), "version 0 has no jwt_auth");
+        self.hash = content_hash(&(
+            &self.target,
+            &self.timeouts,
+            &self.retry,
+            &self.rate_limit,
+            &self.api_key_auth,
+            &self.basic_auth,
+            &self.ip_rules,
+        ));
+        self
     }
 
     /// This policy with API key authentication (`namespace/name` of the policy object
@@ -597,12 +613,13 @@ mod tests {
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
     }
 
-    /// What a data plane of push protocol version 0 (the release before JWTs) computes for
-    /// the policy `for_version` sends it in place of a JWT check: any change here makes
-    /// such data planes refuse every policy (the Kubernetes test
-    /// `compat::previous_release_binary_is_served` runs that release's binary).
+    /// What data planes of earlier releases compute for the policy `for_version` sends
+    /// them in place of a JWT check (version 0, the release before JWTs) and for the same
+    /// policy as this release holds it (version 1): a change to either makes such data
+    /// planes refuse every policy (the Kubernetes test
+    /// `compat::previous_release_binary_is_served` runs both releases' binaries).
     #[test]
-    fn policies_without_newer_fields_keep_their_version_0_hash() {
+    fn policies_keep_the_hashes_of_earlier_releases() {
         let target = PolicyTarget::Route {
             kind: RouteKind::HttpRoute,
             namespace: "ns".into(),
@@ -610,7 +627,11 @@ mod tests {
         };
         let deny = Policy::new(target.clone(), Timeouts::default(), None, None)
             .with_ip_rules(Some(("ns/jwt".into(), Arc::new(IpRules::deny_all()))));
-        assert_eq!(deny.hash(), ContentHash(0x8ec8_9027_376d_211e));
+        assert_eq!(deny.hash(), ContentHash(0x0499_c1f4_476d_3152));
+        assert_eq!(
+            deny.clone().as_version_0().hash(),
+            ContentHash(0x8ec8_9027_376d_211e)
+        );
         let with_jwt = deny.clone().with_jwt_auth(Some((
             "ns/jwt".into(),
             Arc::new(JwtAuth {

@@ -1,10 +1,11 @@
-//! A data plane one release older than its controller keeps working, against a real `weir
-//! controller` process of this release, twice: the previous release's `weir proxy` binary
-//! itself (built from its commit by `scripts/previous-release`), and an in-process client
-//! of the frozen version-0 messages (`weir_xds::v0`: no protocol version in its Subscribe)
-//! applying what it receives to a data plane of this release. Each is configured, serves a
-//! route, follows a change made in the API, and the controller reports it as a version-0
-//! data plane; the binary also gets a JWT policy as deny-all.
+//! Data planes older than their controller keep working, against a real `weir controller`
+//! process of this release: earlier releases' `weir proxy` binaries themselves (built from
+//! their commits by `scripts/previous-release`: the last landed release, and the last one
+//! of protocol version 0), and an in-process client of the frozen version-0 messages
+//! (`weir_xds::v0`: no protocol version in its Subscribe) applying what it receives to a
+//! data plane of this release. Each is configured, serves a route, follows a change made in
+//! the API, and is reported at its protocol version; the binaries also get a JWT policy as
+//! what they can enforce.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -61,7 +62,7 @@ async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_pro
             // The bytes as this release's decoder (the previous release's conversion code
             // is unchanged) sees what a v0 reader kept of them.
             let wire = weir_xds::proto::Resource::decode(r.encode_to_vec().as_slice()).unwrap();
-            match weir_xds::convert::resource_from_wire(&wire) {
+            match weir_xds::convert::resource_from_wire_as(&wire, 0) {
                 Ok(r) => deltas.push(Delta::Upsert(r)),
                 Err(e) => rejected.push(v0::Rejection {
                     key: None,
@@ -179,19 +180,23 @@ async fn setup(ctx: &Ctx, ns: &'static str) -> Setup {
     }
 }
 
-/// The controller's metrics show data plane `node` at protocol version 0 and nothing
-/// refused by any data plane.
-async fn assert_seen_as_v0(admin: SocketAddr, node: &str) {
+/// The controller's metrics show data plane `node` at protocol version `version` and
+/// nothing refused by any data plane.
+async fn assert_seen_at(admin: SocketAddr, node: &str, version: u32) {
     let page = support::http1(admin, "localhost", "/metrics")
         .await
         .unwrap()
         .body;
-    assert!(
-        page.lines()
-            .any(|l| l.starts_with("weir_xds_data_plane_protocol_version{")
-                && l.contains(&format!("node=\"{node}\""))
-                && l.ends_with(" 0")),
-        "the controller sees a version-0 data plane"
+    let seen = page.lines().find_map(|l| {
+        l.strip_prefix("weir_xds_data_plane_protocol_version{")
+            .filter(|l| l.contains(&format!("node=\"{node}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    });
+    assert_eq!(
+        seen.as_deref(),
+        Some(version.to_string().as_str()),
+        "the protocol version the controller sees for {node}"
     );
     assert_eq!(
         page.lines()
@@ -216,7 +221,7 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
     // A change made in the API reaches the old data plane as a delta.
     cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
     until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
-    assert_seen_as_v0(s.admin, "v0").await;
+    assert_seen_at(s.admin, "v0", 0).await;
     client.abort();
     dataplane.shutdown().await;
 }
@@ -233,10 +238,12 @@ fn jwt_policy(ns: &str) -> serde_json::Value {
         }}]}}})
 }
 
-/// The previous release's `weir proxy` binary itself (built from its commit by
-/// `scripts/previous-release build`, which `make test` runs) against this release's
-/// controller: it is configured, serves the route, follows a change, and a JWT check it
-/// does not know reaches it as deny-all (403) rather than being dropped.
+/// Earlier releases' `weir proxy` binaries themselves (built from their commits by
+/// `scripts/previous-release build`, which `make test` runs: the last landed release and the
+/// last one of the previous protocol version) against this release's controller, one after
+/// the other on the same Gateway: each is configured, serves the route, follows a change,
+/// and gets a JWT policy as what it can enforce — the check itself (401 without a token)
+/// when it knows JWTs, deny-all (403) when it does not, never nothing.
 pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
     let out = Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -247,40 +254,54 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
     .expect("running scripts/previous-release");
     assert!(
         out.status.success(),
-        "the previous release's binary: {}",
+        "the previous releases' binaries: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let binary = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let releases: Vec<(u32, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (v, path) = l.split_once(' ').expect("VERSION PATH");
+            (v.parse().expect("a protocol version"), path.to_owned())
+        })
+        .collect();
+    assert!(!releases.is_empty());
 
     let s = setup(&ctx, "t-compat-bin").await;
-    let proxy_admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
-    let _proxy = Proc(
-        Command::new(&binary)
-            .args(["proxy", "--no-access-log", "--node", "previous"])
-            .arg(format!("--gateway={}/gw", s.ns))
-            .arg(format!("--controller=http://{}", s.xds))
-            .arg(format!("--admin={proxy_admin}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the previous release's weir proxy"),
-    );
-    until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
-    cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
-    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
-    assert_seen_as_v0(s.admin, "previous").await;
+    for (version, binary) in releases {
+        let node = format!("release-v{version}");
+        cluster::apply(&ctx.client, &[route(s.ns, "svc-a")]).await;
+        let proxy_admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+        let proxy = Proc(
+            Command::new(&binary)
+                .args(["proxy", "--no-access-log", "--node", &node])
+                .arg(format!("--gateway={}/gw", s.ns))
+                .arg(format!("--controller=http://{}", s.xds))
+                .arg(format!("--admin={proxy_admin}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting an earlier release's weir proxy"),
+        );
+        until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
+        cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
 
-    // Fail closed: the old data plane cannot check JWTs, so it refuses every request.
-    cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
-    until_http(s.addr, "compat.test", "/", Err(403)).await;
-    cluster::delete(
-        &ctx.client,
-        "weir.dev/v1alpha1",
-        "TrafficPolicy",
-        s.ns,
-        "jwt",
-    )
-    .await;
-    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
-    assert_seen_as_v0(s.admin, "previous").await;
+        // A check the data plane cannot make closes the route rather than opening it.
+        cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
+        let refused = if version == 0 { 403 } else { 401 };
+        until_http(s.addr, "compat.test", "/", Err(refused)).await;
+        cluster::delete(
+            &ctx.client,
+            "weir.dev/v1alpha1",
+            "TrafficPolicy",
+            s.ns,
+            "jwt",
+        )
+        .await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
+        drop(proxy);
+    }
 }
