@@ -1,9 +1,9 @@
 # One entry point for humans and CI. `make test` is the whole test suite.
 CARGO ?= cargo
 
-.PHONY: test lint unit k8s-env quickstart echo bless conformance readme-check fuzz
+.PHONY: test lint unit k8s-env previous-release quickstart echo bless conformance readme-check fuzz
 
-test: lint k8s-env unit
+test: lint k8s-env previous-release unit
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -17,6 +17,11 @@ unit:
 # etcd-server if missing.
 k8s-env:
 	scripts/k8s-env install
+
+# Earlier releases' `weir` binaries, for the Kubernetes test of data planes older than
+# their controller: each built once from its commit (about 5 minutes), then cached.
+previous-release:
+	scripts/previous-release build
 
 # Regenerate the translator's golden files after an intended change.
 bless:

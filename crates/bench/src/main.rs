@@ -19,6 +19,7 @@ mod report;
 mod side;
 mod soak;
 mod stats;
+mod streams;
 mod traffic;
 
 use std::path::{Path, PathBuf};
@@ -123,7 +124,7 @@ struct SoakArgs {
     /// Most churned HTTPRoutes live at once.
     #[arg(long, default_value_t = 200)]
     churn_routes: usize,
-    /// Requests per second of each of the seven clients.
+    /// Requests per second of each of the nine clients.
     #[arg(long, default_value_t = 50.0)]
     client_rate: f64,
     /// The weir binary [default: <workspace>/target/release/weir].

@@ -3,10 +3,11 @@
 //! request on a live churned route fails, and weir's memory and file descriptors stay
 //! flat.
 //!
-//! One standalone `weir run` serves a Gateway with five listeners — HTTP (HTTP/1.1 and
-//! h2c), HTTPS (terminated, HTTP/1.1), TLS passthrough, TCP and UDP — and a route of each
-//! kind to backends this process runs: an HTTP echo (two endpoints), a TLS server, a TCP
-//! echo and a UDP echo. At `--rate` changes per second the bench edits the manifest
+//! One standalone `weir run` serves a Gateway with five listeners — HTTP (HTTP/1.1, h2c,
+//! gRPC and WebSocket), HTTPS (terminated, HTTP/1.1), TLS passthrough, TCP and UDP — and a
+//! route of each kind to backends this process runs: an HTTP echo (two endpoints), a gRPC
+//! echo (GRPCRoute), a WebSocket echo, a TLS server, a TCP echo and a UDP echo
+//! (`streams.rs` has the gRPC and WebSocket ends). At `--rate` changes per second the bench edits the manifest
 //! directory weir watches: HTTPRoutes added (one file each), modified (a response header
 //! filter toggled) and removed, between half of `--churn-routes` and all of them live;
 //! every 20th change moves the echo Backend between one and two endpoints, every 50th
@@ -37,6 +38,7 @@ use crate::client::{Probe, Seen, Tls, admin_get};
 use crate::failover::serve;
 use crate::manifests::{domain, secret_yaml};
 use crate::procs::{ChildGuard, free_port, log_tail, proc_stats};
+use crate::streams;
 
 /// Options of a soak run.
 pub(crate) struct Options {
@@ -53,21 +55,21 @@ pub(crate) struct Options {
 }
 
 /// Bound on one request or exchange.
-const IO_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const IO_LIMIT: Duration = Duration::from_secs(5);
 /// The first samples are taken while weir warms up (allocator arenas, pools).
 const WARM_UP: Duration = Duration::from_secs(60);
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 /// Requests and failures of one client.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     ok: AtomicU64,
     failed: AtomicU64,
     first_failures: Mutex<Vec<String>>,
 }
 
 impl Tally {
-    fn record(&self, at: Duration, outcome: Result<(), String>) {
+    pub(crate) fn record(&self, at: Duration, outcome: Result<(), String>) {
         match outcome {
             Ok(()) => {
                 self.ok.fetch_add(1, Ordering::Relaxed);
@@ -124,6 +126,8 @@ struct Backends {
     tls: SocketAddr,
     tcp: SocketAddr,
     udp: SocketAddr,
+    grpc: SocketAddr,
+    ws: SocketAddr,
 }
 
 const STABLE_HOST: &str = "stable.soak.test";
@@ -156,7 +160,11 @@ pub(crate) async fn run(opts: &Options) -> Result<Report> {
     let tls_backend = TcpListener::bind("127.0.0.1:0").await?;
     let tcp_backend = TcpListener::bind("127.0.0.1:0").await?;
     let udp_backend = UdpSocket::bind("127.0.0.1:0").await?;
+    let grpc_backend = TcpListener::bind("127.0.0.1:0").await?;
+    let ws_backend = TcpListener::bind("127.0.0.1:0").await?;
     let backends = Backends {
+        grpc: grpc_backend.local_addr()?,
+        ws: ws_backend.local_addr()?,
         echo: [echo[0], echo[1]],
         tls: tls_backend.local_addr()?,
         tcp: tcp_backend.local_addr()?,
@@ -165,6 +173,8 @@ pub(crate) async fn run(opts: &Options) -> Result<Report> {
     tasks.spawn(serve_tls(tls_backend, tls_acceptor(&leaves[1])?));
     tasks.spawn(tcp_echo(tcp_backend));
     tasks.spawn(udp_echo(udp_backend));
+    tasks.spawn(streams::grpc_echo(grpc_backend));
+    tasks.spawn(streams::websocket_echo(ws_backend));
 
     let ports = Ports {
         http: free_port()?,
@@ -221,6 +231,8 @@ pub(crate) async fn run(opts: &Options) -> Result<Report> {
         "tcp",
         "udp",
         "churned-routes",
+        "grpc",
+        "websocket",
     ];
     let tallies: Vec<Arc<Tally>> = names.iter().map(|_| Arc::new(Tally::default())).collect();
     let mut clients = JoinSet::new();
@@ -234,6 +246,8 @@ pub(crate) async fn run(opts: &Options) -> Result<Report> {
     clients.spawn(tcp_client(([127, 0, 0, 1], ports.tcp).into(), t(4)));
     clients.spawn(udp_client(([127, 0, 0, 1], ports.udp).into(), t(5)));
     clients.spawn(churn_client(http, Arc::clone(&live), t(6)));
+    clients.spawn(streams::grpc_client(http, t(7)));
+    clients.spawn(streams::websocket_client(http, t(8)));
 
     // Changes and samples until the deadline.
     let every = Duration::from_secs_f64(1.0 / opts.rate.max(0.01));
@@ -493,7 +507,13 @@ fn backends_yaml(b: &Backends, echo_endpoints: usize) -> String {
     for e in &b.echo[..echo_endpoints.clamp(1, 2)] {
         s.push_str(&format!("  - \"{e}\"\n"));
     }
-    for (name, addr) in [("tls", b.tls), ("tcp", b.tcp), ("udp", b.udp)] {
+    for (name, addr) in [
+        ("tls", b.tls),
+        ("tcp", b.tcp),
+        ("udp", b.udp),
+        ("grpc", b.grpc),
+        ("ws", b.ws),
+    ] {
         s.push_str(&format!(
             "---\napiVersion: weir.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  endpoints: [\"{addr}\"]\n"
         ));
@@ -537,7 +557,27 @@ spec:
   parentRefs: [{{name: soak, sectionName: udp}}]
   rules:
   - backendRefs: [{{group: weir.dev, kind: Backend, name: udp}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: grpc}}
+spec:
+  parentRefs: [{{name: soak, sectionName: http}}]
+  hostnames: [{grpc}]
+  rules:
+  - backendRefs: [{{group: weir.dev, kind: Backend, name: grpc}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: ws}}
+spec:
+  parentRefs: [{{name: soak, sectionName: http}}]
+  hostnames: [{ws}]
+  rules:
+  - backendRefs: [{{group: weir.dev, kind: Backend, name: ws}}]
 ",
+        grpc = streams::GRPC_HOST,
+        ws = streams::WS_HOST,
         host = domain(0),
         pass = domain(1),
     )
@@ -586,7 +626,7 @@ async fn wait_ready(
 }
 
 /// What each client loop gets: its tally, the run's start and end, its pace.
-type Loop = (Arc<Tally>, Instant, Instant, Duration);
+pub(crate) type Loop = (Arc<Tally>, Instant, Instant, Duration);
 
 /// One GET on a new HTTP/1.1 connection: its status.
 async fn http1_get(addr: SocketAddr, host: &str) -> Result<u16, String> {

@@ -565,8 +565,14 @@ impl Policy {
         p
     }
 
+    /// The content hash. A data plane checks it against the hash the controller sent, so
+    /// a policy must hash alike in every release that can read it: the fields of push
+    /// protocol version 1 are hashed as that release does (`jwt_auth` included when
+    /// unset), and each field added since must be folded in only when set, so that a
+    /// policy without it keeps its version-1 hash. Version 0 hashed fewer fields; a
+    /// version-0 data plane is sent [`Policy::as_version_0`].
     fn rehash(&mut self) {
-        self.hash = content_hash(&(
+        let v1 = (
             &self.target,
             &self.timeouts,
             &self.retry,
@@ -575,9 +581,31 @@ impl Policy {
             &self.basic_auth,
             &self.ip_rules,
             &self.jwt_auth,
-            &self.health_check,
-            &self.circuit_breaker,
+        );
+        // Added after version 1: folded in only when set. They are only ever set on a
+        // `PolicyTarget::Backend` policy, which no earlier release can decode anyway.
+        self.hash = match (&self.health_check, &self.circuit_breaker) {
+            (None, None) => content_hash(&v1),
+            (health_check, circuit_breaker) => content_hash(&(v1, health_check, circuit_breaker)),
+        };
+    }
+
+    /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
+    /// that release computes (it knows no `jwt_auth`, which must have been replaced
+    /// before: see `weir_xds::convert::for_version`). Only for sending to such a data
+    /// plane: its hash is not this release's.
+    pub fn as_version_0(mut self) -> Self {
+        debug_assert!(self.jwt_auth.is_none(), "version 0 has no jwt_auth");
+        self.hash = content_hash(&(
+            &self.target,
+            &self.timeouts,
+            &self.retry,
+            &self.rate_limit,
+            &self.api_key_auth,
+            &self.basic_auth,
+            &self.ip_rules,
         ));
+        self
     }
 
     /// This policy with API key authentication (`namespace/name` of the policy object
@@ -671,6 +699,43 @@ mod tests {
         assert_eq!(a, Policy::new(t("ns/a"), timeouts.clone(), None, None));
         assert_ne!(a, Policy::new(t("ns/b"), timeouts, None, None));
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
+    }
+
+    /// What data planes of earlier releases compute for the policy `for_version` sends
+    /// them in place of a JWT check (version 0, the release before JWTs) and for the same
+    /// policy as this release holds it (version 1): a change to either makes such data
+    /// planes refuse every policy (the Kubernetes test
+    /// `compat::previous_release_binary_is_served` runs both releases' binaries).
+    #[test]
+    fn policies_keep_the_hashes_of_earlier_releases() {
+        let target = PolicyTarget::Route {
+            kind: RouteKind::HttpRoute,
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let deny = Policy::new(target.clone(), Timeouts::default(), None, None)
+            .with_ip_rules(Some(("ns/jwt".into(), Arc::new(IpRules::deny_all()))));
+        assert_eq!(deny.hash(), ContentHash(0x0499_c1f4_476d_3152));
+        // Fields added since version 1 change the hash only when set.
+        let unchanged = deny
+            .clone()
+            .with_health_check(None)
+            .with_circuit_breaker(None);
+        assert_eq!(unchanged.hash(), deny.hash());
+        let limited = deny.clone().with_circuit_breaker(Some(Default::default()));
+        assert_ne!(limited.hash(), deny.hash());
+        assert_eq!(
+            deny.clone().as_version_0().hash(),
+            ContentHash(0x8ec8_9027_376d_211e)
+        );
+        let with_jwt = deny.clone().with_jwt_auth(Some((
+            "ns/jwt".into(),
+            Arc::new(JwtAuth {
+                providers: Vec::new(),
+                forward_token: false,
+            }),
+        )));
+        assert_ne!(with_jwt.hash(), deny.hash());
     }
 
     #[test]

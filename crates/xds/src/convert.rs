@@ -573,17 +573,18 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
 /// `r` as a data plane of push protocol `version` is sent it. A data plane of version 0
 /// does not know `jwtAuth` and would serve the routes it guards without the check, so a
 /// JWT policy reaches it as a policy that refuses every client (`ipRules` deny all, 403):
-/// closed until the data plane is upgraded.
+/// closed until the data plane is upgraded. Every policy reaches it with the hash that
+/// release computes (`Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
-        Resource::Policy(p) if version == 0 && p.jwt_auth.is_some() => {
-            let name = p.jwt_auth.as_ref().map(|(n, _)| n.clone());
-            let p = p
-                .as_ref()
-                .clone()
-                .with_jwt_auth(None)
-                .with_ip_rules(name.map(|n| (n, Arc::new(IpRules::deny_all()))));
-            std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
+        Resource::Policy(p) if version == 0 => {
+            let mut p = p.as_ref().clone();
+            if let Some((name, _)) = p.jwt_auth.clone() {
+                p = p
+                    .with_jwt_auth(None)
+                    .with_ip_rules(Some((name, Arc::new(IpRules::deny_all()))));
+            }
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(p.as_version_0())))
         }
         _ => std::borrow::Cow::Borrowed(r),
     }
@@ -591,8 +592,11 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
 
 /// Whether a data plane of push protocol `version` is sent resource `k` at all. A policy
 /// on a Service or Backend ([`PolicyTarget::Backend`]; health checks, circuit breaking)
-/// came with version 1: a version-0 data plane could not decode its key, and without it
-/// serves as before (no probes, no limits), so it is not sent one.
+/// came after the releases of versions 0 and 1: their data planes cannot decode its key,
+/// and without it serve as before (no probes, no limits). A version-0 data plane is not
+/// sent one. A released version-1 data plane announces the version this build does, so
+/// it is sent them and refuses them alone (NACKed and counted; everything else applies)
+/// until `PROTOCOL_VERSION` is raised to tell the two apart.
 pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
     version > 0 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
 }
@@ -779,6 +783,16 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
 
 /// A resource from the wire, rebuilt and checked against the version it was sent with.
 pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResource> {
+    resource_from_wire_as(r, crate::PROTOCOL_VERSION)
+}
+
+/// How a data plane of push protocol `version` rebuilds `r` (what it kept of the message,
+/// decoded with its own message set): as [`resource_from_wire`], with the content hash
+/// that release computes checked against the one sent. For tests of older readers.
+pub fn resource_from_wire_as(
+    r: &wire::Resource,
+    version: u32,
+) -> Result<Resource, InvalidResource> {
     use wire::resource::Resource as R;
     let built = match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
         R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
@@ -876,12 +890,22 @@ pub fn resource_from_wire(r: &wire::Resource) -> Result<Resource, InvalidResourc
         ))),
         R::Policy(p) => Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?)),
     };
-    if version_of(&built) != r.version {
+    let rebuilt = match &built {
+        Resource::Policy(p) if version == 0 => {
+            p.as_ref()
+                .clone()
+                .with_jwt_auth(None)
+                .as_version_0()
+                .hash()
+                .0
+        }
+        _ => version_of(&built),
+    };
+    if rebuilt != r.version {
         return Err(invalid(
             "version",
             format!(
-                "rebuilt resource hashes to {:016x}, sent as {:016x} (controller and data plane disagree on the IR)",
-                version_of(&built),
+                "rebuilt resource hashes to {rebuilt:016x}, sent as {:016x} (controller and data plane disagree on the IR)",
                 r.version
             ),
         ));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use weir_model::{Delta, DeltaBatch, Resource, ResourceKey};
-use weir_xds::convert::{key_from_wire, resource_from_wire};
+use weir_xds::convert::{key_from_wire, resource_from_wire, resource_from_wire_as};
 use weir_xds::{AllowAll, Hub, ServerMetrics, XdsService};
 
 mod common;
@@ -41,11 +41,12 @@ async fn serve(hub: Arc<Hub>) -> (SocketAddr, prometheus_client::registry::Regis
 }
 
 /// What an old data plane does with a resource: decode the bytes with its own message
-/// set (unknown fields dropped), then rebuild it; the rebuild checks the content hash.
+/// set (unknown fields dropped), then rebuild it; the rebuild checks the content hash as
+/// that release computes it.
 fn rebuild_as_v0_reader(r: &v0::Resource) -> Resource {
     let bytes = r.encode_to_vec();
     let wire = weir_xds::proto::Resource::decode(bytes.as_slice()).unwrap();
-    resource_from_wire(&wire).unwrap_or_else(|e| panic!("a v0 data plane refuses it: {e}"))
+    resource_from_wire_as(&wire, 0).unwrap_or_else(|e| panic!("a v0 data plane refuses it: {e}"))
 }
 
 fn v0_key(k: &v0::ResourceKey) -> ResourceKey {

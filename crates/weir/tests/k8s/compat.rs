@@ -1,9 +1,11 @@
-//! A data plane one release older than its controller keeps working: a real `weir
-//! controller` process of this release, and a data plane that speaks the previous
-//! release's push protocol (the frozen version-0 messages, `weir_xds::v0`: no protocol
-//! version in its Subscribe) and applies what it receives to a real data plane serving
-//! traffic. It is configured, serves a route, follows a change made in the API, and the
-//! controller reports it as a version-0 data plane.
+//! Data planes older than their controller keep working, against a real `weir controller`
+//! process of this release: earlier releases' `weir proxy` binaries themselves (built from
+//! their commits by `scripts/previous-release`: the last landed release, and the last one
+//! of protocol version 0), and an in-process client of the frozen version-0 messages
+//! (`weir_xds::v0`: no protocol version in its Subscribe) applying what it receives to a
+//! data plane of this release. Each is configured, serves a route, follows a change made in
+//! the API, and is reported at its protocol version; the binaries also get a JWT policy as
+//! what they can enforce.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -60,7 +62,7 @@ async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_pro
             // The bytes as this release's decoder (the previous release's conversion code
             // is unchanged) sees what a v0 reader kept of them.
             let wire = weir_xds::proto::Resource::decode(r.encode_to_vec().as_slice()).unwrap();
-            match weir_xds::convert::resource_from_wire(&wire) {
+            match weir_xds::convert::resource_from_wire_as(&wire, 0) {
                 Ok(r) => deltas.push(Delta::Upsert(r)),
                 Err(e) => rejected.push(v0::Rejection {
                     key: None,
@@ -95,9 +97,29 @@ async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_pro
     }
 }
 
-pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+/// The cluster side shared by both tests: a namespace with two Services, a Gateway of the
+/// compat class on a loopback address of its own, route `r` to `svc-a`, and a `weir
+/// controller` process serving the push protocol.
+struct Setup {
+    ns: &'static str,
+    addr: SocketAddr,
+    xds: SocketAddr,
+    admin: SocketAddr,
+    _controller: Proc,
+}
+
+fn route(ns: &str, svc: &str) -> serde_json::Value {
+    build::route(
+        ns,
+        "r",
+        json!([{"name": "gw"}]),
+        &["compat.test"],
+        json!([build::rule("/", svc, None)]),
+    )
+}
+
+async fn setup(ctx: &Ctx, ns: &'static str) -> Setup {
     let c = &ctx.client;
-    let ns = "t-compat";
     let ip = ctx.gateway_ip();
     let addr = SocketAddr::from((ip, support::free_port()));
     cluster::apply(
@@ -117,20 +139,11 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
         json!([{"name": "http", "port": addr.port(), "protocol": "HTTP"}]),
     );
     gw["spec"]["gatewayClassName"] = CLASS.into();
-    let route = |svc: &str| {
-        build::route(
-            ns,
-            "r",
-            json!([{"name": "gw"}]),
-            &["compat.test"],
-            json!([build::rule("/", svc, None)]),
-        )
-    };
-    cluster::apply(c, &[gw, route("svc-a")]).await;
+    cluster::apply(c, &[gw, route(ns, "svc-a")]).await;
 
     let xds = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
-    let _controller = Proc(
+    let controller = Proc(
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["controller", "--kubeconfig"])
             .arg(&ctx.kubeconfig)
@@ -158,25 +171,32 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "the controller never became ready");
+    Setup {
+        ns,
+        addr,
+        xds,
+        admin,
+        _controller: controller,
+    }
+}
 
-    let mut registry = prometheus_client::registry::Registry::default();
-    let dataplane =
-        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
-    let client = tokio::spawn(v0_data_plane(xds, format!("{ns}/gw"), dataplane.clone()));
-    until_http(addr, "compat.test", "/", Ok("echo-a")).await;
-    // A change made in the API reaches the old data plane as a delta.
-    cluster::apply(c, &[route("svc-b")]).await;
-    until_http(addr, "compat.test", "/", Ok("echo-b")).await;
+/// The controller's metrics show data plane `node` at protocol version `version` and
+/// nothing refused by any data plane.
+async fn assert_seen_at(admin: SocketAddr, node: &str, version: u32) {
     let page = support::http1(admin, "localhost", "/metrics")
         .await
         .unwrap()
         .body;
-    assert!(
-        page.lines()
-            .any(|l| l.starts_with("weir_xds_data_plane_protocol_version{")
-                && l.contains("node=\"v0\"")
-                && l.ends_with(" 0")),
-        "the controller sees a version-0 data plane"
+    let seen = page.lines().find_map(|l| {
+        l.strip_prefix("weir_xds_data_plane_protocol_version{")
+            .filter(|l| l.contains(&format!("node=\"{node}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    });
+    assert_eq!(
+        seen.as_deref(),
+        Some(version.to_string().as_str()),
+        "the protocol version the controller sees for {node}"
     );
     assert_eq!(
         page.lines()
@@ -185,6 +205,103 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
         Some("0"),
         "nothing refused"
     );
+}
+
+pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+    let s = setup(&ctx, "t-compat").await;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let dataplane =
+        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
+    let client = tokio::spawn(v0_data_plane(
+        s.xds,
+        format!("{}/gw", s.ns),
+        dataplane.clone(),
+    ));
+    until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
+    // A change made in the API reaches the old data plane as a delta.
+    cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
+    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+    assert_seen_at(s.admin, "v0", 0).await;
     client.abort();
     dataplane.shutdown().await;
+}
+
+/// A TrafficPolicy checking JWTs on route `r` (an inline Ed25519 key).
+fn jwt_policy(ns: &str) -> serde_json::Value {
+    json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+    "metadata": {"name": "jwt", "namespace": ns},
+    "spec": {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                        "name": "r"}],
+        "jwtAuth": {"providers": [{"name": "corp", "jwks": {"inline":
+            r#"{"keys": [{"kty": "OKP", "kid": "ed-1", "crv": "Ed25519", "x": "3Rey2EKEXegqW8U5iIrHgFSiOZzPyfzC2jHOPdFmvc0"}]}"#
+        }}]}}})
+}
+
+/// Earlier releases' `weir proxy` binaries themselves (built from their commits by
+/// `scripts/previous-release build`, which `make test` runs: the last landed release and the
+/// last one of the previous protocol version) against this release's controller, one after
+/// the other on the same Gateway: each is configured, serves the route, follows a change,
+/// and gets a JWT policy as what it can enforce — the check itself (401 without a token)
+/// when it knows JWTs, deny-all (403) when it does not, never nothing.
+pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/previous-release"
+    ))
+    .arg("path")
+    .output()
+    .expect("running scripts/previous-release");
+    assert!(
+        out.status.success(),
+        "the previous releases' binaries: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let releases: Vec<(u32, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (v, path) = l.split_once(' ').expect("VERSION PATH");
+            (v.parse().expect("a protocol version"), path.to_owned())
+        })
+        .collect();
+    assert!(!releases.is_empty());
+
+    let s = setup(&ctx, "t-compat-bin").await;
+    for (version, binary) in releases {
+        let node = format!("release-v{version}");
+        cluster::apply(&ctx.client, &[route(s.ns, "svc-a")]).await;
+        let proxy_admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+        let proxy = Proc(
+            Command::new(&binary)
+                .args(["proxy", "--no-access-log", "--node", &node])
+                .arg(format!("--gateway={}/gw", s.ns))
+                .arg(format!("--controller=http://{}", s.xds))
+                .arg(format!("--admin={proxy_admin}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting an earlier release's weir proxy"),
+        );
+        until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
+        cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
+
+        // A check the data plane cannot make closes the route rather than opening it.
+        cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
+        let refused = if version == 0 { 403 } else { 401 };
+        until_http(s.addr, "compat.test", "/", Err(refused)).await;
+        cluster::delete(
+            &ctx.client,
+            "weir.dev/v1alpha1",
+            "TrafficPolicy",
+            s.ns,
+            "jwt",
+        )
+        .await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
+        drop(proxy);
+    }
 }

@@ -91,6 +91,7 @@ const TESTS: &[(&str, Test)] = tests![
     policies::traffic_policy_status_and_rate_limit,
     split::two_proxies_fed_by_a_controller,
     compat::previous_release_data_plane_is_served,
+    compat::previous_release_binary_is_served,
     ha::lease_election_among_three_candidates,
     ha::leader_failover_keeps_serving,
     ha::api_server_outage,
