@@ -648,3 +648,69 @@ spec:
     );
     gw.gw.stop().await;
 }
+
+/// A circuit breaker on a TCPRoute's Backend: with `maxConnections: 1`, a second
+/// connection while the first is spliced is closed at once without reaching the backend;
+/// once the first ends, connections go through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_circuit_breaker_bounds_spliced_connections() {
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let s = tcp_backend("s").await;
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: tcp, protocol: TCP, port: {port}}}
+"
+    );
+    let policy = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: one-at-a-time}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: s}]
+  circuitBreaker: {maxConnections: 1}
+"
+    .to_string();
+    let gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("backend.yaml", backend("default", "s", &[s])),
+        ("route.yaml", tcp_route("r", "tcp", &[("s", 1)])),
+        ("policy.yaml", policy),
+    ])
+    .await;
+    assert_eq!(tcp_exchange(addr, "a").await.unwrap(), "s:a");
+    // One connection held open (the backend waits for the client's end of input).
+    let mut held = TcpStream::connect(addr).await.unwrap();
+    held.write_all(b"held").await.unwrap();
+    let refused = eventually(Duration::from_secs(5), || async {
+        !answered(&tcp_exchange(addr, "b").await)
+    })
+    .await;
+    assert!(
+        refused,
+        "a second connection while one is spliced is refused"
+    );
+    let m = gw.admin_get("/metrics").await.body;
+    assert!(
+        m.lines().any(|l| l
+            .starts_with("weir_upstream_circuit_open_total{reason=\"cluster_max_connections\"}")
+            && !l.ends_with(" 0")),
+        "{m}"
+    );
+    // The held connection still works and, once it ends, there is room again.
+    held.shutdown().await.unwrap();
+    let mut out = String::new();
+    held.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "s:held");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            tcp_exchange(addr, "c").await.ok().as_deref() == Some("s:c")
+        })
+        .await
+    );
+}
