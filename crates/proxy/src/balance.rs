@@ -111,7 +111,12 @@ impl ClusterState {
             Some(check) => cluster
                 .endpoints
                 .iter()
-                .map(|e| registry.probers().prober(&e.addr, check))
+                .zip(&states)
+                .map(|(e, state)| {
+                    let p = registry.probers().prober(&e.addr, check);
+                    p.watch(state);
+                    p
+                })
                 .collect(),
             None => Box::default(),
         };

@@ -332,6 +332,18 @@ impl EndpointState {
         Some(length)
     }
 
+    /// Ends an ejection because the endpoint's active health checks turned healthy again
+    /// (Envoy's `successful_active_health_check_uneject_host`, on by default there too):
+    /// its failures are forgotten and it gets traffic at once rather than when the
+    /// ejection would have ended. Returns whether it was ejected.
+    pub(crate) fn readmit(&self) -> bool {
+        let was = self.ejected_until.load(Ordering::Relaxed) != 0;
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.ejections_in_a_row.store(0, Ordering::Relaxed);
+        self.end_ejection(&self.cluster.outlier.metrics);
+        was
+    }
+
     /// Clears an ejection (expired or not) after a success.
     fn end_ejection(&self, metrics: &OutlierMetrics) {
         let until = self.ejected_until.load(Ordering::Relaxed);

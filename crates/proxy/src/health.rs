@@ -13,7 +13,9 @@
 //!
 //! A new prober starts healthy (a newly attached health check never takes a working
 //! endpoint out before it has failed its probes) and probes at once, after a random
-//! share of the jitter. The balancer skips an unhealthy endpoint; when every endpoint
+//! share of the jitter. When an unhealthy endpoint passes its probes again, an ejection
+//! by passive outlier detection of that endpoint (in every cluster using the prober)
+//! ends too, so it gets traffic at once. The balancer skips an unhealthy endpoint; when every endpoint
 //! of a cluster is unhealthy or ejected, it ignores both (see [`crate::balance`]).
 
 use std::collections::HashMap;
@@ -31,6 +33,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
 use weir_model::{EndpointAddr, HealthCheck, HealthProbe};
+
+use crate::endpoints::EndpointState;
 
 /// The `result` label of `weir_upstream_health_checks_total`: two values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -87,11 +91,16 @@ impl ProbeStatus {
     }
 }
 
+/// The endpoint states (one per cluster using the prober) whose ejection ends when the
+/// prober sees the endpoint turn healthy; weak, as the registry's.
+type Watchers = Mutex<Vec<Weak<EndpointState>>>;
+
 /// One endpoint's prober: the task probing it, stopped when the last snapshot using it
 /// drops it.
 #[derive(Debug)]
 pub(crate) struct Prober {
     status: Arc<ProbeStatus>,
+    watchers: Arc<Watchers>,
     task: Option<tokio::task::AbortHandle>,
     metrics: HealthMetrics,
 }
@@ -100,6 +109,19 @@ impl Prober {
     /// Whether its last probes took the endpoint out. One relaxed load.
     pub(crate) fn is_unhealthy(&self) -> bool {
         self.status.unhealthy.load(Ordering::Relaxed)
+    }
+
+    /// Adds an endpoint state (of one cluster) to readmit when the endpoint turns
+    /// healthy. Called when a snapshot builds a cluster's state, never per request.
+    pub(crate) fn watch(&self, state: &Arc<EndpointState>) {
+        let mut w = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|x| x.strong_count() > 0);
+        if !w
+            .iter()
+            .any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(state)))
+        {
+            w.push(Arc::downgrade(state));
+        }
     }
 
     /// A JSON view for the admin dump.
@@ -149,18 +171,21 @@ impl Probers {
             return p;
         }
         let status = Arc::new(ProbeStatus::default());
+        let watchers = Arc::new(Watchers::default());
         let task = tokio::runtime::Handle::try_current().ok().map(|rt| {
             self.metrics.probers.inc();
             rt.spawn(run(
                 addr.clone(),
                 Arc::clone(check),
                 Arc::clone(&status),
+                Arc::clone(&watchers),
                 self.metrics.clone(),
             ))
             .abort_handle()
         });
         let p = Arc::new(Prober {
             status,
+            watchers,
             task,
             metrics: self.metrics.clone(),
         });
@@ -185,6 +210,7 @@ async fn run(
     addr: EndpointAddr,
     check: Arc<HealthCheck>,
     status: Arc<ProbeStatus>,
+    watchers: Arc<Watchers>,
     metrics: HealthMetrics,
 ) {
     let jitter = |max: Duration| {
@@ -216,7 +242,13 @@ async fn run(
                 && passed >= check.healthy_threshold
                 && status.set(false, &metrics.unhealthy)
             {
-                tracing::info!(endpoint = %addr, "endpoint passed its health checks");
+                // Back: an ejection by passive outlier detection ends too.
+                let states: Vec<Arc<EndpointState>> = {
+                    let w = watchers.lock().unwrap_or_else(|e| e.into_inner());
+                    w.iter().filter_map(Weak::upgrade).collect()
+                };
+                let readmitted = states.iter().filter(|s| s.readmit()).count();
+                tracing::info!(endpoint = %addr, readmitted, "endpoint passed its health checks");
             }
         } else {
             (passed, failed) = (0, failed.saturating_add(1));

@@ -67,6 +67,8 @@ fn http_probe() -> HealthProbe {
 struct Pod {
     addr: SocketAddr,
     healthy: Arc<AtomicBool>,
+    /// Traffic (not probes) answered 503.
+    failing: Arc<AtomicBool>,
     served: Arc<AtomicUsize>,
     probed: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -83,19 +85,25 @@ impl Pod {
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
         let healthy = Arc::new(AtomicBool::new(true));
+        let failing = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicUsize::new(0));
         let probed = Arc::new(AtomicUsize::new(0));
-        let (h, s, p) = (healthy.clone(), served.clone(), probed.clone());
+        let (h, f, s, p) = (
+            healthy.clone(),
+            failing.clone(),
+            served.clone(),
+            probed.clone(),
+        );
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = tcp.accept().await else {
                     continue;
                 };
-                let (h, s, p) = (h.clone(), s.clone(), p.clone());
+                let (h, f, s, p) = (h.clone(), f.clone(), s.clone(), p.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let (h, s, p) = (h.clone(), s.clone(), p.clone());
-                        async move { Ok::<_, Infallible>(answer(req, &h, &s, &p).await) }
+                        let (h, f, s, p) = (h.clone(), f.clone(), s.clone(), p.clone());
+                        async move { Ok::<_, Infallible>(answer(req, &h, &f, &s, &p).await) }
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
@@ -106,6 +114,7 @@ impl Pod {
         Pod {
             addr,
             healthy,
+            failing,
             served,
             probed,
             task,
@@ -128,6 +137,7 @@ impl Pod {
 async fn answer(
     req: Request<Incoming>,
     healthy: &AtomicBool,
+    failing: &AtomicBool,
     served: &AtomicUsize,
     probed: &AtomicUsize,
 ) -> Response<BoxBody<Bytes, Infallible>> {
@@ -165,7 +175,15 @@ async fn answer(
         }
         _ => {
             served.fetch_add(1, Ordering::SeqCst);
-            Response::new(Full::new(Bytes::from_static(b"ok")).boxed())
+            let status = if failing.load(Ordering::SeqCst) {
+                503
+            } else {
+                200
+            };
+            Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::from_static(b"ok")).boxed())
+                .unwrap()
         }
     }
 }
@@ -287,6 +305,44 @@ async fn tcp_probe_takes_a_closed_port_out() {
         p.metric("weir_upstream_unhealthy_endpoints") == 0
     })
     .await;
+}
+
+/// An endpoint ejected by passive outlier detection (its traffic failed) that also failed
+/// its probes is readmitted the moment its probes pass again, without waiting for the
+/// ejection to end or for a request to succeed on it.
+#[tokio::test]
+async fn passing_probes_end_an_ejection() {
+    let (a, b, sick) = (Pod::start().await, Pod::start().await, Pod::start().await);
+    let p = proxy_for(&[&a, &b, &sick], http_probe(), UpstreamProtocol::Http1).await;
+    sick.failing.store(true, Ordering::SeqCst);
+    let mut conn = Conn::h1(p.addr).await;
+    for _ in 0..100 {
+        conn.get("app.test", "/").await;
+        if p.metric("weir_upstream_ejections_total") >= 1 {
+            break;
+        }
+    }
+    assert_eq!(p.metric("weir_upstream_ejected_endpoints"), 1, "ejected");
+    sick.set_healthy(false);
+    eventually("the pod taken out by its probes", || {
+        p.metric("weir_upstream_unhealthy_endpoints") == 1
+    })
+    .await;
+    // Its ejection has ended by now, but no request has succeeded on it since, so it
+    // still counts as ejected; only passing probes can end that without traffic.
+    sick.failing.store(false, Ordering::SeqCst);
+    sick.set_healthy(true);
+    eventually("the pod back", || {
+        p.metric("weir_upstream_unhealthy_endpoints") == 0
+    })
+    .await;
+    assert_eq!(
+        p.metric("weir_upstream_ejected_endpoints"),
+        0,
+        "the ejection ended with the passing probe"
+    );
+    let back = spread(&p, &[&a, &b, &sick], 150).await;
+    assert!(back[2] >= 25, "{back:?}");
 }
 
 /// When every endpoint fails its probes, the balancer ignores the health checks (as it
