@@ -144,7 +144,7 @@ async fn apply(
             Err(e) => {
                 tracing::warn!(error = %e, "refusing a resource that does not decode");
                 rejected.push(Rejection {
-                    key: None,
+                    key: crate::convert::key_of_refused(w),
                     error: e.to_string(),
                 });
             }

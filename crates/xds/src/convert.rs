@@ -592,13 +592,10 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
 
 /// Whether a data plane of push protocol `version` is sent resource `k` at all. A policy
 /// on a Service or Backend ([`PolicyTarget::Backend`]; health checks, circuit breaking)
-/// came after the releases of versions 0 and 1: their data planes cannot decode its key,
-/// and without it serve as before (no probes, no limits). A version-0 data plane is not
-/// sent one. A released version-1 data plane announces the version this build does, so
-/// it is sent them and refuses them alone (NACKed and counted; everything else applies)
-/// until `PROTOCOL_VERSION` is raised to tell the two apart.
+/// came with version 2: data planes of versions 0 and 1 cannot decode its key, and are
+/// not sent one; they serve as their releases did (no probes, no limits).
 pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
-    version > 0 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
+    version >= 2 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
 }
 
 /// A key from the wire.
@@ -793,103 +790,7 @@ pub fn resource_from_wire_as(
     r: &wire::Resource,
     version: u32,
 ) -> Result<Resource, InvalidResource> {
-    use wire::resource::Resource as R;
-    let built = match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
-        R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
-            ListenerKey(addr("address", &l.address)?),
-            match wire::ListenerProtocol::try_from(l.protocol) {
-                Ok(wire::ListenerProtocol::Http) => Protocol::Http,
-                Ok(wire::ListenerProtocol::Https) => Protocol::Https,
-                Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
-                Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
-                Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
-                Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
-                Err(_) => return Err(invalid("protocol", l.protocol)),
-            },
-            l.gateway.as_str().into(),
-            l.name.as_str().into(),
-            match &l.settings {
-                Some(s) => settings_from_wire(s)?,
-                None => ListenerSettings::default(),
-            },
-        ))),
-        R::VirtualHost(v) => {
-            let rules = v
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    rule_from_wire(r)
-                        .map(Arc::new)
-                        .map_err(within(&format!("rules[{i}]")))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Resource::VirtualHost(Arc::new(VirtualHost::new(
-                ListenerKey(addr("listener", &v.listener)?),
-                host_from_wire("host", v.host.as_ref())?,
-                rules,
-            )))
-        }
-        R::Cluster(c) => {
-            let endpoints = c
-                .endpoints
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    let f = format!("endpoints[{i}]");
-                    let addr = match e.address.as_ref().ok_or_else(|| missing(&f))? {
-                        wire::endpoint::Address::Socket(a) => EndpointAddr::Socket(addr(&f, a)?),
-                        wire::endpoint::Address::Host(h) => EndpointAddr::Host(
-                            h.host.as_str().into(),
-                            u16::try_from(h.port).map_err(|_| invalid(&f, "port out of range"))?,
-                        ),
-                    };
-                    Ok(Endpoint {
-                        addr,
-                        weight: e.weight,
-                    })
-                })
-                .collect::<Result<Vec<_>, InvalidResource>>()?;
-            let protocol = match wire::cluster::Protocol::try_from(c.protocol) {
-                Ok(wire::cluster::Protocol::Http1) => UpstreamProtocol::Http1,
-                Ok(wire::cluster::Protocol::H2c) => UpstreamProtocol::H2c,
-                Err(_) => return Err(invalid("protocol", c.protocol)),
-            };
-            Resource::Cluster(Arc::new(Cluster::new(
-                ClusterKey(c.name.as_str().into()),
-                endpoints,
-                protocol,
-            )))
-        }
-        R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
-            c.chain_pem.as_slice().into(),
-            c.key_pem.as_slice().into(),
-        ))),
-        R::Sni(s) => Resource::Sni(Arc::new(SniCert::new(
-            ListenerKey(addr("listener", &s.listener)?),
-            host_from_wire("host", s.host.as_ref())?,
-            ContentHash(s.certificate),
-        ))),
-        R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::with_mode(
-            ListenerKey(addr("listener", &r.listener)?),
-            host_from_wire("host", r.host.as_ref())?,
-            route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
-                .map_err(within("route"))?,
-            r.backends
-                .iter()
-                .map(|b| L4Backend {
-                    cluster: ClusterKey(b.cluster.as_str().into()),
-                    weight: b.weight,
-                })
-                .collect(),
-            match wire::L4Mode::try_from(r.mode) {
-                Ok(wire::L4Mode::Passthrough) => L4Mode::Passthrough,
-                Ok(wire::L4Mode::Terminate) => L4Mode::Terminate,
-                Err(_) => return Err(invalid("mode", r.mode)),
-            },
-        ))),
-        R::Policy(p) => Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?)),
-    };
+    let built = build(r)?;
     let rebuilt = match &built {
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
@@ -911,6 +812,120 @@ pub fn resource_from_wire_as(
         ));
     }
     Ok(built)
+}
+
+/// The key of a resource [`resource_from_wire`] refuses, when it can be rebuilt at all
+/// (e.g. refused only by its hash), so that the refusal names it to the controller.
+pub fn key_of_refused(r: &wire::Resource) -> Option<wire::ResourceKey> {
+    build(r).ok().map(|b| key_to_wire(&b.key()))
+}
+
+/// `r` rebuilt through the model's constructors, its hash not checked.
+fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
+    use wire::resource::Resource as R;
+    Ok(
+        match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
+            R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
+                ListenerKey(addr("address", &l.address)?),
+                match wire::ListenerProtocol::try_from(l.protocol) {
+                    Ok(wire::ListenerProtocol::Http) => Protocol::Http,
+                    Ok(wire::ListenerProtocol::Https) => Protocol::Https,
+                    Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                    Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
+                    Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
+                    Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
+                    Err(_) => return Err(invalid("protocol", l.protocol)),
+                },
+                l.gateway.as_str().into(),
+                l.name.as_str().into(),
+                match &l.settings {
+                    Some(s) => settings_from_wire(s)?,
+                    None => ListenerSettings::default(),
+                },
+            ))),
+            R::VirtualHost(v) => {
+                let rules = v
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        rule_from_wire(r)
+                            .map(Arc::new)
+                            .map_err(within(&format!("rules[{i}]")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Resource::VirtualHost(Arc::new(VirtualHost::new(
+                    ListenerKey(addr("listener", &v.listener)?),
+                    host_from_wire("host", v.host.as_ref())?,
+                    rules,
+                )))
+            }
+            R::Cluster(c) => {
+                let endpoints = c
+                    .endpoints
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let f = format!("endpoints[{i}]");
+                        let addr = match e.address.as_ref().ok_or_else(|| missing(&f))? {
+                            wire::endpoint::Address::Socket(a) => {
+                                EndpointAddr::Socket(addr(&f, a)?)
+                            }
+                            wire::endpoint::Address::Host(h) => EndpointAddr::Host(
+                                h.host.as_str().into(),
+                                u16::try_from(h.port)
+                                    .map_err(|_| invalid(&f, "port out of range"))?,
+                            ),
+                        };
+                        Ok(Endpoint {
+                            addr,
+                            weight: e.weight,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, InvalidResource>>()?;
+                let protocol = match wire::cluster::Protocol::try_from(c.protocol) {
+                    Ok(wire::cluster::Protocol::Http1) => UpstreamProtocol::Http1,
+                    Ok(wire::cluster::Protocol::H2c) => UpstreamProtocol::H2c,
+                    Err(_) => return Err(invalid("protocol", c.protocol)),
+                };
+                Resource::Cluster(Arc::new(Cluster::new(
+                    ClusterKey(c.name.as_str().into()),
+                    endpoints,
+                    protocol,
+                )))
+            }
+            R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
+                c.chain_pem.as_slice().into(),
+                c.key_pem.as_slice().into(),
+            ))),
+            R::Sni(s) => Resource::Sni(Arc::new(SniCert::new(
+                ListenerKey(addr("listener", &s.listener)?),
+                host_from_wire("host", s.host.as_ref())?,
+                ContentHash(s.certificate),
+            ))),
+            R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::with_mode(
+                ListenerKey(addr("listener", &r.listener)?),
+                host_from_wire("host", r.host.as_ref())?,
+                route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
+                    .map_err(within("route"))?,
+                r.backends
+                    .iter()
+                    .map(|b| L4Backend {
+                        cluster: ClusterKey(b.cluster.as_str().into()),
+                        weight: b.weight,
+                    })
+                    .collect(),
+                match wire::L4Mode::try_from(r.mode) {
+                    Ok(wire::L4Mode::Passthrough) => L4Mode::Passthrough,
+                    Ok(wire::L4Mode::Terminate) => L4Mode::Terminate,
+                    Err(_) => return Err(invalid("mode", r.mode)),
+                },
+            ))),
+            R::Policy(p) => {
+                Resource::Policy(Arc::new(policy_from_wire(p).map_err(within("policy"))?))
+            }
+        },
+    )
 }
 
 // ---------------------------------------------------------------- route rules

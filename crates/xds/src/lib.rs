@@ -16,19 +16,23 @@
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_controller_serves_one_version_back_and_every_newer_one() {
+    fn a_controller_serves_two_versions_back_and_every_newer_one() {
         assert!(
-            super::serves(1, 0),
+            super::serves(2, 0),
             "v0 data planes (before versioning) are served"
         );
-        assert!(super::serves(1, 1));
         assert!(
-            super::serves(1, 7),
+            super::serves(2, 1),
+            "the last release's data planes are served"
+        );
+        assert!(super::serves(2, 2));
+        assert!(
+            super::serves(2, 7),
             "a newer data plane reads what it knows"
         );
-        assert!(super::serves(3, 2));
-        assert!(!super::serves(3, 1), "two versions back is refused");
-        assert!(!super::serves(2, 0));
+        assert!(super::serves(4, 2));
+        assert!(!super::serves(4, 1), "three versions back is refused");
+        assert!(!super::serves(3, 0));
     }
 }
 
@@ -42,15 +46,18 @@ pub use crate::hub::{Hub, Refused, Session};
 /// The push protocol version this build speaks, announced in `Subscribe` and `Update`.
 /// Raise it when the message set gains something an older peer would misread or lose;
 /// ARCHITECTURE.md ("Push protocol versions") has the rule. 1: the version fields
-/// themselves (0 is the message set before them).
-pub const PROTOCOL_VERSION: u32 = 1;
+/// themselves (0 is the message set before them) and `Policy.jwt_auth`; 2: policies on a
+/// Service or Backend (`PolicyTarget.backend`, `Policy.health_check`,
+/// `Policy.circuit_breaker`).
+pub const PROTOCOL_VERSION: u32 = 2;
 
-/// Whether a controller speaking version `ours` serves a data plane announcing `peer`:
-/// a data plane one version older (the release before, during an upgrade) or newer (it
-/// reads what it knows of ours and ignores the rest) is served; an older one is refused
-/// with a message saying so, rather than fed messages it would misread.
+/// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
+/// data plane up to two versions older (the last two releases' message sets, adapted by
+/// `convert::for_version` and `convert::sent_to_version`) or newer (it reads what it
+/// knows of ours and ignores the rest) is served; an older one is refused with a message
+/// saying so, rather than fed messages it would misread.
 pub fn serves(ours: u32, peer: u32) -> bool {
-    peer.saturating_add(1) >= ours
+    peer.saturating_add(2) >= ours
 }
 pub use crate::server::{AllowAll, Authorize, ServerMetrics, XdsService};
 

@@ -194,7 +194,7 @@ impl ConfigDiscovery for XdsService {
         }
         if !crate::serves(crate::PROTOCOL_VERSION, sub.protocol_version) {
             return Err(Status::failed_precondition(format!(
-                "data plane speaks push protocol version {}, this controller {} and serves one version back: upgrade the data plane",
+                "data plane speaks push protocol version {}, this controller {} and serves two versions back: upgrade the data plane",
                 sub.protocol_version,
                 crate::PROTOCOL_VERSION
             )));
@@ -299,16 +299,22 @@ async fn drive(
             })) => {
                 metrics.ack_seconds.observe(sent_at.elapsed().as_secs_f64());
                 last_ack.set(i64::try_from(a.nonce).unwrap_or(i64::MAX));
-                let refused: Vec<Refused> = a
-                    .rejected
-                    .iter()
-                    .filter_map(|r| {
-                        Some(Refused {
-                            key: key_from_wire(r.key.as_ref()?).ok()?,
+                let mut refused: Vec<Refused> = Vec::with_capacity(a.rejected.len());
+                for r in &a.rejected {
+                    match r.key.as_ref().and_then(|k| key_from_wire(k).ok()) {
+                        Some(key) => refused.push(Refused {
+                            key,
                             error: r.error.clone(),
-                        })
-                    })
-                    .collect();
+                        }),
+                        // A resource the data plane could not even name (its key did not
+                        // decode): counted and logged, though no status can point at it.
+                        None => {
+                            metrics.refused.inc();
+                            refused_here.inc();
+                            tracing::warn!(gateway = session.gateway(), %node, error = %r.error, "data plane refused a resource it could not name");
+                        }
+                    }
+                }
                 for r in session.ack(a.nonce, refused) {
                     metrics.refused.inc();
                     refused_here.inc();

@@ -137,6 +137,11 @@ fn a_tampered_resource_is_refused_with_its_field() {
     }
     let e = resource_from_wire(&w).unwrap_err();
     assert_eq!(e.field, "version");
+    // The refusal can still name the resource to the controller.
+    assert_eq!(
+        weir_xds::convert::key_of_refused(&w),
+        Some(weir_xds::convert::key_to_wire(&r.key()))
+    );
     // An invalid regex names its field.
     let mut w = resource_to_wire(&r);
     if let Some(weir_xds::proto::resource::Resource::VirtualHost(v)) = &mut w.resource {
@@ -145,6 +150,8 @@ fn a_tampered_resource_is_refused_with_its_field() {
     }
     let e = resource_from_wire(&w).unwrap_err();
     assert_eq!(e.field, "rules[0].match.path.regex");
+    // One that does not rebuild at all cannot be named.
+    assert_eq!(weir_xds::convert::key_of_refused(&w), None);
 }
 
 #[test]

@@ -226,6 +226,16 @@ pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
     dataplane.shutdown().await;
 }
 
+/// A TrafficPolicy with a TCP health check and a circuit breaker on Service `svc-b`.
+fn service_policy(ns: &str) -> serde_json::Value {
+    json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+           "metadata": {"name": "svc", "namespace": ns},
+           "spec": {
+               "targetRefs": [{"group": "", "kind": "Service", "name": "svc-b"}],
+               "healthCheck": {"type": "TCP", "interval": "1s"},
+               "circuitBreaker": {"maxRequests": 1000}}})
+}
+
 /// A TrafficPolicy checking JWTs on route `r` (an inline Ed25519 key).
 fn jwt_policy(ns: &str) -> serde_json::Value {
     json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
@@ -272,14 +282,22 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
         let node = format!("release-v{version}");
         cluster::apply(&ctx.client, &[route(s.ns, "svc-a")]).await;
         let proxy_admin = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+        // Its log: an older client drops a resource it cannot decode with a warning and
+        // without telling the controller, so the log is where a refusal shows.
+        let log_path = std::env::temp_dir().join(format!(
+            "weir-k8s-compat-{}-v{version}.log",
+            std::process::id()
+        ));
+        let log = std::fs::File::create(&log_path).unwrap();
         let proxy = Proc(
             Command::new(&binary)
                 .args(["proxy", "--no-access-log", "--node", &node])
                 .arg(format!("--gateway={}/gw", s.ns))
                 .arg(format!("--controller=http://{}", s.xds))
                 .arg(format!("--admin={proxy_admin}"))
+                .env("RUST_LOG", "info")
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(log)
                 .spawn()
                 .expect("starting an earlier release's weir proxy"),
         );
@@ -287,6 +305,21 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
         cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
         until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
         assert_seen_at(s.admin, &node, version).await;
+
+        // A policy on the Service (version 2) is not sent to older data planes, which
+        // could not decode its target: nothing refused, traffic as before.
+        cluster::apply(&ctx.client, &[service_policy(s.ns)]).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
+        cluster::delete(
+            &ctx.client,
+            "weir.dev/v1alpha1",
+            "TrafficPolicy",
+            s.ns,
+            "svc",
+        )
+        .await;
 
         // A check the data plane cannot make closes the route rather than opening it.
         cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
@@ -303,5 +336,13 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
         until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
         assert_seen_at(s.admin, &node, version).await;
         drop(proxy);
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        let refusals: Vec<&str> = log.lines().filter(|l| l.contains("refus")).collect();
+        assert!(
+            refusals.is_empty(),
+            "the version-{version} data plane refused: {refusals:#?}"
+        );
+        assert!(log.contains("subscribed"), "its log is read: {log}");
+        let _ = std::fs::remove_file(&log_path);
     }
 }
