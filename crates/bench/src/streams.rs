@@ -41,6 +41,10 @@ pub(crate) async fn grpc_echo(tcp: TcpListener) {
         let Ok((stream, _)) = tcp.accept().await else {
             continue;
         };
+        // The answer's DATA and trailers are separate writes: with Nagle on, the second
+        // waited for the first's delayed ACK, and a 30 s debug run made 463 calls instead
+        // of the h2c client's 1,334; with this, 1,283 against 1,305.
+        let _ = stream.set_nodelay(true);
         let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
             let body = req.into_body().collect().await?.to_bytes();
             let mut trailers = HeaderMap::new();
@@ -81,6 +85,8 @@ pub(crate) async fn grpc_client(addr: SocketAddr, (tally, start, deadline, pace)
         let outcome = async {
             if conn.as_ref().is_none_or(|c| c.is_closed()) {
                 let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                // A call's HEADERS and DATA are separate writes; see `grpc_echo`.
+                stream.set_nodelay(true).map_err(|e| e.to_string())?;
                 let (tx, c) = hyper::client::conn::http2::handshake(
                     TokioExecutor::new(),
                     TokioIo::new(stream),
