@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -292,6 +292,9 @@ async fn resolve(addr: &EndpointAddr) -> Option<SocketAddr> {
     }
 }
 
+/// The most of a probe's response body read (and held) by weir.
+const MAX_PROBE_BODY: usize = 64 * 1024;
+
 /// Errors of a probe are only "failed": the endpoint's logs say more.
 type ProbeResult = Result<bool, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -313,8 +316,11 @@ async fn http_probe(
         .body(Empty::new())?;
     let resp = sender.send_request(req).await?;
     let ok = HealthProbe::passes(statuses, resp.status().as_u16());
-    // Read the body so the endpoint sees a complete exchange (bounded by the timeout).
-    let _ = resp.into_body().collect().await;
+    // Read the body so the endpoint sees a complete exchange, up to a bound: an endless or
+    // huge body must not be buffered (the status has decided already).
+    let _ = Limited::new(resp.into_body(), MAX_PROBE_BODY)
+        .collect()
+        .await;
     conn.abort();
     Ok(ok)
 }
@@ -352,7 +358,10 @@ async fn grpc_probe(stream: TcpStream, addr: &EndpointAddr, service: &str) -> Pr
         conn.abort();
         return Ok(false);
     }
-    let collected = resp.into_body().collect().await?;
+    // A HealthCheckResponse is a few bytes; a larger answer fails the probe unbuffered.
+    let collected = Limited::new(resp.into_body(), MAX_PROBE_BODY)
+        .collect()
+        .await?;
     let trailer_status = collected
         .trailers()
         .and_then(|t| t.get("grpc-status"))
@@ -370,7 +379,7 @@ async fn grpc_probe(stream: TcpStream, addr: &EndpointAddr, service: &str) -> Pr
 }
 
 /// Whether a gRPC message frame holds a `HealthCheckResponse` with status `SERVING`.
-fn serving(mut body: Bytes) -> bool {
+pub(crate) fn serving(mut body: Bytes) -> bool {
     if body.len() < 5 || body[0] != 0 {
         return false;
     }
@@ -489,6 +498,55 @@ mod tests {
         drop(p2);
         assert_eq!(reg.len(), 0);
         assert_eq!(metrics.probers.get(), 0);
+    }
+
+    /// An endpoint answering its HTTP probe 200 with an endless body passes, and weir
+    /// reads no more of the body than `MAX_PROBE_BODY` (before the bound, the probe read
+    /// and held all of it: here 64 MiB).
+    #[tokio::test]
+    async fn an_endless_probe_body_is_not_buffered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&sent);
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = s.read(&mut head).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = [b'x'; 16 * 1024];
+            // Bounded: 64 MiB at most, far past the probe's bound.
+            for _ in 0..4096 {
+                if s.write_all(b"4000\r\n").await.is_err()
+                    || s.write_all(&chunk).await.is_err()
+                    || s.write_all(b"\r\n").await.is_err()
+                {
+                    return;
+                }
+                counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
+        });
+        let probe_of = HealthProbe::Http {
+            path: "/healthz".into(),
+            host: None,
+            statuses: vec![(200, 299)],
+        };
+        let passed = tokio::time::timeout(
+            Duration::from_secs(5),
+            probe(&EndpointAddr::Socket(addr), &probe_of),
+        )
+        .await;
+        assert_eq!(
+            passed.ok(),
+            Some(true),
+            "passes without reading the whole body"
+        );
+        // What the server got out before the probe hung up: the bound plus what the
+        // socket buffers hold, not the 64 MiB it would send.
+        assert!(sent.load(Ordering::Relaxed) < 16 * 1024 * 1024);
     }
 
     #[tokio::test]

@@ -59,6 +59,13 @@ pub fn certificate_problem(cert: &weir_model::Certificate) -> Option<String> {
 pub fn verify_jwt(auth: &weir_model::JwtAuth, token: &str) -> bool {
     jwt::verify(auth, token).is_some()
 }
+/// Whether a gRPC health-check answer (one message frame, from the endpoint: untrusted
+/// bytes) holds a `HealthCheckResponse` with status `SERVING`: what an active gRPC probe
+/// decides on (the fuzz target `grpc_health`).
+pub fn grpc_health_serving(frame: &[u8]) -> bool {
+    health::serving(bytes::Bytes::copy_from_slice(frame))
+}
+
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
 pub use protocol::{Opening, judge_opening};
