@@ -590,6 +590,22 @@ impl Policy {
         };
     }
 
+    /// The policy as a data plane of push protocol version 2 or older rebuilds it: without
+    /// the fields added in version 3, so with the hash those releases compute. A field that
+    /// guards access (authentication, authorization) must not simply vanish — the routes it
+    /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
+    /// replaces such a policy by one that refuses every client first. Fields added in
+    /// version 3, each folded into [`Policy::rehash`] only when set: none yet.
+    pub fn as_version_2(self) -> Self {
+        self
+    }
+
+    /// Whether the policy has a field added in version 3 that guards access, which an
+    /// older data plane would drop (see [`Policy::as_version_2`]): none yet.
+    pub fn guards_with_version_3_fields(&self) -> bool {
+        false
+    }
+
     /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
     /// that release computes (it knows no `jwt_auth`, which must have been replaced
     /// before: see `weir_xds::convert::for_version`). Only for sending to such a data

@@ -570,24 +570,48 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
     )
 }
 
-/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 0
-/// does not know `jwtAuth` and would serve the routes it guards without the check, so a
-/// JWT policy reaches it as a policy that refuses every client (`ipRules` deny all, 403):
-/// closed until the data plane is upgraded. Every policy reaches it with the hash that
-/// release computes (`Policy::as_version_0`), which it checks.
+/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 2
+/// or older does not know the policy fields of version 3 (`Policy::as_version_2`): it is
+/// sent the policy without them, or — when one of them guards access — a policy that
+/// refuses every client (`ipRules` deny all, 403), closed until the data plane is
+/// upgraded. A data plane of version 0 does not know `jwtAuth` either, which it gets the
+/// same way. Every policy reaches it with the hash that release computes
+/// (`Policy::as_version_2`, `Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
-        Resource::Policy(p) if version == 0 => {
+        Resource::Policy(p) if version < 3 => {
+            let name = || policy_name(p);
             let mut p = p.as_ref().clone();
-            if let Some((name, _)) = p.jwt_auth.clone() {
-                p = p
-                    .with_jwt_auth(None)
-                    .with_ip_rules(Some((name, Arc::new(IpRules::deny_all()))));
+            if p.guards_with_version_3_fields() {
+                p = p.with_ip_rules(Some((name(), Arc::new(IpRules::deny_all()))));
             }
-            std::borrow::Cow::Owned(Resource::Policy(Arc::new(p.as_version_0())))
+            p = p.as_version_2();
+            if version == 0 {
+                if let Some((name, _)) = p.jwt_auth.clone() {
+                    p = p
+                        .with_jwt_auth(None)
+                        .with_ip_rules(Some((name, Arc::new(IpRules::deny_all()))));
+                }
+                p = p.as_version_0();
+            }
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
         }
         _ => std::borrow::Cow::Borrowed(r),
     }
+}
+
+/// The name (`namespace/name`) a deny-all stand-in for `p` reports: that of the policy
+/// object behind one of its access fields, else its target's.
+fn policy_name(p: &Policy) -> Arc<str> {
+    p.api_key_auth
+        .as_ref()
+        .map(|(n, _)| n)
+        .or(p.basic_auth.as_ref().map(|(n, _)| n))
+        .or(p.ip_rules.as_ref().map(|(n, _)| n))
+        .or(p.jwt_auth.as_ref().map(|(n, _)| n))
+        .or(p.rate_limit.as_ref().map(|(n, _)| n))
+        .cloned()
+        .unwrap_or_else(|| Arc::from(format!("{:?}", p.target)))
 }
 
 /// Whether a data plane of push protocol `version` is sent resource `k` at all. A policy
@@ -795,11 +819,13 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
                 .clone()
+                .as_version_2()
                 .with_jwt_auth(None)
                 .as_version_0()
                 .hash()
                 .0
         }
+        Resource::Policy(p) if version < 3 => p.as_ref().clone().as_version_2().hash().0,
         _ => version_of(&built),
     };
     if rebuilt != r.version {

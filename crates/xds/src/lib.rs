@@ -16,23 +16,23 @@
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_controller_serves_two_versions_back_and_every_newer_one() {
+    fn a_controller_serves_three_versions_back_and_every_newer_one() {
         assert!(
-            super::serves(2, 0),
+            super::serves(3, 0),
             "v0 data planes (before versioning) are served"
         );
         assert!(
-            super::serves(2, 1),
+            super::serves(3, 2),
             "the last release's data planes are served"
         );
-        assert!(super::serves(2, 2));
+        assert!(super::serves(3, 3));
         assert!(
-            super::serves(2, 7),
+            super::serves(3, 7),
             "a newer data plane reads what it knows"
         );
-        assert!(super::serves(4, 2));
-        assert!(!super::serves(4, 1), "three versions back is refused");
-        assert!(!super::serves(3, 0));
+        assert!(super::serves(5, 2));
+        assert!(!super::serves(5, 1), "four versions back is refused");
+        assert!(!super::serves(4, 0));
     }
 }
 
@@ -48,16 +48,18 @@ pub use crate::hub::{Hub, Refused, Session};
 /// ARCHITECTURE.md ("Push protocol versions") has the rule. 1: the version fields
 /// themselves (0 is the message set before them) and `Policy.jwt_auth`; 2: policies on a
 /// Service or Backend (`PolicyTarget.backend`, `Policy.health_check`,
-/// `Policy.circuit_breaker`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// `Policy.circuit_breaker`); 3: policy fields of this release (see
+/// `weir_model::Policy::as_version_2` for the list), which reach older data planes
+/// without them, or closed where they guard access.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
-/// data plane up to two versions older (the last two releases' message sets, adapted by
+/// data plane up to three versions older (the last releases' message sets, adapted by
 /// `convert::for_version` and `convert::sent_to_version`) or newer (it reads what it
 /// knows of ours and ignores the rest) is served; an older one is refused with a message
 /// saying so, rather than fed messages it would misread.
 pub fn serves(ours: u32, peer: u32) -> bool {
-    peer.saturating_add(2) >= ours
+    peer.saturating_add(3) >= ours
 }
 pub use crate::server::{AllowAll, Authorize, ServerMetrics, XdsService};
 

@@ -1,7 +1,7 @@
 //! Data planes older than their controller keep working, against a real `weir controller`
 //! process of this release: earlier releases' `weir proxy` binaries themselves (built from
 //! their commits by `scripts/previous-release`: the last landed release, and the last one
-//! of protocol version 0), and an in-process client of the frozen version-0 messages
+//! of each earlier protocol version still served), and an in-process client of the frozen version-0 messages
 //! (`weir_xds::v0`: no protocol version in its Subscribe) applying what it receives to a
 //! data plane of this release. Each is configured, serves a route, follows a change made in
 //! the API, and is reported at its protocol version; the binaries also get a JWT policy as
@@ -250,7 +250,7 @@ fn jwt_policy(ns: &str) -> serde_json::Value {
 
 /// Earlier releases' `weir proxy` binaries themselves (built from their commits by
 /// `scripts/previous-release build`, which `make test` runs: the last landed release and the
-/// last one of the previous protocol version) against this release's controller, one after
+/// last one of each earlier protocol version still served) against this release's controller, one after
 /// the other on the same Gateway: each is configured, serves the route, follows a change,
 /// and gets a JWT policy as what it can enforce — the check itself (401 without a token)
 /// when it knows JWTs, deny-all (403) when it does not, never nothing.
