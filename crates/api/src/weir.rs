@@ -330,6 +330,15 @@ pub struct PolicyRetry {
     pub retry_on: Option<Vec<RetryOn>>,
     /// Least wait before a retry (a Gateway API duration; default 25ms).
     pub backoff: Option<String>,
+    /// The longest request body kept so that a retry can send it again, in bytes
+    /// (default 65536, at most 16777216; 0: requests with a body are not retried). The
+    /// body is streamed to the first attempt as it arrives either way.
+    pub replay_body_bytes: Option<i64>,
+    /// Whether requests of methods that are not idempotent (POST, PATCH, …; gRPC calls
+    /// are POSTs) are retried after they may have reached an endpoint (an answer in
+    /// `codes`, a reset, a timeout). Default false: they are retried only when the
+    /// connection to the endpoint failed.
+    pub non_idempotent: Option<bool>,
 }
 
 /// Rate limits of a policy.

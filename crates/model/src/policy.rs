@@ -595,8 +595,13 @@ impl Policy {
     /// guards access (authentication, authorization) must not simply vanish — the routes it
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
-    /// version 3, each folded into [`Policy::rehash`] only when set: none yet.
-    pub fn as_version_2(self) -> Self {
+    /// version 3, each folded into the hash only when set: `retry.replay_body` and
+    /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]).
+    pub fn as_version_2(mut self) -> Self {
+        if let Some(r) = self.retry.take() {
+            self.retry = Some(r.as_version_2());
+            self.rehash();
+        }
         self
     }
 
@@ -752,6 +757,53 @@ mod tests {
             }),
         )));
         assert_ne!(with_jwt.hash(), deny.hash());
+        // A retry as releases before version 3 built it (no body replay limit, no
+        // non-idempotent setting): the same hash.
+        let retry = crate::Retry {
+            attempts: 2,
+            codes: vec![503],
+            backoff: std::time::Duration::from_millis(25),
+            ..crate::Retry::default()
+        };
+        let retrying = Policy::new(
+            target.clone(),
+            Timeouts::default(),
+            Some(retry.clone()),
+            None,
+        );
+        assert_eq!(retrying.hash(), ContentHash(0xc720_53aa_f9f3_5b77));
+        let replaying = |r: crate::Retry| {
+            Policy::new(target.clone(), Timeouts::default(), Some(r), None).hash()
+        };
+        assert_ne!(
+            replaying(crate::Retry {
+                replay_body: 1024,
+                ..retry.clone()
+            }),
+            retrying.hash()
+        );
+        assert_ne!(
+            replaying(crate::Retry {
+                non_idempotent: true,
+                ..retry.clone()
+            }),
+            retrying.hash()
+        );
+        assert_eq!(
+            Policy::new(
+                target.clone(),
+                Timeouts::default(),
+                Some(crate::Retry {
+                    replay_body: 1024,
+                    non_idempotent: true,
+                    ..retry
+                }),
+                None
+            )
+            .as_version_2()
+            .hash(),
+            retrying.hash()
+        );
     }
 
     #[test]

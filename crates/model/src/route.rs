@@ -268,11 +268,14 @@ impl Timeouts {
     }
 }
 
-/// Retrying a request whose attempt failed (Gateway API `HTTPRouteRetry`). An attempt
-/// fails when the endpoint cannot be reached, resets the connection, does not answer
-/// within the backend-request timeout, or answers with one of `codes`. Only requests
-/// without a body are retried (a body is streamed to the first endpoint, not kept).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+/// Retrying a request whose attempt failed (Gateway API `HTTPRouteRetry`, or a policy's
+/// `retry`). An attempt fails when the endpoint cannot be reached, resets the connection,
+/// does not answer within the backend-request timeout, or answers with one of `codes`.
+/// A request body of at most `replay_body` bytes is kept and sent again; a longer one is
+/// streamed to the first endpoint and not retried. A request of a method that is not
+/// idempotent (POST, PATCH, …) is retried only when its attempt could not connect (it
+/// never left weir), unless `non_idempotent` allows every retry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Retry {
     /// Retries after the first attempt (0: none).
     pub attempts: u32,
@@ -281,12 +284,66 @@ pub struct Retry {
     /// The least wait before a retry; it doubles with each retry (with jitter, capped at
     /// ten times this).
     pub backoff: Duration,
+    /// The longest request body kept for retries, in bytes (0: requests with a body are
+    /// not retried).
+    #[serde(skip_serializing_if = "Retry::is_default_replay")]
+    pub replay_body: u32,
+    /// Whether requests of methods that are not idempotent are retried after they may
+    /// have reached the endpoint (a 5xx, a reset, a timeout).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub non_idempotent: bool,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            attempts: 0,
+            codes: Vec::new(),
+            backoff: Duration::ZERO,
+            replay_body: Retry::DEFAULT_REPLAY_BODY,
+            non_idempotent: false,
+        }
+    }
+}
+
+/// The hash of push protocol versions up to 2 (attempts, codes, backoff), which their
+/// data planes check; the fields added in version 3 are folded in only when they differ
+/// from their defaults, so a retry that does not set them hashes as those releases
+/// compute it.
+impl std::hash::Hash for Retry {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.attempts.hash(state);
+        self.codes.hash(state);
+        self.backoff.hash(state);
+        if self.replay_body != Retry::DEFAULT_REPLAY_BODY || self.non_idempotent {
+            self.replay_body.hash(state);
+            self.non_idempotent.hash(state);
+        }
+    }
 }
 
 impl Retry {
+    /// The longest request body kept for retries unless a policy says otherwise: 64 KiB.
+    pub const DEFAULT_REPLAY_BODY: u32 = 64 * 1024;
+
     /// Whether a response with `status` is retried.
     pub fn retries_status(&self, status: u16) -> bool {
         self.codes.binary_search(&status).is_ok()
+    }
+
+    fn is_default_replay(n: &u32) -> bool {
+        *n == Retry::DEFAULT_REPLAY_BODY
+    }
+
+    /// The retry as a data plane of push protocol version 2 or older knows it: without
+    /// the settings added in version 3 (it retries only requests without a body, and
+    /// every method).
+    pub fn as_version_2(self) -> Self {
+        Retry {
+            replay_body: Retry::DEFAULT_REPLAY_BODY,
+            non_idempotent: false,
+            ..self
+        }
     }
 }
 

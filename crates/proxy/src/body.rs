@@ -16,8 +16,8 @@
 //! records its start, and a timer that fires early is moved to the real deadline.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,10 @@ use crate::error::{BoxError, ProxyError};
 
 /// A client's request body on its way upstream, failing after `body_idle` without data.
 pub(crate) struct RequestBody {
-    /// `None`: an empty body (a retried request without one).
+    /// An attempt of a retried request: the body comes from the [`Replay`] (boxed: most
+    /// bodies are not retried).
+    tee: Option<Box<TeeReader>>,
+    /// `None`: an empty body, or one read through `tee`.
     inner: Option<Incoming>,
     /// `None`: no limit, or the limit already fired.
     idle: Option<Duration>,
@@ -72,22 +75,12 @@ impl RequestBody {
         // A body that is already complete is never polled for data: no flag, no timer.
         let limited = !idle.is_zero() && !inner.is_end_stream();
         RequestBody {
+            tee: None,
             inner: Some(inner),
             idle: limited.then_some(idle),
             timer: None,
             waiting_since: None,
             stall: limited.then(|| Stall(Arc::new(AtomicBool::new(false)))),
-        }
-    }
-
-    /// No body at all.
-    pub(crate) fn empty() -> RequestBody {
-        RequestBody {
-            inner: None,
-            idle: None,
-            timer: None,
-            waiting_since: None,
-            stall: None,
         }
     }
 
@@ -101,6 +94,197 @@ impl RequestBody {
     pub(crate) fn stall(&self) -> Option<Stall> {
         self.stall.clone()
     }
+
+    /// A body whose data is kept as it is sent, up to `limit` bytes, so that another
+    /// attempt can send it again ([`Replay`]).
+    pub(crate) fn replayable(self, limit: usize) -> Replay {
+        let stall = self.stall.clone();
+        let ended = self.is_end_stream();
+        Replay(Arc::new(Mutex::new(Tee {
+            source: self,
+            frames: std::collections::VecDeque::new(),
+            read: 0,
+            kept: 0,
+            limit,
+            trailers: None,
+            ended,
+            lost: false,
+            current: 0,
+            stall,
+        })))
+    }
+}
+
+/// A request body shared by the attempts of a retried request ([`crate::retry`]): each
+/// attempt's body ([`Replay::body`]) first sends the data earlier attempts read from the
+/// client, then reads on. The first attempt streams the body as it arrives (a streaming
+/// call is never held back); the data is kept up to a limit, past which the kept data is
+/// dropped and no further attempt can be made ([`Replay::can_replay`]).
+pub(crate) struct Replay(Arc<Mutex<Tee>>);
+
+struct Tee {
+    /// The client's body.
+    source: RequestBody,
+    /// The last data frames read, while the data read stays within `limit`.
+    frames: std::collections::VecDeque<Bytes>,
+    /// Data frames read from `source`.
+    read: usize,
+    /// Bytes read from `source`.
+    kept: usize,
+    limit: usize,
+    trailers: Option<http::HeaderMap>,
+    /// `source` ended.
+    ended: bool,
+    /// Data was read and not kept (past the limit), or the body failed.
+    lost: bool,
+    /// The attempt whose reader may read on (an earlier attempt's connection may still
+    /// poll its body: it fails instead of taking data or the wake-up from this one).
+    current: u32,
+    stall: Option<Stall>,
+}
+
+impl Replay {
+    /// The body of the next attempt.
+    pub(crate) fn body(&self) -> RequestBody {
+        let (stall, attempt) = self
+            .0
+            .lock()
+            .map(|mut t| {
+                t.current += 1;
+                (t.stall.clone(), t.current)
+            })
+            .unwrap_or((None, 0));
+        RequestBody {
+            tee: Some(Box::new(TeeReader {
+                tee: Arc::clone(&self.0),
+                next: 0,
+                done: false,
+                attempt,
+            })),
+            inner: None,
+            idle: None,
+            timer: None,
+            waiting_since: None,
+            stall,
+        }
+    }
+
+    /// Whether another attempt can send the whole body: nothing read was dropped.
+    pub(crate) fn can_replay(&self) -> bool {
+        self.0.lock().is_ok_and(|t| !t.lost)
+    }
+}
+
+/// One attempt's view of a [`Replay`].
+struct TeeReader {
+    tee: Arc<Mutex<Tee>>,
+    /// Data frames this attempt has sent.
+    next: usize,
+    done: bool,
+    /// Which attempt this is (see `Tee::current`).
+    attempt: u32,
+}
+
+impl TeeReader {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let Ok(mut t) = self.tee.lock() else {
+            return Poll::Ready(Some(Err("request body poisoned".into())));
+        };
+        if t.current != self.attempt {
+            self.done = true;
+            return Poll::Ready(Some(Err("request body taken by a retry".into())));
+        }
+        if self.next < t.read {
+            // Read by an earlier attempt: sent again from what was kept.
+            let first_kept = t.read - t.frames.len();
+            let Some(data) = self
+                .next
+                .checked_sub(first_kept)
+                .and_then(|i| t.frames.get(i))
+            else {
+                return Poll::Ready(Some(Err("request body no longer kept".into())));
+            };
+            let data = data.clone();
+            self.next += 1;
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if t.ended {
+            self.done = true;
+            return Poll::Ready(t.trailers.clone().map(|h| Ok(Frame::trailers(h))));
+        }
+        let t = &mut *t;
+        match Pin::new(&mut t.source).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                t.ended = true;
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                t.lost = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    t.read += 1;
+                    self.next += 1;
+                    t.kept = t.kept.saturating_add(data.len());
+                    if t.lost || t.kept > t.limit {
+                        t.lost = true;
+                        t.frames.clear();
+                    } else {
+                        t.frames.push_back(data.clone());
+                    }
+                    Poll::Ready(Some(Ok(Frame::data(data))))
+                }
+                Err(frame) => {
+                    if let Some(h) = frame.trailers_ref() {
+                        t.trailers = Some(h.clone());
+                        t.ended = true;
+                        self.done = true;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+            || self
+                .tee
+                .lock()
+                .is_ok_and(|t| t.ended && self.next == t.read && t.trailers.is_none())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.done {
+            return SizeHint::with_exact(0);
+        }
+        let Ok(t) = self.tee.lock() else {
+            return SizeHint::default();
+        };
+        let first_kept = t.read - t.frames.len();
+        let kept_left = t
+            .frames
+            .iter()
+            .skip(self.next.saturating_sub(first_kept))
+            .map(|b| b.len() as u64)
+            .sum::<u64>();
+        if t.ended {
+            return SizeHint::with_exact(kept_left);
+        }
+        let rest = t.source.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + kept_left);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + kept_left);
+        }
+        hint
+    }
 }
 
 impl Body for RequestBody {
@@ -113,6 +297,9 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
+        if let Some(tee) = &mut this.tee {
+            return tee.poll_frame(cx);
+        }
         let Some(inner) = &mut this.inner else {
             return Poll::Ready(None);
         };
@@ -147,12 +334,19 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+        match &self.tee {
+            Some(tee) => tee.is_end_stream(),
+            None => self.inner.as_ref().is_none_or(Incoming::is_end_stream),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+        match &self.tee {
+            Some(tee) => tee.size_hint(),
+            None => self
+                .inner
+                .as_ref()
+                .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint),
+        }
     }
 }

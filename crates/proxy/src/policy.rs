@@ -315,6 +315,7 @@ mod tests {
             attempts,
             codes: vec![503],
             backoff: Duration::from_millis(1),
+            ..Retry::default()
         }
     }
 

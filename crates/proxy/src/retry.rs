@@ -11,8 +11,16 @@
 //! at ten times the rule's. Every attempt's outcome feeds outlier detection, so the
 //! endpoint that failed is also less likely to be chosen again.
 //!
-//! Only requests without a body are retried: a body is streamed to the first endpoint
-//! as it arrives, not buffered, so it cannot be sent twice.
+//! A request body is read whole before the first attempt when it is at most the retry's
+//! `replay_body` bytes (64 KiB unless a policy says otherwise; 0: requests with a body are
+//! not retried), and sent again by each retry. A longer body is streamed to the first
+//! endpoint as it arrives, which is then the only attempt.
+//!
+//! A request whose method is not idempotent (anything but GET, HEAD, OPTIONS, TRACE, PUT
+//! and DELETE: POST, PATCH, …) is retried only when its attempt could not connect, so it
+//! never reached an endpoint — a POST answered 503 or cut by a reset may have been acted
+//! on — unless the retry allows it (`non_idempotent`: a policy's `nonIdempotent: true`,
+//! for gRPC calls or APIs known to be safe).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,22 +45,25 @@ pub(crate) type Retried = (Result<Response<ProxyBody>, ProxyError>, u32, Endpoin
 /// The boxed future of a request with retries.
 pub(crate) type Forward = dyn Future<Output = Retried> + Send;
 
-/// Sends `head` to `first`, then retries as the rule says (see the module docs).
+/// Sends `head` and `body` to `first`, then retries as the rule says (see the module docs).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     ctx: Arc<ConnContext>,
     rule: Arc<RouteRule>,
     applied: Applied,
     first: Target,
     head: http::request::Parts,
+    body: hyper::body::Incoming,
     cors_origin: Option<http::HeaderValue>,
     start: Instant,
 ) -> Retried {
     let timeouts = &applied.timeouts;
+    let body = RequestBody::new(body, ctx.timeouts.body_idle);
     let Some(retry) = applied.retry(&rule) else {
         // Not reached: the caller checked. One attempt, as without retries.
         let addr = first.addr.clone();
         let backend = first.backend;
-        let result = attempt(&ctx, &rule, timeouts, first, &head, start)
+        let result = attempt(&ctx, &rule, timeouts, first, clone_head(&head), body, start)
             .await
             .map(|(resp, lease)| {
                 relay(
@@ -66,22 +77,32 @@ pub(crate) async fn forward(
             });
         return (result, 1, addr);
     };
+    let body = body.replayable(retry.replay_body as usize);
     let health = first.in_flight.cluster();
     if let Some(h) = &health {
         h.deposit();
     }
+    let idempotent = retry.non_idempotent || is_idempotent(&head.method);
     let mut target = first;
     let mut attempts = 1u32;
     loop {
         let addr = target.addr.clone();
         let backend = target.backend;
-        let result = attempt(&ctx, &rule, timeouts, target, &head, start).await;
+        let result = attempt(
+            &ctx,
+            &rule,
+            timeouts,
+            target,
+            clone_head(&head),
+            body.body(),
+            start,
+        )
+        .await;
         let retryable = match &result {
-            Ok((resp, _)) => retry.retries_status(resp.status().as_u16()),
-            Err(e) => matches!(
-                e,
-                ProxyError::Connect(_) | ProxyError::Upstream(_) | ProxyError::Timeout
-            ),
+            Ok((resp, _)) => idempotent && retry.retries_status(resp.status().as_u16()),
+            Err(ProxyError::Connect(_)) => true,
+            Err(ProxyError::Upstream(_) | ProxyError::Timeout) => idempotent,
+            Err(_) => false,
         };
         let wait = backoff(retry.backoff, attempts);
         let time_left = timeouts
@@ -89,6 +110,7 @@ pub(crate) async fn forward(
             .is_none_or(|limit| start.elapsed() + wait < limit);
         let again = retryable
             && attempts <= retry.attempts
+            && body.can_replay()
             && time_left
             && health.as_ref().is_none_or(|h| h.retry(Instant::now()));
         if !again {
@@ -115,20 +137,35 @@ pub(crate) async fn forward(
     }
 }
 
-/// One attempt: the head addressed to `target`, sent with an empty body, bounded by the
-/// attempt's limit; its outcome reported to the endpoint.
+/// Whether requests of `method` may be sent twice with the effect of once (RFC 9110,
+/// section 9.2.2).
+fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
+}
+
+/// One attempt: `parts` addressed to `target` with `body`, bounded by the attempt's
+/// limit; its outcome reported to the endpoint.
 async fn attempt(
     ctx: &ConnContext,
     rule: &RouteRule,
     timeouts: &Timeouts,
     target: Target,
-    head: &http::request::Parts,
+    mut parts: http::request::Parts,
+    body: RequestBody,
     start: Instant,
 ) -> UpstreamResult {
-    let mut parts = clone_head(head);
     address(&mut parts, rule, &target)?;
     let limit = attempt_limit(ctx, timeouts, start);
-    let req = Request::from_parts(parts, RequestBody::empty());
+    let req = Request::from_parts(parts, body);
     let send = ctx
         .shared
         .upstreams

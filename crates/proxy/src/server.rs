@@ -478,8 +478,11 @@ fn phases(
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
     }
-    let retried = applied.retry(&rule).is_some_and(|r| r.attempts > 0)
-        && req.body().is_end_stream()
+    // A body is kept for retries up to the retry's limit (retry.rs); an upgrade is
+    // never retried.
+    let retried = applied
+        .retry(&rule)
+        .is_some_and(|r| r.attempts > 0 && (r.replay_body > 0 || req.body().is_end_stream()))
         && !req.headers().contains_key(header::UPGRADE);
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
@@ -492,6 +495,7 @@ fn phases(
             applied,
             target,
             rewritten.parts,
+            rewritten.body,
             rewritten.cors_origin,
             start,
         );

@@ -106,6 +106,7 @@ async fn a_route_policy_retries_and_a_rule_policy_overrides_it() {
             attempts,
             codes: vec![503],
             backoff: Duration::from_millis(1),
+            ..Retry::default()
         })
     };
     let route_policy = |attempts| {

@@ -168,6 +168,8 @@ fn retry_to_wire(rt: &Retry) -> wire::Retry {
         attempts: rt.attempts,
         codes: rt.codes.iter().map(|c| u32::from(*c)).collect(),
         backoff_ns: rt.backoff.as_nanos() as u64,
+        replay_body_bytes: (rt.replay_body != Retry::DEFAULT_REPLAY_BODY).then_some(rt.replay_body),
+        non_idempotent: rt.non_idempotent,
     }
 }
 
@@ -183,6 +185,8 @@ fn retry_from_wire(rt: &wire::Retry) -> Result<Retry, InvalidResource> {
         attempts: rt.attempts,
         codes,
         backoff: Duration::from_nanos(rt.backoff_ns),
+        replay_body: rt.replay_body_bytes.unwrap_or(Retry::DEFAULT_REPLAY_BODY),
+        non_idempotent: rt.non_idempotent,
     })
 }
 

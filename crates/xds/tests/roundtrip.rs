@@ -28,6 +28,12 @@ fn every_golden_resource_round_trips() {
     assert!(kinds(|r| matches!(r, Resource::L4Route(_))) > 3);
     assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.rate_limit.is_some())) >= 2);
     assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.retry.is_some())) >= 1);
+    // Retry settings of version 3 (a body replay limit, non-idempotent methods).
+    assert!(
+        kinds(|r| matches!(r, Resource::Policy(p)
+        if p.retry.as_ref().is_some_and(|r| r.non_idempotent && r.replay_body == 1024)))
+            >= 1
+    );
     assert!(
         kinds(|r| matches!(r, Resource::Policy(p)
         if p.api_key_auth.as_ref().is_some_and(|(_, a)| a.keys.len() == 3)))
@@ -121,6 +127,34 @@ fn every_golden_resource_round_trips() {
         }
         let k: ResourceKey = key_from_wire(&key_to_wire(&r.key())).unwrap();
         assert_eq!(k, r.key());
+    }
+}
+
+/// What a controller sends a data plane of an earlier push protocol version
+/// (`for_version`) is accepted by that release's hash check, every golden resource and
+/// every version served; and a data plane that predates version 3 gets retries without
+/// its settings.
+#[test]
+fn every_golden_resource_reaches_earlier_versions_with_their_hashes() {
+    use weir_xds::convert::{for_version, resource_from_wire_as, sent_to_version};
+    for version in 0..weir_xds::PROTOCOL_VERSION {
+        for r in golden_resources() {
+            if !sent_to_version(&r.key(), version) {
+                continue;
+            }
+            let sent = for_version(&r, version);
+            let w = resource_to_wire(&sent);
+            let back = resource_from_wire_as(&w, version)
+                .unwrap_or_else(|e| panic!("version {version}, {:?}: {e}", r.key()));
+            if let Resource::Policy(p) = &back
+                && let Some(retry) = &p.retry
+            {
+                assert!(
+                    !retry.non_idempotent
+                        && retry.replay_body == weir_model::Retry::DEFAULT_REPLAY_BODY
+                );
+            }
+        }
     }
 }
 

@@ -302,6 +302,11 @@ impl Conn {
         self.send(Method::POST, host, path, &[], body).await
     }
 
+    /// Sends `method` with `body` to `host` `path`.
+    pub async fn with_body(&mut self, method: Method, host: &str, path: &str, body: Bytes) -> Resp {
+        self.send(method, host, path, &[], body).await
+    }
+
     /// Sends a request for `host` (Host header for HTTP/1.1, :authority for HTTP/2).
     pub async fn request(
         &mut self,
@@ -715,15 +720,30 @@ impl Switchable {
                 };
                 let (f, s) = (Arc::clone(&f), Arc::clone(&s));
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                         s.fetch_add(1, Ordering::SeqCst);
                         let fail = f.load(Ordering::SeqCst);
                         async move {
-                            let (status, body) = if fail {
+                            // The body is read whole and described (when there is one),
+                            // so tests see what each attempt carried.
+                            let received = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let (status, mut body) = if fail {
                                 (503, "failing\n".to_string())
                             } else {
                                 (200, format!("backend={name}\n"))
                             };
+                            if !received.is_empty() {
+                                body += &format!(
+                                    "body-len={}\nbody-sum={}\n",
+                                    received.len(),
+                                    checksum(&received)
+                                );
+                            }
                             Ok::<_, Infallible>(
                                 Response::builder()
                                     .status(status)

@@ -299,6 +299,7 @@ pub(crate) fn compile_retry(r: &weir_api::HttpRouteRetry, field: &str) -> Result
         attempts,
         codes,
         backoff,
+        ..Retry::default()
     })
 }
 

@@ -536,6 +536,9 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
+/// The longest request body a retry may keep (16 MiB).
+const MAX_REPLAY_BODY: i64 = 16 * 1024 * 1024;
+
 fn policy_retry(r: &PolicyRetry, field: &str) -> Result<Retry, String> {
     let mut retry = compile_retry(
         &HttpRouteRetry {
@@ -545,6 +548,16 @@ fn policy_retry(r: &PolicyRetry, field: &str) -> Result<Retry, String> {
         },
         field,
     )?;
+    retry.replay_body = match r.replay_body_bytes {
+        None => Retry::DEFAULT_REPLAY_BODY,
+        Some(n) if (0..=MAX_REPLAY_BODY).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(format!(
+                "{field}.replayBodyBytes: {n} is not between 0 and {MAX_REPLAY_BODY}"
+            ));
+        }
+    };
+    retry.non_idempotent = r.non_idempotent.unwrap_or(false);
     for class in r.retry_on.iter().flatten() {
         match class {
             RetryOn::ServerError => retry.codes.extend(500..=599),
@@ -656,6 +669,14 @@ mod tests {
         let t = "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n";
         let cases = [
             ("  retry: {attempts: 11}\n", "spec.retry.attempts"),
+            (
+                "  retry: {replayBodyBytes: -1}\n",
+                "spec.retry.replayBodyBytes",
+            ),
+            (
+                "  retry: {replayBodyBytes: 16777217}\n",
+                "spec.retry.replayBodyBytes",
+            ),
             ("  timeouts: {request: 1x}\n", "spec.timeouts.request"),
             (
                 "  rateLimit: {local: {requests: 0, unit: Second}}\n",
