@@ -22,6 +22,7 @@
 //! | `app-root` | a request for `/` is redirected (302) there |
 //! | `backend-protocol` `HTTP`, `GRPC`, `H2C` | HTTP/1.1 or HTTP/2 (h2c) to the backends |
 //! | `enable-websockets` | nothing to do: upgrades are always relayed |
+//! | `proxy-next-upstream`, `proxy-next-upstream-tries` | a retry: `http_NNN` tokens are its codes, `non_idempotent` its `non_idempotent`, `off` none; tries (default 3, ingress-nginx's) count the first attempt; no backoff, as nginx passes a request to the next server at once |
 //! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
 
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use weir_api::{HttpCorsFilter, Ingress};
 use weir_model::{
-    Filter, HeaderModifier, IpRules, LocalRateLimit, PathRewrite, RateLimitKey, Redirect,
+    Filter, HeaderModifier, IpRules, LocalRateLimit, PathRewrite, RateLimitKey, Redirect, Retry,
 };
 
 use crate::compile::backend::WantProtocol;
@@ -121,6 +122,8 @@ const SUPPORTED: &[&str] = &[
     "app-root",
     "backend-protocol",
     "enable-websockets",
+    "proxy-next-upstream",
+    "proxy-next-upstream-tries",
 ];
 
 /// ingress-nginx's `limit-burst-multiplier` default.
@@ -197,6 +200,11 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         });
     }
 
+    // Retries.
+    if ours.contains_key("proxy-next-upstream") || ours.contains_key("proxy-next-upstream-tries") {
+        settings.retry = next_upstream(&ours, &mut out.problems);
+    }
+
     // Client address rules. An invalid list fails closed: every client is refused.
     let cidrs = |k: &str| -> Vec<String> {
         ours.get(k)
@@ -250,6 +258,7 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     filters_and_redirects(&ours, &mut out);
 
     let sets = settings.rate_limit.is_some()
+        || settings.retry.is_some()
         || settings.basic_auth.is_some()
         || settings.ip_rules.is_some();
     if sets {
@@ -330,6 +339,80 @@ fn basic_auth(
 }
 
 /// The annotations that become filters, redirects or the backend protocol.
+/// ingress-nginx's `proxy-next-upstream-tries` default.
+const DEFAULT_TRIES: u32 = 3;
+
+/// The retry of `proxy-next-upstream` (nginx's `proxy_next_upstream`: when a request is
+/// passed to the next server) and `proxy-next-upstream-tries` (how many servers it is
+/// tried on, the first included). Connection errors, resets and timeouts (`error`,
+/// `timeout`, `invalid_header`) are what weir always retries; `http_NNN` adds status
+/// codes; `non_idempotent` lets POST and the like be retried after an answer; `off`:
+/// no retry.
+fn next_upstream(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<Retry> {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let mut retry = Retry {
+        attempts: DEFAULT_TRIES - 1,
+        backoff: Duration::ZERO,
+        ..Retry::default()
+    };
+    let tokens = ours
+        .get("proxy-next-upstream")
+        .copied()
+        .unwrap_or("error timeout");
+    for token in tokens.split_whitespace() {
+        match token {
+            "off" => return None,
+            "error" | "timeout" | "invalid_header" => {}
+            "non_idempotent" => retry.non_idempotent = true,
+            _ => match token
+                .strip_prefix("http_")
+                .and_then(|c| c.parse::<u16>().ok())
+            {
+                Some(code) if (400..=599).contains(&code) => retry.codes.push(code),
+                _ => problems.push(format!(
+                    "{}: {token:?} is not a proxy_next_upstream condition; ignored",
+                    field("proxy-next-upstream")
+                )),
+            },
+        }
+    }
+    if !tokens
+        .split_whitespace()
+        .any(|t| t == "error" || t == "timeout")
+    {
+        problems.push(format!(
+            "{}: weir retries connection errors and timeouts in any case",
+            field("proxy-next-upstream")
+        ));
+    }
+    retry.codes.sort_unstable();
+    retry.codes.dedup();
+    if let Some(v) = ours.get("proxy-next-upstream-tries") {
+        match v.parse::<u32>() {
+            // nginx: 0 is no limit; weir's most.
+            Ok(0) => retry.attempts = MAX_RETRIES,
+            Ok(n) => {
+                if n - 1 > MAX_RETRIES {
+                    problems.push(format!(
+                        "{}: {n} tries; weir makes at most {} (the first and {MAX_RETRIES} retries)",
+                        field("proxy-next-upstream-tries"),
+                        MAX_RETRIES + 1
+                    ));
+                }
+                retry.attempts = (n - 1).min(MAX_RETRIES);
+            }
+            Err(_) => problems.push(format!(
+                "{}: {v:?} is not a number; {DEFAULT_TRIES} tries",
+                field("proxy-next-upstream-tries")
+            )),
+        }
+    }
+    (retry.attempts > 0).then_some(retry)
+}
+
+/// The most retries of a request (as a policy's `retry.attempts`).
+const MAX_RETRIES: u32 = 10;
+
 fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
     let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
     // One URL rewrite: the host (`upstream-vhost`) and the path (`rewrite-target`).

@@ -235,3 +235,64 @@ spec:
         "https://new.example.com/landing"
     );
 }
+
+/// ingress-nginx's `proxy-next-upstream` through `weir run`: with it, a Backend of which
+/// one endpoint refuses connections serves every request (each failed attempt goes to
+/// the other endpoint); the same endpoints without it fail a request (no retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_next_upstream_retries() {
+    let a = echo("a").await;
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingresses = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: retried
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-next-upstream: \"error timeout http_503\"
+    nginx.ingress.kubernetes.io/proxy-next-upstream-tries: \"3\"
+spec:
+  rules:
+  - host: retried.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: flaky}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: plain}
+spec:
+  rules:
+  - host: plain.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: flaky-too}}}
+";
+    let files = [
+        ("ingress.yaml", ingresses.to_string()),
+        (
+            "backends.yaml",
+            [
+                backend("default", "flaky", &[refused, a]),
+                backend("default", "flaky-too", &[refused, a]),
+            ]
+            .join("---\n"),
+        ),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    let status = |host: &'static str| async move {
+        let req = get(host, "/").body(http_body_util::Empty::new()).unwrap();
+        send_http1(http_addr, req).await.unwrap().status
+    };
+    for i in 0..20 {
+        assert_eq!(status("retried.test").await, 200, "request {i}");
+    }
+    let mut failed = 0;
+    for _ in 0..4 {
+        failed += usize::from(status("plain.test").await != 200);
+    }
+    assert!(failed >= 1, "without the annotation a refused attempt reaches the client");
+}
