@@ -80,7 +80,7 @@ pub(crate) fn passthrough_gateway_yaml(port: u16, terminator: SocketAddr) -> Str
 /// Domain `i`'s file in layout `passthrough`: the `ingress` layout's file (Secret and
 /// Ingress routing `path`) and a TLSRoute for the domain on Gateway `pass`.
 pub(crate) fn passthrough_domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
-    let mut s = domain_yaml(i, leaf, path);
+    let mut s = domain_yaml(i, leaf, path, &[]);
     let _ = write!(
         s,
         "---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  parentRefs:\n  - {{name: pass, sectionName: pass}}\n  hostnames: [\"{}\"]\n  rules:\n  - backendRefs:\n    - {{group: weir.dev, kind: Backend, name: terminator}}\n",
@@ -159,14 +159,28 @@ pub(crate) fn backend_yaml(echo: SocketAddr) -> String {
     )
 }
 
-/// Domain `i`'s file: its `kubernetes.io/tls` Secret and an Ingress routing `path`
-/// (Prefix) on its host to the shared Backend, with TLS from that Secret.
-pub(crate) fn domain_yaml(i: usize, leaf: &Leaf, path: &str) -> String {
+/// Domain `i`'s file: its `kubernetes.io/tls` Secret and an Ingress (with `annotations`)
+/// routing `path` (Prefix) on its host to the shared Backend, with TLS from that Secret.
+pub(crate) fn domain_yaml(
+    i: usize,
+    leaf: &Leaf,
+    path: &str,
+    annotations: &[(&str, &str)],
+) -> String {
     let host = domain(i);
     let mut s = secret_yaml(i, leaf);
+    let annotations: String = if annotations.is_empty() {
+        String::new()
+    } else {
+        let mut a = String::from("\n  annotations:");
+        for (k, v) in annotations {
+            let _ = write!(a, "\n    {k}: \"{v}\"");
+        }
+        a
+    };
     let _ = write!(
         s,
-        "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}\nspec:\n  tls:\n  - hosts: [\"{host}\"]\n    secretName: d{i}-tls\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: \"{path}\"\n        pathType: Prefix\n        backend:\n          resource: {{apiGroup: weir.dev, kind: Backend, name: {BACKEND}}}\n"
+        "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: d{i}\n  namespace: {NAMESPACE}{annotations}\nspec:\n  tls:\n  - hosts: [\"{host}\"]\n    secretName: d{i}-tls\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: \"{path}\"\n        pathType: Prefix\n        backend:\n          resource: {{apiGroup: weir.dev, kind: Backend, name: {BACKEND}}}\n"
     );
     s
 }
@@ -255,13 +269,15 @@ mod tests {
             cert_pem: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(),
             key_pem: "-----BEGIN PRIVATE KEY-----\nBBBB\n-----END PRIVATE KEY-----\n".into(),
         };
-        let y = domain_yaml(7, &leaf, "/v2-3");
+        let y = domain_yaml(7, &leaf, "/v2-3", &[]);
         assert!(y.contains("name: d7-tls"));
         assert!(y.contains("    AAAA\n"));
         assert!(y.contains("    -----END PRIVATE KEY-----\n---\n"));
         assert!(y.contains("host: \"d7.bench.test\""));
         assert!(y.contains("path: \"/v2-3\""));
         assert!(y.contains("secretName: d7-tls"));
+        let a = domain_yaml(7, &leaf, "/", &[("example.com/a", "1 2")]);
+        assert!(a.contains("  namespace: default\n  annotations:\n    example.com/a: \"1 2\"\nspec:"), "{a}");
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl Layout {
     /// Domain `i`'s file, routing `path` (`https_port`: where HTTPS listeners bind).
     pub(crate) fn domain_file(self, i: usize, leaf: &Leaf, path: &str, https_port: u16) -> String {
         match self {
-            Layout::Ingress => domain_yaml(i, leaf, path),
+            Layout::Ingress => domain_yaml(i, leaf, path, &[]),
             Layout::Gateway => route_domain_yaml(i, leaf, path),
             Layout::Listenerset => listener_set_domain_yaml(i, leaf, path, https_port),
             Layout::Passthrough => passthrough_domain_yaml(i, leaf, path),

@@ -36,6 +36,14 @@ pub(crate) enum ProxyKind {
     Nginx,
     /// HAProxy, one thread.
     Haproxy,
+    /// weir with a retry on every route (ingress-nginx `proxy-next-upstream`: attempts
+    /// kept for a retry, none made): the cost of being retryable. Not a peer.
+    #[serde(rename = "weir-retry")]
+    WeirRetry,
+    /// weir with a local rate limit per client IP on every route (`limit-rps`, far above
+    /// the load: every request is checked, none refused). Not a peer.
+    #[serde(rename = "weir-limit")]
+    WeirLimit,
 }
 
 impl ProxyKind {
@@ -46,6 +54,20 @@ impl ProxyKind {
             ProxyKind::WeirBaseline => "weir-baseline",
             ProxyKind::Nginx => "nginx",
             ProxyKind::Haproxy => "haproxy",
+            ProxyKind::WeirRetry => "weir-retry",
+            ProxyKind::WeirLimit => "weir-limit",
+        }
+    }
+
+    /// The ingress-nginx annotations of every domain's Ingress (weir kinds only).
+    fn annotations(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            ProxyKind::WeirRetry => &[(
+                "nginx.ingress.kubernetes.io/proxy-next-upstream",
+                "error timeout http_503",
+            )],
+            ProxyKind::WeirLimit => &[("nginx.ingress.kubernetes.io/limit-rps", "100000000")],
+            _ => &[],
         }
     }
 
@@ -233,7 +255,10 @@ impl Running {
         let log = dir.join(format!("{}.log", kind.name()));
         let mut admin = None;
         let (program, args): (&Path, Vec<String>) = match kind {
-            ProxyKind::Weir | ProxyKind::WeirBaseline => {
+            ProxyKind::Weir
+            | ProxyKind::WeirBaseline
+            | ProxyKind::WeirRetry
+            | ProxyKind::WeirLimit => {
                 let program = match (kind, &bins.weir_baseline) {
                     (ProxyKind::WeirBaseline, Some(b)) => b,
                     (ProxyKind::WeirBaseline, None) => {
@@ -246,7 +271,7 @@ impl Running {
                 let cfg_dir = ConfigDir::new(&cfg);
                 cfg_dir.write_plain("backend.yaml", &backend_yaml(site.backend))?;
                 for (i, leaf) in leaves.iter().enumerate().take(site.domains) {
-                    cfg_dir.write_domain(i, &domain_yaml(i, leaf, "/"))?;
+                    cfg_dir.write_domain(i, &domain_yaml(i, leaf, "/", kind.annotations()))?;
                 }
                 let a: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
                 admin = Some(a);

@@ -294,5 +294,8 @@ spec:
     for _ in 0..4 {
         failed += usize::from(status("plain.test").await != 200);
     }
-    assert!(failed >= 1, "without the annotation a refused attempt reaches the client");
+    assert!(
+        failed >= 1,
+        "without the annotation a refused attempt reaches the client"
+    );
 }
