@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::backend_policy::{CircuitBreaker, HealthCheck};
 use crate::cluster::ClusterKey;
+use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
 use crate::route::{Retry, RouteKind, RouteRef, Timeouts};
 
@@ -532,6 +533,10 @@ pub struct Policy {
     /// Admission limits (on a [`PolicyTarget::Backend`] only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// External authorization, and the policy object (`namespace/name`) that set it
+    /// (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext_auth: Option<(Arc<str>, Arc<ExtAuth>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -559,6 +564,7 @@ impl Policy {
             jwt_auth: None,
             health_check: None,
             circuit_breaker: None,
+            ext_auth: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -584,9 +590,14 @@ impl Policy {
         );
         // Added after version 1: folded in only when set. They are only ever set on a
         // `PolicyTarget::Backend` policy, which no earlier release can decode anyway.
-        self.hash = match (&self.health_check, &self.circuit_breaker) {
+        let v2 = match (&self.health_check, &self.circuit_breaker) {
             (None, None) => content_hash(&v1),
             (health_check, circuit_breaker) => content_hash(&(v1, health_check, circuit_breaker)),
+        };
+        // Added in version 3: folded in only when set, over the version-2 hash.
+        self.hash = match &self.ext_auth {
+            None => v2,
+            Some(ext_auth) => content_hash(&(v2, ext_auth)),
         };
     }
 
@@ -595,15 +606,19 @@ impl Policy {
     /// guards access (authentication, authorization) must not simply vanish — the routes it
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
-    /// version 3, each folded into [`Policy::rehash`] only when set: none yet.
-    pub fn as_version_2(self) -> Self {
+    /// version 3, each folded into [`Policy::rehash`] only when set: `ext_auth`.
+    pub fn as_version_2(mut self) -> Self {
+        if self.ext_auth.is_some() {
+            self.ext_auth = None;
+            self.rehash();
+        }
         self
     }
 
     /// Whether the policy has a field added in version 3 that guards access, which an
-    /// older data plane would drop (see [`Policy::as_version_2`]): none yet.
+    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`.
     pub fn guards_with_version_3_fields(&self) -> bool {
-        false
+        self.ext_auth.is_some()
     }
 
     /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
@@ -670,6 +685,14 @@ impl Policy {
         self
     }
 
+    /// This policy with external authorization (`namespace/name` of the policy object
+    /// that set it).
+    pub fn with_ext_auth(mut self, auth: Option<(Arc<str>, Arc<ExtAuth>)>) -> Self {
+        self.ext_auth = auth;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -681,6 +704,7 @@ impl Policy {
             && self.jwt_auth.is_none()
             && self.health_check.is_none()
             && self.circuit_breaker.is_none()
+            && self.ext_auth.is_none()
     }
 
     /// The content hash computed at construction.
@@ -736,7 +760,8 @@ mod tests {
         let unchanged = deny
             .clone()
             .with_health_check(None)
-            .with_circuit_breaker(None);
+            .with_circuit_breaker(None)
+            .with_ext_auth(None);
         assert_eq!(unchanged.hash(), deny.hash());
         let limited = deny.clone().with_circuit_breaker(Some(Default::default()));
         assert_ne!(limited.hash(), deny.hash());
@@ -752,6 +777,27 @@ mod tests {
             }),
         )));
         assert_ne!(with_jwt.hash(), deny.hash());
+        // Version 3's external authorization: changes the hash when set, and a data plane
+        // of version 2 is sent the policy without it (after `for_version` made it
+        // deny-all), which hashes as before.
+        let ext = crate::ExtAuth {
+            url: crate::ExtAuthUrl::parse("http://auth.example/check").unwrap(),
+            headers_to_send: vec!["authorization".into()],
+            response_headers: Vec::new(),
+            timeout: Duration::from_secs(1),
+            cache: None,
+            fail_open: false,
+            status_on_error: 503,
+            signin_url: None,
+        };
+        let with_ext = deny
+            .clone()
+            .with_ext_auth(Some(("ns/ext".into(), Arc::new(ext))));
+        assert_ne!(with_ext.hash(), deny.hash());
+        assert!(with_ext.guards_with_version_3_fields());
+        assert!(!deny.guards_with_version_3_fields());
+        assert_eq!(with_ext.as_version_2().hash(), deny.hash());
+        assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
     }
 
     #[test]
