@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod ext_auth;
 mod grpc;
 mod ingress;
 mod l4;
