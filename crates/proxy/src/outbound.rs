@@ -116,7 +116,7 @@ impl tower_service::Service<Uri> for Connector {
             }
             let name = ServerName::try_from(host)?;
             let stream = tls.connect(name, tcp.into_inner()).await?;
-            Ok(Io::Tls(TokioIo::new(stream)))
+            Ok(Io::Tls(Box::new(TokioIo::new(stream))))
         })
     }
 }
@@ -124,7 +124,7 @@ impl tower_service::Service<Uri> for Connector {
 /// A plain or TLS connection.
 pub(crate) enum Io {
     Plain(TokioIo<TcpStream>),
-    Tls(TokioIo<TlsStream<TcpStream>>),
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
 
 impl Connection for Io {
@@ -141,7 +141,7 @@ impl hyper::rt::Read for Io {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -154,21 +154,21 @@ impl hyper::rt::Write for Io {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }
