@@ -42,5 +42,6 @@ pub use crate::weir::{
     GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType, HttpHealthCheckSpec,
     IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec, LocalRateLimitSpec, LocalSecretReference,
     PolicyRetry, PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
-    RateLimitUnit, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
+    RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
+    TrafficPolicySpec,
 };

@@ -251,8 +251,10 @@ pub struct JwtProviderSpec {
     pub issuer: Option<String>,
     /// The token's `aud` must name one of these (not checked when empty).
     pub audiences: Vec<String>,
-    /// The provider's public keys, a JWK Set.
+    /// The provider's public keys, a JWK Set (inline or from a Secret; or `remoteJwks`).
     pub jwks: JwksSpec,
+    /// The provider's JWK Set fetched over HTTPS by the data plane (instead of `jwks`).
+    pub remote_jwks: Option<RemoteJwksSpec>,
     /// Claims a token must carry; with `values`, the claim (a string, or a list of
     /// strings) must hold one of them.
     pub required_claims: Vec<RequiredClaim>,
@@ -270,6 +272,23 @@ pub struct JwksSpec {
     pub inline: Option<String>,
     /// A Secret holding the JWK Set.
     pub secret_ref: Option<SecretKeyReference>,
+}
+
+/// A JWK Set the data plane fetches in the background, refreshes, and keeps when a
+/// fetch fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RemoteJwksSpec {
+    /// The set's `https://` URL.
+    pub uri: String,
+    /// Time between fetches (a Gateway API duration; default 5m, 1s to 24h). A token
+    /// naming an unknown `kid` also triggers a fetch, at most one per 10s.
+    pub refresh_interval: Option<String>,
+    /// How long a fetch may take (default 5s, at most 60s). Requests arriving before the
+    /// first fetch wait for it up to this long.
+    pub timeout: Option<String>,
+    /// PEM CA certificates trusted besides the system's roots.
+    pub ca_certificate: Option<String>,
 }
 
 /// A key of a Secret in the referring object's namespace.

@@ -234,7 +234,7 @@ pub struct JwtAuth {
 }
 
 /// One token issuer: its public keys and what its tokens must claim.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JwtProvider {
     /// Its name.
     pub name: Arc<str>,
@@ -252,6 +252,43 @@ pub struct JwtProvider {
     /// (claim, request header, lowercase).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub claims_to_headers: Vec<(Arc<str>, Arc<str>)>,
+    /// Keys fetched by the data plane from a URL instead of `keys` (push protocol
+    /// version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_jwks: Option<Arc<RemoteJwks>>,
+}
+
+/// By hand, as the derive of the release before `remote_jwks` hashed it (field by field,
+/// in order), plus `remote_jwks` only when set: a provider without it keeps the hash
+/// data planes of earlier releases compute (`Policy::rehash`).
+impl std::hash::Hash for JwtProvider {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name.hash(h);
+        self.issuer.hash(h);
+        self.audiences.hash(h);
+        self.keys.hash(h);
+        self.required_claims.hash(h);
+        self.claims_to_headers.hash(h);
+        if let Some(r) = &self.remote_jwks {
+            r.hash(h);
+        }
+    }
+}
+
+/// A JWK Set the data plane fetches over HTTPS in the background, refreshes every
+/// `refresh` (and sooner, rate-limited, for a token naming an unknown `kid`), and keeps
+/// when a fetch fails.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct RemoteJwks {
+    /// Where the set is fetched (`https`).
+    pub url: crate::ExtAuthUrl,
+    /// Time between fetches.
+    pub refresh: Duration,
+    /// How long one fetch may take.
+    pub timeout: Duration,
+    /// Extra trusted CA certificates (PEM), besides the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<Arc<str>>,
 }
 
 /// A public key of a JWK Set.
@@ -606,19 +643,35 @@ impl Policy {
     /// guards access (authentication, authorization) must not simply vanish — the routes it
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
-    /// version 3, each folded into [`Policy::rehash`] only when set: `ext_auth`.
+    /// version 3, each folded into [`Policy::rehash`] only when set: `ext_auth`, and a JWT
+    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set).
     pub fn as_version_2(mut self) -> Self {
         if self.ext_auth.is_some() {
             self.ext_auth = None;
+            self.rehash();
+        }
+        if let Some((name, jwt)) = &self.jwt_auth
+            && jwt.providers.iter().any(|p| p.remote_jwks.is_some())
+        {
+            let mut jwt = JwtAuth::clone(jwt);
+            for p in &mut jwt.providers {
+                p.remote_jwks = None;
+            }
+            self.jwt_auth = Some((name.clone(), Arc::new(jwt)));
             self.rehash();
         }
         self
     }
 
     /// Whether the policy has a field added in version 3 that guards access, which an
-    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`.
+    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`, and a JWT
+    /// provider's `remote_jwks`.
     pub fn guards_with_version_3_fields(&self) -> bool {
         self.ext_auth.is_some()
+            || self
+                .jwt_auth
+                .as_ref()
+                .is_some_and(|(_, j)| j.providers.iter().any(|p| p.remote_jwks.is_some()))
     }
 
     /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
@@ -798,7 +851,44 @@ mod tests {
         assert!(!deny.guards_with_version_3_fields());
         assert_eq!(with_ext.as_version_2().hash(), deny.hash());
         assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
+        // Version 3's remote JWK Set: a provider without one hashes as before (the hash
+        // of `with_jwt` above is pinned by its value below), with one differently, and a
+        // version-2 data plane is sent the provider without it.
+        let provider = |remote: Option<Arc<RemoteJwks>>| JwtProvider {
+            name: "corp".into(),
+            issuer: None,
+            audiences: Vec::new(),
+            keys: Vec::new(),
+            required_claims: Vec::new(),
+            claims_to_headers: Vec::new(),
+            remote_jwks: remote,
+        };
+        let jwt = |remote| {
+            deny.clone().with_jwt_auth(Some((
+                "ns/jwt".into(),
+                Arc::new(JwtAuth {
+                    providers: vec![provider(remote)],
+                    forward_token: false,
+                }),
+            )))
+        };
+        let local = jwt(None);
+        assert_eq!(local.hash(), ContentHash(LOCAL_JWT_HASH));
+        assert!(!local.guards_with_version_3_fields());
+        let remote = jwt(Some(Arc::new(RemoteJwks {
+            url: crate::ExtAuthUrl::parse("https://idp.example/jwks").unwrap(),
+            refresh: Duration::from_secs(300),
+            timeout: Duration::from_secs(5),
+            ca_pem: None,
+        })));
+        assert_ne!(remote.hash(), local.hash());
+        assert!(remote.guards_with_version_3_fields());
+        assert_eq!(remote.as_version_2().hash(), local.hash());
     }
+
+    /// The hash of a JWT policy with one provider and no keys, as computed before
+    /// `remote_jwks` existed (derived `Hash` of `JwtProvider`).
+    const LOCAL_JWT_HASH: u64 = 0xde4b_411d_7982_7f60;
 
     #[test]
     fn networks_parse_and_contain() {

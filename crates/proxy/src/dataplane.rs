@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) verified: Arc<crate::basic_auth::VerifiedCache>,
     /// The client to external authorization services and their remembered answers.
     pub(crate) ext_auth: Arc<crate::ext_auth::ExtAuthState>,
+    /// JWK Sets fetched from URLs.
+    pub(crate) jwks: Arc<crate::jwks::JwksRegistry>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -119,6 +121,7 @@ impl DataPlane {
                     config.connect_timeout,
                     metrics.ext_auth.clone(),
                 )),
+                jwks: Arc::new(crate::jwks::JwksRegistry::new(metrics.jwks.clone())),
                 config,
                 metrics,
                 workers,

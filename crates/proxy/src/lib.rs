@@ -24,6 +24,7 @@ mod drain;
 mod error;
 mod ext_auth;
 mod idle;
+mod jwks;
 mod jwt;
 mod l4;
 mod limits;

@@ -88,6 +88,8 @@ pub(crate) struct Metrics {
     pub(crate) ratelimit: RateLimitMetrics,
     /// External authorization (`crate::ext_auth`).
     pub(crate) ext_auth: ExtAuthMetrics,
+    /// Remote JWK Sets (`crate::jwks`).
+    pub(crate) jwks: crate::jwks::JwksMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
     l4_unrouted: Family<ListenerLabels, Counter>,
     l4_received: Family<ListenerLabels, Counter>,
@@ -166,6 +168,7 @@ impl Metrics {
             health: HealthMetrics::default(),
             ratelimit: RateLimitMetrics::default(),
             ext_auth: ExtAuthMetrics::default(),
+            jwks: crate::jwks::JwksMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
             l4_received: Family::default(),
@@ -324,6 +327,21 @@ impl Metrics {
             "weir_ext_auth_cache_hits",
             "Requests decided by a remembered answer of an external authorization service",
             m.ext_auth.cache_hits.clone(),
+        );
+        registry.register(
+            "weir_jwks_fetches",
+            "Fetches of remote JWK Sets that succeeded",
+            m.jwks.fetches.clone(),
+        );
+        registry.register(
+            "weir_jwks_fetch_failures",
+            "Fetches of remote JWK Sets that failed (the last good keys are kept)",
+            m.jwks.failures.clone(),
+        );
+        registry.register(
+            "weir_jwks_keys",
+            "Keys held from remote JWK Sets",
+            m.jwks.keys.clone(),
         );
         registry.register(
             "weir_config_resources",

@@ -121,6 +121,9 @@ pub(crate) enum Refusal {
     /// An external authorization service to ask (policy object `namespace/name`); the
     /// request then goes through the phases again with the answer attached.
     ExtAuth(Arc<str>, ext_auth::Pending),
+    /// A remote JWK Set not fetched yet: wait for its first fetch (bounded by its
+    /// timeout), then go through the phases again.
+    WaitJwks(Arc<crate::jwks::Remote>),
 }
 
 impl From<ProxyError> for Refusal {
@@ -137,6 +140,9 @@ pub(crate) struct Checkers<'a> {
     pub(crate) verified: &'a VerifiedCache,
     pub(crate) ext_auth: &'a ExtAuthState,
     pub(crate) decided: Option<&'a Decided>,
+    pub(crate) jwks: &'a Arc<crate::jwks::JwksRegistry>,
+    /// This request already waited for a remote JWK Set's first fetch.
+    pub(crate) jwks_waited: bool,
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
@@ -191,7 +197,7 @@ pub(crate) fn check(
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        jwt::check(name, auth, headers)?;
+        jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited)?;
     }
     let Some(policy) = &applied.rate_limit else {
         return Ok(());
@@ -459,11 +465,14 @@ mod tests {
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
             ext_auth: &ext_state,
             decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -517,6 +526,8 @@ mod tests {
             verified: &verified,
             ext_auth: &ext_state,
             decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
@@ -553,11 +564,14 @@ mod tests {
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
             ext_auth: &ext_state,
             decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -630,11 +644,14 @@ mod tests {
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
             ext_auth: &ext_state,
             decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let now = Instant::now();
         let from = |ip: &str| {

@@ -369,7 +369,13 @@ enum Job {
     Basic(basic_auth::Pending),
     /// A call to an external authorization service (policy object, call, request).
     ExtAuth(Arc<str>, ext_auth::Pending, ext_auth::Described),
+    /// The first fetch of a remote JWK Set.
+    Jwks(Arc<crate::jwks::Remote>),
 }
+
+/// Attached once a request waited for a remote JWK Set's first fetch.
+#[derive(Clone, Copy)]
+struct JwksWaited;
 
 /// Passes through the phases a request has made after a [`Job`]; each pass attaches a
 /// result, so a request needs at most one per check, and more is a bug refused.
@@ -403,6 +409,10 @@ fn verify_then_forward(
                 let state = Arc::clone(&ctx.shared.ext_auth);
                 let d = ext_auth::call(state, policy, job, described).await;
                 req.extensions_mut().insert(d);
+            }
+            Job::Jwks(remote) => {
+                remote.wait_first().await;
+                req.extensions_mut().insert(JwksWaited);
             }
         }
         let mut log = AccessLog {
@@ -469,6 +479,8 @@ fn phases(
         verified: &ctx.shared.verified,
         ext_auth: &ctx.shared.ext_auth,
         decided: decided.as_ref(),
+        jwks: &ctx.shared.jwks,
+        jwks_waited: req.extensions().get::<JwksWaited>().is_some(),
     };
     match policy::check(
         &checkers,
@@ -494,6 +506,10 @@ fn phases(
                 client,
             );
             let job = Job::ExtAuth(policy, job, described);
+            return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
+        }
+        Err(Refusal::WaitJwks(remote)) => {
+            let job = Job::Jwks(remote);
             return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
         }
     }

@@ -13,7 +13,7 @@ use weir_model::{
     HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
     JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings,
     LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
-    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch, Resource,
+    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
     ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
     UpstreamProtocol, VirtualHost, WeightedBackend,
 };
@@ -434,6 +434,29 @@ fn ext_auth_from_wire(e: &wire::ExtAuth) -> Result<ExtAuth, InvalidResource> {
     })
 }
 
+fn remote_jwks_from_wire(r: &wire::RemoteJwks) -> Result<RemoteJwks, InvalidResource> {
+    let port = u16::try_from(r.port).map_err(|_| invalid("jwt_auth.remote_jwks.port", r.port))?;
+    let scheme = if r.https { "https" } else { "http" };
+    let url = ExtAuthUrl::parse(&format!("{scheme}://{}:{port}{}", r.host, r.path_and_query))
+        .map_err(|m| invalid("jwt_auth.remote_jwks.url", m))?;
+    let (refresh, timeout) = (
+        Duration::from_nanos(r.refresh_ns),
+        Duration::from_nanos(r.timeout_ns),
+    );
+    if refresh.is_zero() || timeout.is_zero() {
+        return Err(invalid(
+            "jwt_auth.remote_jwks",
+            "refresh and timeout must be positive",
+        ));
+    }
+    Ok(RemoteJwks {
+        url,
+        refresh,
+        timeout,
+        ca_pem: r.ca_pem.as_deref().map(Arc::from),
+    })
+}
+
 fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
     use wire::jwt_key::Key;
     let strings = |v: &[Arc<str>]| v.iter().map(ToString::to_string).collect();
@@ -480,6 +503,15 @@ fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
                         header: header.to_string(),
                     })
                     .collect(),
+                remote_jwks: p.remote_jwks.as_deref().map(|r| wire::RemoteJwks {
+                    https: r.url.https,
+                    host: r.url.host.to_string(),
+                    port: u32::from(r.url.port),
+                    path_and_query: r.url.path_and_query.to_string(),
+                    refresh_ns: duration_ns(r.refresh),
+                    timeout_ns: duration_ns(r.timeout),
+                    ca_pem: r.ca_pem.as_deref().map(str::to_owned),
+                }),
             })
             .collect(),
     }
@@ -532,6 +564,12 @@ fn jwt_auth_from_wire(j: &wire::JwtAuth) -> Result<JwtAuth, InvalidResource> {
                 .map(|c| (Arc::from(c.name.as_str()), strings(&c.values)))
                 .collect(),
             claims_to_headers,
+            remote_jwks: p
+                .remote_jwks
+                .as_ref()
+                .map(remote_jwks_from_wire)
+                .transpose()?
+                .map(Arc::new),
         });
     }
     Ok(JwtAuth {
@@ -1480,5 +1518,51 @@ mod tests {
         // And a version-0 data plane gets the same stand-in with its own hash.
         let v0 = for_version(&r, 0);
         resource_from_wire_as(&resource_to_wire(v0.as_ref()), 0).unwrap();
+    }
+
+    /// A JWT provider whose keys are fetched from a URL round-trips, and reaches a
+    /// version-2 data plane as a deny-all policy without the remote set, which it
+    /// rebuilds (dropping field 7 of `JwtProvider`) to the hash sent.
+    #[test]
+    fn remote_jwks_reach_a_version_2_data_plane_as_deny_all() {
+        let target = PolicyTarget::Gateway("ns/gw".into());
+        let provider = JwtProvider {
+            name: "idp".into(),
+            issuer: Some("https://idp.example".into()),
+            audiences: Vec::new(),
+            keys: Vec::new(),
+            required_claims: Vec::new(),
+            claims_to_headers: Vec::new(),
+            remote_jwks: Some(Arc::new(RemoteJwks {
+                url: ExtAuthUrl::parse("https://idp.example/jwks").unwrap(),
+                refresh: Duration::from_secs(60),
+                timeout: Duration::from_secs(2),
+                ca_pem: Some("-----BEGIN CERTIFICATE-----\n".into()),
+            })),
+        };
+        let p = Policy::new(target, Timeouts::default(), None, None).with_jwt_auth(Some((
+            "ns/jwt".into(),
+            Arc::new(JwtAuth {
+                providers: vec![provider],
+                forward_token: false,
+            }),
+        )));
+        let r = Resource::Policy(Arc::new(p));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        assert_eq!(version_of(&back), version_of(&r));
+        let sent = for_version(&r, 2);
+        let Resource::Policy(p) = sent.as_ref() else {
+            unreachable!()
+        };
+        assert!(p.ip_rules.is_some(), "deny-all stand-in");
+        let jwt = &p.jwt_auth.as_ref().unwrap().1;
+        assert!(jwt.providers[0].remote_jwks.is_none());
+        let mut wire = resource_to_wire(sent.as_ref());
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            for provider in &mut p.jwt_auth.as_mut().unwrap().providers {
+                provider.remote_jwks = None;
+            }
+        }
+        resource_from_wire_as(&wire, 2).unwrap();
     }
 }

@@ -11,6 +11,7 @@ mod l4;
 mod listener_sets;
 mod policies;
 mod reload;
+mod remote_jwks;
 mod routing;
 mod tls;
 mod udp;
