@@ -235,3 +235,35 @@ async fn fetch(
     }
     Ok(keys)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_model::ExtAuthUrl;
+
+    /// A set whose server cannot be reached: the first fetch ends (requests stop
+    /// waiting) with no keys and a counted failure; unknown `kid`s ask for one refresh
+    /// per interval, not one per token; one fetcher serves every lookup of the set.
+    #[tokio::test]
+    async fn an_unreachable_set_ends_its_first_fetch_and_refreshes_are_rate_limited() {
+        let metrics = JwksMetrics::default();
+        let registry = Arc::new(JwksRegistry::new(metrics.clone()));
+        let set = Arc::new(RemoteJwks {
+            url: ExtAuthUrl::parse("https://127.0.0.1:1/jwks").unwrap(),
+            refresh: Duration::from_secs(3600),
+            timeout: Duration::from_secs(5),
+            ca_pem: None,
+        });
+        let remote = registry.get(&set);
+        assert!(Arc::ptr_eq(&remote, &registry.get(&set)));
+        remote.wait_first().await;
+        assert!(remote.tried());
+        assert!(remote.keys().is_none());
+        assert_eq!(metrics.failures.get(), 1);
+        registry.unknown_kid(&remote);
+        let asked = remote.last_kid_refresh.load(Ordering::Relaxed);
+        assert_ne!(asked, 0);
+        registry.unknown_kid(&remote);
+        assert_eq!(remote.last_kid_refresh.load(Ordering::Relaxed), asked);
+    }
+}

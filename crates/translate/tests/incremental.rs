@@ -215,6 +215,13 @@ spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
   extAuth: {url: 'https://auth.example/', failOpen: true}
 ---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p10, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  jwtAuth: {providers: [{name: idp, remoteJwks: {uri: 'https://idp.example/jwks', refreshInterval: 1m}}]}
+---
 apiVersion: v1
 kind: Secret
 metadata: {name: jwks, namespace: default}
