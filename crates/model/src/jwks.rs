@@ -136,3 +136,38 @@ fn key(jwk: &Jwk) -> Result<JwtKeyMaterial, String> {
         (kty, _) => Err(format!("unsupported key type {kty:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SET: &str = r#"{"keys": [{"kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}, {"kty": "OKP", "crv": "Ed25519", "kid": "a", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}, {"kty": "oct", "k": "c2VjcmV0"}]}"#;
+
+    /// Every prefix of a set and every one-byte change of it is read without a panic,
+    /// and what is kept obeys the reader's bounds (the fuzz target `jwks` does this on
+    /// arbitrary bytes; this is the deterministic part CI runs with the unit tests).
+    #[test]
+    fn damaged_sets_are_read_or_refused_without_panics() {
+        let (keys, skipped) = read_jwks(SET.as_bytes()).unwrap();
+        assert_eq!((keys.len(), skipped.len()), (2, 1));
+        let check = |bytes: &[u8]| {
+            if let Ok((keys, _)) = read_jwks(bytes) {
+                assert!(keys.len() <= MAX_JWKS_KEYS);
+                for k in keys {
+                    if let Some(alg) = &k.alg {
+                        assert!(k.material.verifies(alg));
+                    }
+                }
+            }
+        };
+        let bytes = SET.as_bytes();
+        for i in 0..bytes.len() {
+            check(&bytes[..i]);
+            for b in [b'"', b'{', b'0', 0xff] {
+                let mut changed = bytes.to_vec();
+                changed[i] = b;
+                check(&changed);
+            }
+        }
+    }
+}
