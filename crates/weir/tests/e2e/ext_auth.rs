@@ -2,7 +2,8 @@
 //! refuses by the request's `Authorization`; allowed requests reach the backend with the
 //! service's headers, refusals reach the client with the service's status and
 //! `WWW-Authenticate`, a service that does not answer in time refuses with 503, answers
-//! are cached per credentials, and routes without the policy never call the service.
+//! are cached per credentials, a 401 becomes a redirect to a sign-in URL where the
+//! policy names one, and routes without the policy never call the service.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -105,6 +106,24 @@ spec:
   rules:
   - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
 ---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: portal}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [portal.test]
+  rules:
+  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: portal}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: portal}}]
+  extAuth:
+    url: http://{auth}/verify
+    signinUrl: https://login.test/start?app=portal
+---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
 metadata: {{name: auth}}
@@ -174,6 +193,16 @@ async fn external_authorization_allows_refuses_times_out_and_caches() {
     // A service that does not answer in time: 503 (the call is abandoned at 300ms).
     let r = call(addr, "app.test", Some("slow")).await;
     assert_eq!(r.status, 503, "{}", r.body);
+
+    // A refusal (401) on a policy with a sign-in URL: a redirect there, with the
+    // original URL in `rd`.
+    let r = call(addr, "portal.test", Some("bad")).await;
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers["location"],
+        "https://login.test/start?app=portal&rd=http%3A%2F%2Fportal.test%2Fshop%2Fcart%3Fitem%3D1"
+    );
+    assert_eq!(call(addr, "portal.test", Some("good")).await.status, 200);
 
     // Another route is not guarded and never calls the service.
     let calls = seen.calls.load(Ordering::SeqCst);
