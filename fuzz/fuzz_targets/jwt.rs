@@ -49,6 +49,7 @@ fn auth() -> JwtAuth {
                 ],
                 required_claims: vec![("sub".into(), vec![])],
                 claims_to_headers: vec![],
+                remote_jwks: None,
             },
             JwtProvider {
                 name: "b".into(),
@@ -60,6 +61,7 @@ fn auth() -> JwtAuth {
                 ],
                 required_claims: vec![],
                 claims_to_headers: vec![],
+                remote_jwks: None,
             },
         ],
         forward_token: false,

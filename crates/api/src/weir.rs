@@ -97,6 +97,51 @@ pub struct TrafficPolicySpec {
     pub health_check: Option<Box<HealthCheckSpec>>,
     /// Admission limits of the endpoints (a policy on a `Service` or `Backend`).
     pub circuit_breaker: Option<Box<CircuitBreakerSpec>>,
+    /// Requests must be allowed by an external authorization service (forward auth).
+    pub ext_auth: Option<Box<ExtAuthSpec>>,
+}
+
+/// External authorization (forward auth, as nginx's `auth_request` or Traefik's
+/// `forwardAuth`): before a request is forwarded, weir sends a `GET` to `url` describing
+/// it (`X-Original-URI`, `X-Original-Method`, `X-Original-URL`, `X-Forwarded-Host`,
+/// `-Uri`, `-Method`, `-Proto`, `-For`) with the headers named in `headersToSend`. A 2xx
+/// answer lets the request pass with the answer's `responseHeaders` set on it; any other
+/// 4xx (or 3xx) is returned to the client with the answer's `WWW-Authenticate`,
+/// `Location` and `Set-Cookie`; no answer in `timeout`, a connection error or a 5xx
+/// refuses the request with `statusOnError` (unless `failOpen`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExtAuthSpec {
+    /// The service: `http://` or `https://` (the system's trust roots), host, port, path.
+    pub url: String,
+    /// Request headers sent to the service (default `Authorization` and `Cookie`); the
+    /// cache is keyed by their values.
+    pub headers_to_send: Option<Vec<String>>,
+    /// Headers of a 2xx answer set on the forwarded request (replacing any the client
+    /// sent under those names).
+    pub response_headers: Vec<String>,
+    /// How long the service may take (a Gateway API duration; default 1s, at most 60s).
+    pub timeout: Option<String>,
+    /// Remember answers per credentials (the values of `headersToSend`).
+    pub cache: Option<ExtAuthCacheSpec>,
+    /// Let requests pass when the service fails (default false: refused).
+    pub fail_open: Option<bool>,
+    /// The status of a request refused because the service failed (default 503;
+    /// 400–599).
+    pub status_on_error: Option<i64>,
+    /// A 401 from the service becomes a 302 to this URL, with the original URL in `rd`
+    /// (ingress-nginx's `auth-signin`).
+    pub signin_url: Option<String>,
+}
+
+/// How long and how many answers of an authorization service are remembered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExtAuthCacheSpec {
+    /// How long an answer is reused (a Gateway API duration; default 60s, at most 1h).
+    pub ttl: Option<String>,
+    /// The most answers kept (default 10000, at most 1048576).
+    pub max_entries: Option<i64>,
 }
 
 /// An active health check: every endpoint of the target is probed on its own, once per
@@ -206,8 +251,10 @@ pub struct JwtProviderSpec {
     pub issuer: Option<String>,
     /// The token's `aud` must name one of these (not checked when empty).
     pub audiences: Vec<String>,
-    /// The provider's public keys, a JWK Set.
+    /// The provider's public keys, a JWK Set (inline or from a Secret; or `remoteJwks`).
     pub jwks: JwksSpec,
+    /// The provider's JWK Set fetched over HTTPS by the data plane (instead of `jwks`).
+    pub remote_jwks: Option<RemoteJwksSpec>,
     /// Claims a token must carry; with `values`, the claim (a string, or a list of
     /// strings) must hold one of them.
     pub required_claims: Vec<RequiredClaim>,
@@ -225,6 +272,23 @@ pub struct JwksSpec {
     pub inline: Option<String>,
     /// A Secret holding the JWK Set.
     pub secret_ref: Option<SecretKeyReference>,
+}
+
+/// A JWK Set the data plane fetches in the background, refreshes, and keeps when a
+/// fetch fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RemoteJwksSpec {
+    /// The set's `https://` URL.
+    pub uri: String,
+    /// Time between fetches (a Gateway API duration; default 5m, 1s to 24h). A token
+    /// naming an unknown `kid` also triggers a fetch, at most one per 10s.
+    pub refresh_interval: Option<String>,
+    /// How long a fetch may take (default 5s, at most 60s). Requests arriving before the
+    /// first fetch wait for it up to this long.
+    pub timeout: Option<String>,
+    /// PEM CA certificates trusted besides the system's roots.
+    pub ca_certificate: Option<String>,
 }
 
 /// A key of a Secret in the referring object's namespace.

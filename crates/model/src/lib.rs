@@ -27,8 +27,10 @@ mod backend_policy;
 mod cluster;
 mod cors;
 mod delta;
+mod ext_auth;
 mod hash;
 mod host;
+mod jwks;
 mod l4;
 mod listener;
 mod policy;
@@ -39,8 +41,10 @@ pub use backend_policy::{CircuitBreaker, HealthCheck, HealthProbe, Limits};
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
+pub use ext_auth::{ExtAuth, ExtAuthCache, ExtAuthUrl};
 pub use hash::{ContentHash, content_hash};
 pub use host::{HostMatch, InvalidHostname};
+pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
@@ -49,7 +53,7 @@ pub use listener::{
 pub use policy::{
     ApiKeyAuth, BackendKind, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
     JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey,
+    RateLimitKey, RemoteJwks,
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,

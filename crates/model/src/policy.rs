@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::backend_policy::{CircuitBreaker, HealthCheck};
 use crate::cluster::ClusterKey;
+use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
 use crate::route::{Retry, RouteKind, RouteRef, Timeouts};
 
@@ -233,7 +234,7 @@ pub struct JwtAuth {
 }
 
 /// One token issuer: its public keys and what its tokens must claim.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JwtProvider {
     /// Its name.
     pub name: Arc<str>,
@@ -251,6 +252,43 @@ pub struct JwtProvider {
     /// (claim, request header, lowercase).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub claims_to_headers: Vec<(Arc<str>, Arc<str>)>,
+    /// Keys fetched by the data plane from a URL instead of `keys` (push protocol
+    /// version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_jwks: Option<Arc<RemoteJwks>>,
+}
+
+/// By hand, as the derive of the release before `remote_jwks` hashed it (field by field,
+/// in order), plus `remote_jwks` only when set: a provider without it keeps the hash
+/// data planes of earlier releases compute (`Policy::rehash`).
+impl std::hash::Hash for JwtProvider {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name.hash(h);
+        self.issuer.hash(h);
+        self.audiences.hash(h);
+        self.keys.hash(h);
+        self.required_claims.hash(h);
+        self.claims_to_headers.hash(h);
+        if let Some(r) = &self.remote_jwks {
+            r.hash(h);
+        }
+    }
+}
+
+/// A JWK Set the data plane fetches over HTTPS in the background, refreshes every
+/// `refresh` (and sooner, rate-limited, for a token naming an unknown `kid`), and keeps
+/// when a fetch fails.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct RemoteJwks {
+    /// Where the set is fetched (`https`).
+    pub url: crate::ExtAuthUrl,
+    /// Time between fetches.
+    pub refresh: Duration,
+    /// How long one fetch may take.
+    pub timeout: Duration,
+    /// Extra trusted CA certificates (PEM), besides the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<Arc<str>>,
 }
 
 /// A public key of a JWK Set.
@@ -532,6 +570,10 @@ pub struct Policy {
     /// Admission limits (on a [`PolicyTarget::Backend`] only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// External authorization, and the policy object (`namespace/name`) that set it
+    /// (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext_auth: Option<(Arc<str>, Arc<ExtAuth>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -559,6 +601,7 @@ impl Policy {
             jwt_auth: None,
             health_check: None,
             circuit_breaker: None,
+            ext_auth: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -584,9 +627,14 @@ impl Policy {
         );
         // Added after version 1: folded in only when set. They are only ever set on a
         // `PolicyTarget::Backend` policy, which no earlier release can decode anyway.
-        self.hash = match (&self.health_check, &self.circuit_breaker) {
+        let v2 = match (&self.health_check, &self.circuit_breaker) {
             (None, None) => content_hash(&v1),
             (health_check, circuit_breaker) => content_hash(&(v1, health_check, circuit_breaker)),
+        };
+        // Added in version 3: folded in only when set, over the version-2 hash.
+        self.hash = match &self.ext_auth {
+            None => v2,
+            Some(ext_auth) => content_hash(&(v2, ext_auth)),
         };
     }
 
@@ -596,19 +644,39 @@ impl Policy {
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
     /// version 3, each folded into the hash only when set: `retry.replay_body` and
-    /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]).
+    /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]), `ext_auth`, and a JWT
+    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
+            self.rehash();
+        }
+        if self.ext_auth.is_some() {
+            self.ext_auth = None;
+            self.rehash();
+        }
+        if let Some((name, jwt)) = &self.jwt_auth
+            && jwt.providers.iter().any(|p| p.remote_jwks.is_some())
+        {
+            let mut jwt = JwtAuth::clone(jwt);
+            for p in &mut jwt.providers {
+                p.remote_jwks = None;
+            }
+            self.jwt_auth = Some((name.clone(), Arc::new(jwt)));
             self.rehash();
         }
         self
     }
 
     /// Whether the policy has a field added in version 3 that guards access, which an
-    /// older data plane would drop (see [`Policy::as_version_2`]): none yet.
+    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`, and a JWT
+    /// provider's `remote_jwks`.
     pub fn guards_with_version_3_fields(&self) -> bool {
-        false
+        self.ext_auth.is_some()
+            || self
+                .jwt_auth
+                .as_ref()
+                .is_some_and(|(_, j)| j.providers.iter().any(|p| p.remote_jwks.is_some()))
     }
 
     /// The policy as a data plane of push protocol version 0 rebuilds it, with the hash
@@ -675,6 +743,14 @@ impl Policy {
         self
     }
 
+    /// This policy with external authorization (`namespace/name` of the policy object
+    /// that set it).
+    pub fn with_ext_auth(mut self, auth: Option<(Arc<str>, Arc<ExtAuth>)>) -> Self {
+        self.ext_auth = auth;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -686,6 +762,7 @@ impl Policy {
             && self.jwt_auth.is_none()
             && self.health_check.is_none()
             && self.circuit_breaker.is_none()
+            && self.ext_auth.is_none()
     }
 
     /// The content hash computed at construction.
@@ -741,7 +818,8 @@ mod tests {
         let unchanged = deny
             .clone()
             .with_health_check(None)
-            .with_circuit_breaker(None);
+            .with_circuit_breaker(None)
+            .with_ext_auth(None);
         assert_eq!(unchanged.hash(), deny.hash());
         let limited = deny.clone().with_circuit_breaker(Some(Default::default()));
         assert_ne!(limited.hash(), deny.hash());
@@ -804,7 +882,65 @@ mod tests {
             .hash(),
             retrying.hash()
         );
+        // Version 3's external authorization: changes the hash when set, and a data plane
+        // of version 2 is sent the policy without it (after `for_version` made it
+        // deny-all), which hashes as before.
+        let ext = crate::ExtAuth {
+            url: crate::ExtAuthUrl::parse("http://auth.example/check").unwrap(),
+            headers_to_send: vec!["authorization".into()],
+            response_headers: Vec::new(),
+            timeout: Duration::from_secs(1),
+            cache: None,
+            fail_open: false,
+            status_on_error: 503,
+            signin_url: None,
+        };
+        let with_ext = deny
+            .clone()
+            .with_ext_auth(Some(("ns/ext".into(), Arc::new(ext))));
+        assert_ne!(with_ext.hash(), deny.hash());
+        assert!(with_ext.guards_with_version_3_fields());
+        assert!(!deny.guards_with_version_3_fields());
+        assert_eq!(with_ext.as_version_2().hash(), deny.hash());
+        assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
+        // Version 3's remote JWK Set: a provider without one hashes as before (the hash
+        // of `with_jwt` above is pinned by its value below), with one differently, and a
+        // version-2 data plane is sent the provider without it.
+        let provider = |remote: Option<Arc<RemoteJwks>>| JwtProvider {
+            name: "corp".into(),
+            issuer: None,
+            audiences: Vec::new(),
+            keys: Vec::new(),
+            required_claims: Vec::new(),
+            claims_to_headers: Vec::new(),
+            remote_jwks: remote,
+        };
+        let jwt = |remote| {
+            deny.clone().with_jwt_auth(Some((
+                "ns/jwt".into(),
+                Arc::new(JwtAuth {
+                    providers: vec![provider(remote)],
+                    forward_token: false,
+                }),
+            )))
+        };
+        let local = jwt(None);
+        assert_eq!(local.hash(), ContentHash(LOCAL_JWT_HASH));
+        assert!(!local.guards_with_version_3_fields());
+        let remote = jwt(Some(Arc::new(RemoteJwks {
+            url: crate::ExtAuthUrl::parse("https://idp.example/jwks").unwrap(),
+            refresh: Duration::from_secs(300),
+            timeout: Duration::from_secs(5),
+            ca_pem: None,
+        })));
+        assert_ne!(remote.hash(), local.hash());
+        assert!(remote.guards_with_version_3_fields());
+        assert_eq!(remote.as_version_2().hash(), local.hash());
     }
+
+    /// The hash of a JWT policy with one provider and no keys, as computed before
+    /// `remote_jwks` existed (derived `Hash` of `JwtProvider`).
+    const LOCAL_JWT_HASH: u64 = 0xde4b_411d_7982_7f60;
 
     #[test]
     fn networks_parse_and_contain() {

@@ -74,6 +74,10 @@ pub(crate) struct Shared {
     pub(crate) rate_limits: RateLimiter,
     /// Results of basic-auth checks, kept across snapshots.
     pub(crate) verified: Arc<crate::basic_auth::VerifiedCache>,
+    /// The client to external authorization services and their remembered answers.
+    pub(crate) ext_auth: Arc<crate::ext_auth::ExtAuthState>,
+    /// JWK Sets fetched from URLs.
+    pub(crate) jwks: Arc<crate::jwks::JwksRegistry>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -113,6 +117,11 @@ impl DataPlane {
                 upstreams,
                 rate_limits: RateLimiter::new(metrics.ratelimit.clone()),
                 verified: Arc::default(),
+                ext_auth: Arc::new(crate::ext_auth::ExtAuthState::new(
+                    config.connect_timeout,
+                    metrics.ext_auth.clone(),
+                )),
+                jwks: Arc::new(crate::jwks::JwksRegistry::new(metrics.jwks.clone())),
                 config,
                 metrics,
                 workers,

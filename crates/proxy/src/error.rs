@@ -87,6 +87,27 @@ pub(crate) enum ProxyError {
         /// What the answer's `WWW-Authenticate` asks for.
         challenge: Challenge,
     },
+    /// An external authorization service refused the request: its status and the
+    /// headers of its answer weir passes on (`WWW-Authenticate`, `Location`,
+    /// `Set-Cookie`).
+    #[error("refused by external authorization (policy {policy}): {status}")]
+    ExtAuthDenied {
+        /// The policy object (`namespace/name`).
+        policy: std::sync::Arc<str>,
+        /// The status answered.
+        status: StatusCode,
+        /// Headers of the service's answer returned to the client.
+        headers: std::sync::Arc<[(header::HeaderName, HeaderValue)]>,
+    },
+    /// An external authorization service did not answer (timeout, connection error, a
+    /// 5xx) and the policy fails closed.
+    #[error("external authorization unavailable (policy {policy})")]
+    ExtAuthFailed {
+        /// The policy object (`namespace/name`).
+        policy: std::sync::Arc<str>,
+        /// The policy's `statusOnError`.
+        status: StatusCode,
+    },
 }
 
 /// The credentials a `401` asks for (its `WWW-Authenticate`).
@@ -248,6 +269,11 @@ pub(crate) fn error_response(
         resp.headers_mut()
             .insert(CIRCUIT_OPEN, HeaderValue::from_static(why.name()));
     }
+    if let ProxyError::ExtAuthDenied { headers, .. } = err {
+        for (name, value) in headers.iter() {
+            resp.headers_mut().append(name.clone(), value.clone());
+        }
+    }
     if let ProxyError::Unauthenticated { challenge, .. } = err {
         let value = match challenge {
             Challenge::None => None,
@@ -332,6 +358,21 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             (StatusCode::UNAUTHORIZED, Fault::Policy, "unauthorized\n")
         }
         ProxyError::Forbidden { .. } => (StatusCode::FORBIDDEN, Fault::Policy, "forbidden\n"),
+        ProxyError::ExtAuthDenied { status, .. } => (
+            *status,
+            Fault::Policy,
+            match *status {
+                StatusCode::UNAUTHORIZED => "unauthorized\n",
+                StatusCode::FORBIDDEN => "forbidden\n",
+                s if s.is_redirection() => "",
+                _ => "refused by authorization service\n",
+            },
+        ),
+        ProxyError::ExtAuthFailed { status, .. } => (
+            *status,
+            Fault::Upstream,
+            "authorization service unavailable\n",
+        ),
     }
 }
 
@@ -359,6 +400,11 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
         ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
         ProxyError::Forbidden { .. } => GrpcStatus::PermissionDenied,
+        ProxyError::ExtAuthDenied { status, .. } if *status == StatusCode::UNAUTHORIZED => {
+            GrpcStatus::Unauthenticated
+        }
+        ProxyError::ExtAuthDenied { .. } => GrpcStatus::PermissionDenied,
+        ProxyError::ExtAuthFailed { .. } => GrpcStatus::Unavailable,
     }
 }
 

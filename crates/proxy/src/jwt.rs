@@ -18,6 +18,8 @@ use serde_json::{Map, Value};
 use weir_model::{JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider};
 
 use crate::error::{Challenge, ProxyError};
+use crate::jwks::{JwksRegistry, Remote};
+use crate::policy::Refusal;
 
 /// Longest token considered (bounds the work an unauthenticated request can cause).
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
@@ -28,19 +30,60 @@ const LEEWAY_SECS: u64 = 60;
 /// verifications.
 const MAX_ATTEMPTS: usize = 8;
 
-/// Checks a request's bearer token against `auth` (of the policy named `policy`).
+/// Checks a request's bearer token against `auth` (of the policy named `policy`). Keys of
+/// providers with a remote JWK Set come from `jwks`; before its first fetch ended the
+/// request is handed back to wait for it (`Refusal::WaitJwks`), unless it `waited`.
 pub(crate) fn check(
     policy: &Arc<str>,
     auth: &JwtAuth,
     headers: &mut HeaderMap,
-) -> Result<(), ProxyError> {
-    let refused = |invalid_token| ProxyError::Unauthenticated {
-        policy: policy.clone(),
-        challenge: Challenge::Bearer { invalid_token },
+    jwks: &Arc<JwksRegistry>,
+    waited: bool,
+) -> Result<(), Refusal> {
+    let refused = |invalid_token| {
+        Refusal::Refused(ProxyError::Unauthenticated {
+            policy: policy.clone(),
+            challenge: Challenge::Bearer { invalid_token },
+        })
     };
+    let mut remotes: Vec<Option<Arc<Remote>>> = Vec::new();
+    if auth.providers.iter().any(|p| p.remote_jwks.is_some()) {
+        for p in &auth.providers {
+            let r = p.remote_jwks.as_ref().map(|set| jwks.get(set));
+            if let Some(r) = &r
+                && r.keys().is_none()
+                && !r.tried()
+                && !waited
+            {
+                return Err(Refusal::WaitJwks(Arc::clone(r)));
+            }
+            remotes.push(r);
+        }
+    }
     let token = bearer_token(headers).ok_or(refused(false))?;
-    let claims = verify(auth, token).ok_or(refused(true))?;
-    let (provider, claims) = claims;
+    let keys: Vec<Option<Arc<Vec<JwtKey>>>> = remotes
+        .iter()
+        .map(|r| r.as_ref().and_then(|r| r.keys()))
+        .collect();
+    let Some((provider, claims)) = verify_with(auth, token, &keys) else {
+        // A token naming a kid that a remote set lacks: the set may have rotated.
+        if !remotes.is_empty()
+            && let Ok(h) = jsonwebtoken::decode_header(token)
+            && let Some(kid) = h.kid.as_deref()
+        {
+            for (r, k) in remotes.iter().zip(&keys) {
+                let known = k
+                    .as_deref()
+                    .is_some_and(|k| k.iter().any(|k| k.kid.as_deref() == Some(kid)));
+                if let Some(r) = r
+                    && !known
+                {
+                    jwks.unknown_kid(r);
+                }
+            }
+        }
+        return Err(refused(true));
+    };
     for (_, name) in &provider.claims_to_headers {
         headers.remove(&**name);
     }
@@ -77,6 +120,16 @@ pub(crate) fn verify<'a>(
     auth: &'a JwtAuth,
     token: &str,
 ) -> Option<(&'a JwtProvider, Map<String, Value>)> {
+    verify_with(auth, token, &[])
+}
+
+/// As [`verify`], with the keys of providers that fetch theirs (`remote[i]` for
+/// provider `i`; none: no key).
+fn verify_with<'a>(
+    auth: &'a JwtAuth,
+    token: &str,
+    remote: &[Option<Arc<Vec<JwtKey>>>],
+) -> Option<(&'a JwtProvider, Map<String, Value>)> {
     if token.len() > MAX_TOKEN_LEN {
         return None;
     }
@@ -84,7 +137,15 @@ pub(crate) fn verify<'a>(
     let alg = header.alg;
     let alg_name = algorithm_name(alg)?;
     let mut attempts = 0;
-    for provider in &auth.providers {
+    for (i, provider) in auth.providers.iter().enumerate() {
+        let keys: &[JwtKey] = if provider.remote_jwks.is_some() {
+            remote
+                .get(i)
+                .and_then(|k| k.as_deref())
+                .map_or(&[][..], |k| &k[..])
+        } else {
+            &provider.keys
+        };
         let mut validation = Validation::new(alg);
         validation.leeway = LEEWAY_SECS;
         validation.validate_nbf = true;
@@ -97,7 +158,7 @@ pub(crate) fn verify<'a>(
         } else {
             validation.set_audience(&provider.audiences);
         }
-        for key in candidates(&provider.keys, header.kid.as_deref(), alg_name) {
+        for key in candidates(keys, header.kid.as_deref(), alg_name) {
             attempts += 1;
             if attempts > MAX_ATTEMPTS {
                 return None;
@@ -190,6 +251,10 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode};
     use std::time::{SystemTime, UNIX_EPOCH};
 
+    fn registry() -> Arc<JwksRegistry> {
+        Arc::new(JwksRegistry::new(Default::default()))
+    }
+
     /// An Ed25519 key pair: PKCS#8 for signing, the raw public key for the JWK.
     fn ed_pair() -> (EncodingKey, Vec<u8>) {
         use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
@@ -222,6 +287,7 @@ mod tests {
                 }],
                 required_claims: vec![("scope".into(), vec!["read".into()])],
                 claims_to_headers: vec![("sub".into(), "x-user".into())],
+                remote_jwks: None,
             }],
             forward_token: false,
         }
@@ -252,7 +318,7 @@ mod tests {
             "scope": "read write", "exp": now() + 600,
         });
         let mut h = headers(&token(&key, Some("k1"), claims));
-        check(&"ns/p".into(), &auth, &mut h).expect("accepted");
+        check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect("accepted");
         assert_eq!(h.get("x-user").unwrap(), "alice");
         assert!(h.get(header::AUTHORIZATION).is_none(), "token removed");
     }
@@ -319,38 +385,39 @@ mod tests {
         ];
         for (what, t) in cases {
             let mut h = headers(&t);
-            let err = check(&"ns/p".into(), &auth, &mut h).expect_err(what);
+            let err = check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect_err(what);
             assert!(
                 matches!(
                     err,
-                    ProxyError::Unauthenticated {
+                    Refusal::Refused(ProxyError::Unauthenticated {
                         challenge: Challenge::Bearer {
                             invalid_token: true
                         },
                         ..
-                    }
+                    })
                 ),
                 "{what}: {err:?}"
             );
         }
         // The right token without a kid is tried against every key.
         let mut h = headers(&token(&key, None, good.clone()));
-        assert!(check(&"ns/p".into(), &auth, &mut h).is_ok());
+        assert!(check(&"ns/p".into(), &auth, &mut h, &registry(), false).is_ok());
         // No token, or another scheme: a plain Bearer challenge.
         for value in [None, Some("Basic YTpi"), Some("Bearer ")] {
             let mut h = HeaderMap::new();
             if let Some(v) = value {
                 h.insert(header::AUTHORIZATION, HeaderValue::from_static(v));
             }
-            let err = check(&"ns/p".into(), &auth, &mut h).expect_err("no token");
+            let err =
+                check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect_err("no token");
             assert!(matches!(
                 err,
-                ProxyError::Unauthenticated {
+                Refusal::Refused(ProxyError::Unauthenticated {
                     challenge: Challenge::Bearer {
                         invalid_token: false
                     },
                     ..
-                }
+                })
             ));
         }
     }

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
+use crate::ext_auth::ExtAuthMetrics;
 use crate::health::HealthMetrics;
 use crate::l4::L4Metrics;
 use crate::l4::udp::UdpMetrics;
@@ -85,6 +86,10 @@ pub(crate) struct Metrics {
     pub(crate) health: HealthMetrics,
     /// Local rate limits (`crate::ratelimit`).
     pub(crate) ratelimit: RateLimitMetrics,
+    /// External authorization (`crate::ext_auth`).
+    pub(crate) ext_auth: ExtAuthMetrics,
+    /// Remote JWK Sets (`crate::jwks`).
+    pub(crate) jwks: crate::jwks::JwksMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
     l4_unrouted: Family<ListenerLabels, Counter>,
     l4_received: Family<ListenerLabels, Counter>,
@@ -162,6 +167,8 @@ impl Metrics {
             outlier: OutlierMetrics::default(),
             health: HealthMetrics::default(),
             ratelimit: RateLimitMetrics::default(),
+            ext_auth: ExtAuthMetrics::default(),
+            jwks: crate::jwks::JwksMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
             l4_received: Family::default(),
@@ -299,6 +306,42 @@ impl Metrics {
             "Requests let through a local rate limit without a bucket because every \
              bucket of their shard was in use (the limiter's memory bound)",
             m.ratelimit.untracked.clone(),
+        );
+        registry.register(
+            "weir_ext_auth_allowed",
+            "Calls to external authorization services answered 2xx (the request passed)",
+            m.ext_auth.allowed.clone(),
+        );
+        registry.register(
+            "weir_ext_auth_denied",
+            "Calls to external authorization services answered with a refusal",
+            m.ext_auth.denied.clone(),
+        );
+        registry.register(
+            "weir_ext_auth_errors",
+            "Calls to external authorization services that failed (timeout, connection \
+             error, 5xx)",
+            m.ext_auth.errors.clone(),
+        );
+        registry.register(
+            "weir_ext_auth_cache_hits",
+            "Requests decided by a remembered answer of an external authorization service",
+            m.ext_auth.cache_hits.clone(),
+        );
+        registry.register(
+            "weir_jwks_fetches",
+            "Fetches of remote JWK Sets that succeeded",
+            m.jwks.fetches.clone(),
+        );
+        registry.register(
+            "weir_jwks_fetch_failures",
+            "Fetches of remote JWK Sets that failed (the last good keys are kept)",
+            m.jwks.failures.clone(),
+        );
+        registry.register(
+            "weir_jwks_keys",
+            "Keys held from remote JWK Sets",
+            m.jwks.keys.clone(),
         );
         registry.register(
             "weir_config_resources",

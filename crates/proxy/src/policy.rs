@@ -21,6 +21,7 @@ use weir_model::{
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
 use crate::error::{Challenge, ProxyError};
+use crate::ext_auth::{self, Decided, ExtAuthState};
 use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
 use crate::snapshot::Snapshot;
@@ -42,6 +43,8 @@ pub(crate) struct Applied {
     ip_rules: Option<Arc<Policy>>,
     /// The policy whose JWT check applies.
     jwt_auth: Option<Arc<Policy>>,
+    /// The policy whose external authorization applies.
+    ext_auth: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -55,6 +58,7 @@ impl Applied {
             basic_auth: None,
             ip_rules: None,
             jwt_auth: None,
+            ext_auth: None,
         }
     }
 
@@ -102,6 +106,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.basic_auth = first(|p| p.basic_auth.is_some());
     applied.ip_rules = first(|p| p.ip_rules.is_some());
     applied.jwt_auth = first(|p| p.jwt_auth.is_some());
+    applied.ext_auth = first(|p| p.ext_auth.is_some());
     applied
 }
 
@@ -113,6 +118,12 @@ pub(crate) enum Refusal {
     /// Basic credentials to check off the worker threads; the request then goes through
     /// the phases again with the result attached.
     Verify(basic_auth::Pending),
+    /// An external authorization service to ask (policy object `namespace/name`); the
+    /// request then goes through the phases again with the answer attached.
+    ExtAuth(Arc<str>, ext_auth::Pending),
+    /// A remote JWK Set not fetched yet: wait for its first fetch (bounded by its
+    /// timeout), then go through the phases again.
+    WaitJwks(Arc<crate::jwks::Remote>),
 }
 
 impl From<ProxyError> for Refusal {
@@ -121,16 +132,24 @@ impl From<ProxyError> for Refusal {
     }
 }
 
-/// What phase 2 reads and keeps besides the request: rate-limit buckets and past
-/// basic-auth results.
+/// What phase 2 reads and keeps besides the request: rate-limit buckets, past
+/// basic-auth results, external authorization's client and cache, and the answer of an
+/// authorization service attached to this request.
 pub(crate) struct Checkers<'a> {
     pub(crate) limiter: &'a RateLimiter,
     pub(crate) verified: &'a VerifiedCache,
+    pub(crate) ext_auth: &'a ExtAuthState,
+    pub(crate) decided: Option<&'a Decided>,
+    pub(crate) jwks: &'a Arc<crate::jwks::JwksRegistry>,
+    /// This request already waited for a remote JWK Set's first fetch.
+    pub(crate) jwks_waited: bool,
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
-/// authentication (Basic credentials, then an API key, then a bearer JWT), then a local
-/// rate limit. `verified` is the result of
+/// authentication (Basic credentials, then external authorization, then an API key,
+/// then a bearer JWT), then a local rate limit. External authorization comes before the
+/// checks that remove the credentials they read, since the request may come through
+/// here again once the service answered. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
 pub(crate) fn check(
     checkers: &Checkers<'_>,
@@ -153,6 +172,22 @@ pub(crate) fn check(
     {
         check_basic(name, auth, checkers.verified, headers, verified)?;
     }
+    if let Some(p) = &applied.ext_auth
+        && let Some((name, auth)) = &p.ext_auth
+    {
+        ext_auth::check(
+            checkers.ext_auth,
+            name,
+            auth,
+            headers,
+            checkers.decided,
+            now,
+        )
+        .map_err(|e| match e {
+            Ok(pending) => Refusal::ExtAuth(name.clone(), pending),
+            Err(e) => Refusal::Refused(e),
+        })?;
+    }
     let limiter = checkers.limiter;
     if let Some(p) = &applied.api_key_auth
         && let Some((name, auth)) = &p.api_key_auth
@@ -162,7 +197,7 @@ pub(crate) fn check(
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        jwt::check(name, auth, headers)?;
+        jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited)?;
     }
     let Some(policy) = &applied.rate_limit else {
         return Ok(());
@@ -430,9 +465,15 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            ext_auth: &ext_state,
+            decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -484,6 +525,10 @@ mod tests {
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            ext_auth: &ext_state,
+            decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
@@ -519,9 +564,15 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            ext_auth: &ext_state,
+            decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -593,9 +644,15 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            ext_auth: &ext_state,
+            decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
         };
         let now = Instant::now();
         let from = |ip: &str| {

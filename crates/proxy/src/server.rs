@@ -28,6 +28,7 @@ use crate::cors;
 use crate::dataplane::Shared;
 use crate::endpoints::{ConnectGate, InFlight, Outcome};
 use crate::error::{ProxyError, ResponseShape, error_response, text_response};
+use crate::ext_auth;
 use crate::filters;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
@@ -362,20 +363,58 @@ type Verifying = Pin<
     >,
 >;
 
-/// Checks Basic credentials off the worker threads (bcrypt), then takes the request
-/// through the phases again with the result attached (so it is not checked twice) and
-/// forwards it. Boxed: only the first request of a credential comes here; the others
-/// find the result in the cache.
+/// What a request waits for before it goes through the phases again.
+enum Job {
+    /// A basic-auth check off the worker threads (bcrypt).
+    Basic(basic_auth::Pending),
+    /// A call to an external authorization service (policy object, call, request).
+    ExtAuth(Arc<str>, ext_auth::Pending, ext_auth::Described),
+    /// The first fetch of a remote JWK Set.
+    Jwks(Arc<crate::jwks::Remote>),
+}
+
+/// Attached once a request waited for a remote JWK Set's first fetch.
+#[derive(Clone, Copy)]
+struct JwksWaited;
+
+/// Passes through the phases a request has made after a [`Job`]; each pass attaches a
+/// result, so a request needs at most one per check, and more is a bug refused.
+#[derive(Clone, Copy)]
+struct Passes(u8);
+
+/// Runs a job that the synchronous phases cannot (a bcrypt check on the blocking pool,
+/// a call to an authorization service), then takes the request through the phases again
+/// with the result attached (so it is not asked twice) and forwards it. Boxed: only the
+/// first request of a credential comes here; the others find the result in a cache.
 fn verify_then_forward(
     ctx: &Arc<ConnContext>,
     mut req: Request<Incoming>,
-    job: basic_auth::Pending,
+    job: Job,
     start: Instant,
 ) -> Verifying {
     let ctx = Arc::clone(ctx);
     Box::pin(async move {
-        let v = basic_auth::verify_blocking(Arc::clone(&ctx.shared.verified), job).await;
-        req.extensions_mut().insert(v);
+        let passes = req.extensions().get::<Passes>().map_or(0, |p| p.0);
+        if passes >= 3 {
+            let e = ProxyError::BadRequest("credentials checked too many times");
+            return (Err(e), 1, None);
+        }
+        req.extensions_mut().insert(Passes(passes + 1));
+        match job {
+            Job::Basic(job) => {
+                let v = basic_auth::verify_blocking(Arc::clone(&ctx.shared.verified), job).await;
+                req.extensions_mut().insert(v);
+            }
+            Job::ExtAuth(policy, job, described) => {
+                let state = Arc::clone(&ctx.shared.ext_auth);
+                let d = ext_auth::call(state, policy, job, described).await;
+                req.extensions_mut().insert(d);
+            }
+            Job::Jwks(remote) => {
+                remote.wait_first().await;
+                req.extensions_mut().insert(JwksWaited);
+            }
+        }
         let mut log = AccessLog {
             method: req.method().clone(),
             path: String::new(),
@@ -391,11 +430,7 @@ fn verify_then_forward(
                 (result, attempts, Some(upstream))
             }
             Ok(Routed::Respond(resp)) => (Ok(resp), 1, None),
-            Ok(Routed::Verify(_)) => (
-                Err(ProxyError::BadRequest("credentials checked twice")),
-                1,
-                None,
-            ),
+            Ok(Routed::Verify(fut)) => fut.await,
             Err(e) => (Err(e), 1, None),
         }
     })
@@ -437,11 +472,16 @@ fn phases(
         cors::Check::Answer(resp) => return Ok(Routed::Respond(resp)),
         cors::Check::Allowed(origin) => Some(origin),
     };
+    let verified = req.extensions().get::<basic_auth::Verified>().copied();
+    let decided = req.extensions().get::<ext_auth::Decided>().cloned();
     let checkers = policy::Checkers {
         limiter: &ctx.shared.rate_limits,
         verified: &ctx.shared.verified,
+        ext_auth: &ctx.shared.ext_auth,
+        decided: decided.as_ref(),
+        jwks: &ctx.shared.jwks,
+        jwks_waited: req.extensions().get::<JwksWaited>().is_some(),
     };
-    let verified = req.extensions_mut().remove::<basic_auth::Verified>();
     match policy::check(
         &checkers,
         &applied,
@@ -453,6 +493,23 @@ fn phases(
         Ok(()) => {}
         Err(Refusal::Refused(e)) => return Err(e),
         Err(Refusal::Verify(job)) => {
+            let job = Job::Basic(job);
+            return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
+        }
+        Err(Refusal::ExtAuth(policy, job)) => {
+            let raw = raw_host.as_ref().and_then(|v| v.to_str().ok());
+            let described = ext_auth::Described::of(
+                &job.auth,
+                (req.method(), req.uri(), req.headers()),
+                raw.unwrap_or(""),
+                ctx.tls,
+                client,
+            );
+            let job = Job::ExtAuth(policy, job, described);
+            return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
+        }
+        Err(Refusal::WaitJwks(remote)) => {
+            let job = Job::Jwks(remote);
             return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
         }
     }

@@ -201,6 +201,27 @@ spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
   jwtAuth: {providers: [{name: corp, issuer: https://corp, jwks: {secretRef: {name: jwks}}}]}
 ---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p9, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]
+  extAuth: {url: 'http://auth:9000/check', responseHeaders: [x-user], cache: {ttl: 10s}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p9, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  extAuth: {url: 'https://auth.example/', failOpen: true}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p10, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  jwtAuth: {providers: [{name: idp, remoteJwks: {uri: 'https://idp.example/jwks', refreshInterval: 1m}}]}
+---
 apiVersion: v1
 kind: Secret
 metadata: {name: jwks, namespace: default}

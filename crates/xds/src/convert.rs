@@ -9,12 +9,13 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
     ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe,
-    HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode,
-    L4Route, Limits, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, Filter, HeaderMatch, HeaderModifier,
+    HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
+    JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings,
+    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
+    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
+    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -230,6 +231,10 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             .as_ref()
             .map(|(name, j)| jwt_auth_to_wire(name, j)),
         health_check: p.health_check.as_deref().map(health_check_to_wire),
+        ext_auth: p
+            .ext_auth
+            .as_ref()
+            .map(|(name, e)| ext_auth_to_wire(name, e)),
         circuit_breaker: p.circuit_breaker.as_ref().map(|c| wire::CircuitBreaker {
             cluster: Some(limits_to_wire(&c.cluster)),
             endpoint: Some(limits_to_wire(&c.endpoint)),
@@ -346,6 +351,116 @@ fn limits_from_wire(l: Option<&wire::Limits>) -> Limits {
     .unwrap_or_default()
 }
 
+fn ext_auth_to_wire(policy: &str, e: &ExtAuth) -> wire::ExtAuth {
+    let strings = |v: &[Arc<str>]| v.iter().map(ToString::to_string).collect();
+    wire::ExtAuth {
+        policy: policy.to_owned(),
+        https: e.url.https,
+        host: e.url.host.to_string(),
+        port: u32::from(e.url.port),
+        path_and_query: e.url.path_and_query.to_string(),
+        headers_to_send: strings(&e.headers_to_send),
+        response_headers: strings(&e.response_headers),
+        timeout_ns: duration_ns(e.timeout),
+        cache: e.cache.map(|c| wire::ExtAuthCache {
+            ttl_ns: duration_ns(c.ttl),
+            max_entries: c.max_entries,
+        }),
+        fail_open: e.fail_open,
+        status_on_error: u32::from(e.status_on_error),
+        signin_url: e.signin_url.as_deref().map(str::to_owned),
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Rebuilds an external authorization, checking what the translator checks (the URL,
+/// header names, ranges), so that a bad message is refused rather than half applied.
+fn ext_auth_from_wire(e: &wire::ExtAuth) -> Result<ExtAuth, InvalidResource> {
+    let names = |v: &[String], field: &str| {
+        if v.len() > ExtAuth::MAX_HEADERS {
+            return Err(invalid(field, "too many headers"));
+        }
+        v.iter()
+            .map(|h| {
+                if RateLimitKey::is_header_name(h) && !h.bytes().any(|b| b.is_ascii_uppercase()) {
+                    Ok(Arc::from(h.as_str()))
+                } else {
+                    Err(invalid(
+                        field,
+                        format!("{h:?} is not a lowercase header name"),
+                    ))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let scheme = if e.https { "https" } else { "http" };
+    let port = u16::try_from(e.port).map_err(|_| invalid("ext_auth.port", e.port))?;
+    let url = ExtAuthUrl::parse(&format!("{scheme}://{}:{port}{}", e.host, e.path_and_query))
+        .map_err(|m| invalid("ext_auth.url", m))?;
+    let timeout = Duration::from_nanos(e.timeout_ns);
+    if timeout.is_zero() || timeout > ExtAuth::MAX_TIMEOUT {
+        return Err(invalid("ext_auth.timeout_ns", e.timeout_ns));
+    }
+    let status_on_error = u16::try_from(e.status_on_error)
+        .ok()
+        .filter(|s| (400..=599).contains(s))
+        .ok_or_else(|| invalid("ext_auth.status_on_error", e.status_on_error))?;
+    let cache = match &e.cache {
+        None => None,
+        Some(c) => {
+            if c.max_entries == 0 || c.max_entries > ExtAuth::MAX_CACHE_ENTRIES || c.ttl_ns == 0 {
+                return Err(invalid(
+                    "ext_auth.cache",
+                    "ttl and max_entries must be positive",
+                ));
+            }
+            Some(ExtAuthCache {
+                ttl: Duration::from_nanos(c.ttl_ns),
+                max_entries: c.max_entries,
+            })
+        }
+    };
+    if let Some(s) = &e.signin_url {
+        ExtAuthUrl::parse(s).map_err(|m| invalid("ext_auth.signin_url", m))?;
+    }
+    Ok(ExtAuth {
+        url,
+        headers_to_send: names(&e.headers_to_send, "ext_auth.headers_to_send")?,
+        response_headers: names(&e.response_headers, "ext_auth.response_headers")?,
+        timeout,
+        cache,
+        fail_open: e.fail_open,
+        status_on_error,
+        signin_url: e.signin_url.as_deref().map(Arc::from),
+    })
+}
+
+fn remote_jwks_from_wire(r: &wire::RemoteJwks) -> Result<RemoteJwks, InvalidResource> {
+    let port = u16::try_from(r.port).map_err(|_| invalid("jwt_auth.remote_jwks.port", r.port))?;
+    let scheme = if r.https { "https" } else { "http" };
+    let url = ExtAuthUrl::parse(&format!("{scheme}://{}:{port}{}", r.host, r.path_and_query))
+        .map_err(|m| invalid("jwt_auth.remote_jwks.url", m))?;
+    let (refresh, timeout) = (
+        Duration::from_nanos(r.refresh_ns),
+        Duration::from_nanos(r.timeout_ns),
+    );
+    if refresh.is_zero() || timeout.is_zero() {
+        return Err(invalid(
+            "jwt_auth.remote_jwks",
+            "refresh and timeout must be positive",
+        ));
+    }
+    Ok(RemoteJwks {
+        url,
+        refresh,
+        timeout,
+        ca_pem: r.ca_pem.as_deref().map(Arc::from),
+    })
+}
+
 fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
     use wire::jwt_key::Key;
     let strings = |v: &[Arc<str>]| v.iter().map(ToString::to_string).collect();
@@ -392,6 +507,15 @@ fn jwt_auth_to_wire(policy: &str, j: &JwtAuth) -> wire::JwtAuth {
                         header: header.to_string(),
                     })
                     .collect(),
+                remote_jwks: p.remote_jwks.as_deref().map(|r| wire::RemoteJwks {
+                    https: r.url.https,
+                    host: r.url.host.to_string(),
+                    port: u32::from(r.url.port),
+                    path_and_query: r.url.path_and_query.to_string(),
+                    refresh_ns: duration_ns(r.refresh),
+                    timeout_ns: duration_ns(r.timeout),
+                    ca_pem: r.ca_pem.as_deref().map(str::to_owned),
+                }),
             })
             .collect(),
     }
@@ -444,6 +568,12 @@ fn jwt_auth_from_wire(j: &wire::JwtAuth) -> Result<JwtAuth, InvalidResource> {
                 .map(|c| (Arc::from(c.name.as_str()), strings(&c.values)))
                 .collect(),
             claims_to_headers,
+            remote_jwks: p
+                .remote_jwks
+                .as_ref()
+                .map(remote_jwks_from_wire)
+                .transpose()?
+                .map(Arc::new),
         });
     }
     Ok(JwtAuth {
@@ -553,8 +683,13 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
         None => None,
         Some(j) => Some((j.policy.as_str().into(), Arc::new(jwt_auth_from_wire(j)?))),
     };
+    let ext_auth = match &p.ext_auth {
+        None => None,
+        Some(e) => Some((e.policy.as_str().into(), Arc::new(ext_auth_from_wire(e)?))),
+    };
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
+            .with_ext_auth(ext_auth)
             .with_api_key_auth(api_key_auth)
             .with_basic_auth(basic_auth)
             .with_ip_rules(ip_rules)
@@ -613,6 +748,7 @@ fn policy_name(p: &Policy) -> Arc<str> {
         .or(p.basic_auth.as_ref().map(|(n, _)| n))
         .or(p.ip_rules.as_ref().map(|(n, _)| n))
         .or(p.jwt_auth.as_ref().map(|(n, _)| n))
+        .or(p.ext_auth.as_ref().map(|(n, _)| n))
         .or(p.rate_limit.as_ref().map(|(n, _)| n))
         .cloned()
         .unwrap_or_else(|| Arc::from(format!("{:?}", p.target)))
@@ -1318,4 +1454,119 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
     let timeouts = timeouts_from_wire(r.timeouts);
     let retry = r.retry.as_ref().map(retry_from_wire).transpose()?;
     Ok(RouteRule::new(route, matcher, filters, action, timeouts).with_retry(retry))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext_auth_policy() -> Policy {
+        let target = PolicyTarget::Route {
+            kind: RouteKind::HttpRoute,
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let ext = ExtAuth {
+            url: ExtAuthUrl::parse("http://127.0.0.1:9000/auth").unwrap(),
+            headers_to_send: vec!["authorization".into(), "cookie".into()],
+            response_headers: vec!["x-user".into()],
+            timeout: Duration::from_millis(500),
+            cache: Some(ExtAuthCache {
+                ttl: Duration::from_secs(10),
+                max_entries: 100,
+            }),
+            fail_open: false,
+            status_on_error: 503,
+            signin_url: Some("https://login.example/start".into()),
+        };
+        Policy::new(target, Timeouts::default(), None, None)
+            .with_ext_auth(Some(("ns/ext".into(), Arc::new(ext))))
+    }
+
+    /// An external authorization crosses the wire unchanged for a data plane of this
+    /// version.
+    #[test]
+    fn ext_auth_round_trips() {
+        let r = Resource::Policy(Arc::new(ext_auth_policy()));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        let (Resource::Policy(a), Resource::Policy(b)) = (&r, &back) else {
+            unreachable!()
+        };
+        assert_eq!(a.hash(), b.hash());
+        assert_eq!(a.ext_auth, b.ext_auth);
+    }
+
+    /// A data plane of version 2 does not know `ext_auth`: it is sent a policy that
+    /// refuses every client, which it rebuilds to the hash sent.
+    #[test]
+    fn ext_auth_reaches_a_version_2_data_plane_as_deny_all() {
+        let r = Resource::Policy(Arc::new(ext_auth_policy()));
+        let sent = for_version(&r, 2);
+        let Resource::Policy(p) = sent.as_ref() else {
+            unreachable!()
+        };
+        assert!(p.ext_auth.is_none());
+        let rules = p.ip_rules.as_ref().map(|(n, r)| (&**n, r.as_ref()));
+        assert_eq!(rules, Some(("ns/ext", &IpRules::deny_all())));
+        let mut wire = resource_to_wire(sent.as_ref());
+        let rebuilt = resource_from_wire_as(&wire, 2).unwrap();
+        let Resource::Policy(rebuilt) = rebuilt else {
+            unreachable!()
+        };
+        assert!(rebuilt.ext_auth.is_none() && rebuilt.ip_rules.is_some());
+        // What an old reader keeps of the message (it drops field 13) rebuilds alike.
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            p.ext_auth = None;
+        }
+        resource_from_wire_as(&wire, 2).unwrap();
+        // And a version-0 data plane gets the same stand-in with its own hash.
+        let v0 = for_version(&r, 0);
+        resource_from_wire_as(&resource_to_wire(v0.as_ref()), 0).unwrap();
+    }
+
+    /// A JWT provider whose keys are fetched from a URL round-trips, and reaches a
+    /// version-2 data plane as a deny-all policy without the remote set, which it
+    /// rebuilds (dropping field 7 of `JwtProvider`) to the hash sent.
+    #[test]
+    fn remote_jwks_reach_a_version_2_data_plane_as_deny_all() {
+        let target = PolicyTarget::Gateway("ns/gw".into());
+        let provider = JwtProvider {
+            name: "idp".into(),
+            issuer: Some("https://idp.example".into()),
+            audiences: Vec::new(),
+            keys: Vec::new(),
+            required_claims: Vec::new(),
+            claims_to_headers: Vec::new(),
+            remote_jwks: Some(Arc::new(RemoteJwks {
+                url: ExtAuthUrl::parse("https://idp.example/jwks").unwrap(),
+                refresh: Duration::from_secs(60),
+                timeout: Duration::from_secs(2),
+                ca_pem: Some("-----BEGIN CERTIFICATE-----\n".into()),
+            })),
+        };
+        let p = Policy::new(target, Timeouts::default(), None, None).with_jwt_auth(Some((
+            "ns/jwt".into(),
+            Arc::new(JwtAuth {
+                providers: vec![provider],
+                forward_token: false,
+            }),
+        )));
+        let r = Resource::Policy(Arc::new(p));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        assert_eq!(version_of(&back), version_of(&r));
+        let sent = for_version(&r, 2);
+        let Resource::Policy(p) = sent.as_ref() else {
+            unreachable!()
+        };
+        assert!(p.ip_rules.is_some(), "deny-all stand-in");
+        let jwt = &p.jwt_auth.as_ref().unwrap().1;
+        assert!(jwt.providers[0].remote_jwks.is_none());
+        let mut wire = resource_to_wire(sent.as_ref());
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            for provider in &mut p.jwt_auth.as_mut().unwrap().providers {
+                provider.remote_jwks = None;
+            }
+        }
+        resource_from_wire_as(&wire, 2).unwrap();
+    }
 }

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `limit-rps`, `limit-rpm`, `limit-burst-multiplier` | a local rate limit per client IP (burst = rate × multiplier, default 5; with both, `limit-rps`) |
 //! | `auth-type: basic`, `auth-secret`, `auth-secret-type`, `auth-realm` | basic auth (`auth-file`: the Secret's `auth` key; `auth-map`: a key per user) |
+//! | `auth-url`, `auth-signin`, `auth-response-headers` | external authorization (the `extAuth` of a TrafficPolicy; `Authorization` and `Cookie` are sent, not every request header as nginx's subrequest does) |
 //! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
 //! | `upstream-vhost` | the Host rewrite filter |
 //! | `x-forwarded-prefix` | a request header filter setting `X-Forwarded-Prefix` |
@@ -101,6 +102,9 @@ const SUPPORTED: &[&str] = &[
     "auth-secret",
     "auth-secret-type",
     "auth-realm",
+    "auth-url",
+    "auth-signin",
+    "auth-response-headers",
     "enable-cors",
     "cors-allow-origin",
     "cors-allow-methods",
@@ -247,6 +251,54 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         )),
     }
 
+    // External authorization. An invalid one fails closed: every request is refused.
+    if let Some(url) = ours.get("auth-url") {
+        let list = |k: &str| -> Vec<String> {
+            ours.get(k)
+                .map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let spec = weir_api::ExtAuthSpec {
+            url: (*url).to_owned(),
+            response_headers: list("auth-response-headers"),
+            signin_url: ours.get("auth-signin").map(|s| (*s).to_owned()),
+            ..Default::default()
+        };
+        match crate::compile::ext_auth::ext_auth(&spec, "auth") {
+            Ok(a) => settings.ext_auth = Some(Arc::new(a)),
+            Err(e) => {
+                // The error names the TrafficPolicy field; name the annotation instead.
+                let (f, why) = e.split_once(": ").unwrap_or(("", &e));
+                let annotation = match f {
+                    "auth.signinUrl" => "auth-signin",
+                    "auth.responseHeaders" => "auth-response-headers",
+                    f if f.starts_with("auth.responseHeaders") => "auth-response-headers",
+                    _ => "auth-url",
+                };
+                out.problems.push(format!(
+                    "{}: {why}; every request is refused (403)",
+                    field(annotation)
+                ));
+                settings.ip_rules = Some(Arc::new(IpRules::deny_all()));
+            }
+        }
+    } else {
+        for k in ["auth-signin", "auth-response-headers"] {
+            if ours.contains_key(k) {
+                out.problems.push(format!(
+                    "{}: ignored without {}",
+                    field(k),
+                    field("auth-url")
+                ));
+            }
+        }
+    }
+
     // CORS.
     if ours.get("enable-cors").copied() == Some("true") {
         match cors(&ours) {
@@ -260,6 +312,7 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     let sets = settings.rate_limit.is_some()
         || settings.retry.is_some()
         || settings.basic_auth.is_some()
+        || settings.ext_auth.is_some()
         || settings.ip_rules.is_some();
     if sets {
         out.policy = Some(Arc::new(settings));

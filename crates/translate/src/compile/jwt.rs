@@ -7,10 +7,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use base64::Engine;
-use serde::Deserialize;
+use std::time::Duration;
 use weir_api::{JwtAuthSpec, JwtProviderSpec, Kind, Object, ObjectKey};
-use weir_model::{JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, RateLimitKey};
+
+use weir_model::{ExtAuthUrl, JwtAuth, JwtKey, JwtProvider, RateLimitKey, RemoteJwks, read_jwks};
 
 use crate::compile::policy::{Refs, secret_entries};
 use crate::store::Dep;
@@ -18,12 +18,8 @@ use crate::store::Dep;
 /// The most providers of one policy, and the most claims of each list.
 const MAX_PROVIDERS: usize = 16;
 const MAX_CLAIMS: usize = 16;
-/// The most keys read from one JWK Set.
-const MAX_KEYS: usize = 64;
 /// The Secret key holding a JWK Set when `secretRef.key` is unset.
 const DEFAULT_JWKS_KEY: &str = "jwks";
-/// RSA keys shorter than this are skipped (RFC 7518 §3.3 requires 2048 bits).
-const MIN_RSA_BYTES: usize = 256;
 
 pub(crate) fn jwt_auth(
     a: &JwtAuthSpec,
@@ -92,8 +88,9 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
             Arc::from(c.header.to_ascii_lowercase().as_str()),
         ));
     }
-    let keys = match (&p.jwks.inline, &p.jwks.secret_ref) {
-        (Some(json), None) => {
+    let mut remote_jwks = None;
+    let keys = match (&p.jwks.inline, &p.jwks.secret_ref, &p.remote_jwks) {
+        (Some(json), None, None) => {
             let (keys, skipped) =
                 read_jwks(json.as_bytes()).map_err(|e| format!("{f}.jwks.inline: {e}"))?;
             for s in skipped {
@@ -101,7 +98,7 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
             }
             keys
         }
-        (None, Some(r)) => {
+        (None, Some(r), None) => {
             if r.name.is_empty() {
                 return Err(format!("{f}.jwks.secretRef.name: required"));
             }
@@ -112,13 +109,17 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
                 refs,
             )
         }
+        (None, None, Some(r)) => {
+            remote_jwks = Some(Arc::new(remote(r, &format!("{f}.remoteJwks"))?));
+            Vec::new()
+        }
         _ => {
             return Err(format!(
-                "{f}.jwks: exactly one of inline and secretRef is required"
+                "{f}: exactly one of jwks.inline, jwks.secretRef and remoteJwks is required"
             ));
         }
     };
-    if keys.is_empty() {
+    if keys.is_empty() && remote_jwks.is_none() {
         refs.unresolved.push(format!(
             "{f}.jwks: no usable key; tokens of provider {:?} are refused (401)",
             p.name
@@ -131,6 +132,55 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
         keys,
         required_claims,
         claims_to_headers,
+        remote_jwks,
+    })
+}
+
+/// A remote JWK Set: an `https` URL, a refresh interval (default 5m, 1s–24h), a fetch
+/// timeout (default 5s, at most 60s) and extra CA certificates (PEM, checked for at
+/// least one certificate block; the data plane parses them).
+fn remote(r: &weir_api::RemoteJwksSpec, f: &str) -> Result<RemoteJwks, String> {
+    let url = ExtAuthUrl::parse(r.uri.trim()).map_err(|e| format!("{f}.uri: {e}"))?;
+    if !url.https {
+        return Err(format!("{f}.uri: must be an https:// URL"));
+    }
+    let duration = |v: &Option<String>, name: &str, default: u64, min: Duration, max: u64| {
+        let d = match v {
+            None => Duration::from_secs(default),
+            Some(s) => crate::compile::duration::parse(s)
+                .map_err(|e| format!("{f}.{name}: {e}"))?
+                .unwrap_or_default(),
+        };
+        if d < min || d > Duration::from_secs(max) {
+            return Err(format!(
+                "{f}.{name}: must be {}ms to {max}s",
+                min.as_millis()
+            ));
+        }
+        Ok(d)
+    };
+    let refresh = duration(
+        &r.refresh_interval,
+        "refreshInterval",
+        300,
+        Duration::from_secs(1),
+        86_400,
+    )?;
+    let timeout = duration(&r.timeout, "timeout", 5, Duration::from_millis(10), 60)?;
+    let ca_pem = match &r.ca_certificate {
+        None => None,
+        Some(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(Arc::from(pem.as_str())),
+        Some(_) => {
+            return Err(format!(
+                "{f}.caCertificate: no PEM certificate (-----BEGIN CERTIFICATE-----)"
+            ));
+        }
+    };
+    Ok(RemoteJwks {
+        url,
+        refresh,
+        timeout,
+        ca_pem,
     })
 }
 
@@ -176,131 +226,11 @@ fn secret_keys(name: &str, key: &str, f: &str, refs: &mut Refs<'_>) -> Vec<JwtKe
     }
 }
 
-#[derive(Deserialize)]
-struct JwkSet {
-    keys: Vec<serde_json::Value>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Jwk {
-    kty: String,
-    kid: Option<String>,
-    alg: Option<String>,
-    #[serde(rename = "use")]
-    use_: Option<String>,
-    n: Option<String>,
-    e: Option<String>,
-    crv: Option<String>,
-    x: Option<String>,
-    y: Option<String>,
-}
-
-/// The usable keys of a JWK Set, and why the others were skipped.
-pub(crate) fn read_jwks(json: &[u8]) -> Result<(Vec<JwtKey>, Vec<String>), String> {
-    let set: JwkSet = serde_json::from_slice(json)
-        .map_err(|e| format!("not a JWK Set ({{\"keys\": [...]}}): {e}"))?;
-    if set.keys.len() > MAX_KEYS {
-        return Err(format!("more than {MAX_KEYS} keys"));
-    }
-    let mut keys = Vec::new();
-    let mut skipped = Vec::new();
-    for (i, value) in set.keys.into_iter().enumerate() {
-        let jwk: Jwk = match serde_json::from_value(value) {
-            Ok(j) => j,
-            Err(e) => {
-                skipped.push(format!("key {i}: {e}; skipped"));
-                continue;
-            }
-        };
-        let label = match &jwk.kid {
-            Some(kid) => format!("key {i} (kid {kid:?})"),
-            None => format!("key {i}"),
-        };
-        match key(&jwk) {
-            Ok(material) => {
-                if let Some(alg) = &jwk.alg
-                    && !material.verifies(alg)
-                {
-                    skipped.push(format!(
-                        "{label}: alg {alg:?} does not fit a {} key; skipped",
-                        jwk.kty
-                    ));
-                    continue;
-                }
-                keys.push(JwtKey {
-                    kid: jwk.kid.as_deref().map(Arc::from),
-                    alg: jwk.alg.as_deref().map(Arc::from),
-                    material,
-                });
-            }
-            Err(why) => skipped.push(format!("{label}: {why}; skipped")),
-        }
-    }
-    Ok((keys, skipped))
-}
-
-fn key(jwk: &Jwk) -> Result<JwtKeyMaterial, String> {
-    if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
-        return Err("not a signing key (use is not \"sig\")".into());
-    }
-    let part = |name: &str, v: &Option<String>| -> Result<Vec<u8>, String> {
-        let v = v.as_deref().ok_or_else(|| format!("no {name:?}"))?;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(v.trim_end_matches('='))
-            .map_err(|_| format!("{name:?} is not base64url"))
-    };
-    match (jwk.kty.as_str(), jwk.crv.as_deref()) {
-        ("RSA", _) => {
-            let n = part("n", &jwk.n)?;
-            let e = part("e", &jwk.e)?;
-            let bits = n.iter().skip_while(|b| **b == 0).count();
-            if bits < MIN_RSA_BYTES {
-                return Err(format!(
-                    "RSA modulus of {} bits (at least 2048 required)",
-                    bits * 8
-                ));
-            }
-            if e.is_empty() || e.len() > 8 {
-                return Err("RSA exponent out of range".into());
-            }
-            Ok(JwtKeyMaterial::Rsa {
-                n: n.into(),
-                e: e.into(),
-            })
-        }
-        ("EC", Some(crv @ ("P-256" | "P-384"))) => {
-            let len = if crv == "P-256" { 32 } else { 48 };
-            let (x, y) = (part("x", &jwk.x)?, part("y", &jwk.y)?);
-            if x.len() != len || y.len() != len {
-                return Err(format!("{crv} coordinates must be {len} bytes"));
-            }
-            let mut point = Vec::with_capacity(1 + 2 * len);
-            point.push(4);
-            point.extend_from_slice(&x);
-            point.extend_from_slice(&y);
-            Ok(if len == 32 {
-                JwtKeyMaterial::EcP256(point.into())
-            } else {
-                JwtKeyMaterial::EcP384(point.into())
-            })
-        }
-        ("OKP", Some("Ed25519")) => {
-            let x = part("x", &jwk.x)?;
-            if x.len() != 32 {
-                return Err("Ed25519 key must be 32 bytes".into());
-            }
-            Ok(JwtKeyMaterial::Ed25519(x.into()))
-        }
-        ("EC" | "OKP", crv) => Err(format!("unsupported curve {crv:?}")),
-        ("oct", _) => Err("symmetric keys (HS256…) are not supported".into()),
-        (kty, _) => Err(format!("unsupported key type {kty:?}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use weir_model::JwtKeyMaterial;
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)

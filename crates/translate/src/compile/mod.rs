@@ -9,6 +9,7 @@ pub(crate) mod backend_policy;
 pub(crate) mod backend_ref;
 pub(crate) mod cors;
 pub(crate) mod duration;
+pub(crate) mod ext_auth;
 pub(crate) mod fields;
 pub(crate) mod gateway;
 pub(crate) mod gateway_status;

@@ -9,8 +9,8 @@ use weir_api::{
     PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, CircuitBreaker, HealthCheck, IpNet, IpRules, JwtAuth, LocalRateLimit,
-    PasswordScheme, RateLimitKey, Retry, Timeouts,
+    ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, HealthCheck, IpNet, IpRules, JwtAuth,
+    LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
 };
 
 use crate::compile::backend_policy;
@@ -45,6 +45,7 @@ pub(crate) struct PolicySettings {
     pub(crate) jwt_auth: Option<Arc<JwtAuth>>,
     pub(crate) health_check: Option<Arc<HealthCheck>>,
     pub(crate) circuit_breaker: Option<CircuitBreaker>,
+    pub(crate) ext_auth: Option<Arc<ExtAuth>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -60,10 +61,11 @@ pub(crate) enum Field {
     JwtAuth,
     HealthCheck,
     CircuitBreaker,
+    ExtAuth,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 10] = [
+    pub(crate) const ALL: [Field; 11] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -74,6 +76,7 @@ impl Field {
         Field::JwtAuth,
         Field::HealthCheck,
         Field::CircuitBreaker,
+        Field::ExtAuth,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -88,6 +91,7 @@ impl Field {
             Field::JwtAuth => "jwtAuth",
             Field::HealthCheck => "healthCheck",
             Field::CircuitBreaker => "circuitBreaker",
+            Field::ExtAuth => "extAuth",
         }
     }
 
@@ -112,6 +116,7 @@ impl PolicySettings {
             Field::JwtAuth => self.jwt_auth.is_some(),
             Field::HealthCheck => self.health_check.is_some(),
             Field::CircuitBreaker => self.circuit_breaker.is_some(),
+            Field::ExtAuth => self.ext_auth.is_some(),
         }
     }
 
@@ -275,8 +280,15 @@ fn settings(
         .as_ref()
         .map(|c| backend_policy::circuit_breaker(c, "spec.circuitBreaker"))
         .transpose()?;
+    let ext_auth = spec
+        .ext_auth
+        .as_deref()
+        .map(|e| crate::compile::ext_auth::ext_auth(e, "spec.extAuth"))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
+        ext_auth,
         health_check,
         circuit_breaker,
         timeouts,
@@ -289,7 +301,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, healthCheck or circuitBreaker)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, healthCheck or circuitBreaker)"
                 .into(),
         );
     }

@@ -4,12 +4,14 @@
 mod support;
 
 mod admin;
+mod ext_auth;
 mod grpc;
 mod ingress;
 mod l4;
 mod listener_sets;
 mod policies;
 mod reload;
+mod remote_jwks;
 mod routing;
 mod tls;
 mod udp;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::support::*;
 
-fn manifests(port: u16, backend_yaml: &str) -> String {
+pub(crate) fn manifests(port: u16, backend_yaml: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -201,13 +201,13 @@ spec:
 }
 
 /// An ES256 signing key and its JWK (`kid`).
-struct EcKey {
+pub(crate) struct EcKey {
     signing: jsonwebtoken::EncodingKey,
-    jwk: String,
+    pub(crate) jwk: String,
     kid: &'static str,
 }
 
-fn ec_key(kid: &'static str) -> EcKey {
+pub(crate) fn ec_key(kid: &'static str) -> EcKey {
     use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING as ALG, EcdsaKeyPair, KeyPair};
     use base64::Engine;
     let rng = aws_lc_rs::rand::SystemRandom::new();
@@ -227,7 +227,7 @@ fn ec_key(kid: &'static str) -> EcKey {
 }
 
 impl EcKey {
-    fn token(&self, claims: serde_json::Value) -> String {
+    pub(crate) fn token(&self, claims: serde_json::Value) -> String {
         let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
         h.kid = Some(self.kid.to_owned());
         jsonwebtoken::encode(&h, &claims, &self.signing).unwrap()
@@ -242,7 +242,7 @@ fn jwks_secret(keys: &[&EcKey]) -> String {
     )
 }
 
-fn claims(sub: &str, exp_from_now: i64) -> serde_json::Value {
+pub(crate) fn claims(sub: &str, exp_from_now: i64) -> serde_json::Value {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -253,7 +253,7 @@ fn claims(sub: &str, exp_from_now: i64) -> serde_json::Value {
     })
 }
 
-async fn with_token(addr: std::net::SocketAddr, token: Option<&str>) -> Resp {
+pub(crate) async fn with_token(addr: std::net::SocketAddr, token: Option<&str>) -> Resp {
     let mut req = get("app.test", "/").header("x-user", "spoofed");
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));

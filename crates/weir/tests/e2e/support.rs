@@ -44,6 +44,11 @@ impl Pki {
         (cert.pem(), key.serialize_pem())
     }
 
+    /// The CA's certificate (PEM), for configuration that names a CA to trust.
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
     /// A client configuration trusting only this CA.
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
