@@ -82,7 +82,7 @@ pub struct TrafficPolicySpec {
     /// largest variant sets its size.)
     pub timeouts: Option<Box<crate::gateway::HttpRouteTimeouts>>,
     /// Retries of failed attempts.
-    pub retry: Option<PolicyRetry>,
+    pub retry: Option<Box<PolicyRetry>>,
     /// Rate limits.
     pub rate_limit: Option<RateLimitSpec>,
     /// Requests must carry one of the API keys of these Secrets.
