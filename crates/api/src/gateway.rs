@@ -291,6 +291,8 @@ pub struct HttpRouteRule {
     pub timeouts: Option<HttpRouteTimeouts>,
     /// Retries (experimental channel in Gateway API v1.4).
     pub retry: Option<HttpRouteRetry>,
+    /// Session persistence (experimental channel in Gateway API v1.6).
+    pub session_persistence: Option<SessionPersistence>,
 }
 
 /// An HTTPRoute match (AND of its conditions).
@@ -529,6 +531,48 @@ pub struct HttpRouteTimeouts {
     pub request: Option<String>,
     /// One backend attempt.
     pub backend_request: Option<String>,
+}
+
+/// Session persistence of a route rule (Gateway API `SessionPersistence`): requests of
+/// one session (a cookie or header weir hands out) reach the same backend and endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SessionPersistence {
+    /// The cookie's or header's name (default `weir-session`).
+    pub session_name: Option<String>,
+    /// How long a session lasts (the cookie's `Max-Age` when `Permanent`).
+    pub absolute_timeout: Option<String>,
+    /// `Cookie` (default) or `Header`.
+    #[serde(rename = "type")]
+    pub type_: Option<SessionPersistenceType>,
+    /// Cookie settings.
+    pub cookie_config: Option<SessionCookieConfig>,
+}
+
+/// How a session is carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum SessionPersistenceType {
+    /// A cookie.
+    Cookie,
+    /// A header.
+    Header,
+}
+
+/// Cookie settings of session persistence.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SessionCookieConfig {
+    /// `Permanent` (`Max-Age` = `absoluteTimeout`) or `Session` (default).
+    pub lifetime_type: Option<CookieLifetimeType>,
+}
+
+/// A session cookie's lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum CookieLifetimeType {
+    /// Until its `Max-Age`.
+    Permanent,
+    /// Until the browser session ends.
+    Session,
 }
 
 /// Rule retries (Gateway API `HTTPRouteRetry`).

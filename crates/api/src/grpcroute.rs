@@ -43,6 +43,8 @@ pub struct GrpcRouteRule {
     pub filters: Vec<GrpcRouteFilter>,
     /// Backends.
     pub backend_refs: Vec<GrpcBackendRef>,
+    /// Session persistence (experimental channel in Gateway API v1.6).
+    pub session_persistence: Option<crate::gateway::SessionPersistence>,
 }
 
 /// A GRPCRoute match (AND of its conditions).

@@ -45,3 +45,7 @@ pub use crate::weir::{
     RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
     TrafficPolicySpec,
 };
+pub use crate::weir::{
+    ConsistentHashSpec, HashCookieSpec, HashHeaderSpec, HashType, LoadBalancerSpec,
+    LoadBalancerType,
+};

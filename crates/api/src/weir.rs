@@ -99,6 +99,9 @@ pub struct TrafficPolicySpec {
     pub circuit_breaker: Option<Box<CircuitBreakerSpec>>,
     /// Requests must be allowed by an external authorization service (forward auth).
     pub ext_auth: Option<Box<ExtAuthSpec>>,
+    /// How an endpoint is chosen (a policy on a `Service` or `Backend`; default: the
+    /// default balancer, which prefers healthy endpoints with fewer requests in flight).
+    pub load_balancer: Option<Box<LoadBalancerSpec>>,
 }
 
 /// External authorization (forward auth, as nginx's `auth_request` or Traefik's
@@ -142,6 +145,79 @@ pub struct ExtAuthCacheSpec {
     pub ttl: Option<String>,
     /// The most answers kept (default 10000, at most 1048576).
     pub max_entries: Option<i64>,
+}
+
+/// The load-balancing algorithm of the endpoints of a Service or Backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadBalancerSpec {
+    /// The algorithm (required).
+    #[serde(rename = "type")]
+    pub type_: Option<LoadBalancerType>,
+    /// What `ConsistentHash` hashes (required with it, refused with the others).
+    pub consistent_hash: Option<ConsistentHashSpec>,
+}
+
+/// A load-balancing algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum LoadBalancerType {
+    /// Smooth weighted round robin.
+    RoundRobin,
+    /// Power of two choices by requests in flight.
+    LeastRequest,
+    /// Power of two choices by a moving average of response time × requests in flight.
+    LatencyAware,
+    /// A consistent-hash ring over a header, a cookie or the client's address.
+    ConsistentHash,
+}
+
+/// What a consistent hash is computed from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConsistentHashSpec {
+    /// `Header`, `Cookie` or `SourceIP` (required).
+    #[serde(rename = "type")]
+    pub type_: Option<HashType>,
+    /// The header of `Header`.
+    pub header: Option<HashHeaderSpec>,
+    /// The cookie of `Cookie`.
+    pub cookie: Option<HashCookieSpec>,
+}
+
+/// The source of a consistent hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum HashType {
+    /// A request header.
+    Header,
+    /// A cookie.
+    Cookie,
+    /// The client's IP address.
+    #[serde(rename = "SourceIP")]
+    SourceIp,
+}
+
+/// The header a consistent hash reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HashHeaderSpec {
+    /// Its name (required).
+    pub name: String,
+}
+
+/// The cookie a consistent hash reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HashCookieSpec {
+    /// Its name (required).
+    pub name: String,
+    /// Whether weir sets it (a random value) on the response to a request without it
+    /// (default false: such a request is balanced as without a hash).
+    pub generate: Option<bool>,
+    /// `Max-Age` of a generated cookie (a Gateway API duration; default: a session
+    /// cookie).
+    pub ttl: Option<String>,
+    /// `Path` of a generated cookie (default `/`).
+    pub path: Option<String>,
 }
 
 /// An active health check: every endpoint of the target is probed on its own, once per

@@ -277,7 +277,10 @@ mod tests {
         assert!(y.contains("path: \"/v2-3\""));
         assert!(y.contains("secretName: d7-tls"));
         let a = domain_yaml(7, &leaf, "/", &[("example.com/a", "1 2")]);
-        assert!(a.contains("  namespace: default\n  annotations:\n    example.com/a: \"1 2\"\nspec:"), "{a}");
+        assert!(
+            a.contains("  namespace: default\n  annotations:\n    example.com/a: \"1 2\"\nspec:"),
+            "{a}"
+        );
     }
 
     #[test]

@@ -90,3 +90,87 @@ pub struct CircuitBreaker {
     /// Limits of each endpoint.
     pub endpoint: Limits,
 }
+
+/// How the data plane chooses an endpoint of a cluster (a policy's `loadBalancer`).
+/// Without one, the default balancer applies: smooth weighted round robin for one choice
+/// and a random second choice, the one with fewer requests in flight taken. Every
+/// algorithm passes over endpoints that outlier detection ejected or active health
+/// checks found unhealthy (all of them: ignored, a chance rather than a certain 503).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum LoadBalancer {
+    /// Smooth weighted round robin alone.
+    RoundRobin,
+    /// Two endpoints drawn at random in proportion to their weights; the one with fewer
+    /// requests in flight is taken (power of two choices).
+    LeastRequest,
+    /// Two endpoints drawn as for `LeastRequest`; the one with the lower cost is taken:
+    /// its peak-sensitive moving average of response time multiplied by its requests in
+    /// flight plus one.
+    LatencyAware,
+    /// The endpoint owning a hash of the request on a consistent-hash ring (built once
+    /// per cluster version); requests without the hashed value are balanced as by the
+    /// default balancer.
+    ConsistentHash(HashOn),
+}
+
+/// What a consistent hash is computed from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum HashOn {
+    /// A request header's value (lowercase name).
+    Header(Arc<str>),
+    /// A cookie's value; generated when absent if `generate` says how.
+    Cookie {
+        /// The cookie's name.
+        name: Arc<str>,
+        /// When set, a request without the cookie gets a new random value (hashed to
+        /// pick its endpoint) and the response sets it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        generate: Option<GeneratedCookie>,
+    },
+    /// The client's address (the peer, or through trusted proxies the client they name).
+    SourceIp,
+    /// A request header's value (lowercase name); a request without it gets a new random
+    /// value, returned in the same response header for the client to send back (Gateway
+    /// API `sessionPersistence` of type `Header`).
+    GeneratedHeader(Arc<str>),
+}
+
+/// The attributes of a cookie weir sets for consistent hashing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GeneratedCookie {
+    /// `Max-Age` (none: a session cookie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Duration>,
+    /// `Path` (starts with `/`).
+    pub path: Arc<str>,
+}
+
+impl LoadBalancer {
+    /// The name of the algorithm (metric label, logs).
+    pub fn name(&self) -> &'static str {
+        match self {
+            LoadBalancer::RoundRobin => "RoundRobin",
+            LoadBalancer::LeastRequest => "LeastRequest",
+            LoadBalancer::LatencyAware => "LatencyAware",
+            LoadBalancer::ConsistentHash(_) => "ConsistentHash",
+        }
+    }
+}
+
+/// Whether `name` can be a cookie name (an HTTP token, RFC 6265 §4.1.1), checked by the
+/// translator and by the wire decode alike.
+pub fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Whether `path` can be the `Path` of a generated cookie: starts with `/`, printable
+/// ASCII without `;`.
+pub fn is_cookie_path(path: &str) -> bool {
+    path.starts_with('/')
+        && path.len() <= 1024
+        && path.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b';')
+}

@@ -37,7 +37,10 @@ mod policy;
 mod route;
 mod tls;
 
-pub use backend_policy::{CircuitBreaker, HealthCheck, HealthProbe, Limits};
+pub use backend_policy::{
+    CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
+    is_cookie_name, is_cookie_path,
+};
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend_policy::{CircuitBreaker, HealthCheck};
+use crate::backend_policy::{CircuitBreaker, HealthCheck, LoadBalancer};
 use crate::cluster::ClusterKey;
 use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
@@ -574,6 +574,10 @@ pub struct Policy {
     /// (push protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ext_auth: Option<(Arc<str>, Arc<ExtAuth>)>,
+    /// How an endpoint is chosen (on a [`PolicyTarget::Backend`] only; push protocol
+    /// version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -602,6 +606,7 @@ impl Policy {
             health_check: None,
             circuit_breaker: None,
             ext_auth: None,
+            load_balancer: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -631,10 +636,14 @@ impl Policy {
             (None, None) => content_hash(&v1),
             (health_check, circuit_breaker) => content_hash(&(v1, health_check, circuit_breaker)),
         };
-        // Added in version 3: folded in only when set, over the version-2 hash.
-        self.hash = match &self.ext_auth {
+        // Added in version 3, each folded in only when set (over the version-2 hash).
+        let v3 = match &self.ext_auth {
             None => v2,
             Some(ext_auth) => content_hash(&(v2, ext_auth)),
+        };
+        self.hash = match &self.load_balancer {
+            None => v3,
+            Some(lb) => content_hash(&(v3, 11u32, lb)),
         };
     }
 
@@ -644,8 +653,10 @@ impl Policy {
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
     /// version 3, each folded into the hash only when set: `retry.replay_body` and
-    /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]), `ext_auth`, and a JWT
-    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set).
+    /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]), `ext_auth`, a JWT
+    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set), and
+    /// `load_balancer` (field 11; not an access guard: an older data plane balances by its
+    /// default).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -653,6 +664,10 @@ impl Policy {
         }
         if self.ext_auth.is_some() {
             self.ext_auth = None;
+            self.rehash();
+        }
+        if self.load_balancer.is_some() {
+            self.load_balancer = None;
             self.rehash();
         }
         if let Some((name, jwt)) = &self.jwt_auth
@@ -751,6 +766,13 @@ impl Policy {
         self
     }
 
+    /// This policy with a load-balancing algorithm.
+    pub fn with_load_balancer(mut self, lb: Option<LoadBalancer>) -> Self {
+        self.load_balancer = lb;
+        self.rehash();
+        self
+    }
+
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
@@ -763,6 +785,7 @@ impl Policy {
             && self.health_check.is_none()
             && self.circuit_breaker.is_none()
             && self.ext_auth.is_none()
+            && self.load_balancer.is_none()
     }
 
     /// The content hash computed at construction.
@@ -936,6 +959,28 @@ mod tests {
         assert_ne!(remote.hash(), local.hash());
         assert!(remote.guards_with_version_3_fields());
         assert_eq!(remote.as_version_2().hash(), local.hash());
+        // Version 3's load balancer: folded in only when set, and gone (with the hash of
+        // before) for a data plane of version 2.
+        assert_eq!(deny.clone().with_load_balancer(None).hash(), deny.hash());
+        let backend = PolicyTarget::Backend {
+            kind: BackendKind::Service,
+            namespace: "ns".into(),
+            name: "svc".into(),
+        };
+        let checked = Policy::new(backend, Timeouts::default(), None, None)
+            .with_circuit_breaker(Some(Default::default()));
+        for lb in [
+            LoadBalancer::RoundRobin,
+            LoadBalancer::LatencyAware,
+            LoadBalancer::ConsistentHash(crate::HashOn::SourceIp),
+        ] {
+            let balanced = checked.clone().with_load_balancer(Some(lb));
+            assert_ne!(balanced.hash(), checked.hash());
+            let older = balanced.as_version_2();
+            assert_eq!(older.load_balancer, None);
+            assert_eq!(older.hash(), checked.hash());
+        }
+        assert_eq!(checked.clone().as_version_2().hash(), checked.hash());
     }
 
     /// The hash of a JWT policy with one provider and no keys, as computed before

@@ -9,17 +9,52 @@
 //! failed its active health checks ([`crate::health`]) is skipped like an ejected one.
 //! If every endpoint is ejected or unhealthy it ignores both (a panic threshold of 0:
 //! better a chance than a certain 503; the same rule as passive outlier detection).
+//!
+//! A Service or Backend policy's `loadBalancer` picks another algorithm
+//! ([`weir_model::LoadBalancer`]), fixed per cluster version ([`Algorithm`]):
+//! - `RoundRobin`: the cycle alone, passing over unavailable endpoints to the next of
+//!   the cycle;
+//! - `LeastRequest`: both choices at random from the cycle (so in proportion to the
+//!   weights), the one with fewer requests in flight taken;
+//! - `LatencyAware`: the same two choices, the one with the lower
+//!   [`EndpointState::latency_cost`] taken (response-time estimate × (in flight + 1),
+//!   [`crate::latency`]);
+//! - `ConsistentHash`: the owner of the request's key on the cluster's ring
+//!   ([`crate::ring`], built here once per cluster version), or, when it is unavailable,
+//!   the next endpoint clockwise that is not (counted:
+//!   `weir_upstream_hash_fallthrough_total`); a request without a key (no such header or
+//!   cookie) is balanced by the default. The key is read from the request by
+//!   [`crate::affinity`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use weir_model::{Cluster, Endpoint, Policy};
+use prometheus_client::metrics::counter::Counter;
+use weir_model::{Cluster, Endpoint, HashOn, LoadBalancer, Policy};
 
 use crate::breaker::{self, Overflow};
 use crate::endpoints::{ConnectGate, EndpointRegistry, EndpointState};
 use crate::health::Prober;
+use crate::ring::Ring;
 use crate::router;
+
+/// Positions of the round-robin cycle tried for an available endpoint before looking
+/// through the endpoints one by one.
+const MAX_CYCLE_SKIPS: usize = 64;
+/// Points of the ring walked for an available endpoint before looking through the
+/// endpoints one by one (every endpoint unavailable is the only long walk).
+const MAX_RING_STEPS: usize = 256;
+
+/// The algorithm of one cluster version (see the module docs).
+#[derive(Debug)]
+enum Algorithm {
+    Default,
+    RoundRobin,
+    LeastRequest,
+    LatencyAware,
+    ConsistentHash(Ring),
+}
 
 /// Longest weighted round-robin cycle kept per cluster; larger weight sums are scaled.
 const MAX_SCHEDULE: u64 = 10_000;
@@ -40,6 +75,13 @@ pub struct ClusterState {
     /// The policy of the cluster's Service or Backend ([`PolicyTarget::Backend`]), whose
     /// backend-level fields (health check, circuit breaker) this state applies.
     policy: Option<Arc<Policy>>,
+    /// How endpoints are chosen (the policy's `loadBalancer`).
+    algorithm: Algorithm,
+    /// The ring of a cluster balanced by another algorithm, built by the first request
+    /// with a key from its route (`sessionPersistence`), once per cluster version.
+    lazy_ring: OnceLock<Ring>,
+    /// Fall-throughs on the ring and generated keys.
+    counters: (Counter, Counter),
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -120,6 +162,17 @@ impl ClusterState {
                 .collect(),
             None => Box::default(),
         };
+        let algorithm = match policy.as_ref().and_then(|p| p.load_balancer.as_ref()) {
+            None => Algorithm::Default,
+            Some(LoadBalancer::RoundRobin) => Algorithm::RoundRobin,
+            Some(LoadBalancer::LeastRequest) => Algorithm::LeastRequest,
+            Some(LoadBalancer::LatencyAware) => Algorithm::LatencyAware,
+            Some(LoadBalancer::ConsistentHash(_)) => {
+                Algorithm::ConsistentHash(Ring::new(&cluster.endpoints))
+            }
+        };
+        let m = registry.balancer_metrics();
+        let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
         ClusterState {
             cluster,
             schedule,
@@ -127,7 +180,23 @@ impl ClusterState {
             states: states.into_boxed_slice(),
             probers,
             policy,
+            algorithm,
+            lazy_ring: OnceLock::new(),
+            counters,
         }
+    }
+
+    /// What the cluster's consistent hash reads from a request, if it balances by one.
+    pub(crate) fn hash_on(&self) -> Option<&HashOn> {
+        match self.policy.as_ref()?.load_balancer.as_ref()? {
+            LoadBalancer::ConsistentHash(on) => Some(on),
+            _ => None,
+        }
+    }
+
+    /// Counts a key generated (a cookie or session header set) for a request to it.
+    pub(crate) fn key_generated(&self) {
+        self.counters.1.inc();
     }
 
     /// The policy of the cluster's Service or Backend this state applies.
@@ -146,24 +215,73 @@ impl ClusterState {
         &self.probers
     }
 
-    /// The endpoint for the next request (see the module docs); `None` when the cluster
-    /// has no endpoints of weight above 0.
-    pub(crate) fn pick(&self, now: Instant) -> Option<Picked<'_>> {
+    /// The endpoint for the next request (see the module docs), `key` being the request's
+    /// consistent-hash key if it has one; `None` when the cluster has no endpoints of
+    /// weight above 0.
+    pub(crate) fn pick(&self, now: Instant, key: Option<u64>) -> Option<Picked<'_>> {
         let len = self.schedule.len();
         if len == 0 {
             return None;
         }
+        if self.states.len() == 1 {
+            return self.picked(self.schedule[0] as usize);
+        }
+        let chosen = match (&self.algorithm, key) {
+            (Algorithm::ConsistentHash(ring), Some(key)) => self.on_ring(ring, key, now),
+            (_, Some(key)) => {
+                let ring = self
+                    .lazy_ring
+                    .get_or_init(|| Ring::new(&self.cluster.endpoints));
+                self.on_ring(ring, key, now)
+            }
+            (Algorithm::RoundRobin, None) => self.round_robin(now),
+            (Algorithm::LeastRequest, None) => self.two_random(now, |a, b| {
+                self.states[b].in_flight() < self.states[a].in_flight()
+            }),
+            (Algorithm::LatencyAware, None) => self.two_random(now, |a, b| {
+                self.states[b].latency_cost(now) < self.states[a].latency_cost(now)
+            }),
+            _ => self.default_pick(now),
+        };
+        self.picked(chosen)
+    }
+
+    /// The default balancer: the next of the cycle against a random one, by requests in
+    /// flight.
+    fn default_pick(&self, now: Instant) -> usize {
+        let len = self.schedule.len();
         let n = self.cursor.fetch_add(1, Ordering::Relaxed);
         let a = self.schedule[n % len] as usize;
-        if self.states.len() == 1 {
-            return self.picked(a);
-        }
         let other = (router::next_random() % (len as u64 - 1).max(1)) as usize;
         let b = self.schedule[(n + 1 + other) % len] as usize;
-        let (sa, sb) = (&self.states[a], &self.states[b]);
-        let chosen = match (self.unavailable(a, now), self.unavailable(b, now)) {
+        self.better(a, b, now, |a, b| {
+            self.states[b].in_flight() < self.states[a].in_flight()
+        })
+    }
+
+    /// Two random positions of the cycle (in proportion to the weights); `b_wins(a, b)`
+    /// says whether the second is better when both are available.
+    fn two_random(&self, now: Instant, b_wins: impl Fn(usize, usize) -> bool) -> usize {
+        let len = self.schedule.len() as u64;
+        let first = router::next_random() % len;
+        let second = (first + 1 + router::next_random() % (len - 1).max(1)) % len;
+        let a = self.schedule[first as usize] as usize;
+        let b = self.schedule[second as usize] as usize;
+        self.better(a, b, now, b_wins)
+    }
+
+    /// Of two endpoints, the available one, or by `b_wins` when both are; when neither
+    /// is, the first available after `a`, else `a`.
+    fn better(
+        &self,
+        a: usize,
+        b: usize,
+        now: Instant,
+        b_wins: impl Fn(usize, usize) -> bool,
+    ) -> usize {
+        match (self.unavailable(a, now), self.unavailable(b, now)) {
             (false, false) => {
-                if sb.in_flight() < sa.in_flight() {
+                if a != b && b_wins(a, b) {
                     b
                 } else {
                     a
@@ -172,8 +290,40 @@ impl ClusterState {
             (false, true) => a,
             (true, false) => b,
             (true, true) => self.first_healthy(a, now).unwrap_or(a),
+        }
+    }
+
+    /// The next endpoint of the cycle that is available. Unavailable ones use up their
+    /// positions (the cursor moves past them), so the others keep their weights' shares.
+    fn round_robin(&self, now: Instant) -> usize {
+        let len = self.schedule.len();
+        let mut first = None;
+        for _ in 0..len.min(MAX_CYCLE_SKIPS) {
+            let n = self.cursor.fetch_add(1, Ordering::Relaxed);
+            let i = self.schedule[n % len] as usize;
+            if !self.unavailable(i, now) {
+                return i;
+            }
+            first.get_or_insert(i);
+        }
+        let first = first.unwrap_or(self.schedule[0] as usize);
+        self.first_healthy(first, now).unwrap_or(first)
+    }
+
+    /// The owner of `key` on the ring, or the next available endpoint clockwise.
+    fn on_ring(&self, ring: &Ring, key: u64, now: Instant) -> usize {
+        let mut walk = ring.walk(key);
+        let Some(owner) = walk.next() else {
+            return self.default_pick(now);
         };
-        self.picked(chosen)
+        if !self.unavailable(owner, now) {
+            return owner;
+        }
+        self.counters.0.inc();
+        walk.take(MAX_RING_STEPS)
+            .find(|&i| i != owner && !self.unavailable(i, now))
+            .or_else(|| self.first_healthy(owner, now))
+            .unwrap_or(owner)
     }
 
     /// The endpoint for the next request within the circuit breaker of the cluster's
@@ -181,8 +331,8 @@ impl ClusterState {
     /// another endpoint when it is at its own limit; `Err` when the cluster is at its
     /// limit or every endpoint is (counted), or it has no endpoints. Without a breaker,
     /// one branch more than `pick`.
-    pub(crate) fn admit(&self, now: Instant) -> Result<Picked<'_>, Refused> {
-        let picked = self.pick(now).ok_or(Refused::NoEndpoints)?;
+    pub(crate) fn admit(&self, now: Instant, key: Option<u64>) -> Result<Picked<'_>, Refused> {
+        let picked = self.pick(now, key).ok_or(Refused::NoEndpoints)?;
         let Some(b) = self
             .policy
             .as_ref()
@@ -288,7 +438,7 @@ pub(crate) mod tests {
 
     fn addr_of(state: &ClusterState) -> String {
         state
-            .pick(Instant::now())
+            .pick(Instant::now(), None)
             .unwrap()
             .endpoint
             .addr
@@ -311,12 +461,12 @@ pub(crate) mod tests {
         }
         assert!(
             ClusterState::new(cluster("empty", &[]), &reg)
-                .pick(Instant::now())
+                .pick(Instant::now(), None)
                 .is_none()
         );
         assert!(
             ClusterState::new(cluster("zero", &[0]), &reg)
-                .pick(Instant::now())
+                .pick(Instant::now(), None)
                 .is_none()
         );
     }
@@ -329,7 +479,7 @@ pub(crate) mod tests {
         let stuck: Vec<_> = (0..50).map(|_| state.states()[0].start()).collect();
         let mut counts = [0u32; 4];
         for _ in 0..4000 {
-            let p = state.pick(Instant::now()).unwrap();
+            let p = state.pick(Instant::now(), None).unwrap();
             let i = state
                 .cluster
                 .endpoints
@@ -369,5 +519,157 @@ pub(crate) mod tests {
         for _ in 0..100 {
             assert_eq!(addr_of(&two), "10.0.0.1:80");
         }
+    }
+
+    fn balanced(
+        name: &str,
+        weights: &[u32],
+        lb: LoadBalancer,
+        reg: &EndpointRegistry,
+    ) -> ClusterState {
+        let policy = Policy::new(
+            weir_model::PolicyTarget::Backend {
+                kind: weir_model::BackendKind::Service,
+                namespace: "ns".into(),
+                name: name.into(),
+            },
+            weir_model::Timeouts::default(),
+            None,
+            None,
+        )
+        .with_load_balancer(Some(lb));
+        ClusterState::with_policy(cluster(name, weights), reg, Some(Arc::new(policy)))
+    }
+
+    fn index_of(state: &ClusterState, p: &Picked<'_>) -> usize {
+        state
+            .cluster
+            .endpoints
+            .iter()
+            .position(|e| std::ptr::eq(e, p.endpoint))
+            .unwrap()
+    }
+
+    fn counts(state: &ClusterState, n: usize, key: Option<u64>) -> Vec<u32> {
+        let mut counts = vec![0u32; state.cluster.endpoints.len()];
+        for _ in 0..n {
+            let p = state.pick(Instant::now(), key).unwrap();
+            counts[index_of(state, &p)] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn round_robin_follows_weights_and_skips_ejected() {
+        let reg = EndpointRegistry::default();
+        let state = balanced("rr", &[2, 1, 1], LoadBalancer::RoundRobin, &reg);
+        // Busy endpoints make no difference to plain round robin.
+        let _busy: Vec<_> = (0..20).map(|_| state.states()[0].start()).collect();
+        assert_eq!(counts(&state, 400, None), [200, 100, 100]);
+        for _ in 0..5 {
+            state.states()[0].start().finish(Outcome::GatewayFailure);
+        }
+        assert!(state.states()[0].is_ejected(Instant::now()));
+        assert_eq!(counts(&state, 400, None), [0, 200, 200]);
+    }
+
+    #[test]
+    fn least_request_follows_weights_when_idle_and_avoids_busy_endpoints() {
+        let reg = EndpointRegistry::default();
+        let state = balanced("lr", &[3, 1], LoadBalancer::LeastRequest, &reg);
+        let c = counts(&state, 8000, None);
+        // 3:1 by weight (random draws: within a wide margin).
+        assert!((5400..6600).contains(&c[0]), "{c:?}");
+        let even = balanced("lr4", &[1, 1, 1, 1], LoadBalancer::LeastRequest, &reg);
+        let _stuck: Vec<_> = (0..50).map(|_| even.states()[0].start()).collect();
+        let c = counts(&even, 4000, None);
+        assert_eq!(c[0], 0, "never taken against an idle one: {c:?}");
+    }
+
+    #[test]
+    fn latency_aware_prefers_the_fast_endpoint() {
+        let reg = EndpointRegistry::default();
+        let state = balanced("la", &[1, 1, 1, 1], LoadBalancer::LatencyAware, &reg);
+        let now = Instant::now();
+        // Endpoint 2 answers in 50 ms, the others in about 1 ms.
+        for round in 0..20 {
+            for (i, s) in state.states().iter().enumerate() {
+                let took = if i == 2 { 50 } else { 1 + round % 2 };
+                s.start_at(now - std::time::Duration::from_millis(took))
+                    .finish(Outcome::Success);
+            }
+        }
+        let slow = state.states()[2].latency_estimate(Instant::now());
+        let fast = state.states()[0].latency_estimate(Instant::now());
+        assert!(slow > 10.0 * fast, "{slow} vs {fast}");
+        let c = counts(&state, 4000, None);
+        assert_eq!(c[2], 0, "the slow endpoint loses every pair: {c:?}");
+        // The fast ones share the rest (by their small differences in estimate).
+        assert!(
+            c.iter().enumerate().all(|(i, n)| i == 2 || *n > 100),
+            "{c:?}"
+        );
+        // Requests in flight count too: a fast endpoint with many of them loses.
+        let _held: Vec<_> = (0..200).map(|_| state.states()[0].start()).collect();
+        let c = counts(&state, 3000, None);
+        assert!(c[0] < 100, "{c:?}");
+        // The estimate survives a new version of the cluster.
+        let next = balanced("la", &[1, 1, 1, 1, 1], LoadBalancer::LatencyAware, &reg);
+        assert!(next.states()[2].latency_estimate(Instant::now()) > 10.0 * fast);
+    }
+
+    #[test]
+    fn consistent_hash_sticks_and_falls_through_unavailable_endpoints() {
+        let reg = EndpointRegistry::default();
+        let lb = LoadBalancer::ConsistentHash(HashOn::SourceIp);
+        let state = balanced("ch", &[1, 1, 1, 1, 1], lb.clone(), &reg);
+        let key = |ip: &str| crate::affinity::ip_key(ip.parse().unwrap());
+        let mut owners = std::collections::HashSet::new();
+        for client in 0..50u8 {
+            let k = key(&format!("192.0.2.{client}"));
+            let c = counts(&state, 20, Some(k));
+            assert_eq!(c.iter().filter(|n| **n > 0).count(), 1, "sticky: {c:?}");
+            owners.insert(c.iter().position(|n| *n > 0).unwrap());
+        }
+        assert!(
+            owners.len() >= 4,
+            "keys spread over the endpoints: {owners:?}"
+        );
+        // The owner of a key is ejected: its requests go to one other endpoint, the next on
+        // the ring, and come back once the ejection is over.
+        let k = key("198.51.100.1");
+        let owner = index_of(&state, &state.pick(Instant::now(), Some(k)).unwrap());
+        for _ in 0..5 {
+            state.states()[owner]
+                .start()
+                .finish(Outcome::GatewayFailure);
+        }
+        let c = counts(&state, 20, Some(k));
+        assert_eq!(c[owner], 0, "{c:?}");
+        assert_eq!(
+            c.iter().filter(|n| **n > 0).count(),
+            1,
+            "still sticky: {c:?}"
+        );
+        assert_eq!(reg.balancer_metrics().hash_fallthrough.get(), 20);
+        state.states()[owner].readmit();
+        assert_eq!(counts(&state, 5, Some(k))[owner], 5);
+        // Without a key: the default balancer.
+        let c = counts(&state, 500, None);
+        assert!(c.iter().all(|n| *n == 100), "{c:?}");
+    }
+
+    #[test]
+    fn a_key_from_the_route_uses_a_ring_of_any_cluster() {
+        let reg = EndpointRegistry::default();
+        // A cluster balanced by round robin, and a request with a key (a route's
+        // sessionPersistence): the key decides, the same endpoint every time.
+        let state = balanced("rr-key", &[1, 1, 1], LoadBalancer::RoundRobin, &reg);
+        let c = counts(&state, 30, Some(42));
+        assert_eq!(c.iter().filter(|n| **n > 0).count(), 1, "{c:?}");
+        let plain = ClusterState::new(cluster("plain", &[1, 1, 1]), &reg);
+        let c = counts(&plain, 30, Some(7));
+        assert_eq!(c.iter().filter(|n| **n > 0).count(), 1, "{c:?}");
+        assert_eq!(counts(&plain, 30, None), [10, 10, 10]);
     }
 }

@@ -30,11 +30,8 @@ use crate::error::{BoxError, ProxyError};
 
 /// A client's request body on its way upstream, failing after `body_idle` without data.
 pub(crate) struct RequestBody {
-    /// An attempt of a retried request: the body comes from the [`Replay`] (boxed: most
-    /// bodies are not retried).
-    tee: Option<Box<TeeReader>>,
-    /// `None`: an empty body, or one read through `tee`.
-    inner: Option<Incoming>,
+    /// `None`: an empty body.
+    inner: Option<Source>,
     /// `None`: no limit, or the limit already fired.
     idle: Option<Duration>,
     /// Armed the first time the body had to wait; boxed because most bodies never wait.
@@ -42,6 +39,16 @@ pub(crate) struct RequestBody {
     /// When the current wait for data began, if the last poll found none.
     waiting_since: Option<Instant>,
     stall: Option<Stall>,
+}
+
+/// Where a [`RequestBody`]'s frames come from (one field: it is part of every request
+/// future, which has a size budget).
+enum Source {
+    /// The client.
+    Client(Incoming),
+    /// An attempt of a retried request: a [`Replay`]'s (boxed: most bodies are not
+    /// retried).
+    Tee(Box<TeeReader>),
 }
 
 /// Set when a [`RequestBody`] gave up waiting; shared with the upstream response future.
@@ -75,8 +82,7 @@ impl RequestBody {
         // A body that is already complete is never polled for data: no flag, no timer.
         let limited = !idle.is_zero() && !inner.is_end_stream();
         RequestBody {
-            tee: None,
-            inner: Some(inner),
+            inner: Some(Source::Client(inner)),
             idle: limited.then_some(idle),
             timer: None,
             waiting_since: None,
@@ -155,13 +161,12 @@ impl Replay {
             })
             .unwrap_or((None, 0));
         RequestBody {
-            tee: Some(Box::new(TeeReader {
+            inner: Some(Source::Tee(Box::new(TeeReader {
                 tee: Arc::clone(&self.0),
                 next: 0,
                 done: false,
                 attempt,
-            })),
-            inner: None,
+            }))),
             idle: None,
             timer: None,
             waiting_since: None,
@@ -297,11 +302,10 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
-        if let Some(tee) = &mut this.tee {
-            return tee.poll_frame(cx);
-        }
-        let Some(inner) = &mut this.inner else {
-            return Poll::Ready(None);
+        let inner = match &mut this.inner {
+            None => return Poll::Ready(None),
+            Some(Source::Tee(tee)) => return tee.poll_frame(cx),
+            Some(Source::Client(inner)) => inner,
         };
         if let Poll::Ready(frame) = Pin::new(inner).poll_frame(cx) {
             this.waiting_since = None;
@@ -334,19 +338,18 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.tee {
-            Some(tee) => tee.is_end_stream(),
-            None => self.inner.as_ref().is_none_or(Incoming::is_end_stream),
+        match &self.inner {
+            None => true,
+            Some(Source::Tee(tee)) => tee.is_end_stream(),
+            Some(Source::Client(inner)) => inner.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.tee {
-            Some(tee) => tee.size_hint(),
-            None => self
-                .inner
-                .as_ref()
-                .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint),
+        match &self.inner {
+            None => SizeHint::with_exact(0),
+            Some(Source::Tee(tee)) => tee.size_hint(),
+            Some(Source::Client(inner)) => inner.size_hint(),
         }
     }
 }

@@ -28,6 +28,7 @@ use weir_model::{ClusterKey, EndpointAddr};
 
 use crate::breaker::{BreakerMetrics, Overflow};
 use crate::health::{HealthMetrics, Probers};
+use crate::latency::PeakEwma;
 
 /// Passive outlier detection settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +99,17 @@ pub(crate) struct OutlierMetrics {
     pub(crate) ejections_refused: Counter,
     /// Requests refused by circuit breakers.
     pub(crate) breaker: BreakerMetrics,
+    /// Consistent-hash balancing.
+    pub(crate) balancer: BalancerMetrics,
+}
+
+/// Counters of the consistent-hash balancer (unlabelled: one per data plane).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BalancerMetrics {
+    /// Requests whose key's endpoint was unavailable, sent to the next on the ring.
+    pub(crate) hash_fallthrough: Counter,
+    /// Cookies generated for requests without one.
+    pub(crate) hash_cookies: Counter,
 }
 
 /// Per-cluster figures shared by its endpoints' states (how many are ejected, of how
@@ -211,6 +223,8 @@ pub(crate) struct EndpointState {
     /// Lifetime counters, for the admin dump and tests.
     successes: AtomicU64,
     failures: AtomicU64,
+    /// Response time, for the `LatencyAware` balancer.
+    latency: PeakEwma,
 }
 
 impl EndpointState {
@@ -224,7 +238,20 @@ impl EndpointState {
             cluster,
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            latency: PeakEwma::default(),
         }
+    }
+
+    /// The `LatencyAware` balancer's cost at `now`: the response-time estimate times the
+    /// requests in flight plus one ([`crate::latency`]).
+    pub(crate) fn latency_cost(&self, now: Instant) -> f64 {
+        self.latency.estimate(nanos(now)) * f64::from(self.in_flight() + 1)
+    }
+
+    /// The response-time estimate in nanoseconds at `now`.
+    #[cfg(test)]
+    pub(crate) fn latency_estimate(&self, now: Instant) -> f64 {
+        self.latency.estimate(nanos(now))
     }
 
     /// The figures of the endpoint's cluster.
@@ -245,10 +272,16 @@ impl EndpointState {
 
     /// Counts a request sent to the endpoint; the guard's report (or drop) ends it.
     pub(crate) fn start(self: &Arc<Self>) -> InFlight {
+        self.start_at(Instant::now())
+    }
+
+    /// As [`EndpointState::start`], the request's response time counted from `now`.
+    pub(crate) fn start_at(self: &Arc<Self>, now: Instant) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.cluster.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight {
             state: Some(Arc::clone(self)),
+            started: nanos(now),
         }
     }
 
@@ -368,6 +401,7 @@ impl EndpointState {
             "consecutive_failures": self.consecutive_failures.load(Ordering::Relaxed),
             "successes": self.successes.load(Ordering::Relaxed),
             "failures": self.failures.load(Ordering::Relaxed),
+            "latency_ms": self.latency.estimate(nanos(now)) / 1e6,
         })
     }
 }
@@ -377,6 +411,8 @@ impl EndpointState {
 #[derive(Debug)]
 pub(crate) struct InFlight {
     state: Option<Arc<EndpointState>>,
+    /// When it was sent ([`nanos`]), for the response time.
+    started: u64,
 }
 
 impl InFlight {
@@ -398,7 +434,14 @@ impl InFlight {
         if let Some(state) = self.state.take() {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
             state.cluster.in_flight.fetch_sub(1, Ordering::Relaxed);
-            if let Some(length) = state.report(outcome, Instant::now()) {
+            let now = Instant::now();
+            if outcome != Outcome::Neutral {
+                let now_ns = nanos(now);
+                let took = now_ns.saturating_sub(self.started) as f64;
+                let failed = outcome == Outcome::GatewayFailure;
+                state.latency.observe(took, failed, now_ns);
+            }
+            if let Some(length) = state.report(outcome, now) {
                 tracing::warn!(
                     ejection_ms = length.as_millis() as u64,
                     "endpoint ejected after consecutive gateway failures"
@@ -515,11 +558,17 @@ impl EndpointRegistry {
         metrics: OutlierMetrics,
         health: HealthMetrics,
     ) -> EndpointRegistry {
+        epoch();
         EndpointRegistry {
             endpoints: Mutex::new(Registered::default()),
             outlier: Arc::new(Outlier { config, metrics }),
             probers: Probers::new(health),
         }
+    }
+
+    /// The consistent-hash balancer's counters.
+    pub(crate) fn balancer_metrics(&self) -> &BalancerMetrics {
+        &self.outlier.metrics.balancer
     }
 
     /// The active health checkers.
@@ -612,12 +661,27 @@ impl Drop for EndpointState {
     }
 }
 
+/// The process-wide start instant of [`millis`] and [`nanos`].
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    // A minute back where the clock allows, so that times taken just before the first
+    // call (a request's start) still fall after it.
+    *EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(60))
+            .unwrap_or(now - Duration::from_millis(1))
+    })
+}
+
 /// Milliseconds since a process-wide start instant (never 0 for a real time, so 0 can
 /// mean "not ejected").
 fn millis(now: Instant) -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(|| Instant::now() - Duration::from_millis(1));
-    now.saturating_duration_since(epoch).as_millis() as u64 + 1
+    now.saturating_duration_since(epoch()).as_millis() as u64 + 1
+}
+
+/// Nanoseconds since the same instant (never 0 for a real time).
+pub(crate) fn nanos(now: Instant) -> u64 {
+    now.saturating_duration_since(epoch()).as_nanos() as u64 + 1
 }
 
 #[cfg(test)]

@@ -9,12 +9,15 @@ mod endpoints;
 mod filters;
 mod health;
 mod hosts;
+mod latency;
+mod ring;
 mod router;
 mod sharded;
 mod snapshot;
 mod tls;
 
 mod admin;
+mod affinity;
 mod authority;
 mod basic_auth;
 mod body;

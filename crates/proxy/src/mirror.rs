@@ -32,7 +32,7 @@ pub(crate) fn targets(
                 per_million,
             } if sampled(*per_million) => {
                 let c = snapshot.cluster(cluster)?;
-                let e = c.pick(std::time::Instant::now())?;
+                let e = c.pick(std::time::Instant::now(), None)?;
                 Some((e.endpoint.addr.clone(), c.cluster.protocol))
             }
             _ => None,

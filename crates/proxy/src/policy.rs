@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, BasicAuth, PasswordScheme, Policy, PolicyTarget, RateLimitKey, Retry, RouteRule,
-    Timeouts,
+    ApiKeyAuth, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
+    RateLimitKey, Retry, RouteRule, Timeouts,
 };
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
@@ -45,6 +45,8 @@ pub(crate) struct Applied {
     jwt_auth: Option<Arc<Policy>>,
     /// The policy whose external authorization applies.
     ext_auth: Option<Arc<Policy>>,
+    /// The policy whose load balancer applies (a rule's `sessionPersistence`).
+    load_balancer: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -59,6 +61,16 @@ impl Applied {
             ip_rules: None,
             jwt_auth: None,
             ext_auth: None,
+            load_balancer: None,
+        }
+    }
+
+    /// What the rule's consistent hash reads (a route-level load balancer: Gateway API
+    /// `sessionPersistence`), if it has one.
+    pub(crate) fn hash_on(&self) -> Option<&HashOn> {
+        match self.load_balancer.as_ref()?.load_balancer.as_ref()? {
+            LoadBalancer::ConsistentHash(on) => Some(on),
+            _ => None,
         }
     }
 
@@ -107,6 +119,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.ip_rules = first(|p| p.ip_rules.is_some());
     applied.jwt_auth = first(|p| p.jwt_auth.is_some());
     applied.ext_auth = first(|p| p.ext_auth.is_some());
+    applied.load_balancer = first(|p| p.load_balancer.is_some());
     applied
 }
 

@@ -59,6 +59,16 @@ pub(crate) async fn forward(
 ) -> Retried {
     let timeouts = &applied.timeouts;
     let body = RequestBody::new(body, ctx.timeouts.body_idle);
+    let mut first = first;
+    let set_header = first.set_header.take();
+    let with_cookie = |r: Result<Response<ProxyBody>, ProxyError>| {
+        r.map(|mut resp| {
+            if let Some(h) = &set_header {
+                resp.headers_mut().append(h.0.clone(), h.1.clone());
+            }
+            resp
+        })
+    };
     let Some(retry) = applied.retry(&rule) else {
         // Not reached: the caller checked. One attempt, as without retries.
         let addr = first.addr.clone();
@@ -75,7 +85,7 @@ pub(crate) async fn forward(
                     lease,
                 )
             });
-        return (result, 1, addr);
+        return (with_cookie(result), 1, addr);
     };
     let body = body.replayable(retry.replay_body as usize);
     let health = first.in_flight.cluster();
@@ -125,7 +135,7 @@ pub(crate) async fn forward(
                 )),
                 Err(e) => Err(e),
             };
-            return (result, attempts, addr);
+            return (with_cookie(result), attempts, addr);
         }
         drop(result);
         tokio::time::sleep(wait).await;
@@ -186,11 +196,11 @@ fn choose_again(
     };
     let snapshot = ctx.shared.snapshots.load();
     let now = Instant::now();
-    let first = choose(&snapshot, rule, backends, now)?;
+    let first = choose(&snapshot, rule, backends, now, None)?;
     if first.addr != *failed {
         return Ok(first);
     }
-    match choose(&snapshot, rule, backends, now) {
+    match choose(&snapshot, rule, backends, now, None) {
         Ok(second) if second.addr != *failed => Ok(second),
         _ => Ok(first),
     }

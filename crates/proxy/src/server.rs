@@ -21,6 +21,7 @@ use weir_model::{
     UpstreamProtocol, WeightedBackend,
 };
 
+use crate::affinity;
 use crate::authority;
 use crate::basic_auth;
 use crate::body::RequestBody;
@@ -530,7 +531,8 @@ fn phases(
             return Ok(Routed::Respond(resp));
         }
     };
-    let mut target = choose(&snapshot, &rule, backends, start)?;
+    let from = Some((req.headers(), client, &applied));
+    let mut target = choose(&snapshot, &rule, backends, start, from)?;
     drop(snapshot);
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
@@ -631,24 +633,48 @@ fn route(
 
 /// Phase 3: a backend of the rule (by weight) and an endpoint of its cluster (by the
 /// balancer), counted in flight until its outcome is known; and the mirrors' endpoints.
+/// With the request's headers, client and settings (`from`), a consistent-hash key
+/// ([`affinity`]) is read when the rule's policies balance by one (Gateway API
+/// `sessionPersistence`: the key also chooses the backend, so a session keeps it) or the
+/// chosen cluster's Service does. A retry chooses without `from` (another endpoint than
+/// the key's is what it wants).
 pub(crate) fn choose(
     snapshot: &Snapshot,
     rule: &RouteRule,
     backends: &[WeightedBackend],
     now: Instant,
+    from: Option<(&HeaderMap, std::net::IpAddr, &Applied)>,
 ) -> Result<Target, ProxyError> {
-    let backend = router::pick_backend(backends).ok_or(ProxyError::BackendNotFound)?;
+    let route_on = from.and_then(|(_, _, applied)| applied.hash_on());
+    let mut affinity = match (route_on, from) {
+        (Some(on), Some((headers, client, _))) => affinity::of_request(on, headers, client),
+        _ => affinity::Affinity::default(),
+    };
+    let backend = match affinity.key {
+        Some(key) => affinity::backend_for_key(backends, key),
+        None => router::pick_backend(backends),
+    }
+    .ok_or(ProxyError::BackendNotFound)?;
     let cluster = snapshot
         .cluster(&backends[backend].cluster)
         .ok_or(ProxyError::BackendNotFound)?;
-    let picked = cluster.admit(now)?;
+    if route_on.is_none()
+        && let (Some(on), Some((headers, client, _))) = (cluster.hash_on(), from)
+    {
+        affinity = affinity::of_request(on, headers, client);
+    }
+    let picked = cluster.admit(now, affinity.key)?;
+    if affinity.set_header.is_some() {
+        cluster.key_generated();
+    }
     Ok(Target {
         addr: picked.endpoint.addr.clone(),
         protocol: cluster.cluster.protocol,
         backend,
         mirrors: mirror::targets(snapshot, rule),
         gate: cluster.connect_gate(picked.state),
-        in_flight: picked.state.start(),
+        in_flight: picked.state.start_at(now),
+        set_header: affinity.set_header.map(Box::new),
     })
 }
 /// The response of a rule that answers by itself: direct response, redirect or failure.
@@ -722,6 +748,9 @@ pub(crate) struct Target {
     /// The circuit breaker's pending-request limits, checked if the request needs a new
     /// connection.
     pub(crate) gate: Option<ConnectGate>,
+    /// A header the response carries: a consistent-hash key generated for this request
+    /// (`Set-Cookie`, or a session header).
+    pub(crate) set_header: Option<Box<(HeaderName, HeaderValue)>>,
 }
 
 /// The filters of the rule's backend number `backend` (none if out of range).
@@ -871,7 +900,12 @@ fn send(
         rule,
         backend: target.backend,
         client_upgrade,
-        cors_origin: cors_origin.map(Box::new),
+        extra: (cors_origin.is_some() || target.set_header.is_some()).then(|| {
+            Box::new(Extra {
+                cors_origin,
+                set_header: target.set_header.map(|h| *h),
+            })
+        }),
         in_flight: Some(target.in_flight),
     }
 }
@@ -885,10 +919,19 @@ pin_project_lite::pin_project! {
         rule: Arc<RouteRule>,
         backend: usize,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-        // Boxed: CORS requests are the rare case, and this future has a size budget.
-        cors_origin: Option<Box<HeaderValue>>,
+        // Boxed: CORS requests and generated cookies are the rare case, and this future
+        // has a size budget.
+        extra: Option<Box<Extra>>,
         in_flight: Option<InFlight>,
     }
+}
+
+/// What a few forwarded requests add to their response.
+struct Extra {
+    /// The request's origin, allowed by the rule's CORS filter.
+    cors_origin: Option<HeaderValue>,
+    /// A header to add (a generated consistent-hash key).
+    set_header: Option<(HeaderName, HeaderValue)>,
 }
 
 impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
@@ -902,14 +945,19 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
         }
         let (resp, lease) = result?;
         let rule = &**this.rule;
-        Poll::Ready(Ok(relay(
+        let extra = this.extra.take();
+        let mut resp = relay(
             rule,
             backend_filters(rule, *this.backend),
-            this.cors_origin.as_deref(),
+            extra.as_ref().and_then(|e| e.cors_origin.as_ref()),
             this.client_upgrade.take(),
             resp,
             lease,
-        )))
+        );
+        if let Some((name, value)) = extra.and_then(|e| e.set_header) {
+            resp.headers_mut().append(name, value);
+        }
+        Poll::Ready(Ok(resp))
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
-use weir_model::{Certificate, ClusterKey, Resource, ResourceKey, RouteRule};
+use weir_model::{Certificate, ClusterKey, PolicyTarget, Resource, ResourceKey, RouteRule};
 
 use crate::compile::backend::{self, ClusterSource};
 use crate::compile::order::RuleOrder;
@@ -86,6 +86,8 @@ pub struct Translator {
     ingress: IngressState,
     /// Policies, their targets and the Policy resources.
     policies: PolicyIndex,
+    /// The rules of each route whose `sessionPersistence` is their implicit policy.
+    sessions: HashMap<ObjectKey, Vec<PolicyTarget>>,
     /// The IR and statuses emitted so far.
     emitter: Emitter,
 }
@@ -148,6 +150,7 @@ impl Translator {
             routes: HashMap::new(),
             ingress: IngressState::default(),
             policies: PolicyIndex::default(),
+            sessions: HashMap::new(),
             emitter: Emitter::default(),
         }
     }

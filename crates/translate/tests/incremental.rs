@@ -109,6 +109,16 @@ spec:
   - {matches: [{path: {value: /x}}], backendRefs: [{name: svc, port: 80}]}
   - {name: main, backendRefs: [{name: svc, port: 80}]}
 ---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.test]
+  rules:
+  - {matches: [{path: {value: /x}}], backendRefs: [{name: svc, port: 80}], sessionPersistence: {type: Header}}
+  - {name: main, backendRefs: [{name: svc, port: 80}], sessionPersistence: {sessionName: s}}
+---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
 metadata: {name: p1, namespace: default}
@@ -186,6 +196,22 @@ metadata: {name: p8, namespace: other}
 spec:
   targetRefs: [{group: weir.dev, kind: Backend, name: b1}]
   healthCheck: {type: GRPC, interval: 2s}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p9, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}]
+  loadBalancer:
+    type: ConsistentHash
+    consistentHash: {type: Cookie, cookie: {name: sid, generate: true, ttl: 1h}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p9, namespace: default}
+spec:
+  targetRefs: [{group: weir.dev, kind: Backend, name: b1}]
+  loadBalancer: {type: LatencyAware}
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy

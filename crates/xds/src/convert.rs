@@ -9,13 +9,14 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
     ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, Filter, HeaderMatch, HeaderModifier,
-    HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
-    JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings,
-    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
-    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
-    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
-    UpstreamProtocol, VirtualHost, WeightedBackend,
+    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, Filter, GeneratedCookie, HashOn,
+    HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth,
+    JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey,
+    ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme, PathMatch, PathNormalization,
+    PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect,
+    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
+    SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name,
+    is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -239,6 +240,7 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             cluster: Some(limits_to_wire(&c.cluster)),
             endpoint: Some(limits_to_wire(&c.endpoint)),
         }),
+        load_balancer: p.load_balancer.as_ref().map(load_balancer_to_wire),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -252,6 +254,98 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
         }),
     }
+}
+
+fn load_balancer_to_wire(lb: &LoadBalancer) -> wire::LoadBalancer {
+    use wire::consistent_hash::On;
+    use wire::load_balancer::Algorithm;
+    let algorithm = match lb {
+        LoadBalancer::RoundRobin => Algorithm::RoundRobin(true),
+        LoadBalancer::LeastRequest => Algorithm::LeastRequest(true),
+        LoadBalancer::LatencyAware => Algorithm::LatencyAware(true),
+        LoadBalancer::ConsistentHash(on) => Algorithm::ConsistentHash(wire::ConsistentHash {
+            on: Some(match on {
+                HashOn::Header(h) => On::Header(h.to_string()),
+                HashOn::Cookie { name, generate } => On::Cookie(wire::HashCookie {
+                    name: name.to_string(),
+                    generate: generate.as_ref().map(|g| wire::GeneratedCookie {
+                        ttl_ns: g.ttl.map(|t| t.as_nanos() as u64),
+                        path: g.path.to_string(),
+                    }),
+                }),
+                HashOn::SourceIp => On::SourceIp(true),
+                HashOn::GeneratedHeader(h) => On::GeneratedHeader(h.to_string()),
+            }),
+        }),
+    };
+    wire::LoadBalancer {
+        algorithm: Some(algorithm),
+    }
+}
+
+fn load_balancer_from_wire(lb: &wire::LoadBalancer) -> Result<LoadBalancer, InvalidResource> {
+    use wire::consistent_hash::On;
+    use wire::load_balancer::Algorithm;
+    Ok(
+        match lb.algorithm.as_ref().ok_or_else(|| missing("algorithm"))? {
+            Algorithm::RoundRobin(_) => LoadBalancer::RoundRobin,
+            Algorithm::LeastRequest(_) => LoadBalancer::LeastRequest,
+            Algorithm::LatencyAware(_) => LoadBalancer::LatencyAware,
+            Algorithm::ConsistentHash(h) => LoadBalancer::ConsistentHash(
+                match h.on.as_ref().ok_or_else(|| missing("consistent_hash.on"))? {
+                    On::Header(name) => {
+                        if !RateLimitKey::is_header_name(name) {
+                            return Err(invalid("consistent_hash.header", "not a header name"));
+                        }
+                        HashOn::Header(name.to_ascii_lowercase().into())
+                    }
+                    On::Cookie(c) => {
+                        if !is_cookie_name(&c.name) {
+                            return Err(invalid(
+                                "consistent_hash.cookie.name",
+                                "not a cookie name",
+                            ));
+                        }
+                        let generate = match &c.generate {
+                            None => None,
+                            Some(g) => {
+                                if !is_cookie_path(&g.path) {
+                                    return Err(invalid(
+                                        "consistent_hash.cookie.path",
+                                        "not a cookie path",
+                                    ));
+                                }
+                                if g.ttl_ns == Some(0) {
+                                    return Err(invalid(
+                                        "consistent_hash.cookie.ttl",
+                                        "must be positive",
+                                    ));
+                                }
+                                Some(GeneratedCookie {
+                                    ttl: g.ttl_ns.map(Duration::from_nanos),
+                                    path: g.path.as_str().into(),
+                                })
+                            }
+                        };
+                        HashOn::Cookie {
+                            name: c.name.as_str().into(),
+                            generate,
+                        }
+                    }
+                    On::SourceIp(_) => HashOn::SourceIp,
+                    On::GeneratedHeader(name) => {
+                        if !RateLimitKey::is_header_name(name) {
+                            return Err(invalid(
+                                "consistent_hash.generated_header",
+                                "not a header name",
+                            ));
+                        }
+                        HashOn::GeneratedHeader(name.to_ascii_lowercase().into())
+                    }
+                },
+            ),
+        },
+    )
 }
 
 fn health_check_to_wire(h: &HealthCheck) -> wire::HealthCheck {
@@ -705,7 +799,14 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             .with_circuit_breaker(p.circuit_breaker.as_ref().map(|c| CircuitBreaker {
                 cluster: limits_from_wire(c.cluster.as_ref()),
                 endpoint: limits_from_wire(c.endpoint.as_ref()),
-            })),
+            }))
+            .with_load_balancer(
+                p.load_balancer
+                    .as_ref()
+                    .map(load_balancer_from_wire)
+                    .transpose()
+                    .map_err(within("load_balancer"))?,
+            ),
     )
 }
 

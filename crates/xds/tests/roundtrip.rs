@@ -246,3 +246,78 @@ fn a_health_check_with_a_zero_threshold_is_refused_with_its_field() {
     let e = resource_from_wire(&w).unwrap_err();
     assert_eq!(e.field, "policy.health_check.threshold", "{e}");
 }
+
+/// Every load-balancing algorithm survives the wire with its hash; a data plane of version
+/// 2 is sent the policy without it, with the hash of the policy that never had one; a bad
+/// cookie name on the wire is refused with its field.
+#[test]
+fn load_balancers_round_trip_and_stay_away_from_version_2() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weir_model::{
+        BackendKind, GeneratedCookie, HashOn, LoadBalancer, Policy, PolicyTarget, Timeouts,
+    };
+    let base = Policy::new(
+        PolicyTarget::Backend {
+            kind: BackendKind::Service,
+            namespace: "ns".into(),
+            name: "svc".into(),
+        },
+        Timeouts::default(),
+        None,
+        None,
+    )
+    .with_circuit_breaker(Some(Default::default()));
+    let all = [
+        LoadBalancer::RoundRobin,
+        LoadBalancer::LeastRequest,
+        LoadBalancer::LatencyAware,
+        LoadBalancer::ConsistentHash(HashOn::Header("x-user".into())),
+        LoadBalancer::ConsistentHash(HashOn::SourceIp),
+        LoadBalancer::ConsistentHash(HashOn::Cookie {
+            name: "sid".into(),
+            generate: None,
+        }),
+        LoadBalancer::ConsistentHash(HashOn::Cookie {
+            name: "sid".into(),
+            generate: Some(GeneratedCookie {
+                ttl: Some(Duration::from_secs(3600)),
+                path: "/app".into(),
+            }),
+        }),
+    ];
+    for lb in all {
+        let r = Resource::Policy(Arc::new(base.clone().with_load_balancer(Some(lb.clone()))));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        assert_eq!(version_of(&back), version_of(&r), "{lb:?}");
+        let Resource::Policy(p) = &back else {
+            panic!("{back:?}")
+        };
+        assert_eq!(p.load_balancer.as_ref(), Some(&lb));
+        let old = weir_xds::convert::for_version(&r, 2);
+        let Resource::Policy(p) = &*old else {
+            panic!("{old:?}")
+        };
+        assert_eq!(p.load_balancer, None);
+        assert_eq!(p.hash(), base.hash(), "{lb:?}");
+    }
+    let r = Resource::Policy(Arc::new(base.with_load_balancer(Some(
+        LoadBalancer::ConsistentHash(HashOn::Cookie {
+            name: "sid".into(),
+            generate: None,
+        }),
+    ))));
+    let mut w = resource_to_wire(&r);
+    if let Some(weir_xds::proto::resource::Resource::Policy(p)) = &mut w.resource
+        && let Some(weir_xds::proto::load_balancer::Algorithm::ConsistentHash(h)) =
+            p.load_balancer.as_mut().and_then(|l| l.algorithm.as_mut())
+        && let Some(weir_xds::proto::consistent_hash::On::Cookie(c)) = h.on.as_mut()
+    {
+        c.name = "a b".into();
+    }
+    let e = resource_from_wire(&w).unwrap_err();
+    assert_eq!(
+        e.field, "policy.load_balancer.consistent_hash.cookie.name",
+        "{e}"
+    );
+}

@@ -214,7 +214,10 @@ pub(crate) async fn splice<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let Some((addr, in_flight)) = route.as_deref().and_then(|r| endpoint(c.shared, r)) else {
+    let Some((addr, in_flight)) = route
+        .as_deref()
+        .and_then(|r| endpoint(c.shared, r, c.remote.ip()))
+    else {
         c.metrics.unrouted.inc();
         tracing::debug!(listener = %c.key, remote = %c.remote, "no L4 route or endpoint: closing");
         return;
@@ -282,13 +285,19 @@ pub(crate) async fn splice<S>(
 }
 
 /// The endpoint for a new connection: a backend by weight, then the cluster's balancer
-/// (which skips ejected endpoints and prefers those with fewer connections).
-fn endpoint(shared: &Shared, route: &L4Route) -> Option<(EndpointAddr, InFlight)> {
+/// (which skips ejected endpoints and prefers those with fewer connections; a
+/// consistent hash by source IP keeps a client on one endpoint).
+fn endpoint(
+    shared: &Shared,
+    route: &L4Route,
+    client: std::net::IpAddr,
+) -> Option<(EndpointAddr, InFlight)> {
     let backend = pick(&route.backends)?;
     let snap = shared.snapshots.load();
     let cluster = snap.cluster(&backend.cluster)?;
     // A circuit breaker's refusal closes the connection (counted by `admit`).
-    let picked = cluster.admit(std::time::Instant::now()).ok()?;
+    let key = crate::affinity::l4_key(cluster, client);
+    let picked = cluster.admit(std::time::Instant::now(), key).ok()?;
     Some((picked.endpoint.addr.clone(), picked.state.start()))
 }
 

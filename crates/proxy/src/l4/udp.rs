@@ -192,7 +192,7 @@ pub(crate) async fn serve(socket: AsyncFd<UdpSocket>, mut l: UdpLoop) {
                 continue;
             }
         };
-        let Some((addr, in_flight)) = endpoint(&l.shared, l.key) else {
+        let Some((addr, in_flight)) = endpoint(&l.shared, l.key, client.ip()) else {
             m.unrouted.inc();
             tracing::debug!(listener = %l.key, %client, "no UDP route or endpoint: dropped");
             continue;
@@ -248,12 +248,18 @@ fn end(sessions: &Sessions, client: SocketAddr, s: &Arc<Session>) {
 /// The endpoint for a new session: the listener's route, a backend by weight, then the
 /// cluster's balancer. Only IP endpoints: a session is set up inside the receive loop,
 /// which must not wait for a name lookup.
-fn endpoint(shared: &Shared, key: ListenerKey) -> Option<(SocketAddr, InFlight)> {
+fn endpoint(
+    shared: &Shared,
+    key: ListenerKey,
+    client: std::net::IpAddr,
+) -> Option<(SocketAddr, InFlight)> {
     let snap = shared.snapshots.load();
     let route = snap.listener(&key)?.socket_route()?;
     let backend = super::pick(&route.backends)?;
     let cluster = snap.cluster(&backend.cluster)?;
-    let picked = cluster.admit(Instant::now()).ok()?;
+    let picked = cluster
+        .admit(Instant::now(), crate::affinity::l4_key(cluster, client))
+        .ok()?;
     match &picked.endpoint.addr {
         EndpointAddr::Socket(s) => Some((*s, picked.state.start())),
         EndpointAddr::Host(..) => None,

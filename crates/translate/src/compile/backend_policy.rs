@@ -1,10 +1,17 @@
 //! The settings of a TrafficPolicy that belong to a Service or `Backend` rather than to a
-//! request: `healthCheck` and `circuitBreaker` (pure validation into the model).
+//! request: `healthCheck`, `circuitBreaker` and `loadBalancer` (pure validation into the
+//! model).
 
 use std::time::Duration;
 
-use weir_api::{CircuitBreakerSpec, EndpointLimitsSpec, HealthCheckSpec, HealthCheckType};
-use weir_model::{CircuitBreaker, HealthCheck, HealthProbe, Limits};
+use weir_api::{
+    CircuitBreakerSpec, ConsistentHashSpec, EndpointLimitsSpec, HashType, HealthCheckSpec,
+    HealthCheckType, LoadBalancerSpec, LoadBalancerType,
+};
+use weir_model::{
+    CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
+    RateLimitKey, is_cookie_name, is_cookie_path,
+};
 
 use crate::compile::duration;
 
@@ -202,6 +209,113 @@ fn limits(
     })
 }
 
+/// `loadBalancer` at `field` (`spec.loadBalancer`).
+pub(crate) fn load_balancer(l: &LoadBalancerSpec, field: &str) -> Result<LoadBalancer, String> {
+    let Some(kind) = l.type_ else {
+        return Err(format!(
+            "{field}.type: required (RoundRobin, LeastRequest, LatencyAware or ConsistentHash)"
+        ));
+    };
+    if kind != LoadBalancerType::ConsistentHash && l.consistent_hash.is_some() {
+        return Err(format!(
+            "{field}.consistentHash: only with type ConsistentHash"
+        ));
+    }
+    Ok(match kind {
+        LoadBalancerType::RoundRobin => LoadBalancer::RoundRobin,
+        LoadBalancerType::LeastRequest => LoadBalancer::LeastRequest,
+        LoadBalancerType::LatencyAware => LoadBalancer::LatencyAware,
+        LoadBalancerType::ConsistentHash => match &l.consistent_hash {
+            None => {
+                return Err(format!(
+                    "{field}.consistentHash: required with type ConsistentHash"
+                ));
+            }
+            Some(h) => {
+                LoadBalancer::ConsistentHash(hash_on(h, &format!("{field}.consistentHash"))?)
+            }
+        },
+    })
+}
+
+/// The longest `Max-Age` of a generated cookie (a year).
+const MAX_COOKIE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn hash_on(h: &ConsistentHashSpec, field: &str) -> Result<HashOn, String> {
+    let Some(kind) = h.type_ else {
+        return Err(format!(
+            "{field}.type: required (Header, Cookie or SourceIP)"
+        ));
+    };
+    if kind != HashType::Header && h.header.is_some() {
+        return Err(format!("{field}.header: only with type Header"));
+    }
+    if kind != HashType::Cookie && h.cookie.is_some() {
+        return Err(format!("{field}.cookie: only with type Cookie"));
+    }
+    match kind {
+        HashType::SourceIp => Ok(HashOn::SourceIp),
+        HashType::Header => {
+            let name = h.header.as_ref().map_or("", |h| h.name.as_str());
+            if !RateLimitKey::is_header_name(name) {
+                return Err(format!(
+                    "{field}.header.name: {name:?} is not a header name"
+                ));
+            }
+            Ok(HashOn::Header(name.to_ascii_lowercase().into()))
+        }
+        HashType::Cookie => {
+            let Some(c) = &h.cookie else {
+                return Err(format!("{field}.cookie: required with type Cookie"));
+            };
+            if !is_cookie_name(&c.name) {
+                return Err(format!(
+                    "{field}.cookie.name: {:?} is not a cookie name (1-128 token characters)",
+                    c.name
+                ));
+            }
+            let generate = c.generate.unwrap_or(false);
+            if !generate && (c.ttl.is_some() || c.path.is_some()) {
+                let which = if c.ttl.is_some() { "ttl" } else { "path" };
+                return Err(format!(
+                    "{field}.cookie.{which}: only for a generated cookie (generate: true)"
+                ));
+            }
+            let generate = if generate {
+                let ttl = match &c.ttl {
+                    None => None,
+                    Some(s) => match duration::parse(s) {
+                        Err(e) => return Err(format!("{field}.cookie.ttl: {e}")),
+                        Ok(None) => {
+                            return Err(format!("{field}.cookie.ttl: must be above 0"));
+                        }
+                        Ok(Some(d)) if d > MAX_COOKIE_TTL => {
+                            return Err(format!("{field}.cookie.ttl: {d:?} is over a year"));
+                        }
+                        Ok(Some(d)) => Some(d),
+                    },
+                };
+                let path = c.path.as_deref().unwrap_or("/");
+                if !is_cookie_path(path) {
+                    return Err(format!(
+                        "{field}.cookie.path: {path:?} must start with / and hold no spaces, semicolons or control characters"
+                    ));
+                }
+                Some(GeneratedCookie {
+                    ttl,
+                    path: path.into(),
+                })
+            } else {
+                None
+            };
+            Ok(HashOn::Cookie {
+                name: c.name.as_str().into(),
+                generate,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +371,136 @@ mod tests {
                 s.http = Some(Default::default())
             },
             "spec.healthCheck.http",
+        );
+    }
+
+    #[test]
+    fn load_balancers_are_checked() {
+        use weir_api::{HashCookieSpec, HashHeaderSpec};
+        let f = "spec.loadBalancer";
+        let lb = |t: LoadBalancerType| LoadBalancerSpec {
+            type_: Some(t),
+            consistent_hash: None,
+        };
+        assert_eq!(
+            load_balancer(&lb(LoadBalancerType::LatencyAware), f),
+            Ok(LoadBalancer::LatencyAware)
+        );
+        let hashed = |h: ConsistentHashSpec| LoadBalancerSpec {
+            type_: Some(LoadBalancerType::ConsistentHash),
+            consistent_hash: Some(h),
+        };
+        let cookie = |c: HashCookieSpec| ConsistentHashSpec {
+            type_: Some(HashType::Cookie),
+            cookie: Some(c),
+            ..Default::default()
+        };
+        let ok = load_balancer(
+            &hashed(cookie(HashCookieSpec {
+                name: "weir-session".into(),
+                generate: Some(true),
+                ttl: Some("1h".into()),
+                path: None,
+            })),
+            f,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            LoadBalancer::ConsistentHash(HashOn::Cookie {
+                name: "weir-session".into(),
+                generate: Some(GeneratedCookie {
+                    ttl: Some(Duration::from_secs(3600)),
+                    path: "/".into()
+                }),
+            })
+        );
+        let header = load_balancer(
+            &hashed(ConsistentHashSpec {
+                type_: Some(HashType::Header),
+                header: Some(HashHeaderSpec {
+                    name: "X-User".into(),
+                }),
+                ..Default::default()
+            }),
+            f,
+        );
+        assert_eq!(
+            header,
+            Ok(LoadBalancer::ConsistentHash(HashOn::Header(
+                "x-user".into()
+            )))
+        );
+        let bad = |l: LoadBalancerSpec, want: &str| {
+            let e = load_balancer(&l, f).unwrap_err();
+            assert!(e.starts_with(want), "{e} should start with {want}");
+        };
+        bad(LoadBalancerSpec::default(), "spec.loadBalancer.type");
+        bad(
+            LoadBalancerSpec {
+                type_: Some(LoadBalancerType::ConsistentHash),
+                consistent_hash: None,
+            },
+            "spec.loadBalancer.consistentHash: required",
+        );
+        bad(
+            LoadBalancerSpec {
+                type_: Some(LoadBalancerType::RoundRobin),
+                consistent_hash: Some(Default::default()),
+            },
+            "spec.loadBalancer.consistentHash: only",
+        );
+        bad(
+            hashed(ConsistentHashSpec::default()),
+            "spec.loadBalancer.consistentHash.type",
+        );
+        bad(
+            hashed(ConsistentHashSpec {
+                type_: Some(HashType::Header),
+                ..Default::default()
+            }),
+            "spec.loadBalancer.consistentHash.header.name",
+        );
+        bad(
+            hashed(ConsistentHashSpec {
+                type_: Some(HashType::SourceIp),
+                cookie: Some(Default::default()),
+                ..Default::default()
+            }),
+            "spec.loadBalancer.consistentHash.cookie: only",
+        );
+        bad(
+            hashed(cookie(HashCookieSpec {
+                name: "a b".into(),
+                ..Default::default()
+            })),
+            "spec.loadBalancer.consistentHash.cookie.name",
+        );
+        bad(
+            hashed(cookie(HashCookieSpec {
+                name: "s".into(),
+                ttl: Some("1h".into()),
+                ..Default::default()
+            })),
+            "spec.loadBalancer.consistentHash.cookie.ttl: only",
+        );
+        bad(
+            hashed(cookie(HashCookieSpec {
+                name: "s".into(),
+                generate: Some(true),
+                ttl: Some("0s".into()),
+                ..Default::default()
+            })),
+            "spec.loadBalancer.consistentHash.cookie.ttl: must",
+        );
+        bad(
+            hashed(cookie(HashCookieSpec {
+                name: "s".into(),
+                generate: Some(true),
+                path: Some("app;x".into()),
+                ..Default::default()
+            })),
+            "spec.loadBalancer.consistentHash.cookie.path",
         );
     }
 

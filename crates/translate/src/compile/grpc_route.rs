@@ -181,12 +181,23 @@ fn compile_rule(
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)
     };
+    let session = rule
+        .session_persistence
+        .as_ref()
+        .map(|sp| {
+            crate::compile::http_route::session_persistence(
+                sp,
+                &format!("{field}.sessionPersistence"),
+            )
+        })
+        .transpose()?;
     Ok(CompiledRule {
         matches,
         filters,
         action,
         timeouts: Timeouts::default(),
         retry: None,
+        session,
     })
 }
 

@@ -206,6 +206,11 @@ fn compile_rule(
         .as_ref()
         .map(|r| compile_retry(r, &format!("{field}.retry")))
         .transpose()?;
+    let session = rule
+        .session_persistence
+        .as_ref()
+        .map(|sp| session_persistence(sp, &format!("{field}.sessionPersistence")))
+        .transpose()?;
     let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
     for (k, b) in rule.backend_refs.iter().enumerate() {
         let fb = format!("{field}.backendRefs[{k}]");
@@ -234,7 +239,70 @@ fn compile_rule(
         action,
         timeouts,
         retry,
+        session,
     })
+}
+
+/// The session name when `sessionName` is unset.
+const DEFAULT_SESSION_NAME: &str = "weir-session";
+
+/// Gateway API `sessionPersistence` of a rule, at `field`, as the consistent hash that
+/// carries it out: a cookie weir generates (`Max-Age` = `absoluteTimeout` when
+/// `Permanent`; a `Session` cookie's `absoluteTimeout` is not enforced), or a header weir
+/// generates and the client sends back. The rule's policy then balances by it (its
+/// backend and its endpoint), whatever the Service's own balancer.
+pub(crate) fn session_persistence(
+    sp: &weir_api::SessionPersistence,
+    field: &str,
+) -> Result<weir_model::LoadBalancer, String> {
+    use weir_api::{CookieLifetimeType, SessionPersistenceType};
+    use weir_model::{GeneratedCookie, HashOn, LoadBalancer};
+    let name = sp.session_name.as_deref().unwrap_or(DEFAULT_SESSION_NAME);
+    let absolute = match &sp.absolute_timeout {
+        None => None,
+        Some(s) => match crate::compile::duration::parse(s) {
+            Ok(d) => d,
+            Err(e) => return Err(format!("{field}.absoluteTimeout: {e}")),
+        },
+    };
+    let on = match sp.type_.unwrap_or(SessionPersistenceType::Cookie) {
+        SessionPersistenceType::Cookie => {
+            if !weir_model::is_cookie_name(name) {
+                return Err(format!(
+                    "{field}.sessionName: {name:?} is not a cookie name (1-128 token characters)"
+                ));
+            }
+            let permanent = sp
+                .cookie_config
+                .as_ref()
+                .and_then(|c| c.lifetime_type)
+                .is_some_and(|t| t == CookieLifetimeType::Permanent);
+            if permanent && absolute.is_none() {
+                return Err(format!(
+                    "{field}.absoluteTimeout: required (and above 0) with lifetimeType Permanent"
+                ));
+            }
+            HashOn::Cookie {
+                name: name.into(),
+                generate: Some(GeneratedCookie {
+                    ttl: if permanent { absolute } else { None },
+                    path: "/".into(),
+                }),
+            }
+        }
+        SessionPersistenceType::Header => {
+            if sp.cookie_config.is_some() {
+                return Err(format!("{field}.cookieConfig: only with type Cookie"));
+            }
+            if !weir_model::RateLimitKey::is_header_name(name) {
+                return Err(format!(
+                    "{field}.sessionName: {name:?} is not a header name"
+                ));
+            }
+            HashOn::GeneratedHeader(name.to_ascii_lowercase().into())
+        }
+    };
+    Ok(LoadBalancer::ConsistentHash(on))
 }
 
 /// Retries when unset: two, after 25 ms (Envoy's base interval), on connection failures

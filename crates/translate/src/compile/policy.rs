@@ -10,7 +10,7 @@ use weir_api::{
 };
 use weir_model::{
     ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, HealthCheck, IpNet, IpRules, JwtAuth,
-    LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+    LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
 };
 
 use crate::compile::backend_policy;
@@ -46,6 +46,7 @@ pub(crate) struct PolicySettings {
     pub(crate) health_check: Option<Arc<HealthCheck>>,
     pub(crate) circuit_breaker: Option<CircuitBreaker>,
     pub(crate) ext_auth: Option<Arc<ExtAuth>>,
+    pub(crate) load_balancer: Option<LoadBalancer>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -62,10 +63,11 @@ pub(crate) enum Field {
     HealthCheck,
     CircuitBreaker,
     ExtAuth,
+    LoadBalancer,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 11] = [
+    pub(crate) const ALL: [Field; 12] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -77,6 +79,7 @@ impl Field {
         Field::HealthCheck,
         Field::CircuitBreaker,
         Field::ExtAuth,
+        Field::LoadBalancer,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -92,13 +95,17 @@ impl Field {
             Field::HealthCheck => "healthCheck",
             Field::CircuitBreaker => "circuitBreaker",
             Field::ExtAuth => "extAuth",
+            Field::LoadBalancer => "loadBalancer",
         }
     }
 
     /// Whether the field belongs to the endpoints (a Service or Backend target) rather
     /// than to requests (a Gateway, route or rule target).
     pub(crate) fn is_backend(self) -> bool {
-        matches!(self, Field::HealthCheck | Field::CircuitBreaker)
+        matches!(
+            self,
+            Field::HealthCheck | Field::CircuitBreaker | Field::LoadBalancer
+        )
     }
 }
 
@@ -117,6 +124,7 @@ impl PolicySettings {
             Field::HealthCheck => self.health_check.is_some(),
             Field::CircuitBreaker => self.circuit_breaker.is_some(),
             Field::ExtAuth => self.ext_auth.is_some(),
+            Field::LoadBalancer => self.load_balancer.is_some(),
         }
     }
 
@@ -286,11 +294,17 @@ fn settings(
         .map(|e| crate::compile::ext_auth::ext_auth(e, "spec.extAuth"))
         .transpose()?
         .map(Arc::new);
+    let load_balancer = spec
+        .load_balancer
+        .as_ref()
+        .map(|l| backend_policy::load_balancer(l, "spec.loadBalancer"))
+        .transpose()?;
     let s = PolicySettings {
         name,
         ext_auth,
         health_check,
         circuit_breaker,
+        load_balancer,
         timeouts,
         retry,
         rate_limit,
@@ -301,7 +315,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, healthCheck or circuitBreaker)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, healthCheck, circuitBreaker or loadBalancer)"
                 .into(),
         );
     }

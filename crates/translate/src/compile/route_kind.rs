@@ -196,6 +196,8 @@ pub(crate) struct CompiledRoute {
     pub(crate) clusters: Vec<Resolved>,
     /// Objects the result depends on (besides parent Gateways).
     pub(crate) deps: Vec<Dep>,
+    /// Rules with `sessionPersistence`: each becomes the implicit policy of that rule.
+    pub(crate) sessions: Vec<(weir_model::RouteRef, weir_model::LoadBalancer)>,
 }
 
 /// The origin and weighted backends of an L4 route (the content of its `L4Route`

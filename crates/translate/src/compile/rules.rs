@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use weir_api::ObjectKey;
-use weir_model::{Action, Filter, RequestMatch, Retry, RouteRef, RouteRule, Timeouts};
+use weir_model::{
+    Action, Filter, LoadBalancer, RequestMatch, Retry, RouteRef, RouteRule, Timeouts,
+};
 
 use crate::compile::backend_ref::RouteCtx;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
@@ -25,6 +27,8 @@ pub(crate) struct CompiledRule<M> {
     pub(crate) action: Action,
     pub(crate) timeouts: Timeouts,
     pub(crate) retry: Option<Retry>,
+    /// `sessionPersistence`, as the rule's load balancer.
+    pub(crate) session: Option<LoadBalancer>,
 }
 
 /// A compiled match of some route kind: the request condition and where it sorts.
@@ -104,6 +108,9 @@ pub(crate) fn compile_rules<R: Default, M: RuleMatch>(
                     )
                     .with_retry(c.retry.clone());
                     out.rules.push((order, Arc::new(rr)));
+                }
+                if let Some(lb) = c.session {
+                    out.sessions.push((route_ref, lb));
                 }
             }
             Err(e) => out

@@ -171,15 +171,20 @@ impl PolicyIndex {
         }
     }
 
-    /// The `Policy` resource of `target`: every valid policy on it merged field by field
-    /// (the oldest sets each field); `None` when nothing is attached or nothing is set.
+    /// The `Policy` resource of `target`: its implicit policy and every valid policy on it
+    /// merged field by field (the implicit one, then the oldest, sets each field); `None`
+    /// when nothing is attached or nothing is set.
     pub(crate) fn resource(&self, target: &PolicyTarget) -> Option<Policy> {
-        if let Some(s) = self.implicit.get(target) {
-            return merged(target, std::iter::once(s));
-        }
-        let t = self.by_model.get(target)?;
-        let attached = self.attached.get(t)?;
-        merged(target, attached.iter().map(|(_, s)| s))
+        // An object's own policy (Ingress annotations, a rule's sessionPersistence) first,
+        // then the policies attached to it.
+        let implicit = self.implicit.get(target);
+        let attached = self
+            .by_model
+            .get(target)
+            .and_then(|t| self.attached.get(t))
+            .into_iter()
+            .flat_map(|a| a.iter().map(|(_, s)| s));
+        merged(target, implicit.into_iter().chain(attached))
     }
 
     /// The status of policy `key`: one ancestor entry per target (the target itself).
@@ -325,7 +330,8 @@ fn merged<'a>(
     let mut timeouts = Timeouts::default();
     let (mut retry, mut rate_limit) = (None, None);
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
-    let (mut health_check, mut circuit_breaker, mut ext_auth) = (None, None, None);
+    let (mut health_check, mut circuit_breaker) = (None, None);
+    let (mut ext_auth, mut load_balancer) = (None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -360,6 +366,9 @@ fn merged<'a>(
         if ext_auth.is_none() {
             ext_auth = s.ext_auth.clone().map(|e| (s.name.clone(), e));
         }
+        if load_balancer.is_none() {
+            load_balancer = s.load_balancer.clone();
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -368,7 +377,8 @@ fn merged<'a>(
         .with_jwt_auth(jwt_auth)
         .with_health_check(health_check)
         .with_circuit_breaker(circuit_breaker)
-        .with_ext_auth(ext_auth);
+        .with_ext_auth(ext_auth)
+        .with_load_balancer(load_balancer);
     (!p.is_empty()).then_some(p)
 }
 

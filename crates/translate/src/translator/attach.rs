@@ -7,10 +7,11 @@ use weir_api::{
     Condition, ConditionType, Kind, Object, ObjectKey, ObjectStatus, ParentReference, Reason,
     RouteParentStatus, RouteStatus,
 };
-use weir_model::{HostMatch, L4Mode};
+use weir_model::{HostMatch, L4Mode, PolicyTarget};
 
 use super::{Dirty, Translator};
 use crate::compile::listener::Allowed;
+use crate::compile::policy::PolicySettings;
 use crate::compile::route_kind::{
     CompiledRoute, EXPERIMENTAL_GROUP, GATEWAY_GROUP, RouteKind, RouteObject,
 };
@@ -82,14 +83,51 @@ impl Translator {
                 .attach_route(&o.attachments, &[], &mut d.gateway_status);
         }
         self.program(old, Vec::new(), Vec::new(), Vec::new(), d);
+        self.set_sessions(rk, Vec::new(), d);
         self.set_status(rk, None, d);
+    }
+
+    /// Makes each rule's `sessionPersistence` the implicit policy of that rule (its load
+    /// balancer), removing those of rules that no longer have one.
+    fn set_sessions(
+        &mut self,
+        rk: &ObjectKey,
+        sessions: Vec<(weir_model::RouteRef, weir_model::LoadBalancer)>,
+        d: &mut Dirty,
+    ) {
+        let targets: Vec<PolicyTarget> = sessions
+            .iter()
+            .map(|(r, _)| PolicyTarget::Rule(r.clone()))
+            .collect();
+        for old in self.sessions.remove(rk).unwrap_or_default() {
+            if !targets.contains(&old) {
+                self.policies.set_implicit(old, None, &mut d.resources);
+            }
+        }
+        let name: Arc<str> = format!("{}/{} (sessionPersistence)", rk.namespace, rk.name).into();
+        for (r, lb) in sessions {
+            let settings = PolicySettings {
+                name: name.clone(),
+                load_balancer: Some(lb),
+                ..PolicySettings::default()
+            };
+            self.policies.set_implicit(
+                PolicyTarget::Rule(r),
+                Some(Arc::new(settings)),
+                &mut d.resources,
+            );
+        }
+        if !targets.is_empty() {
+            self.sessions.insert(rk.clone(), targets);
+        }
     }
 
     /// Compiles route `rk`, attaches it to its parents and programs its rules on the
     /// hosts it attached to: the one path every route kind takes.
     fn attach_route<R: RouteObject>(&mut self, rk: &ObjectKey, route: &R, d: &mut Dirty) {
         let old = self.routes.remove(rk);
-        let compiled = route.compile(&self.store, rk, &self.store.age(rk));
+        let mut compiled = route.compile(&self.store, rk, &self.store.age(rk));
+        self.set_sessions(rk, std::mem::take(&mut compiled.sessions), d);
         let mut att = self.attach_parents(
             rk,
             R::KIND,

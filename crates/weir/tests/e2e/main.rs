@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod balancing;
 mod ext_auth;
 mod grpc;
 mod ingress;

@@ -140,12 +140,15 @@ pub async fn traffic_policy_status_and_rate_limit(ctx: Arc<Ctx>) {
     cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "limit").await;
     until_http(addr, host, "/limited", Ok("echo-a")).await;
 
-    // A policy on the Service (a TCP health check and a circuit breaker): Accepted on
+    // A policy on the Service (a TCP health check, a circuit breaker and a consistent
+    // hash by client address, through the CRD's schema): Accepted on
     // the Service, traffic unchanged (the endpoint passes its probes); on a Service that
     // does not exist: TargetNotFound.
     let svc = |name: &str| json!({"group": "", "kind": "Service", "name": name});
     let endpoints = json!({"healthCheck": {"type": "TCP", "interval": "1s"},
-                           "circuitBreaker": {"maxRequests": 1000}});
+                           "circuitBreaker": {"maxRequests": 1000},
+                           "loadBalancer": {"type": "ConsistentHash",
+                                            "consistentHash": {"type": "SourceIP"}}});
     cluster::apply(
         c,
         &[
@@ -183,6 +186,15 @@ pub async fn traffic_policy_status_and_rate_limit(ctx: Arc<Ctx>) {
     assert!(
         passed >= 1.0,
         "no health probe of the Service's endpoint passed"
+    );
+    // The load balancer came through the CRD's schema (not pruned) to the data plane.
+    let config = support::http1(admin, "localhost", "/config")
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        config.contains("SourceIp"),
+        "no consistent hash in {config}"
     );
     assert_eq!(
         support::http1(addr, host, "/free").await.unwrap().status,
