@@ -38,9 +38,10 @@ pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
-    DirectResponse, DirectResponseSpec, EndpointLimitsSpec, GrpcHealthCheckSpec, HeaderValue,
-    HealthCheckSpec, HealthCheckType, HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec,
-    JwtProviderSpec, LocalRateLimitSpec, LocalSecretReference, PolicyRetry, PolicyTargetReference,
-    RateLimitKeySpec, RateLimitKeyType, RateLimitSpec, RateLimitUnit, RequiredClaim, RetryOn,
-    SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
+    DirectResponse, DirectResponseSpec, EndpointLimitsSpec, GlobalRateLimitSpec,
+    GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType, HttpHealthCheckSpec,
+    IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec, LocalRateLimitSpec, LocalSecretReference,
+    PolicyRetry, PolicyTargetReference, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType,
+    RateLimitSpec, RateLimitUnit, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
+    TrafficPolicySpec,
 };

@@ -47,9 +47,9 @@ pub use listener::{
     PathNormalization, Protocol,
 };
 pub use policy::{
-    ApiKeyAuth, BackendKind, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
-    JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey,
+    ApiKeyAuth, BackendKind, BasicAuth, FailMode, GlobalRateLimit, IpNet, IpRules, JwtAuth, JwtKey,
+    JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
+    PolicyTarget, RateLimitKey,
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,

@@ -160,6 +160,33 @@ impl LocalRateLimit {
     }
 }
 
+/// What a global rate limit does while its counters cannot be read or written (Redis
+/// unreachable, or no Redis configured on the data plane).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum FailMode {
+    /// Admit every request (the limit is off until Redis is back).
+    Open,
+    /// Refuse every request (`503`, naming the policy).
+    Closed,
+}
+
+/// A limit shared by every data plane that reads the same Redis: at most `requests` per
+/// `window` per key, over a sliding window (the previous fixed window's count weighted
+/// by how much of it still overlaps, plus the current one's). Data planes count locally
+/// and add their counts to Redis in batches, so the limit holds to within what the
+/// data planes admit between two batches.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GlobalRateLimit {
+    /// Requests allowed per `window`.
+    pub requests: u32,
+    /// The window (one second, minute or hour).
+    pub window: Duration,
+    /// What one budget is kept for.
+    pub key: RateLimitKey,
+    /// What happens while Redis cannot be reached.
+    pub fail_mode: FailMode,
+}
+
 /// API key authentication: a request must carry, in `header`, a key whose SHA-256 digest
 /// is one of `keys` (the keys themselves are not kept: configuration dumps and the wire
 /// carry digests only).
@@ -532,6 +559,10 @@ pub struct Policy {
     /// Admission limits (on a [`PolicyTarget::Backend`] only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// A global (Redis-backed) rate limit, and the policy object (`namespace/name`) that
+    /// set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_rate_limit: Option<(Arc<str>, GlobalRateLimit)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -559,6 +590,7 @@ impl Policy {
             jwt_auth: None,
             health_check: None,
             circuit_breaker: None,
+            global_rate_limit: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -584,9 +616,14 @@ impl Policy {
         );
         // Added after version 1: folded in only when set. They are only ever set on a
         // `PolicyTarget::Backend` policy, which no earlier release can decode anyway.
-        self.hash = match (&self.health_check, &self.circuit_breaker) {
+        let v2 = match (&self.health_check, &self.circuit_breaker) {
             (None, None) => content_hash(&v1),
             (health_check, circuit_breaker) => content_hash(&(v1, health_check, circuit_breaker)),
+        };
+        // Added in version 3, folded in (over the earlier hash) only when set.
+        self.hash = match &self.global_rate_limit {
+            None => v2,
+            Some(global) => content_hash(&(v2.0, global)),
         };
     }
 
@@ -595,8 +632,15 @@ impl Policy {
     /// guards access (authentication, authorization) must not simply vanish — the routes it
     /// guards would be served unchecked — so the caller (`weir_xds::convert::for_version`)
     /// replaces such a policy by one that refuses every client first. Fields added in
-    /// version 3, each folded into [`Policy::rehash`] only when set: none yet.
-    pub fn as_version_2(self) -> Self {
+    /// version 3, each folded into [`Policy::rehash`] only when set:
+    /// - `global_rate_limit`: dropped. A rate limit is not an access guard, so no deny-all
+    ///   stand-in is due: an older data plane serves the routes without the global limit
+    ///   (any local limit still applies).
+    pub fn as_version_2(mut self) -> Self {
+        if self.global_rate_limit.is_some() {
+            self.global_rate_limit = None;
+            self.rehash();
+        }
         self
     }
 
@@ -663,6 +707,14 @@ impl Policy {
         self
     }
 
+    /// This policy with a global rate limit (`namespace/name` of the policy object that
+    /// set it).
+    pub fn with_global_rate_limit(mut self, limit: Option<(Arc<str>, GlobalRateLimit)>) -> Self {
+        self.global_rate_limit = limit;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -681,6 +733,7 @@ impl Policy {
             && self.jwt_auth.is_none()
             && self.health_check.is_none()
             && self.circuit_breaker.is_none()
+            && self.global_rate_limit.is_none()
     }
 
     /// The content hash computed at construction.
@@ -740,6 +793,25 @@ mod tests {
         assert_eq!(unchanged.hash(), deny.hash());
         let limited = deny.clone().with_circuit_breaker(Some(Default::default()));
         assert_ne!(limited.hash(), deny.hash());
+        // Version 3's global rate limit: no change when unset; set, it changes the hash,
+        // and the version-2 form drops it, back to the hash version 2 computes.
+        assert_eq!(
+            deny.clone().with_global_rate_limit(None).hash(),
+            deny.hash()
+        );
+        let global = deny.clone().with_global_rate_limit(Some((
+            "ns/g".into(),
+            GlobalRateLimit {
+                requests: 10,
+                window: Duration::from_secs(1),
+                key: RateLimitKey::Target,
+                fail_mode: FailMode::Open,
+            },
+        )));
+        assert_ne!(global.hash(), deny.hash());
+        let old = global.as_version_2();
+        assert!(old.global_rate_limit.is_none());
+        assert_eq!(old.hash(), ContentHash(0x0499_c1f4_476d_3152));
         assert_eq!(
             deny.clone().as_version_0().hash(),
             ContentHash(0x8ec8_9027_376d_211e)

@@ -9,12 +9,13 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
     ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Endpoint, EndpointAddr, Filter, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe,
-    HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode,
-    L4Route, Limits, Listener, ListenerKey, ListenerSettings, LocalRateLimit, PasswordScheme,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef,
-    RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend,
+    Endpoint, EndpointAddr, FailMode, Filter, GlobalRateLimit, HeaderMatch, HeaderModifier,
+    HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
+    JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings,
+    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
+    PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect, RequestMatch, Resource,
+    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend,
 };
 
 use crate::proto as wire;
@@ -229,6 +230,20 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
         circuit_breaker: p.circuit_breaker.as_ref().map(|c| wire::CircuitBreaker {
             cluster: Some(limits_to_wire(&c.cluster)),
             endpoint: Some(limits_to_wire(&c.endpoint)),
+        }),
+        global_rate_limit: p.global_rate_limit.as_ref().map(|(name, g)| {
+            use wire::global_rate_limit::Key as GKey;
+            wire::GlobalRateLimit {
+                policy: name.to_string(),
+                requests: g.requests,
+                window_ns: g.window.as_nanos() as u64,
+                key: Some(match &g.key {
+                    RateLimitKey::ClientIp => GKey::ClientIp(true),
+                    RateLimitKey::Header(h) => GKey::Header(h.to_string()),
+                    RateLimitKey::Target => GKey::Target(true),
+                }),
+                fail_closed: g.fail_mode == FailMode::Closed,
+            }
         }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
@@ -549,6 +564,11 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
         None => None,
         Some(j) => Some((j.policy.as_str().into(), Arc::new(jwt_auth_from_wire(j)?))),
     };
+    let global_rate_limit = p
+        .global_rate_limit
+        .as_ref()
+        .map(global_rate_limit_from_wire)
+        .transpose()?;
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
             .with_api_key_auth(api_key_auth)
@@ -566,8 +586,48 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             .with_circuit_breaker(p.circuit_breaker.as_ref().map(|c| CircuitBreaker {
                 cluster: limits_from_wire(c.cluster.as_ref()),
                 endpoint: limits_from_wire(c.endpoint.as_ref()),
-            })),
+            }))
+            .with_global_rate_limit(global_rate_limit),
     )
+}
+
+fn global_rate_limit_from_wire(
+    g: &wire::GlobalRateLimit,
+) -> Result<(Arc<str>, GlobalRateLimit), InvalidResource> {
+    use wire::global_rate_limit::Key;
+    if g.requests == 0 || g.window_ns == 0 {
+        return Err(invalid(
+            "global_rate_limit",
+            "requests and window must be positive",
+        ));
+    }
+    let key = match g
+        .key
+        .as_ref()
+        .ok_or_else(|| missing("global_rate_limit.key"))?
+    {
+        Key::ClientIp(_) => RateLimitKey::ClientIp,
+        Key::Header(h) => {
+            if !RateLimitKey::is_header_name(h) {
+                return Err(invalid("global_rate_limit.header", "not a header name"));
+            }
+            RateLimitKey::Header(h.to_ascii_lowercase().into())
+        }
+        Key::Target(_) => RateLimitKey::Target,
+    };
+    Ok((
+        g.policy.as_str().into(),
+        GlobalRateLimit {
+            requests: g.requests,
+            window: Duration::from_nanos(g.window_ns),
+            key,
+            fail_mode: if g.fail_closed {
+                FailMode::Closed
+            } else {
+                FailMode::Open
+            },
+        },
+    ))
 }
 
 /// `r` as a data plane of push protocol `version` is sent it. A data plane of version 2

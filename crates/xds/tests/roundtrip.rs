@@ -28,6 +28,7 @@ fn every_golden_resource_round_trips() {
     assert!(kinds(|r| matches!(r, Resource::L4Route(_))) > 3);
     assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.rate_limit.is_some())) >= 2);
     assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.retry.is_some())) >= 1);
+    assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.global_rate_limit.is_some())) >= 1);
     assert!(
         kinds(|r| matches!(r, Resource::Policy(p)
         if p.api_key_auth.as_ref().is_some_and(|(_, a)| a.keys.len() == 3)))

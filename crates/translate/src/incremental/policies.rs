@@ -325,7 +325,7 @@ fn merged<'a>(
     let mut timeouts = Timeouts::default();
     let (mut retry, mut rate_limit) = (None, None);
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
-    let (mut health_check, mut circuit_breaker) = (None, None);
+    let (mut health_check, mut circuit_breaker, mut global_rate_limit) = (None, None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -357,6 +357,9 @@ fn merged<'a>(
         if circuit_breaker.is_none() {
             circuit_breaker = s.circuit_breaker;
         }
+        if global_rate_limit.is_none() {
+            global_rate_limit = s.global_rate_limit.clone().map(|g| (s.name.clone(), g));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -364,7 +367,8 @@ fn merged<'a>(
         .with_ip_rules(ip_rules)
         .with_jwt_auth(jwt_auth)
         .with_health_check(health_check)
-        .with_circuit_breaker(circuit_breaker);
+        .with_circuit_breaker(circuit_breaker)
+        .with_global_rate_limit(global_rate_limit);
     (!p.is_empty()).then_some(p)
 }
 
