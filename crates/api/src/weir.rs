@@ -339,7 +339,7 @@ pub struct RateLimitSpec {
     /// A limit kept by each data plane on its own.
     pub local: Option<LocalRateLimitSpec>,
     /// A limit shared by every data plane through Redis (`weir run --redis`).
-    pub global: Option<GlobalRateLimitSpec>,
+    pub global: Option<Box<GlobalRateLimitSpec>>,
 }
 
 /// A sliding-window limit shared by the data planes through Redis.
