@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
+use crate::global_ratelimit::GlobalRateLimitMetrics;
 use crate::health::HealthMetrics;
 use crate::l4::L4Metrics;
 use crate::l4::udp::UdpMetrics;
@@ -85,6 +86,8 @@ pub(crate) struct Metrics {
     pub(crate) health: HealthMetrics,
     /// Local rate limits (`crate::ratelimit`).
     pub(crate) ratelimit: RateLimitMetrics,
+    /// Global rate limits (`crate::global_ratelimit`).
+    pub(crate) global_ratelimit: GlobalRateLimitMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
     l4_unrouted: Family<ListenerLabels, Counter>,
     l4_received: Family<ListenerLabels, Counter>,
@@ -162,6 +165,7 @@ impl Metrics {
             outlier: OutlierMetrics::default(),
             health: HealthMetrics::default(),
             ratelimit: RateLimitMetrics::default(),
+            global_ratelimit: GlobalRateLimitMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
             l4_received: Family::default(),
@@ -300,6 +304,7 @@ impl Metrics {
              bucket of their shard was in use (the limiter's memory bound)",
             m.ratelimit.untracked.clone(),
         );
+        m.global_ratelimit.register(registry);
         registry.register(
             "weir_config_resources",
             "Resources in the live configuration snapshot, by kind",

@@ -21,6 +21,7 @@ use weir_model::{
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
 use crate::error::{Challenge, ProxyError};
+use crate::global_ratelimit::{self, GlobalLimiter};
 use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
 use crate::snapshot::Snapshot;
@@ -42,6 +43,8 @@ pub(crate) struct Applied {
     ip_rules: Option<Arc<Policy>>,
     /// The policy whose JWT check applies.
     jwt_auth: Option<Arc<Policy>>,
+    /// The policy whose global rate limit applies.
+    global_rate_limit: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -55,6 +58,7 @@ impl Applied {
             basic_auth: None,
             ip_rules: None,
             jwt_auth: None,
+            global_rate_limit: None,
         }
     }
 
@@ -102,6 +106,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.basic_auth = first(|p| p.basic_auth.is_some());
     applied.ip_rules = first(|p| p.ip_rules.is_some());
     applied.jwt_auth = first(|p| p.jwt_auth.is_some());
+    applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
     applied
 }
 
@@ -125,12 +130,14 @@ impl From<ProxyError> for Refusal {
 /// basic-auth results.
 pub(crate) struct Checkers<'a> {
     pub(crate) limiter: &'a RateLimiter,
+    pub(crate) global: &'a GlobalLimiter,
     pub(crate) verified: &'a VerifiedCache,
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
 /// authentication (Basic credentials, then an API key, then a bearer JWT), then a local
-/// rate limit. `verified` is the result of
+/// rate limit, then a global one (so a request the local limit refuses is not counted
+/// globally). `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
 pub(crate) fn check(
     checkers: &Checkers<'_>,
@@ -164,36 +171,65 @@ pub(crate) fn check(
     {
         jwt::check(name, auth, headers)?;
     }
-    let Some(policy) = &applied.rate_limit else {
-        return Ok(());
-    };
-    let Some((_, limit)) = &policy.rate_limit else {
-        return Ok(());
-    };
-    let mut ip = [0u8; 17];
-    let key: &[u8] = match &limit.key {
+    if let Some(policy) = &applied.rate_limit
+        && let Some((name, limit)) = &policy.rate_limit
+    {
+        let mut buf = [0u8; 17];
+        let key = limit_key(&limit.key, client, headers, &mut buf);
+        if let Decision::Limited { retry_after } = limiter.check(&policy.target, limit, key, now) {
+            return Err(Refusal::Refused(ProxyError::RateLimited {
+                retry_after: retry_after.max(Duration::from_millis(1)),
+                limit: limit.burst,
+                policy: Some(name.clone()),
+            }));
+        }
+    }
+    if let Some(policy) = &applied.global_rate_limit
+        && let Some((name, limit)) = &policy.global_rate_limit
+    {
+        let mut buf = [0u8; 17];
+        let key = limit_key(&limit.key, client, headers, &mut buf);
+        match checkers.global.check(&policy.target, name, limit, key) {
+            global_ratelimit::Decision::Allowed => {}
+            global_ratelimit::Decision::Limited { retry_after } => {
+                return Err(Refusal::Refused(ProxyError::RateLimited {
+                    retry_after: retry_after.max(Duration::from_millis(1)),
+                    limit: limit.requests,
+                    policy: Some(name.clone()),
+                }));
+            }
+            global_ratelimit::Decision::Unavailable => {
+                return Err(Refusal::Refused(ProxyError::RateLimitUnavailable {
+                    policy: name.clone(),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes a rate limit counts a request by (`buf` holds an address).
+fn limit_key<'a>(
+    key: &RateLimitKey,
+    client: IpAddr,
+    headers: &'a HeaderMap,
+    buf: &'a mut [u8; 17],
+) -> &'a [u8] {
+    match key {
         RateLimitKey::ClientIp => match client {
             IpAddr::V4(a) => {
-                ip[0] = 4;
-                ip[1..5].copy_from_slice(&a.octets());
-                &ip[..5]
+                buf[0] = 4;
+                buf[1..5].copy_from_slice(&a.octets());
+                &buf[..5]
             }
             IpAddr::V6(a) => {
-                ip[0] = 6;
-                ip[1..].copy_from_slice(&a.octets());
-                &ip[..]
+                buf[0] = 6;
+                buf[1..].copy_from_slice(&a.octets());
+                &buf[..]
             }
         },
         RateLimitKey::Header(name) => headers.get(&**name).map_or(&b""[..], |v| v.as_bytes()),
         RateLimitKey::Target => b"",
-    };
-    match limiter.check(&policy.target, limit, key, now) {
-        Decision::Allowed { .. } => Ok(()),
-        Decision::Limited { retry_after } => Err(Refusal::Refused(ProxyError::RateLimited {
-            retry_after: retry_after.max(Duration::from_millis(1)),
-            limit: limit.burst,
-            policy: policy.rate_limit.as_ref().map(|(n, _)| n.clone()),
-        })),
     }
 }
 
@@ -429,9 +465,11 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            global: &global,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -480,9 +518,11 @@ mod tests {
         let a = resolve(&s, &gw, &other);
         let mut h = headers(&["alice-key-1234"]);
         let limiter = RateLimiter::new(Default::default());
+        let global = GlobalLimiter::new(false, Default::default());
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            global: &global,
         };
         check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
@@ -518,9 +558,11 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            global: &global,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -592,9 +634,11 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
+            global: &global,
         };
         let now = Instant::now();
         let from = |ip: &str| {

@@ -439,6 +439,7 @@ fn phases(
     };
     let checkers = policy::Checkers {
         limiter: &ctx.shared.rate_limits,
+        global: &ctx.shared.global_limits,
         verified: &ctx.shared.verified,
     };
     let verified = req.extensions_mut().remove::<basic_auth::Verified>();
