@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod global_ratelimit;
 mod grpc;
 mod ingress;
 mod l4;
