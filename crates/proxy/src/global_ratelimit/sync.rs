@@ -47,6 +47,11 @@ pub(crate) async fn run(limiter: Weak<GlobalLimiter>, settings: RedisSettings) {
             },
         };
         let batch = limiter.take_batch(now_ms());
+        if batch.is_empty() && !limiter.down.load(std::sync::atomic::Ordering::Relaxed) {
+            // Nothing to write or read: no round trip while idle (the next request's
+            // sync finds out whether Redis is still there).
+            continue;
+        }
         let start = Instant::now();
         let result = if batch.is_empty() {
             tokio::time::timeout(settings.timeout, c.ping())
