@@ -99,6 +99,13 @@ struct RatelimitArgs {
     /// Keep-alive connections per load stream.
     #[arg(long, default_value_t = 4)]
     connections: usize,
+    /// Also compare keep-alive requests/s of a route without policy, with a local and
+    /// with a global limit, this many seconds per route (0: skip; at most 60).
+    #[arg(long, default_value_t = 0)]
+    overhead: u64,
+    /// Closed-loop keep-alive clients of the overhead comparison.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
     /// Where configurations, logs and ratelimit.json go
     /// [default: <workspace>/target/weir-bench/ratelimit].
     #[arg(long)]
@@ -437,6 +444,8 @@ fn main() -> ExitCode {
                 load: a.load.clamp(0.1, 100.0),
                 duration: Duration::from_secs(a.duration.clamp(1, 120)),
                 connections: a.connections.clamp(1, 256),
+                overhead: Duration::from_secs(a.overhead.min(60)),
+                clients: a.clients.clamp(1, 1024),
                 out: a
                     .out
                     .unwrap_or_else(|| workspace_path("target/weir-bench/ratelimit")),

@@ -12,6 +12,11 @@
 //!   and one failing closed; Redis is stopped after a third of the run and started again
 //!   (empty) after two thirds — per phase, what each route answered.
 //!
+//! - `overhead` (with `--overhead SECS`): closed-loop keep-alive requests/s through one
+//!   weir to a route without policy, one with a local limit and one with a global limit
+//!   (limits far above the load, so that only their cost shows), in one run, the plain
+//!   route measured first and last (bars: local ≥ 0.9×, global ≥ 0.8× the plain route).
+//!
 //! Every process is started here (weir, redis-server on free 127.0.0.1 ports, no
 //! persistence) and stopped at the end; every loop is bounded in time and count.
 
@@ -42,7 +47,21 @@ pub(crate) struct Options {
     pub(crate) duration: Duration,
     /// Keep-alive connections per load stream.
     pub(crate) connections: usize,
+    /// Seconds per route of the overhead comparison (0: skipped).
+    pub(crate) overhead: Duration,
+    /// Closed-loop clients of the overhead comparison.
+    pub(crate) clients: usize,
     pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct Overhead {
+    route: &'static str,
+    requests_per_s: f64,
+    errors: u64,
+    /// Against the plain route (the mean of its two runs).
+    ratio: f64,
+    bar: Option<f64>,
 }
 
 /// What one route answered over one span of time.
@@ -78,6 +97,7 @@ struct OutagePhase {
 struct Results {
     accuracy: Vec<Accuracy>,
     outage: Vec<OutagePhase>,
+    overhead: Vec<Overhead>,
 }
 
 /// Runs the three scenarios and prints the tables.
@@ -87,7 +107,11 @@ pub(crate) async fn run(opts: Options) -> Result<()> {
     let mut results = Results {
         accuracy: Vec::new(),
         outage: Vec::new(),
+        overhead: Vec::new(),
     };
+    if !opts.overhead.is_zero() {
+        results.overhead = overhead(&opts, backend).await?;
+    }
     results.accuracy.push(local(&opts, backend).await?);
     results.accuracy.push(global(&opts, backend).await?);
     results.outage = outage(&opts, backend).await?;
@@ -131,6 +155,26 @@ pub(crate) async fn run(opts: Options) -> Result<()> {
             p.tally.unavailable_per_s,
             p.tally.errors
         );
+    }
+    if !results.overhead.is_empty() {
+        println!();
+        println!(
+            "overhead: {} closed-loop keep-alive clients, {} s per route, one weir",
+            opts.clients,
+            opts.overhead.as_secs()
+        );
+        println!("| route | req/s | errors | × plain | bar |");
+        println!("|---|---|---|---|---|");
+        for o in &results.overhead {
+            println!(
+                "| {} | {:.0} | {} | {:.3} | {} |",
+                o.route,
+                o.requests_per_s,
+                o.errors,
+                o.ratio,
+                o.bar.map_or("-".to_owned(), |b| format!("≥ {b}"))
+            );
+        }
     }
     let json = opts.out.join("ratelimit.json");
     std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
@@ -257,6 +301,102 @@ async fn outage(opts: &Options, backend: SocketAddr) -> Result<Vec<OutagePhase>>
         }
     }
     Ok(phases)
+}
+
+async fn overhead(opts: &Options, backend: SocketAddr) -> Result<Vec<Overhead>> {
+    let dir = opts.out.join("overhead");
+    let redis = Redis::start(&opts.redis_server, &dir)?;
+    redis.wait_ready().await?;
+    // Far above what the machine can serve: the limits never refuse, only cost.
+    let local =
+        "rateLimit:\n    local: {requests: 1000000000, unit: Second, key: {type: ClientIP}}";
+    let global =
+        "rateLimit:\n    global: {requests: 1000000000, unit: Second, key: {type: ClientIP}}";
+    let plain = "";
+    let routes = [("plain", plain), ("local", local), ("global", global)];
+    let port = free_port()?;
+    let url = redis.url();
+    let _weir = Weir::start(opts, &dir, port, backend, &routes, Some(&url)).await?;
+    let mut runs = Vec::new();
+    for route in ["plain", "local", "global", "plain"] {
+        eprintln!("overhead: {route} for {:?}", opts.overhead);
+        let host = format!("{route}.test");
+        runs.push((route, closed_loop(port, &host, opts).await));
+    }
+    let plain_rate = (runs[0].1.0 + runs[3].1.0) / 2.0;
+    Ok(runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (route, (rate, errors)))| Overhead {
+            route: if i == 3 { "plain (again)" } else { route },
+            requests_per_s: rate,
+            errors,
+            ratio: rate / plain_rate.max(1.0),
+            bar: match route {
+                "local" => Some(0.9),
+                "global" => Some(0.8),
+                _ => None,
+            },
+        })
+        .collect())
+}
+
+/// `clients` keep-alive connections sending back to back for the overhead duration;
+/// the 200s per second and the other answers.
+async fn closed_loop(port: u16, host: &str, opts: &Options) -> (f64, u64) {
+    let target: SocketAddr = ([127, 0, 0, 1], port).into();
+    let start = Instant::now();
+    let deadline = start + opts.overhead;
+    let tasks: Vec<_> = (0..opts.clients.max(1))
+        .map(|_| {
+            let host = host.to_owned();
+            tokio::spawn(async move {
+                let (mut ok, mut errors) = (0u64, 0u64);
+                let mut sender = None;
+                while Instant::now() < deadline && ok + errors < 100_000_000 {
+                    if sender
+                        .as_ref()
+                        .is_none_or(|s: &hyper::client::conn::http1::SendRequest<_>| s.is_closed())
+                    {
+                        sender = connect(target).await.ok();
+                    }
+                    let Some(tx) = sender.as_mut() else {
+                        errors += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    let Ok(req) = Request::get("/").header("host", &host).body(Empty::new()) else {
+                        break;
+                    };
+                    let out = tokio::time::timeout(Duration::from_secs(5), async {
+                        tx.ready().await?;
+                        let resp = tx.send_request(req).await?;
+                        let status = resp.status().as_u16();
+                        resp.into_body().collect().await?;
+                        Ok::<_, hyper::Error>(status)
+                    })
+                    .await;
+                    match out {
+                        Ok(Ok(200)) => ok += 1,
+                        Ok(Ok(_)) => errors += 1,
+                        _ => {
+                            errors += 1;
+                            sender = None;
+                        }
+                    }
+                }
+                (ok, errors)
+            })
+        })
+        .collect();
+    let (mut ok, mut errors) = (0, 0);
+    for t in tasks {
+        if let Ok((o, e)) = t.await {
+            ok += o;
+            errors += e;
+        }
+    }
+    (ok as f64 / start.elapsed().as_secs_f64(), errors)
 }
 
 fn accuracy(scenario: &'static str, limit: u32, tally: Tally, bar: f64) -> Accuracy {
@@ -406,7 +546,7 @@ async fn start_backend() -> Result<SocketAddr> {
 }
 
 /// A weir process serving a Gateway on `port` with one HTTPRoute per `(name, policy)`
-/// (`<name>.test`), each with a TrafficPolicy of that spec.
+/// (`<name>.test`), each with a TrafficPolicy of that spec (none when it is empty).
 struct Weir {
     _child: ChildGuard,
 }
@@ -450,7 +590,13 @@ spec:
   hostnames: [{name}.test]
   rules:
   - backendRefs: [{{group: weir.dev, kind: Backend, name: be}}]
----
+"
+            );
+            if policy.is_empty() {
+                continue;
+            }
+            m += &format!(
+                "---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
 metadata: {{name: {name}, namespace: default}}
