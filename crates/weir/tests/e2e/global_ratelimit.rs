@@ -20,9 +20,14 @@ struct Redis {
 
 impl Redis {
     async fn start(port: u16) -> Redis {
+        Redis::start_with(port, &[]).await
+    }
+
+    async fn start_with(port: u16, extra: &[&str]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -308,6 +313,95 @@ async fn a_redis_outage_follows_the_fail_mode_and_limiting_resumes() {
         3,
         "limiting again"
     );
-    assert!(redis.total() >= 1);
+    assert!(
+        eventually(Duration::from_secs(10), || async { redis.total() >= 3 }).await,
+        "the new counts reach the restarted Redis"
+    );
     drop(gw);
+}
+
+/// A Redis Cluster of three masters (`--redis` with three seed nodes): keys of different
+/// clients land in different slots, each client's budget holds, and the counts reach the
+/// nodes that own them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_limit_over_a_redis_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let conf = dir.path().join(format!("nodes-{port}.conf"));
+        let node_dir = dir.path().display().to_string();
+        let conf = conf.display().to_string();
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            conf.as_str(),
+            "--dir",
+            node_dir.as_str(),
+        ];
+        nodes.push(Redis::start_with(port, &extra).await);
+    }
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli");
+    assert!(created.success(), "redis-cli --cluster create");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            nodes.iter().all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            })
+        })
+        .await,
+        "the cluster is up"
+    );
+    let mut redis = RedisSettings::new(nodes.iter().map(Redis::url).collect());
+    redis.timeout = Duration::from_secs(1);
+    let echo_addr = echo("a").await;
+    let p = free_port();
+    let _gw = start(
+        &[
+            ("app.yaml", manifests(p, echo_addr, &["app"])),
+            (
+                "policy.yaml",
+                global_limit("app", 5, "{type: Header, header: x-client}", "Closed"),
+            ),
+        ],
+        Some(redis),
+    )
+    .await;
+    // Fail closed until the first sync has reached the cluster.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            call(p, "app.test", "probe").await == 200
+        })
+        .await,
+        "the cluster is reachable"
+    );
+    let clients = ["c1", "c2", "c3", "c4", "c5", "c6"];
+    for c in clients {
+        assert_eq!(admitted(p, "app.test", c, 8).await, 5, "client {c}");
+    }
+    let total = || nodes.iter().map(Redis::total).sum::<u64>();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            (30..=31).contains(&total())
+        })
+        .await,
+        "5 per client (and the probe, unless it was admitted before a failed first \
+         connect dropped it) reach the cluster: {}",
+        total()
+    );
+    let holding = nodes.iter().filter(|n| n.total() > 0).count();
+    assert!(holding >= 2, "keys spread over the nodes: {holding}");
 }
