@@ -16,6 +16,8 @@ use crate::support::*;
 struct Redis {
     port: u16,
     child: Option<Child>,
+    /// `redis-cli` arguments for a TLS-only server (`--tls --cacert FILE`).
+    tls: Vec<String>,
 }
 
 impl Redis {
@@ -24,6 +26,10 @@ impl Redis {
     }
 
     async fn start_with(port: u16, extra: &[&str]) -> Redis {
+        Redis::spawn(port, extra, Vec::new()).await
+    }
+
+    async fn spawn(port: u16, extra: &[&str], tls: Vec<String>) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -35,6 +41,7 @@ impl Redis {
         let r = Redis {
             port,
             child: Some(child),
+            tls,
         };
         assert!(
             eventually(Duration::from_secs(10), || async {
@@ -61,6 +68,7 @@ impl Redis {
     fn cli(&self, args: &[&str]) -> Option<String> {
         let out = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.tls)
             .args(args)
             .output()
             .ok()?;
@@ -404,4 +412,70 @@ async fn a_global_limit_over_a_redis_cluster() {
     );
     let holding = nodes.iter().filter(|n| n.total() > 0).count();
     assert!(holding >= 2, "keys spread over the nodes: {holding}");
+}
+
+/// TLS to Redis (`rediss://`, the server's certificate signed by a CA given as
+/// `RedisSettings::ca_pem`, as `--redis-ca` does): the counts reach a TLS-only server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_limit_over_tls_to_redis() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf(&["127.0.0.1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p.display().to_string()
+    };
+    let (cert, key, ca) = (
+        file("redis.crt", &cert),
+        file("redis.key", &key),
+        file("ca.crt", &pki.ca_pem()),
+    );
+    let port = free_port();
+    let tls_args = [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]
+    .map(str::to_owned);
+    let extra: Vec<&str> = tls_args.iter().map(String::as_str).collect();
+    // `--port 0` after the helper's `--port`: the last one wins, no plaintext port.
+    let redis = Redis::spawn(
+        port,
+        &extra,
+        vec!["--tls".into(), "--cacert".into(), ca.clone()],
+    )
+    .await;
+    let mut settings = RedisSettings::new(vec![format!("rediss://127.0.0.1:{port}")]);
+    settings.ca_pem = Some(pki.ca_pem().into_bytes());
+    settings.timeout = Duration::from_secs(1);
+    let echo_addr = echo("a").await;
+    let p = free_port();
+    let _gw = start(
+        &[
+            ("app.yaml", manifests(p, echo_addr, &["app"])),
+            (
+                "policy.yaml",
+                global_limit("app", 3, "{type: Target}", "Closed"),
+            ),
+        ],
+        Some(settings),
+    )
+    .await;
+    assert_eq!(admitted(p, "app.test", "x", 5).await, 3);
+    assert!(
+        eventually(Duration::from_secs(10), || async { redis.total() == 3 }).await,
+        "the counts reach Redis over TLS: {}",
+        redis.total()
+    );
+    assert_eq!(admitted(p, "app.test", "x", 2).await, 0);
 }

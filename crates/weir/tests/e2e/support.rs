@@ -44,6 +44,11 @@ impl Pki {
         (cert.pem(), key.serialize_pem())
     }
 
+    /// The CA certificate (PEM), for clients that read a CA file.
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
     /// A client configuration trusting only this CA.
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
