@@ -424,6 +424,72 @@ mod tests {
         assert!(a.retry.is_none() && a.rate_limit.is_none());
     }
 
+    /// A global limit comes from the most specific target like every field; it runs after
+    /// the local limit (a request the local limit refuses is not counted globally); with
+    /// Redis unreachable (here: none configured) its fail mode decides.
+    #[test]
+    fn a_global_limit_follows_the_local_one_and_its_fail_mode() {
+        use weir_model::{FailMode, GlobalRateLimit};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let global = |fail_mode| {
+            Some((
+                Arc::from("ns/g"),
+                GlobalRateLimit {
+                    requests: 100,
+                    window: Duration::from_secs(1),
+                    key: RateLimitKey::ClientIp,
+                    fail_mode,
+                },
+            ))
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::route_of(&r.route),
+                Timeouts::default(),
+                None,
+                None,
+            )
+            .with_global_rate_limit(global(FailMode::Closed)),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                Some(limit(1)),
+            )
+            .with_global_rate_limit(global(FailMode::Open)),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        let limiter = RateLimiter::new(Default::default());
+        let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+            global: &global,
+        };
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        let mut h = HeaderMap::new();
+        // The route's fail-closed global limit, without Redis: 503.
+        assert!(matches!(
+            check(&checkers, &a, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimitUnavailable { ref policy })) if &**policy == "ns/g"
+        ));
+        // Then the Gateway's local limit (burst 1) refuses first: 429, not counted globally.
+        assert!(matches!(
+            check(&checkers, &a, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimited { .. }))
+        ));
+        assert_eq!(global.metrics.failed_closed.get(), 1);
+        // On another Gateway the route's limit still applies (most specific target).
+        let other = resolve(&s, &"ns/other".into(), &r);
+        assert!(matches!(
+            check(&checkers, &other, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimitUnavailable { .. }))
+        ));
+    }
+
     fn digest(key: &str) -> [u8; 32] {
         let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
         d.as_ref().try_into().unwrap()
