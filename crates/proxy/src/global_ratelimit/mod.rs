@@ -292,7 +292,8 @@ impl GlobalLimiter {
         let window_ms = u64::try_from(limit.window.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let (id, redis_key) = key_of(target, policy, window_ms, key);
+        let digest = digest_of(target, policy, window_ms, key);
+        let id = u64::from_le_bytes(digest[..8].try_into().unwrap_or_default());
         let (w, elapsed) = window::position(now, window_ms);
         let shard = &self.shards[(id >> 59) as usize % SHARDS];
         let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
@@ -304,7 +305,7 @@ impl GlobalLimiter {
                 return Decision::Allowed;
             }
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Entry {
-                redis_key: redis_key.into(),
+                redis_key: redis_key(&digest).into(),
                 policy: policy.clone(),
                 window_ms,
                 window: w,
@@ -378,20 +379,44 @@ impl GlobalLimiter {
     }
 }
 
-/// The key's id in the table and its Redis key. Stable across processes (every data
-/// plane must name a key alike): an xxh3-128 of the target, the policy object, the
-/// window and the key value; the window is part of it because counts of different
-/// windows do not compare. The request limit is not, so editing it keeps the counts.
-fn key_of(target: &PolicyTarget, policy: &str, window_ms: u64, key: &[u8]) -> (u64, String) {
-    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
-    h.update(target.to_string().as_bytes());
-    h.update(&[0]);
-    h.update(policy.as_bytes());
-    h.update(&[0]);
-    h.update(&window_ms.to_le_bytes());
-    h.update(key);
-    let digest = h.digest128();
-    (digest as u64, format!("weir:rl:{{{digest:032x}}}"))
+/// A key's digest, stable across processes (every data plane must name a key alike):
+/// SHA-256 of the target, the policy object, the window and the key value, so that a
+/// client choosing header values cannot make its key collide with someone else's (a
+/// fast non-cryptographic hash would let it). The window is part of it because counts of
+/// different windows do not compare; the request limit is not, so editing it keeps the
+/// counts. Nothing is allocated: the target is written into the digest as it is
+/// formatted.
+fn digest_of(target: &PolicyTarget, policy: &str, window_ms: u64, key: &[u8]) -> [u8; 16] {
+    struct Feed<'a>(&'a mut aws_lc_rs::digest::Context);
+    impl std::fmt::Write for Feed<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.update(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    let _ = std::fmt::Write::write_fmt(&mut Feed(&mut ctx), format_args!("{target}"));
+    ctx.update(&[0]);
+    ctx.update(policy.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(&window_ms.to_le_bytes());
+    ctx.update(key);
+    let d = ctx.finish();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d.as_ref()[..16]);
+    out
+}
+
+/// The Redis key prefix of a digest (`weir:rl:{<hex>}`; the window index follows).
+fn redis_key(digest: &[u8; 16]) -> String {
+    use std::fmt::Write;
+    let mut k = String::with_capacity(8 + 2 + 32);
+    k.push_str("weir:rl:{");
+    for b in digest {
+        let _ = write!(k, "{b:02x}");
+    }
+    k.push('}');
+    k
 }
 
 #[cfg(test)]
@@ -463,13 +488,19 @@ mod tests {
 
     #[test]
     fn keys_are_stable_and_distinct() {
-        let (a, ka) = key_of(&gw(), "ns/p", 1000, b"x");
-        let (b, kb) = key_of(&gw(), "ns/p", 1000, b"x");
-        assert_eq!((a, &ka), (b, &kb));
-        assert!(ka.starts_with("weir:rl:{") && ka.ends_with('}'), "{ka}");
-        assert_ne!(key_of(&gw(), "ns/p", 1000, b"y").0, a);
-        assert_ne!(key_of(&gw(), "ns/p", 60_000, b"x").0, a);
-        assert_ne!(key_of(&gw(), "ns/q", 1000, b"x").0, a);
+        let a = digest_of(&gw(), "ns/p", 1000, b"x");
+        assert_eq!(a, digest_of(&gw(), "ns/p", 1000, b"x"));
+        let k = redis_key(&a);
+        assert!(
+            k.starts_with("weir:rl:{") && k.ends_with('}') && k.len() == 42,
+            "{k}"
+        );
+        assert_ne!(digest_of(&gw(), "ns/p", 1000, b"y"), a);
+        assert_ne!(digest_of(&gw(), "ns/p", 60_000, b"x"), a);
+        assert_ne!(digest_of(&gw(), "ns/q", 1000, b"x"), a);
+        // Pinned: every data plane, of every release, must name the key alike.
+        // (Python: sha256(b"gateway ns/gw\0ns/p\0" + (1000).to_bytes(8, "little") + b"x"))
+        assert_eq!(k, "weir:rl:{0323b7f97983b6c69c72f17dec1f33df}");
     }
 
     #[test]
