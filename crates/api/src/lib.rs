@@ -39,11 +39,11 @@ pub use crate::status::*;
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
     DirectResponse, DirectResponseSpec, EndpointLimitsSpec, ExtAuthCacheSpec, ExtAuthSpec,
-    GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType, HttpHealthCheckSpec,
-    IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec, LocalRateLimitSpec, LocalSecretReference,
-    PolicyRetry, PolicyTargetReference, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
-    RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
-    TrafficPolicySpec,
+    GlobalRateLimitSpec, GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType,
+    HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec, LocalRateLimitSpec,
+    LocalSecretReference, PolicyRetry, PolicyTargetReference, RateLimitFailMode, RateLimitKeySpec,
+    RateLimitKeyType, RateLimitSpec, RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn,
+    SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
 };
 pub use crate::weir::{
     ConsistentHashSpec, HashCookieSpec, HashHeaderSpec, HashType, LoadBalancerSpec,

@@ -487,6 +487,31 @@ pub struct PolicyRetry {
 pub struct RateLimitSpec {
     /// A limit kept by each data plane on its own.
     pub local: Option<LocalRateLimitSpec>,
+    /// A limit shared by every data plane through Redis (`weir run --redis`).
+    pub global: Option<Box<GlobalRateLimitSpec>>,
+}
+
+/// A sliding-window limit shared by the data planes through Redis.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GlobalRateLimitSpec {
+    /// Requests allowed per `unit` (required, ≥ 1).
+    pub requests: Option<i64>,
+    /// The window `requests` is counted in (required).
+    pub unit: Option<RateLimitUnit>,
+    /// What a budget is kept for (default: the client IP).
+    pub key: Option<RateLimitKeySpec>,
+    /// What happens while Redis cannot be reached (default `Open`).
+    pub fail_mode: Option<RateLimitFailMode>,
+}
+
+/// What a global limit does while Redis cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitFailMode {
+    /// Admit requests.
+    Open,
+    /// Refuse requests (503).
+    Closed,
 }
 
 /// A token bucket per key.

@@ -15,6 +15,7 @@ mod plot;
 mod procs;
 mod progress;
 mod propagation;
+mod ratelimit;
 mod report;
 mod side;
 mod soak;
@@ -63,6 +64,10 @@ enum Command {
     /// protocol (HTTP/1.1, h2c, HTTPS, TLS passthrough, TCP, UDP); counts failed requests
     /// and samples weir's RSS and open file descriptors.
     Soak(SoakArgs),
+    /// Rate-limit accuracy: a local limit (one weir) and a global limit (two weir
+    /// processes sharing one redis-server) offered 3× their limit, and a Redis outage
+    /// mid-run with a fail-open and a fail-closed limit.
+    Ratelimit(RatelimitArgs),
     /// The fixed-response backend the traffic bench runs behind the proxies.
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -72,6 +77,39 @@ enum Command {
     /// The traffic bench's open-loop fixed-rate client.
     #[command(hide = true)]
     FixedRate(traffic::clients::RateArgs),
+}
+
+#[derive(clap::Args)]
+struct RatelimitArgs {
+    /// The weir binary [default: <workspace>/target/release/weir].
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// The redis-server binary.
+    #[arg(long, default_value = "redis-server")]
+    redis_server: PathBuf,
+    /// Requests per second the limits allow.
+    #[arg(long, default_value_t = 200)]
+    limit: u32,
+    /// Offered load, as a multiple of the limit.
+    #[arg(long, default_value_t = 3.0)]
+    load: f64,
+    /// Seconds of load per scenario (at most 120).
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Keep-alive connections per load stream.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Also compare keep-alive requests/s of a route without policy, with a local and
+    /// with a global limit, this many seconds per route (0: skip; at most 60).
+    #[arg(long, default_value_t = 0)]
+    overhead: u64,
+    /// Closed-loop keep-alive clients of the overhead comparison.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Where configurations, logs and ratelimit.json go
+    /// [default: <workspace>/target/weir-bench/ratelimit].
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -392,6 +430,30 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("weir-bench backend: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Ratelimit(a) => {
+            let opts = ratelimit::Options {
+                weir: a
+                    .weir
+                    .unwrap_or_else(|| workspace_path("target/release/weir")),
+                redis_server: a.redis_server,
+                limit: a.limit.max(1),
+                load: a.load.clamp(0.1, 100.0),
+                duration: Duration::from_secs(a.duration.clamp(1, 120)),
+                connections: a.connections.clamp(1, 256),
+                overhead: Duration::from_secs(a.overhead.min(60)),
+                clients: a.clients.clamp(1, 1024),
+                out: a
+                    .out
+                    .unwrap_or_else(|| workspace_path("target/weir-bench/ratelimit")),
+            };
+            match runtime.block_on(ratelimit::run(opts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir-bench ratelimit: {e:#}");
                     ExitCode::FAILURE
                 }
             }

@@ -54,9 +54,9 @@ pub use listener::{
     PathNormalization, Protocol,
 };
 pub use policy::{
-    ApiKeyAuth, BackendKind, BasicAuth, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial,
-    JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey, RemoteJwks,
+    ApiKeyAuth, BackendKind, BasicAuth, FailMode, GlobalRateLimit, IpNet, IpRules, JwtAuth, JwtKey,
+    JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
+    PolicyTarget, RateLimitKey, RemoteJwks,
 };
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,

@@ -161,6 +161,33 @@ impl LocalRateLimit {
     }
 }
 
+/// What a global rate limit does while its counters cannot be read or written (Redis
+/// unreachable, or no Redis configured on the data plane).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum FailMode {
+    /// Admit every request (the limit is off until Redis is back).
+    Open,
+    /// Refuse every request (`503`, naming the policy).
+    Closed,
+}
+
+/// A limit shared by every data plane that reads the same Redis: at most `requests` per
+/// `window` per key, over a sliding window (the previous fixed window's count weighted
+/// by how much of it still overlaps, plus the current one's). Data planes count locally
+/// and add their counts to Redis in batches, so the limit holds to within what the
+/// data planes admit between two batches.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GlobalRateLimit {
+    /// Requests allowed per `window`.
+    pub requests: u32,
+    /// The window (one second, minute or hour).
+    pub window: Duration,
+    /// What one budget is kept for.
+    pub key: RateLimitKey,
+    /// What happens while Redis cannot be reached.
+    pub fail_mode: FailMode,
+}
+
 /// API key authentication: a request must carry, in `header`, a key whose SHA-256 digest
 /// is one of `keys` (the keys themselves are not kept: configuration dumps and the wire
 /// carry digests only).
@@ -578,6 +605,10 @@ pub struct Policy {
     /// version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<LoadBalancer>,
+    /// A global (Redis-backed) rate limit, and the policy object (`namespace/name`) that
+    /// set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_rate_limit: Option<(Arc<str>, GlobalRateLimit)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -607,6 +638,7 @@ impl Policy {
             circuit_breaker: None,
             ext_auth: None,
             load_balancer: None,
+            global_rate_limit: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -641,9 +673,13 @@ impl Policy {
             None => v2,
             Some(ext_auth) => content_hash(&(v2, ext_auth)),
         };
-        self.hash = match &self.load_balancer {
+        let v3 = match &self.load_balancer {
             None => v3,
             Some(lb) => content_hash(&(v3, 11u32, lb)),
+        };
+        self.hash = match &self.global_rate_limit {
+            None => v3,
+            Some(global) => content_hash(&(v3.0, global)),
         };
     }
 
@@ -654,9 +690,10 @@ impl Policy {
     /// replaces such a policy by one that refuses every client first. Fields added in
     /// version 3, each folded into the hash only when set: `retry.replay_body` and
     /// `retry.non_idempotent` (see [`crate::Retry::as_version_2`]), `ext_auth`, a JWT
-    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set), and
+    /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set),
     /// `load_balancer` (field 11; not an access guard: an older data plane balances by its
-    /// default).
+    /// default) and `global_rate_limit` (not an access guard either: an older data plane
+    /// serves the routes without the global limit; any local limit still applies).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -668,6 +705,10 @@ impl Policy {
         }
         if self.load_balancer.is_some() {
             self.load_balancer = None;
+            self.rehash();
+        }
+        if self.global_rate_limit.is_some() {
+            self.global_rate_limit = None;
             self.rehash();
         }
         if let Some((name, jwt)) = &self.jwt_auth
@@ -751,6 +792,14 @@ impl Policy {
         self
     }
 
+    /// This policy with a global rate limit (`namespace/name` of the policy object that
+    /// set it).
+    pub fn with_global_rate_limit(mut self, limit: Option<(Arc<str>, GlobalRateLimit)>) -> Self {
+        self.global_rate_limit = limit;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -786,6 +835,7 @@ impl Policy {
             && self.circuit_breaker.is_none()
             && self.ext_auth.is_none()
             && self.load_balancer.is_none()
+            && self.global_rate_limit.is_none()
     }
 
     /// The content hash computed at construction.
@@ -846,6 +896,25 @@ mod tests {
         assert_eq!(unchanged.hash(), deny.hash());
         let limited = deny.clone().with_circuit_breaker(Some(Default::default()));
         assert_ne!(limited.hash(), deny.hash());
+        // Version 3's global rate limit: no change when unset; set, it changes the hash,
+        // and the version-2 form drops it, back to the hash version 2 computes.
+        assert_eq!(
+            deny.clone().with_global_rate_limit(None).hash(),
+            deny.hash()
+        );
+        let global = deny.clone().with_global_rate_limit(Some((
+            "ns/g".into(),
+            GlobalRateLimit {
+                requests: 10,
+                window: Duration::from_secs(1),
+                key: RateLimitKey::Target,
+                fail_mode: FailMode::Open,
+            },
+        )));
+        assert_ne!(global.hash(), deny.hash());
+        let old = global.as_version_2();
+        assert!(old.global_rate_limit.is_none());
+        assert_eq!(old.hash(), ContentHash(0x0499_c1f4_476d_3152));
         assert_eq!(
             deny.clone().as_version_0().hash(),
             ContentHash(0x8ec8_9027_376d_211e)

@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
 use crate::endpoints::{EndpointRegistry, OutlierDetection};
+use crate::global_ratelimit::{GlobalLimiter, RedisSettings};
 use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
@@ -35,6 +36,10 @@ pub struct ProxyConfig {
     /// A UDP session with no datagram either way for this long ends (its socket is
     /// closed; the client's next datagram starts a new one).
     pub udp_session_idle_timeout: Duration,
+    /// Where global rate limits keep their counts; `None`: no Redis, and every global
+    /// limit follows its fail mode (logged once, counted by
+    /// `weir_global_ratelimit_unconfigured`).
+    pub redis: Option<RedisSettings>,
 }
 
 impl Default for ProxyConfig {
@@ -46,6 +51,7 @@ impl Default for ProxyConfig {
             drain_timeout: Duration::from_secs(10),
             workers: 0,
             udp_session_idle_timeout: Duration::from_secs(60),
+            redis: None,
         }
     }
 }
@@ -72,6 +78,9 @@ pub(crate) struct Shared {
     pub(crate) workers: Workers,
     /// Local rate-limit buckets, kept across snapshots.
     pub(crate) rate_limits: RateLimiter,
+    /// Global rate-limit counts, kept across snapshots (synced to Redis by a task that
+    /// ends when the data plane is dropped).
+    pub(crate) global_limits: Arc<GlobalLimiter>,
     /// Results of basic-auth checks, kept across snapshots.
     pub(crate) verified: Arc<crate::basic_auth::VerifiedCache>,
     /// The client to external authorization services and their remembered answers.
@@ -111,11 +120,29 @@ impl DataPlane {
             metrics.outlier.clone(),
             metrics.health.clone(),
         ));
+        let global_limits = Arc::new(GlobalLimiter::new(
+            config.redis.is_some(),
+            metrics.global_ratelimit.clone(),
+        ));
+        if let Some(redis) = &config.redis {
+            // Started from a runtime (every caller is async); without one, Redis counts
+            // as unreachable and the fail modes apply.
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(crate::global_ratelimit::sync::run(
+                        Arc::downgrade(&global_limits),
+                        redis.clone(),
+                    ));
+                }
+                Err(_) => tracing::warn!("no runtime: global rate limits are not synced"),
+            }
+        }
         Ok(Arc::new(DataPlane {
             shared: Arc::new(Shared {
                 snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::with_endpoints(endpoints))),
                 upstreams,
                 rate_limits: RateLimiter::new(metrics.ratelimit.clone()),
+                global_limits,
                 verified: Arc::default(),
                 ext_auth: Arc::new(crate::ext_auth::ExtAuthState::new(
                     config.connect_timeout,

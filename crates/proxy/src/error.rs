@@ -69,6 +69,12 @@ pub(crate) enum ProxyError {
         /// The policy object (`namespace/name`) that set the limit.
         policy: Option<std::sync::Arc<str>>,
     },
+    /// A global rate limit that fails closed cannot reach Redis (or none is configured).
+    #[error("rate limit unavailable (policy {policy})")]
+    RateLimitUnavailable {
+        /// The policy object (`namespace/name`) that set the limit.
+        policy: std::sync::Arc<str>,
+    },
     /// A policy's client address rules refuse the client.
     #[error("client address refused (policy {policy})")]
     Forbidden {
@@ -357,6 +363,11 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
         ProxyError::Unauthenticated { .. } => {
             (StatusCode::UNAUTHORIZED, Fault::Policy, "unauthorized\n")
         }
+        ProxyError::RateLimitUnavailable { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Fault::Policy,
+            "rate limit unavailable\n",
+        ),
         ProxyError::Forbidden { .. } => (StatusCode::FORBIDDEN, Fault::Policy, "forbidden\n"),
         ProxyError::ExtAuthDenied { status, .. } => (
             *status,
@@ -398,6 +409,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
         ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
+        ProxyError::RateLimitUnavailable { .. } => GrpcStatus::Unavailable,
         ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
         ProxyError::Forbidden { .. } => GrpcStatus::PermissionDenied,
         ProxyError::ExtAuthDenied { status, .. } if *status == StatusCode::UNAUTHORIZED => {

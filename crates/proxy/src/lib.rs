@@ -26,6 +26,7 @@ mod dataplane;
 mod drain;
 mod error;
 mod ext_auth;
+mod global_ratelimit;
 mod idle;
 mod jwks;
 mod jwt;
@@ -50,6 +51,7 @@ pub use admin::serve_admin;
 pub use authority::{InvalidHost, canonical_host};
 pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
 pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use global_ratelimit::RedisSettings;
 pub use jwt::MAX_TOKEN_LEN as MAX_JWT_LEN;
 
 /// Why a certificate could not serve a handshake (its chain, its key, or a key that does

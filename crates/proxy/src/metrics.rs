@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::endpoints::OutlierMetrics;
 use crate::ext_auth::ExtAuthMetrics;
+use crate::global_ratelimit::GlobalRateLimitMetrics;
 use crate::health::HealthMetrics;
 use crate::l4::L4Metrics;
 use crate::l4::udp::UdpMetrics;
@@ -90,6 +91,8 @@ pub(crate) struct Metrics {
     pub(crate) ext_auth: ExtAuthMetrics,
     /// Remote JWK Sets (`crate::jwks`).
     pub(crate) jwks: crate::jwks::JwksMetrics,
+    /// Global rate limits (`crate::global_ratelimit`).
+    pub(crate) global_ratelimit: GlobalRateLimitMetrics,
     l4_connections: Family<ListenerLabels, Counter>,
     l4_unrouted: Family<ListenerLabels, Counter>,
     l4_received: Family<ListenerLabels, Counter>,
@@ -169,6 +172,7 @@ impl Metrics {
             ratelimit: RateLimitMetrics::default(),
             ext_auth: ExtAuthMetrics::default(),
             jwks: crate::jwks::JwksMetrics::default(),
+            global_ratelimit: GlobalRateLimitMetrics::default(),
             l4_connections: Family::default(),
             l4_unrouted: Family::default(),
             l4_received: Family::default(),
@@ -318,6 +322,7 @@ impl Metrics {
              bucket of their shard was in use (the limiter's memory bound)",
             m.ratelimit.untracked.clone(),
         );
+        m.global_ratelimit.register(registry);
         registry.register(
             "weir_ext_auth_allowed",
             "Calls to external authorization services answered 2xx (the request passed)",

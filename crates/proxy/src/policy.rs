@@ -22,6 +22,7 @@ use crate::basic_auth::{self, Verified, VerifiedCache};
 
 use crate::error::{Challenge, ProxyError};
 use crate::ext_auth::{self, Decided, ExtAuthState};
+use crate::global_ratelimit::{self, GlobalLimiter};
 use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
 use crate::snapshot::Snapshot;
@@ -47,6 +48,8 @@ pub(crate) struct Applied {
     ext_auth: Option<Arc<Policy>>,
     /// The policy whose load balancer applies (a rule's `sessionPersistence`).
     load_balancer: Option<Arc<Policy>>,
+    /// The policy whose global rate limit applies.
+    global_rate_limit: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -62,6 +65,7 @@ impl Applied {
             jwt_auth: None,
             ext_auth: None,
             load_balancer: None,
+            global_rate_limit: None,
         }
     }
 
@@ -120,6 +124,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.jwt_auth = first(|p| p.jwt_auth.is_some());
     applied.ext_auth = first(|p| p.ext_auth.is_some());
     applied.load_balancer = first(|p| p.load_balancer.is_some());
+    applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
     applied
 }
 
@@ -150,6 +155,7 @@ impl From<ProxyError> for Refusal {
 /// authorization service attached to this request.
 pub(crate) struct Checkers<'a> {
     pub(crate) limiter: &'a RateLimiter,
+    pub(crate) global: &'a GlobalLimiter,
     pub(crate) verified: &'a VerifiedCache,
     pub(crate) ext_auth: &'a ExtAuthState,
     pub(crate) decided: Option<&'a Decided>,
@@ -160,7 +166,8 @@ pub(crate) struct Checkers<'a> {
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
 /// authentication (Basic credentials, then external authorization, then an API key,
-/// then a bearer JWT), then a local rate limit. External authorization comes before the
+/// then a bearer JWT), then a local rate limit, then a global one (so a request the
+/// local limit refuses is not counted globally). External authorization comes before the
 /// checks that remove the credentials they read, since the request may come through
 /// here again once the service answered. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
@@ -212,36 +219,65 @@ pub(crate) fn check(
     {
         jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited)?;
     }
-    let Some(policy) = &applied.rate_limit else {
-        return Ok(());
-    };
-    let Some((_, limit)) = &policy.rate_limit else {
-        return Ok(());
-    };
-    let mut ip = [0u8; 17];
-    let key: &[u8] = match &limit.key {
+    if let Some(policy) = &applied.rate_limit
+        && let Some((name, limit)) = &policy.rate_limit
+    {
+        let mut buf = [0u8; 17];
+        let key = limit_key(&limit.key, client, headers, &mut buf);
+        if let Decision::Limited { retry_after } = limiter.check(&policy.target, limit, key, now) {
+            return Err(Refusal::Refused(ProxyError::RateLimited {
+                retry_after: retry_after.max(Duration::from_millis(1)),
+                limit: limit.burst,
+                policy: Some(name.clone()),
+            }));
+        }
+    }
+    if let Some(policy) = &applied.global_rate_limit
+        && let Some((name, limit)) = &policy.global_rate_limit
+    {
+        let mut buf = [0u8; 17];
+        let key = limit_key(&limit.key, client, headers, &mut buf);
+        match checkers.global.check(&policy.target, name, limit, key) {
+            global_ratelimit::Decision::Allowed => {}
+            global_ratelimit::Decision::Limited { retry_after } => {
+                return Err(Refusal::Refused(ProxyError::RateLimited {
+                    retry_after: retry_after.max(Duration::from_millis(1)),
+                    limit: limit.requests,
+                    policy: Some(name.clone()),
+                }));
+            }
+            global_ratelimit::Decision::Unavailable => {
+                return Err(Refusal::Refused(ProxyError::RateLimitUnavailable {
+                    policy: name.clone(),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes a rate limit counts a request by (`buf` holds an address).
+fn limit_key<'a>(
+    key: &RateLimitKey,
+    client: IpAddr,
+    headers: &'a HeaderMap,
+    buf: &'a mut [u8; 17],
+) -> &'a [u8] {
+    match key {
         RateLimitKey::ClientIp => match client {
             IpAddr::V4(a) => {
-                ip[0] = 4;
-                ip[1..5].copy_from_slice(&a.octets());
-                &ip[..5]
+                buf[0] = 4;
+                buf[1..5].copy_from_slice(&a.octets());
+                &buf[..5]
             }
             IpAddr::V6(a) => {
-                ip[0] = 6;
-                ip[1..].copy_from_slice(&a.octets());
-                &ip[..]
+                buf[0] = 6;
+                buf[1..].copy_from_slice(&a.octets());
+                &buf[..]
             }
         },
         RateLimitKey::Header(name) => headers.get(&**name).map_or(&b""[..], |v| v.as_bytes()),
         RateLimitKey::Target => b"",
-    };
-    match limiter.check(&policy.target, limit, key, now) {
-        Decision::Allowed { .. } => Ok(()),
-        Decision::Limited { retry_after } => Err(Refusal::Refused(ProxyError::RateLimited {
-            retry_after: retry_after.max(Duration::from_millis(1)),
-            limit: limit.burst,
-            policy: policy.rate_limit.as_ref().map(|(n, _)| n.clone()),
-        })),
     }
 }
 
@@ -437,6 +473,78 @@ mod tests {
         assert!(a.retry.is_none() && a.rate_limit.is_none());
     }
 
+    /// A global limit comes from the most specific target like every field; it runs after
+    /// the local limit (a request the local limit refuses is not counted globally); with
+    /// Redis unreachable (here: none configured) its fail mode decides.
+    #[test]
+    fn a_global_limit_follows_the_local_one_and_its_fail_mode() {
+        use weir_model::{FailMode, GlobalRateLimit};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let global = |fail_mode| {
+            Some((
+                Arc::from("ns/g"),
+                GlobalRateLimit {
+                    requests: 100,
+                    window: Duration::from_secs(1),
+                    key: RateLimitKey::ClientIp,
+                    fail_mode,
+                },
+            ))
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::route_of(&r.route),
+                Timeouts::default(),
+                None,
+                None,
+            )
+            .with_global_rate_limit(global(FailMode::Closed)),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                Some(limit(1)),
+            )
+            .with_global_rate_limit(global(FailMode::Open)),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        let limiter = RateLimiter::new(Default::default());
+        let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
+        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
+        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
+        let checkers = Checkers {
+            limiter: &limiter,
+            verified: &verified,
+            ext_auth: &ext_state,
+            decided: None,
+            jwks: &jwks,
+            jwks_waited: false,
+            global: &global,
+        };
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        let mut h = HeaderMap::new();
+        // The route's fail-closed global limit, without Redis: 503.
+        assert!(matches!(
+            check(&checkers, &a, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimitUnavailable { ref policy })) if &**policy == "ns/g"
+        ));
+        // Then the Gateway's local limit (burst 1) refuses first: 429, not counted globally.
+        assert!(matches!(
+            check(&checkers, &a, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimited { .. }))
+        ));
+        assert_eq!(global.metrics.failed_closed.get(), 1);
+        // On another Gateway the route's limit still applies (most specific target).
+        let other = resolve(&s, &"ns/other".into(), &r);
+        assert!(matches!(
+            check(&checkers, &other, remote, &mut h, None, now),
+            Err(Refusal::Refused(ProxyError::RateLimitUnavailable { .. }))
+        ));
+    }
+
     fn digest(key: &str) -> [u8; 32] {
         let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
         d.as_ref().try_into().unwrap()
@@ -478,6 +586,7 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
         let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
@@ -487,6 +596,7 @@ mod tests {
             decided: None,
             jwks: &jwks,
             jwks_waited: false,
+            global: &global,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -535,6 +645,7 @@ mod tests {
         let a = resolve(&s, &gw, &other);
         let mut h = headers(&["alice-key-1234"]);
         let limiter = RateLimiter::new(Default::default());
+        let global = GlobalLimiter::new(false, Default::default());
         let checkers = Checkers {
             limiter: &limiter,
             verified: &verified,
@@ -542,6 +653,7 @@ mod tests {
             decided: None,
             jwks: &jwks,
             jwks_waited: false,
+            global: &global,
         };
         check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
@@ -577,6 +689,7 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
         let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
@@ -586,6 +699,7 @@ mod tests {
             decided: None,
             jwks: &jwks,
             jwks_waited: false,
+            global: &global,
         };
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
@@ -657,6 +771,7 @@ mod tests {
         let a = resolve(&s, &gw, &r);
         let limiter = RateLimiter::new(Default::default());
         let verified = VerifiedCache::default();
+        let global = GlobalLimiter::new(false, Default::default());
         let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
         let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
         let checkers = Checkers {
@@ -666,6 +781,7 @@ mod tests {
             decided: None,
             jwks: &jwks,
             jwks_waited: false,
+            global: &global,
         };
         let now = Instant::now();
         let from = |ip: &str| {

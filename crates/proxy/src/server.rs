@@ -477,6 +477,7 @@ fn phases(
     let decided = req.extensions().get::<ext_auth::Decided>().cloned();
     let checkers = policy::Checkers {
         limiter: &ctx.shared.rate_limits,
+        global: &ctx.shared.global_limits,
         verified: &ctx.shared.verified,
         ext_auth: &ctx.shared.ext_auth,
         decided: decided.as_ref(),

@@ -54,6 +54,8 @@ pub struct ControllerOptions {
     /// Several replicas: elect a leader on this Lease; only the leader writes status and
     /// provisions. `None`: this replica always acts as the leader.
     pub leader_election: Option<weir_provider_k8s::LeaseOptions>,
+    /// Where the embedded data plane's global rate limits keep their counts (`--redis`).
+    pub redis: Option<weir_proxy::RedisSettings>,
 }
 
 /// Admits a data plane to Gateway `ns/name` only with a token of ServiceAccount
@@ -155,6 +157,7 @@ impl Controller {
         let dataplane = DataPlane::new(
             ProxyConfig {
                 access_log: opts.access_log,
+                redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },
             &mut registry,

@@ -40,6 +40,52 @@ enum Command {
     Echo(EchoArgs),
 }
 
+/// Where global rate limits keep their counts.
+#[derive(clap::Args)]
+struct RedisArgs {
+    /// Redis for global rate limits: `redis://[user:password@]host:port[/db]`,
+    /// `rediss://…` for TLS; repeat (or separate by commas) for the seed nodes of a Redis
+    /// Cluster. Without it a global limit follows its fail mode.
+    #[arg(long = "redis", env = "WEIR_REDIS", value_delimiter = ',')]
+    redis: Vec<String>,
+    /// The Redis nodes form a Redis Cluster (implied by several nodes).
+    #[arg(long, env = "WEIR_REDIS_CLUSTER")]
+    redis_cluster: bool,
+    /// CA certificates (PEM file) that sign the Redis servers' TLS certificates, instead
+    /// of the system's roots.
+    #[arg(long, env = "WEIR_REDIS_CA")]
+    redis_ca: Option<PathBuf>,
+    /// Limit of each Redis connect and sync; past it the global limits' fail mode
+    /// applies until a sync succeeds.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    redis_timeout: std::time::Duration,
+    /// How often local counts are added to Redis and global counts read back.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    redis_sync_interval: std::time::Duration,
+}
+
+impl RedisArgs {
+    fn settings(&self) -> anyhow::Result<Option<weir_proxy::RedisSettings>> {
+        if self.redis.is_empty() {
+            return Ok(None);
+        }
+        let ca_pem = match &self.redis_ca {
+            Some(p) => Some(
+                std::fs::read(p).map_err(|e| anyhow::anyhow!("--redis-ca {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        let mut s = weir_proxy::RedisSettings::new(self.redis.clone());
+        s.cluster = self.redis_cluster;
+        s.ca_pem = ca_pem;
+        s.timeout = self.redis_timeout.max(std::time::Duration::from_millis(1));
+        s.sync_interval = self
+            .redis_sync_interval
+            .max(std::time::Duration::from_millis(1));
+        Ok(Some(s))
+    }
+}
+
 #[derive(clap::Args)]
 struct IngressArgs {
     /// Address that serves plaintext traffic for Ingress objects.
@@ -69,6 +115,8 @@ struct RunArgs {
     /// Do not watch the config path for changes.
     #[arg(long)]
     no_watch: bool,
+    #[command(flatten)]
+    redis: RedisArgs,
 }
 
 #[derive(clap::Args)]
@@ -124,6 +172,8 @@ struct ControllerArgs {
     /// Replicas of each provisioned data plane.
     #[arg(long, default_value_t = 1)]
     provision_replicas: i32,
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Type of each provisioned Service.
     #[arg(long, default_value = "LoadBalancer")]
     provision_service_type: String,
@@ -238,6 +288,8 @@ struct ProxyArgs {
     /// Do not write one access-log line per request.
     #[arg(long)]
     no_access_log: bool,
+    #[command(flatten)]
+    redis: RedisArgs,
 }
 
 #[derive(clap::Args)]
@@ -317,6 +369,7 @@ fn main() -> ExitCode {
                     ingress_class: a.ingress.ingress_class,
                     access_log: !a.no_access_log,
                     watch: !a.no_watch,
+                    redis: a.redis.settings()?,
                 };
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
@@ -342,6 +395,7 @@ fn main() -> ExitCode {
                         service_type: a.provision_service_type,
                     }),
                     leader_election: a.leader.options(),
+                    redis: a.redis.settings()?,
                 };
                 weir::controller::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
@@ -361,6 +415,7 @@ fn main() -> ExitCode {
                     }),
                     token,
                     access_log: !a.no_access_log,
+                    redis: a.redis.settings()?,
                 };
                 weir::proxy::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }

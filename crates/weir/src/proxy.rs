@@ -28,6 +28,8 @@ pub struct ProxyOptions {
     pub token: Option<String>,
     /// One log line per request.
     pub access_log: bool,
+    /// Where global rate limits keep their counts (`--redis`).
+    pub redis: Option<weir_proxy::RedisSettings>,
 }
 
 /// A running data plane.
@@ -79,6 +81,7 @@ impl Proxy {
         let dataplane = DataPlane::new(
             ProxyConfig {
                 access_log: opts.access_log,
+                redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },
             &mut registry,

@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub access_log: bool,
     /// Watch the config path and apply changes.
     pub watch: bool,
+    /// Where global rate limits keep their counts (`--redis`).
+    pub redis: Option<weir_proxy::RedisSettings>,
 }
 
 /// The translator options standalone mode uses for these run options.
@@ -78,6 +80,7 @@ impl Standalone {
         let dataplane = DataPlane::new(
             ProxyConfig {
                 access_log: opts.access_log,
+                redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },
             &mut registry,

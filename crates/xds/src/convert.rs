@@ -9,14 +9,14 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
     ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, Filter, GeneratedCookie, HashOn,
-    HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch, IpNet, IpRules, JwtAuth,
-    JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey,
-    ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme, PathMatch, PathNormalization,
-    PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch, RateLimitKey, Redirect,
-    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
-    SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name,
-    is_cookie_path,
+    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
+    GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
+    IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
+    Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme,
+    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
+    RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind,
+    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
+    WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -241,6 +241,20 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             endpoint: Some(limits_to_wire(&c.endpoint)),
         }),
         load_balancer: p.load_balancer.as_ref().map(load_balancer_to_wire),
+        global_rate_limit: p.global_rate_limit.as_ref().map(|(name, g)| {
+            use wire::global_rate_limit::Key as GKey;
+            wire::GlobalRateLimit {
+                policy: name.to_string(),
+                requests: g.requests,
+                window_ns: g.window.as_nanos() as u64,
+                key: Some(match &g.key {
+                    RateLimitKey::ClientIp => GKey::ClientIp(true),
+                    RateLimitKey::Header(h) => GKey::Header(h.to_string()),
+                    RateLimitKey::Target => GKey::Target(true),
+                }),
+                fail_closed: g.fail_mode == FailMode::Closed,
+            }
+        }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -781,6 +795,11 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
         None => None,
         Some(e) => Some((e.policy.as_str().into(), Arc::new(ext_auth_from_wire(e)?))),
     };
+    let global_rate_limit = p
+        .global_rate_limit
+        .as_ref()
+        .map(global_rate_limit_from_wire)
+        .transpose()?;
     Ok(
         Policy::new(target, timeouts_from_wire(p.timeouts), retry, rate_limit)
             .with_ext_auth(ext_auth)
@@ -806,8 +825,48 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .map(load_balancer_from_wire)
                     .transpose()
                     .map_err(within("load_balancer"))?,
-            ),
+            )
+            .with_global_rate_limit(global_rate_limit),
     )
+}
+
+fn global_rate_limit_from_wire(
+    g: &wire::GlobalRateLimit,
+) -> Result<(Arc<str>, GlobalRateLimit), InvalidResource> {
+    use wire::global_rate_limit::Key;
+    if g.requests == 0 || g.window_ns == 0 {
+        return Err(invalid(
+            "global_rate_limit",
+            "requests and window must be positive",
+        ));
+    }
+    let key = match g
+        .key
+        .as_ref()
+        .ok_or_else(|| missing("global_rate_limit.key"))?
+    {
+        Key::ClientIp(_) => RateLimitKey::ClientIp,
+        Key::Header(h) => {
+            if !RateLimitKey::is_header_name(h) {
+                return Err(invalid("global_rate_limit.header", "not a header name"));
+            }
+            RateLimitKey::Header(h.to_ascii_lowercase().into())
+        }
+        Key::Target(_) => RateLimitKey::Target,
+    };
+    Ok((
+        g.policy.as_str().into(),
+        GlobalRateLimit {
+            requests: g.requests,
+            window: Duration::from_nanos(g.window_ns),
+            key,
+            fail_mode: if g.fail_closed {
+                FailMode::Closed
+            } else {
+                FailMode::Open
+            },
+        },
+    ))
 }
 
 /// `r` as a data plane of push protocol `version` is sent it. A data plane of version 2

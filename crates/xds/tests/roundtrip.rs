@@ -34,6 +34,7 @@ fn every_golden_resource_round_trips() {
         if p.retry.as_ref().is_some_and(|r| r.non_idempotent && r.replay_body == 1024)))
             >= 1
     );
+    assert!(kinds(|r| matches!(r, Resource::Policy(p) if p.global_rate_limit.is_some())) >= 1);
     assert!(
         kinds(|r| matches!(r, Resource::Policy(p)
         if p.api_key_auth.as_ref().is_some_and(|(_, a)| a.keys.len() == 3)))
@@ -320,4 +321,55 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
         e.field, "policy.load_balancer.consistent_hash.cookie.name",
         "{e}"
     );
+}
+
+/// A global rate limit (push protocol version 3) round-trips, and a data plane of version
+/// 2 is sent the policy without it — the local limit beside it kept — with the hash that
+/// release computes for what it receives (a rate limit guards no access: no deny-all).
+#[test]
+fn a_global_rate_limit_is_left_out_for_version_2() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weir_model::{
+        FailMode, GlobalRateLimit, LocalRateLimit, Policy, PolicyTarget, RateLimitKey, Timeouts,
+    };
+    let local = LocalRateLimit {
+        requests: 5,
+        per: Duration::from_secs(1),
+        burst: 5,
+        key: RateLimitKey::ClientIp,
+    };
+    let base = Policy::new(
+        PolicyTarget::Gateway("ns/gw".into()),
+        Timeouts::default(),
+        None,
+        Some(("ns/local".into(), local)),
+    );
+    let with_global = base.clone().with_global_rate_limit(Some((
+        "ns/global".into(),
+        GlobalRateLimit {
+            requests: 100,
+            window: Duration::from_secs(60),
+            key: RateLimitKey::Header("x-tenant".into()),
+            fail_mode: FailMode::Closed,
+        },
+    )));
+    let r = Resource::Policy(Arc::new(with_global.clone()));
+    let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+    let Resource::Policy(p) = &back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(p.global_rate_limit, with_global.global_rate_limit);
+    assert_eq!(version_of(&back), version_of(&r));
+
+    let old = weir_xds::convert::for_version(&r, 2);
+    let Resource::Policy(p) = old.as_ref() else {
+        panic!("{old:?}")
+    };
+    assert!(p.global_rate_limit.is_none());
+    assert!(p.ip_rules.is_none(), "no deny-all stand-in");
+    assert!(p.rate_limit.is_some());
+    assert_eq!(p.hash(), base.hash());
+    let unchanged = weir_xds::convert::for_version(&r, 3);
+    assert!(matches!(unchanged, std::borrow::Cow::Borrowed(_)));
 }

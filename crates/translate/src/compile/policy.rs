@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{
-    ApiKeyAuthSpec, BasicAuthSpec, HttpRouteRetry, Kind, LocalRateLimitSpec, Object, ObjectKey,
-    PolicyRetry, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
+    ApiKeyAuthSpec, BasicAuthSpec, GlobalRateLimitSpec, HttpRouteRetry, Kind, LocalRateLimitSpec,
+    Object, ObjectKey, PolicyRetry, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType,
+    RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, HealthCheck, IpNet, IpRules, JwtAuth,
-    LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+    ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit, HealthCheck, IpNet,
+    IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
 };
 
 use crate::compile::backend_policy;
@@ -47,6 +48,7 @@ pub(crate) struct PolicySettings {
     pub(crate) circuit_breaker: Option<CircuitBreaker>,
     pub(crate) ext_auth: Option<Arc<ExtAuth>>,
     pub(crate) load_balancer: Option<LoadBalancer>,
+    pub(crate) global_rate_limit: Option<GlobalRateLimit>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -64,10 +66,11 @@ pub(crate) enum Field {
     CircuitBreaker,
     ExtAuth,
     LoadBalancer,
+    GlobalRateLimit,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 12] = [
+    pub(crate) const ALL: [Field; 13] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -80,6 +83,7 @@ impl Field {
         Field::CircuitBreaker,
         Field::ExtAuth,
         Field::LoadBalancer,
+        Field::GlobalRateLimit,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -96,6 +100,7 @@ impl Field {
             Field::CircuitBreaker => "circuitBreaker",
             Field::ExtAuth => "extAuth",
             Field::LoadBalancer => "loadBalancer",
+            Field::GlobalRateLimit => "rateLimit.global",
         }
     }
 
@@ -125,6 +130,7 @@ impl PolicySettings {
             Field::CircuitBreaker => self.circuit_breaker.is_some(),
             Field::ExtAuth => self.ext_auth.is_some(),
             Field::LoadBalancer => self.load_balancer.is_some(),
+            Field::GlobalRateLimit => self.global_rate_limit.is_some(),
         }
     }
 
@@ -247,6 +253,10 @@ fn settings(
         Some(l) => Some(local_rate_limit(l, "spec.rateLimit.local")?),
         None => None,
     };
+    let global_rate_limit = match spec.rate_limit.as_ref().and_then(|r| r.global.as_ref()) {
+        Some(g) => Some(global_rate_limit(g, "spec.rateLimit.global")?),
+        None => None,
+    };
     let api_key_auth = spec
         .api_key_auth
         .as_ref()
@@ -305,6 +315,7 @@ fn settings(
         health_check,
         circuit_breaker,
         load_balancer,
+        global_rate_limit,
         timeouts,
         retry,
         rate_limit,
@@ -609,12 +620,7 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
         }
         None => return Err(format!("{field}.requests: required")),
     };
-    let per = match l.unit {
-        Some(RateLimitUnit::Second) => Duration::from_secs(1),
-        Some(RateLimitUnit::Minute) => Duration::from_secs(60),
-        Some(RateLimitUnit::Hour) => Duration::from_secs(3600),
-        None => return Err(format!("{field}.unit: required")),
-    };
+    let per = rate_unit(l.unit, field)?;
     let burst = match l.burst {
         None => requests.min(MAX_BURST as u32),
         Some(b) if (1..=MAX_BURST).contains(&b) => b as u32,
@@ -624,7 +630,26 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
             ));
         }
     };
-    let key = match l.key.as_ref() {
+    let key = rate_limit_key(l.key.as_ref(), field)?;
+    Ok(LocalRateLimit {
+        requests,
+        per,
+        burst,
+        key,
+    })
+}
+
+fn rate_unit(unit: Option<RateLimitUnit>, field: &str) -> Result<Duration, String> {
+    match unit {
+        Some(RateLimitUnit::Second) => Ok(Duration::from_secs(1)),
+        Some(RateLimitUnit::Minute) => Ok(Duration::from_secs(60)),
+        Some(RateLimitUnit::Hour) => Ok(Duration::from_secs(3600)),
+        None => Err(format!("{field}.unit: required")),
+    }
+}
+
+fn rate_limit_key(key: Option<&RateLimitKeySpec>, field: &str) -> Result<RateLimitKey, String> {
+    Ok(match key {
         None => RateLimitKey::ClientIp,
         Some(k) => match (k.type_, k.header.as_deref()) {
             (None | Some(RateLimitKeyType::ClientIp), None) => RateLimitKey::ClientIp,
@@ -642,12 +667,27 @@ fn local_rate_limit(l: &LocalRateLimitSpec, field: &str) -> Result<LocalRateLimi
                 return Err(format!("{field}.key.header: only allowed with type Header"));
             }
         },
+    })
+}
+
+fn global_rate_limit(g: &GlobalRateLimitSpec, field: &str) -> Result<GlobalRateLimit, String> {
+    let requests = match g.requests {
+        Some(r) if (1..=1_000_000_000).contains(&r) => r as u32,
+        Some(r) => {
+            return Err(format!(
+                "{field}.requests: {r} is not between 1 and 1000000000"
+            ));
+        }
+        None => return Err(format!("{field}.requests: required")),
     };
-    Ok(LocalRateLimit {
+    Ok(GlobalRateLimit {
         requests,
-        per,
-        burst,
-        key,
+        window: rate_unit(g.unit, field)?,
+        key: rate_limit_key(g.key.as_ref(), field)?,
+        fail_mode: match g.fail_mode {
+            None | Some(RateLimitFailMode::Open) => FailMode::Open,
+            Some(RateLimitFailMode::Closed) => FailMode::Closed,
+        },
     })
 }
 
@@ -688,6 +728,27 @@ mod tests {
         assert_eq!((l.requests, l.burst), (5, 5));
         assert_eq!(l.per, Duration::from_secs(60));
         assert_eq!(l.key, RateLimitKey::Header("x-api-key".into()));
+    }
+
+    #[test]
+    fn reads_a_global_limit() {
+        let p = policy(&format!(
+            "{HEAD}spec:\n  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]\n  \
+             rateLimit: {{global: {{requests: 100, unit: Second, key: {{type: Target}}, failMode: Closed}}}}\n"
+        ));
+        let s = compile(&p, &Store::default()).settings.unwrap();
+        assert!(s.rate_limit.is_none());
+        let g = s.global_rate_limit.clone().unwrap();
+        assert_eq!(g.requests, 100);
+        assert_eq!(g.window, Duration::from_secs(1));
+        assert_eq!(g.key, RateLimitKey::Target);
+        assert_eq!(g.fail_mode, FailMode::Closed);
+        let p = policy(&format!(
+            "{HEAD}spec:\n  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]\n  \
+             rateLimit: {{global: {{requests: 0, unit: Second}}}}\n"
+        ));
+        let err = compile(&p, &Store::default()).settings.unwrap_err();
+        assert!(err.starts_with("spec.rateLimit.global.requests"), "{err}");
     }
 
     #[test]

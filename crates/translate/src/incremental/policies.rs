@@ -331,7 +331,7 @@ fn merged<'a>(
     let (mut retry, mut rate_limit) = (None, None);
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
     let (mut health_check, mut circuit_breaker) = (None, None);
-    let (mut ext_auth, mut load_balancer) = (None, None);
+    let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -369,6 +369,9 @@ fn merged<'a>(
         if load_balancer.is_none() {
             load_balancer = s.load_balancer.clone();
         }
+        if global_rate_limit.is_none() {
+            global_rate_limit = s.global_rate_limit.clone().map(|g| (s.name.clone(), g));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -378,7 +381,8 @@ fn merged<'a>(
         .with_health_check(health_check)
         .with_circuit_breaker(circuit_breaker)
         .with_ext_auth(ext_auth)
-        .with_load_balancer(load_balancer);
+        .with_load_balancer(load_balancer)
+        .with_global_rate_limit(global_rate_limit);
     (!p.is_empty()).then_some(p)
 }
 

@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod balancing;
 mod ext_auth;
+mod global_ratelimit;
 mod grpc;
 mod ingress;
 mod l4;

@@ -149,6 +149,7 @@ impl Gateway {
             ingress_class: "weir".into(),
             access_log: false,
             watch: true,
+            redis: None,
         })
         .await
         .unwrap();

@@ -195,6 +195,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         xds_auth: false,
         provision: None,
         leader_election: None,
+        redis: None,
     })
     .await
     .expect("starting the controller");

@@ -102,6 +102,7 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             provision: None,
             // The Lease RBAC of the manifest: the Role in weir-system.
             leader_election: Some(lease_options()),
+            redis: None,
         }),
     )
     .await
