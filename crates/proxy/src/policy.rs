@@ -370,6 +370,39 @@ mod tests {
         Resource, RouteKind, RouteRef,
     };
 
+    /// What `check` reads beside the policies: empty caches, no Redis.
+    struct CheckState {
+        limiter: RateLimiter,
+        verified: VerifiedCache,
+        global: GlobalLimiter,
+        ext_auth: ExtAuthState,
+        jwks: Arc<crate::jwks::JwksRegistry>,
+    }
+
+    impl CheckState {
+        fn new() -> CheckState {
+            CheckState {
+                limiter: RateLimiter::new(Default::default()),
+                verified: VerifiedCache::default(),
+                global: GlobalLimiter::new(false, Default::default()),
+                ext_auth: ExtAuthState::new(Duration::from_secs(1), Default::default()),
+                jwks: Arc::new(crate::jwks::JwksRegistry::new(Default::default())),
+            }
+        }
+
+        fn checkers(&self) -> Checkers<'_> {
+            Checkers {
+                limiter: &self.limiter,
+                verified: &self.verified,
+                ext_auth: &self.ext_auth,
+                decided: None,
+                jwks: &self.jwks,
+                jwks_waited: false,
+                global: &self.global,
+            }
+        }
+    }
+
     fn rule(retry: Option<Retry>, timeouts: Timeouts) -> RouteRule {
         RouteRule::new(
             RouteRef {
@@ -509,20 +542,8 @@ mod tests {
             .with_global_rate_limit(global(FailMode::Open)),
         ]);
         let a = resolve(&s, &gw, &r);
-        let limiter = RateLimiter::new(Default::default());
-        let verified = VerifiedCache::default();
-        let global = GlobalLimiter::new(false, Default::default());
-        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
-        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
-        let checkers = Checkers {
-            limiter: &limiter,
-            verified: &verified,
-            ext_auth: &ext_state,
-            decided: None,
-            jwks: &jwks,
-            jwks_waited: false,
-            global: &global,
-        };
+        let state = CheckState::new();
+        let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
         let mut h = HeaderMap::new();
@@ -536,7 +557,7 @@ mod tests {
             check(&checkers, &a, remote, &mut h, None, now),
             Err(Refusal::Refused(ProxyError::RateLimited { .. }))
         ));
-        assert_eq!(global.metrics.failed_closed.get(), 1);
+        assert_eq!(state.global.metrics.failed_closed.get(), 1);
         // On another Gateway the route's limit still applies (most specific target).
         let other = resolve(&s, &"ns/other".into(), &r);
         assert!(matches!(
@@ -584,20 +605,8 @@ mod tests {
             .with_api_key_auth(auth(true)),
         ]);
         let a = resolve(&s, &gw, &r);
-        let limiter = RateLimiter::new(Default::default());
-        let verified = VerifiedCache::default();
-        let global = GlobalLimiter::new(false, Default::default());
-        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
-        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
-        let checkers = Checkers {
-            limiter: &limiter,
-            verified: &verified,
-            ext_auth: &ext_state,
-            decided: None,
-            jwks: &jwks,
-            jwks_waited: false,
-            global: &global,
-        };
+        let state = CheckState::new();
+        let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
         let headers = |keys: &[&str]| {
@@ -644,17 +653,9 @@ mod tests {
         other.route.rule = 2;
         let a = resolve(&s, &gw, &other);
         let mut h = headers(&["alice-key-1234"]);
-        let limiter = RateLimiter::new(Default::default());
-        let global = GlobalLimiter::new(false, Default::default());
-        let checkers = Checkers {
-            limiter: &limiter,
-            verified: &verified,
-            ext_auth: &ext_state,
-            decided: None,
-            jwks: &jwks,
-            jwks_waited: false,
-            global: &global,
-        };
+        // A new rate limiter: the budget spent above does not count here.
+        let fresh = CheckState::new();
+        let checkers = fresh.checkers();
         check(&checkers, &a, remote, &mut h, None, now).unwrap();
         assert!(h.contains_key("x-key"));
     }
@@ -687,20 +688,8 @@ mod tests {
             .with_basic_auth(Some(("ns/basic".into(), Arc::new(auth)))),
         ]);
         let a = resolve(&s, &gw, &r);
-        let limiter = RateLimiter::new(Default::default());
-        let verified = VerifiedCache::default();
-        let global = GlobalLimiter::new(false, Default::default());
-        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
-        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
-        let checkers = Checkers {
-            limiter: &limiter,
-            verified: &verified,
-            ext_auth: &ext_state,
-            decided: None,
-            jwks: &jwks,
-            jwks_waited: false,
-            global: &global,
-        };
+        let state = CheckState::new();
+        let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
         let now = Instant::now();
         let basic = |user: &str, pw: &str| {
@@ -769,20 +758,8 @@ mod tests {
             ))),
         ]);
         let a = resolve(&s, &gw, &r);
-        let limiter = RateLimiter::new(Default::default());
-        let verified = VerifiedCache::default();
-        let global = GlobalLimiter::new(false, Default::default());
-        let ext_state = ExtAuthState::new(Duration::from_secs(1), Default::default());
-        let jwks = Arc::new(crate::jwks::JwksRegistry::new(Default::default()));
-        let checkers = Checkers {
-            limiter: &limiter,
-            verified: &verified,
-            ext_auth: &ext_state,
-            decided: None,
-            jwks: &jwks,
-            jwks_waited: false,
-            global: &global,
-        };
+        let state = CheckState::new();
+        let checkers = state.checkers();
         let now = Instant::now();
         let from = |ip: &str| {
             check(
