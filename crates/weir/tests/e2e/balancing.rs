@@ -8,29 +8,9 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// The Gateway and route of `policies.rs`, to Backend `a` with `endpoints`.
 fn manifests(port: u16, endpoints: &[std::net::SocketAddr]) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [app.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-{}",
-        backend("default", "a", endpoints)
-    )
+    crate::policies::manifests(port, &backend("default", "a", endpoints))
 }
 
 fn policy(load_balancer: &str) -> String {
