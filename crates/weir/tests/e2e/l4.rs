@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rustls_pki_types::{ServerName, pem::PemObject};
@@ -54,10 +54,18 @@ async fn tls_backend(pki: &Pki, names: &[&str], label: &'static str) -> SocketAd
 
 /// A TCP server answering `label:` + what the client sent, after the client's half-close.
 async fn tcp_backend(label: &'static str) -> SocketAddr {
+    counted_tcp_backend(label).await.0
+}
+
+/// [`tcp_backend`], also counting the connections it accepted.
+async fn counted_tcp_backend(label: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let mut got = Vec::new();
                 if s.read_to_end(&mut got).await.is_ok() {
@@ -69,7 +77,7 @@ async fn tcp_backend(label: &'static str) -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, accepted)
 }
 
 /// TLS to `addr` with SNI `sni` trusting `pki`; sends `msg`, half-closes, reads the
@@ -656,7 +664,7 @@ spec:
 async fn a_circuit_breaker_bounds_spliced_connections() {
     let port = free_port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let s = tcp_backend("s").await;
+    let (s, accepted) = counted_tcp_backend("s").await;
     let gateway = format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -684,9 +692,25 @@ spec:
     ])
     .await;
     assert_eq!(tcp_exchange(addr, "a").await.unwrap(), "s:a");
-    // One connection held open (the backend waits for the client's end of input).
-    let mut held = TcpStream::connect(addr).await.unwrap();
-    held.write_all(b"held").await.unwrap();
+    // One connection held open (the backend waits for the client's end of input). It
+    // holds the one slot only once it reached the backend: the first exchange's slot may
+    // still be in use for a moment after its answer arrived, and then this one is refused
+    // and dialled again.
+    let mut held = None;
+    for _ in 0..10 {
+        let before = accepted.load(Ordering::SeqCst);
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"held").await.unwrap();
+        if eventually(Duration::from_secs(1), || async {
+            accepted.load(Ordering::SeqCst) > before
+        })
+        .await
+        {
+            held = Some(c);
+            break;
+        }
+    }
+    let mut held = held.expect("a connection reaches the backend while no other is open");
     let refused = eventually(Duration::from_secs(5), || async {
         !answered(&tcp_exchange(addr, "b").await)
     })
