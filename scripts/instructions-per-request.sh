@@ -5,6 +5,9 @@
 #
 #   scripts/instructions-per-request.sh WEIR_BINARY [SCENARIO] [WEIR_BENCH_BINARY]
 #
+# WEIR_PROXY=weir-retry (or weir-limit) measures that variant of weir's configuration
+# (weir-bench traffic --proxies) instead of plain weir.
+#
 # Runs the scenario for weir alone (12 s), attaches `perf stat` to weir for 5 s in the
 # middle and divides by the requests weir counted in that window (weir_requests_total
 # from its admin /metrics). Needs perf (Debian linux-perf) and curl.
@@ -15,7 +18,7 @@ bench=${3:-target/release/weir-bench}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-"$bench" traffic --weir "$weir" --proxies weir --scenarios "$scenario" \
+"$bench" traffic --weir "$weir" --proxies "${WEIR_PROXY:-weir}" --scenarios "$scenario" \
     --duration 12 --warmup 1 --out "$out/results" >"$out/bench.log" 2>&1 &
 bench_pid=$!
 pid=
@@ -36,5 +39,5 @@ n=$((r1 - r0))
 [ "$n" -gt 0 ] || { echo "no requests counted" >&2; exit 1; }
 awk -F, -v n="$n" -v sc="$scenario" '
     /instructions:u/ {u = $1} /instructions:k/ {k = $1}
-    END {printf "%s: %d requests in 5 s; per request: %.0f user + %.0f kernel instructions\n", sc, n, u / n, k / n}
+    END {printf "'"${WEIR_PROXY:-weir}"' %s: %d requests in 5 s; per request: %.0f user + %.0f kernel instructions\n", sc, n, u / n, k / n}
 ' "$out/stat"

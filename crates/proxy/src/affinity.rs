@@ -119,7 +119,7 @@ pub(crate) fn ip_key(ip: IpAddr) -> u64 {
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers (the first one named so).
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
     headers
         .get_all(header::COOKIE)
         .iter()

@@ -74,6 +74,13 @@ pub fn grpc_health_serving(frame: &[u8]) -> bool {
     health::serving(bytes::Bytes::copy_from_slice(frame))
 }
 
+/// The value of cookie `name` in a request's `Cookie` fields (client bytes), as the
+/// cookie-hash balancer and `sessionPersistence` read it: public for the `cookie` fuzz
+/// target.
+pub fn request_cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
+    affinity::cookie(headers, name)
+}
+
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
 pub use protocol::{Opening, judge_opening};
