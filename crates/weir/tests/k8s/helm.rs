@@ -184,7 +184,11 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/ready");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
-    let pdb = cluster::get(&ctx.client, "policy/v1", "PodDisruptionBudget", NS, "weir").await;
+    let pdb: Value = serde_json::from_str(&kubectl(
+        &["get", "poddisruptionbudget", "weir", "-n", NS, "-o", "json"],
+        "",
+    ))
+    .unwrap();
     assert_eq!(pdb["spec"]["minAvailable"], 1);
     let class = cluster::get(
         &ctx.client,

@@ -22,6 +22,7 @@ mod ha;
 mod helm;
 mod ingress;
 mod listener_sets;
+mod monitoring;
 mod policies;
 mod rbac;
 mod refs;
@@ -88,6 +89,7 @@ const TESTS: &[(&str, Test)] = tests![
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
+    monitoring::dashboard_and_rules_use_exported_metrics,
     listener_sets::listener_set_status_and_traffic,
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
