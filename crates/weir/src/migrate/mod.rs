@@ -225,3 +225,6 @@ impl<'a> Inputs<'a> {
         i
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -208,4 +208,3 @@ spec:
     promtool(&["check", "rules", "weir-alerts.yaml"]);
     promtool(&["test", "rules", "weir-alerts.test.yaml"]);
 }
-
