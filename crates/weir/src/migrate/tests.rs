@@ -101,9 +101,5 @@ fn hosts_tls_grants_h2c_and_classes() {
     );
     // The YAML is one document per object.
     let yaml = m.yaml().unwrap();
-    assert_eq!(
-        yaml.matches("\n---\n").count(),
-        m.objects.len(),
-        "{yaml}"
-    );
+    assert_eq!(yaml.matches("\n---\n").count(), m.objects.len(), "{yaml}");
 }
