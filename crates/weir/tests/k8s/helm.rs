@@ -15,6 +15,11 @@ use crate::Ctx;
 use crate::cluster;
 
 const NS: &str = "weir-helm-test";
+/// Not `weir`: its cluster-scoped names (ClusterRole `weir-controller`) would be those of
+/// `deploy/weir.yaml`, which the rbac test applies.
+const RELEASE: &str = "test";
+/// The chart's name for the namespaced objects of release [`RELEASE`].
+const FULL: &str = "test-weir";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -88,7 +93,7 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
     let template = |extra: &[&str]| {
         run(
             Command::new(&helm)
-                .args(["template", "weir", "--namespace", NS])
+                .args(["template", RELEASE, "--namespace", NS])
                 .arg(&chart)
                 .args([
                     "--set",
@@ -171,7 +176,7 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
     // channel of the same version, which the standard CRDs would narrow for other tests).
     let objects = template(&[]);
     kubectl(&["apply", "-f", "-"], &objects);
-    let deployment = cluster::get(&ctx.client, "apps/v1", "Deployment", NS, "weir").await;
+    let deployment = cluster::get(&ctx.client, "apps/v1", "Deployment", NS, FULL).await;
     assert!(deployment.is_object(), "the Deployment is stored");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<&str> = container["args"]
@@ -185,7 +190,7 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/ready");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     let pdb: Value = serde_json::from_str(&kubectl(
-        &["get", "poddisruptionbudget", "weir", "-n", NS, "-o", "json"],
+        &["get", "poddisruptionbudget", FULL, "-n", NS, "-o", "json"],
         "",
     ))
     .unwrap();
