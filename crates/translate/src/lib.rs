@@ -49,6 +49,12 @@ pub use translator::Translator;
 /// translator reads it; `weir check` parses its key too.
 pub use compile::tls::certificate_from_secret;
 
+/// The ingress-nginx annotations of an Ingress as the translator serves them (for
+/// `weir migrate`).
+pub use compile::ingress_nginx_reading::{
+    HttpsRedirect, INGRESS_NGINX_PREFIX, IngressNginxReader, IngressNginxReading,
+};
+
 /// Settings of a [`Translator`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TranslatorOptions {

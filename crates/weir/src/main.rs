@@ -36,6 +36,9 @@ enum Command {
     Proxy(ProxyArgs),
     /// Validate a config path: print every problem with file, object and field; exit 1 if any.
     Check(CheckArgs),
+    /// Rewrite Ingresses (with their ingress-nginx annotations) into a Gateway, HTTPRoutes
+    /// and TrafficPolicies that weir serves the same way; report what is not carried over.
+    Migrate(MigrateArgs),
     /// Run a small HTTP/1.1 + h2c echo backend that answers with a JSON description of each request.
     Echo(EchoArgs),
 }
@@ -306,6 +309,41 @@ struct CheckArgs {
 }
 
 #[derive(clap::Args)]
+struct MigrateArgs {
+    /// A YAML file or a directory of YAML files holding the Ingresses (and, where
+    /// available, the Services, Secrets and Backends they use).
+    #[arg(short, long)]
+    config: PathBuf,
+    /// Write the manifests here instead of stdout.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Write the report here instead of stderr.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Name of the Gateway written.
+    #[arg(long, default_value = "weir")]
+    gateway_name: String,
+    /// Namespace of the Gateway written.
+    #[arg(long, default_value = "default")]
+    gateway_namespace: String,
+    /// `gatewayClassName` of the Gateway written.
+    #[arg(long, default_value = "weir")]
+    gateway_class: String,
+    /// Port of the Gateway's plaintext listener.
+    #[arg(long, default_value_t = 80)]
+    http_port: u16,
+    /// Port of the Gateway's TLS listeners.
+    #[arg(long, default_value_t = 443)]
+    https_port: u16,
+    /// An IP address for the Gateway's `spec.addresses` (e.g. where `weir run` binds it).
+    #[arg(long)]
+    address: Option<String>,
+    /// Ingress classes to migrate (Ingresses without a class are migrated too).
+    #[arg(long, value_delimiter = ',', default_value = "weir,nginx")]
+    ingress_class: Vec<String>,
+}
+
+#[derive(clap::Args)]
 struct EchoArgs {
     /// Address to listen on.
     #[arg(
@@ -429,6 +467,31 @@ fn main() -> ExitCode {
                 };
                 let problems = weir::check::check(&opts, &mut std::io::stdout())?;
                 Ok(if problems == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            }
+            Command::Migrate(a) => {
+                let opts = weir::migrate::MigrateOptions {
+                    config: a.config,
+                    gateway_name: a.gateway_name,
+                    gateway_namespace: a.gateway_namespace,
+                    gateway_class: a.gateway_class,
+                    http_port: a.http_port,
+                    https_port: a.https_port,
+                    address: a.address,
+                    ingress_classes: a.ingress_class,
+                };
+                let m = weir::migrate::migrate(&opts);
+                let yaml = m.yaml()?;
+                match &a.output {
+                    Some(p) => std::fs::write(p, yaml)
+                        .map_err(|e| anyhow::anyhow!("--output {}: {e}", p.display()))?,
+                    None => print!("{yaml}"),
+                }
+                match &a.report {
+                    Some(p) => std::fs::write(p, m.report())
+                        .map_err(|e| anyhow::anyhow!("--report {}: {e}", p.display()))?,
+                    None => eprint!("{}", m.report()),
+                }
+                Ok(ExitCode::SUCCESS)
             }
             Command::Echo(a) => {
                 let listener = tokio::net::TcpListener::bind(a.listen).await?;

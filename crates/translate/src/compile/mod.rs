@@ -17,6 +17,7 @@ pub(crate) mod grpc_route;
 pub(crate) mod http_route;
 pub(crate) mod ingress;
 pub(crate) mod ingress_nginx;
+pub(crate) mod ingress_nginx_reading;
 pub(crate) mod jwt;
 pub(crate) mod l4_route;
 pub(crate) mod listener;

@@ -11,6 +11,7 @@ mod grpc;
 mod ingress;
 mod l4;
 mod listener_sets;
+mod migrate;
 mod policies;
 mod reload;
 mod remote_jwks;

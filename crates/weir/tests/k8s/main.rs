@@ -19,8 +19,10 @@ mod endpoints;
 mod env;
 mod gateway;
 mod ha;
+mod helm;
 mod ingress;
 mod listener_sets;
+mod monitoring;
 mod policies;
 mod rbac;
 mod refs;
@@ -86,6 +88,8 @@ const TESTS: &[(&str, Test)] = tests![
     endpoints::rolling_update_loses_no_request,
     ingress::ingress_traffic_and_status,
     rbac::deploy_manifest_rbac_is_sufficient,
+    helm::chart_lints_and_applies,
+    monitoring::dashboard_and_rules_use_exported_metrics,
     listener_sets::listener_set_status_and_traffic,
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
