@@ -104,9 +104,14 @@ impl RequestBody {
     /// A body whose data is kept as it is sent, up to `limit` bytes, so that another
     /// attempt can send it again ([`Replay`]).
     pub(crate) fn replayable(self, limit: usize) -> Replay {
+        // Most retried requests have no body (GET, HEAD, DELETE): nothing to keep, share
+        // or lock, and every attempt sends an empty body.
+        if self.is_end_stream() {
+            return Replay(None);
+        }
         let stall = self.stall.clone();
-        let ended = self.is_end_stream();
-        Replay(Arc::new(Mutex::new(Tee {
+        let ended = false;
+        Replay(Some(Arc::new(Mutex::new(Tee {
             source: self,
             frames: std::collections::VecDeque::new(),
             read: 0,
@@ -117,7 +122,7 @@ impl RequestBody {
             lost: false,
             current: 0,
             stall,
-        })))
+        }))))
     }
 }
 
@@ -126,7 +131,8 @@ impl RequestBody {
 /// client, then reads on. The first attempt streams the body as it arrives (a streaming
 /// call is never held back); the data is kept up to a limit, past which the kept data is
 /// dropped and no further attempt can be made ([`Replay::can_replay`]).
-pub(crate) struct Replay(Arc<Mutex<Tee>>);
+/// `None`: the request has no body.
+pub(crate) struct Replay(Option<Arc<Mutex<Tee>>>);
 
 struct Tee {
     /// The client's body.
@@ -152,8 +158,19 @@ struct Tee {
 impl Replay {
     /// The body of the next attempt.
     pub(crate) fn body(&self) -> RequestBody {
-        let (stall, attempt) = self
-            .0
+        let tee = match &self.0 {
+            None => {
+                return RequestBody {
+                    inner: None,
+                    idle: None,
+                    timer: None,
+                    waiting_since: None,
+                    stall: None,
+                };
+            }
+            Some(tee) => tee,
+        };
+        let (stall, attempt) = tee
             .lock()
             .map(|mut t| {
                 t.current += 1;
@@ -162,7 +179,7 @@ impl Replay {
             .unwrap_or((None, 0));
         RequestBody {
             inner: Some(Source::Tee(Box::new(TeeReader {
-                tee: Arc::clone(&self.0),
+                tee: Arc::clone(tee),
                 next: 0,
                 done: false,
                 attempt,
@@ -176,7 +193,9 @@ impl Replay {
 
     /// Whether another attempt can send the whole body: nothing read was dropped.
     pub(crate) fn can_replay(&self) -> bool {
-        self.0.lock().is_ok_and(|t| !t.lost)
+        self.0
+            .as_ref()
+            .is_none_or(|tee| tee.lock().is_ok_and(|t| !t.lost))
     }
 }
 
