@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+mod authz;
 mod backend_policy;
 mod cluster;
 mod cors;
@@ -37,6 +38,7 @@ mod policy;
 mod route;
 mod tls;
 
+pub use authz::{AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch};
 pub use backend_policy::{
     CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
     is_cookie_name, is_cookie_path,
@@ -51,7 +53,7 @@ pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
-    PathNormalization, Protocol,
+    PathNormalization, Protocol, ProxyProtocol,
 };
 pub use policy::{
     ApiKeyAuth, BackendKind, BasicAuth, FailMode, GlobalRateLimit, IpNet, IpRules, JwtAuth, JwtKey,

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
+    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
     RateLimitKey, Retry, RouteRule, Timeouts,
 };
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
+use crate::authz;
 use crate::error::{Challenge, ProxyError};
 use crate::ext_auth::{self, Decided, ExtAuthState};
 use crate::global_ratelimit::{self, GlobalLimiter};
@@ -50,6 +51,8 @@ pub(crate) struct Applied {
     load_balancer: Option<Arc<Policy>>,
     /// The policy whose global rate limit applies.
     global_rate_limit: Option<Arc<Policy>>,
+    /// The policy whose authorization rules apply.
+    authorization: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -66,7 +69,14 @@ impl Applied {
             ext_auth: None,
             load_balancer: None,
             global_rate_limit: None,
+            authorization: None,
         }
+    }
+
+    /// Whether phase 2 reads the request's method and path (authorization rules), which
+    /// the caller then lends it in [`Checkers::head`].
+    pub(crate) fn reads_head(&self) -> bool {
+        self.authorization.is_some()
     }
 
     /// What the rule's consistent hash reads (a route-level load balancer: Gateway API
@@ -125,6 +135,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.ext_auth = first(|p| p.ext_auth.is_some());
     applied.load_balancer = first(|p| p.load_balancer.is_some());
     applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
+    applied.authorization = first(|p| p.authorization.is_some());
     applied
 }
 
@@ -162,12 +173,15 @@ pub(crate) struct Checkers<'a> {
     pub(crate) jwks: &'a Arc<crate::jwks::JwksRegistry>,
     /// This request already waited for a remote JWK Set's first fetch.
     pub(crate) jwks_waited: bool,
+    /// The request's method and normalized path, when [`Applied::reads_head`].
+    pub(crate) head: Option<(&'a http::Method, &'a str)>,
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
 /// authentication (Basic credentials, then external authorization, then an API key,
-/// then a bearer JWT), then a local rate limit, then a global one (so a request the
-/// local limit refuses is not counted globally). External authorization comes before the
+/// then a bearer JWT), then authorization rules (which read the verified JWT's claims
+/// and the headers authentication left), then a local rate limit, then a global one (so
+/// a request the local limit refuses is not counted globally). External authorization comes before the
 /// checks that remove the credentials they read, since the request may come through
 /// here again once the service answered. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
@@ -214,10 +228,36 @@ pub(crate) fn check(
     {
         check_api_key(name, auth, headers)?;
     }
+    let mut claims = None;
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited)?;
+        claims = Some(jwt::check(
+            name,
+            auth,
+            headers,
+            checkers.jwks,
+            checkers.jwks_waited,
+        )?);
+    }
+    if let Some(p) = &applied.authorization
+        && let Some((name, rules)) = &p.authorization
+    {
+        let forbidden = || {
+            Refusal::Refused(ProxyError::Forbidden {
+                policy: name.clone(),
+            })
+        };
+        // Without the head (a caller that did not lend it) nothing can be allowed.
+        let (method, path) = checkers.head.ok_or_else(forbidden)?;
+        let head = authz::Head {
+            method,
+            path,
+            client,
+        };
+        if authz::decide(rules, head, headers, claims.as_ref()) == AuthzAction::Deny {
+            return Err(forbidden());
+        }
     }
     if let Some(policy) = &applied.rate_limit
         && let Some((name, limit)) = &policy.rate_limit
@@ -399,6 +439,7 @@ mod tests {
                 jwks: &self.jwks,
                 jwks_waited: false,
                 global: &self.global,
+                head: None,
             }
         }
     }

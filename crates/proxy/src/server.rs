@@ -167,7 +167,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 /// The request goes through named phases, each a function below:
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
 /// 2. [`policy::check`]: the policies that may refuse the request (client address
-///    rules, Basic credentials, an API key, then a local rate limit; a bcrypt check
+///    rules, Basic credentials, an API key, a JWT, authorization rules, then a local
+///    rate limit; a bcrypt check
 ///    leaves these phases for the blocking pool and comes back: [`verify_then_forward`]),
 ///    after [`policy::resolve`] found the settings of the request's rule, route and
 ///    Gateway (timeouts, retries, rate limit);
@@ -475,7 +476,13 @@ fn phases(
     };
     let verified = req.extensions().get::<basic_auth::Verified>().copied();
     let decided = req.extensions().get::<ext_auth::Decided>().cloned();
+    // Authorization rules read the method and path while the headers are lent mutably:
+    // cheap clones (a reference count), only for requests such rules apply to.
+    let head = applied
+        .reads_head()
+        .then(|| (req.method().clone(), req.uri().clone()));
     let checkers = policy::Checkers {
+        head: head.as_ref().map(|(m, u)| (m, u.path())),
         limiter: &ctx.shared.rate_limits,
         global: &ctx.shared.global_limits,
         verified: &ctx.shared.verified,

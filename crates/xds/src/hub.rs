@@ -15,7 +15,9 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
-use crate::convert::{for_version, key_to_wire, resource_to_wire, sent_to_version, version_of};
+use crate::convert::{
+    for_version, key_to_wire, resource_to_wire, sent_to_version, version_of, withheld,
+};
 use crate::proto as wire;
 
 /// The IR every session reads, and who must hear about which change.
@@ -386,6 +388,22 @@ impl Session {
                     (None, None) => self.refs.get(&k).is_some_and(|n| *n > 0),
                 })
                 .filter(|_| sent_to_version(&k, self.protocol_version))
+                .filter(|_| {
+                    // A listener this release cannot serve, and everything under it.
+                    let listener = k
+                        .listener()
+                        .and_then(|l| inner.resources.get(&ResourceKey::Listener(l)));
+                    let held = listener.is_some_and(|l| withheld(l, self.protocol_version));
+                    if held && matches!(k, ResourceKey::Listener(_)) {
+                        tracing::warn!(
+                            gateway = %self.gateway,
+                            listener = ?k,
+                            version = self.protocol_version,
+                            "not sending a PROXY protocol listener to a data plane of push protocol version < 3 (upgrade it to serve the listener)"
+                        );
+                    }
+                    !held
+                })
                 .map(|r| for_version(r, self.protocol_version));
             if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();

@@ -10,7 +10,7 @@ use weir_api::{
     RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit, HealthCheck, IpNet,
+    ApiKeyAuth, Authorization, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit, HealthCheck, IpNet,
     IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
 };
 
@@ -49,6 +49,7 @@ pub(crate) struct PolicySettings {
     pub(crate) ext_auth: Option<Arc<ExtAuth>>,
     pub(crate) load_balancer: Option<LoadBalancer>,
     pub(crate) global_rate_limit: Option<GlobalRateLimit>,
+    pub(crate) authorization: Option<Arc<Authorization>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -67,10 +68,11 @@ pub(crate) enum Field {
     ExtAuth,
     LoadBalancer,
     GlobalRateLimit,
+    Authorization,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 13] = [
+    pub(crate) const ALL: [Field; 14] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -84,6 +86,7 @@ impl Field {
         Field::ExtAuth,
         Field::LoadBalancer,
         Field::GlobalRateLimit,
+        Field::Authorization,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -101,6 +104,7 @@ impl Field {
             Field::ExtAuth => "extAuth",
             Field::LoadBalancer => "loadBalancer",
             Field::GlobalRateLimit => "rateLimit.global",
+            Field::Authorization => "authorization",
         }
     }
 
@@ -131,6 +135,7 @@ impl PolicySettings {
             Field::ExtAuth => self.ext_auth.is_some(),
             Field::LoadBalancer => self.load_balancer.is_some(),
             Field::GlobalRateLimit => self.global_rate_limit.is_some(),
+            Field::Authorization => self.authorization.is_some(),
         }
     }
 
@@ -309,8 +314,15 @@ fn settings(
         .as_ref()
         .map(|l| backend_policy::load_balancer(l, "spec.loadBalancer"))
         .transpose()?;
+    let authorization = spec
+        .authorization
+        .as_deref()
+        .map(|a| crate::compile::authz::authorization(a, "spec.authorization"))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
+        authorization,
         ext_auth,
         health_check,
         circuit_breaker,
@@ -326,7 +338,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, healthCheck, circuitBreaker or loadBalancer)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, healthCheck, circuitBreaker or loadBalancer)"
                 .into(),
         );
     }
