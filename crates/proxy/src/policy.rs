@@ -775,6 +775,57 @@ mod tests {
         ));
     }
 
+    /// Authorization rules run before the rate limit: a denied request is 403 and spends
+    /// no budget; without the request's head (not lent) nothing is allowed.
+    #[test]
+    fn authorization_runs_before_the_rate_limit() {
+        use weir_model::{AuthzAction, AuthzRule, Authorization};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let rules = Authorization {
+            rules: vec![AuthzRule {
+                action: AuthzAction::Allow,
+                methods: vec!["GET".into()],
+                paths: Vec::new(),
+                headers: Vec::new(),
+                clients: Vec::new(),
+                claims: Vec::new(),
+            }],
+            default: AuthzAction::Deny,
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                Some(limit(1)),
+            )
+            .with_authorization(Some(("ns/authz".into(), Arc::new(rules)))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        assert!(a.reads_head());
+        let state = CheckState::new();
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        let (get, post) = (http::Method::GET, http::Method::POST);
+        let run = |m: Option<&http::Method>| {
+            let mut c = state.checkers();
+            c.head = m.map(|m| (m, "/x"));
+            check(&c, &a, remote, &mut HeaderMap::new(), None, now)
+        };
+        let forbidden = |r: Result<(), Refusal>| {
+            matches!(r, Err(Refusal::Refused(ProxyError::Forbidden { ref policy })) if &**policy == "ns/authz")
+        };
+        assert!(forbidden(run(Some(&post))));
+        assert!(forbidden(run(None)));
+        run(Some(&get)).unwrap();
+        assert!(matches!(
+            run(Some(&get)),
+            Err(Refusal::Refused(ProxyError::RateLimited { .. }))
+        ));
+        assert!(!resolve(&Snapshot::empty(), &gw, &r).reads_head());
+    }
+
     /// Client address rules come first: a refused client gets 403 before any credential
     /// is looked at.
     #[test]

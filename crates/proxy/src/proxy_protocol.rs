@@ -385,8 +385,12 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = listener.local_addr().unwrap();
         let header = b"PROXY TCP4 192.0.2.7 198.51.100.1 56324 443\r\n".to_vec();
-        let mut v2h = v2(1, 0x11, &[192, 0, 2, 8, 198, 51, 100, 1, 0, 80, 1, 187]);
-        v2h.extend_from_slice(&[0x04, 0x00, 0x01, 0x00]); // a NOOP TLV
+        // With a NOOP TLV after the addresses.
+        let v2h = v2(
+            1,
+            0x11,
+            &[192, 0, 2, 8, 198, 51, 100, 1, 0, 80, 1, 187, 0x04, 0x00, 0x01, 0x00],
+        );
         for (bytes, expected) in [(header, "192.0.2.7:56324"), (v2h, "192.0.2.8:80")] {
             for chunked in [false, true] {
                 let send = bytes.clone();
