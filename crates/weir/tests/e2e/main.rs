@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod authorization;
 mod balancing;
 mod ext_auth;
 mod global_ratelimit;
@@ -12,6 +13,7 @@ mod ingress;
 mod l4;
 mod listener_sets;
 mod policies;
+mod proxy_protocol;
 mod reload;
 mod remote_jwks;
 mod routing;
