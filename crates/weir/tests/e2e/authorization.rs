@@ -150,3 +150,40 @@ async fn authorization_rules_apply_and_change_live() {
     assert!(sent.load(Ordering::Relaxed) > 0);
     assert_eq!(failed.load(Ordering::Relaxed), 0, "requests to the other route failed");
 }
+
+/// The runnable examples of these policies (and every other under `examples/`) pass
+/// `weir check` without a problem.
+#[test]
+fn every_example_passes_weir_check() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n == "authorization"), "{names:?}");
+    assert!(names.iter().any(|n| n == "proxy-protocol"), "{names:?}");
+    for dir in dirs {
+        let opts = weir::check::CheckOptions {
+            config: dir.clone(),
+            ingress_http: None,
+            ingress_https: None,
+            ingress_class: "weir".into(),
+            json: false,
+        };
+        let mut out = Vec::new();
+        let problems = weir::check::check(&opts, &mut out).unwrap();
+        assert_eq!(
+            problems,
+            0,
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
