@@ -38,7 +38,7 @@ mod policy;
 mod route;
 mod tls;
 
-pub use authz::{AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch};
+pub use authz::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 pub use backend_policy::{
     CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
     is_cookie_name, is_cookie_path,

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use http::{HeaderMap, Method};
 use serde_json::{Map, Value};
-use weir_model::{AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch};
+use weir_model::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 
 /// What the rules read of a request besides its headers and claims.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +45,8 @@ fn matches(
         && (r.clients.is_empty() || r.clients.iter().any(|n| n.contains(head.client)))
         && (r.paths.is_empty() || r.paths.iter().any(|p| p.matches(head.path)))
         && r.headers.iter().all(|h| header_holds(h, headers))
-        && (r.claims.is_empty() || claims.is_some_and(|c| r.claims.iter().all(|m| claim_holds(m, c))))
+        && (r.claims.is_empty()
+            || claims.is_some_and(|c| r.claims.iter().all(|m| claim_holds(m, c))))
 }
 
 /// Present, or any of the header's values (as UTF-8; other values never match) matches.
@@ -132,19 +133,40 @@ mod tests {
         let d = |h: Head<'_>, headers: &HeaderMap, claims: Option<&Map<String, Value>>| {
             decide(&a, h, headers, claims)
         };
-        assert_eq!(d(head(&get, "/public/x", "10.1.0.1"), &none, None), AuthzAction::Allow);
+        assert_eq!(
+            d(head(&get, "/public/x", "10.1.0.1"), &none, None),
+            AuthzAction::Allow
+        );
         // Denied first by address, whatever else holds.
-        assert_eq!(d(head(&get, "/public/x", "10.9.0.1"), &none, None), AuthzAction::Deny);
-        assert_eq!(d(head(&post, "/public/x", "10.1.0.1"), &none, None), AuthzAction::Deny);
-        assert_eq!(d(head(&get, "/publicity", "10.1.0.1"), &none, None), AuthzAction::Deny);
+        assert_eq!(
+            d(head(&get, "/public/x", "10.9.0.1"), &none, None),
+            AuthzAction::Deny
+        );
+        assert_eq!(
+            d(head(&post, "/public/x", "10.1.0.1"), &none, None),
+            AuthzAction::Deny
+        );
+        assert_eq!(
+            d(head(&get, "/publicity", "10.1.0.1"), &none, None),
+            AuthzAction::Deny
+        );
         // Every header condition must hold.
         let mut h = HeaderMap::new();
         h.insert("x-team", "ops".parse().unwrap());
-        assert_eq!(d(head(&post, "/x", "10.1.0.1"), &h, None), AuthzAction::Deny);
+        assert_eq!(
+            d(head(&post, "/x", "10.1.0.1"), &h, None),
+            AuthzAction::Deny
+        );
         h.insert("x-ticket", "".parse().unwrap());
-        assert_eq!(d(head(&post, "/x", "10.1.0.1"), &h, None), AuthzAction::Allow);
+        assert_eq!(
+            d(head(&post, "/x", "10.1.0.1"), &h, None),
+            AuthzAction::Allow
+        );
         // Claims: none without a verified token; an array claim holding the value.
-        assert_eq!(d(head(&post, "/x", "10.1.0.1"), &none, None), AuthzAction::Deny);
+        assert_eq!(
+            d(head(&post, "/x", "10.1.0.1"), &none, None),
+            AuthzAction::Deny
+        );
         let claims = |v: Value| v.as_object().cloned().unwrap();
         let admin = claims(serde_json::json!({"roles": ["user", "admin"]}));
         let user = claims(serde_json::json!({"roles": "user"}));

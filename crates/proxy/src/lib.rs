@@ -18,8 +18,8 @@ mod tls;
 
 mod admin;
 mod affinity;
-mod authz;
 mod authority;
+mod authz;
 mod basic_auth;
 mod body;
 mod cors;

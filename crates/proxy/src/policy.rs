@@ -779,7 +779,7 @@ mod tests {
     /// no budget; without the request's head (not lent) nothing is allowed.
     #[test]
     fn authorization_runs_before_the_rate_limit() {
-        use weir_model::{AuthzAction, AuthzRule, Authorization};
+        use weir_model::{Authorization, AuthzAction, AuthzRule};
         let r = rule(None, secs(None, None));
         let gw: Arc<str> = "ns/gw".into();
         let rules = Authorization {
@@ -813,9 +813,7 @@ mod tests {
             c.head = m.map(|m| (m, "/x"));
             check(&c, &a, remote, &mut HeaderMap::new(), None, now)
         };
-        let forbidden = |r: Result<(), Refusal>| {
-            matches!(r, Err(Refusal::Refused(ProxyError::Forbidden { ref policy })) if &**policy == "ns/authz")
-        };
+        let forbidden = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Forbidden { ref policy })) if &**policy == "ns/authz");
         assert!(forbidden(run(Some(&post))));
         assert!(forbidden(run(None)));
         run(Some(&get)).unwrap();

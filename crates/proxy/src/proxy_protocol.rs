@@ -84,8 +84,12 @@ fn parse_v1(buf: &[u8]) -> Parsed {
     let source = match fields.next() {
         // The rest of an UNKNOWN line is ignored (the specification says so).
         Some("UNKNOWN") => return Parsed::Header { len, source: None },
-        Some("TCP4") => fields.next().and_then(|a| a.parse::<Ipv4Addr>().ok().map(IpAddr::V4)),
-        Some("TCP6") => fields.next().and_then(|a| a.parse::<Ipv6Addr>().ok().map(IpAddr::V6)),
+        Some("TCP4") => fields
+            .next()
+            .and_then(|a| a.parse::<Ipv4Addr>().ok().map(IpAddr::V4)),
+        Some("TCP6") => fields
+            .next()
+            .and_then(|a| a.parse::<Ipv6Addr>().ok().map(IpAddr::V6)),
         _ => return Parsed::Invalid("version 1 protocol is not TCP4, TCP6 or UNKNOWN"),
     };
     let Some(source) = source else {
@@ -168,7 +172,10 @@ fn parse_v2(buf: &[u8]) -> Parsed {
             let mut ip = [0u8; 16];
             ip.copy_from_slice(&a[..16]);
             let ip = Ipv6Addr::from(ip);
-            Some(SocketAddr::new(ip.into(), u16::from_be_bytes([a[32], a[33]])))
+            Some(SocketAddr::new(
+                ip.into(),
+                u16::from_be_bytes([a[32], a[33]]),
+            ))
         }
         // AF_UNSPEC or AF_UNIX: no address weir can use.
         _ => None,
@@ -353,7 +360,13 @@ mod tests {
             }
         );
         let h = v2(0, 0x00, &[]);
-        assert_eq!(parse(&h), Parsed::Header { len: 16, source: None });
+        assert_eq!(
+            parse(&h),
+            Parsed::Header {
+                len: 16,
+                source: None
+            }
+        );
         // UNSPEC and UNIX families: no client address.
         let h = v2(1, 0x31, &[0u8; 216]);
         assert_eq!(
@@ -365,13 +378,25 @@ mod tests {
         );
         // Refused: truncated addresses, another version or command, a family out of
         // range, a header longer than weir reads.
-        assert!(matches!(parse(&v2(1, 0x11, &[1, 2, 3])), Parsed::Invalid(_)));
-        assert!(matches!(parse(&v2(1, 0x21, &[0u8; 20])), Parsed::Invalid(_)));
+        assert!(matches!(
+            parse(&v2(1, 0x11, &[1, 2, 3])),
+            Parsed::Invalid(_)
+        ));
+        assert!(matches!(
+            parse(&v2(1, 0x21, &[0u8; 20])),
+            Parsed::Invalid(_)
+        ));
         let mut h = v2(1, 0x11, &[0u8; 12]);
         h[12] = 0x11;
         assert!(matches!(parse(&h), Parsed::Invalid(_)));
-        assert!(matches!(parse(&v2(2, 0x11, &[0u8; 12])), Parsed::Invalid(_)));
-        assert!(matches!(parse(&v2(1, 0x41, &[0u8; 12])), Parsed::Invalid(_)));
+        assert!(matches!(
+            parse(&v2(2, 0x11, &[0u8; 12])),
+            Parsed::Invalid(_)
+        ));
+        assert!(matches!(
+            parse(&v2(1, 0x41, &[0u8; 12])),
+            Parsed::Invalid(_)
+        ));
         let mut big = v2(1, 0x11, &[0u8; 12]);
         big[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
         assert!(matches!(parse(&big[..16]), Parsed::Invalid(_)));
@@ -389,7 +414,9 @@ mod tests {
         let v2h = v2(
             1,
             0x11,
-            &[192, 0, 2, 8, 198, 51, 100, 1, 0, 80, 1, 187, 0x04, 0x00, 0x01, 0x00],
+            &[
+                192, 0, 2, 8, 198, 51, 100, 1, 0, 80, 1, 187, 0x04, 0x00, 0x01, 0x00,
+            ],
         );
         for (bytes, expected) in [(header, "192.0.2.7:56324"), (v2h, "192.0.2.8:80")] {
             for chunked in [false, true] {

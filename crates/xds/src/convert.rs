@@ -14,10 +14,9 @@ use weir_model::{
     IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
     Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme,
     PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol,
-    ProxyProtocol, QueryMatch,
-    RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind,
-    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
-    WeightedBackend, is_cookie_name, is_cookie_path,
+    ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
+    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -1081,12 +1080,9 @@ fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
         max_headers: l.max_headers,
         merge_slashes: s.paths.merge_slashes,
         trusted_proxies: s.trusted_proxies.iter().map(ToString::to_string).collect(),
-        proxy_protocol: s
-            .proxy_protocol
-            .as_ref()
-            .map(|p| wire::ProxyProtocol {
-                sources: p.sources.iter().map(ToString::to_string).collect(),
-            }),
+        proxy_protocol: s.proxy_protocol.as_ref().map(|p| wire::ProxyProtocol {
+            sources: p.sources.iter().map(ToString::to_string).collect(),
+        }),
     }
 }
 
@@ -1133,8 +1129,7 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
                     .sources
                     .iter()
                     .map(|n| {
-                        IpNet::parse(n)
-                            .map_err(|e| invalid("settings.proxy_protocol.sources", e))
+                        IpNet::parse(n).map_err(|e| invalid("settings.proxy_protocol.sources", e))
                     })
                     .collect::<Result<_, _>>()?,
             }),

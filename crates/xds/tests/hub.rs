@@ -368,7 +368,10 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     assert_eq!(up.len(), 3, "{up:?}");
     assert!(up.contains(&listener(8001, "ns/a").key()));
     assert!(!up.contains(&behind_balancer.key()));
-    assert!(!up.iter().any(|k| k.listener() == Some(ListenerKey(([127, 0, 0, 1], 8003).into()))));
+    assert!(
+        !up.iter()
+            .any(|k| k.listener() == Some(ListenerKey(([127, 0, 0, 1], 8003).into())))
+    );
     assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-lb".into()))));
     let mut new = hub.subscribe_as("ns/a", "new", HashMap::default(), 3);
     let (up, _) = keys(&new.next_update().unwrap());

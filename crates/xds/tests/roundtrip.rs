@@ -380,8 +380,8 @@ fn a_global_rate_limit_is_left_out_for_version_2() {
 fn authorization_rules_round_trip_and_close_older_data_planes() {
     use std::sync::Arc;
     use weir_model::{
-        AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch, IpNet, IpRules,
-        PathMatch, Pattern, Policy, PolicyTarget, StringMatch, Timeouts,
+        Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch, IpNet, IpRules, PathMatch,
+        Pattern, Policy, PolicyTarget, StringMatch, Timeouts,
     };
     let rules = Authorization {
         rules: vec![AuthzRule {
@@ -458,7 +458,10 @@ fn proxy_protocol_settings_round_trip() {
     let Resource::Listener(b) = &back else {
         panic!("{back:?}")
     };
-    assert_eq!(b.settings.proxy_protocol.as_ref().map(|p| p.sources.len()), Some(1));
+    assert_eq!(
+        b.settings.proxy_protocol.as_ref().map(|p| p.sources.len()),
+        Some(1)
+    );
     assert_eq!(version_of(&back), version_of(&l));
     assert!(weir_xds::convert::withheld(&l, 2));
     assert!(!weir_xds::convert::withheld(&l, 3));

@@ -8,7 +8,7 @@ use weir_api::{
     AuthorizationAction, AuthorizationHeaderMatchType, AuthorizationRuleSpec, AuthorizationSpec,
 };
 use weir_model::{
-    AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch, IpNet, Pattern, StringMatch,
+    Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch, IpNet, Pattern, StringMatch,
 };
 
 use crate::compile::fields::{is_token, path_match, regex_error};
@@ -86,7 +86,10 @@ fn rule(r: &AuthorizationRuleSpec, field: &str) -> Result<AuthzRule, String> {
             if !is_token(&h.name) {
                 return Err(format!("{f}.name: {:?} is not a header name", h.name));
             }
-            let value = match (h.type_.unwrap_or(AuthorizationHeaderMatchType::Exact), &h.value) {
+            let value = match (
+                h.type_.unwrap_or(AuthorizationHeaderMatchType::Exact),
+                &h.value,
+            ) {
                 (AuthorizationHeaderMatchType::Present, None) => None,
                 (AuthorizationHeaderMatchType::Present, Some(_)) => {
                     return Err(format!("{f}.value: not allowed with type Present"));
@@ -95,11 +98,11 @@ fn rule(r: &AuthorizationRuleSpec, field: &str) -> Result<AuthzRule, String> {
                 (AuthorizationHeaderMatchType::Exact, Some(v)) => {
                     Some(StringMatch::Exact(v.as_str().into()))
                 }
-                (AuthorizationHeaderMatchType::RegularExpression, Some(v)) => Some(
-                    StringMatch::Regex(
+                (AuthorizationHeaderMatchType::RegularExpression, Some(v)) => {
+                    Some(StringMatch::Regex(
                         Pattern::new(v).map_err(|e| format!("{f}.value: {}", regex_error(e)))?,
-                    ),
-                ),
+                    ))
+                }
             };
             Ok(AuthzHeader {
                 name: h.name.to_ascii_lowercase().into(),
@@ -194,7 +197,9 @@ rules:
                 .starts_with("spec.authorization.rules[0].paths[0].value")
         );
         assert_eq!(
-            err("default: Allow\nrules: [{action: Deny, headers: [{name: x, type: Present, value: y}]}]"),
+            err(
+                "default: Allow\nrules: [{action: Deny, headers: [{name: x, type: Present, value: y}]}]"
+            ),
             "spec.authorization.rules[0].headers[0].value: not allowed with type Present"
         );
         assert_eq!(

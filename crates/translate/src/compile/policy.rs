@@ -10,8 +10,9 @@ use weir_api::{
     RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, Authorization, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit, HealthCheck, IpNet,
-    IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+    ApiKeyAuth, Authorization, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit,
+    HealthCheck, IpNet, IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme,
+    RateLimitKey, Retry, Timeouts,
 };
 
 use crate::compile::backend_policy;

@@ -196,8 +196,7 @@ mod tests {
         assert!(s.is_default());
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("proxy-protocol-sources"));
-        let (s, problems) =
-            listener_settings(&annotations(&[("weir.dev/proxy-protocol", "yes")]));
+        let (s, problems) = listener_settings(&annotations(&[("weir.dev/proxy-protocol", "yes")]));
         assert!(s.is_default() && problems.len() == 1);
     }
 

@@ -108,7 +108,11 @@ async fn authorization_rules_apply_and_change_live() {
         200,
         "the first matching rule decides"
     );
-    assert_eq!(call(addr, "open.test", "POST", "/x", None).await, 200, "other route");
+    assert_eq!(
+        call(addr, "open.test", "POST", "/x", None).await,
+        200,
+        "other route"
+    );
 
     // Traffic on the other route while the policy is edited twice: no request fails.
     let stop = Arc::new(AtomicBool::new(false));
@@ -136,7 +140,10 @@ async fn authorization_rules_apply_and_change_live() {
         .await,
         "the edited rule applies"
     );
-    assert_eq!(call(addr, g, "POST", "/admin/users", Some("ops")).await, 403);
+    assert_eq!(
+        call(addr, g, "POST", "/admin/users", Some("ops")).await,
+        403
+    );
     gw.remove("policy.yaml");
     assert!(
         eventually(Duration::from_secs(5), || async {
@@ -148,7 +155,11 @@ async fn authorization_rules_apply_and_change_live() {
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
     assert!(sent.load(Ordering::Relaxed) > 0);
-    assert_eq!(failed.load(Ordering::Relaxed), 0, "requests to the other route failed");
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "requests to the other route failed"
+    );
 }
 
 /// The runnable examples of these policies (and every other under `examples/`) pass

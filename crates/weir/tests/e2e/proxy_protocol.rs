@@ -84,23 +84,52 @@ async fn the_proxy_header_names_the_client() {
         "the listener reads PROXY headers"
     );
     // Version 1 and 2: the backend is told the header's client.
-    let r = call(addr, &v1("203.0.113.5", 4000)).await.expect("answered");
-    assert_eq!(r.json()["headers"]["x-forwarded-for"], "203.0.113.5", "{}", r.body);
-    let r = call(addr, &v2([192, 0, 2, 44], 5000)).await.expect("answered");
-    assert_eq!(r.json()["headers"]["x-forwarded-for"], "192.0.2.44", "{}", r.body);
+    let r = call(addr, &v1("203.0.113.5", 4000))
+        .await
+        .expect("answered");
+    assert_eq!(
+        r.json()["headers"]["x-forwarded-for"],
+        "203.0.113.5",
+        "{}",
+        r.body
+    );
+    let r = call(addr, &v2([192, 0, 2, 44], 5000))
+        .await
+        .expect("answered");
+    assert_eq!(
+        r.json()["headers"]["x-forwarded-for"],
+        "192.0.2.44",
+        "{}",
+        r.body
+    );
     // ipRules judge the header's client, not the peer (127.0.0.1).
-    let r = call(addr, &v1("198.51.100.9", 4000)).await.expect("answered");
+    let r = call(addr, &v1("198.51.100.9", 4000))
+        .await
+        .expect("answered");
     assert_eq!(r.status, 403);
-    let r = call(addr, &v2([198, 51, 100, 10], 5000)).await.expect("answered");
+    let r = call(addr, &v2([198, 51, 100, 10], 5000))
+        .await
+        .expect("answered");
     assert_eq!(r.status, 403);
     // UNKNOWN (no client named): the peer is the client.
     let r = call(addr, b"PROXY UNKNOWN\r\n").await.expect("answered");
-    assert_eq!(r.json()["headers"]["x-forwarded-for"], "127.0.0.1", "{}", r.body);
+    assert_eq!(
+        r.json()["headers"]["x-forwarded-for"],
+        "127.0.0.1",
+        "{}",
+        r.body
+    );
     // No header: the request is read as a header, refused, and the connection closed.
-    assert!(call(addr, b"").await.is_none(), "a connection without a header is closed");
+    assert!(
+        call(addr, b"").await.is_none(),
+        "a connection without a header is closed"
+    );
 
     // Headers accepted only from the balancer's network: the test client is not in it.
-    gw.write("app.yaml", &manifests(port, &backend_yaml, Some("10.0.0.0/8")));
+    gw.write(
+        "app.yaml",
+        &manifests(port, &backend_yaml, Some("10.0.0.0/8")),
+    );
     assert!(
         eventually(Duration::from_secs(5), || async {
             call(addr, &v1("203.0.113.5", 4000)).await.is_none()
@@ -108,7 +137,10 @@ async fn the_proxy_header_names_the_client() {
         .await,
         "a peer outside the sources is closed"
     );
-    gw.write("app.yaml", &manifests(port, &backend_yaml, Some("127.0.0.0/8")));
+    gw.write(
+        "app.yaml",
+        &manifests(port, &backend_yaml, Some("127.0.0.0/8")),
+    );
     assert!(
         eventually(Duration::from_secs(5), || async {
             call(addr, &v1("203.0.113.5", 4000))

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use weir_model::{
-    AuthzAction, AuthzHeader, AuthzRule, Authorization, ClaimMatch, IpNet, PathMatch, Pattern,
+    Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch, IpNet, PathMatch, Pattern,
     RateLimitKey, StringMatch,
 };
 
