@@ -105,6 +105,9 @@ pub struct TrafficPolicySpec {
     /// Allow/deny rules over the method, path, headers, client address and JWT claims of
     /// a request, tried in order (the first that matches decides).
     pub authorization: Option<Box<AuthorizationSpec>>,
+    /// CORS (as the HTTPRoute `CORS` filter) for the rules that have no CORS filter of
+    /// their own.
+    pub cors: Option<Box<crate::gateway::HttpCorsFilter>>,
 }
 
 /// Authorization rules: each request is compared with `rules` in order; the first rule

@@ -614,6 +614,10 @@ pub struct Policy {
     /// protocol version 3; an access guard).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<(Arc<str>, Arc<Authorization>)>,
+    /// CORS for the rules without a CORS filter of their own, and the policy object
+    /// (`namespace/name`) that set it (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<(Arc<str>, Arc<crate::Cors>)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -645,6 +649,7 @@ impl Policy {
             load_balancer: None,
             global_rate_limit: None,
             authorization: None,
+            cors: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -689,9 +694,13 @@ impl Policy {
         };
         // Each tagged with its wire field number, so that two fields of equal content
         // cannot hash alike.
-        self.hash = match &self.authorization {
+        let v3 = match &self.authorization {
             None => v3,
             Some(authorization) => content_hash(&(v3.0, 14u32, authorization)),
+        };
+        self.hash = match &self.cors {
+            None => v3,
+            Some(cors) => content_hash(&(v3.0, 15u32, cors)),
         };
     }
 
@@ -706,7 +715,8 @@ impl Policy {
     /// `load_balancer` (field 11; not an access guard: an older data plane balances by its
     /// default) and `global_rate_limit` (not an access guard either: an older data plane
     /// serves the routes without the global limit; any local limit still applies) and
-    /// `authorization` (field 14, an access guard).
+    /// `authorization` (field 14, an access guard) and `cors` (field 15, not one: an older
+    /// data plane answers without CORS headers, which browsers then refuse).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -726,6 +736,10 @@ impl Policy {
         }
         if self.authorization.is_some() {
             self.authorization = None;
+            self.rehash();
+        }
+        if self.cors.is_some() {
+            self.cors = None;
             self.rehash();
         }
         if let Some((name, jwt)) = &self.jwt_auth
@@ -826,6 +840,14 @@ impl Policy {
         self
     }
 
+    /// This policy with CORS settings (`namespace/name` of the policy object that set
+    /// them).
+    pub fn with_cors(mut self, cors: Option<(Arc<str>, Arc<crate::Cors>)>) -> Self {
+        self.cors = cors;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -863,6 +885,7 @@ impl Policy {
             && self.load_balancer.is_none()
             && self.global_rate_limit.is_none()
             && self.authorization.is_none()
+            && self.cors.is_none()
     }
 
     /// The content hash computed at construction.
@@ -1037,6 +1060,22 @@ mod tests {
             authz.as_version_2().hash(),
             ContentHash(0x0499_c1f4_476d_3152)
         );
+        // Version 3's CORS: not a guard; stripped for version 2 with the hash of before.
+        assert_eq!(deny.clone().with_cors(None).hash(), deny.hash());
+        let cors = deny.clone().with_cors(Some((
+            "ns/cors".into(),
+            Arc::new(crate::Cors {
+                allow_origins: vec![crate::CorsOrigin::Any],
+                allow_methods: crate::CorsNames::Any,
+                allow_headers: crate::CorsNames::Any,
+                expose_headers: crate::CorsNames::Listed(Vec::new()),
+                allow_credentials: false,
+                max_age: 5,
+            }),
+        )));
+        assert_ne!(cors.hash(), deny.hash());
+        assert!(!cors.guards_with_version_3_fields());
+        assert_eq!(cors.as_version_2().hash(), deny.hash());
         assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
         // Version 3's remote JWK Set: a provider without one hashes as before (the hash
         // of `with_jwt` above is pinned by its value below), with one differently, and a

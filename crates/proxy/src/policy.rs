@@ -53,6 +53,8 @@ pub(crate) struct Applied {
     global_rate_limit: Option<Arc<Policy>>,
     /// The policy whose authorization rules apply.
     authorization: Option<Arc<Policy>>,
+    /// The policy whose CORS settings apply (when the rule has no CORS filter).
+    cors: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -70,7 +72,14 @@ impl Applied {
             load_balancer: None,
             global_rate_limit: None,
             authorization: None,
+            cors: None,
         }
+    }
+
+    /// A policy's CORS settings (the rule's own filter, when it has one, wins: see
+    /// `server::phases`).
+    pub(crate) fn cors(&self) -> Option<&Arc<weir_model::Cors>> {
+        self.cors.as_ref()?.cors.as_ref().map(|(_, c)| c)
     }
 
     /// Whether phase 2 reads the request's method and path (authorization rules), which
@@ -136,6 +145,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.load_balancer = first(|p| p.load_balancer.is_some());
     applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
     applied.authorization = first(|p| p.authorization.is_some());
+    applied.cors = first(|p| p.cors.is_some());
     applied
 }
 

@@ -54,7 +54,7 @@ pub(crate) async fn forward(
     first: Target,
     head: http::request::Parts,
     body: hyper::body::Incoming,
-    cors_origin: Option<http::HeaderValue>,
+    cors_origin: Option<crate::cors::Allowed>,
     start: Instant,
 ) -> Retried {
     let timeouts = &applied.timeouts;

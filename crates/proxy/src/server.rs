@@ -469,7 +469,9 @@ fn phases(
         applied,
         client,
     } = route(ctx, &snapshot, &mut req)?;
-    let cors_origin = match cors::check(&rule, req.method(), req.headers()) {
+    // The rule's own CORS filter wins over a policy's `cors`.
+    let cors_settings = cors::of(&rule).or_else(|| applied.cors());
+    let cors_origin = match cors::check(cors_settings, req.method(), req.headers()) {
         cors::Check::Pass => None,
         cors::Check::Answer(resp) => return Ok(Routed::Respond(resp)),
         cors::Check::Allowed(origin) => Some(origin),
@@ -534,7 +536,7 @@ fn phases(
             let host = router::normalize_host(raw.unwrap_or(""));
             let mut resp = answer(ctx, &rule, &host, &req);
             if let Some(origin) = &cors_origin {
-                cors::apply(&rule, origin, resp.headers_mut());
+                cors::apply(origin, resp.headers_mut());
             }
             return Ok(Routed::Respond(resp));
         }
@@ -777,7 +779,7 @@ struct Rewritten {
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// The request's origin, allowed by the rule's CORS filter: the response gets the
     /// CORS headers.
-    cors_origin: Option<HeaderValue>,
+    cors_origin: Option<cors::Allowed>,
 }
 
 /// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
@@ -937,7 +939,7 @@ pin_project_lite::pin_project! {
 /// What a few forwarded requests add to their response.
 struct Extra {
     /// The request's origin, allowed by the rule's CORS filter.
-    cors_origin: Option<HeaderValue>,
+    cors_origin: Option<cors::Allowed>,
     /// A header to add (a generated consistent-hash key).
     set_header: Option<(HeaderName, HeaderValue)>,
 }
@@ -984,7 +986,7 @@ pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
 pub(crate) fn relay(
     rule: &RouteRule,
     backend_filters: &[Filter],
-    cors_origin: Option<&HeaderValue>,
+    cors_origin: Option<&cors::Allowed>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
     mut lease: Option<Lease>,
@@ -1015,8 +1017,8 @@ pub(crate) fn relay(
         parts.headers.insert(header::UPGRADE, u);
     }
     // The CORS headers first: a ResponseHeaderModifier that sets one wins.
-    if let Some(origin) = cors_origin {
-        cors::apply(rule, origin, &mut parts.headers);
+    if let Some(allowed) = cors_origin {
+        cors::apply(allowed, &mut parts.headers);
     }
     filters::apply_response_filters(rule, &mut parts.headers);
     filters::apply_response_header_filters(backend_filters, &mut parts.headers);

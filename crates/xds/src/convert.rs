@@ -261,6 +261,10 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             .authorization
             .as_ref()
             .map(|(name, a)| authz::to_wire(name, a)),
+        cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
+            policy: name.to_string(),
+            cors: Some(cors_to_wire(c)),
+        }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
             realm: b.realm.to_string(),
@@ -833,7 +837,16 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .map_err(within("load_balancer"))?,
             )
             .with_global_rate_limit(global_rate_limit)
-            .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?),
+            .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?)
+            .with_cors(match &p.cors {
+                None => None,
+                Some(c) => Some((
+                    c.policy.as_str().into(),
+                    Arc::new(cors_from_wire(
+                        c.cors.as_ref().ok_or_else(|| missing("cors.cors"))?,
+                    )),
+                )),
+            }),
     )
 }
 

@@ -51,6 +51,7 @@ pub(crate) struct PolicySettings {
     pub(crate) load_balancer: Option<LoadBalancer>,
     pub(crate) global_rate_limit: Option<GlobalRateLimit>,
     pub(crate) authorization: Option<Arc<Authorization>>,
+    pub(crate) cors: Option<Arc<weir_model::Cors>>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -70,10 +71,11 @@ pub(crate) enum Field {
     LoadBalancer,
     GlobalRateLimit,
     Authorization,
+    Cors,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 14] = [
+    pub(crate) const ALL: [Field; 15] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -88,6 +90,7 @@ impl Field {
         Field::LoadBalancer,
         Field::GlobalRateLimit,
         Field::Authorization,
+        Field::Cors,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -106,6 +109,7 @@ impl Field {
             Field::LoadBalancer => "loadBalancer",
             Field::GlobalRateLimit => "rateLimit.global",
             Field::Authorization => "authorization",
+            Field::Cors => "cors",
         }
     }
 
@@ -137,6 +141,7 @@ impl PolicySettings {
             Field::LoadBalancer => self.load_balancer.is_some(),
             Field::GlobalRateLimit => self.global_rate_limit.is_some(),
             Field::Authorization => self.authorization.is_some(),
+            Field::Cors => self.cors.is_some(),
         }
     }
 
@@ -321,9 +326,16 @@ fn settings(
         .map(|a| crate::compile::authz::authorization(a, "spec.authorization"))
         .transpose()?
         .map(Arc::new);
+    let cors = spec
+        .cors
+        .as_deref()
+        .map(|c| crate::compile::cors::compile(c, "spec.cors"))
+        .transpose()?
+        .map(Arc::new);
     let s = PolicySettings {
         name,
         authorization,
+        cors,
         ext_auth,
         health_check,
         circuit_breaker,
@@ -339,7 +351,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, healthCheck, circuitBreaker or loadBalancer)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, healthCheck, circuitBreaker or loadBalancer)"
                 .into(),
         );
     }

@@ -332,7 +332,7 @@ fn merged<'a>(
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
     let (mut health_check, mut circuit_breaker) = (None, None);
     let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
-    let mut authorization = None;
+    let (mut authorization, mut cors) = (None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -376,6 +376,9 @@ fn merged<'a>(
         if authorization.is_none() {
             authorization = s.authorization.clone().map(|a| (s.name.clone(), a));
         }
+        if cors.is_none() {
+            cors = s.cors.clone().map(|c| (s.name.clone(), c));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -387,7 +390,8 @@ fn merged<'a>(
         .with_ext_auth(ext_auth)
         .with_load_balancer(load_balancer)
         .with_global_rate_limit(global_rate_limit)
-        .with_authorization(authorization);
+        .with_authorization(authorization)
+        .with_cors(cors);
     (!p.is_empty()).then_some(p)
 }
 

@@ -13,6 +13,7 @@ mod ingress;
 mod l4;
 mod listener_sets;
 mod policies;
+mod policy_cors;
 mod proxy_protocol;
 mod reload;
 mod remote_jwks;
