@@ -47,7 +47,7 @@ pub use crate::weir::{
 };
 pub use crate::weir::{
     AuthorizationAction, AuthorizationClaimSpec, AuthorizationHeaderMatchType,
-    AuthorizationHeaderSpec, AuthorizationRuleSpec, AuthorizationSpec,
+    AuthorizationHeaderSpec, AuthorizationRuleSpec, AuthorizationSpec, RequestLimitsSpec,
 };
 pub use crate::weir::{
     ConsistentHashSpec, HashCookieSpec, HashHeaderSpec, HashType, LoadBalancerSpec,

@@ -108,6 +108,22 @@ pub struct TrafficPolicySpec {
     /// CORS (as the HTTPRoute `CORS` filter) for the rules that have no CORS filter of
     /// their own.
     pub cors: Option<Box<crate::gateway::HttpCorsFilter>>,
+    /// How large a request's body and head may be.
+    pub request_limits: Option<RequestLimitsSpec>,
+}
+
+/// Request size limits, checked after routing (below the listener's own head limits).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestLimitsSpec {
+    /// Bytes of the body (0 to 2^40): a larger `Content-Length` is answered 413 at once; a
+    /// body sent without one is cut off past the limit (413).
+    pub max_body_bytes: Option<i64>,
+    /// Bytes of the header fields (names, values and 32 per field; 1024 to 1048576):
+    /// 431 beyond.
+    pub max_header_bytes: Option<i64>,
+    /// Header fields (1 to 1000): 431 beyond.
+    pub max_headers: Option<i64>,
 }
 
 /// Authorization rules: each request is compared with `rules` in order; the first rule

@@ -35,6 +35,7 @@ mod jwks;
 mod l4;
 mod listener;
 mod policy;
+mod request_limits;
 mod route;
 mod tls;
 
@@ -60,6 +61,7 @@ pub use policy::{
     JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
     PolicyTarget, RateLimitKey, RemoteJwks,
 };
+pub use request_limits::RequestLimits;
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,

@@ -618,6 +618,10 @@ pub struct Policy {
     /// (`namespace/name`) that set it (push protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cors: Option<(Arc<str>, Arc<crate::Cors>)>,
+    /// Request size limits, and the policy object (`namespace/name`) that set them (push
+    /// protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_limits: Option<(Arc<str>, crate::RequestLimits)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -650,6 +654,7 @@ impl Policy {
             global_rate_limit: None,
             authorization: None,
             cors: None,
+            request_limits: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -698,9 +703,13 @@ impl Policy {
             None => v3,
             Some(authorization) => content_hash(&(v3.0, 14u32, authorization)),
         };
-        self.hash = match &self.cors {
+        let v3 = match &self.cors {
             None => v3,
             Some(cors) => content_hash(&(v3.0, 15u32, cors)),
+        };
+        self.hash = match &self.request_limits {
+            None => v3,
+            Some(limits) => content_hash(&(v3.0, 16u32, limits)),
         };
     }
 
@@ -716,7 +725,9 @@ impl Policy {
     /// default) and `global_rate_limit` (not an access guard either: an older data plane
     /// serves the routes without the global limit; any local limit still applies) and
     /// `authorization` (field 14, an access guard) and `cors` (field 15, not one: an older
-    /// data plane answers without CORS headers, which browsers then refuse).
+    /// data plane answers without CORS headers, which browsers then refuse) and
+    /// `request_limits` (field 16, not one either: an older data plane serves requests of
+    /// any size up to the listener's limits).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -740,6 +751,10 @@ impl Policy {
         }
         if self.cors.is_some() {
             self.cors = None;
+            self.rehash();
+        }
+        if self.request_limits.is_some() {
+            self.request_limits = None;
             self.rehash();
         }
         if let Some((name, jwt)) = &self.jwt_auth
@@ -848,6 +863,14 @@ impl Policy {
         self
     }
 
+    /// This policy with request size limits (`namespace/name` of the policy object that
+    /// set them).
+    pub fn with_request_limits(mut self, limits: Option<(Arc<str>, crate::RequestLimits)>) -> Self {
+        self.request_limits = limits;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -886,6 +909,7 @@ impl Policy {
             && self.global_rate_limit.is_none()
             && self.authorization.is_none()
             && self.cors.is_none()
+            && self.request_limits.is_none()
     }
 
     /// The content hash computed at construction.
@@ -1076,6 +1100,18 @@ mod tests {
         assert_ne!(cors.hash(), deny.hash());
         assert!(!cors.guards_with_version_3_fields());
         assert_eq!(cors.as_version_2().hash(), deny.hash());
+        // Version 3's request limits: likewise.
+        assert_eq!(deny.clone().with_request_limits(None).hash(), deny.hash());
+        let limited = deny.clone().with_request_limits(Some((
+            "ns/size".into(),
+            crate::RequestLimits {
+                max_body_bytes: Some(1024),
+                ..Default::default()
+            },
+        )));
+        assert_ne!(limited.hash(), deny.hash());
+        assert!(!limited.guards_with_version_3_fields());
+        assert_eq!(limited.as_version_2().hash(), deny.hash());
         assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
         // Version 3's remote JWK Set: a provider without one hashes as before (the hash
         // of `with_jwt` above is pinned by its value below), with one differently, and a

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
+    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, RequestLimits, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
     RateLimitKey, Retry, RouteRule, Timeouts,
 };
 
@@ -55,6 +55,8 @@ pub(crate) struct Applied {
     authorization: Option<Arc<Policy>>,
     /// The policy whose CORS settings apply (when the rule has no CORS filter).
     cors: Option<Arc<Policy>>,
+    /// The policy whose request size limits apply.
+    request_limits: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -73,7 +75,19 @@ impl Applied {
             global_rate_limit: None,
             authorization: None,
             cors: None,
+            request_limits: None,
         }
+    }
+
+    /// The most body bytes a policy allows this request (`None`: no such limit), for a
+    /// body that did not declare its length ([`crate::body::RequestBody::capped`]).
+    pub(crate) fn max_body(&self) -> Option<u64> {
+        self.request_limits
+            .as_ref()?
+            .request_limits
+            .as_ref()?
+            .1
+            .max_body_bytes
     }
 
     /// A policy's CORS settings (the rule's own filter, when it has one, wins: see
@@ -146,6 +160,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
     applied.authorization = first(|p| p.authorization.is_some());
     applied.cors = first(|p| p.cors.is_some());
+    applied.request_limits = first(|p| p.request_limits.is_some());
     applied
 }
 
@@ -188,7 +203,7 @@ pub(crate) struct Checkers<'a> {
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
-/// authentication (Basic credentials, then external authorization, then an API key,
+/// request size limits (the head, a declared body length), then authentication (Basic credentials, then external authorization, then an API key,
 /// then a bearer JWT), then authorization rules (which read the verified JWT's claims
 /// and the headers authentication left), then a local rate limit, then a global one (so
 /// a request the local limit refuses is not counted globally). External authorization comes before the
@@ -210,6 +225,11 @@ pub(crate) fn check(
         return Err(Refusal::Refused(ProxyError::Forbidden {
             policy: name.clone(),
         }));
+    }
+    if let Some(p) = &applied.request_limits
+        && let Some((_, limits)) = &p.request_limits
+    {
+        check_size(limits, headers)?;
     }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
@@ -301,6 +321,34 @@ pub(crate) fn check(
                     policy: name.clone(),
                 }));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Request size limits on what is known in phase 2: the head's fields, and the body's
+/// declared length (a body without one is capped as it streams: `Applied::max_body`).
+fn check_size(limits: &RequestLimits, headers: &HeaderMap) -> Result<(), ProxyError> {
+    if limits.max_headers.is_some() || limits.max_header_bytes.is_some() {
+        let bytes = headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 32)
+            .sum();
+        if !limits.head_fits(headers.len(), bytes) {
+            return Err(ProxyError::RequestTooLarge { head: true });
+        }
+    }
+    if limits.max_body_bytes.is_some()
+        && let Some(declared) = headers.get(header::CONTENT_LENGTH)
+    {
+        // A length that is not a number was refused by hyper already; be safe anyway.
+        let declared = declared
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
+        if !limits.body_fits(declared) {
+            return Err(ProxyError::RequestTooLarge { head: false });
         }
     }
     Ok(())

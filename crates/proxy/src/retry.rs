@@ -58,7 +58,7 @@ pub(crate) async fn forward(
     start: Instant,
 ) -> Retried {
     let timeouts = &applied.timeouts;
-    let body = RequestBody::new(body, ctx.timeouts.body_idle);
+    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(applied.max_body());
     let mut first = first;
     let set_header = first.set_header.take();
     let with_cookie = |r: Result<Response<ProxyBody>, ProxyError>| {

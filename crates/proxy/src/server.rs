@@ -555,6 +555,7 @@ fn phases(
         && !req.headers().contains_key(header::UPGRADE);
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
+    rewritten.max_body = applied.max_body();
     if retried {
         // The head is kept for the retries; the attempts run in one boxed future, so
         // requests without retries keep the small inline one.
@@ -777,9 +778,11 @@ struct Rewritten {
     body: Incoming,
     /// The client side of an HTTP/1.1 upgrade passed on to the upstream.
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    /// The request's origin, allowed by the rule's CORS filter: the response gets the
-    /// CORS headers.
+    /// The request's origin, allowed by the rule's CORS filter (or a policy's): the
+    /// response gets the CORS headers.
     cors_origin: Option<cors::Allowed>,
+    /// A policy's body size limit, for a body without a declared length.
+    max_body: Option<u64>,
 }
 
 /// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
@@ -824,6 +827,7 @@ fn rewrite(
         body,
         client_upgrade,
         cors_origin: None,
+        max_body: None,
     })
 }
 
@@ -899,8 +903,10 @@ fn send(
         body,
         client_upgrade,
         cors_origin,
+        max_body,
     } = rewritten;
-    let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
+    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(max_body);
+    let req = Request::from_parts(parts, body);
     let send = ctx
         .shared
         .upstreams

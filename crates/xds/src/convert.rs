@@ -261,6 +261,15 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             .authorization
             .as_ref()
             .map(|(name, a)| authz::to_wire(name, a)),
+        request_limits: p
+            .request_limits
+            .as_ref()
+            .map(|(name, l)| wire::RequestLimits {
+                policy: name.to_string(),
+                max_body_bytes: l.max_body_bytes,
+                max_header_bytes: l.max_header_bytes,
+                max_headers: l.max_headers,
+            }),
         cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
             policy: name.to_string(),
             cors: Some(cors_to_wire(c)),
@@ -838,6 +847,16 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
             )
             .with_global_rate_limit(global_rate_limit)
             .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?)
+            .with_request_limits(p.request_limits.as_ref().map(|l| {
+                (
+                    l.policy.as_str().into(),
+                    weir_model::RequestLimits {
+                        max_body_bytes: l.max_body_bytes,
+                        max_header_bytes: l.max_header_bytes,
+                        max_headers: l.max_headers,
+                    },
+                )
+            }))
             .with_cors(match &p.cors {
                 None => None,
                 Some(c) => Some((

@@ -52,6 +52,7 @@ pub(crate) struct PolicySettings {
     pub(crate) global_rate_limit: Option<GlobalRateLimit>,
     pub(crate) authorization: Option<Arc<Authorization>>,
     pub(crate) cors: Option<Arc<weir_model::Cors>>,
+    pub(crate) request_limits: Option<weir_model::RequestLimits>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -72,10 +73,11 @@ pub(crate) enum Field {
     GlobalRateLimit,
     Authorization,
     Cors,
+    RequestLimits,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 15] = [
+    pub(crate) const ALL: [Field; 16] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -91,6 +93,7 @@ impl Field {
         Field::GlobalRateLimit,
         Field::Authorization,
         Field::Cors,
+        Field::RequestLimits,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -110,6 +113,7 @@ impl Field {
             Field::GlobalRateLimit => "rateLimit.global",
             Field::Authorization => "authorization",
             Field::Cors => "cors",
+            Field::RequestLimits => "requestLimits",
         }
     }
 
@@ -142,6 +146,7 @@ impl PolicySettings {
             Field::GlobalRateLimit => self.global_rate_limit.is_some(),
             Field::Authorization => self.authorization.is_some(),
             Field::Cors => self.cors.is_some(),
+            Field::RequestLimits => self.request_limits.is_some(),
         }
     }
 
@@ -332,10 +337,16 @@ fn settings(
         .map(|c| crate::compile::cors::compile(c, "spec.cors"))
         .transpose()?
         .map(Arc::new);
+    let request_limits = spec
+        .request_limits
+        .as_ref()
+        .map(|l| request_limits(l, "spec.requestLimits"))
+        .transpose()?;
     let s = PolicySettings {
         name,
         authorization,
         cors,
+        request_limits,
         ext_auth,
         health_check,
         circuit_breaker,
@@ -351,11 +362,36 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, healthCheck, circuitBreaker or loadBalancer)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, healthCheck, circuitBreaker or loadBalancer)"
                 .into(),
         );
     }
     Ok(s)
+}
+
+/// Request size limits: each set field within its range, at least one set.
+fn request_limits(
+    l: &weir_api::RequestLimitsSpec,
+    field: &str,
+) -> Result<weir_model::RequestLimits, String> {
+    let ranged = |v: Option<i64>, name: &str, min: i64, max: i64| match v {
+        None => Ok(None),
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        Some(n) => Err(format!("{field}.{name}: {n} is not between {min} and {max}")),
+    };
+    let limits = weir_model::RequestLimits {
+        max_body_bytes: ranged(l.max_body_bytes, "maxBodyBytes", 0, 1 << 40)?
+            .map(|n| n as u64),
+        max_header_bytes: ranged(l.max_header_bytes, "maxHeaderBytes", 1024, 1 << 20)?
+            .map(|n| n as u32),
+        max_headers: ranged(l.max_headers, "maxHeaders", 1, 1000)?.map(|n| n as u32),
+    };
+    if limits == weir_model::RequestLimits::default() {
+        return Err(format!(
+            "{field}: set maxBodyBytes, maxHeaderBytes or maxHeaders"
+        ));
+    }
+    Ok(limits)
 }
 
 /// The most networks of one `allow` or `deny` list.

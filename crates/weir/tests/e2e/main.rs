@@ -16,6 +16,7 @@ mod policies;
 mod policy_cors;
 mod proxy_protocol;
 mod reload;
+mod request_limits;
 mod remote_jwks;
 mod routing;
 mod tls;
