@@ -116,7 +116,8 @@ impl RequestBody {
     /// the body is read or made [`RequestBody::replayable`].
     pub(crate) fn capped(mut self, max: Option<u64>) -> RequestBody {
         // A body whose declared length fits (checked in phase 2) needs no cap.
-        let declared_fits = |b: &Incoming, max: u64| b.size_hint().upper().is_some_and(|u| u <= max);
+        let declared_fits =
+            |b: &Incoming, max: u64| b.size_hint().upper().is_some_and(|u| u <= max);
         if let (Some(max), Some(Source::Client(b))) = (max, &self.inner)
             && !declared_fits(b, max)
             && let Some(Source::Client(body)) = self.inner.take()

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, RequestLimits, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey, Retry, RouteRule, Timeouts,
+    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
+    RateLimitKey, RequestLimits, Retry, RouteRule, Timeouts,
 };
 
 use crate::basic_auth::{self, Verified, VerifiedCache};

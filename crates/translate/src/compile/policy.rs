@@ -377,11 +377,12 @@ fn request_limits(
     let ranged = |v: Option<i64>, name: &str, min: i64, max: i64| match v {
         None => Ok(None),
         Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-        Some(n) => Err(format!("{field}.{name}: {n} is not between {min} and {max}")),
+        Some(n) => Err(format!(
+            "{field}.{name}: {n} is not between {min} and {max}"
+        )),
     };
     let limits = weir_model::RequestLimits {
-        max_body_bytes: ranged(l.max_body_bytes, "maxBodyBytes", 0, 1 << 40)?
-            .map(|n| n as u64),
+        max_body_bytes: ranged(l.max_body_bytes, "maxBodyBytes", 0, 1 << 40)?.map(|n| n as u64),
         max_header_bytes: ranged(l.max_header_bytes, "maxHeaderBytes", 1024, 1 << 20)?
             .map(|n| n as u32),
         max_headers: ranged(l.max_headers, "maxHeaders", 1, 1000)?.map(|n| n as u32),

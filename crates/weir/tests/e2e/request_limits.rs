@@ -43,8 +43,7 @@ async fn declared(addr: SocketAddr, len: usize) -> (u16, String) {
 }
 
 async fn chunked(addr: SocketAddr, chunks: usize) -> (u16, String) {
-    let head =
-        "POST / HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    let head = "POST / HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     let mut body = Vec::new();
     for _ in 0..chunks {
         body.extend_from_slice(b"100\r\n");
