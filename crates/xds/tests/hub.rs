@@ -364,7 +364,8 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     ));
     hub.set_synced();
     let mut old = hub.subscribe_as("ns/a", "old", HashMap::default(), 2);
-    let (up, _) = keys(&old.next_update().unwrap());
+    let first = old.next_update().unwrap();
+    let (up, _) = keys(&first);
     assert_eq!(up.len(), 3, "{up:?}");
     assert!(up.contains(&listener(8001, "ns/a").key()));
     assert!(!up.contains(&behind_balancer.key()));
@@ -377,4 +378,27 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     let (up, _) = keys(&new.next_update().unwrap());
     assert_eq!(up.len(), 6, "{up:?}");
     assert!(up.contains(&behind_balancer.key()));
+
+    // The setting turned off: the older data plane now gets the listener and what is
+    // under it; turned on again, they are removed from it.
+    let plain = listener(8003, "ns/a");
+    old.ack(first.nonce, vec![]);
+    let ack = |s: &mut weir_xds::Session| {
+        let u = s.next_update().unwrap();
+        s.ack(u.nonce, vec![]);
+        keys(&u)
+    };
+    hub.apply(&batch(vec![plain.clone()], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(rm.is_empty(), "{rm:?}");
+    assert!(up.contains(&plain.key()), "{up:?}");
+    assert!(
+        up.contains(&ResourceKey::Cluster(ClusterKey("only-lb".into()))),
+        "{up:?}"
+    );
+    assert_eq!(up.len(), 3, "{up:?}");
+    hub.apply(&batch(vec![behind_balancer.clone()], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(up.is_empty(), "{up:?}");
+    assert_eq!(rm.len(), 3, "{rm:?}");
 }
