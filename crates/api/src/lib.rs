@@ -46,6 +46,10 @@ pub use crate::weir::{
     SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
 };
 pub use crate::weir::{
+    AuthorizationAction, AuthorizationClaimSpec, AuthorizationHeaderMatchType,
+    AuthorizationHeaderSpec, AuthorizationRuleSpec, AuthorizationSpec, RequestLimitsSpec,
+};
+pub use crate::weir::{
     ConsistentHashSpec, HashCookieSpec, HashHeaderSpec, HashType, LoadBalancerSpec,
     LoadBalancerType,
 };

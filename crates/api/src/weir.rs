@@ -102,6 +102,106 @@ pub struct TrafficPolicySpec {
     /// How an endpoint is chosen (a policy on a `Service` or `Backend`; default: the
     /// default balancer, which prefers healthy endpoints with fewer requests in flight).
     pub load_balancer: Option<Box<LoadBalancerSpec>>,
+    /// Allow/deny rules over the method, path, headers, client address and JWT claims of
+    /// a request, tried in order (the first that matches decides).
+    pub authorization: Option<Box<AuthorizationSpec>>,
+    /// CORS (as the HTTPRoute `CORS` filter) for the rules that have no CORS filter of
+    /// their own.
+    pub cors: Option<Box<crate::gateway::HttpCorsFilter>>,
+    /// How large a request's body and head may be.
+    pub request_limits: Option<RequestLimitsSpec>,
+}
+
+/// Request size limits, checked after routing (below the listener's own head limits).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestLimitsSpec {
+    /// Bytes of the body (0 to 2^40): a larger `Content-Length` is answered 413 at once; a
+    /// body sent without one is cut off past the limit (413).
+    pub max_body_bytes: Option<i64>,
+    /// Bytes of the header fields (names, values and 32 per field; 1024 to 1048576):
+    /// 431 beyond.
+    pub max_header_bytes: Option<i64>,
+    /// Header fields (1 to 1000): 431 beyond.
+    pub max_headers: Option<i64>,
+}
+
+/// Authorization rules: each request is compared with `rules` in order; the first rule
+/// whose every condition holds allows or denies it (403), and a request no rule matches
+/// gets `default`. Runs after authentication (so `claims` see the JWT verified by the
+/// policy's `jwtAuth`) and before rate limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationSpec {
+    /// The rules, tried in order (at most 64).
+    pub rules: Vec<AuthorizationRuleSpec>,
+    /// What happens to a request no rule matches (required).
+    pub default: Option<AuthorizationAction>,
+}
+
+/// What an authorization rule does with the requests it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AuthorizationAction {
+    /// Let the request through to the next checks.
+    Allow,
+    /// Refuse it (403).
+    Deny,
+}
+
+/// One authorization rule: it matches a request when every condition it sets holds (one
+/// of `methods`, one of `paths`, one of `clients`, every entry of `headers` and of
+/// `claims`). A rule without conditions matches every request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationRuleSpec {
+    /// `Allow` or `Deny` (required).
+    pub action: Option<AuthorizationAction>,
+    /// HTTP methods (`GET`, `POST`, …).
+    pub methods: Vec<String>,
+    /// Paths, as HTTPRoute path matches (`Exact`, `PathPrefix`, `RegularExpression`).
+    pub paths: Vec<crate::gateway::HttpPathMatch>,
+    /// Request headers.
+    pub headers: Vec<AuthorizationHeaderSpec>,
+    /// Client networks (CIDRs or addresses); the client as `ipRules` sees it.
+    pub clients: Vec<String>,
+    /// Claims of the JWT verified by `jwtAuth` (a request without one matches no rule
+    /// with claims).
+    pub claims: Vec<AuthorizationClaimSpec>,
+}
+
+/// A header condition of an authorization rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationHeaderSpec {
+    /// `Present`, `Exact` (default) or `RegularExpression`.
+    #[serde(rename = "type")]
+    pub type_: Option<AuthorizationHeaderMatchType>,
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// The value (`Exact`, `RegularExpression`).
+    pub value: Option<String>,
+}
+
+/// How an authorization rule's header condition compares the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AuthorizationHeaderMatchType {
+    /// The header is sent, with any value.
+    Present,
+    /// A value equals `value`.
+    Exact,
+    /// A value matches the regular expression `value` (whole value).
+    RegularExpression,
+}
+
+/// A claim condition of an authorization rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationClaimSpec {
+    /// A top-level claim of the token.
+    pub name: String,
+    /// Accepted values (a string claim, one of its space-separated words, or an item of
+    /// an array claim); empty: the claim must be present.
+    pub values: Vec<String>,
 }
 
 /// External authorization (forward auth, as nginx's `auth_request` or Traefik's

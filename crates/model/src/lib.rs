@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+mod authz;
 mod backend_policy;
 mod cluster;
 mod cors;
@@ -34,9 +35,11 @@ mod jwks;
 mod l4;
 mod listener;
 mod policy;
+mod request_limits;
 mod route;
 mod tls;
 
+pub use authz::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 pub use backend_policy::{
     CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
     is_cookie_name, is_cookie_path,
@@ -51,13 +54,14 @@ pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
-    PathNormalization, Protocol,
+    PathNormalization, Protocol, ProxyProtocol,
 };
 pub use policy::{
     ApiKeyAuth, BackendKind, BasicAuth, FailMode, GlobalRateLimit, IpNet, IpRules, JwtAuth, JwtKey,
     JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
     PolicyTarget, RateLimitKey, RemoteJwks,
 };
+pub use request_limits::RequestLimits;
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
     QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,

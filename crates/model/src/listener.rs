@@ -110,7 +110,7 @@ impl Listener {
 /// before routing. Every field has a production default (SECURITY.md compares them with
 /// nginx's, Envoy's and HAProxy's); a Gateway overrides them with `weir.dev/…`
 /// annotations.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ListenerSettings {
     /// Connection-state timeouts.
     pub timeouts: ConnectionTimeouts,
@@ -123,6 +123,43 @@ pub struct ListenerSettings {
     /// `ipRules` and client-IP rate limits see). Empty: the peer is the client.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trusted_proxies: Vec<crate::IpNet>,
+    /// Connections start with a PROXY protocol header (version 1 or 2) naming the client,
+    /// whose address then stands for the peer's (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// By hand, as the derive of the release before `proxy_protocol` hashed it (field by
+/// field, in order), plus `proxy_protocol` only when set: a listener without it keeps the
+/// hash data planes of earlier releases compute.
+impl std::hash::Hash for ListenerSettings {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.timeouts.hash(h);
+        self.limits.hash(h);
+        self.paths.hash(h);
+        self.trusted_proxies.hash(h);
+        if let Some(p) = &self.proxy_protocol {
+            p.hash(h);
+        }
+    }
+}
+
+/// A listener behind a load balancer that speaks the PROXY protocol: each connection's
+/// first bytes are a version 1 or 2 header naming the client, read before TLS or HTTP
+/// (within the handshake timeout); a connection without a valid one is closed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ProxyProtocol {
+    /// Peers whose headers are accepted; a connection from another peer is closed.
+    /// Empty: any peer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<crate::IpNet>,
+}
+
+impl ProxyProtocol {
+    /// Whether a connection from `peer` may carry a header.
+    pub fn accepts_from(&self, peer: std::net::IpAddr) -> bool {
+        self.sources.is_empty() || self.sources.iter().any(|n| n.contains(peer))
+    }
 }
 
 impl ListenerSettings {
@@ -243,6 +280,42 @@ impl Default for PathNormalization {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Settings without `proxy_protocol` hash as the derived `Hash` of the release before
+    /// it did (so such listeners keep their hashes for older data planes); with it, they
+    /// hash differently.
+    #[test]
+    fn proxy_protocol_is_hashed_only_when_set() {
+        #[derive(Hash)]
+        struct Before<'a> {
+            timeouts: &'a ConnectionTimeouts,
+            limits: &'a ConnectionLimits,
+            paths: &'a PathNormalization,
+            trusted_proxies: &'a Vec<crate::IpNet>,
+        }
+        let s = ListenerSettings {
+            trusted_proxies: vec![crate::IpNet::parse("10.0.0.0/8").unwrap()],
+            ..ListenerSettings::default()
+        };
+        let before = Before {
+            timeouts: &s.timeouts,
+            limits: &s.limits,
+            paths: &s.paths,
+            trusted_proxies: &s.trusted_proxies,
+        };
+        assert_eq!(crate::content_hash(&s), crate::content_hash(&before));
+        let with = ListenerSettings {
+            proxy_protocol: Some(ProxyProtocol::default()),
+            ..s.clone()
+        };
+        assert_ne!(crate::content_hash(&with), crate::content_hash(&s));
+        let p = ProxyProtocol {
+            sources: vec![crate::IpNet::parse("10.0.0.0/8").unwrap()],
+        };
+        assert!(p.accepts_from("10.1.2.3".parse().unwrap()));
+        assert!(!p.accepts_from("192.0.2.1".parse().unwrap()));
+        assert!(ProxyProtocol::default().accepts_from("192.0.2.1".parse().unwrap()));
+    }
 
     #[test]
     fn the_client_is_found_through_trusted_proxies_only() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::authz::Authorization;
 use crate::backend_policy::{CircuitBreaker, HealthCheck, LoadBalancer};
 use crate::cluster::ClusterKey;
 use crate::ext_auth::ExtAuth;
@@ -609,6 +610,18 @@ pub struct Policy {
     /// set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub global_rate_limit: Option<(Arc<str>, GlobalRateLimit)>,
+    /// Authorization rules, and the policy object (`namespace/name`) that set them (push
+    /// protocol version 3; an access guard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<(Arc<str>, Arc<Authorization>)>,
+    /// CORS for the rules without a CORS filter of their own, and the policy object
+    /// (`namespace/name`) that set it (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<(Arc<str>, Arc<crate::Cors>)>,
+    /// Request size limits, and the policy object (`namespace/name`) that set them (push
+    /// protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_limits: Option<(Arc<str>, crate::RequestLimits)>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Policy);
@@ -639,6 +652,9 @@ impl Policy {
             ext_auth: None,
             load_balancer: None,
             global_rate_limit: None,
+            authorization: None,
+            cors: None,
+            request_limits: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -677,9 +693,23 @@ impl Policy {
             None => v3,
             Some(lb) => content_hash(&(v3, 11u32, lb)),
         };
-        self.hash = match &self.global_rate_limit {
+        let v3 = match &self.global_rate_limit {
             None => v3,
             Some(global) => content_hash(&(v3.0, global)),
+        };
+        // Each tagged with its wire field number, so that two fields of equal content
+        // cannot hash alike.
+        let v3 = match &self.authorization {
+            None => v3,
+            Some(authorization) => content_hash(&(v3.0, 14u32, authorization)),
+        };
+        let v3 = match &self.cors {
+            None => v3,
+            Some(cors) => content_hash(&(v3.0, 15u32, cors)),
+        };
+        self.hash = match &self.request_limits {
+            None => v3,
+            Some(limits) => content_hash(&(v3.0, 16u32, limits)),
         };
     }
 
@@ -693,7 +723,11 @@ impl Policy {
     /// provider's `remote_jwks` (hashed by [`JwtProvider`]'s own `Hash` only when set),
     /// `load_balancer` (field 11; not an access guard: an older data plane balances by its
     /// default) and `global_rate_limit` (not an access guard either: an older data plane
-    /// serves the routes without the global limit; any local limit still applies).
+    /// serves the routes without the global limit; any local limit still applies) and
+    /// `authorization` (field 14, an access guard) and `cors` (field 15, not one: an older
+    /// data plane answers without CORS headers, which browsers then refuse) and
+    /// `request_limits` (field 16, not one either: an older data plane serves requests of
+    /// any size up to the listener's limits).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -711,6 +745,18 @@ impl Policy {
             self.global_rate_limit = None;
             self.rehash();
         }
+        if self.authorization.is_some() {
+            self.authorization = None;
+            self.rehash();
+        }
+        if self.cors.is_some() {
+            self.cors = None;
+            self.rehash();
+        }
+        if self.request_limits.is_some() {
+            self.request_limits = None;
+            self.rehash();
+        }
         if let Some((name, jwt)) = &self.jwt_auth
             && jwt.providers.iter().any(|p| p.remote_jwks.is_some())
         {
@@ -725,10 +771,11 @@ impl Policy {
     }
 
     /// Whether the policy has a field added in version 3 that guards access, which an
-    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`, and a JWT
-    /// provider's `remote_jwks`.
+    /// older data plane would drop (see [`Policy::as_version_2`]): `ext_auth`,
+    /// `authorization`, and a JWT provider's `remote_jwks`.
     pub fn guards_with_version_3_fields(&self) -> bool {
         self.ext_auth.is_some()
+            || self.authorization.is_some()
             || self
                 .jwt_auth
                 .as_ref()
@@ -800,6 +847,30 @@ impl Policy {
         self
     }
 
+    /// This policy with authorization rules (`namespace/name` of the policy object that
+    /// set them).
+    pub fn with_authorization(mut self, rules: Option<(Arc<str>, Arc<Authorization>)>) -> Self {
+        self.authorization = rules;
+        self.rehash();
+        self
+    }
+
+    /// This policy with CORS settings (`namespace/name` of the policy object that set
+    /// them).
+    pub fn with_cors(mut self, cors: Option<(Arc<str>, Arc<crate::Cors>)>) -> Self {
+        self.cors = cors;
+        self.rehash();
+        self
+    }
+
+    /// This policy with request size limits (`namespace/name` of the policy object that
+    /// set them).
+    pub fn with_request_limits(mut self, limits: Option<(Arc<str>, crate::RequestLimits)>) -> Self {
+        self.request_limits = limits;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -836,6 +907,9 @@ impl Policy {
             && self.ext_auth.is_none()
             && self.load_balancer.is_none()
             && self.global_rate_limit.is_none()
+            && self.authorization.is_none()
+            && self.cors.is_none()
+            && self.request_limits.is_none()
     }
 
     /// The content hash computed at construction.
@@ -994,6 +1068,50 @@ mod tests {
         assert!(with_ext.guards_with_version_3_fields());
         assert!(!deny.guards_with_version_3_fields());
         assert_eq!(with_ext.as_version_2().hash(), deny.hash());
+        // Version 3's authorization rules: an access guard, folded in only when set and
+        // gone (with the hash of before) for a data plane of version 2.
+        assert_eq!(deny.clone().with_authorization(None).hash(), deny.hash());
+        let authz = deny.clone().with_authorization(Some((
+            "ns/authz".into(),
+            Arc::new(crate::Authorization {
+                rules: Vec::new(),
+                default: crate::AuthzAction::Deny,
+            }),
+        )));
+        assert_ne!(authz.hash(), deny.hash());
+        assert!(authz.guards_with_version_3_fields());
+        assert_eq!(
+            authz.as_version_2().hash(),
+            ContentHash(0x0499_c1f4_476d_3152)
+        );
+        // Version 3's CORS: not a guard; stripped for version 2 with the hash of before.
+        assert_eq!(deny.clone().with_cors(None).hash(), deny.hash());
+        let cors = deny.clone().with_cors(Some((
+            "ns/cors".into(),
+            Arc::new(crate::Cors {
+                allow_origins: vec![crate::CorsOrigin::Any],
+                allow_methods: crate::CorsNames::Any,
+                allow_headers: crate::CorsNames::Any,
+                expose_headers: crate::CorsNames::Listed(Vec::new()),
+                allow_credentials: false,
+                max_age: 5,
+            }),
+        )));
+        assert_ne!(cors.hash(), deny.hash());
+        assert!(!cors.guards_with_version_3_fields());
+        assert_eq!(cors.as_version_2().hash(), deny.hash());
+        // Version 3's request limits: likewise.
+        assert_eq!(deny.clone().with_request_limits(None).hash(), deny.hash());
+        let limited = deny.clone().with_request_limits(Some((
+            "ns/size".into(),
+            crate::RequestLimits {
+                max_body_bytes: Some(1024),
+                ..Default::default()
+            },
+        )));
+        assert_ne!(limited.hash(), deny.hash());
+        assert!(!limited.guards_with_version_3_fields());
+        assert_eq!(limited.as_version_2().hash(), deny.hash());
         assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
         // Version 3's remote JWK Set: a provider without one hashes as before (the hash
         // of `with_jwt` above is pinned by its value below), with one differently, and a

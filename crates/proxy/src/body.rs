@@ -14,9 +14,13 @@
 //! The timer is armed only when the body has to wait (a body that arrives with its head,
 //! and a request without a body, never arm one), and it is not reset per frame: a wait
 //! records its start, and a timer that fires early is moved to the real deadline.
+//!
+//! A body may also be capped (a policy's `requestLimits.maxBodyBytes`, for bodies whose
+//! size was not declared up front): past the cap it fails the same way, and the request
+//! is answered 413.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -49,27 +53,45 @@ enum Source {
     /// An attempt of a retried request: a [`Replay`]'s (boxed: most bodies are not
     /// retried).
     Tee(Box<TeeReader>),
+    /// The client, with at most `left` more bytes (boxed: most bodies are not capped).
+    Capped(Box<Capped>),
 }
 
-/// Set when a [`RequestBody`] gave up waiting; shared with the upstream response future.
+/// A client body with a cap on the bytes it may still send.
+struct Capped {
+    body: Incoming,
+    left: u64,
+}
+
+/// Set when a [`RequestBody`] gave up (waiting, or past its cap); shared with the
+/// upstream response future, which then reports the client's fault.
 #[derive(Clone, Debug)]
-pub(crate) struct Stall(Arc<AtomicBool>);
+pub(crate) struct Stall(Arc<AtomicU8>);
+
+/// [`Stall`] values: the body is fine, stalled, or over its cap.
+const FINE: u8 = 0;
+const STALLED: u8 = 1;
+const OVER_CAP: u8 = 2;
 
 impl Stall {
-    /// Whether the body stalled.
-    pub(crate) fn happened(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+    fn new() -> Stall {
+        Stall(Arc::new(AtomicU8::new(FINE)))
     }
 
-    /// `err` unless the body stalled: then the request failed because of the client.
+    /// `err` unless the body gave up: then the request failed because of the client.
     pub(crate) fn explain(&self, err: ProxyError) -> ProxyError {
-        if self.happened() {
-            ProxyError::BodyTimeout
-        } else {
-            err
+        match self.0.load(Ordering::Acquire) {
+            STALLED => ProxyError::BodyTimeout,
+            OVER_CAP => ProxyError::RequestTooLarge { head: false },
+            _ => err,
         }
     }
 }
+
+/// The error a body over its cap ends with (seen by the upstream client).
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than allowed")]
+pub(crate) struct BodyTooLarge;
 
 /// The error a stalled body ends with (seen by the upstream client).
 #[derive(Debug, thiserror::Error)]
@@ -86,8 +108,24 @@ impl RequestBody {
             idle: limited.then_some(idle),
             timer: None,
             waiting_since: None,
-            stall: limited.then(|| Stall(Arc::new(AtomicBool::new(false)))),
+            stall: limited.then(Stall::new),
         }
+    }
+
+    /// This body, failing once more than `max` bytes arrived (`None`: no cap). Set before
+    /// the body is read or made [`RequestBody::replayable`].
+    pub(crate) fn capped(mut self, max: Option<u64>) -> RequestBody {
+        // A body whose declared length fits (checked in phase 2) needs no cap.
+        let declared_fits =
+            |b: &Incoming, max: u64| b.size_hint().upper().is_some_and(|u| u <= max);
+        if let (Some(max), Some(Source::Client(b))) = (max, &self.inner)
+            && !declared_fits(b, max)
+            && let Some(Source::Client(body)) = self.inner.take()
+        {
+            self.inner = Some(Source::Capped(Box::new(Capped { body, left: max })));
+            self.stall.get_or_insert_with(Stall::new);
+        }
+        self
     }
 
     /// A body without an idle limit.
@@ -321,13 +359,27 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
-        let inner = match &mut this.inner {
+        let (inner, left) = match &mut this.inner {
             None => return Poll::Ready(None),
             Some(Source::Tee(tee)) => return tee.poll_frame(cx),
-            Some(Source::Client(inner)) => inner,
+            Some(Source::Client(inner)) => (inner, None),
+            Some(Source::Capped(c)) => (&mut c.body, Some(&mut c.left)),
         };
         if let Poll::Ready(frame) = Pin::new(inner).poll_frame(cx) {
             this.waiting_since = None;
+            if let (Some(left), Some(Ok(f))) = (left, &frame)
+                && let Some(data) = f.data_ref()
+            {
+                let n = data.len() as u64;
+                if n > *left {
+                    if let Some(stall) = &this.stall {
+                        stall.0.store(OVER_CAP, Ordering::Release);
+                    }
+                    this.inner = None;
+                    return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
+                }
+                *left -= n;
+            }
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         let Some(idle) = this.idle else {
@@ -347,7 +399,7 @@ impl Body for RequestBody {
                 this.idle = None;
                 this.timer = None;
                 if let Some(stall) = &this.stall {
-                    stall.0.store(true, Ordering::Release);
+                    stall.0.store(STALLED, Ordering::Release);
                 }
                 return Poll::Ready(Some(Err(Box::new(BodyIdle))));
             }
@@ -361,6 +413,7 @@ impl Body for RequestBody {
             None => true,
             Some(Source::Tee(tee)) => tee.is_end_stream(),
             Some(Source::Client(inner)) => inner.is_end_stream(),
+            Some(Source::Capped(c)) => c.body.is_end_stream(),
         }
     }
 
@@ -369,6 +422,7 @@ impl Body for RequestBody {
             None => SizeHint::with_exact(0),
             Some(Source::Tee(tee)) => tee.size_hint(),
             Some(Source::Client(inner)) => inner.size_hint(),
+            Some(Source::Capped(c)) => c.body.size_hint(),
         }
     }
 }

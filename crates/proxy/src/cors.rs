@@ -1,5 +1,7 @@
-//! The HTTPRoute `CORS` filter: preflights answered here, actual requests' responses
-//! given the CORS headers. Runs right after routing, before the policy checks, so a
+//! CORS — the HTTPRoute `CORS` filter, or a TrafficPolicy's `cors` when the rule has no
+//! filter of its own (one implementation for both): preflights answered here, actual
+//! requests' responses given the CORS headers. Runs right after routing, before the
+//! policy checks, so a
 //! browser's preflight is never refused by an authentication or rate-limit check meant
 //! for the request it precedes (agentgateway's order).
 //!
@@ -14,6 +16,8 @@ use http::header::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, HeaderMap, HeaderValue, ORIGIN,
     VARY,
 };
+use std::sync::Arc;
+
 use http::{Method, Response, StatusCode};
 use weir_model::{Cors, CorsNames, Filter, RouteRule};
 
@@ -27,22 +31,30 @@ pub(crate) enum Check {
     /// A preflight: answered here (204 with the CORS headers, or 403 for an origin not
     /// allowed).
     Answer(Response<ProxyBody>),
-    /// An actual request from this allowed origin: its response gets the CORS headers.
-    Allowed(HeaderValue),
+    /// An actual request from an allowed origin: its response gets the CORS headers.
+    Allowed(Allowed),
 }
 
-/// The rule's CORS filter, if it has one.
-fn of(rule: &RouteRule) -> Option<&Cors> {
+/// An actual request's allowed origin, with the settings that allowed it (for its
+/// response's headers).
+#[derive(Clone, Debug)]
+pub(crate) struct Allowed {
+    cors: Arc<Cors>,
+    origin: HeaderValue,
+}
+
+/// The rule's CORS filter, if it has one (a scan of the rule's few filters).
+pub(crate) fn of(rule: &RouteRule) -> Option<&Arc<Cors>> {
     rule.filters.iter().find_map(|f| match f {
-        Filter::Cors(c) => Some(&**c),
+        Filter::Cors(c) => Some(c),
         _ => None,
     })
 }
 
-/// Checks a request against `rule`'s CORS filter (a scan of the rule's few filters when
-/// it has none).
-pub(crate) fn check(rule: &RouteRule, method: &Method, headers: &HeaderMap) -> Check {
-    let Some(cors) = of(rule) else {
+/// Checks a request against the CORS settings that apply to it: the rule's filter, else
+/// a policy's (`None`: no CORS handling).
+pub(crate) fn check(cors: Option<&Arc<Cors>>, method: &Method, headers: &HeaderMap) -> Check {
+    let Some(cors) = cors else {
         return Check::Pass;
     };
     let Some(origin) = headers.get(ORIGIN) else {
@@ -59,18 +71,18 @@ pub(crate) fn check(rule: &RouteRule, method: &Method, headers: &HeaderMap) -> C
                 .insert(VARY, HeaderValue::from_static("origin"));
             Check::Answer(resp)
         }
-        (false, true) => Check::Allowed(origin.clone()),
+        (false, true) => Check::Allowed(Allowed {
+            cors: Arc::clone(cors),
+            origin: origin.clone(),
+        }),
         (false, false) => Check::Pass,
     }
 }
 
 /// Adds the CORS headers of an allowed actual request to its response's headers (they
 /// replace the backend's own).
-pub(crate) fn apply(rule: &RouteRule, origin: &HeaderValue, headers: &mut HeaderMap) {
-    let Some(cors) = of(rule) else {
-        return;
-    };
-    common(cors, origin, headers);
+pub(crate) fn apply(allowed: &Allowed, headers: &mut HeaderMap) {
+    common(&allowed.cors, &allowed.origin, headers);
 }
 
 /// The headers of every answer to an allowed origin.

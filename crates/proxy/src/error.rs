@@ -55,6 +55,13 @@ pub(crate) enum ProxyError {
     /// The request body delivered no data for the listener's body-idle timeout.
     #[error("request body timeout")]
     BodyTimeout,
+    /// The request's body (its `Content-Length`, or the bytes streamed so far) or head is
+    /// larger than a policy's `requestLimits` allow.
+    #[error("request too large")]
+    RequestTooLarge {
+        /// 413 for a body, 431 for a head.
+        head: bool,
+    },
     /// The request head has more header fields than the listener allows (HTTP/2; hyper
     /// answers HTTP/1.1 heads over the limits itself, h2 answers oversized HTTP/2 heads).
     #[error("too many header fields")]
@@ -350,6 +357,16 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             Fault::Client,
             "request body timeout\n",
         ),
+        ProxyError::RequestTooLarge { head: false } => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Fault::Client,
+            "request body too large\n",
+        ),
+        ProxyError::RequestTooLarge { head: true } => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Fault::Client,
+            "request header fields too large\n",
+        ),
         ProxyError::TooManyHeaders => (
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Fault::Client,
@@ -408,7 +425,9 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
         | ProxyError::Connect(_)
         | ProxyError::Upstream(_) => GrpcStatus::Unavailable,
         ProxyError::Timeout | ProxyError::BodyTimeout => GrpcStatus::DeadlineExceeded,
-        ProxyError::RateLimited { .. } => GrpcStatus::ResourceExhausted,
+        ProxyError::RateLimited { .. } | ProxyError::RequestTooLarge { .. } => {
+            GrpcStatus::ResourceExhausted
+        }
         ProxyError::RateLimitUnavailable { .. } => GrpcStatus::Unavailable,
         ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
         ProxyError::Forbidden { .. } => GrpcStatus::PermissionDenied,

@@ -33,13 +33,14 @@ const MAX_ATTEMPTS: usize = 8;
 /// Checks a request's bearer token against `auth` (of the policy named `policy`). Keys of
 /// providers with a remote JWK Set come from `jwks`; before its first fetch ended the
 /// request is handed back to wait for it (`Refusal::WaitJwks`), unless it `waited`.
+/// Verified, the token's claims are returned (for authorization rules).
 pub(crate) fn check(
     policy: &Arc<str>,
     auth: &JwtAuth,
     headers: &mut HeaderMap,
     jwks: &Arc<JwksRegistry>,
     waited: bool,
-) -> Result<(), Refusal> {
+) -> Result<Map<String, Value>, Refusal> {
     let refused = |invalid_token| {
         Refusal::Refused(ProxyError::Unauthenticated {
             policy: policy.clone(),
@@ -98,7 +99,7 @@ pub(crate) fn check(
     if !auth.forward_token {
         headers.remove(header::AUTHORIZATION);
     }
-    Ok(())
+    Ok(claims)
 }
 
 /// The token of the request's one `Authorization: Bearer` header.
@@ -223,16 +224,23 @@ fn has_required_claims(provider: &JwtProvider, claims: &Map<String, Value>) -> b
         let Some(claim) = claims.get(&**name) else {
             return false;
         };
-        if values.is_empty() {
-            return true;
-        }
-        let accepted = |s: &str| values.iter().any(|v| &**v == s);
-        match claim {
-            Value::String(s) => accepted(s) || s.split(' ').any(accepted),
-            Value::Array(items) => items.iter().any(|i| i.as_str().is_some_and(accepted)),
-            _ => false,
-        }
+        claim_accepts(claim, values)
     })
+}
+
+/// Whether a claim holds one of `values` (any when empty): a string equal to one, or
+/// with one among its space-separated words (OAuth `scope`), or an array of strings
+/// holding one. Shared by required claims and authorization rules.
+pub(crate) fn claim_accepts(claim: &Value, values: &[Arc<str>]) -> bool {
+    if values.is_empty() {
+        return true;
+    }
+    let accepted = |s: &str| values.iter().any(|v| &**v == s);
+    match claim {
+        Value::String(s) => accepted(s) || s.split(' ').any(accepted),
+        Value::Array(items) => items.iter().any(|i| i.as_str().is_some_and(accepted)),
+        _ => false,
+    }
 }
 
 /// A claim as a header value: strings as they are, other values as JSON; `None` when

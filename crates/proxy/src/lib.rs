@@ -19,6 +19,7 @@ mod tls;
 mod admin;
 mod affinity;
 mod authority;
+mod authz;
 mod basic_auth;
 mod body;
 mod cors;
@@ -40,6 +41,7 @@ mod outbound;
 mod policy;
 mod pool;
 mod protocol;
+mod proxy_protocol;
 mod ratelimit;
 mod retry;
 mod server;
@@ -84,4 +86,8 @@ pub fn request_cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};
 pub use protocol::{Opening, judge_opening};
+pub use proxy_protocol::{
+    MAX_V1 as MAX_PROXY_V1, MAX_V2 as MAX_PROXY_V2, Parsed as ProxyHeader,
+    parse as parse_proxy_header,
+};
 pub use snapshot::{Snapshot, SnapshotStats};

@@ -392,10 +392,16 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
 /// here (an HTTP/2 head over the field limit).
 type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
 
-async fn serve_connection(stream: TcpStream, mut c: Conn) {
+async fn serve_connection(mut stream: TcpStream, mut c: Conn) {
     let rt = Arc::clone(&c.runtime);
     rt.metrics.downstream_connections.inc();
     let _guard = GaugeGuard(rt.metrics.downstream_connections.clone());
+    if let Some(pp) = &rt.listener.settings.proxy_protocol {
+        match read_proxy_header(&mut stream, &mut c, pp).await {
+            Some(client) => c.remote = client,
+            None => return,
+        }
+    }
     let l4 = |metrics| L4Conn {
         shared: &c.shared,
         key: c.key,
@@ -442,6 +448,37 @@ async fn serve_connection(stream: TcpStream, mut c: Conn) {
         ConnectionHandler::Tcp(metrics) => l4::serve_tcp(stream, l4(metrics), &mut c.ticket).await,
         // A UDP listener's runtime only ever serves `l4::udp::serve`.
         ConnectionHandler::Udp(_) => {}
+    }
+}
+
+/// Reads the PROXY protocol header of a connection to a listener that expects one
+/// (before TLS, HTTP or a ClientHello; bounded by the handshake timeout from accept and
+/// by the header's size): the client it names — from then on the connection's remote
+/// address for `ipRules`, rate-limit keys, `X-Forwarded-For` and logs — or the peer for a
+/// header that names none (`LOCAL`, `UNKNOWN`). `None`: close the connection (a peer
+/// outside the listener's sources, no valid header in time).
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    c: &mut Conn,
+    pp: &weir_model::ProxyProtocol,
+) -> Option<SocketAddr> {
+    if !pp.accepts_from(c.remote.ip()) {
+        tracing::debug!(listener = %c.key, remote = %c.remote, "PROXY protocol peer not among the listener's sources: closing");
+        return None;
+    }
+    let handshake = c.runtime.listener.settings.timeouts.handshake;
+    let deadline = (!handshake.is_zero()).then(|| (c.accepted_at + handshake).into());
+    let read = crate::proxy_protocol::read(stream, deadline);
+    let runtime = Arc::clone(&c.runtime);
+    match c.ticket.until_closed(read).await? {
+        Ok(client) => Some(client.unwrap_or(c.remote)),
+        Err(e) => {
+            if matches!(e, crate::proxy_protocol::ReadError::TimedOut) {
+                runtime.metrics.bounds.timeout_handshake.inc();
+            }
+            tracing::debug!(listener = %c.key, remote = %c.remote, error = %e, "no PROXY protocol header: closing");
+            None
+        }
     }
 }
 

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey, Retry, RouteRule, Timeouts,
+    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
+    RateLimitKey, RequestLimits, Retry, RouteRule, Timeouts,
 };
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
+use crate::authz;
 use crate::error::{Challenge, ProxyError};
 use crate::ext_auth::{self, Decided, ExtAuthState};
 use crate::global_ratelimit::{self, GlobalLimiter};
@@ -50,6 +51,12 @@ pub(crate) struct Applied {
     load_balancer: Option<Arc<Policy>>,
     /// The policy whose global rate limit applies.
     global_rate_limit: Option<Arc<Policy>>,
+    /// The policy whose authorization rules apply.
+    authorization: Option<Arc<Policy>>,
+    /// The policy whose CORS settings apply (when the rule has no CORS filter).
+    cors: Option<Arc<Policy>>,
+    /// The policy whose request size limits apply.
+    request_limits: Option<Arc<Policy>>,
 }
 
 impl Applied {
@@ -66,7 +73,33 @@ impl Applied {
             ext_auth: None,
             load_balancer: None,
             global_rate_limit: None,
+            authorization: None,
+            cors: None,
+            request_limits: None,
         }
+    }
+
+    /// The most body bytes a policy allows this request (`None`: no such limit), for a
+    /// body that did not declare its length ([`crate::body::RequestBody::capped`]).
+    pub(crate) fn max_body(&self) -> Option<u64> {
+        self.request_limits
+            .as_ref()?
+            .request_limits
+            .as_ref()?
+            .1
+            .max_body_bytes
+    }
+
+    /// A policy's CORS settings (the rule's own filter, when it has one, wins: see
+    /// `server::phases`).
+    pub(crate) fn cors(&self) -> Option<&Arc<weir_model::Cors>> {
+        self.cors.as_ref()?.cors.as_ref().map(|(_, c)| c)
+    }
+
+    /// Whether phase 2 reads the request's method and path (authorization rules), which
+    /// the caller then lends it in [`Checkers::head`].
+    pub(crate) fn reads_head(&self) -> bool {
+        self.authorization.is_some()
     }
 
     /// What the rule's consistent hash reads (a route-level load balancer: Gateway API
@@ -125,6 +158,9 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.ext_auth = first(|p| p.ext_auth.is_some());
     applied.load_balancer = first(|p| p.load_balancer.is_some());
     applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
+    applied.authorization = first(|p| p.authorization.is_some());
+    applied.cors = first(|p| p.cors.is_some());
+    applied.request_limits = first(|p| p.request_limits.is_some());
     applied
 }
 
@@ -162,12 +198,15 @@ pub(crate) struct Checkers<'a> {
     pub(crate) jwks: &'a Arc<crate::jwks::JwksRegistry>,
     /// This request already waited for a remote JWK Set's first fetch.
     pub(crate) jwks_waited: bool,
+    /// The request's method and normalized path, when [`Applied::reads_head`].
+    pub(crate) head: Option<(&'a http::Method, &'a str)>,
 }
 
 /// Phase 2: refuses the request if a policy says so: the client's address first, then
-/// authentication (Basic credentials, then external authorization, then an API key,
-/// then a bearer JWT), then a local rate limit, then a global one (so a request the
-/// local limit refuses is not counted globally). External authorization comes before the
+/// request size limits (the head, a declared body length), then authentication (Basic credentials, then external authorization, then an API key,
+/// then a bearer JWT), then authorization rules (which read the verified JWT's claims
+/// and the headers authentication left), then a local rate limit, then a global one (so
+/// a request the local limit refuses is not counted globally). External authorization comes before the
 /// checks that remove the credentials they read, since the request may come through
 /// here again once the service answered. `verified` is the result of
 /// a basic-auth check done off the worker threads for this request.
@@ -186,6 +225,11 @@ pub(crate) fn check(
         return Err(Refusal::Refused(ProxyError::Forbidden {
             policy: name.clone(),
         }));
+    }
+    if let Some(p) = &applied.request_limits
+        && let Some((_, limits)) = &p.request_limits
+    {
+        check_size(limits, headers)?;
     }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
@@ -214,10 +258,36 @@ pub(crate) fn check(
     {
         check_api_key(name, auth, headers)?;
     }
+    let mut claims = None;
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited)?;
+        claims = Some(jwt::check(
+            name,
+            auth,
+            headers,
+            checkers.jwks,
+            checkers.jwks_waited,
+        )?);
+    }
+    if let Some(p) = &applied.authorization
+        && let Some((name, rules)) = &p.authorization
+    {
+        let forbidden = || {
+            Refusal::Refused(ProxyError::Forbidden {
+                policy: name.clone(),
+            })
+        };
+        // Without the head (a caller that did not lend it) nothing can be allowed.
+        let (method, path) = checkers.head.ok_or_else(forbidden)?;
+        let head = authz::Head {
+            method,
+            path,
+            client,
+        };
+        if authz::decide(rules, head, headers, claims.as_ref()) == AuthzAction::Deny {
+            return Err(forbidden());
+        }
     }
     if let Some(policy) = &applied.rate_limit
         && let Some((name, limit)) = &policy.rate_limit
@@ -251,6 +321,34 @@ pub(crate) fn check(
                     policy: name.clone(),
                 }));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Request size limits on what is known in phase 2: the head's fields, and the body's
+/// declared length (a body without one is capped as it streams: `Applied::max_body`).
+fn check_size(limits: &RequestLimits, headers: &HeaderMap) -> Result<(), ProxyError> {
+    if limits.max_headers.is_some() || limits.max_header_bytes.is_some() {
+        let bytes = headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 32)
+            .sum();
+        if !limits.head_fits(headers.len(), bytes) {
+            return Err(ProxyError::RequestTooLarge { head: true });
+        }
+    }
+    if limits.max_body_bytes.is_some()
+        && let Some(declared) = headers.get(header::CONTENT_LENGTH)
+    {
+        // A length that is not a number was refused by hyper already; be safe anyway.
+        let declared = declared
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
+        if !limits.body_fits(declared) {
+            return Err(ProxyError::RequestTooLarge { head: false });
         }
     }
     Ok(())
@@ -399,6 +497,7 @@ mod tests {
                 jwks: &self.jwks,
                 jwks_waited: false,
                 global: &self.global,
+                head: None,
             }
         }
     }
@@ -732,6 +831,55 @@ mod tests {
             run(&mut basic("bob", "open-sesame!"), Some(good)),
             Err(Refusal::Verify(_))
         ));
+    }
+
+    /// Authorization rules run before the rate limit: a denied request is 403 and spends
+    /// no budget; without the request's head (not lent) nothing is allowed.
+    #[test]
+    fn authorization_runs_before_the_rate_limit() {
+        use weir_model::{Authorization, AuthzAction, AuthzRule};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let rules = Authorization {
+            rules: vec![AuthzRule {
+                action: AuthzAction::Allow,
+                methods: vec!["GET".into()],
+                paths: Vec::new(),
+                headers: Vec::new(),
+                clients: Vec::new(),
+                claims: Vec::new(),
+            }],
+            default: AuthzAction::Deny,
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                Timeouts::default(),
+                None,
+                Some(limit(1)),
+            )
+            .with_authorization(Some(("ns/authz".into(), Arc::new(rules)))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        assert!(a.reads_head());
+        let state = CheckState::new();
+        let remote: IpAddr = "127.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        let (get, post) = (http::Method::GET, http::Method::POST);
+        let run = |m: Option<&http::Method>| {
+            let mut c = state.checkers();
+            c.head = m.map(|m| (m, "/x"));
+            check(&c, &a, remote, &mut HeaderMap::new(), None, now)
+        };
+        let forbidden = |r: Result<(), Refusal>| matches!(r, Err(Refusal::Refused(ProxyError::Forbidden { ref policy })) if &**policy == "ns/authz");
+        assert!(forbidden(run(Some(&post))));
+        assert!(forbidden(run(None)));
+        run(Some(&get)).unwrap();
+        assert!(matches!(
+            run(Some(&get)),
+            Err(Refusal::Refused(ProxyError::RateLimited { .. }))
+        ));
+        assert!(!resolve(&Snapshot::empty(), &gw, &r).reads_head());
     }
 
     /// Client address rules come first: a refused client gets 403 before any credential

@@ -54,11 +54,11 @@ pub(crate) async fn forward(
     first: Target,
     head: http::request::Parts,
     body: hyper::body::Incoming,
-    cors_origin: Option<http::HeaderValue>,
+    cors_origin: Option<crate::cors::Allowed>,
     start: Instant,
 ) -> Retried {
     let timeouts = &applied.timeouts;
-    let body = RequestBody::new(body, ctx.timeouts.body_idle);
+    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(applied.max_body());
     let mut first = first;
     let set_header = first.set_header.take();
     let with_cookie = |r: Result<Response<ProxyBody>, ProxyError>| {

@@ -167,7 +167,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 /// The request goes through named phases, each a function below:
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
 /// 2. [`policy::check`]: the policies that may refuse the request (client address
-///    rules, Basic credentials, an API key, then a local rate limit; a bcrypt check
+///    rules, Basic credentials, an API key, a JWT, authorization rules, then a local
+///    rate limit; a bcrypt check
 ///    leaves these phases for the blocking pool and comes back: [`verify_then_forward`]),
 ///    after [`policy::resolve`] found the settings of the request's rule, route and
 ///    Gateway (timeouts, retries, rate limit);
@@ -468,14 +469,22 @@ fn phases(
         applied,
         client,
     } = route(ctx, &snapshot, &mut req)?;
-    let cors_origin = match cors::check(&rule, req.method(), req.headers()) {
+    // The rule's own CORS filter wins over a policy's `cors`.
+    let cors_settings = cors::of(&rule).or_else(|| applied.cors());
+    let cors_origin = match cors::check(cors_settings, req.method(), req.headers()) {
         cors::Check::Pass => None,
         cors::Check::Answer(resp) => return Ok(Routed::Respond(resp)),
         cors::Check::Allowed(origin) => Some(origin),
     };
     let verified = req.extensions().get::<basic_auth::Verified>().copied();
     let decided = req.extensions().get::<ext_auth::Decided>().cloned();
+    // Authorization rules read the method and path while the headers are lent mutably:
+    // cheap clones (a reference count), only for requests such rules apply to.
+    let head = applied
+        .reads_head()
+        .then(|| (req.method().clone(), req.uri().clone()));
     let checkers = policy::Checkers {
+        head: head.as_ref().map(|(m, u)| (m, u.path())),
         limiter: &ctx.shared.rate_limits,
         global: &ctx.shared.global_limits,
         verified: &ctx.shared.verified,
@@ -527,7 +536,7 @@ fn phases(
             let host = router::normalize_host(raw.unwrap_or(""));
             let mut resp = answer(ctx, &rule, &host, &req);
             if let Some(origin) = &cors_origin {
-                cors::apply(&rule, origin, resp.headers_mut());
+                cors::apply(origin, resp.headers_mut());
             }
             return Ok(Routed::Respond(resp));
         }
@@ -546,6 +555,7 @@ fn phases(
         && !req.headers().contains_key(header::UPGRADE);
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
+    rewritten.max_body = applied.max_body();
     if retried {
         // The head is kept for the retries; the attempts run in one boxed future, so
         // requests without retries keep the small inline one.
@@ -768,9 +778,11 @@ struct Rewritten {
     body: Incoming,
     /// The client side of an HTTP/1.1 upgrade passed on to the upstream.
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    /// The request's origin, allowed by the rule's CORS filter: the response gets the
-    /// CORS headers.
-    cors_origin: Option<HeaderValue>,
+    /// The request's origin, allowed by the rule's CORS filter (or a policy's): the
+    /// response gets the CORS headers.
+    cors_origin: Option<cors::Allowed>,
+    /// A policy's body size limit, for a body without a declared length.
+    max_body: Option<u64>,
 }
 
 /// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
@@ -815,6 +827,7 @@ fn rewrite(
         body,
         client_upgrade,
         cors_origin: None,
+        max_body: None,
     })
 }
 
@@ -890,8 +903,10 @@ fn send(
         body,
         client_upgrade,
         cors_origin,
+        max_body,
     } = rewritten;
-    let req = Request::from_parts(parts, RequestBody::new(body, ctx.timeouts.body_idle));
+    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(max_body);
+    let req = Request::from_parts(parts, body);
     let send = ctx
         .shared
         .upstreams
@@ -930,7 +945,7 @@ pin_project_lite::pin_project! {
 /// What a few forwarded requests add to their response.
 struct Extra {
     /// The request's origin, allowed by the rule's CORS filter.
-    cors_origin: Option<HeaderValue>,
+    cors_origin: Option<cors::Allowed>,
     /// A header to add (a generated consistent-hash key).
     set_header: Option<(HeaderName, HeaderValue)>,
 }
@@ -977,7 +992,7 @@ pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
 pub(crate) fn relay(
     rule: &RouteRule,
     backend_filters: &[Filter],
-    cors_origin: Option<&HeaderValue>,
+    cors_origin: Option<&cors::Allowed>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
     mut lease: Option<Lease>,
@@ -1008,8 +1023,8 @@ pub(crate) fn relay(
         parts.headers.insert(header::UPGRADE, u);
     }
     // The CORS headers first: a ResponseHeaderModifier that sets one wins.
-    if let Some(origin) = cors_origin {
-        cors::apply(rule, origin, &mut parts.headers);
+    if let Some(allowed) = cors_origin {
+        cors::apply(allowed, &mut parts.headers);
     }
     filters::apply_response_filters(rule, &mut parts.headers);
     filters::apply_response_header_filters(backend_filters, &mut parts.headers);

@@ -13,13 +13,15 @@ use weir_model::{
     GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
     IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
     Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol, QueryMatch,
-    RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind,
-    RouteRef, RouteRule, SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost,
-    WeightedBackend, is_cookie_name, is_cookie_path,
+    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol,
+    ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
+    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
+    UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
+
+mod authz;
 
 /// Why a wire resource was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -254,6 +256,23 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 }),
                 fail_closed: g.fail_mode == FailMode::Closed,
             }
+        }),
+        authorization: p
+            .authorization
+            .as_ref()
+            .map(|(name, a)| authz::to_wire(name, a)),
+        request_limits: p
+            .request_limits
+            .as_ref()
+            .map(|(name, l)| wire::RequestLimits {
+                policy: name.to_string(),
+                max_body_bytes: l.max_body_bytes,
+                max_header_bytes: l.max_header_bytes,
+                max_headers: l.max_headers,
+            }),
+        cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
+            policy: name.to_string(),
+            cors: Some(cors_to_wire(c)),
         }),
         basic_auth: p.basic_auth.as_ref().map(|(name, b)| wire::BasicAuth {
             policy: name.to_string(),
@@ -826,7 +845,27 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .transpose()
                     .map_err(within("load_balancer"))?,
             )
-            .with_global_rate_limit(global_rate_limit),
+            .with_global_rate_limit(global_rate_limit)
+            .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?)
+            .with_request_limits(p.request_limits.as_ref().map(|l| {
+                (
+                    l.policy.as_str().into(),
+                    weir_model::RequestLimits {
+                        max_body_bytes: l.max_body_bytes,
+                        max_header_bytes: l.max_header_bytes,
+                        max_headers: l.max_headers,
+                    },
+                )
+            }))
+            .with_cors(match &p.cors {
+                None => None,
+                Some(c) => Some((
+                    c.policy.as_str().into(),
+                    Arc::new(cors_from_wire(
+                        c.cors.as_ref().ok_or_else(|| missing("cors.cors"))?,
+                    )),
+                )),
+            }),
     )
 }
 
@@ -909,9 +948,22 @@ fn policy_name(p: &Policy) -> Arc<str> {
         .or(p.ip_rules.as_ref().map(|(n, _)| n))
         .or(p.jwt_auth.as_ref().map(|(n, _)| n))
         .or(p.ext_auth.as_ref().map(|(n, _)| n))
+        .or(p.authorization.as_ref().map(|(n, _)| n))
         .or(p.rate_limit.as_ref().map(|(n, _)| n))
         .cloned()
         .unwrap_or_else(|| Arc::from(format!("{:?}", p.target)))
+}
+
+/// Whether resource `r`, which a data plane of push protocol `version` would otherwise
+/// be sent, is withheld from it because that release would serve it wrongly: a listener
+/// reading a PROXY protocol header (version 3) — an older data plane would take the
+/// header for the client's first bytes and fail every connection, so it does not bind
+/// the listener at all (the hub logs it, and withholds what lies under the listener).
+pub fn withheld(r: &Resource, version: u32) -> bool {
+    match r {
+        Resource::Listener(l) => version < 3 && l.settings.proxy_protocol.is_some(),
+        _ => false,
+    }
 }
 
 /// Whether a data plane of push protocol `version` is sent resource `k` at all. A policy
@@ -1060,6 +1112,9 @@ fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
         max_headers: l.max_headers,
         merge_slashes: s.paths.merge_slashes,
         trusted_proxies: s.trusted_proxies.iter().map(ToString::to_string).collect(),
+        proxy_protocol: s.proxy_protocol.as_ref().map(|p| wire::ProxyProtocol {
+            sources: p.sources.iter().map(ToString::to_string).collect(),
+        }),
     }
 }
 
@@ -1099,6 +1154,18 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
             .iter()
             .map(|n| IpNet::parse(n).map_err(|e| invalid("settings.trusted_proxies", e)))
             .collect::<Result<_, _>>()?,
+        proxy_protocol: match &s.proxy_protocol {
+            None => None,
+            Some(p) => Some(ProxyProtocol {
+                sources: p
+                    .sources
+                    .iter()
+                    .map(|n| {
+                        IpNet::parse(n).map_err(|e| invalid("settings.proxy_protocol.sources", e))
+                    })
+                    .collect::<Result<_, _>>()?,
+            }),
+        },
     })
 }
 

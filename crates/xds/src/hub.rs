@@ -15,7 +15,9 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::{Notify, watch};
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
-use crate::convert::{for_version, key_to_wire, resource_to_wire, sent_to_version, version_of};
+use crate::convert::{
+    for_version, key_to_wire, resource_to_wire, sent_to_version, version_of, withheld,
+};
 use crate::proto as wire;
 
 /// The IR every session reads, and who must hear about which change.
@@ -83,6 +85,17 @@ impl Hub {
                     match (r, key.listener()) {
                         (Resource::Listener(l), _) => {
                             inner.owner.insert(l.key, l.gateway.clone());
+                            // Turning the PROXY protocol on or off decides whether older
+                            // data planes get the listener's resources at all
+                            // (`convert::withheld`): look at them again.
+                            let reads_header = |r: &Resource| matches!(r, Resource::Listener(l) if l.settings.proxy_protocol.is_some());
+                            let before = inner.resources.get(&key).map(reads_header);
+                            if before.is_some_and(|b| b != reads_header(r))
+                                && let Some(keys) = inner.on_listener.get(&l.key)
+                            {
+                                let owner = Some(l.gateway.clone());
+                                touched.extend(keys.iter().map(|k| (owner.clone(), k.clone())));
+                            }
                         }
                         (_, Some(l)) => {
                             inner.on_listener.entry(l).or_default().insert(key.clone());
@@ -386,6 +399,22 @@ impl Session {
                     (None, None) => self.refs.get(&k).is_some_and(|n| *n > 0),
                 })
                 .filter(|_| sent_to_version(&k, self.protocol_version))
+                .filter(|_| {
+                    // A listener this release cannot serve, and everything under it.
+                    let listener = k
+                        .listener()
+                        .and_then(|l| inner.resources.get(&ResourceKey::Listener(l)));
+                    let held = listener.is_some_and(|l| withheld(l, self.protocol_version));
+                    if held && matches!(k, ResourceKey::Listener(_)) {
+                        tracing::warn!(
+                            gateway = %self.gateway,
+                            listener = ?k,
+                            version = self.protocol_version,
+                            "not sending a PROXY protocol listener to a data plane of push protocol version < 3 (upgrade it to serve the listener)"
+                        );
+                    }
+                    !held
+                })
                 .map(|r| for_version(r, self.protocol_version));
             if k.listener().is_some() && !matches!(k, ResourceKey::Listener(_)) {
                 let old = self.view_refs.remove(&k).unwrap_or_default();

@@ -333,3 +333,72 @@ fn policies_go_to_their_gateway_and_to_the_holders_of_their_routes() {
         vec![ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))]
     );
 }
+
+/// A listener that reads PROXY protocol headers (push protocol version 3) is not sent to
+/// a data plane of version 2 — that release would take the header for the client's first
+/// bytes and fail every connection — nor is what lies under it; its clusters are not
+/// referenced either. A data plane of version 3 gets all of it.
+#[test]
+fn a_proxy_protocol_listener_is_withheld_from_version_2() {
+    let hub = Arc::new(Hub::default());
+    let behind_balancer = Resource::Listener(Arc::new(Listener::with_settings(
+        ListenerKey(([127, 0, 0, 1], 8003).into()),
+        Protocol::Http,
+        "ns/a".into(),
+        "lb".into(),
+        ListenerSettings {
+            proxy_protocol: Some(ProxyProtocol::default()),
+            ..ListenerSettings::default()
+        },
+    )));
+    hub.apply(&batch(
+        vec![
+            listener(8001, "ns/a"),
+            behind_balancer.clone(),
+            cluster("shared", 80),
+            cluster("only-lb", 80),
+            vhost(8001, "a.test", "shared"),
+            vhost(8003, "lb.test", "only-lb"),
+        ],
+        vec![],
+    ));
+    hub.set_synced();
+    let mut old = hub.subscribe_as("ns/a", "old", HashMap::default(), 2);
+    let first = old.next_update().unwrap();
+    let (up, _) = keys(&first);
+    assert_eq!(up.len(), 3, "{up:?}");
+    assert!(up.contains(&listener(8001, "ns/a").key()));
+    assert!(!up.contains(&behind_balancer.key()));
+    assert!(
+        !up.iter()
+            .any(|k| k.listener() == Some(ListenerKey(([127, 0, 0, 1], 8003).into())))
+    );
+    assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-lb".into()))));
+    let mut new = hub.subscribe_as("ns/a", "new", HashMap::default(), 3);
+    let (up, _) = keys(&new.next_update().unwrap());
+    assert_eq!(up.len(), 6, "{up:?}");
+    assert!(up.contains(&behind_balancer.key()));
+
+    // The setting turned off: the older data plane now gets the listener and what is
+    // under it; turned on again, they are removed from it.
+    let plain = listener(8003, "ns/a");
+    old.ack(first.nonce, vec![]);
+    let ack = |s: &mut weir_xds::Session| {
+        let u = s.next_update().unwrap();
+        s.ack(u.nonce, vec![]);
+        keys(&u)
+    };
+    hub.apply(&batch(vec![plain.clone()], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(rm.is_empty(), "{rm:?}");
+    assert!(up.contains(&plain.key()), "{up:?}");
+    assert!(
+        up.contains(&ResourceKey::Cluster(ClusterKey("only-lb".into()))),
+        "{up:?}"
+    );
+    assert_eq!(up.len(), 3, "{up:?}");
+    hub.apply(&batch(vec![behind_balancer.clone()], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(up.is_empty(), "{up:?}");
+    assert_eq!(rm.len(), 3, "{rm:?}");
+}

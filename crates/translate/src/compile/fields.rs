@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use weir_api::{HttpHeaderFilter, HttpPathModifier, HttpRouteMatch};
+use weir_api::{HttpHeaderFilter, HttpPathMatch, HttpPathModifier, HttpRouteMatch};
 use weir_model::{
     DirectResponse, HeaderMatch, HeaderModifier, HostMatch, PathMatch, PathRewrite, Pattern,
     QueryMatch, RequestMatch, StringMatch,
@@ -55,22 +55,7 @@ pub(crate) fn direct_response_of(
 pub(crate) fn compile_match(m: &HttpRouteMatch, field: &str) -> Result<RequestMatch, String> {
     let path = match &m.path {
         None => PathMatch::Prefix("/".into()),
-        Some(p) => {
-            let value = p.value.as_deref().unwrap_or("/");
-            let t = p.type_.as_deref().unwrap_or("PathPrefix");
-            match t {
-                "Exact" | "PathPrefix" if !value.starts_with('/') => {
-                    return Err(format!("{field}.path.value: must start with \"/\""));
-                }
-                "Exact" => PathMatch::Exact(value.into()),
-                "PathPrefix" => PathMatch::Prefix(normalize_prefix(value)),
-                "RegularExpression" => PathMatch::Regex(
-                    Pattern::new(value)
-                        .map_err(|e| format!("{field}.path.value: {}", regex_error(e)))?,
-                ),
-                other => return Err(format!("{field}.path.type: unsupported {other:?}")),
-            }
-        }
+        Some(p) => path_match(p, &format!("{field}.path"))?,
     };
     let mut headers: Vec<HeaderMatch> = Vec::new();
     for (i, h) in m.headers.iter().enumerate() {
@@ -111,6 +96,23 @@ pub(crate) fn compile_match(m: &HttpRouteMatch, field: &str) -> Result<RequestMa
         headers,
         query,
         method,
+    })
+}
+
+/// A Gateway API path match (`field` names it in errors).
+pub(crate) fn path_match(p: &HttpPathMatch, field: &str) -> Result<PathMatch, String> {
+    let value = p.value.as_deref().unwrap_or("/");
+    let t = p.type_.as_deref().unwrap_or("PathPrefix");
+    Ok(match t {
+        "Exact" | "PathPrefix" if !value.starts_with('/') => {
+            return Err(format!("{field}.value: must start with \"/\""));
+        }
+        "Exact" => PathMatch::Exact(value.into()),
+        "PathPrefix" => PathMatch::Prefix(normalize_prefix(value)),
+        "RegularExpression" => PathMatch::Regex(
+            Pattern::new(value).map_err(|e| format!("{field}.value: {}", regex_error(e)))?,
+        ),
+        other => return Err(format!("{field}.type: unsupported {other:?}")),
     })
 }
 

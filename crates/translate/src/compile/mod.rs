@@ -4,6 +4,7 @@
 //!
 //! [`Store`]: crate::store::Store
 
+pub(crate) mod authz;
 pub(crate) mod backend;
 pub(crate) mod backend_policy;
 pub(crate) mod backend_ref;

@@ -10,8 +10,9 @@ use weir_api::{
     RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
-    ApiKeyAuth, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit, HealthCheck, IpNet,
-    IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme, RateLimitKey, Retry, Timeouts,
+    ApiKeyAuth, Authorization, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit,
+    HealthCheck, IpNet, IpRules, JwtAuth, LoadBalancer, LocalRateLimit, PasswordScheme,
+    RateLimitKey, Retry, Timeouts,
 };
 
 use crate::compile::backend_policy;
@@ -49,6 +50,9 @@ pub(crate) struct PolicySettings {
     pub(crate) ext_auth: Option<Arc<ExtAuth>>,
     pub(crate) load_balancer: Option<LoadBalancer>,
     pub(crate) global_rate_limit: Option<GlobalRateLimit>,
+    pub(crate) authorization: Option<Arc<Authorization>>,
+    pub(crate) cors: Option<Arc<weir_model::Cors>>,
+    pub(crate) request_limits: Option<weir_model::RequestLimits>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -67,10 +71,13 @@ pub(crate) enum Field {
     ExtAuth,
     LoadBalancer,
     GlobalRateLimit,
+    Authorization,
+    Cors,
+    RequestLimits,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 13] = [
+    pub(crate) const ALL: [Field; 16] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -84,6 +91,9 @@ impl Field {
         Field::ExtAuth,
         Field::LoadBalancer,
         Field::GlobalRateLimit,
+        Field::Authorization,
+        Field::Cors,
+        Field::RequestLimits,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -101,6 +111,9 @@ impl Field {
             Field::ExtAuth => "extAuth",
             Field::LoadBalancer => "loadBalancer",
             Field::GlobalRateLimit => "rateLimit.global",
+            Field::Authorization => "authorization",
+            Field::Cors => "cors",
+            Field::RequestLimits => "requestLimits",
         }
     }
 
@@ -131,6 +144,9 @@ impl PolicySettings {
             Field::ExtAuth => self.ext_auth.is_some(),
             Field::LoadBalancer => self.load_balancer.is_some(),
             Field::GlobalRateLimit => self.global_rate_limit.is_some(),
+            Field::Authorization => self.authorization.is_some(),
+            Field::Cors => self.cors.is_some(),
+            Field::RequestLimits => self.request_limits.is_some(),
         }
     }
 
@@ -309,8 +325,28 @@ fn settings(
         .as_ref()
         .map(|l| backend_policy::load_balancer(l, "spec.loadBalancer"))
         .transpose()?;
+    let authorization = spec
+        .authorization
+        .as_deref()
+        .map(|a| crate::compile::authz::authorization(a, "spec.authorization"))
+        .transpose()?
+        .map(Arc::new);
+    let cors = spec
+        .cors
+        .as_deref()
+        .map(|c| crate::compile::cors::compile(c, "spec.cors"))
+        .transpose()?
+        .map(Arc::new);
+    let request_limits = spec
+        .request_limits
+        .as_ref()
+        .map(|l| request_limits(l, "spec.requestLimits"))
+        .transpose()?;
     let s = PolicySettings {
         name,
+        authorization,
+        cors,
+        request_limits,
         ext_auth,
         health_check,
         circuit_breaker,
@@ -326,11 +362,37 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, healthCheck, circuitBreaker or loadBalancer)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, healthCheck, circuitBreaker or loadBalancer)"
                 .into(),
         );
     }
     Ok(s)
+}
+
+/// Request size limits: each set field within its range, at least one set.
+fn request_limits(
+    l: &weir_api::RequestLimitsSpec,
+    field: &str,
+) -> Result<weir_model::RequestLimits, String> {
+    let ranged = |v: Option<i64>, name: &str, min: i64, max: i64| match v {
+        None => Ok(None),
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        Some(n) => Err(format!(
+            "{field}.{name}: {n} is not between {min} and {max}"
+        )),
+    };
+    let limits = weir_model::RequestLimits {
+        max_body_bytes: ranged(l.max_body_bytes, "maxBodyBytes", 0, 1 << 40)?.map(|n| n as u64),
+        max_header_bytes: ranged(l.max_header_bytes, "maxHeaderBytes", 1024, 1 << 20)?
+            .map(|n| n as u32),
+        max_headers: ranged(l.max_headers, "maxHeaders", 1, 1000)?.map(|n| n as u32),
+    };
+    if limits == weir_model::RequestLimits::default() {
+        return Err(format!(
+            "{field}: set maxBodyBytes, maxHeaderBytes or maxHeaders"
+        ));
+    }
+    Ok(limits)
 }
 
 /// The most networks of one `allow` or `deny` list.

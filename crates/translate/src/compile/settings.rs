@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use weir_model::{IpNet, ListenerSettings};
+use weir_model::{IpNet, ListenerSettings, ProxyProtocol};
 
 use crate::compile::duration;
 
 /// The annotations weir reads on a Gateway, with what each sets.
-pub(crate) const ANNOTATIONS: [&str; 11] = [
+pub(crate) const ANNOTATIONS: [&str; 13] = [
     "weir.dev/handshake-timeout",
     "weir.dev/request-header-timeout",
     "weir.dev/idle-timeout",
@@ -25,6 +25,8 @@ pub(crate) const ANNOTATIONS: [&str; 11] = [
     "weir.dev/max-headers",
     "weir.dev/merge-slashes",
     "weir.dev/trusted-proxies",
+    "weir.dev/proxy-protocol",
+    "weir.dev/proxy-protocol-sources",
 ];
 
 /// Largest accepted `max-header-bytes` (1 MiB) and `max-headers`: beyond them one slow
@@ -61,13 +63,20 @@ pub(crate) fn listener_settings(
                 count(value, 8192, MAX_HEADER_BYTES).map(|n| l.max_header_bytes = n)
             }
             "weir.dev/max-headers" => count(value, 1, MAX_HEADERS).map(|n| l.max_headers = n),
-            "weir.dev/trusted-proxies" => value
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(IpNet::parse)
-                .collect::<Result<Vec<_>, _>>()
-                .map(|nets| s.trusted_proxies = nets),
+            "weir.dev/trusted-proxies" => networks(value).map(|nets| s.trusted_proxies = nets),
+            "weir.dev/proxy-protocol" => match value.as_str() {
+                "true" => {
+                    s.proxy_protocol.get_or_insert_with(ProxyProtocol::default);
+                    Ok(())
+                }
+                "false" => Ok(()),
+                _ => Err(format!("{value:?} is not \"true\" or \"false\"")),
+            },
+            // Read after `proxy-protocol` (the order of ANNOTATIONS): it narrows it.
+            "weir.dev/proxy-protocol-sources" => match &mut s.proxy_protocol {
+                Some(p) => networks(value).map(|nets| p.sources = nets),
+                None => Err("set without \"weir.dev/proxy-protocol\": \"true\"".to_owned()),
+            },
             "weir.dev/merge-slashes" => match value.as_str() {
                 "true" | "false" => {
                     s.paths.merge_slashes = value == "true";
@@ -84,6 +93,16 @@ pub(crate) fn listener_settings(
         }
     }
     (s, problems)
+}
+
+/// A comma-separated list of CIDRs or addresses.
+fn networks(value: &str) -> Result<Vec<IpNet>, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(IpNet::parse)
+        .collect()
 }
 
 /// A Gateway API duration; `0s` disables the timeout (as for route timeouts).
@@ -159,6 +178,26 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(s.timeouts.idle, Duration::ZERO);
         assert_eq!(s.limits.max_connections_per_client, 0);
+    }
+
+    #[test]
+    fn proxy_protocol_and_its_sources() {
+        let (s, problems) = listener_settings(&annotations(&[
+            ("weir.dev/proxy-protocol", "true"),
+            ("weir.dev/proxy-protocol-sources", "10.0.0.0/8, 192.0.2.7"),
+        ]));
+        assert!(problems.is_empty(), "{problems:?}");
+        let p = s.proxy_protocol.expect("set");
+        assert_eq!(p.sources.len(), 2);
+        let (s, problems) = listener_settings(&annotations(&[
+            ("weir.dev/proxy-protocol", "false"),
+            ("weir.dev/proxy-protocol-sources", "10.0.0.0/8"),
+        ]));
+        assert!(s.is_default());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("proxy-protocol-sources"));
+        let (s, problems) = listener_settings(&annotations(&[("weir.dev/proxy-protocol", "yes")]));
+        assert!(s.is_default() && problems.len() == 1);
     }
 
     #[test]

@@ -332,6 +332,7 @@ fn merged<'a>(
     let (mut api_key_auth, mut basic_auth, mut ip_rules, mut jwt_auth) = (None, None, None, None);
     let (mut health_check, mut circuit_breaker) = (None, None);
     let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
+    let (mut authorization, mut cors, mut request_limits) = (None, None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -372,6 +373,15 @@ fn merged<'a>(
         if global_rate_limit.is_none() {
             global_rate_limit = s.global_rate_limit.clone().map(|g| (s.name.clone(), g));
         }
+        if authorization.is_none() {
+            authorization = s.authorization.clone().map(|a| (s.name.clone(), a));
+        }
+        if cors.is_none() {
+            cors = s.cors.clone().map(|c| (s.name.clone(), c));
+        }
+        if request_limits.is_none() {
+            request_limits = s.request_limits.clone().map(|l| (s.name.clone(), l));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -382,7 +392,10 @@ fn merged<'a>(
         .with_circuit_breaker(circuit_breaker)
         .with_ext_auth(ext_auth)
         .with_load_balancer(load_balancer)
-        .with_global_rate_limit(global_rate_limit);
+        .with_global_rate_limit(global_rate_limit)
+        .with_authorization(authorization)
+        .with_cors(cors)
+        .with_request_limits(request_limits);
     (!p.is_empty()).then_some(p)
 }
 

@@ -738,3 +738,64 @@ spec:
         .await
     );
 }
+
+/// PROXY protocol on a TCP listener (`weir.dev/proxy-protocol`): the header is read and
+/// consumed before the connection is spliced — the backend sees only the client's bytes,
+/// whether the header arrives with them or alone —, and a connection without one is
+/// closed unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_protocol_header_is_consumed_before_splicing() {
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let s = tcp_backend("s").await;
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  annotations: {{weir.dev/proxy-protocol: \"true\"}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: tcp, protocol: TCP, port: {port}}}
+"
+    );
+    let _gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        ("backends.yaml", backend("default", "s", &[s])),
+        ("route.yaml", tcp_route("r", "tcp", &[("s", 1)])),
+    ])
+    .await;
+    let exchange = |separate: bool| async move {
+        let run = async {
+            let mut c = TcpStream::connect(addr).await?;
+            let header = b"PROXY TCP4 203.0.113.5 127.0.0.1 4000 80\r\n";
+            if separate {
+                c.write_all(header).await?;
+                c.flush().await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                c.write_all(b"ping").await?;
+            } else {
+                let mut all = header.to_vec();
+                all.extend_from_slice(b"ping");
+                c.write_all(&all).await?;
+            }
+            c.shutdown().await?;
+            let mut out = String::new();
+            c.read_to_string(&mut out).await?;
+            Ok::<_, BoxError>(out)
+        };
+        tokio::time::timeout(EXCHANGE, run).await?
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            exchange(false).await.ok().as_deref() == Some("s:ping")
+        })
+        .await,
+        "the route serves PROXY protocol connections"
+    );
+    assert_eq!(exchange(true).await.unwrap(), "s:ping");
+    let r = tcp_exchange(addr, "ping").await;
+    assert!(!answered(&r), "no header: closed ({r:?})");
+}

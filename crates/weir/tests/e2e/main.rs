@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod authorization;
 mod balancing;
 mod ext_auth;
 mod global_ratelimit;
@@ -13,8 +14,11 @@ mod l4;
 mod listener_sets;
 mod migrate;
 mod policies;
+mod policy_cors;
+mod proxy_protocol;
 mod reload;
 mod remote_jwks;
+mod request_limits;
 mod routing;
 mod tls;
 mod udp;

@@ -234,6 +234,21 @@ pub async fn send_http1(addr: SocketAddr, req: Request<Empty<Bytes>>) -> Result<
     Ok(read(tx.send_request(req).await?).await?)
 }
 
+/// One HTTP/1.1 request on a new connection whose first bytes are `prefix` (a PROXY
+/// protocol header, as a load balancer sends it).
+pub async fn send_http1_after(
+    addr: SocketAddr,
+    prefix: &[u8],
+    req: Request<Empty<Bytes>>,
+) -> Result<Resp, BoxError> {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(prefix).await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(read(tx.send_request(req).await?).await?)
+}
+
 /// One request over h2c (HTTP/2 with prior knowledge) on a new connection.
 pub async fn h2c(addr: SocketAddr, host: &str, path: &str) -> Result<Resp, BoxError> {
     let stream = TcpStream::connect(addr).await?;

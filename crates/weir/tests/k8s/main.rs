@@ -24,6 +24,7 @@ mod ingress;
 mod listener_sets;
 mod monitoring;
 mod policies;
+mod policies_v3;
 mod rbac;
 mod refs;
 mod scale;
@@ -93,6 +94,7 @@ const TESTS: &[(&str, Test)] = tests![
     listener_sets::listener_set_status_and_traffic,
     listener_sets::xlistener_set_status_and_traffic,
     policies::traffic_policy_status_and_rate_limit,
+    policies_v3::authorization_cors_and_size_limits,
     split::two_proxies_fed_by_a_controller,
     compat::previous_release_data_plane_is_served,
     compat::previous_release_binary_is_served,
