@@ -95,8 +95,25 @@ struct IngressArgs {
     #[arg(long, default_value = "0.0.0.0:443", env = "WEIR_INGRESS_HTTPS")]
     ingress_https: SocketAddr,
     /// Ingress class served (Ingresses without a class are served too in standalone mode).
-    #[arg(long, default_value = "weir")]
-    ingress_class: String,
+    /// Give it more than once to serve several, e.g. `--ingress-class weir
+    /// --ingress-class nginx` to take over ingress-nginx's Ingresses in place; the first
+    /// is the one whose IngressClass can make class-less Ingresses ours.
+    #[arg(long, default_value = "weir", action = clap::ArgAction::Append)]
+    ingress_class: Vec<String>,
+}
+
+impl IngressArgs {
+    /// The first class and the others.
+    fn classes(&self) -> (String, Vec<String>) {
+        let mut all = self.ingress_class.clone();
+        if all.is_empty() {
+            all.push("weir".into());
+        }
+        let first = all.remove(0);
+        all.retain(|c| *c != first);
+        all.dedup();
+        (first, all)
+    }
 }
 
 #[derive(clap::Args)]
@@ -366,7 +383,8 @@ fn main() -> ExitCode {
                     admin: a.admin,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     access_log: !a.no_access_log,
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
@@ -381,7 +399,8 @@ fn main() -> ExitCode {
                     admin: a.admin,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     advertise: a.advertise,
                     gateway_address_pool: a.gateway_address_pool,
                     access_log: !a.no_access_log,
@@ -424,7 +443,8 @@ fn main() -> ExitCode {
                     config: a.config,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     json: a.output == "json",
                 };
                 let problems = weir::check::check(&opts, &mut std::io::stdout())?;

@@ -38,11 +38,11 @@ pub(crate) struct CompiledIngress {
 /// The annotation that marks an IngressClass as the cluster default.
 const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
 
-/// Whether `ing` is ours: it names our class, or names none while we are standalone or
-/// our IngressClass is marked as the default class.
+/// Whether `ing` is ours: it names one of our classes, or names none while we are
+/// standalone or our (first) IngressClass is marked as the default class.
 pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) -> bool {
     match ing.spec.ingress_class_name.as_deref() {
-        Some(c) => c == opts.ingress_class,
+        Some(c) => c == opts.ingress_class || opts.more_ingress_classes.iter().any(|m| m == c),
         None => {
             opts.standalone
                 || store.ingress_class(&opts.ingress_class).is_some_and(|c| {
@@ -67,6 +67,12 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     let filters = annotations.filters;
     let (redirect, want) = (annotations.redirect, annotations.want);
     let app_root = annotations.app_root;
+    let regex_paths = annotations.regex_paths;
+    let aliases: Vec<HostMatch> = annotations
+        .aliases
+        .iter()
+        .filter_map(|a| HostMatch::parse(Some(a)).ok())
+        .collect();
     let ns = &*key.namespace;
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
@@ -134,6 +140,14 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             }
             let path = match p.path_type.as_str() {
                 "Exact" => PathMatch::Exact(value.into()),
+                "Prefix" | "ImplementationSpecific" if regex_paths => match nginx_regex(value) {
+                    Ok(re) => PathMatch::Regex(re),
+                    Err(e) => {
+                        out.problems
+                            .push(format!("{field}.path: {value:?}: {e}; path ignored"));
+                        continue;
+                    }
+                },
                 "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
                 other => {
                     out.problems.push(format!(
@@ -143,6 +157,19 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
                 }
             };
             let action = action(&p.backend, &format!("{field}.backend"), &mut out);
+            // `server-alias`: the names serve what every named host of the Ingress does.
+            if host != HostMatch::Any {
+                for alias in &aliases {
+                    push(
+                        &mut out,
+                        alias.clone(),
+                        path.clone(),
+                        action.clone(),
+                        false,
+                        idx,
+                    );
+                }
+            }
             push(&mut out, host.clone(), path, action, false, idx);
         }
     }
@@ -230,6 +257,15 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
         }
     }
     out
+}
+
+/// An ingress-nginx regex path (`use-regex`, `rewrite-target`): nginx's `location ~*`,
+/// matched case-insensitively from the start of the path, whatever follows. weir's
+/// [`Pattern`](weir_model::Pattern) matches the whole path, hence the `.*` after the
+/// expression (a group, so that `$1`… keep counting the user's own).
+fn nginx_regex(value: &str) -> Result<weir_model::Pattern, String> {
+    weir_model::Pattern::new(&format!("(?i)(?:{value}).*"))
+        .map_err(crate::compile::fields::regex_error)
 }
 
 fn action(

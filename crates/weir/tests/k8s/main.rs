@@ -187,6 +187,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         ingress_http: Some(ingress_http),
         ingress_https: None,
         ingress_class: "weir".into(),
+        more_ingress_classes: Vec::new(),
         advertise: vec!["192.0.2.10".into()],
         gateway_address_pool: None,
         access_log: false,
