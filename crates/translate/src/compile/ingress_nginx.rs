@@ -17,7 +17,12 @@
 //! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
 //! | `upstream-vhost` | the Host rewrite filter |
 //! | `x-forwarded-prefix` | a request header filter setting `X-Forwarded-Prefix` |
-//! | `rewrite-target` (without `$n` captures) | the path rewrite filter (the whole path, as nginx's `rewrite` does) |
+//! | `rewrite-target` | the path rewrite filter (the whole path, as nginx's `rewrite` does); with `$1`…`$9`, a template filled with the groups of the rule's path regex (`PathRewrite::RegexCaptures`) |
+//! | `use-regex` (and `rewrite-target`) | `Prefix`/`ImplementationSpecific` paths become regex path matches: case-insensitive, from the start of the path (nginx's `location ~*`); `Exact` stays exact; only this Ingress's paths (ingress-nginx: every path of the host) |
+//! | `proxy-connect-timeout`, `proxy-read-timeout` | the policy's `backendRequest` timeout = connect + read (ingress-nginx's 5 s / 60 s fill in the one not set): how long one attempt may wait for the response headers; weir's connect timeout stays the data plane's 5 s (a shorter one is named as partly applied) |
+//! | `proxy-send-timeout` | no counterpart (no timeout between two writes): named as partly applied; the attempt timeout bounds sending too |
+//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`), as `sessionPersistence` is; `persistent` is named as not served |
+//! | `server-alias` | every rule of a named host is served under each alias as well |
 //! | `permanent-redirect` (`-code`, default 301), `temporal-redirect` (`-code`, default 302) | every rule answers with that redirect |
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
 //! | `app-root` | a request for `/` is redirected (302) there |
