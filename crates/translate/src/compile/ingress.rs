@@ -57,9 +57,20 @@ pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) ->
 }
 
 /// Compiles an Ingress of ours.
-pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) -> CompiledIngress {
+pub(crate) fn compile(
+    store: &Store,
+    opts: &TranslatorOptions,
+    key: &ObjectKey,
+    age: &Age,
+    ing: &Ingress,
+) -> CompiledIngress {
     let mut out = CompiledIngress::default();
-    let annotations = ingress_nginx::compile(store, ing);
+    let mut annotations = ingress_nginx::compile(store, ing);
+    if let Some(c) = annotations.canary.take() {
+        out.problems = annotations.problems;
+        crate::compile::ingress_canary::compile(store, opts, key, age, ing, &c, &mut out);
+        return out;
+    }
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
@@ -132,27 +143,10 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             let field = format!("spec.rules[{i}].http.paths[{j}]");
             let idx = flat;
             flat += 1;
-            let value = p.path.as_deref().unwrap_or("/");
-            if !value.starts_with('/') {
-                out.problems
-                    .push(format!("{field}.path: must start with \"/\"; path ignored"));
-                continue;
-            }
-            let path = match p.path_type.as_str() {
-                "Exact" => PathMatch::Exact(value.into()),
-                "Prefix" | "ImplementationSpecific" if regex_paths => match nginx_regex(value) {
-                    Ok(re) => PathMatch::Regex(re),
-                    Err(e) => {
-                        out.problems
-                            .push(format!("{field}.path: {value:?}: {e}; path ignored"));
-                        continue;
-                    }
-                },
-                "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
-                other => {
-                    out.problems.push(format!(
-                        "{field}.pathType: unsupported {other:?}; path ignored"
-                    ));
+            let path = match path_match(p, regex_paths, &field) {
+                Ok(m) => m,
+                Err(e) => {
+                    out.problems.push(e);
                     continue;
                 }
             };
@@ -217,6 +211,38 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             );
         }
     }
+    tls(store, ns, ing, &mut out);
+    out
+}
+
+/// The path match of an Ingress path at `field` (ingress-nginx regex paths with
+/// `regex_paths`), or why it is ignored.
+pub(crate) fn path_match(
+    p: &weir_api::HttpIngressPath,
+    regex_paths: bool,
+    field: &str,
+) -> Result<PathMatch, String> {
+    let value = p.path.as_deref().unwrap_or("/");
+    if !value.starts_with('/') {
+        return Err(format!("{field}.path: must start with \"/\"; path ignored"));
+    }
+    Ok(match p.path_type.as_str() {
+        "Exact" => PathMatch::Exact(value.into()),
+        "Prefix" | "ImplementationSpecific" if regex_paths => PathMatch::Regex(
+            nginx_regex(value)
+                .map_err(|e| format!("{field}.path: {value:?}: {e}; path ignored"))?,
+        ),
+        "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
+        other => {
+            return Err(format!(
+                "{field}.pathType: unsupported {other:?}; path ignored"
+            ));
+        }
+    })
+}
+
+/// The TLS hosts of `ing` and their certificates, into `out`.
+pub(crate) fn tls(store: &Store, ns: &str, ing: &Ingress, out: &mut CompiledIngress) {
     for (i, t) in ing.spec.tls.iter().enumerate() {
         let field = format!("spec.tls[{i}]");
         let Some(secret) = t.secret_name.as_deref().filter(|s| !s.is_empty()) else {
@@ -256,7 +282,6 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             }
         }
     }
-    out
 }
 
 /// An ingress-nginx regex path (`use-regex`, `rewrite-target`): nginx's `location ~*`,
@@ -268,7 +293,7 @@ fn nginx_regex(value: &str) -> Result<weir_model::Pattern, String> {
         .map_err(crate::compile::fields::regex_error)
 }
 
-fn action(
+pub(crate) fn action(
     store: &Store,
     ns: &str,
     b: &IngressBackend,

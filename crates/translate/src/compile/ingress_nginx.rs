@@ -23,6 +23,7 @@
 //! | `proxy-send-timeout` | no counterpart (no timeout between two writes): named as partly applied; the attempt timeout bounds sending too |
 //! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`), as `sessionPersistence` is; `persistent` is named as not served |
 //! | `server-alias` | every rule of a named host is served under each alias as well |
+//! | `canary: "true"`, `canary-by-header` (`-value`, `-pattern`), `canary-by-cookie`, `canary-weight` (`-total`, default 100) | for each host and path of the canary that the oldest main Ingress (ours, not a canary, same namespace) serves with the same path type: rules of the canary, before the main one's, with the main one's annotations (filters, policy, TLS hosts, as ingress-nginx ignores a canary's own): the header (`always`, or the value / pattern) and the cookie (`always`) send to the canary backend, `never` to the main one, and the rest is split by weight (no weight: the main rule serves it). A canary path no main Ingress serves is named and not served |
 //! | `permanent-redirect` (`-code`, default 301), `temporal-redirect` (`-code`, default 302) | every rule answers with that redirect |
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
 //! | `app-root` | a request for `/` is redirected (302) there |
@@ -38,7 +39,7 @@ use std::time::Duration;
 use weir_api::{HttpCorsFilter, Ingress};
 use weir_model::{
     Filter, GeneratedCookie, HashOn, HeaderModifier, IpRules, LoadBalancer, LocalRateLimit,
-    PathRewrite, RateLimitKey, Redirect, Retry, Timeouts,
+    PathRewrite, Pattern, RateLimitKey, Redirect, Retry, StringMatch, Timeouts,
 };
 
 use crate::compile::backend::WantProtocol;
@@ -72,6 +73,9 @@ pub(crate) struct Annotations {
     /// More host names served with the rules of every host of the Ingress
     /// (`server-alias`).
     pub(crate) aliases: Vec<String>,
+    /// The Ingress is a canary of the main Ingress of each of its host and path
+    /// (`canary: "true"`).
+    pub(crate) canary: Option<Canary>,
     /// Invalid, unsupported or partly applied annotations, each named.
     pub(crate) problems: Vec<String>,
     /// Objects read (Secrets).
@@ -89,6 +93,7 @@ impl Default for Annotations {
             want: WantProtocol::Declared,
             regex_paths: false,
             aliases: Vec::new(),
+            canary: None,
             problems: Vec::new(),
             deps: Vec::new(),
         }
@@ -153,7 +158,103 @@ const SUPPORTED: &[&str] = &[
     "session-cookie-max-age",
     "session-cookie-expires",
     "server-alias",
+    "canary",
+    "canary-by-header",
+    "canary-by-header-value",
+    "canary-by-header-pattern",
+    "canary-by-cookie",
+    "canary-weight",
+    "canary-weight-total",
 ];
+
+/// Which requests a canary Ingress takes from its main Ingress, in this order: by header,
+/// by cookie, by weight (ingress-nginx's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Canary {
+    /// `canary-by-header`: the header (lower-case) and the values that send a request to
+    /// the canary (`None`: `always`; then `never` keeps it on the main backend).
+    pub(crate) header: Option<(Arc<str>, Option<StringMatch>)>,
+    /// `canary-by-cookie`: `always` sends to the canary, `never` keeps on the main backend.
+    pub(crate) cookie: Option<Arc<str>>,
+    /// `canary-weight` of `canary-weight-total` (default 100) of the remaining requests.
+    pub(crate) weight: Option<(u32, u32)>,
+}
+
+/// Whether `ing` is marked as a canary (`canary: "true"`).
+pub(crate) fn is_canary(ing: &Ingress) -> bool {
+    ing.metadata
+        .annotations
+        .get(&format!("{PREFIX}canary"))
+        .is_some_and(|v| v.trim() == "true")
+}
+
+/// The `canary-*` annotations of a canary Ingress.
+fn canary(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Canary {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let mut c = Canary::default();
+    if let Some(name) = ours.get("canary-by-header").copied() {
+        if RateLimitKey::is_header_name(name) {
+            let value = if let Some(v) = ours.get("canary-by-header-value") {
+                Some(StringMatch::Exact((*v).into()))
+            } else if let Some(p) = ours.get("canary-by-header-pattern") {
+                // nginx searches the value for the pattern; weir's patterns match whole.
+                match Pattern::new(&format!(".*(?:{p}).*")) {
+                    Ok(p) => Some(StringMatch::Regex(p)),
+                    Err(e) => {
+                        problems.push(format!(
+                            "{}: {}; the header's value always/never used",
+                            field("canary-by-header-pattern"),
+                            crate::compile::fields::regex_error(e)
+                        ));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            c.header = Some((name.to_ascii_lowercase().into(), value));
+        } else {
+            problems.push(format!(
+                "{}: {name:?} is not a header name; ignored",
+                field("canary-by-header")
+            ));
+        }
+    }
+    if let Some(name) = ours.get("canary-by-cookie").copied() {
+        if weir_model::is_cookie_name(name) {
+            c.cookie = Some(name.into());
+        } else {
+            problems.push(format!(
+                "{}: {name:?} is not a cookie name; ignored",
+                field("canary-by-cookie")
+            ));
+        }
+    }
+    let total = match ours.get("canary-weight-total") {
+        None => 100,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n > 0 && n <= 1_000_000 => n,
+            _ => {
+                problems.push(format!(
+                    "{}: {v:?} is not a positive integer; 100 used",
+                    field("canary-weight-total")
+                ));
+                100
+            }
+        },
+    };
+    if let Some(v) = ours.get("canary-weight") {
+        match v.parse::<u32>() {
+            Ok(0) => {}
+            Ok(w) if w <= total => c.weight = Some((w, total)),
+            _ => problems.push(format!(
+                "{}: {v:?} is not an integer from 0 to {total}; ignored",
+                field("canary-weight")
+            )),
+        }
+    }
+    c
+}
 
 /// ingress-nginx's `limit-burst-multiplier` default.
 const DEFAULT_BURST_MULTIPLIER: u32 = 5;
@@ -338,6 +439,30 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
 
     filters_and_redirects(&ours, &mut out);
     out.aliases = server_aliases(&ours, &mut out.problems);
+    match ours.get("canary").copied() {
+        None | Some("false") => {
+            let stray: Vec<&str> = ours
+                .keys()
+                .copied()
+                .filter(|k| k.starts_with("canary-"))
+                .collect();
+            if !stray.is_empty() {
+                out.problems.push(format!(
+                    "{}: ignored without {PREFIX}canary: \"true\"",
+                    stray
+                        .iter()
+                        .map(|k| field(k))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        Some("true") => out.canary = Some(canary(&ours, &mut out.problems)),
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not true or false; ignored",
+            field("canary")
+        )),
+    }
 
     let sets = settings.rate_limit.is_some()
         || settings.timeouts.is_set()

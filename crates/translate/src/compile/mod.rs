@@ -16,6 +16,7 @@ pub(crate) mod gateway_status;
 pub(crate) mod grpc_route;
 pub(crate) mod http_route;
 pub(crate) mod ingress;
+pub(crate) mod ingress_canary;
 pub(crate) mod ingress_nginx;
 pub(crate) mod jwt;
 pub(crate) mod l4_route;
