@@ -1,6 +1,7 @@
 //! Ingress v1 in standalone mode: rules, path types, default backend and TLS.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::support::*;
 
@@ -479,4 +480,108 @@ spec:
         seen.insert(r.echo_name().unwrap().to_owned());
     }
     assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+/// ingress-nginx canary Ingresses through `weir run`: a canary by header (`always` /
+/// `never`), by cookie and by weight (20 of 100) beside a main Ingress of the same host
+/// and path; the canary's traffic carries the main Ingress's annotations (here
+/// `x-forwarded-prefix`). The canary is written first: it finds its main Ingress when
+/// that appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_canary() {
+    let stable = echo("stable").await;
+    let next = echo("next").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let canary = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop-canary
+  annotations:
+    nginx.ingress.kubernetes.io/canary: \"true\"
+    nginx.ingress.kubernetes.io/canary-by-header: X-Canary
+    nginx.ingress.kubernetes.io/canary-by-cookie: canary
+    nginx.ingress.kubernetes.io/canary-weight: \"20\"
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: next}}}
+";
+    let main = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations:
+    nginx.ingress.kubernetes.io/x-forwarded-prefix: /shop
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: stable}}}
+";
+    let files = [
+        ("canary.yaml", canary.to_string()),
+        (
+            "backends.yaml",
+            [
+                backend("default", "stable", &[stable]),
+                backend("default", "next", &[next]),
+            ]
+            .join("---\n"),
+        ),
+    ];
+    let gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    // Without its main Ingress the canary serves nothing.
+    let r = http1(http_addr, "shop.test", "/").await.unwrap();
+    assert_eq!(r.status, 404, "{}", r.body);
+    gw.write("main.yaml", main);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            http1(http_addr, "shop.test", "/")
+                .await
+                .is_ok_and(|r| r.status == 200)
+        })
+        .await,
+        "the main Ingress is served"
+    );
+    let send = |headers: &'static [(&'static str, &'static str)]| async move {
+        let mut req = get("shop.test", "/x");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        send_http1(http_addr, req.body(http_body_util::Empty::new()).unwrap())
+            .await
+            .unwrap()
+    };
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (&[("x-canary", "always")], "next"),
+        (
+            &[("x-canary", "never"), ("cookie", "canary=always")],
+            "stable",
+        ),
+        (&[("cookie", "a=1; canary=always")], "next"),
+        (
+            &[("x-canary", "always"), ("cookie", "canary=never")],
+            "next",
+        ),
+        (&[("cookie", "canary=never")], "stable"),
+    ];
+    for (headers, want) in cases {
+        for _ in 0..5 {
+            let r = send(headers).await;
+            assert_eq!(r.status, 200, "{headers:?}: {}", r.body);
+            assert_eq!(r.echo_name(), Some(want), "{headers:?}");
+            assert_eq!(r.json()["headers"]["x-forwarded-prefix"], "/shop");
+        }
+    }
+    // By weight: both backends serve requests without header or cookie.
+    let mut names = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..60 {
+        let r = send(&[]).await;
+        *names.entry(r.echo_name().unwrap().to_owned()).or_default() += 1;
+    }
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names["stable"] > names["next"], "{names:?}");
 }
