@@ -110,9 +110,13 @@ impl IngressArgs {
             all.push("weir".into());
         }
         let first = all.remove(0);
-        all.retain(|c| *c != first);
-        all.dedup();
-        (first, all)
+        let mut more: Vec<String> = Vec::new();
+        for c in all {
+            if c != first && !more.contains(&c) {
+                more.push(c);
+            }
+        }
+        (first, more)
     }
 }
 
@@ -482,5 +486,39 @@ mod tests {
         assert!(parse_duration("3h").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// `--ingress-class` defaults to `weir`, and given more than once serves each class
+    /// (the first is the one whose IngressClass may be the default).
+    #[test]
+    fn ingress_class_may_be_repeated() {
+        use clap::Parser;
+        let classes = |args: &[&str]| {
+            let cli =
+                super::Cli::try_parse_from(["weir", "check", "-c", "x.yaml"].iter().chain(args))
+                    .unwrap();
+            match cli.command {
+                super::Command::Check(a) => a.ingress.classes(),
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(classes(&[]), ("weir".to_owned(), vec![]));
+        assert_eq!(
+            classes(&[
+                "--ingress-class",
+                "weir",
+                "--ingress-class",
+                "nginx",
+                "--ingress-class",
+                "weir",
+                "--ingress-class",
+                "nginx"
+            ]),
+            ("weir".to_owned(), vec!["nginx".to_owned()])
+        );
+        assert_eq!(
+            classes(&["--ingress-class", "nginx"]),
+            ("nginx".to_owned(), vec![])
+        );
     }
 }
