@@ -85,6 +85,7 @@ const TESTS: &[(&str, Test)] = tests![
     endpoints::scale_to_zero_and_back,
     endpoints::rolling_update_loses_no_request,
     ingress::ingress_traffic_and_status,
+    ingress::ingress_nginx_canary_follows_its_main_ingress,
     rbac::deploy_manifest_rbac_is_sufficient,
     listener_sets::listener_set_status_and_traffic,
     listener_sets::xlistener_set_status_and_traffic,
