@@ -11,7 +11,7 @@
 //! canary depends on that (`Dep::IngressHost`): an Ingress added, changed or removed on
 //! one of its hosts re-translates it, nothing else does.
 
-use weir_api::{Ingress, ObjectKey};
+use weir_api::{Ingress, Kind, ObjectKey};
 use weir_model::{
     Action, HeaderMatch, HostMatch, RequestMatch, RouteKind, RouteRef, RouteRule, StringMatch,
     Timeouts,
@@ -42,6 +42,12 @@ pub(crate) fn compile(
     };
     let mut flat: u32 = 0;
     let mut main_seen: Option<ObjectKey> = None;
+    // A class-less main Ingress is ours while our IngressClass is the default one.
+    out.deps.push(Dep::Object(ObjectKey::new(
+        Kind::IngressClass,
+        "",
+        &opts.ingress_class,
+    )));
     for (i, rule) in ing.spec.rules.iter().enumerate() {
         let host_name = rule.host.as_deref().unwrap_or("");
         out.deps

@@ -457,7 +457,21 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
                 ));
             }
         }
-        Some("true") => out.canary = Some(canary(&ours, &mut out.problems)),
+        Some("true") => {
+            out.canary = Some(canary(&ours, &mut out.problems));
+            // As in ingress-nginx, a canary's requests get the main Ingress's annotations.
+            let own: Vec<String> = ours
+                .keys()
+                .filter(|k| SUPPORTED.contains(k) && !k.starts_with("canary"))
+                .map(|k| field(k))
+                .collect();
+            if !own.is_empty() {
+                out.problems.push(format!(
+                    "{}: not applied on a canary Ingress (its requests get the main Ingress's annotations)",
+                    own.join(", ")
+                ));
+            }
+        }
         Some(other) => out.problems.push(format!(
             "{}: {other:?} is not true or false; ignored",
             field("canary")
