@@ -37,6 +37,33 @@ impl Pattern {
     pub fn is_match(&self, input: &str) -> bool {
         self.regex.is_match(input)
     }
+
+    /// `template` with `$1`…`$9` replaced by the groups of the expression matched
+    /// against `input` (a group that took no part, or does not exist, gives nothing);
+    /// `None` when `input` does not match. Only one digit follows `$`, as in nginx's
+    /// `rewrite`: `$10` is group 1 followed by `0`; any other `$` is kept as it is.
+    pub fn expand(&self, input: &str, template: &str) -> Option<String> {
+        let caps = self.regex.captures(input)?;
+        let mut out = String::with_capacity(template.len() + input.len());
+        let mut rest = template;
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + 1..];
+            match after.as_bytes().first() {
+                Some(d @ b'1'..=b'9') => {
+                    let group = usize::from(d - b'0');
+                    out.push_str(caps.get(group).map_or("", |m| m.as_str()));
+                    rest = &after[1..];
+                }
+                _ => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        Some(out)
+    }
 }
 
 impl PartialEq for Pattern {
@@ -153,6 +180,11 @@ pub enum PathRewrite {
     Full(Arc<str>),
     /// Replace the part matched by the rule's [`PathMatch::Prefix`].
     PrefixMatch(Arc<str>),
+    /// Replace the whole path with this template, in which `$1`…`$9` stand for the
+    /// groups of the rule's [`PathMatch::Regex`] (see [`Pattern::expand`]); a rule without
+    /// a regex match keeps its path (ingress-nginx's `rewrite-target` with captures; push
+    /// protocol version 3).
+    RegexCaptures(Arc<str>),
 }
 
 /// A filter applied to a request before it is forwarded, or to its response.
@@ -502,6 +534,20 @@ mod tests {
         let p = PathMatch::Regex(Pattern::new("/v[0-9]+").unwrap());
         assert!(p.matches("/v12"));
         assert!(!p.matches("/v12/x"));
+    }
+
+    #[test]
+    fn expand_fills_groups_of_one_digit() {
+        let p = Pattern::new("(?i)(?:/api(/|$)(.*)).*").unwrap();
+        assert_eq!(p.expand("/API/v1/x", "/$2").as_deref(), Some("/v1/x"));
+        assert_eq!(p.expand("/api", "/$2").as_deref(), Some("/"));
+        // `$10` is group 1 then `0`; a group that does not exist gives nothing; other
+        // `$` stay.
+        assert_eq!(
+            p.expand("/api/a", "/$10/$9/$x/$").as_deref(),
+            Some("//0//$x/$")
+        );
+        assert_eq!(p.expand("/other", "/$2"), None);
     }
 
     #[test]

@@ -114,14 +114,19 @@ fn set_path(path: &str, uri: &mut Uri) {
     }
 }
 
-/// The path after a rewrite: a full replacement, or the rule's matched prefix replaced.
-/// A prefix rewrite on a rule without a prefix match leaves the path as it is.
+/// The path after a rewrite: a full replacement, the rule's matched prefix replaced, or
+/// a template filled with the groups of the rule's regex. A prefix (template) rewrite on
+/// a rule without a prefix (regex) match leaves the path as it is.
 fn rewritten_path(rule: &RouteRule, rewrite: &PathRewrite, path: &str) -> String {
     match rewrite {
         PathRewrite::Full(p) => p.to_string(),
         PathRewrite::PrefixMatch(replacement) => match &rule.matcher.path {
             PathMatch::Prefix(prefix) => replace_prefix(path, prefix, replacement),
             PathMatch::Exact(_) | PathMatch::Regex(_) => path.to_string(),
+        },
+        PathRewrite::RegexCaptures(template) => match &rule.matcher.path {
+            PathMatch::Regex(p) => p.expand(path, template).unwrap_or_else(|| path.to_string()),
+            PathMatch::Exact(_) | PathMatch::Prefix(_) => path.to_string(),
         },
     }
 }
@@ -379,6 +384,32 @@ mod tests {
         let mut p = request("/foo", &[]);
         apply_request_filters(&r, &mut p);
         assert_eq!(p.uri, "/foo");
+    }
+
+    #[test]
+    fn capture_rewrite_fills_the_rule_regex_groups() {
+        let re = weir_model::Pattern::new("(?i)(?:/app(/|$)(.*)).*").unwrap();
+        let r = rule(
+            PathMatch::Regex(re),
+            vec![rewrite(
+                None,
+                Some(PathRewrite::RegexCaptures("/v2/$2".into())),
+            )],
+        );
+        let mut p = request("/App/users/7?full=1", &[]);
+        apply_request_filters(&r, &mut p);
+        assert_eq!(p.uri, "/v2/users/7?full=1");
+        // Without a regex match the path is left alone.
+        let r = rule(
+            prefix("/app"),
+            vec![rewrite(
+                None,
+                Some(PathRewrite::RegexCaptures("/v2/$2".into())),
+            )],
+        );
+        let mut p = request("/app/x", &[]);
+        apply_request_filters(&r, &mut p);
+        assert_eq!(p.uri, "/app/x");
     }
 
     fn redirect(

@@ -64,8 +64,12 @@ pub struct TranslatorOptions {
     /// accepted, and Ingresses without a class are ours. In Kubernetes mode (`false`) the
     /// class must exist with our controller name.
     pub standalone: bool,
-    /// The Ingress class we serve.
+    /// The Ingress class we serve; a class-less Ingress is ours while this class's
+    /// IngressClass is the cluster default.
     pub ingress_class: String,
+    /// More Ingress classes served as ours (e.g. `nginx`, to take over ingress-nginx's
+    /// Ingresses in place: `--ingress-class` given more than once).
+    pub more_ingress_classes: Vec<String>,
     /// Where Ingress plaintext traffic is served (no Ingress HTTP listener when `None`).
     pub ingress_http: Option<SocketAddr>,
     /// Where Ingress TLS traffic is served (no Ingress HTTPS listener when `None`).
@@ -81,6 +85,7 @@ impl Default for TranslatorOptions {
             controller_name: "weir.dev/gateway-controller".into(),
             standalone: false,
             ingress_class: "weir".into(),
+            more_ingress_classes: Vec::new(),
             ingress_http: None,
             ingress_https: None,
             gateway_address_pool: None,

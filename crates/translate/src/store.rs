@@ -33,6 +33,9 @@ pub(crate) struct Store {
     slices: HashMap<NsName, BTreeSet<Arc<str>>>,
     /// Parsed TLS Secrets (parsed once per Secret version).
     certs: HashMap<NsName, Result<Arc<Certificate>, String>>,
+    /// Ingress names by (namespace, host of one of their rules; `""`: none), for canary
+    /// Ingresses to find their main Ingress.
+    ingress_hosts: HashMap<NsName, BTreeSet<Arc<str>>>,
 }
 
 impl Store {
@@ -94,6 +97,14 @@ impl Store {
                 self.certs
                     .insert((ns, name), tls::certificate_from_secret(s));
             }
+            Object::Ingress(i) => {
+                for host in ingress_hosts(i) {
+                    self.ingress_hosts
+                        .entry((ns.clone(), host))
+                        .or_default()
+                        .insert(name.clone());
+                }
+            }
             _ => {}
         }
     }
@@ -123,6 +134,17 @@ impl Store {
             }
             Object::Secret(_) => {
                 self.certs.remove(&(ns, m.name.as_str().into()));
+            }
+            Object::Ingress(i) => {
+                for host in ingress_hosts(i) {
+                    let k: NsName = (ns.clone(), host);
+                    if let Some(set) = self.ingress_hosts.get_mut(&k) {
+                        set.remove(m.name.as_str());
+                        if set.is_empty() {
+                            self.ingress_hosts.remove(&k);
+                        }
+                    }
+                }
             }
             _ => {}
         }
@@ -171,6 +193,21 @@ impl Store {
     /// A ListenerSet or an XListenerSet (both read the same).
     pub(crate) fn listener_set(&self, key: &ObjectKey) -> Option<(&ObjectMeta, &ListenerSetSpec)> {
         self.objects.get(key)?.0.as_listener_set()
+    }
+
+    /// The Ingresses of namespace `ns` with a rule for `host` (`""`: no host), by name.
+    pub(crate) fn ingresses_with_host(&self, ns: &str, host: &str) -> Vec<(ObjectKey, &Ingress)> {
+        let Some(names) = self.ingress_hosts.get(&(Arc::from(ns), Arc::from(host))) else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|n| {
+                let key = ObjectKey::new(Kind::Ingress, ns, n);
+                let ing = self.ingress(&key)?;
+                Some((key, ing))
+            })
+            .collect()
     }
 
     pub(crate) fn ingress(&self, key: &ObjectKey) -> Option<&Ingress> {
@@ -275,4 +312,16 @@ pub(crate) enum Dep {
     Object(ObjectKey),
     /// The ReferenceGrants of a namespace.
     GrantsIn(Arc<str>),
+    /// The Ingresses of a namespace with a rule for a host (`""`: none): what a canary
+    /// Ingress looks for its main Ingress in.
+    IngressHost(NsName),
+}
+
+/// The hosts of an Ingress's rules (`""` for a rule without one), deduplicated.
+pub(crate) fn ingress_hosts(i: &Ingress) -> BTreeSet<Arc<str>> {
+    i.spec
+        .rules
+        .iter()
+        .map(|r| Arc::from(r.host.as_deref().unwrap_or("")))
+        .collect()
 }

@@ -269,6 +269,16 @@ impl Translator {
             }
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
+                // Canary Ingresses of the hosts it had or has find their main Ingress anew.
+                let mut hosts = std::collections::BTreeSet::new();
+                for o in [old, new].into_iter().flatten() {
+                    if let Object::Ingress(i) = o {
+                        hosts.extend(crate::store::ingress_hosts(i));
+                    }
+                }
+                for host in hosts {
+                    self.mark_dependents(&Dep::IngressHost((key.namespace.clone(), host)), d);
+                }
             }
             Kind::IngressClass => self.mark_dependents(&Dep::Object(key.clone()), d),
             Kind::ReferenceGrant => self.mark_dependents(&Dep::GrantsIn(key.namespace.clone()), d),

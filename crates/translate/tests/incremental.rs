@@ -1079,3 +1079,46 @@ spec:
     assert_eq!(t.resources().len(), 2);
     check_equivalent(&t, &acc, &objects[..1], true, 0);
 }
+
+#[test]
+fn more_ingress_classes_take_over_ingresses_of_those_classes() {
+    let objects = load(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: from-nginx, namespace: default}
+spec:
+  ingressClassName: nginx
+  rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: other, namespace: default}
+spec:
+  ingressClassName: traefik
+  rules: [{host: b.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+"#,
+    );
+    let hosts = |t: &Translator| -> Vec<String> {
+        t.resources()
+            .iter()
+            .filter_map(|r| match r {
+                weir_model::Resource::VirtualHost(v) => Some(format!("{:?}", v.host)),
+                _ => None,
+            })
+            .collect()
+    };
+    // Only `weir` (the default): neither Ingress is ours.
+    let mut t = Translator::new(options(true));
+    t.apply(objects.iter().cloned().map(ObjectChange::Upsert));
+    assert!(hosts(&t).is_empty(), "{:?}", hosts(&t));
+    // `--ingress-class weir --ingress-class nginx`: the nginx one is, the traefik one not.
+    let mut t = Translator::new(weir_translate::TranslatorOptions {
+        more_ingress_classes: vec!["nginx".into()],
+        ..options(true)
+    });
+    t.apply(objects.iter().cloned().map(ObjectChange::Upsert));
+    let h = hosts(&t);
+    assert!(h.iter().any(|k| k.contains("a.test")), "{h:?}");
+    assert!(!h.iter().any(|k| k.contains("b.test")), "{h:?}");
+}

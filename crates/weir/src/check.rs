@@ -22,6 +22,8 @@ pub struct CheckOptions {
     pub ingress_https: Option<SocketAddr>,
     /// As for `weir run`.
     pub ingress_class: String,
+    /// As for `weir run`.
+    pub more_ingress_classes: Vec<String>,
     /// Print one JSON document instead of lines.
     pub json: bool,
 }
@@ -77,6 +79,7 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
         opts.ingress_http,
         opts.ingress_https,
         &opts.ingress_class,
+        &opts.more_ingress_classes,
     ));
     translator.apply(update.upserts.into_iter().map(ObjectChange::Upsert));
     for (key, status) in translator.statuses() {

@@ -32,6 +32,8 @@ pub struct ControllerOptions {
     pub ingress_https: Option<SocketAddr>,
     /// Ingress class served.
     pub ingress_class: String,
+    /// More Ingress classes served (e.g. `nginx`, taken over in place).
+    pub more_ingress_classes: Vec<String>,
     /// Addresses written into Gateway and Ingress status where the data plane listens on
     /// `0.0.0.0`/`::` (e.g. the Pod IP or the load balancer's address).
     pub advertise: Vec<String>,
@@ -231,6 +233,7 @@ impl Controller {
                 controller_name: opts.controller_name.clone(),
                 standalone: false,
                 ingress_class: opts.ingress_class.clone(),
+                more_ingress_classes: opts.more_ingress_classes.clone(),
                 ingress_http: opts.ingress_http,
                 ingress_https: opts.ingress_https,
                 gateway_address_pool: opts.gateway_address_pool,

@@ -98,8 +98,29 @@ struct IngressArgs {
     #[arg(long, default_value = "0.0.0.0:443", env = "WEIR_INGRESS_HTTPS")]
     ingress_https: SocketAddr,
     /// Ingress class served (Ingresses without a class are served too in standalone mode).
-    #[arg(long, default_value = "weir")]
-    ingress_class: String,
+    /// Give it more than once to serve several, e.g. `--ingress-class weir
+    /// --ingress-class nginx` to take over ingress-nginx's Ingresses in place; the first
+    /// is the one whose IngressClass can make class-less Ingresses ours.
+    #[arg(long, default_value = "weir", action = clap::ArgAction::Append)]
+    ingress_class: Vec<String>,
+}
+
+impl IngressArgs {
+    /// The first class and the others.
+    fn classes(&self) -> (String, Vec<String>) {
+        let mut all = self.ingress_class.clone();
+        if all.is_empty() {
+            all.push("weir".into());
+        }
+        let first = all.remove(0);
+        let mut more: Vec<String> = Vec::new();
+        for c in all {
+            if c != first && !more.contains(&c) {
+                more.push(c);
+            }
+        }
+        (first, more)
+    }
 }
 
 #[derive(clap::Args)]
@@ -404,7 +425,8 @@ fn main() -> ExitCode {
                     admin: a.admin,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     access_log: !a.no_access_log,
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
@@ -419,7 +441,8 @@ fn main() -> ExitCode {
                     admin: a.admin,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     advertise: a.advertise,
                     gateway_address_pool: a.gateway_address_pool,
                     access_log: !a.no_access_log,
@@ -462,7 +485,8 @@ fn main() -> ExitCode {
                     config: a.config,
                     ingress_http: Some(a.ingress.ingress_http),
                     ingress_https: Some(a.ingress.ingress_https),
-                    ingress_class: a.ingress.ingress_class,
+                    ingress_class: a.ingress.classes().0,
+                    more_ingress_classes: a.ingress.classes().1,
                     json: a.output == "json",
                 };
                 let problems = weir::check::check(&opts, &mut std::io::stdout())?;
@@ -525,5 +549,39 @@ mod tests {
         assert!(parse_duration("3h").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// `--ingress-class` defaults to `weir`, and given more than once serves each class
+    /// (the first is the one whose IngressClass may be the default).
+    #[test]
+    fn ingress_class_may_be_repeated() {
+        use clap::Parser;
+        let classes = |args: &[&str]| {
+            let cli =
+                super::Cli::try_parse_from(["weir", "check", "-c", "x.yaml"].iter().chain(args))
+                    .unwrap();
+            match cli.command {
+                super::Command::Check(a) => a.ingress.classes(),
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(classes(&[]), ("weir".to_owned(), vec![]));
+        assert_eq!(
+            classes(&[
+                "--ingress-class",
+                "weir",
+                "--ingress-class",
+                "nginx",
+                "--ingress-class",
+                "weir",
+                "--ingress-class",
+                "nginx"
+            ]),
+            ("weir".to_owned(), vec!["nginx".to_owned()])
+        );
+        assert_eq!(
+            classes(&["--ingress-class", "nginx"]),
+            ("nginx".to_owned(), vec![])
+        );
     }
 }

@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub ingress_https: Option<SocketAddr>,
     /// Ingress class served.
     pub ingress_class: String,
+    /// More Ingress classes served (e.g. `nginx`, taken over in place).
+    pub more_ingress_classes: Vec<String>,
     /// One log line per request.
     pub access_log: bool,
     /// Watch the config path and apply changes.
@@ -43,10 +45,12 @@ pub fn translator_options(
     ingress_http: Option<SocketAddr>,
     ingress_https: Option<SocketAddr>,
     ingress_class: &str,
+    more_ingress_classes: &[String],
 ) -> TranslatorOptions {
     TranslatorOptions {
         standalone: true,
         ingress_class: ingress_class.to_string(),
+        more_ingress_classes: more_ingress_classes.to_vec(),
         ingress_http,
         ingress_https,
         ..TranslatorOptions::default()
@@ -103,7 +107,12 @@ impl Standalone {
 
         let mut provider = FileProvider::new(opts.config.clone());
         let mut pipeline = Pipeline::new(
-            translator_options(opts.ingress_http, opts.ingress_https, &opts.ingress_class),
+            translator_options(
+                opts.ingress_http,
+                opts.ingress_https,
+                &opts.ingress_class,
+                &opts.more_ingress_classes,
+            ),
             dataplane.clone(),
             metrics,
         );

@@ -934,8 +934,49 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
             }
             std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
         }
+        Resource::VirtualHost(v) if version < 3 && v.rules.iter().any(|r| rewrites_captures(r)) => {
+            // A data plane of version 2 or older cannot read a capture rewrite (it would
+            // refuse the whole virtual host): such a rule answers 500 there instead of
+            // forwarding to a path the route did not ask for.
+            let rules = v
+                .rules
+                .iter()
+                .map(|r| {
+                    if !rewrites_captures(r) {
+                        return r.clone();
+                    }
+                    Arc::new(
+                        RouteRule::new(
+                            r.route.clone(),
+                            r.matcher.clone(),
+                            Vec::new(),
+                            Action::Fail {
+                                status: 500,
+                                reason: "rewrite with captures needs a data plane of push protocol version 3".into(),
+                            },
+                            r.timeouts.clone(),
+                        )
+                        .with_retry(r.retry.clone()),
+                    )
+                })
+                .collect();
+            std::borrow::Cow::Owned(Resource::VirtualHost(Arc::new(VirtualHost::new(
+                v.listener,
+                v.host.clone(),
+                rules,
+            ))))
+        }
         _ => std::borrow::Cow::Borrowed(r),
     }
+}
+
+/// Whether `r` rewrites its path with the groups of its regex (push protocol version 3).
+fn rewrites_captures(r: &RouteRule) -> bool {
+    let captures = |p: &Option<PathRewrite>| matches!(p, Some(PathRewrite::RegexCaptures(_)));
+    r.filters.iter().any(|f| match f {
+        Filter::UrlRewrite { path, .. } => captures(path),
+        _ => false,
+    }) || matches!(&r.action, Action::Redirect(rd) if captures(&rd.path))
 }
 
 /// The name (`namespace/name`) a deny-all stand-in for `p` reports: that of the policy
@@ -1364,6 +1405,7 @@ fn rewrite_to_wire(p: &Option<PathRewrite>) -> Option<wire::PathRewrite> {
         rewrite: Some(match p {
             PathRewrite::Full(s) => Rewrite::Full(s.to_string()),
             PathRewrite::PrefixMatch(s) => Rewrite::PrefixMatch(s.to_string()),
+            PathRewrite::RegexCaptures(s) => Rewrite::RegexCaptures(s.to_string()),
         }),
     })
 }
@@ -1378,6 +1420,7 @@ fn rewrite_from_wire(
         Some(p) => Some(match p.rewrite.as_ref().ok_or_else(|| missing(f))? {
             Rewrite::Full(s) => PathRewrite::Full(s.as_str().into()),
             Rewrite::PrefixMatch(s) => PathRewrite::PrefixMatch(s.as_str().into()),
+            Rewrite::RegexCaptures(s) => PathRewrite::RegexCaptures(s.as_str().into()),
         }),
     })
 }
@@ -1721,6 +1764,62 @@ mod tests {
         };
         assert_eq!(a.hash(), b.hash());
         assert_eq!(a.ext_auth, b.ext_auth);
+    }
+
+    /// A capture rewrite (version 3) reaches this version's data plane as it is, and a
+    /// data plane of version 2 as a rule that answers 500 (it could not read the
+    /// virtual host at all); the other rules of the host reach it unchanged.
+    #[test]
+    fn capture_rewrite_reaches_a_version_2_data_plane_as_a_failing_rule() {
+        let rule = |rule: u32, path: PathRewrite| {
+            Arc::new(RouteRule::new(
+                RouteRef {
+                    kind: RouteKind::Ingress,
+                    namespace: "ns".into(),
+                    name: "i".into(),
+                    rule,
+                },
+                RequestMatch {
+                    path: PathMatch::Regex(Pattern::new("(?i)(?:/a(/|$)(.*)).*").unwrap()),
+                    headers: vec![],
+                    query: vec![],
+                    method: None,
+                },
+                vec![Filter::UrlRewrite {
+                    hostname: None,
+                    path: Some(path),
+                }],
+                Action::Fail {
+                    status: 503,
+                    reason: "x".into(),
+                },
+                Timeouts::default(),
+            ))
+        };
+        let captures = rule(0, PathRewrite::RegexCaptures("/$2".into()));
+        let full = rule(1, PathRewrite::Full("/".into()));
+        let v = VirtualHost::new(
+            ListenerKey("127.0.0.1:80".parse().unwrap()),
+            HostMatch::Any,
+            vec![captures.clone(), full.clone()],
+        );
+        let r = Resource::VirtualHost(Arc::new(v));
+        assert_eq!(for_version(&r, crate::PROTOCOL_VERSION).as_ref(), &r);
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        assert_eq!(back, r);
+        let sent = for_version(&r, 2);
+        let Resource::VirtualHost(old) = sent.as_ref() else {
+            unreachable!()
+        };
+        assert!(old.rules[0].filters.is_empty());
+        assert!(matches!(
+            old.rules[0].action,
+            Action::Fail { status: 500, .. }
+        ));
+        assert_eq!(old.rules[0].matcher, captures.matcher);
+        assert_eq!(old.rules[1], full);
+        let rebuilt = resource_from_wire_as(&resource_to_wire(sent.as_ref()), 2).unwrap();
+        assert_eq!(&rebuilt, sent.as_ref());
     }
 
     /// A data plane of version 2 does not know `ext_auth`: it is sent a policy that

@@ -38,11 +38,11 @@ pub(crate) struct CompiledIngress {
 /// The annotation that marks an IngressClass as the cluster default.
 const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
 
-/// Whether `ing` is ours: it names our class, or names none while we are standalone or
-/// our IngressClass is marked as the default class.
+/// Whether `ing` is ours: it names one of our classes, or names none while we are
+/// standalone or our (first) IngressClass is marked as the default class.
 pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) -> bool {
     match ing.spec.ingress_class_name.as_deref() {
-        Some(c) => c == opts.ingress_class,
+        Some(c) => c == opts.ingress_class || opts.more_ingress_classes.iter().any(|m| m == c),
         None => {
             opts.standalone
                 || store.ingress_class(&opts.ingress_class).is_some_and(|c| {
@@ -57,9 +57,20 @@ pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) ->
 }
 
 /// Compiles an Ingress of ours.
-pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) -> CompiledIngress {
+pub(crate) fn compile(
+    store: &Store,
+    opts: &TranslatorOptions,
+    key: &ObjectKey,
+    age: &Age,
+    ing: &Ingress,
+) -> CompiledIngress {
     let mut out = CompiledIngress::default();
-    let annotations = ingress_nginx::compile(store, ing);
+    let mut annotations = ingress_nginx::compile(store, ing);
+    if let Some(c) = annotations.canary.take() {
+        out.problems = annotations.problems;
+        crate::compile::ingress_canary::compile(store, opts, key, age, ing, &c, &mut out);
+        return out;
+    }
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
@@ -67,6 +78,12 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
     let filters = annotations.filters;
     let (redirect, want) = (annotations.redirect, annotations.want);
     let app_root = annotations.app_root;
+    let regex_paths = annotations.regex_paths;
+    let aliases: Vec<HostMatch> = annotations
+        .aliases
+        .iter()
+        .filter_map(|a| HostMatch::parse(Some(a)).ok())
+        .collect();
     let ns = &*key.namespace;
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
@@ -126,23 +143,27 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             let field = format!("spec.rules[{i}].http.paths[{j}]");
             let idx = flat;
             flat += 1;
-            let value = p.path.as_deref().unwrap_or("/");
-            if !value.starts_with('/') {
-                out.problems
-                    .push(format!("{field}.path: must start with \"/\"; path ignored"));
-                continue;
-            }
-            let path = match p.path_type.as_str() {
-                "Exact" => PathMatch::Exact(value.into()),
-                "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
-                other => {
-                    out.problems.push(format!(
-                        "{field}.pathType: unsupported {other:?}; path ignored"
-                    ));
+            let path = match path_match(p, regex_paths, &field) {
+                Ok(m) => m,
+                Err(e) => {
+                    out.problems.push(e);
                     continue;
                 }
             };
             let action = action(&p.backend, &format!("{field}.backend"), &mut out);
+            // `server-alias`: the names serve what every named host of the Ingress does.
+            if host != HostMatch::Any {
+                for alias in &aliases {
+                    push(
+                        &mut out,
+                        alias.clone(),
+                        path.clone(),
+                        action.clone(),
+                        false,
+                        idx,
+                    );
+                }
+            }
             push(&mut out, host.clone(), path, action, false, idx);
         }
     }
@@ -190,6 +211,38 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             );
         }
     }
+    tls(store, ns, ing, &mut out);
+    out
+}
+
+/// The path match of an Ingress path at `field` (ingress-nginx regex paths with
+/// `regex_paths`), or why it is ignored.
+pub(crate) fn path_match(
+    p: &weir_api::HttpIngressPath,
+    regex_paths: bool,
+    field: &str,
+) -> Result<PathMatch, String> {
+    let value = p.path.as_deref().unwrap_or("/");
+    if !value.starts_with('/') {
+        return Err(format!("{field}.path: must start with \"/\"; path ignored"));
+    }
+    Ok(match p.path_type.as_str() {
+        "Exact" => PathMatch::Exact(value.into()),
+        "Prefix" | "ImplementationSpecific" if regex_paths => PathMatch::Regex(
+            nginx_regex(value)
+                .map_err(|e| format!("{field}.path: {value:?}: {e}; path ignored"))?,
+        ),
+        "Prefix" | "ImplementationSpecific" => PathMatch::Prefix(normalize_prefix(value)),
+        other => {
+            return Err(format!(
+                "{field}.pathType: unsupported {other:?}; path ignored"
+            ));
+        }
+    })
+}
+
+/// The TLS hosts of `ing` and their certificates, into `out`.
+pub(crate) fn tls(store: &Store, ns: &str, ing: &Ingress, out: &mut CompiledIngress) {
     for (i, t) in ing.spec.tls.iter().enumerate() {
         let field = format!("spec.tls[{i}]");
         let Some(secret) = t.secret_name.as_deref().filter(|s| !s.is_empty()) else {
@@ -229,10 +282,18 @@ pub(crate) fn compile(store: &Store, key: &ObjectKey, age: &Age, ing: &Ingress) 
             }
         }
     }
-    out
 }
 
-fn action(
+/// An ingress-nginx regex path (`use-regex`, `rewrite-target`): nginx's `location ~*`,
+/// matched case-insensitively from the start of the path, whatever follows. weir's
+/// [`Pattern`](weir_model::Pattern) matches the whole path, hence the `.*` after the
+/// expression (a group, so that `$1`… keep counting the user's own).
+fn nginx_regex(value: &str) -> Result<weir_model::Pattern, String> {
+    weir_model::Pattern::new(&format!("(?i)(?:{value}).*"))
+        .map_err(crate::compile::fields::regex_error)
+}
+
+pub(crate) fn action(
     store: &Store,
     ns: &str,
     b: &IngressBackend,

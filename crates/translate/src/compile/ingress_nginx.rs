@@ -17,7 +17,13 @@
 //! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
 //! | `upstream-vhost` | the Host rewrite filter |
 //! | `x-forwarded-prefix` | a request header filter setting `X-Forwarded-Prefix` |
-//! | `rewrite-target` (without `$n` captures) | the path rewrite filter (the whole path, as nginx's `rewrite` does) |
+//! | `rewrite-target` | the path rewrite filter (the whole path, as nginx's `rewrite` does); with `$1`…`$9`, a template filled with the groups of the rule's path regex (`PathRewrite::RegexCaptures`) |
+//! | `use-regex` (and `rewrite-target`) | `Prefix`/`ImplementationSpecific` paths become regex path matches: case-insensitive, from the start of the path (nginx's `location ~*`); `Exact` stays exact; only this Ingress's paths (ingress-nginx: every path of the host) |
+//! | `proxy-connect-timeout`, `proxy-read-timeout` | the policy's `backendRequest` timeout = connect + read (ingress-nginx's 5 s / 60 s fill in the one not set): how long one attempt may wait for the response headers; weir's connect timeout stays the data plane's 5 s (a shorter one is named as partly applied) |
+//! | `proxy-send-timeout` | no counterpart (no timeout between two writes): named as partly applied; the attempt timeout bounds sending too |
+//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`), as `sessionPersistence` is; `persistent` is named as not served |
+//! | `server-alias` | every rule of a named host is served under each alias as well |
+//! | `canary: "true"`, `canary-by-header` (`-value`, `-pattern`), `canary-by-cookie`, `canary-weight` (`-total`, default 100) | for each host and path of the canary that the oldest main Ingress (ours, not a canary, same namespace) serves with the same path type: rules of the canary, before the main one's, with the main one's annotations (filters, policy, TLS hosts, as ingress-nginx ignores a canary's own): the header (`always`, or the value / pattern) and the cookie (`always`) send to the canary backend, `never` to the main one, and the rest is split by weight (no weight: the main rule serves it). A canary path no main Ingress serves is named and not served |
 //! | `permanent-redirect` (`-code`, default 301), `temporal-redirect` (`-code`, default 302) | every rule answers with that redirect |
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
 //! | `app-root` | a request for `/` is redirected (302) there |
@@ -32,7 +38,8 @@ use std::time::Duration;
 
 use weir_api::{HttpCorsFilter, Ingress};
 use weir_model::{
-    Filter, HeaderModifier, IpRules, LocalRateLimit, PathRewrite, RateLimitKey, Redirect, Retry,
+    Filter, GeneratedCookie, HashOn, HeaderModifier, IpRules, LoadBalancer, LocalRateLimit,
+    PathRewrite, Pattern, RateLimitKey, Redirect, Retry, StringMatch, Timeouts,
 };
 
 use crate::compile::backend::WantProtocol;
@@ -60,6 +67,15 @@ pub(crate) struct Annotations {
     pub(crate) app_root: Option<Arc<str>>,
     /// The protocol to the backends (`backend-protocol`).
     pub(crate) want: WantProtocol,
+    /// Whether `Prefix` and `ImplementationSpecific` paths are regular expressions
+    /// (`use-regex`, `rewrite-target`).
+    pub(crate) regex_paths: bool,
+    /// More host names served with the rules of every host of the Ingress
+    /// (`server-alias`).
+    pub(crate) aliases: Vec<String>,
+    /// The Ingress is a canary of the main Ingress of each of its host and path
+    /// (`canary: "true"`).
+    pub(crate) canary: Option<Canary>,
     /// Invalid, unsupported or partly applied annotations, each named.
     pub(crate) problems: Vec<String>,
     /// Objects read (Secrets).
@@ -75,6 +91,9 @@ impl Default for Annotations {
             ssl_redirect: SslRedirect::Off,
             app_root: None,
             want: WantProtocol::Declared,
+            regex_paths: false,
+            aliases: Vec::new(),
+            canary: None,
             problems: Vec::new(),
             deps: Vec::new(),
         }
@@ -128,7 +147,114 @@ const SUPPORTED: &[&str] = &[
     "enable-websockets",
     "proxy-next-upstream",
     "proxy-next-upstream-tries",
+    "proxy-connect-timeout",
+    "proxy-read-timeout",
+    "proxy-send-timeout",
+    "use-regex",
+    "affinity",
+    "affinity-mode",
+    "session-cookie-name",
+    "session-cookie-path",
+    "session-cookie-max-age",
+    "session-cookie-expires",
+    "server-alias",
+    "canary",
+    "canary-by-header",
+    "canary-by-header-value",
+    "canary-by-header-pattern",
+    "canary-by-cookie",
+    "canary-weight",
+    "canary-weight-total",
 ];
+
+/// Which requests a canary Ingress takes from its main Ingress, in this order: by header,
+/// by cookie, by weight (ingress-nginx's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Canary {
+    /// `canary-by-header`: the header (lower-case) and the values that send a request to
+    /// the canary (`None`: `always`; then `never` keeps it on the main backend).
+    pub(crate) header: Option<(Arc<str>, Option<StringMatch>)>,
+    /// `canary-by-cookie`: `always` sends to the canary, `never` keeps on the main backend.
+    pub(crate) cookie: Option<Arc<str>>,
+    /// `canary-weight` of `canary-weight-total` (default 100) of the remaining requests.
+    pub(crate) weight: Option<(u32, u32)>,
+}
+
+/// Whether `ing` is marked as a canary (`canary: "true"`).
+pub(crate) fn is_canary(ing: &Ingress) -> bool {
+    ing.metadata
+        .annotations
+        .get(&format!("{PREFIX}canary"))
+        .is_some_and(|v| v.trim() == "true")
+}
+
+/// The `canary-*` annotations of a canary Ingress.
+fn canary(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Canary {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let mut c = Canary::default();
+    if let Some(name) = ours.get("canary-by-header").copied() {
+        if RateLimitKey::is_header_name(name) {
+            let value = if let Some(v) = ours.get("canary-by-header-value") {
+                Some(StringMatch::Exact((*v).into()))
+            } else if let Some(p) = ours.get("canary-by-header-pattern") {
+                // nginx searches the value for the pattern; weir's patterns match whole.
+                match Pattern::new(&format!(".*(?:{p}).*")) {
+                    Ok(p) => Some(StringMatch::Regex(p)),
+                    Err(e) => {
+                        problems.push(format!(
+                            "{}: {}; the header's value always/never used",
+                            field("canary-by-header-pattern"),
+                            crate::compile::fields::regex_error(e)
+                        ));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            c.header = Some((name.to_ascii_lowercase().into(), value));
+        } else {
+            problems.push(format!(
+                "{}: {name:?} is not a header name; ignored",
+                field("canary-by-header")
+            ));
+        }
+    }
+    if let Some(name) = ours.get("canary-by-cookie").copied() {
+        if weir_model::is_cookie_name(name) {
+            c.cookie = Some(name.into());
+        } else {
+            problems.push(format!(
+                "{}: {name:?} is not a cookie name; ignored",
+                field("canary-by-cookie")
+            ));
+        }
+    }
+    let total = match ours.get("canary-weight-total") {
+        None => 100,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n > 0 && n <= 1_000_000 => n,
+            _ => {
+                problems.push(format!(
+                    "{}: {v:?} is not a positive integer; 100 used",
+                    field("canary-weight-total")
+                ));
+                100
+            }
+        },
+    };
+    if let Some(v) = ours.get("canary-weight") {
+        match v.parse::<u32>() {
+            Ok(0) => {}
+            Ok(w) if w <= total => c.weight = Some((w, total)),
+            _ => problems.push(format!(
+                "{}: {v:?} is not an integer from 0 to {total}; ignored",
+                field("canary-weight")
+            )),
+        }
+    }
+    c
+}
 
 /// ingress-nginx's `limit-burst-multiplier` default.
 const DEFAULT_BURST_MULTIPLIER: u32 = 5;
@@ -208,6 +334,10 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     if ours.contains_key("proxy-next-upstream") || ours.contains_key("proxy-next-upstream-tries") {
         settings.retry = next_upstream(&ours, &mut out.problems);
     }
+
+    // Timeouts and session affinity.
+    settings.timeouts = proxy_timeouts(&ours, &mut out.problems);
+    settings.load_balancer = affinity(&ours, &mut out.problems);
 
     // Client address rules. An invalid list fails closed: every client is refused.
     let cidrs = |k: &str| -> Vec<String> {
@@ -308,8 +438,49 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     }
 
     filters_and_redirects(&ours, &mut out);
+    out.aliases = server_aliases(&ours, &mut out.problems);
+    match ours.get("canary").copied() {
+        None | Some("false") => {
+            let stray: Vec<&str> = ours
+                .keys()
+                .copied()
+                .filter(|k| k.starts_with("canary-"))
+                .collect();
+            if !stray.is_empty() {
+                out.problems.push(format!(
+                    "{}: ignored without {PREFIX}canary: \"true\"",
+                    stray
+                        .iter()
+                        .map(|k| field(k))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        Some("true") => {
+            out.canary = Some(canary(&ours, &mut out.problems));
+            // As in ingress-nginx, a canary's requests get the main Ingress's annotations.
+            let own: Vec<String> = ours
+                .keys()
+                .filter(|k| SUPPORTED.contains(k) && !k.starts_with("canary"))
+                .map(|k| field(k))
+                .collect();
+            if !own.is_empty() {
+                out.problems.push(format!(
+                    "{}: not applied on a canary Ingress (its requests get the main Ingress's annotations)",
+                    own.join(", ")
+                ));
+            }
+        }
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not true or false; ignored",
+            field("canary")
+        )),
+    }
 
     let sets = settings.rate_limit.is_some()
+        || settings.timeouts.is_set()
+        || settings.load_balancer.is_some()
         || settings.retry.is_some()
         || settings.basic_auth.is_some()
         || settings.ext_auth.is_some()
@@ -495,17 +666,30 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
             )),
         }
     }
+    match ours.get("use-regex").copied() {
+        None | Some("false") => {}
+        Some("true") => out.regex_paths = true,
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not true or false; ignored",
+            field("use-regex")
+        )),
+    }
     if let Some(target) = ours.get("rewrite-target").copied() {
-        if target.contains('$') {
-            out.problems.push(format!(
-                "{}: {target:?} uses regex captures, which weir does not serve yet; ignored",
-                field("rewrite-target")
-            ));
-        } else if target.starts_with('/') && http::uri::PathAndQuery::try_from(target).is_ok() {
-            rewrite_path = Some(PathRewrite::Full(target.into()));
+        // As ingress-nginx does, a rewrite makes the paths regular expressions, whose
+        // groups `$1`…`$9` of the target refer to.
+        if target.starts_with('/')
+            && !target.contains('?')
+            && http::uri::PathAndQuery::try_from(target).is_ok()
+        {
+            out.regex_paths = true;
+            rewrite_path = Some(if target.contains('$') {
+                PathRewrite::RegexCaptures(target.into())
+            } else {
+                PathRewrite::Full(target.into())
+            });
         } else {
             out.problems.push(format!(
-                "{}: {target:?} is not a path; ignored",
+                "{}: {target:?} is not a path without a query; ignored",
                 field("rewrite-target")
             ));
         }
@@ -580,6 +764,163 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
             field("backend-protocol")
         )),
     }
+}
+
+/// ingress-nginx's `proxy-connect-timeout` and `proxy-read-timeout` defaults.
+const DEFAULT_CONNECT: Duration = Duration::from_secs(5);
+const DEFAULT_READ: Duration = Duration::from_secs(60);
+
+/// `proxy-connect-timeout`, `proxy-read-timeout` and `proxy-send-timeout` (seconds), as
+/// the policy's `backendRequest` timeout: one attempt, from connecting to the response
+/// headers, may take the connect timeout plus the read timeout (the longest nginx waits
+/// for a backend that does not answer; ingress-nginx's defaults fill in the one not
+/// set). weir has no timeout of its own for connecting (the data plane's, 5 s, like
+/// nginx's default) nor between two writes of the request: those two are named as
+/// partly applied when they change anything.
+fn proxy_timeouts(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Timeouts {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let seconds = |k: &str, problems: &mut Vec<String>| -> Option<Duration> {
+        let v = ours.get(k)?;
+        match v.strip_suffix('s').unwrap_or(v).parse::<u32>() {
+            Ok(n) if n > 0 && n <= 86_400 => Some(Duration::from_secs(u64::from(n))),
+            _ => {
+                problems.push(format!(
+                    "{}: {v:?} is not a number of seconds (1 to 86400); ignored",
+                    field(k)
+                ));
+                None
+            }
+        }
+    };
+    let connect = seconds("proxy-connect-timeout", problems);
+    let read = seconds("proxy-read-timeout", problems);
+    if seconds("proxy-send-timeout", problems).is_some() {
+        problems.push(format!(
+            "{}: partly applied: weir has no timeout between two writes to a backend; the attempt's timeout (connect + read) bounds sending too",
+            field("proxy-send-timeout")
+        ));
+    }
+    if connect.is_some_and(|c| c < DEFAULT_CONNECT) {
+        problems.push(format!(
+            "{}: partly applied: weir gives up connecting after 5 s whatever it says; it is part of the attempt's timeout (connect + read)",
+            field("proxy-connect-timeout")
+        ));
+    }
+    if connect.is_none() && read.is_none() {
+        return Timeouts::default();
+    }
+    Timeouts {
+        request: None,
+        backend_request: Some(connect.unwrap_or(DEFAULT_CONNECT) + read.unwrap_or(DEFAULT_READ)),
+    }
+}
+
+/// ingress-nginx's `session-cookie-name` default.
+const DEFAULT_COOKIE: &str = "INGRESSCOOKIE";
+
+/// `affinity: cookie` and its `session-cookie-*` annotations, as the consistent hash on a
+/// cookie weir generates (as Gateway API `sessionPersistence` does): a client without
+/// the cookie gets one, and every request carrying it goes to the same endpoint while
+/// the endpoints stay the same; when they change, few move (`affinity-mode: balanced`,
+/// ingress-nginx's default; `persistent` is named as not served).
+fn affinity(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<LoadBalancer> {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    match ours.get("affinity").copied() {
+        Some("cookie") => {}
+        None => {
+            for k in [
+                "affinity-mode",
+                "session-cookie-name",
+                "session-cookie-path",
+                "session-cookie-max-age",
+                "session-cookie-expires",
+            ] {
+                if ours.contains_key(k) {
+                    problems.push(format!(
+                        "{}: ignored without {}: cookie",
+                        field(k),
+                        field("affinity")
+                    ));
+                }
+            }
+            return None;
+        }
+        Some(other) => {
+            problems.push(format!(
+                "{}: {other:?} is not supported (weir serves cookie); ignored",
+                field("affinity")
+            ));
+            return None;
+        }
+    }
+    match ours.get("affinity-mode").copied() {
+        None | Some("balanced") => {}
+        Some(other) => problems.push(format!(
+            "{}: {other:?} is not served (weir's is balanced: when endpoints change, some sessions move)",
+            field("affinity-mode")
+        )),
+    }
+    let name = ours
+        .get("session-cookie-name")
+        .copied()
+        .unwrap_or(DEFAULT_COOKIE);
+    if !weir_model::is_cookie_name(name) {
+        problems.push(format!(
+            "{}: {name:?} is not a cookie name; affinity not enabled",
+            field("session-cookie-name")
+        ));
+        return None;
+    }
+    let path = ours.get("session-cookie-path").copied().unwrap_or("/");
+    if !weir_model::is_cookie_path(path) {
+        problems.push(format!(
+            "{}: {path:?} is not a cookie path; affinity not enabled",
+            field("session-cookie-path")
+        ));
+        return None;
+    }
+    // `Max-Age` wins over `Expires` in browsers; weir sets `Max-Age` from either.
+    let mut ttl = None;
+    for k in ["session-cookie-expires", "session-cookie-max-age"] {
+        if let Some(v) = ours.get(k) {
+            match v.parse::<u32>() {
+                Ok(n) if n > 0 => ttl = Some(Duration::from_secs(u64::from(n))),
+                _ => problems.push(format!(
+                    "{}: {v:?} is not a positive number of seconds; ignored",
+                    field(k)
+                )),
+            }
+        }
+    }
+    Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
+        name: name.into(),
+        generate: Some(GeneratedCookie {
+            ttl,
+            path: path.into(),
+        }),
+    }))
+}
+
+/// `server-alias`: more host names (comma-separated) served as the Ingress's hosts are.
+/// A wildcard is not taken (ingress-nginx's aliases are names).
+fn server_aliases(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Vec<String> {
+    let Some(v) = ours.get("server-alias") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in v.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let host = a.to_ascii_lowercase();
+        if is_host(&host) && !host.contains(':') {
+            if !out.contains(&host) {
+                out.push(host);
+            }
+        } else {
+            problems.push(format!(
+                "metadata.annotations[{PREFIX}server-alias]: {a:?} is not a host name; ignored"
+            ));
+        }
+    }
+    out
 }
 
 /// A host name (letters, digits, `-`, `.`), optionally with a port.

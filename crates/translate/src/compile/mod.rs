@@ -17,6 +17,7 @@ pub(crate) mod gateway_status;
 pub(crate) mod grpc_route;
 pub(crate) mod http_route;
 pub(crate) mod ingress;
+pub(crate) mod ingress_canary;
 pub(crate) mod ingress_nginx;
 pub(crate) mod ingress_nginx_reading;
 pub(crate) mod jwt;

@@ -38,6 +38,9 @@ pub(crate) struct RuleOrder {
     no_method: bool,
     headers: Reverse<usize>,
     query: Reverse<usize>,
+    /// `false` for a canary Ingress's rule, which goes before its main Ingress's rule of
+    /// the same match whatever their ages.
+    not_canary: bool,
     age: Age,
     kind: RouteKind,
     namespace: Arc<str>,
@@ -75,6 +78,7 @@ impl RuleOrder {
             no_method: m.method.is_none(),
             headers: Reverse(m.headers.len()),
             query: Reverse(m.query.len()),
+            not_canary: true,
             age: origin.age.clone(),
             kind: origin.kind,
             namespace: origin.namespace.clone(),
@@ -105,6 +109,13 @@ impl RuleOrder {
             order.grpc_method_len = Reverse(method);
         }
         order
+    }
+
+    /// The order of a canary Ingress's rule: before the rules of the same match that are
+    /// not a canary's (its main Ingress's).
+    pub(crate) fn canary(mut self) -> Self {
+        self.not_canary = false;
+        self
     }
 }
 

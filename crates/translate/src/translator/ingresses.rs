@@ -121,7 +121,7 @@ impl Translator {
             ing.filter(|i| crate::compile::ingress::is_ours(&self.store, &self.opts, i))
         {
             let age = self.store.age(ik);
-            let c = crate::compile::ingress::compile(&self.store, ik, &age, ing);
+            let c = crate::compile::ingress::compile(&self.store, &self.opts, ik, &age, ing);
             deps.extend(c.deps);
             policy = c.policy;
             ours = true;

@@ -110,6 +110,7 @@ async fn start(files: &[(&str, String)], redis: Option<RedisSettings>) -> Gatewa
         ingress_http: None,
         ingress_https: None,
         ingress_class: "weir".into(),
+        more_ingress_classes: Vec::new(),
         access_log: false,
         watch: false,
         redis,

@@ -147,6 +147,7 @@ impl Gateway {
             ingress_http,
             ingress_https,
             ingress_class: "weir".into(),
+            more_ingress_classes: Vec::new(),
             access_log: false,
             watch: true,
             redis: None,

@@ -53,3 +53,30 @@ pub async fn ingress_traffic_and_status(ctx: Arc<Ctx>) {
     cluster::delete(c, ING.0, ING.1, ns, "ours").await;
     until_http(ctx.ingress_http, "ing.t7.test", "/anything", Err(404)).await;
 }
+
+/// An ingress-nginx canary Ingress through the API server: created before its main
+/// Ingress it serves nothing; once the main Ingress exists, `canary-weight: "100"` sends
+/// every request to the canary's Service; deleting the canary leaves the main one's.
+pub async fn ingress_nginx_canary_follows_its_main_ingress(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7n";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    let mut canary = ingress(ns, "canary", "weir", "canary.t7n.test", "svc-b");
+    canary["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/canary": "true",
+        "nginx.ingress.kubernetes.io/canary-weight": "100",
+    });
+    cluster::apply(c, &[canary]).await;
+    until_http(ctx.ingress_http, "canary.t7n.test", "/", Err(404)).await;
+    cluster::apply(
+        c,
+        &[ingress(ns, "main", "weir", "canary.t7n.test", "svc-a")],
+    )
+    .await;
+    until_http(ctx.ingress_http, "canary.t7n.test", "/", Ok("echo-b")).await;
+    cluster::delete(c, ING.0, ING.1, ns, "canary").await;
+    until_http(ctx.ingress_http, "canary.t7n.test", "/", Ok("echo-a")).await;
+    cluster::delete(c, ING.0, ING.1, ns, "main").await;
+}

@@ -93,6 +93,7 @@ pub async fn deploy_manifest_rbac_is_sufficient(ctx: Arc<Ctx>) {
             ingress_http: None,
             ingress_https: None,
             ingress_class: "weir-rbac".into(),
+            more_ingress_classes: Vec::new(),
             advertise: vec![],
             gateway_address_pool: None,
             access_log: false,
