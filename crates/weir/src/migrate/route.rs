@@ -306,10 +306,20 @@ fn filters(reading: &IngressNginxReading, notes: &mut Notes) -> Vec<Value> {
                 if let Some(h) = hostname {
                     r["hostname"] = json!(h);
                 }
-                if let Some(p) = path {
-                    r["path"] = path_modifier(p);
+                match path {
+                    Some(PathRewrite::RegexCaptures(t)) => notes.add(
+                        Severity::NotCarried,
+                        format!(
+                            "rewrite-target {t:?} uses capture groups of a regex path, which \
+                             an HTTPRoute URLRewrite cannot express; the path is left as sent"
+                        ),
+                    ),
+                    Some(p) => r["path"] = path_modifier(p),
+                    None => {}
                 }
-                out.push(json!({"type": "URLRewrite", "urlRewrite": r}));
+                if r.as_object().is_some_and(|o| !o.is_empty()) {
+                    out.push(json!({"type": "URLRewrite", "urlRewrite": r}));
+                }
             }
             Filter::Cors(c) => out.push(json!({"type": "CORS", "cors": policy::cors(c)})),
             Filter::Mirror { .. } => notes.add(
@@ -346,6 +356,8 @@ fn path_modifier(p: &PathRewrite) -> Value {
         PathRewrite::PrefixMatch(s) => {
             json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": s})
         }
+        // Reported by the caller (no Gateway API form).
+        PathRewrite::RegexCaptures(_) => Value::Null,
     }
 }
 

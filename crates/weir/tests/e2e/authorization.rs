@@ -185,6 +185,7 @@ fn every_example_passes_weir_check() {
             ingress_http: None,
             ingress_https: None,
             ingress_class: "weir".into(),
+            more_ingress_classes: Vec::new(),
             json: false,
         };
         let mut out = Vec::new();

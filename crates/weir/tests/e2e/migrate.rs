@@ -371,6 +371,7 @@ stringData:
             ingress_http: None,
             ingress_https: None,
             ingress_class: "weir".into(),
+            more_ingress_classes: Vec::new(),
             json: false,
         },
         &mut out,

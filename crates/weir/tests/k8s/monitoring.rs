@@ -111,6 +111,7 @@ pub async fn dashboard_and_rules_use_exported_metrics(ctx: Arc<Ctx>) {
         ingress_http: None,
         ingress_https: None,
         ingress_class: "weir-monitoring".into(),
+        more_ingress_classes: Vec::new(),
         advertise: vec![],
         gateway_address_pool: None,
         access_log: false,
