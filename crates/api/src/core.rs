@@ -46,6 +46,10 @@ pub struct ServiceSpec {
     /// `ClusterIP`, `NodePort`, `LoadBalancer` or `ExternalName`.
     #[serde(rename = "type")]
     pub type_: Option<String>,
+    /// The Service's virtual IP (`None` for a headless Service), where ingress-nginx's
+    /// `service-upstream` sends requests.
+    #[serde(rename = "clusterIP", skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<String>,
 }
 
 /// v1 ServicePort.

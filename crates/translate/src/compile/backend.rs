@@ -23,6 +23,9 @@ pub(crate) enum ClusterSource {
         /// The Service port of protocol UDP (UDPRoute backends); otherwise one of
         /// another protocol (TCP), the first with the number if there is none.
         udp: bool,
+        /// One endpoint, the Service's cluster IP and port, instead of its endpoints
+        /// (ingress-nginx's `service-upstream`; none for a headless Service).
+        cluster_ip: bool,
     },
     /// A weir Backend object.
     Backend {
@@ -148,6 +151,7 @@ pub(crate) fn resolve_service(
             port: p,
             h2c: want.h2c(),
             udp: want == WantProtocol::Udp,
+            cluster_ip: false,
         },
     ))
 }
@@ -198,6 +202,7 @@ pub(crate) fn build_cluster(
             port,
             h2c: want_h2c,
             udp,
+            cluster_ip,
         } => {
             let svc = store.service(ns, name)?;
             let numbered = || svc.spec.ports.iter().filter(|p| p.port == i32::from(*port));
@@ -212,7 +217,22 @@ pub(crate) fn build_cluster(
             // means ready, `serving` absent means as `ready`.
             let mut endpoints = Vec::new();
             let mut terminating = Vec::new();
-            for slice in store.slices_of(ns, name) {
+            let vip = svc
+                .spec
+                .cluster_ip
+                .as_deref()
+                .and_then(|ip| ip.parse::<IpAddr>().ok());
+            if *cluster_ip {
+                endpoints.extend(vip.map(|ip| Endpoint {
+                    addr: EndpointAddr::Socket(SocketAddr::new(ip, *port)),
+                    weight: 1,
+                }));
+            }
+            for slice in store
+                .slices_of(ns, name)
+                .into_iter()
+                .filter(|_| !*cluster_ip)
+            {
                 let single = slice.ports.len() == 1;
                 let Some(ep) = slice
                     .ports

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use weir_api::{Ingress, IngressBackend, Kind, ObjectKey, Reason};
 use weir_model::{
-    Action, Certificate, HostMatch, PathMatch, PathRewrite, Redirect, RequestMatch, RouteKind,
-    RouteRef, RouteRule, Timeouts, WeightedBackend,
+    Action, Certificate, ClusterKey, HostMatch, PathMatch, PathRewrite, Redirect, RequestMatch,
+    RouteKind, RouteRef, RouteRule, Timeouts, WeightedBackend,
 };
 
 use crate::TranslatorOptions;
-use crate::compile::backend::{self, RefError, Resolved, WantProtocol};
+use crate::compile::backend::{self, ClusterSource, RefError, Resolved, WantProtocol};
 use crate::compile::fields::normalize_prefix;
 use crate::compile::ingress_nginx;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
@@ -79,6 +79,7 @@ pub(crate) fn compile(
     let (redirect, want) = (annotations.redirect, annotations.want);
     let app_root = annotations.app_root;
     let regex_paths = annotations.regex_paths;
+    let service_upstream = annotations.service_upstream;
     let aliases: Vec<HostMatch> = annotations
         .aliases
         .iter()
@@ -88,7 +89,7 @@ pub(crate) fn compile(
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
         Some(r) => Action::Redirect(r.clone()),
-        None => action(store, ns, b, field, out, want),
+        None => action(store, ns, b, field, out, want, service_upstream),
     };
     let origin = RuleOrigin {
         age,
@@ -300,9 +301,18 @@ pub(crate) fn action(
     field: &str,
     out: &mut CompiledIngress,
     want: WantProtocol,
+    service_upstream: bool,
 ) -> Action {
     match resolve(store, ns, b, field, &mut out.deps, want) {
-        Ok((key, src)) => {
+        Ok((key, mut src)) => {
+            // `service-upstream`: the Service's cluster IP, a cluster of its own.
+            let key = match &mut src {
+                ClusterSource::Service { cluster_ip, .. } if service_upstream => {
+                    *cluster_ip = true;
+                    ClusterKey(format!("{}/cluster-ip", key.0).into())
+                }
+                _ => key,
+            };
             if !out.clusters.iter().any(|(k, _)| *k == key) {
                 out.clusters.push((key.clone(), src));
             }

@@ -104,6 +104,7 @@ pub(crate) fn compile(
                 &format!("{field} (main Ingress {main_key})"),
                 out,
                 ann.want,
+                ann.service_upstream,
             );
             let canary_action = action(
                 store,
@@ -112,6 +113,7 @@ pub(crate) fn compile(
                 &format!("{field}.backend"),
                 out,
                 ann.want,
+                ann.service_upstream,
             );
             let mut push = |headers: Vec<HeaderMatch>, action: Action| {
                 let m = RequestMatch {

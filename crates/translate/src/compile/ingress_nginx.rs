@@ -23,6 +23,7 @@
 //! | `proxy-send-timeout` | no counterpart (no timeout between two writes): named as partly applied; the attempt timeout bounds sending too |
 //! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`), as `sessionPersistence` is; `persistent` is named as not served |
 //! | `server-alias` | every rule of a named host is served under each alias as well |
+//! | `service-upstream` | a Service backend's cluster is one endpoint, the Service's cluster IP and port (`/cluster-ip` cluster key), not its endpoints; a headless Service then has none (503) |
 //! | `canary: "true"`, `canary-by-header` (`-value`, `-pattern`), `canary-by-cookie`, `canary-weight` (`-total`, default 100) | for each host and path of the canary that the oldest main Ingress (ours, not a canary, same namespace) serves with the same path type: rules of the canary, before the main one's, with the main one's annotations (filters, policy, TLS hosts, as ingress-nginx ignores a canary's own): the header (`always`, or the value / pattern) and the cookie (`always`) send to the canary backend, `never` to the main one, and the rest is split by weight (no weight: the main rule serves it). A canary path no main Ingress serves is named and not served |
 //! | `permanent-redirect` (`-code`, default 301), `temporal-redirect` (`-code`, default 302) | every rule answers with that redirect |
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
@@ -67,6 +68,8 @@ pub(crate) struct Annotations {
     pub(crate) app_root: Option<Arc<str>>,
     /// The protocol to the backends (`backend-protocol`).
     pub(crate) want: WantProtocol,
+    /// Service backends are reached at their cluster IP (`service-upstream`).
+    pub(crate) service_upstream: bool,
     /// Whether `Prefix` and `ImplementationSpecific` paths are regular expressions
     /// (`use-regex`, `rewrite-target`).
     pub(crate) regex_paths: bool,
@@ -91,6 +94,7 @@ impl Default for Annotations {
             ssl_redirect: SslRedirect::Off,
             app_root: None,
             want: WantProtocol::Declared,
+            service_upstream: false,
             regex_paths: false,
             aliases: Vec::new(),
             canary: None,
@@ -158,6 +162,7 @@ const SUPPORTED: &[&str] = &[
     "session-cookie-max-age",
     "session-cookie-expires",
     "server-alias",
+    "service-upstream",
     "canary",
     "canary-by-header",
     "canary-by-header-value",
@@ -665,6 +670,14 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
                 field("x-forwarded-prefix")
             )),
         }
+    }
+    match ours.get("service-upstream").copied() {
+        None | Some("false") => {}
+        Some("true") => out.service_upstream = true,
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not true or false; ignored",
+            field("service-upstream")
+        )),
     }
     match ours.get("use-regex").copied() {
         None | Some("false") => {}

@@ -585,3 +585,52 @@ spec:
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names["stable"] > names["next"], "{names:?}");
 }
+
+/// ingress-nginx's `service-upstream` through `weir run`: a Service whose cluster IP and
+/// port reach an echo backend, without endpoints (an EndpointSlice may not name a
+/// loopback address); the Ingress with the annotation reaches the cluster IP, the one
+/// without it has no endpoint to send to (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_service_upstream() {
+    let vip = echo("vip").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: svc}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: web, port: {vip_port}, targetPort: 8080}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: vip
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+spec:
+  rules:
+  - host: vip.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: svc, port: {{number: {vip_port}}}}}}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: pods}}
+spec:
+  rules:
+  - host: pods.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: svc, port: {{number: {vip_port}}}}}}}}}
+",
+        vip_port = vip.port(),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = http1(http_addr, "vip.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("vip"));
+    let r = http1(http_addr, "pods.test", "/").await.unwrap();
+    assert_eq!(r.status, 503, "{}", r.body);
+}
