@@ -9,36 +9,13 @@ use std::time::Duration;
 use crate::support::*;
 
 fn manifests(port: u16, backend_yaml: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: guarded}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [guarded.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: open}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [open.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-{backend_yaml}"
-    )
+    [
+        http_gateway(port),
+        http_route("guarded", "guarded.test", "a"),
+        http_route("open", "open.test", "a"),
+        backend_yaml.to_string(),
+    ]
+    .join("---\n")
 }
 
 /// Deny `/admin` unless the request carries `x-team: ops`; allow reads; deny the rest

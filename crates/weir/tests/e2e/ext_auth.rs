@@ -78,44 +78,17 @@ async fn auth_service() -> (SocketAddr, Arc<Seen>) {
 }
 
 fn manifests(port: u16, app: SocketAddr, auth: SocketAddr) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [app.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: open}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [open.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: portal}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [portal.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-apiVersion: weir.dev/v1alpha1
+    let objects = [
+        http_gateway(port),
+        http_route("app", "app.test", "a"),
+        http_route("open", "open.test", "a"),
+        http_route("portal", "portal.test", "a"),
+    ]
+    .join("---\n");
+    objects
+        + "---\n"
+        + &format!(
+            "apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
 metadata: {{name: portal}}
 spec:
@@ -137,8 +110,8 @@ spec:
     cache: {{ttl: 1h, maxEntries: 100}}
 ---
 {}",
-        backend("default", "a", &[app])
-    )
+            backend("default", "a", &[app])
+        )
 }
 
 async fn call(addr: SocketAddr, host: &str, token: Option<&str>) -> Resp {

@@ -8,27 +8,12 @@ use std::time::Duration;
 use crate::support::*;
 
 pub(crate) fn manifests(port: u16, backend_yaml: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [app.test]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
----
-{backend_yaml}"
-    )
+    [
+        http_gateway(port),
+        http_route("app", "app.test", "a"),
+        backend_yaml.to_string(),
+    ]
+    .join("---\n")
 }
 
 fn limit(burst: u32) -> String {

@@ -8,17 +8,10 @@ use std::time::Duration;
 use crate::support::*;
 
 fn manifests(port: u16, backend_yaml: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
----
-apiVersion: gateway.networking.k8s.io/v1
+    http_gateway(port)
+        + "---\n"
+        + &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: app}}
 spec:
@@ -33,7 +26,7 @@ spec:
   - backendRefs: [{{group: weir.dev, kind: Backend, name: a}}]
 ---
 {backend_yaml}"
-    )
+        )
 }
 
 const POLICY: &str = "apiVersion: weir.dev/v1alpha1

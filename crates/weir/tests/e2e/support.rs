@@ -85,6 +85,37 @@ pub fn backend(namespace: &str, name: &str, endpoints: &[SocketAddr]) -> String 
     )
 }
 
+/// A Gateway `gw` with one HTTP listener on 127.0.0.1:`port`.
+pub fn http_gateway(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{type: IPAddress, value: 127.0.0.1}}]
+  listeners:
+  - {{name: http, protocol: HTTP, port: {port}}}
+"
+    )
+}
+
+/// An HTTPRoute `name` of Gateway `gw` for `host`, one rule forwarding to the weir
+/// Backend `backend`.
+pub fn http_route(name: &str, host: &str, backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [{host}]
+  rules:
+  - backendRefs: [{{group: weir.dev, kind: Backend, name: {backend}}}]
+"
+    )
+}
+
 /// Starts an echo backend named `name` on 127.0.0.1 and returns its address.
 pub async fn echo(name: &str) -> SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
