@@ -59,9 +59,7 @@ fn header_holds(h: &AuthzHeader, headers: &HeaderMap) -> bool {
 }
 
 fn claim_holds(m: &ClaimMatch, claims: &Map<String, Value>) -> bool {
-    claims
-        .get(&*m.claim)
-        .is_some_and(|v| crate::jwt::claim_accepts(v, &m.values))
+    crate::jwt::claim_at(claims, &m.claim).is_some_and(|v| crate::jwt::claim_accepts(v, &m.values))
 }
 
 #[cfg(test)]

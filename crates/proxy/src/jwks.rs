@@ -82,8 +82,11 @@ impl Remote {
     }
 }
 
-/// Every remote set in use, by its settings.
+/// The data plane's JWT state outside the snapshot: every remote set in use, by its
+/// settings, and the tokens verified lately.
 pub(crate) struct JwksRegistry {
+    /// Tokens verified lately (see [`crate::jwt::TokenCache`]).
+    pub(crate) tokens: crate::jwt::TokenCache,
     epoch: Instant,
     sets: Mutex<HashMap<Arc<RemoteJwks>, Arc<Remote>>>,
     metrics: JwksMetrics,
@@ -92,6 +95,7 @@ pub(crate) struct JwksRegistry {
 impl JwksRegistry {
     pub(crate) fn new(metrics: JwksMetrics) -> JwksRegistry {
         JwksRegistry {
+            tokens: crate::jwt::TokenCache::default(),
             epoch: Instant::now(),
             sets: Mutex::new(HashMap::new()),
             metrics,

@@ -9,8 +9,15 @@
 //! Keys were decoded by the translator; a key is rebuilt for verification from its raw
 //! parts (a copy of a few hundred bytes), and only keys that can verify the token — its
 //! `kid`, its algorithm — are tried, at most eight per request.
+//!
+//! A verified token is remembered ([`TokenCache`], in the [`JwksRegistry`]): the same
+//! token sent again to the same policy costs a lookup and its time checks, not a
+//! signature check.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -36,11 +43,11 @@ const MAX_ATTEMPTS: usize = 8;
 /// Verified, the token's claims are returned (for authorization rules).
 pub(crate) fn check(
     policy: &Arc<str>,
-    auth: &JwtAuth,
+    auth: &Arc<JwtAuth>,
     headers: &mut HeaderMap,
     jwks: &Arc<JwksRegistry>,
     waited: bool,
-) -> Result<Map<String, Value>, Refusal> {
+) -> Result<Arc<Map<String, Value>>, Refusal> {
     let refused = |invalid_token| {
         Refusal::Refused(ProxyError::Unauthenticated {
             policy: policy.clone(),
@@ -66,7 +73,15 @@ pub(crate) fn check(
         .iter()
         .map(|r| r.as_ref().and_then(|r| r.keys()))
         .collect();
-    let Some((provider, claims)) = verify_with(auth, token, &keys) else {
+    let now = unix_now();
+    let cached = jwks.tokens.get(token, auth, &keys, now);
+    let verified = cached.or_else(|| {
+        let (index, claims) = verify_with(auth, token, &keys)?;
+        let claims = Arc::new(claims);
+        jwks.tokens.put(token, auth, &keys, index, &claims);
+        Some((index, claims))
+    });
+    let Some((index, claims)) = verified else {
         // A token naming a kid that a remote set lacks: the set may have rotated.
         if !remotes.is_empty()
             && let Ok(h) = jsonwebtoken::decode_header(token)
@@ -85,11 +100,12 @@ pub(crate) fn check(
         }
         return Err(refused(true));
     };
+    let provider = &auth.providers[index];
     for (_, name) in &provider.claims_to_headers {
         headers.remove(&**name);
     }
     for (claim, name) in &provider.claims_to_headers {
-        let Some(value) = claims.get(&**claim).and_then(header_value) else {
+        let Some(value) = claim_at(&claims, claim).and_then(header_value) else {
             continue;
         };
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
@@ -121,16 +137,16 @@ pub(crate) fn verify<'a>(
     auth: &'a JwtAuth,
     token: &str,
 ) -> Option<(&'a JwtProvider, Map<String, Value>)> {
-    verify_with(auth, token, &[])
+    verify_with(auth, token, &[]).map(|(i, claims)| (&auth.providers[i], claims))
 }
 
 /// As [`verify`], with the keys of providers that fetch theirs (`remote[i]` for
 /// provider `i`; none: no key).
-fn verify_with<'a>(
-    auth: &'a JwtAuth,
+fn verify_with(
+    auth: &JwtAuth,
     token: &str,
     remote: &[Option<Arc<Vec<JwtKey>>>],
-) -> Option<(&'a JwtProvider, Map<String, Value>)> {
+) -> Option<(usize, Map<String, Value>)> {
     if token.len() > MAX_TOKEN_LEN {
         return None;
     }
@@ -170,7 +186,7 @@ fn verify_with<'a>(
                 continue;
             };
             if has_required_claims(provider, &data.claims) {
-                return Some((provider, data.claims));
+                return Some((i, data.claims));
             }
         }
     }
@@ -221,7 +237,7 @@ fn decoding_key(key: &JwtKey) -> DecodingKey {
 
 fn has_required_claims(provider: &JwtProvider, claims: &Map<String, Value>) -> bool {
     provider.required_claims.iter().all(|(name, values)| {
-        let Some(claim) = claims.get(&**name) else {
+        let Some(claim) = claim_at(claims, name) else {
             return false;
         };
         claim_accepts(claim, values)
@@ -240,6 +256,136 @@ pub(crate) fn claim_accepts(claim: &Value, values: &[Arc<str>]) -> bool {
         Value::String(s) => accepted(s) || s.split(' ').any(accepted),
         Value::Array(items) => items.iter().any(|i| i.as_str().is_some_and(accepted)),
         _ => false,
+    }
+}
+
+/// The claim `name`: the top-level claim of that name if there is one, else, for a name
+/// with dots, the value at that path through nested objects (`realm_access.roles`).
+/// A top-level claim wins, so that claim names that are URLs (`https://corp.test/role`)
+/// keep their meaning.
+pub(crate) fn claim_at<'a>(claims: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    if let Some(v) = claims.get(name) {
+        return Some(v);
+    }
+    let (first, rest) = name.split_once('.')?;
+    let mut at = claims.get(first)?;
+    for part in rest.split('.') {
+        at = at.as_object()?.get(part)?;
+    }
+    Some(at)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Shards of the [`TokenCache`] (each its own lock).
+const TOKEN_SHARDS: usize = 16;
+/// Tokens per shard; a full shard is emptied before the next one is added (bounds
+/// memory at `TOKEN_SHARDS × TOKENS_PER_SHARD` entries whatever clients send).
+const TOKENS_PER_SHARD: usize = 256;
+
+/// Tokens verified lately. An entry answers only for the very policy settings (the
+/// `Arc<JwtAuth>` it holds, compared by pointer: a changed policy or a rotated Secret is a
+/// new one) and the very remote key sets it was verified with, and only while the
+/// token's `exp` and `nbf` still admit it; anything else is a miss and a full check. Only
+/// verified tokens are kept, so refused ones cannot crowd out good ones.
+pub(crate) struct TokenCache {
+    shards: [Mutex<HashMap<u64, VerifiedToken>>; TOKEN_SHARDS],
+    hasher: foldhash::fast::RandomState,
+}
+
+struct VerifiedToken {
+    token: Box<str>,
+    auth: Arc<JwtAuth>,
+    remote: Vec<Option<Arc<Vec<JwtKey>>>>,
+    provider: usize,
+    claims: Arc<Map<String, Value>>,
+    exp: u64,
+    nbf: Option<u64>,
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        TokenCache {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+}
+
+impl TokenCache {
+    fn slot(&self, token: &str) -> (&Mutex<HashMap<u64, VerifiedToken>>, u64) {
+        let h = self.hasher.hash_one(token);
+        // The low bits pick the shard, the whole hash the entry (two tokens of one hash
+        // share a slot: the later replaces the earlier, and a lookup compares the token).
+        (&self.shards[(h as usize) % TOKEN_SHARDS], h)
+    }
+
+    /// The provider and claims `token` was verified with under `auth` and these remote
+    /// keys, if it still holds at `now` (seconds since the epoch).
+    fn get(
+        &self,
+        token: &str,
+        auth: &Arc<JwtAuth>,
+        remote: &[Option<Arc<Vec<JwtKey>>>],
+        now: u64,
+    ) -> Option<(usize, Arc<Map<String, Value>>)> {
+        let (shard, h) = self.slot(token);
+        let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let e = shard.get(&h)?;
+        let same_keys = e.remote.len() == remote.len()
+            && e.remote.iter().zip(remote).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            });
+        let in_time = now <= e.exp.saturating_add(LEEWAY_SECS)
+            && e.nbf
+                .is_none_or(|nbf| nbf <= now.saturating_add(LEEWAY_SECS));
+        (*e.token == *token && Arc::ptr_eq(&e.auth, auth) && same_keys && in_time)
+            .then(|| (e.provider, Arc::clone(&e.claims)))
+    }
+
+    /// Remembers a verified token (not when its `exp` or `nbf` is not a plain number of
+    /// seconds: those are checked in full each time).
+    fn put(
+        &self,
+        token: &str,
+        auth: &Arc<JwtAuth>,
+        remote: &[Option<Arc<Vec<JwtKey>>>],
+        provider: usize,
+        claims: &Arc<Map<String, Value>>,
+    ) {
+        let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
+            return;
+        };
+        let nbf = match claims.get("nbf") {
+            None => None,
+            Some(v) => match v.as_u64() {
+                Some(n) => Some(n),
+                None => return,
+            },
+        };
+        let (shard, h) = self.slot(token);
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if shard.len() >= TOKENS_PER_SHARD && !shard.contains_key(&h) {
+            shard.clear();
+        }
+        shard.insert(
+            h,
+            VerifiedToken {
+                token: token.into(),
+                auth: Arc::clone(auth),
+                remote: remote.to_vec(),
+                provider,
+                claims: Arc::clone(claims),
+                exp,
+                nbf,
+            },
+        );
     }
 }
 
@@ -326,9 +472,127 @@ mod tests {
             "scope": "read write", "exp": now() + 600,
         });
         let mut h = headers(&token(&key, Some("k1"), claims));
-        check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect("accepted");
+        check(
+            &"ns/p".into(),
+            &Arc::new(auth.clone()),
+            &mut h,
+            &registry(),
+            false,
+        )
+        .expect("accepted");
         assert_eq!(h.get("x-user").unwrap(), "alice");
         assert!(h.get(header::AUTHORIZATION).is_none(), "token removed");
+    }
+
+    /// A token sent again is served from the cache (its claims still become headers, the
+    /// client's own copies still go), and the cache answers only for the same policy
+    /// settings, the same remote keys and while the token's times admit it.
+    #[test]
+    fn a_verified_token_is_remembered_for_its_policy_only() {
+        let (key, public) = ed_pair();
+        let auth = Arc::new(auth(&public, None));
+        let exp = now() + 600;
+        let t = token(
+            &key,
+            Some("k1"),
+            serde_json::json!({"aud": "api", "sub": "alice", "scope": "read", "exp": exp}),
+        );
+        let jwks = registry();
+        for _ in 0..2 {
+            let mut h = headers(&t);
+            check(&"ns/p".into(), &auth, &mut h, &jwks, false).expect("accepted");
+            assert_eq!(h.get("x-user").unwrap(), "alice");
+            assert!(h.get(header::AUTHORIZATION).is_none(), "token removed");
+        }
+        let tokens = &jwks.tokens;
+        let (provider, claims) = tokens.get(&t, &auth, &[], now()).expect("remembered");
+        assert_eq!((provider, claims["sub"].as_str()), (0, Some("alice")));
+        // Expired (past the leeway), or not the same token: a miss.
+        assert!(tokens.get(&t, &auth, &[], exp + LEEWAY_SECS + 1).is_none());
+        assert!(tokens.get(&t, &auth, &[], exp + LEEWAY_SECS).is_some());
+        assert!(tokens.get(&format!("{t}x"), &auth, &[], now()).is_none());
+        // Equal settings in another object (a policy edited back and forth, a rotated
+        // Secret): a miss, so the new settings decide.
+        let same = Arc::new((*auth).clone());
+        assert!(tokens.get(&t, &same, &[], now()).is_none());
+        // Other remote keys than those it was verified with: a miss.
+        let keys = Some(Arc::new(Vec::new()));
+        assert!(tokens.get(&t, &auth, &[keys], now()).is_none());
+        // Not yet valid (nbf past the leeway): remembered, but not admitted early.
+        let nbf = now() + 30;
+        let early = token(
+            &key,
+            Some("k1"),
+            serde_json::json!({"aud": "api", "sub": "b", "scope": "read", "exp": exp, "nbf": nbf}),
+        );
+        let mut h = headers(&early);
+        check(&"ns/p".into(), &auth, &mut h, &jwks, false).expect("within the leeway");
+        assert!(tokens.get(&early, &auth, &[], nbf - LEEWAY_SECS).is_some());
+        assert!(
+            tokens
+                .get(&early, &auth, &[], nbf - LEEWAY_SECS - 1)
+                .is_none()
+        );
+    }
+
+    /// The cache's memory is bounded whatever tokens clients send.
+    #[test]
+    fn the_token_cache_is_bounded() {
+        let (key, public) = ed_pair();
+        let auth = Arc::new(auth(&public, None));
+        let jwks = registry();
+        let claims = serde_json::json!({"exp": now() + 600});
+        let claims = Arc::new(claims.as_object().cloned().expect("object"));
+        let t = token(&key, Some("k1"), serde_json::json!({"exp": now() + 600}));
+        for i in 0..(TOKEN_SHARDS * TOKENS_PER_SHARD + 500) {
+            // Distinct tokens (a signature is not needed to fill the cache).
+            jwks.tokens.put(&format!("{t}{i}"), &auth, &[], 0, &claims);
+        }
+        let held: usize = jwks
+            .tokens
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap().len())
+            .sum();
+        assert!(held <= TOKEN_SHARDS * TOKENS_PER_SHARD, "{held}");
+        assert!(held > 0);
+    }
+
+    /// Claim names with dots reach into nested objects, unless a top-level claim has
+    /// that very name.
+    #[test]
+    fn dotted_claim_names_reach_into_nested_claims() {
+        let c = serde_json::json!({
+            "realm": {"access": {"roles": ["admin"]}, "name": "corp"},
+            "https://corp.test/team": "blue",
+            "a.b": "flat",
+            "a": {"b": "nested"},
+        });
+        let c = c.as_object().unwrap();
+        assert_eq!(claim_at(c, "realm.name").unwrap(), "corp");
+        assert_eq!(claim_at(c, "realm.access.roles").unwrap()[0], "admin");
+        assert_eq!(claim_at(c, "https://corp.test/team").unwrap(), "blue");
+        assert_eq!(claim_at(c, "a.b").unwrap(), "flat");
+        assert!(claim_at(c, "realm.missing").is_none());
+        assert!(claim_at(c, "realm.name.deeper").is_none());
+        assert!(claim_at(c, "realm.").is_none());
+        // Through the whole check: a nested required claim and a nested claim header.
+        let (key, public) = ed_pair();
+        let mut a = auth(&public, None);
+        a.providers[0].required_claims = vec![("realm.access.roles".into(), vec!["admin".into()])];
+        a.providers[0].claims_to_headers = vec![("realm.name".into(), "x-realm".into())];
+        let a = Arc::new(a);
+        let claims = |role: &str| {
+            serde_json::json!({
+                "aud": "api", "exp": now() + 600,
+                "realm": {"access": {"roles": [role]}, "name": "corp"},
+            })
+        };
+        let mut h = headers(&token(&key, Some("k1"), claims("admin")));
+        check(&"ns/p".into(), &a, &mut h, &registry(), false).expect("accepted");
+        assert_eq!(h.get("x-realm").unwrap(), "corp");
+        let mut h = headers(&token(&key, Some("k1"), claims("user")));
+        assert!(check(&"ns/p".into(), &a, &mut h, &registry(), false).is_err());
     }
 
     #[test]
@@ -393,7 +657,14 @@ mod tests {
         ];
         for (what, t) in cases {
             let mut h = headers(&t);
-            let err = check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect_err(what);
+            let err = check(
+                &"ns/p".into(),
+                &Arc::new(auth.clone()),
+                &mut h,
+                &registry(),
+                false,
+            )
+            .expect_err(what);
             assert!(
                 matches!(
                     err,
@@ -409,15 +680,30 @@ mod tests {
         }
         // The right token without a kid is tried against every key.
         let mut h = headers(&token(&key, None, good.clone()));
-        assert!(check(&"ns/p".into(), &auth, &mut h, &registry(), false).is_ok());
+        assert!(
+            check(
+                &"ns/p".into(),
+                &Arc::new(auth.clone()),
+                &mut h,
+                &registry(),
+                false
+            )
+            .is_ok()
+        );
         // No token, or another scheme: a plain Bearer challenge.
         for value in [None, Some("Basic YTpi"), Some("Bearer ")] {
             let mut h = HeaderMap::new();
             if let Some(v) = value {
                 h.insert(header::AUTHORIZATION, HeaderValue::from_static(v));
             }
-            let err =
-                check(&"ns/p".into(), &auth, &mut h, &registry(), false).expect_err("no token");
+            let err = check(
+                &"ns/p".into(),
+                &Arc::new(auth.clone()),
+                &mut h,
+                &registry(),
+                false,
+            )
+            .expect_err("no token");
             assert!(matches!(
                 err,
                 Refusal::Refused(ProxyError::Unauthenticated {

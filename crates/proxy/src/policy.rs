@@ -55,8 +55,39 @@ pub(crate) struct Applied {
     authorization: Option<Arc<Policy>>,
     /// The policy whose CORS settings apply (when the rule has no CORS filter).
     cors: Option<Arc<Policy>>,
-    /// The policy whose request size limits apply.
-    request_limits: Option<Arc<Policy>>,
+    /// The policies whose request size limits apply, field by field.
+    size_limits: SizeLimits,
+}
+
+/// The policy that sets each request size limit: the most specific one that sets that
+/// field (a route's `maxBodyBytes` and its Gateway's `maxHeaders` both apply).
+#[derive(Clone, Debug, Default)]
+struct SizeLimits {
+    body: Option<Arc<Policy>>,
+    headers: Option<Arc<Policy>>,
+    header_bytes: Option<Arc<Policy>>,
+}
+
+impl SizeLimits {
+    fn get<T>(p: &Option<Arc<Policy>>, field: fn(&RequestLimits) -> Option<T>) -> Option<T> {
+        p.as_ref()?
+            .request_limits
+            .as_ref()
+            .and_then(|(_, l)| field(l))
+    }
+
+    /// The limits in force, as one set.
+    fn merged(&self) -> RequestLimits {
+        RequestLimits {
+            max_body_bytes: Self::get(&self.body, |l| l.max_body_bytes),
+            max_headers: Self::get(&self.headers, |l| l.max_headers),
+            max_header_bytes: Self::get(&self.header_bytes, |l| l.max_header_bytes),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.body.is_some() || self.headers.is_some() || self.header_bytes.is_some()
+    }
 }
 
 impl Applied {
@@ -75,19 +106,14 @@ impl Applied {
             global_rate_limit: None,
             authorization: None,
             cors: None,
-            request_limits: None,
+            size_limits: SizeLimits::default(),
         }
     }
 
     /// The most body bytes a policy allows this request (`None`: no such limit), for a
     /// body that did not declare its length ([`crate::body::RequestBody::capped`]).
     pub(crate) fn max_body(&self) -> Option<u64> {
-        self.request_limits
-            .as_ref()?
-            .request_limits
-            .as_ref()?
-            .1
-            .max_body_bytes
+        SizeLimits::get(&self.size_limits.body, |l| l.max_body_bytes)
     }
 
     /// A policy's CORS settings (the rule's own filter, when it has one, wins: see
@@ -160,7 +186,18 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.global_rate_limit = first(|p| p.global_rate_limit.is_some());
     applied.authorization = first(|p| p.authorization.is_some());
     applied.cors = first(|p| p.cors.is_some());
-    applied.request_limits = first(|p| p.request_limits.is_some());
+    let limits = |field: fn(&RequestLimits) -> bool| {
+        chain
+            .iter()
+            .flatten()
+            .find(|p| p.request_limits.as_ref().is_some_and(|(_, l)| field(l)))
+            .map(|p| Arc::clone(p))
+    };
+    applied.size_limits = SizeLimits {
+        body: limits(|l| l.max_body_bytes.is_some()),
+        headers: limits(|l| l.max_headers.is_some()),
+        header_bytes: limits(|l| l.max_header_bytes.is_some()),
+    };
     applied
 }
 
@@ -226,10 +263,8 @@ pub(crate) fn check(
             policy: name.clone(),
         }));
     }
-    if let Some(p) = &applied.request_limits
-        && let Some((_, limits)) = &p.request_limits
-    {
-        check_size(limits, headers)?;
+    if applied.size_limits.any() {
+        check_size(&applied.size_limits.merged(), headers)?;
     }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
@@ -285,7 +320,7 @@ pub(crate) fn check(
             path,
             client,
         };
-        if authz::decide(rules, head, headers, claims.as_ref()) == AuthzAction::Deny {
+        if authz::decide(rules, head, headers, claims.as_deref()) == AuthzAction::Deny {
             return Err(forbidden());
         }
     }
@@ -603,6 +638,81 @@ mod tests {
         let a = resolve(&Snapshot::empty(), &gw, &own);
         assert_eq!(a.timeouts, own.timeouts);
         assert!(a.retry.is_none() && a.rate_limit.is_none());
+    }
+
+    /// Request size limits merge field by field like timeouts: a route's body limit and
+    /// its Gateway's header limits both hold, and the route's own field wins where both
+    /// set it.
+    #[test]
+    fn size_limits_merge_field_by_field() {
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let limits = |body, headers, header_bytes| RequestLimits {
+            max_body_bytes: body,
+            max_headers: headers,
+            max_header_bytes: header_bytes,
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::route_of(&r.route),
+                secs(None, None),
+                None,
+                None,
+            )
+            .with_request_limits(Some((
+                "ns/route".into(),
+                limits(Some(10), None, Some(4096)),
+            ))),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                secs(None, None),
+                None,
+                None,
+            )
+            .with_request_limits(Some(("ns/gw".into(), limits(Some(99), Some(3), Some(1))))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        assert_eq!(
+            a.size_limits.merged(),
+            limits(Some(10), Some(3), Some(4096))
+        );
+        assert_eq!(a.max_body(), Some(10));
+        let state = CheckState::new();
+        let checkers = state.checkers();
+        let headers = |n: usize, length: &str| {
+            let mut h = HeaderMap::new();
+            for i in 0..n {
+                h.insert(
+                    http::HeaderName::from_bytes(format!("x-{i}").as_bytes()).unwrap(),
+                    http::HeaderValue::from_static("v"),
+                );
+            }
+            h.insert(header::CONTENT_LENGTH, length.parse().unwrap());
+            check(
+                &checkers,
+                &a,
+                [192, 0, 2, 1].into(),
+                &mut h,
+                None,
+                Instant::now(),
+            )
+        };
+        assert!(headers(1, "10").is_ok());
+        // The Gateway's header count (3 fields with content-length) holds on the route.
+        assert!(matches!(
+            headers(3, "10"),
+            Err(Refusal::Refused(ProxyError::RequestTooLarge { head: true }))
+        ));
+        // The route's body limit wins over the Gateway's larger one.
+        assert!(matches!(
+            headers(1, "11"),
+            Err(Refusal::Refused(ProxyError::RequestTooLarge {
+                head: false
+            }))
+        ));
+        // Another Gateway: only the route's limits.
+        let a = resolve(&s, &"ns/other".into(), &r);
+        assert_eq!(a.size_limits.merged(), limits(Some(10), None, Some(4096)));
     }
 
     /// A global limit comes from the most specific target like every field; it runs after
