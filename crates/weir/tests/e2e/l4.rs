@@ -88,8 +88,21 @@ async fn tls_exchange(
     sni: &str,
     msg: &str,
 ) -> Result<String, BoxError> {
+    tls_exchange_after(addr, b"", pki, sni, msg).await
+}
+
+/// As [`tls_exchange`], on a connection whose first bytes are `prefix` (a PROXY
+/// protocol header).
+async fn tls_exchange_after(
+    addr: SocketAddr,
+    prefix: &[u8],
+    pki: &Pki,
+    sni: &str,
+    msg: &str,
+) -> Result<String, BoxError> {
     let run = async {
-        let stream = TcpStream::connect(addr).await?;
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(prefix).await?;
         let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[]));
         let mut tls = connector
             .connect(ServerName::try_from(sni.to_string())?, stream)
@@ -798,4 +811,99 @@ spec:
     assert_eq!(exchange(true).await.unwrap(), "s:ping");
     let r = tcp_exchange(addr, "ping").await;
     assert!(!answered(&r), "no header: closed ({r:?})");
+}
+
+/// PROXY protocol before TLS: on a Passthrough listener the header is consumed before the
+/// ClientHello is read and the connection spliced (the backend's TLS session sees only
+/// the client's bytes); on an HTTPS listener of the same Gateway it is read before the
+/// handshake, and the backend is told the header's client in `X-Forwarded-For`. Without
+/// a header, neither completes a handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_protocol_header_precedes_tls_on_passthrough_and_https_listeners() {
+    let pki = Arc::new(Pki::new());
+    let (pass_port, web_port) = (free_port(), free_port());
+    let pass: SocketAddr = ([127, 0, 0, 1], pass_port).into();
+    let web: SocketAddr = ([127, 0, 0, 1], web_port).into();
+    let a = tls_backend(&pki, &["a.test"], "a").await;
+    let e = echo("e").await;
+    let (crt, key) = pki.leaf(&["web.test"]);
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  annotations: {{weir.dev/proxy-protocol: \"true\"}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{value: 127.0.0.1}}]
+  listeners:
+  - {{name: pass, protocol: TLS, port: {pass_port}, tls: {{mode: Passthrough}}}}
+  - {{name: web, protocol: HTTPS, port: {web_port}, hostname: web.test, tls: {{certificateRefs: [{{name: web}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web}}
+spec:
+  parentRefs: [{{name: gw, sectionName: web}}]
+  rules: [{{backendRefs: [{{group: weir.dev, kind: Backend, name: e}}]}}]
+"
+    );
+    let _gw = Gateway::start(&[
+        ("gw.yaml", gateway),
+        (
+            "backends.yaml",
+            [backend("default", "a", &[a]), backend("default", "e", &[e])].join("---\n"),
+        ),
+        ("secret.yaml", tls_secret("default", "web", &crt, &key)),
+        ("a.yaml", tls_route("a", &["a.test"], "a")),
+    ])
+    .await;
+    let v1 = b"PROXY TCP4 203.0.113.7 127.0.0.1 4000 443\r\n";
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            tls_exchange_after(pass, v1, &pki, "a.test", "hi")
+                .await
+                .ok()
+                .as_deref()
+                == Some("a:hi")
+        })
+        .await,
+        "the passthrough listener reads the header, then routes by SNI"
+    );
+    assert!(
+        tls_exchange(pass, &pki, "a.test", "hi").await.is_err(),
+        "passthrough without a header: no handshake"
+    );
+    let r = https_after(web, v1, pki.client_config(&[b"http/1.1"]), "web.test", "/")
+        .await
+        .expect("HTTPS after a PROXY header");
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(
+        r.resp.json()["headers"]["x-forwarded-for"],
+        "203.0.113.7",
+        "{}",
+        r.resp.body
+    );
+    // Version 2, HTTP/2 over TLS: the same client, whatever the protocol.
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v2.extend_from_slice(&[0x21, 0x11, 0x00, 12]);
+    v2.extend_from_slice(&[192, 0, 2, 44, 127, 0, 0, 1]);
+    v2.extend_from_slice(&5000u16.to_be_bytes());
+    v2.extend_from_slice(&443u16.to_be_bytes());
+    let r = https_after(web, &v2, pki.client_config(&[b"h2"]), "web.test", "/")
+        .await
+        .expect("h2 after a PROXY header");
+    assert_eq!(r.alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(
+        r.resp.json()["headers"]["x-forwarded-for"],
+        "192.0.2.44",
+        "{}",
+        r.resp.body
+    );
+    assert!(
+        https(web, pki.client_config(&[]), "web.test", "/")
+            .await
+            .is_err(),
+        "HTTPS without a header: no handshake"
+    );
 }

@@ -287,8 +287,14 @@ spec:
     );
     let r = with_token(addr, None).await;
     assert_eq!(r.headers["www-authenticate"], "Bearer");
-    let r = with_token(addr, Some(&k1.token(claims("alice", 600)))).await;
+    // One token, sent again after the rotation below: it was verified (and remembered)
+    // under the old keys, and must be refused once its key is gone.
+    let alice = k1.token(claims("alice", 600));
+    let r = with_token(addr, Some(&alice)).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    let r = with_token(addr, Some(&alice)).await;
+    assert_eq!(r.status, 200, "sent again: {}", r.body);
+    assert_eq!(r.json()["headers"]["x-user"], "alice", "{}", r.body);
     let seen = &r.json()["headers"];
     assert_eq!(seen["x-user"], "alice", "{}", r.body);
     assert!(seen.get("authorization").is_none(), "{}", r.body);
@@ -320,13 +326,10 @@ spec:
     gw.write("secret.yaml", &jwks_secret(&[&k2]));
     assert!(
         eventually(Duration::from_secs(5), || async {
-            with_token(addr, Some(&k1.token(claims("alice", 600))))
-                .await
-                .status
-                == 401
+            with_token(addr, Some(&alice)).await.status == 401
         })
         .await,
-        "the old key is gone"
+        "the old key is gone, and with it what the cache knew of its token"
     );
     assert_eq!(
         with_token(addr, Some(&k2.token(claims("bob", 600))))

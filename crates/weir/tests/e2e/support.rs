@@ -305,7 +305,21 @@ pub async fn https(
     sni: &str,
     path: &str,
 ) -> Result<TlsResp, BoxError> {
-    let stream = TcpStream::connect(addr).await?;
+    https_after(addr, b"", config, sni, path).await
+}
+
+/// As [`https`], on a connection whose first bytes are `prefix` (a PROXY protocol
+/// header, sent before the ClientHello as a load balancer does).
+pub async fn https_after(
+    addr: SocketAddr,
+    prefix: &[u8],
+    config: Arc<rustls::ClientConfig>,
+    sni: &str,
+    path: &str,
+) -> Result<TlsResp, BoxError> {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(prefix).await?;
     let connector = tokio_rustls::TlsConnector::from(config);
     let tls = connector
         .connect(ServerName::try_from(sni.to_string())?, stream)
