@@ -13,9 +13,10 @@
 //!   (empty) after two thirds — per phase, what each route answered.
 //!
 //! - `overhead` (with `--overhead SECS`): closed-loop keep-alive requests/s through one
-//!   weir to a route without policy, one with a local limit and one with a global limit
-//!   (limits far above the load, so that only their cost shows), in one run, in 1 s
-//!   slices taken in turn (bars: local ≥ 0.9×, global ≥ 0.8× the plain route).
+//!   weir to a route without policy, one with a local limit, one with a global limit
+//!   (limits far above the load, so that only their cost shows) and one with a JWT check
+//!   (ES256, every request carrying the same valid token), in one run, in 1 s slices
+//!   taken in turn (bars: local and JWT ≥ 0.9×, global ≥ 0.8× the plain route).
 //!
 //! Every process is started here (weir, redis-server on free 127.0.0.1 ports, no
 //! persistence) and stopped at the end; every loop is bounded in time and count.
@@ -312,15 +313,24 @@ async fn overhead(opts: &Options, backend: SocketAddr) -> Result<Vec<Overhead>> 
     // below the time a request waits for a worker, which then reads as over budget.)
     let local = "rateLimit:\n    local: {requests: 1000000, unit: Second, burst: 1000000, key: {type: ClientIP}}";
     let global = "rateLimit:\n    global: {requests: 1000000, unit: Second, key: {type: ClientIP}}";
+    let (jwks, token) = bench_jwt()?;
+    let jwt = format!(
+        "jwtAuth:\n    providers:\n    - name: bench\n      issuer: https://bench.test\n      audiences: [bench]\n      jwks: {{inline: '{jwks}'}}\n      claimsToHeaders: [{{claim: sub, header: x-user}}]"
+    );
     let plain = "";
-    let routes = [("plain", plain), ("local", local), ("global", global)];
+    let routes = [
+        ("plain", plain),
+        ("local", local),
+        ("global", global),
+        ("jwt", jwt.as_str()),
+    ];
     let port = free_port()?;
     let url = redis.url();
     let _weir = Weir::start(opts, &dir, port, backend, &routes, Some(&url)).await?;
     // One-second slices in turn, so that a change of the machine's background load
     // falls on every route alike.
-    let names = ["plain", "local", "global"];
-    let mut sums = [(0u64, 0u64, Duration::ZERO); 3];
+    let names = ["plain", "local", "global", "jwt"];
+    let mut sums = [(0u64, 0u64, Duration::ZERO); 4];
     eprintln!(
         "overhead: {} s per route, in 1 s slices",
         opts.overhead.as_secs()
@@ -328,7 +338,9 @@ async fn overhead(opts: &Options, backend: SocketAddr) -> Result<Vec<Overhead>> 
     for _ in 0..opts.overhead.as_secs().max(1) {
         for (i, route) in names.iter().enumerate() {
             let host = format!("{route}.test");
-            let (ok, errors, took) = closed_loop(port, &host, opts, Duration::from_secs(1)).await;
+            let bearer = (*route == "jwt").then_some(token.as_str());
+            let (ok, errors, took) =
+                closed_loop(port, &host, bearer, opts, Duration::from_secs(1)).await;
             sums[i].0 += ok;
             sums[i].1 += errors;
             sums[i].2 += took;
@@ -345,7 +357,7 @@ async fn overhead(opts: &Options, backend: SocketAddr) -> Result<Vec<Overhead>> 
             errors: sums[i].1,
             ratio: rate(i) / plain_rate.max(1.0),
             bar: match route {
-                "local" => Some(0.9),
+                "local" | "jwt" => Some(0.9),
                 "global" => Some(0.8),
                 _ => None,
             },
@@ -353,11 +365,49 @@ async fn overhead(opts: &Options, backend: SocketAddr) -> Result<Vec<Overhead>> 
         .collect())
 }
 
-/// `clients` keep-alive connections sending back to back for `span`: the 200s, the
-/// other answers, and the time taken.
+/// An ES256 key's JWK Set (one key, `kid` `bench`) and a token it signed for the `jwt`
+/// route (issuer `https://bench.test`, audience `bench`, valid for a day). The same token
+/// on every request: what a client holding a session token sends.
+fn bench_jwt() -> Result<(String, String)> {
+    use aws_lc_rs::rand::SystemRandom;
+    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING as ALG, EcdsaKeyPair, KeyPair};
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ALG, &rng).map_err(|_| anyhow::anyhow!("key"))?;
+    let pair =
+        EcdsaKeyPair::from_pkcs8(&ALG, pkcs8.as_ref()).map_err(|_| anyhow::anyhow!("key"))?;
+    let point = pair.public_key().as_ref();
+    let jwks = format!(
+        r#"{{"keys": [{{"kty": "EC", "crv": "P-256", "kid": "bench", "alg": "ES256", "x": "{}", "y": "{}"}}]}}"#,
+        b64(&point[1..33]),
+        b64(&point[33..65])
+    );
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        + 86_400;
+    let signed = format!(
+        "{}.{}",
+        b64(br#"{"alg":"ES256","typ":"JWT","kid":"bench"}"#),
+        b64(format!(
+            r#"{{"iss":"https://bench.test","aud":"bench","sub":"bench-user","exp":{exp}}}"#
+        )
+        .as_bytes())
+    );
+    let sig = pair
+        .sign(&rng, signed.as_bytes())
+        .map_err(|_| anyhow::anyhow!("signing"))?;
+    Ok((jwks, format!("{signed}.{}", b64(sig.as_ref()))))
+}
+
+/// `clients` keep-alive connections sending back to back for `span` (with `bearer` as an
+/// `Authorization: Bearer` token when given): the 200s, the other answers, and the time
+/// taken.
 async fn closed_loop(
     port: u16,
     host: &str,
+    bearer: Option<&str>,
     opts: &Options,
     span: Duration,
 ) -> (u64, u64, Duration) {
@@ -367,6 +417,7 @@ async fn closed_loop(
     let tasks: Vec<_> = (0..opts.clients.max(1))
         .map(|_| {
             let host = host.to_owned();
+            let bearer = bearer.map(|t| format!("Bearer {t}"));
             tokio::spawn(async move {
                 let (mut ok, mut errors) = (0u64, 0u64);
                 let mut sender = None;
@@ -382,7 +433,11 @@ async fn closed_loop(
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     };
-                    let Ok(req) = Request::get("/").header("host", &host).body(Empty::new()) else {
+                    let mut req = Request::get("/").header("host", &host);
+                    if let Some(b) = &bearer {
+                        req = req.header("authorization", b);
+                    }
+                    let Ok(req) = req.body(Empty::new()) else {
                         break;
                     };
                     let out = tokio::time::timeout(Duration::from_secs(5), async {
