@@ -88,11 +88,32 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, for a listener a process binds later.
+///
+/// Never the same port twice in this process: two ports asked for in a row (a proxy's
+/// plaintext and TLS listeners) used to be the same one now and then, since the kernel
+/// may hand a port that was let go straight back — and a proxy told to serve plaintext and
+/// TLS on one port serves neither as asked. Taken below the kernel's ephemeral range
+/// (32768 and up by default), so that the load generator's own connections, bound to
+/// port 0 meanwhile, cannot take it either; each process starts at its own offset.
 pub(crate) fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() % 400) * 30,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// Resident memory and CPU time of a process.

@@ -106,6 +106,21 @@ struct IngressArgs {
 }
 
 impl IngressArgs {
+    /// The plaintext and TLS addresses, refused when they overlap: one socket cannot
+    /// serve both, and serving the Ingresses' TLS side as plaintext would fail every
+    /// handshake without a word.
+    fn addresses(&self) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+        let (http, https) = (self.ingress_http, self.ingress_https);
+        let same_ip =
+            http.ip() == https.ip() || http.ip().is_unspecified() || https.ip().is_unspecified();
+        if same_ip && http.port() == https.port() {
+            anyhow::bail!(
+                "--ingress-http ({http}) and --ingress-https ({https}) must not share a port"
+            );
+        }
+        Ok((http, https))
+    }
+
     /// The first class and the others.
     fn classes(&self) -> (String, Vec<String>) {
         let mut all = self.ingress_class.clone();
@@ -423,8 +438,8 @@ fn main() -> ExitCode {
                 let opts = weir::standalone::RunOptions {
                     config: a.config,
                     admin: a.admin,
-                    ingress_http: Some(a.ingress.ingress_http),
-                    ingress_https: Some(a.ingress.ingress_https),
+                    ingress_http: Some(a.ingress.addresses()?.0),
+                    ingress_https: Some(a.ingress.addresses()?.1),
                     ingress_class: a.ingress.classes().0,
                     more_ingress_classes: a.ingress.classes().1,
                     access_log: !a.no_access_log,
@@ -439,8 +454,8 @@ fn main() -> ExitCode {
                     kubeconfig: a.kubeconfig,
                     controller_name: a.controller_name,
                     admin: a.admin,
-                    ingress_http: Some(a.ingress.ingress_http),
-                    ingress_https: Some(a.ingress.ingress_https),
+                    ingress_http: Some(a.ingress.addresses()?.0),
+                    ingress_https: Some(a.ingress.addresses()?.1),
                     ingress_class: a.ingress.classes().0,
                     more_ingress_classes: a.ingress.classes().1,
                     advertise: a.advertise,
@@ -483,8 +498,8 @@ fn main() -> ExitCode {
             Command::Check(a) => {
                 let opts = weir::check::CheckOptions {
                     config: a.config,
-                    ingress_http: Some(a.ingress.ingress_http),
-                    ingress_https: Some(a.ingress.ingress_https),
+                    ingress_http: Some(a.ingress.addresses()?.0),
+                    ingress_https: Some(a.ingress.addresses()?.1),
                     ingress_class: a.ingress.classes().0,
                     more_ingress_classes: a.ingress.classes().1,
                     json: a.output == "json",
@@ -549,6 +564,39 @@ mod tests {
         assert!(parse_duration("3h").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// The Ingress plaintext and TLS addresses must not share a port (one socket cannot
+    /// serve both as asked); distinct ports, or one port on two distinct addresses, pass.
+    #[test]
+    fn ingress_addresses_must_not_share_a_port() {
+        use clap::Parser;
+        let check = |http: &str, https: &str| {
+            let args = [
+                "weir",
+                "run",
+                "-c",
+                "x",
+                "--ingress-http",
+                http,
+                "--ingress-https",
+                https,
+            ];
+            match super::Cli::try_parse_from(args).unwrap().command {
+                super::Command::Run(a) => a.ingress.addresses().map_err(|e| e.to_string()),
+                _ => unreachable!(),
+            }
+        };
+        assert!(check("127.0.0.1:8080", "127.0.0.1:8443").is_ok());
+        assert!(check("127.0.0.1:8080", "127.0.0.2:8080").is_ok());
+        for (http, https) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+        ] {
+            let e = check(http, https).expect_err(http);
+            assert!(e.contains("must not share a port"), "{e}");
+        }
     }
 
     /// `--ingress-class` defaults to `weir`, and given more than once serves each class
