@@ -126,7 +126,10 @@ fn status_request(req: &Request<Incoming>) -> Option<StatusAsked> {
         "rejections" => "rejections",
         _ => return None,
     };
-    Some(StatusAsked::Api(which, status::Query::parse(req.uri().query())))
+    Some(StatusAsked::Api(
+        which,
+        status::Query::parse(req.uri().query()),
+    ))
 }
 
 async fn status_answer(asked: StatusAsked, dataplane: &Arc<DataPlane>) -> Response<Full<Bytes>> {

@@ -13,8 +13,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    ClusterKey, ContentHash, Delta, DeltaBatch, HostMatch, L4Route, Listener, ListenerKey,
-    Policy, PolicyTarget, Resource, ResourceKey, SniCert, VirtualHost,
+    ClusterKey, ContentHash, Delta, DeltaBatch, HostMatch, L4Route, Listener, ListenerKey, Policy,
+    PolicyTarget, Resource, ResourceKey, SniCert, VirtualHost,
 };
 
 use crate::balance::ClusterState;

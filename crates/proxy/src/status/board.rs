@@ -351,7 +351,11 @@ mod tests {
     fn the_ring_keeps_the_last_rejections_and_counts_all() {
         let log = RejectionLog::default();
         for i in 0..REJECTIONS_KEPT + 10 {
-            log.push(rejection(&format!("HTTPRoute default/r{i}"), Stage::Translation, "bad"));
+            log.push(rejection(
+                &format!("HTTPRoute default/r{i}"),
+                Stage::Translation,
+                "bad",
+            ));
         }
         assert_eq!(log.total(), (REJECTIONS_KEPT + 10) as u64);
         let (recent, matched) = log.recent("", 3);
@@ -404,7 +408,11 @@ mod tests {
         let v = h.to_json();
         assert_eq!(v["count"], 100);
         assert_eq!(v["p50_seconds"], json!(0.000_05));
-        assert_eq!(v["p99_seconds"], json!(0.0032), "3 ms falls in the 3.2 ms bucket");
+        assert_eq!(
+            v["p99_seconds"],
+            json!(0.0032),
+            "3 ms falls in the 3.2 ms bucket"
+        );
         let buckets = v["buckets"].as_array().unwrap();
         assert_eq!(buckets.len(), BOUNDS + 1);
         assert_eq!(buckets[0]["count"], 98);

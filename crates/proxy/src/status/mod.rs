@@ -235,8 +235,7 @@ pub(crate) fn backends(snap: &Snapshot, query: &Query) -> Value {
             return None;
         }
         let hit = query.matches(&k.0)
-            || c
-                .cluster
+            || c.cluster
                 .endpoints
                 .iter()
                 .any(|e| query.matches(&e.addr.to_string()));

@@ -68,16 +68,14 @@ pub(crate) fn decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h << 4 | l);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             c => out.push(c),
         }
         i += 1;
@@ -172,7 +170,9 @@ mod tests {
 
     #[test]
     fn query_strings_are_read() {
-        let q = Query::parse(Some("q=A.Example%2Ecom+x&limit=7&after=b%20c&unhealthy=1&x=y"));
+        let q = Query::parse(Some(
+            "q=A.Example%2Ecom+x&limit=7&after=b%20c&unhealthy=1&x=y",
+        ));
         assert_eq!(q.q, "a.example.com x");
         assert_eq!(q.limit, 7);
         assert_eq!(q.after.as_deref(), Some("b c"));
@@ -216,7 +216,10 @@ mod tests {
         assert_eq!(p.next, None);
         assert_eq!(p.items[3], (3, 6));
         let p = page((0..10).map(|k| (k, ())), Some(&4), 3);
-        assert_eq!(p.items.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [5, 6, 7]);
+        assert_eq!(
+            p.items.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
         assert_eq!(p.next, Some(7));
         let p = page(std::iter::empty::<(u8, ())>(), None, 3);
         assert!(p.items.is_empty() && p.next.is_none() && p.matched == 0);

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use weir_model::{
-    Action, Certificate, Cluster, ClusterKey, Delta, DeltaBatch, Endpoint, EndpointAddr,
-    HostMatch, Listener, ListenerKey, PathMatch, Protocol, RequestMatch, Resource, RouteKind,
-    RouteRef, RouteRule, SniCert, Timeouts, UpstreamProtocol, VirtualHost,
+    Action, Certificate, Cluster, ClusterKey, Delta, DeltaBatch, Endpoint, EndpointAddr, HostMatch,
+    Listener, ListenerKey, PathMatch, Protocol, RequestMatch, Resource, RouteKind, RouteRef,
+    RouteRule, SniCert, Timeouts, UpstreamProtocol, VirtualHost,
 };
 
 use super::*;
@@ -114,7 +114,10 @@ fn the_summary_counts_and_stays_small() {
     let (t, now) = now();
     let soon = certificate(&["soon.example"], now - DAY, now + 5 * DAY);
     let gone = certificate(&["gone.example"], now - 9 * DAY, now - DAY);
-    let mut deltas = vec![listener(8443, Protocol::Https), listener(8080, Protocol::Http)];
+    let mut deltas = vec![
+        listener(8443, Protocol::Https),
+        listener(8080, Protocol::Http),
+    ];
     for c in [&soon, &gone] {
         deltas.push(Delta::Upsert(Resource::Certificate(c.clone())));
     }
@@ -164,7 +167,10 @@ fn the_summary_counts_and_stays_small() {
     assert!(!text.contains("h1.example"), "{text}");
     assert!(body.len() < 8 * 1024, "{} bytes", body.len());
     // Markup characters are escaped, and the JSON still reads back the same.
-    assert!(!text.contains('<') && !text.contains('>') && !text.contains('&'), "{text}");
+    assert!(
+        !text.contains('<') && !text.contains('>') && !text.contains('&'),
+        "{text}"
+    );
     assert!(text.contains("\\u003cimg src=x onerror=alert(1)\\u003e \\u0026 more"));
     let back: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(back, v);
@@ -274,16 +280,15 @@ fn certificates_come_soonest_expiry_first_without_keys() {
         .iter()
         .map(|c| c["names"][0].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["c6.example", "c5.example", "c4.example", "c3.example"]);
+    assert_eq!(
+        names,
+        ["c6.example", "c5.example", "c4.example", "c3.example"]
+    );
     let c6 = &first["items"][0];
     assert_eq!(c6["state"], "valid");
     assert_eq!(c6["days_left"], 40);
     assert_eq!(c6["hosts"][0], "c6.example 127.0.0.1:8443");
-    assert_eq!(
-        c6["not_after"],
-        cert_info::rfc3339(now + 40 * DAY),
-        "{c6}"
-    );
+    assert_eq!(c6["not_after"], cert_info::rfc3339(now + 40 * DAY), "{c6}");
     let cursor = first["next"].as_str().unwrap();
     let rest = certificates(
         &snap,
@@ -302,7 +307,10 @@ fn certificates_come_soonest_expiry_first_without_keys() {
     assert_eq!(one["matched"], 1);
     for v in [first, rest, one] {
         let text = v.to_string();
-        assert!(!text.contains("PRIVATE") && !text.contains("BEGIN"), "{text}");
+        assert!(
+            !text.contains("PRIVATE") && !text.contains("BEGIN"),
+            "{text}"
+        );
     }
 }
 
@@ -327,7 +335,10 @@ fn rejections_are_listed_newest_first() {
     assert_eq!(v["total"], 5);
     assert_eq!(v["items"][0]["object"], "HTTPRoute ns/r4");
     assert_eq!(v["items"][0]["stage"], "translation");
-    assert_eq!(v["items"][0]["problems"][0]["reason"], "NotAllowedByListeners");
+    assert_eq!(
+        v["items"][0]["problems"][0]["reason"],
+        "NotAllowedByListeners"
+    );
     assert_eq!(v["items"].as_array().unwrap().len(), 2);
     let v = rejections(&board, &Query::parse(Some("q=number+3")));
     assert_eq!(v["matched"], 1);
@@ -336,9 +347,22 @@ fn rejections_are_listed_newest_first() {
 #[test]
 fn the_page_is_self_contained() {
     // No external asset: nothing is fetched but the API, relative to the page.
-    for needle in ["http://", "https://", "src=", "<link", "@import", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"] {
+    for needle in [
+        "http://",
+        "https://",
+        "src=",
+        "<link",
+        "@import",
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+    ] {
         assert!(!PAGE.contains(needle), "the page contains {needle}");
     }
     assert_eq!(PAGE.matches("<script>").count(), 1);
-    assert!(PAGE.contains("\"api/v1/status\""), "fetched relative to the page");
+    assert!(
+        PAGE.contains("\"api/v1/status\""),
+        "fetched relative to the page"
+    );
 }

@@ -30,7 +30,12 @@ fn certificate(names: &[&str]) -> (String, String) {
 /// A configuration with routes, a certificate, a Backend with a dead endpoint under a
 /// health check, a route to a missing Backend (refused by the translator) and a route
 /// whose hostname is markup (refused by validation; its message quotes the value).
-fn manifests(http: u16, https: u16, live: SocketAddr, dead: SocketAddr) -> Vec<(&'static str, String)> {
+fn manifests(
+    http: u16,
+    https: u16,
+    live: SocketAddr,
+    dead: SocketAddr,
+) -> Vec<(&'static str, String)> {
     let (cert, key) = certificate(&["shop.status.test"]);
     let gateway = format!(
         "apiVersion: gateway.networking.k8s.io/v1
@@ -120,14 +125,32 @@ async fn the_json_api_reports_what_the_page_shows() {
         .collect();
     assert_eq!(
         phases,
-        ["end_to_end", "parse", "translate", "apply", "data_plane_apply"]
+        [
+            "end_to_end",
+            "parse",
+            "translate",
+            "apply",
+            "data_plane_apply"
+        ]
     );
     assert!(v["propagation"][0]["count"].as_u64().unwrap() >= 1);
     // No markup reaches the body unescaped.
     assert!(!s.body.contains('<'), "{}", s.body);
 
+    // On both listeners (the HTTPS one's hostname is the route's).
     let r = gw.admin_get("/api/v1/routes?q=storefront").await.json();
-    assert_eq!(r["matched"], 1, "{r:#}");
+    assert_eq!(r["matched"], 2, "{r:#}");
+    let protocols: Vec<&str> = r["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(protocols.len(), 2);
+    assert!(
+        protocols.contains(&"HTTP") && protocols.contains(&"HTTPS"),
+        "{r:#}"
+    );
     assert_eq!(r["items"][0]["host"], "shop.status.test");
     assert_eq!(r["items"][0]["routes"][0], "HTTPRoute default/storefront");
 
@@ -147,17 +170,33 @@ async fn the_json_api_reports_what_the_page_shows() {
 
     let rej = gw.admin_get("/api/v1/rejections?q=broken").await.json();
     let problem = &rej["items"][0]["problems"][0];
-    assert_eq!(rej["items"][0]["object"], "HTTPRoute default/broken", "{rej:#}");
+    assert_eq!(
+        rej["items"][0]["object"], "HTTPRoute default/broken",
+        "{rej:#}"
+    );
     assert_eq!(problem["reason"], "BackendNotFound", "{rej:#}");
     assert_eq!(problem["condition"], "ResolvedRefs=False");
-    assert!(rej["items"][0]["origin"].as_str().unwrap().contains("routes.yaml#2"));
+    assert!(
+        rej["items"][0]["origin"]
+            .as_str()
+            .unwrap()
+            .contains("routes.yaml#2")
+    );
 
     // The page itself: HTML, a policy that runs only its own script.
     let page = gw.admin_get("/").await;
     assert_eq!(page.status, 200);
-    assert!(page.headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
     let csp = page.headers["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("script-src 'sha256-") && csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        csp.contains("script-src 'sha256-") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
     assert_eq!(gw.admin_get("/status").await.body, page.body);
 
     // A fix is seen: the broken route gets its backend.
@@ -258,7 +297,11 @@ fn png_colours(path: &Path, width: u32, height: u32) -> usize {
     let mut reader = decoder.read_info().expect("a PNG");
     let mut buf = vec![0; reader.output_buffer_size().expect("size")];
     let info = reader.next_frame(&mut buf).expect("a frame");
-    assert_eq!((info.width, info.height), (width, height), "screenshot size");
+    assert_eq!(
+        (info.width, info.height),
+        (width, height),
+        "screenshot size"
+    );
     assert_eq!(info.bit_depth, png::BitDepth::Eight);
     let channels = match info.color_type {
         png::ColorType::Rgb => 3,
@@ -304,13 +347,26 @@ async fn the_page_renders_in_headless_chromium() {
         "weir run",
         "end to end",
     ] {
-        assert!(dom.contains(needle), "{needle} missing from the DOM:\n{dom}");
+        assert!(
+            dom.contains(needle),
+            "{needle} missing from the DOM:\n{dom}"
+        );
     }
     // The markup in a rejection message is shown as text, never parsed.
-    assert!(dom.contains("&lt;img src=x onerror="), "the markup is shown as text:\n{dom}");
+    assert!(
+        dom.contains("&lt;img src=x onerror="),
+        "the markup is shown as text:\n{dom}"
+    );
     assert!(!dom.contains("<img"), "an element was injected:\n{dom}");
-    assert!(dom.contains("<title>weir status</title>"), "no handler ran:\n{dom}");
-    assert!(!dom.contains("cannot read the status API"), "{dom}");
+    assert!(
+        dom.contains("<title>weir status</title>"),
+        "no handler ran:\n{dom}"
+    );
+    // Every fetch succeeded: the error banner is empty and hidden.
+    assert!(
+        dom.contains(r#"<div id="error" class="error" style="display: none;"></div>"#),
+        "{dom}"
+    );
 
     let shot = profile.path().join("page.png");
     {
