@@ -155,8 +155,8 @@ pub(crate) fn routes(snap: &Snapshot, query: &Query) -> Value {
     let rows = snap.listeners().flat_map(|l| {
         let http = l
             .virtual_hosts()
-            .map(move |(h, vh)| (h, RouteRow::Http(l, &**vh)));
-        let l4 = l.l4_routes().map(move |(h, r)| (h, RouteRow::L4(l, &**r)));
+            .map(move |(h, vh)| (h, RouteRow::Http(l, vh)));
+        let l4 = l.l4_routes().map(move |(h, r)| (h, RouteRow::L4(l, r)));
         http.chain(l4)
     });
     let matching = rows.filter_map(|(host, row)| {
