@@ -2,8 +2,8 @@
 //!
 //! Chromium comes from Debian's `chromium` package (`.ci/run` installs it). Without it the
 //! browser test is skipped with a message, unless `WEIR_REQUIRE_CHROMIUM` is set (CI),
-//! where it fails. `WEIR_STATUS_SCREENSHOT=PATH` keeps the screenshot (docs/status-page.png
-//! was taken so).
+//! where it fails. `WEIR_STATUS_SCREENSHOT=PATH` (absolute: tests run in `crates/weir`)
+//! keeps the screenshot (docs/status-page.png was taken so).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
