@@ -16,6 +16,7 @@ use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::snapshot::Snapshot;
+use crate::status::{Problem, Rejection, Stage, StatusBoard};
 use crate::upstream::Upstreams;
 use crate::workers::Workers;
 
@@ -99,6 +100,11 @@ pub struct DataPlane {
     /// Serializes applies (snapshot derivation and listener reconciliation).
     apply_lock: tokio::sync::Mutex<()>,
     ready: AtomicBool,
+    /// What the status page shows beside the snapshot (rejections, propagation).
+    status: Arc<StatusBoard>,
+    /// The data plane's own apply time, on the status page (registered at the first
+    /// apply, after the control plane's phases of this process).
+    apply_time: std::sync::OnceLock<Arc<crate::status::LatencyHistogram>>,
 }
 
 impl DataPlane {
@@ -138,6 +144,8 @@ impl DataPlane {
             }
         }
         Ok(Arc::new(DataPlane {
+            status: Arc::default(),
+            apply_time: std::sync::OnceLock::new(),
             shared: Arc::new(Shared {
                 snapshots: Arc::new(ArcSwap::from_pointee(Snapshot::with_endpoints(endpoints))),
                 upstreams,
@@ -180,11 +188,27 @@ impl DataPlane {
                 _ => None,
             })
             .collect();
-        touched.extend(lock(&self.unbound).iter().copied());
+        let retried: BTreeSet<ListenerKey> = lock(&self.unbound).clone();
+        touched.extend(retried.iter().copied());
         for key in touched {
             if let Err(reason) = self.reconcile(&next, key).await {
                 rejected.push((ResourceKey::Listener(key), reason));
             }
+        }
+        for (key, reason) in &rejected {
+            // A listener still unbound is retried on every apply: shown once.
+            if matches!(key, ResourceKey::Listener(k) if retried.contains(k)) {
+                continue;
+            }
+            self.status.rejections().push(Rejection::now(
+                Stage::DataPlane,
+                resource_name(key),
+                None,
+                vec![Problem {
+                    message: reason.clone(),
+                    ..Problem::default()
+                }],
+            ));
         }
 
         let m = &self.shared.metrics;
@@ -193,8 +217,11 @@ impl DataPlane {
         m.config_version
             .set(i64::try_from(next.version()).unwrap_or(i64::MAX));
         m.record_stats(&next.stats());
-        m.config_apply_duration
-            .observe(start.elapsed().as_secs_f64());
+        let took = start.elapsed();
+        m.config_apply_duration.observe(took.as_secs_f64());
+        self.apply_time
+            .get_or_init(|| self.status.histogram("data_plane_apply"))
+            .observe(took);
         for (key, reason) in &rejected {
             tracing::warn!(resource = ?key, %reason, "rejected");
         }
@@ -256,6 +283,24 @@ impl DataPlane {
         self.shared.snapshots.load_full()
     }
 
+    /// The status page's board: the control plane of this process records its
+    /// rejections and propagation phases there.
+    pub fn status_board(&self) -> &Arc<StatusBoard> {
+        &self.status
+    }
+
+    /// What the status summary needs beside the snapshot, at `now`.
+    pub(crate) fn status_context(&self, now: std::time::SystemTime) -> crate::status::Context<'_> {
+        let m = &self.shared.metrics;
+        crate::status::Context {
+            board: &self.status,
+            ready: self.is_ready(),
+            unhealthy: m.health.unhealthy.get(),
+            ejected: m.outlier.ejected.get(),
+            now,
+        }
+    }
+
     /// Marks the data plane ready (call after the first complete configuration applied).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
@@ -285,6 +330,20 @@ impl DataPlane {
         for t in tasks {
             let _ = t.await;
         }
+    }
+}
+
+/// A resource as the status page names it: `Listener 127.0.0.1:80`, `VirtualHost a.example
+/// on 127.0.0.1:80`.
+fn resource_name(key: &ResourceKey) -> String {
+    match key {
+        ResourceKey::Listener(l) => format!("Listener {l}"),
+        ResourceKey::VirtualHost(l, h) => format!("VirtualHost {h} on {l}"),
+        ResourceKey::Cluster(c) => format!("Cluster {c}"),
+        ResourceKey::Certificate(h) => format!("Certificate {h}"),
+        ResourceKey::Sni(l, h) => format!("SNI {h} on {l}"),
+        ResourceKey::L4Route(l, h) => format!("L4Route {h} on {l}"),
+        ResourceKey::Policy(t) => format!("Policy {t}"),
     }
 }
 

@@ -45,6 +45,7 @@ mod proxy_protocol;
 mod ratelimit;
 mod retry;
 mod server;
+pub mod status;
 mod upgrade;
 mod upstream;
 mod workers;

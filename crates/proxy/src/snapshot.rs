@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use weir_model::{
-    ClusterKey, ContentHash, Delta, DeltaBatch, L4Route, Listener, ListenerKey, Policy,
+    ClusterKey, ContentHash, Delta, DeltaBatch, HostMatch, L4Route, Listener, ListenerKey, Policy,
     PolicyTarget, Resource, ResourceKey, SniCert, VirtualHost,
 };
 
@@ -381,6 +381,16 @@ impl Snapshot {
         self.policies.get(target)
     }
 
+    /// Every cluster, in no particular order (the status page).
+    pub(crate) fn clusters(&self) -> impl Iterator<Item = (&ClusterKey, &Arc<ClusterState>)> {
+        self.clusters.iter()
+    }
+
+    /// Every certificate, in no particular order (the status page).
+    pub(crate) fn certificates(&self) -> impl Iterator<Item = &Arc<CertEntry>> {
+        self.certificates.iter().map(|(_, c)| c)
+    }
+
     /// Whether any policy is attached to anything (requests skip the lookups when not).
     pub fn has_policies(&self) -> bool {
         !self.policies.is_empty()
@@ -579,6 +589,26 @@ impl ListenerState {
     pub fn misdirected(&self, sni: &str, host: &str) -> bool {
         let pattern = |name: &str| self.sni.lookup(name).map(|e| &e.sni.host);
         pattern(sni) != pattern(host)
+    }
+
+    /// Every virtual host, in no particular order (the status page).
+    pub(crate) fn virtual_hosts(&self) -> impl Iterator<Item = (HostMatch, &Arc<VirtualHost>)> {
+        self.hosts.iter()
+    }
+
+    /// Every SNI entry and the hash of its certificate, in no particular order.
+    pub(crate) fn sni_entries(&self) -> impl Iterator<Item = (HostMatch, ContentHash)> + '_ {
+        self.sni.iter().map(|(h, e)| (h, e.sni.cert))
+    }
+
+    /// Every L4 route, in no particular order.
+    pub(crate) fn l4_routes(&self) -> impl Iterator<Item = (HostMatch, &Arc<L4Route>)> {
+        self.l4.iter()
+    }
+
+    /// Counts of virtual hosts, SNI entries and L4 routes.
+    pub(crate) fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.hosts.len(), self.sni.len(), self.l4.len())
     }
 
     /// A TCP or UDP listener's route (its catch-all L4 entry).

@@ -43,6 +43,9 @@ pub(crate) enum CertError {
 pub(crate) struct CertEntry {
     cert: Arc<Certificate>,
     parsed: OnceLock<Result<Arc<CertifiedKey>, CertError>>,
+    /// The leaf's names and validity for the status page, read at its first request
+    /// (never on the change path, never from the key).
+    info: OnceLock<Result<crate::status::CertInfo, String>>,
 }
 
 impl CertEntry {
@@ -51,7 +54,19 @@ impl CertEntry {
         CertEntry {
             cert,
             parsed: OnceLock::new(),
+            info: OnceLock::new(),
         }
+    }
+
+    /// The certificate's content hash.
+    pub(crate) fn hash(&self) -> weir_model::ContentHash {
+        self.cert.hash()
+    }
+
+    /// The leaf's names and validity, read from the chain once.
+    pub(crate) fn info(&self) -> &Result<crate::status::CertInfo, String> {
+        self.info
+            .get_or_init(|| crate::status::cert_info::read(&self.cert.chain_pem))
     }
 
     /// The signing key, parsing it on first use; `None` if the certificate is unusable

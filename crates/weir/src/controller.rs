@@ -117,9 +117,15 @@ pub struct Controller {
     admin_task: JoinHandle<()>,
 }
 
-fn changes_of(update: Update) -> Vec<ObjectChange> {
+fn changes_of(update: Update, dataplane: &DataPlane) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("rejected: {e}");
+        // The provider's messages start with the object they name.
+        let (object, message) = match e.split_once(": ") {
+            Some((o, m)) if o.contains(' ') => (Some(o.to_string()), m.to_string()),
+            _ => (None, e.clone()),
+        };
+        crate::pipeline::record_refused(dataplane, object, None, message);
     }
     crate::pipeline::changes(update.deletes, update.upserts)
 }
@@ -165,7 +171,12 @@ impl Controller {
             &mut registry,
         )
         .context("starting the data-plane workers")?;
-        let metrics = PropagationMetrics::new(&mut registry);
+        dataplane.status_board().set_mode(if opts.embedded_proxy {
+            "weir controller"
+        } else {
+            "weir controller (split: traffic is served by weir proxy data planes)"
+        });
+        let metrics = PropagationMetrics::new(&mut registry, dataplane.status_board());
         let mut provider = KubeProvider::start(client.clone());
         let hub = Arc::new(weir_xds::Hub::default());
         let problems_hub = hub.clone();
@@ -257,7 +268,7 @@ impl Controller {
             p.observe(&update.upserts, &update.deletes);
         }
         let objects = update.upserts.len();
-        let changes = changes_of(update);
+        let changes = changes_of(update, &dataplane);
         let report = pipeline
             .process(changes, seen, seen.elapsed(), &|_| None)
             .await;
@@ -300,6 +311,7 @@ impl Controller {
         };
         let (stop, mut stopped) = watch::channel(false);
         let task_writer = writer.clone();
+        let loop_dataplane = dataplane.clone();
         let config_task = tokio::spawn(async move {
             loop {
                 let (seen, update) = tokio::select! {
@@ -328,7 +340,7 @@ impl Controller {
                     p.observe(&update.upserts, &update.deletes);
                 }
                 task_writer.forget(&update.deletes);
-                let changes = changes_of(update);
+                let changes = changes_of(update, &loop_dataplane);
                 let report = pipeline.process(changes, seen, parse, &|_| None).await;
                 if let Some(p) = &mut provisioning {
                     p.statuses(&report.statuses);

@@ -8,6 +8,8 @@ use weir_api::{ObjectKey, ObjectStatus};
 use weir_proxy::DataPlane;
 use weir_translate::{ObjectChange, TranslateOutput, Translator, TranslatorOptions};
 
+use weir_proxy::status::{Problem, Rejection, Stage};
+
 use crate::propagation::{Phase, PropagationMetrics};
 use crate::report;
 
@@ -82,12 +84,36 @@ impl Pipeline {
         parse: Duration,
         origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
     ) -> CycleReport {
+        let board = Arc::clone(self.dataplane.status_board());
+        let rejections = board.rejections();
+        if rejections.any_rejected() {
+            for change in &changes {
+                match change {
+                    ObjectChange::Delete(key) => rejections.forget(&key.to_string()),
+                    // Read, so it passed validation.
+                    ObjectChange::Upsert(o) => {
+                        rejections.clear(&o.key().to_string(), Stage::Validation)
+                    }
+                }
+            }
+        }
         let t = Instant::now();
         let TranslateOutput { batch, statuses } =
             tokio::task::block_in_place(|| self.translator.apply(changes));
         let translate = t.elapsed();
         for (key, status) in &statuses {
-            log_status(key, status, origin);
+            let found = report::findings(status);
+            log_status(key, &found, origin);
+            if !found.is_empty() {
+                rejections.push(Rejection::now(
+                    Stage::Translation,
+                    key.to_string(),
+                    origin(key),
+                    found,
+                ));
+            } else if rejections.any_rejected() {
+                rejections.clear(&key.to_string(), Stage::Translation);
+            }
         }
         let t = Instant::now();
         if let Some(hub) = &self.hub {
@@ -125,12 +151,34 @@ impl Pipeline {
     }
 }
 
+/// Records, on the status page, an object a provider could not read (the validation an
+/// API server applies, or a document that is no object): `object` as `Kind ns/name`
+/// when known, `origin` as `file#document`.
+pub fn record_refused(
+    dataplane: &DataPlane,
+    object: Option<String>,
+    origin: Option<String>,
+    message: String,
+) {
+    let object = object
+        .or_else(|| origin.clone())
+        .unwrap_or_else(|| "-".into());
+    dataplane.status_board().rejections().push(Rejection::now(
+        Stage::Validation,
+        object,
+        origin,
+        vec![Problem {
+            message,
+            ..Problem::default()
+        }],
+    ));
+}
+
 fn log_status(
     key: &ObjectKey,
-    status: &ObjectStatus,
+    problems: &[Problem],
     origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
 ) {
-    let problems = report::problems(status);
     if problems.is_empty() && !tracing::enabled!(tracing::Level::DEBUG) {
         // Nothing to log: skip formatting the origin (20,000 of them at startup).
         return;
@@ -140,6 +188,6 @@ fn log_status(
         tracing::debug!(object = %key, origin = %at, "object accepted");
     }
     for p in problems {
-        tracing::warn!(object = %key, origin = %at, "{p}");
+        tracing::warn!(object = %key, origin = %at, "{}", report::line(p));
     }
 }

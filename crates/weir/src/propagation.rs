@@ -6,7 +6,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 use std::time::Duration;
+
+use weir_proxy::status::{LatencyHistogram, StatusBoard};
 
 /// A phase of the change path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,7 +40,9 @@ struct PhaseLabel {
     phase: &'static str,
 }
 
-/// Histogram handles resolved once, so observing never takes the family's lock.
+/// Histogram handles resolved once, so observing never takes the family's lock. Each
+/// phase is recorded twice: for Prometheus, and for the status page (whose histograms
+/// can be read back).
 #[derive(Clone)]
 pub struct PropagationMetrics {
     parse: Histogram,
@@ -45,11 +50,14 @@ pub struct PropagationMetrics {
     apply: Histogram,
     end_to_end: Histogram,
     changes: Counter,
+    /// The status page's copies, in [`Phase`] order.
+    shown: [Arc<LatencyHistogram>; 4],
 }
 
 impl PropagationMetrics {
-    /// Registers `weir_propagation_seconds{phase}` and `weir_config_changes_total`.
-    pub fn new(registry: &mut Registry) -> Self {
+    /// Registers `weir_propagation_seconds{phase}` and `weir_config_changes_total`, and
+    /// the phases' histograms on the status page's `board`.
+    pub fn new(registry: &mut Registry, board: &StatusBoard) -> Self {
         // 50 µs … ~3.3 s in factor-2 steps: the interesting range is sub-millisecond.
         let family = Family::<PhaseLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -78,18 +86,26 @@ impl PropagationMetrics {
             apply: get(Phase::Apply),
             end_to_end: get(Phase::EndToEnd),
             changes,
+            shown: [
+                Phase::EndToEnd,
+                Phase::Parse,
+                Phase::Translate,
+                Phase::Apply,
+            ]
+            .map(|p| board.histogram(p.label())),
         }
     }
 
     /// Records one phase's duration.
     pub fn observe(&self, phase: Phase, d: Duration) {
-        let h = match phase {
-            Phase::Parse => &self.parse,
-            Phase::Translate => &self.translate,
-            Phase::Apply => &self.apply,
-            Phase::EndToEnd => &self.end_to_end,
+        let (h, shown) = match phase {
+            Phase::EndToEnd => (&self.end_to_end, 0),
+            Phase::Parse => (&self.parse, 1),
+            Phase::Translate => (&self.translate, 2),
+            Phase::Apply => (&self.apply, 3),
         };
         h.observe(d.as_secs_f64());
+        self.shown[shown].observe(d);
     }
 
     /// Counts one processed change cycle.

@@ -87,6 +87,9 @@ impl Proxy {
             &mut registry,
         )
         .context("starting the data-plane workers")?;
+        dataplane
+            .status_board()
+            .set_mode(format!("weir proxy for Gateway {namespace}/{name}"));
         let (admin_addr, admin_task) =
             crate::standalone::start_admin(opts.admin, &dataplane, Arc::new(registry)).await?;
         let (stop, stopped) = watch::channel(false);

@@ -1,6 +1,7 @@
 //! Turning translator statuses into problem lines for logs and `weir check`.
 
 use weir_api::{Condition, ObjectStatus};
+use weir_proxy::status::Problem;
 
 /// Conditions that mean something is wrong: any `False` condition except `Conflicted`
 /// and the informational `AttachedListenerSets`, and `Conflicted=True`.
@@ -12,39 +13,71 @@ fn bad(c: &Condition) -> bool {
     }
 }
 
-fn line(scope: &str, c: &Condition) -> String {
-    let msg = if c.message.is_empty() {
+fn found(scope: &str, c: &Condition) -> Problem {
+    Problem {
+        scope: scope.trim_end_matches(": ").to_string(),
+        condition: format!("{}={}", c.type_, c.status),
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    }
+}
+
+fn message(m: &str) -> Problem {
+    Problem {
+        message: m.to_string(),
+        ..Problem::default()
+    }
+}
+
+/// A problem as one line: `listener https: Accepted=False (Reason): message`, or the bare
+/// message.
+pub fn line(p: &Problem) -> String {
+    if p.condition.is_empty() {
+        return p.message.clone();
+    }
+    let scope = if p.scope.is_empty() {
         String::new()
     } else {
-        format!(": {}", c.message)
+        format!("{}: ", p.scope)
     };
-    format!("{scope}{}={} ({}){msg}", c.type_, c.status, c.reason)
+    let msg = if p.message.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", p.message)
+    };
+    format!("{scope}{} ({}){msg}", p.condition, p.reason)
 }
 
 fn with_listeners<'a>(
     conditions: &[Condition],
     listeners: impl Iterator<Item = (&'a String, &'a Vec<Condition>)>,
-) -> Vec<String> {
-    let mut out: Vec<String> = conditions
+) -> Vec<Problem> {
+    let mut out: Vec<Problem> = conditions
         .iter()
         .filter(|c| bad(c))
-        .map(|c| line("", c))
+        .map(|c| found("", c))
         .collect();
     for (name, conds) in listeners {
-        let scope = format!("listener {name}: ");
-        out.extend(conds.iter().filter(|c| bad(c)).map(|c| line(&scope, c)));
+        let scope = format!("listener {name}");
+        out.extend(conds.iter().filter(|c| bad(c)).map(|c| found(&scope, c)));
     }
     out
 }
 
 /// Every problem a status reports, one line each; empty when the object is fine.
 pub fn problems(status: &ObjectStatus) -> Vec<String> {
+    findings(status).iter().map(line).collect()
+}
+
+/// Every problem a status reports, with its condition where it has one; empty when the
+/// object is fine.
+pub fn findings(status: &ObjectStatus) -> Vec<Problem> {
     match status {
         ObjectStatus::GatewayClass(s) => s
             .conditions
             .iter()
             .filter(|c| bad(c))
-            .map(|c| line("", c))
+            .map(|c| found("", c))
             .collect(),
         ObjectStatus::Gateway(s) => {
             let listeners = s.listeners.iter().map(|l| (&l.name, &l.conditions));
@@ -57,7 +90,7 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
                 .find(|c| c.type_ == "Accepted" && c.is_true())
                 && let Some((_, refused)) = c.message.split_once("; ")
             {
-                out.extend(refused.split("; ").map(str::to_string));
+                out.extend(refused.split("; ").map(message));
             }
             out
         }
@@ -74,11 +107,10 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
                     scope.push('/');
                     scope.push_str(sec);
                 }
-                scope.push_str(": ");
                 p.conditions
                     .iter()
                     .filter(|c| bad(c))
-                    .map(move |c| line(&scope, c))
+                    .map(move |c| found(&scope, c))
             })
             .collect(),
         ObjectStatus::Policy(s) => s
@@ -95,14 +127,13 @@ pub fn problems(status: &ObjectStatus) -> Vec<String> {
                     scope.push('/');
                     scope.push_str(sec);
                 }
-                scope.push_str(": ");
                 a.conditions
                     .iter()
                     .filter(|c| bad(c))
-                    .map(move |c| line(&scope, c))
+                    .map(move |c| found(&scope, c))
             })
             .collect(),
-        ObjectStatus::Ingress { problems, .. } => problems.clone(),
-        ObjectStatus::Problems(p) => p.clone(),
+        ObjectStatus::Ingress { problems, .. } => problems.iter().map(|p| message(p)).collect(),
+        ObjectStatus::Problems(p) => p.iter().map(|p| message(p)).collect(),
     }
 }

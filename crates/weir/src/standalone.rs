@@ -68,10 +68,23 @@ pub struct Standalone {
     admin_task: JoinHandle<()>,
 }
 
-/// Turns a provider update into translator changes, logging file errors.
-fn changes_of(update: Update) -> Vec<ObjectChange> {
+/// Turns a provider update into translator changes, logging file errors and showing them
+/// on the status page (a kind weir does not read is only logged).
+fn changes_of(update: Update, dataplane: &DataPlane) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("{e}");
+        if e.kind != weir_provider_file::FileErrorKind::UnsupportedKind {
+            let origin = match e.document {
+                Some(d) => format!("{}#{d}", e.file.display()),
+                None => e.file.display().to_string(),
+            };
+            crate::pipeline::record_refused(
+                dataplane,
+                e.object.clone(),
+                Some(origin),
+                e.message.clone(),
+            );
+        }
     }
     crate::pipeline::changes(update.deletes, update.upserts)
 }
@@ -90,7 +103,8 @@ impl Standalone {
             &mut registry,
         )
         .context("starting the data-plane workers")?;
-        let metrics = PropagationMetrics::new(&mut registry);
+        dataplane.status_board().set_mode("weir run");
+        let metrics = PropagationMetrics::new(&mut registry, dataplane.status_board());
         let registry = Arc::new(registry);
 
         let (admin_addr, admin_task) = start_admin(opts.admin, &dataplane, registry).await?;
@@ -120,7 +134,7 @@ impl Standalone {
         let update = tokio::task::block_in_place(|| provider.load_all());
         let parse = seen.elapsed();
         let objects = update.upserts.len();
-        let changes = changes_of(update);
+        let changes = changes_of(update, &dataplane);
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
         let report = pipeline.process(changes, seen, parse, &origin).await;
         dataplane.set_ready();
@@ -133,6 +147,7 @@ impl Standalone {
         );
 
         let (stop, mut stopped) = watch::channel(false);
+        let loop_dataplane = dataplane.clone();
         let config_task = tokio::spawn(async move {
             let Some((_watcher, mut rx)) = watching else {
                 let _ = stopped.changed().await;
@@ -156,7 +171,7 @@ impl Standalone {
                     continue;
                 }
                 let parse = seen.elapsed();
-                let changes = changes_of(update);
+                let changes = changes_of(update, &loop_dataplane);
                 let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
                 pipeline.process(changes, seen, parse, &origin).await;
             }

@@ -20,5 +20,6 @@ mod reload;
 mod remote_jwks;
 mod request_limits;
 mod routing;
+mod status_page;
 mod tls;
 mod udp;

@@ -152,6 +152,33 @@ pub async fn dashboard_and_rules_use_exported_metrics(ctx: Arc<Ctx>) {
     assert!(connected, "the data plane connects");
     let mut have = scrape(controller.admin_addr).await;
     have.extend(scrape(proxy.admin_addr).await);
+    // The status page: the controller serves propagation, the split data plane its own
+    // part (its apply times; no control-plane phase).
+    let status = |addr| async move {
+        let r = support::http1(addr, "localhost", "/api/v1/status")
+            .await
+            .expect("the status API");
+        assert_eq!(r.status, 200);
+        r.json()
+    };
+    let phases = |v: &serde_json::Value| -> Vec<String> {
+        v["propagation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["phase"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let c = status(controller.admin_addr).await;
+    assert_eq!(c["mode"], "weir controller", "{c:#}");
+    assert!(phases(&c).contains(&"end_to_end".to_string()), "{c:#}");
+    assert!(c["propagation"][0]["count"].as_u64().unwrap() >= 1, "{c:#}");
+    let p = status(proxy.admin_addr).await;
+    assert_eq!(
+        p["mode"], "weir proxy for Gateway default/monitoring",
+        "{p:#}"
+    );
+    assert!(!phases(&p).contains(&"end_to_end".to_string()), "{p:#}");
     proxy.stop().await;
     controller.stop().await;
     // A data plane with a listener (request metrics are per listener).

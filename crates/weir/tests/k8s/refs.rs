@@ -127,6 +127,18 @@ pub async fn route_that_loses_its_backend(ctx: Arc<Ctx>) {
     })
     .await;
     until_http(addr, "cm.t6.test", "/cm", Err(500)).await;
+    // The controller's status page shows the refusal with its condition and reason.
+    let rej = support::http1(
+        ctx.controller.admin_addr,
+        "localhost",
+        &format!("/api/v1/rejections?q=HTTPRoute+{ns}/cm"),
+    )
+    .await
+    .unwrap()
+    .json();
+    let problem = &rej["items"][0]["problems"][0];
+    assert_eq!(problem["reason"], "InvalidKind", "{rej:#}");
+    assert_eq!(problem["condition"], "ResolvedRefs=False", "{rej:#}");
 
     cluster::delete(c, "v1", "Service", ns, "svc-b").await;
     wait_status(c, ROUTE_V1, ns, "r", "BackendNotFound", |s| {
