@@ -25,6 +25,7 @@ use crate::affinity;
 use crate::authority;
 use crate::basic_auth;
 use crate::body::RequestBody;
+use crate::concurrency::InProgress;
 use crate::cors;
 use crate::dataplane::Shared;
 use crate::endpoints::{ConnectGate, InFlight, Outcome};
@@ -44,6 +45,9 @@ use crate::upgrade;
 /// The response body: a small body produced here, or an upstream body streamed through.
 pub(crate) struct ProxyBody {
     kind: BodyKind,
+    /// The request's place under a concurrency limit, given back when the body is
+    /// dropped (sent whole, or the client gone).
+    held: Option<Box<InProgress>>,
 }
 
 enum BodyKind {
@@ -59,13 +63,26 @@ impl ProxyBody {
         let data = (!data.is_empty()).then_some(data);
         ProxyBody {
             kind: BodyKind::Full(data),
+            held: None,
         }
     }
 
     fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
         ProxyBody {
             kind: BodyKind::Upstream(body, lease),
+            held: None,
         }
+    }
+}
+
+/// `resp` holding the request's place under a concurrency limit until its body is done.
+fn holding(resp: Response<ProxyBody>, held: Option<Box<InProgress>>) -> Response<ProxyBody> {
+    match held {
+        None => resp,
+        Some(h) => resp.map(|mut b| {
+            b.held = Some(h);
+            b
+        }),
     }
 }
 
@@ -205,12 +222,14 @@ pub(crate) fn handle(
             attempts: 1,
         })
     });
-    let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut()));
+    let mut held = None;
+    let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut(), &mut held));
     Handling {
         ctx,
         start,
         shape,
         log,
+        held,
         state,
     }
 }
@@ -222,6 +241,9 @@ pin_project_lite::pin_project! {
         start: Instant,
         shape: ResponseShape,
         log: Option<Box<AccessLog>>,
+        // The request's place under a concurrency limit (phase 2), moved to the
+        // response body.
+        held: Option<Box<InProgress>>,
         #[pin]
         state: State<S>,
     }
@@ -270,13 +292,8 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                 result
             }
         };
-        Poll::Ready(Ok(finish(
-            this.ctx,
-            *this.start,
-            *this.shape,
-            this.log.take(),
-            result,
-        )))
+        let resp = finish(this.ctx, *this.start, *this.shape, this.log.take(), result);
+        Poll::Ready(Ok(holding(resp, this.held.take())))
     }
 }
 
@@ -425,7 +442,9 @@ fn verify_then_forward(
             upstream: None,
             attempts: 1,
         };
-        match phases(&ctx, req, start, Some(&mut log)) {
+        let mut held = None;
+        let (result, attempts, upstream) = match phases(&ctx, req, start, Some(&mut log), &mut held)
+        {
             Ok(Routed::Forward(fwd)) => (fwd.await, log.attempts, log.upstream),
             Ok(Routed::Retrying(fut)) => {
                 let (result, attempts, upstream) = fut.await;
@@ -434,7 +453,8 @@ fn verify_then_forward(
             Ok(Routed::Respond(resp)) => (Ok(resp), 1, None),
             Ok(Routed::Verify(fut)) => fut.await,
             Err(e) => (Err(e), 1, None),
-        }
+        };
+        (result.map(|r| holding(r, held)), attempts, upstream)
     })
 }
 
@@ -461,6 +481,7 @@ fn phases(
     mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
+    held: &mut Option<Box<InProgress>>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let Matched {
@@ -522,6 +543,18 @@ fn phases(
         Err(Refusal::WaitJwks(remote)) => {
             let job = Job::Jwks(remote);
             return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
+        }
+    }
+    // A concurrency limit counts the requests that passed every other check, from here
+    // until their response is sent (nginx's `limit_conn`).
+    if let Some((policy, limit)) = applied.concurrency_limit() {
+        match ctx.shared.concurrency.enter(policy, client, limit) {
+            Some(place) => *held = Some(Box::new(place)),
+            None => {
+                return Err(ProxyError::TooManyInProgress {
+                    policy: policy.clone(),
+                });
+            }
         }
     }
     let backends = match &rule.action {
