@@ -222,14 +222,12 @@ pub(crate) fn handle(
             attempts: 1,
         })
     });
-    let mut held = None;
-    let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut(), &mut held));
+    let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut()));
     Handling {
         ctx,
         start,
         shape,
         log,
-        held,
         state,
     }
 }
@@ -241,9 +239,6 @@ pin_project_lite::pin_project! {
         start: Instant,
         shape: ResponseShape,
         log: Option<Box<AccessLog>>,
-        // The request's place under a concurrency limit (phase 2), moved to the
-        // response body.
-        held: Option<Box<InProgress>>,
         #[pin]
         state: State<S>,
     }
@@ -292,8 +287,13 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                 result
             }
         };
-        let resp = finish(this.ctx, *this.start, *this.shape, this.log.take(), result);
-        Poll::Ready(Ok(holding(resp, this.held.take())))
+        Poll::Ready(Ok(finish(
+            this.ctx,
+            *this.start,
+            *this.shape,
+            this.log.take(),
+            result,
+        )))
     }
 }
 
@@ -442,9 +442,7 @@ fn verify_then_forward(
             upstream: None,
             attempts: 1,
         };
-        let mut held = None;
-        let (result, attempts, upstream) = match phases(&ctx, req, start, Some(&mut log), &mut held)
-        {
+        match phases(&ctx, req, start, Some(&mut log)) {
             Ok(Routed::Forward(fwd)) => (fwd.await, log.attempts, log.upstream),
             Ok(Routed::Retrying(fut)) => {
                 let (result, attempts, upstream) = fut.await;
@@ -453,8 +451,7 @@ fn verify_then_forward(
             Ok(Routed::Respond(resp)) => (Ok(resp), 1, None),
             Ok(Routed::Verify(fut)) => fut.await,
             Err(e) => (Err(e), 1, None),
-        };
-        (result.map(|r| holding(r, held)), attempts, upstream)
+        }
     })
 }
 
@@ -481,7 +478,6 @@ fn phases(
     mut req: Request<Incoming>,
     start: Instant,
     log: Option<&mut AccessLog>,
-    held: &mut Option<Box<InProgress>>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let Matched {
@@ -546,17 +542,19 @@ fn phases(
         }
     }
     // A concurrency limit counts the requests that passed every other check, from here
-    // until their response is sent (nginx's `limit_conn`).
-    if let Some((policy, limit)) = applied.concurrency_limit() {
-        match ctx.shared.concurrency.enter(policy, client, limit) {
-            Some(place) => *held = Some(Box::new(place)),
+    // until their response is sent (nginx's `limit_conn`); a request answered here gives
+    // its place back at once.
+    let held = match applied.concurrency_limit() {
+        None => None,
+        Some((policy, limit)) => match ctx.shared.concurrency.enter(policy, client, limit) {
+            Some(place) => Some(Box::new(place)),
             None => {
                 return Err(ProxyError::TooManyInProgress {
                     policy: policy.clone(),
                 });
             }
-        }
-    }
+        },
+    };
     let backends = match &rule.action {
         Action::Forward(backends) => backends,
         // A rule that cannot forward (no usable backend) fails a gRPC request the gRPC
@@ -602,11 +600,19 @@ fn phases(
             rewritten.cors_origin,
             start,
         );
-        return Ok(Routed::Retrying(Box::pin(fut)));
+        return Ok(Routed::Retrying(match held {
+            None => Box::pin(fut),
+            Some(h) => Box::pin(async move {
+                let (result, attempts, upstream) = fut.await;
+                (result.map(|r| holding(r, Some(h))), attempts, upstream)
+            }),
+        }));
     }
     address(&mut rewritten.parts, &rule, &target)?;
     let limit = attempt_limit(ctx, &applied.timeouts, start);
-    Ok(Routed::Forward(send(ctx, rule, target, rewritten, limit)))
+    Ok(Routed::Forward(send(
+        ctx, rule, target, rewritten, limit, held,
+    )))
 }
 
 /// What [`route`] found.
@@ -930,6 +936,7 @@ fn send(
     target: Target,
     rewritten: Rewritten,
     limit: Option<Duration>,
+    held: Option<Box<InProgress>>,
 ) -> Forwarding<impl Future<Output = UpstreamResult> + Send + use<>> {
     let Rewritten {
         parts,
@@ -949,12 +956,15 @@ fn send(
         rule,
         backend: target.backend,
         client_upgrade,
-        extra: (cors_origin.is_some() || target.set_header.is_some()).then(|| {
-            Box::new(Extra {
-                cors_origin,
-                set_header: target.set_header.map(|h| *h),
-            })
-        }),
+        extra: (cors_origin.is_some() || target.set_header.is_some() || held.is_some()).then(
+            || {
+                Box::new(Extra {
+                    cors_origin,
+                    set_header: target.set_header.map(|h| *h),
+                    held,
+                })
+            },
+        ),
         in_flight: Some(target.in_flight),
     }
 }
@@ -981,6 +991,8 @@ struct Extra {
     cors_origin: Option<cors::Allowed>,
     /// A header to add (a generated consistent-hash key).
     set_header: Option<(HeaderName, HeaderValue)>,
+    /// The request's place under a concurrency limit, moved to the response body.
+    held: Option<Box<InProgress>>,
 }
 
 impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
@@ -1003,8 +1015,11 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
             resp,
             lease,
         );
-        if let Some((name, value)) = extra.and_then(|e| e.set_header) {
-            resp.headers_mut().append(name, value);
+        if let Some(extra) = extra {
+            if let Some((name, value)) = extra.set_header {
+                resp.headers_mut().append(name, value);
+            }
+            resp = holding(resp, extra.held);
         }
         Poll::Ready(Ok(resp))
     }

@@ -197,15 +197,23 @@ spec:
         200
     );
 
-    // Moving an Ingress to the other class by its annotation takes it away, and back.
-    gw.write("ingress.yaml", &ingress("ours", Some("nginx")));
+    // Moving an Ingress to the other class by its annotation takes it away, and back
+    // (the class-less one keeps the Ingress listener bound).
+    let keeper = ingress("classless", None);
+    gw.write(
+        "ingress.yaml",
+        &[ingress("ours", Some("nginx")), keeper.clone()].join("---\n"),
+    );
     assert!(
         eventually(std::time::Duration::from_secs(10), || async {
             http1(http_addr, "ours.test", "/").await.unwrap().status == 404
         })
         .await
     );
-    gw.write("ingress.yaml", &ingress("theirs", Some("weir")));
+    gw.write(
+        "ingress.yaml",
+        &[ingress("theirs", Some("weir")), keeper].join("---\n"),
+    );
     assert!(
         eventually(std::time::Duration::from_secs(10), || async {
             http1(http_addr, "theirs.test", "/").await.unwrap().status == 200
