@@ -107,7 +107,7 @@ const PROBES: &[Probe] = &[
         body: 1024,
         ..get("sized.test", "/up")
     },
-    // proxy-connect-timeout + proxy-read-timeout: 2 s for a backend that takes 10.
+    // proxy-connect-timeout + proxy-read-timeout: 6 s for a backend that takes 10.
     get("timed.test", "/delay/10000"),
     // affinity cookie: the session cookie is set.
     get("sticky.test", "/"),
@@ -210,7 +210,7 @@ spec:
     );
     out += &ing(
         "timed",
-        "    nginx.ingress.kubernetes.io/proxy-connect-timeout: \"1\"\n    nginx.ingress.kubernetes.io/proxy-read-timeout: \"1\"\n",
+        "    nginx.ingress.kubernetes.io/proxy-connect-timeout: \"5\"\n    nginx.ingress.kubernetes.io/proxy-read-timeout: \"1\"\n",
         "timed.test",
         "a",
     );
@@ -261,13 +261,13 @@ fn summary(r: &Resp, http_port: u16, https_port: u16) -> String {
     if r.echo_name().is_some() {
         let v = r.json();
         out += &format!(
-            " upstream: {} {} body={} host={} x-forwarded-prefix={} authorization={}",
+            " upstream: {} {} host={} x-forwarded-prefix={} authorization={} body={}",
             v["method"],
             v["path"],
-            v["body_bytes"],
             v["headers"]["host"],
             v["headers"]["x-forwarded-prefix"],
-            v["headers"]["authorization"]
+            v["headers"]["authorization"],
+            v["body_bytes"]
         );
     }
     out
@@ -479,7 +479,7 @@ stringData:
         (19, "200 x-echo-name=a"),
         (20, "308 location=https://force.test:HTTPS/x?y=1"),
         (21, "413"),
-        (22, "200 x-echo-name=a upstream: \"POST\" \"/up\" body=1024"),
+        (22, "200 x-echo-name=a upstream: \"POST\" \"/up\""),
         (23, "504"),
         (
             24,
@@ -496,4 +496,5 @@ stringData:
         before[2]
     );
     assert!(!before[19].contains("x-snippet"), "{}", before[19]);
+    assert!(before[22].ends_with("body=1024"), "{}", before[22]);
 }
