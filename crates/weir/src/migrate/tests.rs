@@ -139,7 +139,7 @@ fn legacy_class_policy_fields_and_the_redirect_twin() {
         report.contains("Ingress shop/other: info: class \"traefik\""),
         "{report}"
     );
-    assert!(!report.contains("not carried over"), "{report}");
+    assert!(!report.contains("not carried over:"), "{report}");
 
     let policy = find(&m, "TrafficPolicy", "web-nginx");
     let spec = &policy["spec"];
