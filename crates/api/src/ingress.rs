@@ -14,6 +14,23 @@ pub struct Ingress {
     pub spec: IngressSpec,
 }
 
+/// The annotation that named an Ingress's class before `spec.ingressClassName` existed.
+pub const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+
+impl Ingress {
+    /// The Ingress's class: `spec.ingressClassName`, else the legacy
+    /// `kubernetes.io/ingress.class` annotation (as ingress-nginx reads it); `None` for a
+    /// class-less Ingress.
+    pub fn class(&self) -> Option<&str> {
+        self.spec.ingress_class_name.as_deref().or_else(|| {
+            self.metadata
+                .annotations
+                .get(LEGACY_CLASS_ANNOTATION)
+                .map(|c| c.trim())
+        })
+    }
+}
+
 /// Ingress spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]

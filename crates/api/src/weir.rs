@@ -110,6 +110,17 @@ pub struct TrafficPolicySpec {
     pub cors: Option<Box<crate::gateway::HttpCorsFilter>>,
     /// How large a request's body and head may be.
     pub request_limits: Option<RequestLimitsSpec>,
+    /// How many requests of one client address may be in progress at once.
+    pub concurrency_limit: Option<ConcurrencyLimitSpec>,
+}
+
+/// A bound on the requests of one client address in progress at once (from its checks
+/// until its response is sent whole): one over it is answered 503.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConcurrencyLimitSpec {
+    /// The most requests of one client address at once (1 to 1000000; required).
+    pub per_client: Option<i64>,
 }
 
 /// Request size limits, checked after routing (below the listener's own head limits).

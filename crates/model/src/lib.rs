@@ -57,9 +57,9 @@ pub use listener::{
     PathNormalization, Protocol, ProxyProtocol,
 };
 pub use policy::{
-    ApiKeyAuth, BackendKind, BasicAuth, FailMode, GlobalRateLimit, IpNet, IpRules, JwtAuth, JwtKey,
-    JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST, PasswordScheme, Policy,
-    PolicyTarget, RateLimitKey, RemoteJwks,
+    ApiKeyAuth, BackendKind, BasicAuth, ConcurrencyLimit, FailMode, GlobalRateLimit, IpNet,
+    IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, LocalRateLimit, MAX_BCRYPT_COST,
+    PasswordScheme, Policy, PolicyTarget, RateLimitKey, RemoteJwks,
 };
 pub use request_limits::RequestLimits;
 pub use route::{

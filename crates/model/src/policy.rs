@@ -622,7 +622,21 @@ pub struct Policy {
     /// protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_limits: Option<(Arc<str>, crate::RequestLimits)>,
+    /// How many requests of one client address may be in progress at once, and the
+    /// policy object (`namespace/name`) that set it (push protocol version 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<(Arc<str>, ConcurrencyLimit)>,
     hash: ContentHash,
+}
+
+/// A bound on the requests of one client address in progress at once (ingress-nginx's
+/// `limit-connections`, nginx's `limit_conn` keyed by the client address): a request
+/// over it is answered 503. A request is in progress from its checks until its response
+/// has been sent whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ConcurrencyLimit {
+    /// The most requests of one client address at once (at least 1).
+    pub per_client: u32,
 }
 eq_by_content_hash!(Policy);
 
@@ -655,6 +669,7 @@ impl Policy {
             authorization: None,
             cors: None,
             request_limits: None,
+            concurrency_limit: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -707,9 +722,13 @@ impl Policy {
             None => v3,
             Some(cors) => content_hash(&(v3.0, 15u32, cors)),
         };
-        self.hash = match &self.request_limits {
+        let v3 = match &self.request_limits {
             None => v3,
             Some(limits) => content_hash(&(v3.0, 16u32, limits)),
+        };
+        self.hash = match &self.concurrency_limit {
+            None => v3,
+            Some(limit) => content_hash(&(v3.0, 19u32, limit)),
         };
     }
 
@@ -727,7 +746,8 @@ impl Policy {
     /// `authorization` (field 14, an access guard) and `cors` (field 15, not one: an older
     /// data plane answers without CORS headers, which browsers then refuse) and
     /// `request_limits` (field 16, not one either: an older data plane serves requests of
-    /// any size up to the listener's limits).
+    /// any size up to the listener's limits) and `concurrency_limit` (field 19, not one:
+    /// an older data plane serves a client's requests without the bound).
     pub fn as_version_2(mut self) -> Self {
         if let Some(r) = self.retry.take() {
             self.retry = Some(r.as_version_2());
@@ -755,6 +775,10 @@ impl Policy {
         }
         if self.request_limits.is_some() {
             self.request_limits = None;
+            self.rehash();
+        }
+        if self.concurrency_limit.is_some() {
+            self.concurrency_limit = None;
             self.rehash();
         }
         if let Some((name, jwt)) = &self.jwt_auth
@@ -871,6 +895,14 @@ impl Policy {
         self
     }
 
+    /// This policy with a bound on each client's requests in progress (`namespace/name`
+    /// of the policy object that set it).
+    pub fn with_concurrency_limit(mut self, limit: Option<(Arc<str>, ConcurrencyLimit)>) -> Self {
+        self.concurrency_limit = limit;
+        self.rehash();
+        self
+    }
+
     /// This policy with circuit breaking.
     pub fn with_circuit_breaker(mut self, breaker: Option<CircuitBreaker>) -> Self {
         self.circuit_breaker = breaker;
@@ -910,6 +942,7 @@ impl Policy {
             && self.authorization.is_none()
             && self.cors.is_none()
             && self.request_limits.is_none()
+            && self.concurrency_limit.is_none()
     }
 
     /// The content hash computed at construction.
@@ -1112,6 +1145,18 @@ mod tests {
         assert_ne!(limited.hash(), deny.hash());
         assert!(!limited.guards_with_version_3_fields());
         assert_eq!(limited.as_version_2().hash(), deny.hash());
+        // Version 3's concurrency limit: likewise (not a guard: an older data plane
+        // serves without the bound).
+        assert_eq!(
+            deny.clone().with_concurrency_limit(None).hash(),
+            deny.hash()
+        );
+        let bounded = deny
+            .clone()
+            .with_concurrency_limit(Some(("ns/conn".into(), ConcurrencyLimit { per_client: 2 })));
+        assert_ne!(bounded.hash(), deny.hash());
+        assert!(!bounded.guards_with_version_3_fields());
+        assert_eq!(bounded.as_version_2().hash(), deny.hash());
         assert_eq!(deny.clone().as_version_2().hash(), deny.hash());
         // Version 3's remote JWK Set: a provider without one hashes as before (the hash
         // of `with_jwt` above is pinned by its value below), with one differently, and a

@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub(crate) ext_auth: Arc<crate::ext_auth::ExtAuthState>,
     /// JWK Sets fetched from URLs.
     pub(crate) jwks: Arc<crate::jwks::JwksRegistry>,
+    /// Requests in progress per (policy, client address), kept across snapshots.
+    pub(crate) concurrency: Arc<crate::concurrency::ConcurrencyLimiter>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -157,6 +159,7 @@ impl DataPlane {
                     metrics.ext_auth.clone(),
                 )),
                 jwks: Arc::new(crate::jwks::JwksRegistry::new(metrics.jwks.clone())),
+                concurrency: Arc::default(),
                 config,
                 metrics,
                 workers,

@@ -82,6 +82,13 @@ pub(crate) enum ProxyError {
         /// The policy object (`namespace/name`) that set the limit.
         policy: std::sync::Arc<str>,
     },
+    /// A policy's concurrency limit: the client has as many requests in progress as it
+    /// allows.
+    #[error("too many requests in progress (policy {policy})")]
+    TooManyInProgress {
+        /// The policy object (`namespace/name`) that set the limit.
+        policy: std::sync::Arc<str>,
+    },
     /// A policy's client address rules refuse the client.
     #[error("client address refused (policy {policy})")]
     Forbidden {
@@ -386,6 +393,12 @@ fn http_error(err: &ProxyError) -> (StatusCode, Fault, &'static str) {
             "rate limit unavailable\n",
         ),
         ProxyError::Forbidden { .. } => (StatusCode::FORBIDDEN, Fault::Policy, "forbidden\n"),
+        // ingress-nginx's `limit-connections` answers 503.
+        ProxyError::TooManyInProgress { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Fault::Policy,
+            "too many requests in progress\n",
+        ),
         ProxyError::ExtAuthDenied { status, .. } => (
             *status,
             Fault::Policy,
@@ -429,6 +442,7 @@ fn grpc_status(err: &ProxyError) -> GrpcStatus {
             GrpcStatus::ResourceExhausted
         }
         ProxyError::RateLimitUnavailable { .. } => GrpcStatus::Unavailable,
+        ProxyError::TooManyInProgress { .. } => GrpcStatus::ResourceExhausted,
         ProxyError::Unauthenticated { .. } => GrpcStatus::Unauthenticated,
         ProxyError::Forbidden { .. } => GrpcStatus::PermissionDenied,
         ProxyError::ExtAuthDenied { status, .. } if *status == StatusCode::UNAUTHORIZED => {

@@ -22,6 +22,7 @@ mod authority;
 mod authz;
 mod basic_auth;
 mod body;
+mod concurrency;
 mod cors;
 mod dataplane;
 mod drain;

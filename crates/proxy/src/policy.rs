@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header;
 use weir_model::{
-    ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy, PolicyTarget,
-    RateLimitKey, RequestLimits, Retry, RouteRule, Timeouts,
+    Action, ApiKeyAuth, AuthzAction, BasicAuth, HashOn, LoadBalancer, PasswordScheme, Policy,
+    PolicyTarget, RateLimitKey, RequestLimits, Retry, RouteKind, RouteRule, Timeouts,
 };
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
@@ -57,6 +57,8 @@ pub(crate) struct Applied {
     cors: Option<Arc<Policy>>,
     /// The policies whose request size limits apply, field by field.
     size_limits: SizeLimits,
+    /// The policy whose concurrency limit applies.
+    concurrency_limit: Option<Arc<Policy>>,
 }
 
 /// The policy that sets each request size limit: the most specific one that sets that
@@ -107,7 +109,19 @@ impl Applied {
             authorization: None,
             cors: None,
             size_limits: SizeLimits::default(),
+            concurrency_limit: None,
         }
+    }
+
+    /// The concurrency limit that applies: the policy object that set it and how many
+    /// requests of one client may be in progress.
+    pub(crate) fn concurrency_limit(&self) -> Option<(&Arc<str>, u32)> {
+        let (name, l) = self
+            .concurrency_limit
+            .as_ref()?
+            .concurrency_limit
+            .as_ref()?;
+        Some((name, l.per_client))
     }
 
     /// The most body bytes a policy allows this request (`None`: no such limit), for a
@@ -146,8 +160,15 @@ impl Applied {
 }
 
 /// The settings for a request of `rule` on a listener of `gateway`.
+///
+/// An Ingress rule that redirects (ingress-nginx's `ssl-redirect`, `force-ssl-redirect`,
+/// `permanent-redirect`, `temporal-redirect`, `app-root`) is answered before any policy
+/// check: nginx runs its rewrite phase, where those redirects are, before the phases of
+/// `limit-rps`, the source ranges, `auth-url` and `auth-type`, so a plaintext request
+/// to a TLS host with Basic auth is sent to https rather than asked for credentials.
+/// Gateway API rules keep every check first.
 pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule) -> Applied {
-    if !snapshot.has_policies() {
+    if !snapshot.has_policies() || redirects_first(rule) {
         return Applied::of_rule(rule);
     }
     let chain = [
@@ -198,7 +219,13 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
         headers: limits(|l| l.max_headers.is_some()),
         header_bytes: limits(|l| l.max_header_bytes.is_some()),
     };
+    applied.concurrency_limit = first(|p| p.concurrency_limit.is_some());
     applied
+}
+
+/// Whether `rule` answers its redirect before the policies (see [`resolve`]).
+fn redirects_first(rule: &RouteRule) -> bool {
+    rule.route.kind == RouteKind::Ingress && matches!(rule.action, Action::Redirect(_))
 }
 
 /// Why phase 2 stopped a request.

@@ -25,6 +25,7 @@ use crate::affinity;
 use crate::authority;
 use crate::basic_auth;
 use crate::body::RequestBody;
+use crate::concurrency::InProgress;
 use crate::cors;
 use crate::dataplane::Shared;
 use crate::endpoints::{ConnectGate, InFlight, Outcome};
@@ -44,6 +45,9 @@ use crate::upgrade;
 /// The response body: a small body produced here, or an upstream body streamed through.
 pub(crate) struct ProxyBody {
     kind: BodyKind,
+    /// The request's place under a concurrency limit, given back when the body is
+    /// dropped (sent whole, or the client gone).
+    held: Option<Box<InProgress>>,
 }
 
 enum BodyKind {
@@ -59,13 +63,26 @@ impl ProxyBody {
         let data = (!data.is_empty()).then_some(data);
         ProxyBody {
             kind: BodyKind::Full(data),
+            held: None,
         }
     }
 
     fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
         ProxyBody {
             kind: BodyKind::Upstream(body, lease),
+            held: None,
         }
+    }
+}
+
+/// `resp` holding the request's place under a concurrency limit until its body is done.
+fn holding(resp: Response<ProxyBody>, held: Option<Box<InProgress>>) -> Response<ProxyBody> {
+    match held {
+        None => resp,
+        Some(h) => resp.map(|mut b| {
+            b.held = Some(h);
+            b
+        }),
     }
 }
 
@@ -524,6 +541,20 @@ fn phases(
             return Ok(Routed::Verify(verify_then_forward(ctx, req, job, start)));
         }
     }
+    // A concurrency limit counts the requests that passed every other check, from here
+    // until their response is sent (nginx's `limit_conn`); a request answered here gives
+    // its place back at once.
+    let held = match applied.concurrency_limit() {
+        None => None,
+        Some((policy, limit)) => match ctx.shared.concurrency.enter(policy, client, limit) {
+            Some(place) => Some(Box::new(place)),
+            None => {
+                return Err(ProxyError::TooManyInProgress {
+                    policy: policy.clone(),
+                });
+            }
+        },
+    };
     let backends = match &rule.action {
         Action::Forward(backends) => backends,
         // A rule that cannot forward (no usable backend) fails a gRPC request the gRPC
@@ -569,11 +600,19 @@ fn phases(
             rewritten.cors_origin,
             start,
         );
-        return Ok(Routed::Retrying(Box::pin(fut)));
+        return Ok(Routed::Retrying(match held {
+            None => Box::pin(fut),
+            Some(h) => Box::pin(async move {
+                let (result, attempts, upstream) = fut.await;
+                (result.map(|r| holding(r, Some(h))), attempts, upstream)
+            }),
+        }));
     }
     address(&mut rewritten.parts, &rule, &target)?;
     let limit = attempt_limit(ctx, &applied.timeouts, start);
-    Ok(Routed::Forward(send(ctx, rule, target, rewritten, limit)))
+    Ok(Routed::Forward(send(
+        ctx, rule, target, rewritten, limit, held,
+    )))
 }
 
 /// What [`route`] found.
@@ -897,6 +936,7 @@ fn send(
     target: Target,
     rewritten: Rewritten,
     limit: Option<Duration>,
+    held: Option<Box<InProgress>>,
 ) -> Forwarding<impl Future<Output = UpstreamResult> + Send + use<>> {
     let Rewritten {
         parts,
@@ -916,12 +956,15 @@ fn send(
         rule,
         backend: target.backend,
         client_upgrade,
-        extra: (cors_origin.is_some() || target.set_header.is_some()).then(|| {
-            Box::new(Extra {
-                cors_origin,
-                set_header: target.set_header.map(|h| *h),
-            })
-        }),
+        extra: (cors_origin.is_some() || target.set_header.is_some() || held.is_some()).then(
+            || {
+                Box::new(Extra {
+                    cors_origin,
+                    set_header: target.set_header.map(|h| *h),
+                    held,
+                })
+            },
+        ),
         in_flight: Some(target.in_flight),
     }
 }
@@ -948,6 +991,8 @@ struct Extra {
     cors_origin: Option<cors::Allowed>,
     /// A header to add (a generated consistent-hash key).
     set_header: Option<(HeaderName, HeaderValue)>,
+    /// The request's place under a concurrency limit, moved to the response body.
+    held: Option<Box<InProgress>>,
 }
 
 impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
@@ -970,8 +1015,11 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
             resp,
             lease,
         );
-        if let Some((name, value)) = extra.and_then(|e| e.set_header) {
-            resp.headers_mut().append(name, value);
+        if let Some(extra) = extra {
+            if let Some((name, value)) = extra.set_header {
+                resp.headers_mut().append(name, value);
+            }
+            resp = holding(resp, extra.held);
         }
         Poll::Ready(Ok(resp))
     }

@@ -517,6 +517,19 @@ metadata:
 spec:
   rules: [{host: b.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
 ---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: i3
+  namespace: default
+  annotations:
+    nginx.ingress.kubernetes.io/ssl-passthrough: "true"
+    nginx.ingress.kubernetes.io/limit-connections: "2"
+    nginx.ingress.kubernetes.io/proxy-body-size: 1m
+    kubernetes.io/ingress.class: weir
+spec:
+  rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw3, namespace: default}

@@ -348,8 +348,20 @@ struct CheckArgs {
 struct MigrateArgs {
     /// A YAML file or a directory of YAML files holding the Ingresses (and, where
     /// available, the Services, Secrets and Backends they use).
-    #[arg(short, long)]
-    config: PathBuf,
+    #[arg(
+        short,
+        long,
+        required_unless_present = "from_cluster",
+        conflicts_with = "from_cluster"
+    )]
+    config: Option<PathBuf>,
+    /// Read the Ingresses from a cluster instead (every namespace; with the Services and
+    /// weir Backends of their namespaces and the Secrets they name).
+    #[arg(long)]
+    from_cluster: bool,
+    /// Kubeconfig of that cluster (default: `KUBECONFIG`, `~/.kube/config`, or in-cluster).
+    #[arg(long, requires = "from_cluster")]
+    kubeconfig: Option<PathBuf>,
     /// Write the manifests here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -509,7 +521,7 @@ fn main() -> ExitCode {
             }
             Command::Migrate(a) => {
                 let opts = weir::migrate::MigrateOptions {
-                    config: a.config,
+                    config: a.config.clone().unwrap_or_default(),
                     gateway_name: a.gateway_name,
                     gateway_namespace: a.gateway_namespace,
                     gateway_class: a.gateway_class,
@@ -518,7 +530,12 @@ fn main() -> ExitCode {
                     address: a.address,
                     ingress_classes: a.ingress_class,
                 };
-                let m = weir::migrate::migrate(&opts);
+                let m = if a.from_cluster {
+                    let client = weir_provider_k8s::client(a.kubeconfig.as_deref()).await?;
+                    weir::migrate::migrate_cluster(&opts, client).await?
+                } else {
+                    weir::migrate::migrate(&opts)
+                };
                 let yaml = m.yaml()?;
                 match &a.output {
                     Some(p) => std::fs::write(p, yaml)

@@ -270,6 +270,13 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 max_header_bytes: l.max_header_bytes,
                 max_headers: l.max_headers,
             }),
+        concurrency_limit: p
+            .concurrency_limit
+            .as_ref()
+            .map(|(name, l)| wire::ConcurrencyLimit {
+                policy: name.to_string(),
+                per_client: l.per_client,
+            }),
         cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
             policy: name.to_string(),
             cors: Some(cors_to_wire(c)),
@@ -857,6 +864,21 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     },
                 )
             }))
+            .with_concurrency_limit(match &p.concurrency_limit {
+                None => None,
+                Some(l) if l.per_client == 0 => {
+                    return Err(invalid(
+                        "concurrency_limit.per_client",
+                        "must be at least 1",
+                    ));
+                }
+                Some(l) => Some((
+                    l.policy.as_str().into(),
+                    weir_model::ConcurrencyLimit {
+                        per_client: l.per_client,
+                    },
+                )),
+            })
             .with_cors(match &p.cors {
                 None => None,
                 Some(c) => Some((

@@ -14,6 +14,7 @@ use crate::compile::fields::normalize_prefix;
 use crate::compile::ingress_nginx;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::compile::policy::PolicySettings;
+use crate::compile::route_kind::L4Target;
 use crate::store::{Dep, Store};
 
 /// What an Ingress compiles to.
@@ -33,15 +34,19 @@ pub(crate) struct CompiledIngress {
     pub(crate) policy: Option<Arc<PolicySettings>>,
     /// Which of its rules on the plaintext listener redirect to HTTPS (`ssl-redirect`).
     pub(crate) ssl_redirect: ingress_nginx::SslRedirect,
+    /// Hosts whose TLS connections are passed through to a backend (`ssl-passthrough`),
+    /// and whether that backend is the one of the host's `/` path.
+    pub(crate) passthrough: Vec<(HostMatch, Arc<L4Target>, bool)>,
 }
 
 /// The annotation that marks an IngressClass as the cluster default.
 const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
 
-/// Whether `ing` is ours: it names one of our classes, or names none while we are
-/// standalone or our (first) IngressClass is marked as the default class.
+/// Whether `ing` is ours: it names one of our classes (in `spec.ingressClassName`, or
+/// without one in the legacy `kubernetes.io/ingress.class` annotation), or names none
+/// while we are standalone or our (first) IngressClass is marked as the default class.
 pub(crate) fn is_ours(store: &Store, opts: &TranslatorOptions, ing: &Ingress) -> bool {
-    match ing.spec.ingress_class_name.as_deref() {
+    match ing.class() {
         Some(c) => c == opts.ingress_class || opts.more_ingress_classes.iter().any(|m| m == c),
         None => {
             opts.standalone
@@ -152,6 +157,9 @@ pub(crate) fn compile(
                 }
             };
             let action = action(&p.backend, &format!("{field}.backend"), &mut out);
+            if annotations.ssl_passthrough {
+                passthrough(&mut out, &host, &path, &action, key, idx);
+            }
             // `server-alias`: the names serve what every named host of the Ingress does.
             if host != HostMatch::Any {
                 for alias in &aliases {
@@ -214,6 +222,50 @@ pub(crate) fn compile(
     }
     tls(store, ns, ing, &mut out);
     out
+}
+
+/// `ssl-passthrough`: the backend of `host`'s `/` path, else of its first path, takes
+/// the host's TLS connections (the Ingress's default backend takes none: a passthrough
+/// host needs a name to be found by).
+fn passthrough(
+    out: &mut CompiledIngress,
+    host: &HostMatch,
+    path: &PathMatch,
+    action: &Action,
+    key: &ObjectKey,
+    rule: u32,
+) {
+    if *host == HostMatch::Any {
+        return;
+    }
+    let Action::Forward(backends) = action else {
+        return;
+    };
+    let root = matches!(path, PathMatch::Prefix(p) | PathMatch::Exact(p) if &**p == "/");
+    let at = out.passthrough.iter().position(|(h, _, _)| h == host);
+    if at.is_some_and(|i| out.passthrough[i].2 || !root) {
+        return;
+    }
+    let target = Arc::new(L4Target {
+        route: RouteRef {
+            kind: RouteKind::Ingress,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            rule,
+        },
+        backends: backends
+            .iter()
+            .map(|b| weir_model::L4Backend {
+                cluster: b.cluster.clone(),
+                weight: b.weight,
+            })
+            .collect(),
+    });
+    match at {
+        // The host's first `/` path replaces an earlier path's backend.
+        Some(i) => out.passthrough[i] = (host.clone(), target, true),
+        None => out.passthrough.push((host.clone(), target, root)),
+    }
 }
 
 /// The path match of an Ingress path at `field` (ingress-nginx regex paths with

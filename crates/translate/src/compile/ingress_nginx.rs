@@ -12,6 +12,8 @@
 //! | annotation | becomes |
 //! |---|---|
 //! | `limit-rps`, `limit-rpm`, `limit-burst-multiplier` | a local rate limit per client IP (burst = rate × multiplier, default 5; with both, `limit-rps`) |
+//! | `limit-connections` | the policy's concurrency limit: at most that many requests of one client address in progress at once (nginx's `limit_conn` counts an HTTP/1.1 connection while it has a request, each HTTP/2 stream apart), 503 beyond |
+//! | `proxy-body-size` (`8m`; units `k`, `m`, `g`; `0`: no limit) | the policy's `requestLimits.maxBodyBytes`: a larger body is answered 413 (unset: no limit, where ingress-nginx's default is 1m) |
 //! | `auth-type: basic`, `auth-secret`, `auth-secret-type`, `auth-realm` | basic auth (`auth-file`: the Secret's `auth` key; `auth-map`: a key per user) |
 //! | `auth-url`, `auth-signin`, `auth-response-headers` | external authorization (the `extAuth` of a TrafficPolicy; `Authorization` and `Cookie` are sent, not every request header as nginx's subrequest does) |
 //! | `whitelist-source-range`, `denylist-source-range` | client address rules (403) |
@@ -30,6 +32,7 @@
 //! | `app-root` | a request for `/` is redirected (302) there |
 //! | `backend-protocol` `HTTP`, `GRPC`, `H2C` | HTTP/1.1 or HTTP/2 (h2c) to the backends |
 //! | `enable-websockets` | nothing to do: upgrades are always relayed |
+//! | `ssl-passthrough: "true"` | on the Ingress HTTPS listener, a TLS connection whose SNI is one of the Ingress's hosts is spliced to the backend of that host's `/` path (else its first path), TLS and all — the `L4Route` a TLSRoute on a Passthrough listener gets; the host's other annotations do not apply to it (as in ingress-nginx), plaintext requests are served as before |
 //! | `proxy-next-upstream`, `proxy-next-upstream-tries` | a retry: `http_NNN` tokens are its codes, `non_idempotent` its `non_idempotent`, `off` none; tries (default 3, ingress-nginx's) count the first attempt; no backoff, as nginx passes a request to the next server at once |
 //! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
 
@@ -79,6 +82,9 @@ pub(crate) struct Annotations {
     /// The Ingress is a canary of the main Ingress of each of its host and path
     /// (`canary: "true"`).
     pub(crate) canary: Option<Canary>,
+    /// TLS connections to the Ingress's hosts are passed through to the backend by SNI
+    /// (`ssl-passthrough`).
+    pub(crate) ssl_passthrough: bool,
     /// Invalid, unsupported or partly applied annotations, each named.
     pub(crate) problems: Vec<String>,
     /// Objects read (Secrets).
@@ -98,6 +104,7 @@ impl Default for Annotations {
             regex_paths: false,
             aliases: Vec::new(),
             canary: None,
+            ssl_passthrough: false,
             problems: Vec::new(),
             deps: Vec::new(),
         }
@@ -121,6 +128,8 @@ const SUPPORTED: &[&str] = &[
     "limit-rps",
     "limit-rpm",
     "limit-burst-multiplier",
+    "limit-connections",
+    "proxy-body-size",
     "auth-type",
     "auth-secret",
     "auth-secret-type",
@@ -170,6 +179,7 @@ const SUPPORTED: &[&str] = &[
     "canary-by-cookie",
     "canary-weight",
     "canary-weight-total",
+    "ssl-passthrough",
 ];
 
 /// Which requests a canary Ingress takes from its main Ingress, in this order: by header,
@@ -261,6 +271,24 @@ fn canary(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Canary {
     c
 }
 
+/// The largest `proxy-body-size` (a TrafficPolicy's `maxBodyBytes` bound).
+const MAX_BODY_BYTES: u64 = 1 << 40;
+
+/// An nginx size (`client_max_body_size`): bytes, or a number followed by `k`, `m` or
+/// `g` (either case) for KiB, MiB, GiB.
+fn nginx_size(v: &str) -> Option<u64> {
+    let (digits, unit) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
 /// ingress-nginx's `limit-burst-multiplier` default.
 const DEFAULT_BURST_MULTIPLIER: u32 = 5;
 
@@ -338,6 +366,31 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     // Retries.
     if ours.contains_key("proxy-next-upstream") || ours.contains_key("proxy-next-upstream-tries") {
         settings.retry = next_upstream(&ours, &mut out.problems);
+    }
+
+    // Requests in progress per client address.
+    if let Some(n) = number("limit-connections", &mut out) {
+        settings.concurrency_limit = Some(weir_model::ConcurrencyLimit {
+            per_client: n.min(1_000_000),
+        });
+    }
+
+    // Request body size.
+    if let Some(v) = ours.get("proxy-body-size") {
+        match nginx_size(v) {
+            // nginx: 0 turns the check off.
+            Some(0) => {}
+            Some(n) if n <= MAX_BODY_BYTES => {
+                settings.request_limits = Some(weir_model::RequestLimits {
+                    max_body_bytes: Some(n),
+                    ..Default::default()
+                });
+            }
+            _ => out.problems.push(format!(
+                "{}: {v:?} is not a size (bytes, or a number with k, m or g) up to 1 TiB; ignored",
+                field("proxy-body-size")
+            )),
+        }
     }
 
     // Timeouts and session affinity.
@@ -484,6 +537,8 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
     }
 
     let sets = settings.rate_limit.is_some()
+        || settings.request_limits.is_some()
+        || settings.concurrency_limit.is_some()
         || settings.timeouts.is_set()
         || settings.load_balancer.is_some()
         || settings.retry.is_some()
@@ -677,6 +732,14 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
         Some(other) => out.problems.push(format!(
             "{}: {other:?} is not true or false; ignored",
             field("service-upstream")
+        )),
+    }
+    match ours.get("ssl-passthrough").copied() {
+        None | Some("false") => {}
+        Some("true") => out.ssl_passthrough = true,
+        Some(other) => out.problems.push(format!(
+            "{}: {other:?} is not true or false; ignored",
+            field("ssl-passthrough")
         )),
     }
     match ours.get("use-regex").copied() {
@@ -1015,4 +1078,32 @@ fn cors(ours: &BTreeMap<&str, &str>) -> Result<Filter, String> {
     };
     crate::compile::cors::compile(&spec, &format!("metadata.annotations[{PREFIX}cors-*]"))
         .map(|c| Filter::Cors(Arc::new(c)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nginx_size;
+
+    #[test]
+    fn nginx_sizes_read_as_nginx_reads_them() {
+        assert_eq!(nginx_size("0"), Some(0));
+        assert_eq!(nginx_size("1024"), Some(1024));
+        assert_eq!(nginx_size("8k"), Some(8 << 10));
+        assert_eq!(nginx_size("8K"), Some(8 << 10));
+        assert_eq!(nginx_size("1m"), Some(1 << 20));
+        assert_eq!(nginx_size("2G"), Some(2 << 30));
+        for bad in [
+            "",
+            "m",
+            "1.5m",
+            "-1",
+            "1mb",
+            "1 m",
+            "k1",
+            "99999999999999999999",
+        ] {
+            assert_eq!(nginx_size(bad), None, "{bad:?}");
+        }
+        assert_eq!(nginx_size("18446744073709551615g"), None);
+    }
 }

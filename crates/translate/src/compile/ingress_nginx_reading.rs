@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use weir_api::{Ingress, Object};
-use weir_model::{BasicAuth, ExtAuth, Filter, IpRules, LocalRateLimit, Redirect, Retry};
+use weir_model::{
+    BasicAuth, ConcurrencyLimit, ExtAuth, Filter, IpRules, LoadBalancer, LocalRateLimit, Redirect,
+    RequestLimits, Retry, Timeouts,
+};
 
 use crate::compile::backend::WantProtocol;
 use crate::compile::ingress_nginx::{self, SslRedirect};
@@ -40,6 +43,15 @@ pub struct IngressNginxReading {
     pub ext_auth: Option<Arc<ExtAuth>>,
     /// Client address rules of the implicit policy.
     pub ip_rules: Option<Arc<IpRules>>,
+    /// Timeouts of the implicit policy (`proxy-connect-timeout` + `proxy-read-timeout`
+    /// as the per-attempt timeout).
+    pub timeouts: Timeouts,
+    /// Load balancer of the implicit policy (`affinity: cookie`).
+    pub load_balancer: Option<LoadBalancer>,
+    /// Request size limits of the implicit policy (`proxy-body-size`).
+    pub request_limits: Option<RequestLimits>,
+    /// Bound on each client's requests in progress (`limit-connections`).
+    pub concurrency_limit: Option<ConcurrencyLimit>,
     /// Whether the implicit policy holds a setting none of the fields above shows (an
     /// annotation this view does not know yet); a migration must then report it.
     pub other_policy_settings: bool,
@@ -86,6 +98,10 @@ impl IngressNginxReader {
             basic_auth: None,
             ext_auth: None,
             ip_rules: None,
+            timeouts: Timeouts::default(),
+            load_balancer: None,
+            request_limits: None,
+            concurrency_limit: None,
             other_policy_settings: false,
             filters: a.filters,
             redirect: a.redirect,
@@ -105,6 +121,10 @@ impl IngressNginxReader {
             out.basic_auth = rest.basic_auth.take();
             out.ext_auth = rest.ext_auth.take();
             out.ip_rules = rest.ip_rules.take();
+            out.timeouts = std::mem::take(&mut rest.timeouts);
+            out.load_balancer = rest.load_balancer.take();
+            out.request_limits = rest.request_limits.take();
+            out.concurrency_limit = rest.concurrency_limit.take();
             rest.name = Arc::default();
             out.other_policy_settings = rest != Default::default();
         }

@@ -53,6 +53,7 @@ pub(crate) struct PolicySettings {
     pub(crate) authorization: Option<Arc<Authorization>>,
     pub(crate) cors: Option<Arc<weir_model::Cors>>,
     pub(crate) request_limits: Option<weir_model::RequestLimits>,
+    pub(crate) concurrency_limit: Option<weir_model::ConcurrencyLimit>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -74,10 +75,11 @@ pub(crate) enum Field {
     Authorization,
     Cors,
     RequestLimits,
+    ConcurrencyLimit,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 16] = [
+    pub(crate) const ALL: [Field; 17] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -94,6 +96,7 @@ impl Field {
         Field::Authorization,
         Field::Cors,
         Field::RequestLimits,
+        Field::ConcurrencyLimit,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -114,6 +117,7 @@ impl Field {
             Field::Authorization => "authorization",
             Field::Cors => "cors",
             Field::RequestLimits => "requestLimits",
+            Field::ConcurrencyLimit => "concurrencyLimit",
         }
     }
 
@@ -147,6 +151,7 @@ impl PolicySettings {
             Field::Authorization => self.authorization.is_some(),
             Field::Cors => self.cors.is_some(),
             Field::RequestLimits => self.request_limits.is_some(),
+            Field::ConcurrencyLimit => self.concurrency_limit.is_some(),
         }
     }
 
@@ -342,11 +347,24 @@ fn settings(
         .as_ref()
         .map(|l| request_limits(l, "spec.requestLimits"))
         .transpose()?;
+    let concurrency_limit = match spec.concurrency_limit.as_ref().map(|c| c.per_client) {
+        None => None,
+        Some(Some(n)) if (1..=1_000_000).contains(&n) => Some(weir_model::ConcurrencyLimit {
+            per_client: n as u32,
+        }),
+        Some(Some(n)) => {
+            return Err(format!(
+                "spec.concurrencyLimit.perClient: {n} is not between 1 and 1000000"
+            ));
+        }
+        Some(None) => return Err("spec.concurrencyLimit.perClient: required".into()),
+    };
     let s = PolicySettings {
         name,
         authorization,
         cors,
         request_limits,
+        concurrency_limit,
         ext_auth,
         health_check,
         circuit_breaker,

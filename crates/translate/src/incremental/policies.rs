@@ -333,6 +333,7 @@ fn merged<'a>(
     let (mut health_check, mut circuit_breaker) = (None, None);
     let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
     let (mut authorization, mut cors, mut request_limits) = (None, None, None);
+    let mut concurrency_limit = None;
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -382,6 +383,9 @@ fn merged<'a>(
         if request_limits.is_none() {
             request_limits = s.request_limits.clone().map(|l| (s.name.clone(), l));
         }
+        if concurrency_limit.is_none() {
+            concurrency_limit = s.concurrency_limit.map(|l| (s.name.clone(), l));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -395,7 +399,8 @@ fn merged<'a>(
         .with_global_rate_limit(global_rate_limit)
         .with_authorization(authorization)
         .with_cors(cors)
-        .with_request_limits(request_limits);
+        .with_request_limits(request_limits)
+        .with_concurrency_limit(concurrency_limit);
     (!p.is_empty()).then_some(p)
 }
 

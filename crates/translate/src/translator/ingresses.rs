@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weir_api::{Kind, ObjectKey, ObjectStatus};
 
 use weir_model::{
-    Action, HostMatch, Listener, ListenerKey, PolicyTarget, Protocol, Redirect, RouteKind,
+    Action, HostMatch, L4Mode, Listener, ListenerKey, PolicyTarget, Protocol, Redirect, RouteKind,
     RouteRule, Timeouts,
 };
 
@@ -104,12 +104,13 @@ impl Translator {
         let mut rules = Vec::new();
         let mut sni = Vec::new();
         let mut clusters = Vec::new();
+        let mut l4 = Vec::new();
         let (mut ours, mut tls_hosts) = (false, 0);
         let mut status = None;
         let mut deps = Vec::new();
         let mut policy = None;
         let ing = self.store.ingress(ik);
-        if ing.is_some_and(|i| i.spec.ingress_class_name.is_none()) {
+        if ing.is_some_and(|i| i.class().is_none()) {
             // A class-less Ingress is ours while our IngressClass is the default one.
             deps.push(Dep::Object(ObjectKey::new(
                 Kind::IngressClass,
@@ -187,7 +188,18 @@ impl Translator {
                     for (h, cert) in &c.tls {
                         sni.push(((k, h.clone()), (age.clone(), ik.clone()), cert.clone()));
                     }
-                    tls_hosts = c.tls.len();
+                    // `ssl-passthrough`: the host's TLS connections are spliced to its
+                    // backend by SNI, as a TLSRoute's on a Passthrough listener sharing
+                    // the HTTPS socket (older Ingresses and TLSRoutes win a host).
+                    for (h, target, _) in &c.passthrough {
+                        l4.push((
+                            (k, h.clone()),
+                            (age.clone(), ik.clone()),
+                            (target.clone(), L4Mode::Passthrough),
+                        ));
+                    }
+                    // The HTTPS listener exists while there is a TLS or passthrough host.
+                    tls_hosts = c.tls.len() + c.passthrough.len();
                 }
                 clusters = c.clusters;
             }
@@ -207,7 +219,12 @@ impl Translator {
             name: ik.name.clone(),
         };
         self.policies.set_implicit(target, policy, &mut d.resources);
-        let new = self.program(old, rules, sni, clusters, d);
+        let mut new = self.program(old, rules, sni, clusters, d);
+        for (hk, owner, target) in l4 {
+            self.l4
+                .add(hk.clone(), owner.clone(), target, &mut d.resources);
+            new.l4.push((hk, owner));
+        }
         if self.store.ingress(ik).is_some() {
             self.ingress
                 .contributions

@@ -7,9 +7,12 @@
 //! that back out as Gateway API and `weir.dev` objects. So a migrated configuration can
 //! only differ where the report says so.
 
+mod cluster;
 mod gateway;
 mod policy;
 mod route;
+
+pub use cluster::migrate_cluster;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +27,7 @@ use weir_translate::IngressNginxReader;
 #[derive(Clone, Debug)]
 pub struct MigrateOptions {
     /// File or directory of manifests holding the Ingresses (and the Services, Secrets
-    /// and Backends they use, where available).
+    /// and Backends they use, where available); unused by [`migrate_cluster`].
     pub config: PathBuf,
     /// Name of the Gateway written.
     pub gateway_name: String,
@@ -153,7 +156,7 @@ pub fn migrate_objects(opts: &MigrateOptions, objects: &[Arc<Object>], out: &mut
     let inputs = Inputs::new(objects);
     let mut ingresses: Vec<&Ingress> = Vec::new();
     for ing in &inputs.ingresses {
-        match ing.spec.ingress_class_name.as_deref() {
+        match ing.class() {
             Some(c) if !opts.ingress_classes.iter().any(|x| x == c) => out.notes.push(Note {
                 object: ingress_name(ing),
                 severity: Severity::Info,

@@ -1,5 +1,5 @@
 //! The TrafficPolicy of an Ingress's policy annotations (rate limit, retry, basic and
-//! external auth, client addresses), targeting the HTTPRoutes the Ingress became, and the
+//! external auth, client addresses, timeouts, body size, concurrency), targeting the HTTPRoutes the Ingress became, and the
 //! htpasswd Secret its basic auth reads.
 
 use std::time::Duration;
@@ -48,6 +48,24 @@ pub(super) fn policy(
             retry["nonIdempotent"] = json!(true);
         }
         spec["retry"] = retry;
+    }
+    if let Some(t) = reading.timeouts.backend_request {
+        spec["timeouts"] = json!({"backendRequest": format!("{}s", t.as_secs())});
+    }
+    if let Some(t) = reading.timeouts.request {
+        spec["timeouts"]["request"] = json!(format!("{}s", t.as_secs()));
+    }
+    // Cookie affinity is each rule's `sessionPersistence` (route.rs): a TrafficPolicy's
+    // `loadBalancer` belongs to a Service or Backend.
+    if let Some(l) = &reading.concurrency_limit {
+        spec["concurrencyLimit"] = json!({"perClient": l.per_client});
+    }
+    if let Some(max) = reading
+        .request_limits
+        .as_ref()
+        .and_then(|l| l.max_body_bytes)
+    {
+        spec["requestLimits"] = json!({"maxBodyBytes": max});
     }
     if let Some(rules) = &reading.ip_rules {
         let nets = |v: &[weir_model::IpNet]| -> Vec<String> {

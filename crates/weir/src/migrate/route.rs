@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use weir_api::{Ingress, IngressBackend};
-use weir_model::{Filter, HeaderModifier, PathRewrite, Redirect};
+use weir_model::{Filter, HashOn, HeaderModifier, LoadBalancer, PathRewrite, Redirect};
 use weir_translate::{HttpsRedirect, INGRESS_NGINX_PREFIX, IngressNginxReading};
 
 use super::gateway::{GatewayBuilder, HTTP_LISTENER};
@@ -48,6 +48,17 @@ const CARRIED: &[&str] = &[
     "enable-websockets",
     "proxy-next-upstream",
     "proxy-next-upstream-tries",
+    "proxy-body-size",
+    "limit-connections",
+    "proxy-connect-timeout",
+    "proxy-read-timeout",
+    "proxy-send-timeout",
+    "affinity",
+    "affinity-mode",
+    "session-cookie-name",
+    "session-cookie-path",
+    "session-cookie-max-age",
+    "session-cookie-expires",
 ];
 
 /// The rules of one host of an Ingress.
@@ -179,6 +190,17 @@ pub(super) fn migrate_ingress(
         }
     }
 
+    // Cookie affinity: the `sessionPersistence` of every rule that forwards.
+    if let Some(sp) = session_persistence(reading, &mut notes) {
+        for h in &mut hosts {
+            for r in &mut h.rules {
+                if r.get("backendRefs").is_some() {
+                    r["sessionPersistence"] = sp.clone();
+                }
+            }
+        }
+    }
+
     // Routes: one per host; with an HTTPS redirect, the plaintext listener gets a twin
     // whose rules answer with it.
     let base = ing.metadata.name.as_str();
@@ -226,7 +248,8 @@ pub(super) fn migrate_ingress(
                 &[HTTP_LISTENER],
                 rules,
             ));
-            route_names.push(twin);
+            // The twin is not a target of the Ingress's TrafficPolicy: ingress-nginx
+            // redirects before its access checks (weir serves the Ingress so too).
         }
         if sections.is_empty() {
             continue;
@@ -512,6 +535,39 @@ impl Notes {
             message,
         });
     }
+}
+
+/// `affinity: cookie` as Gateway API `sessionPersistence` (a cookie weir generates,
+/// `Permanent` with the annotations' `Max-Age`), which weir serves with the same
+/// consistent hash as the annotation.
+fn session_persistence(reading: &IngressNginxReading, notes: &mut Notes) -> Option<Value> {
+    let lb = reading.load_balancer.as_ref()?;
+    let LoadBalancer::ConsistentHash(HashOn::Cookie {
+        name,
+        generate: Some(g),
+    }) = lb
+    else {
+        notes.add(
+            Severity::NotCarried,
+            format!("load balancer {lb:?} has no HTTPRoute form"),
+        );
+        return None;
+    };
+    if &*g.path != "/" {
+        notes.add(
+            Severity::NotCarried,
+            format!(
+                "session-cookie-path {:?}: a sessionPersistence cookie's path is /",
+                &*g.path
+            ),
+        );
+    }
+    let mut sp = json!({"type": "Cookie", "sessionName": &**name});
+    if let Some(ttl) = g.ttl {
+        sp["absoluteTimeout"] = json!(format!("{}s", ttl.as_secs()));
+        sp["cookieConfig"] = json!({"lifetimeType": "Permanent"});
+    }
+    Some(sp)
 }
 
 fn http_route(

@@ -103,3 +103,60 @@ fn hosts_tls_grants_h2c_and_classes() {
     let yaml = m.yaml().unwrap();
     assert_eq!(yaml.matches("\n---\n").count(), m.objects.len(), "{yaml}");
 }
+
+#[test]
+fn legacy_class_policy_fields_and_the_redirect_twin() {
+    let ing = |name: &str, annotations: Value| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "shop", "annotations": annotations},
+        "spec": {
+            "tls": [{"hosts": ["a.test"], "secretName": "a-cert"}],
+            "rules": [{"host": "a.test", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "api", "port": {"number": 80}}}}]}}],
+        }})
+    };
+    let input = objects(vec![
+        ing(
+            "web",
+            json!({
+                "kubernetes.io/ingress.class": "nginx",
+                "nginx.ingress.kubernetes.io/ssl-redirect": "true",
+                "nginx.ingress.kubernetes.io/limit-rps": "5",
+                "nginx.ingress.kubernetes.io/proxy-read-timeout": "30",
+                "nginx.ingress.kubernetes.io/proxy-body-size": "2m",
+                "nginx.ingress.kubernetes.io/affinity": "cookie",
+                "nginx.ingress.kubernetes.io/session-cookie-max-age": "60",
+                "nginx.ingress.kubernetes.io/limit-connections": "3",
+            }),
+        ),
+        ing("other", json!({"kubernetes.io/ingress.class": "traefik"})),
+    ]);
+    let mut m = Migration::default();
+    migrate_objects(&opts(), &input, &mut m);
+    let report = m.report();
+    assert_eq!(m.ingresses, 1, "{report}");
+    assert!(
+        report.contains("Ingress shop/other: info: class \"traefik\""),
+        "{report}"
+    );
+    assert!(!report.contains("not carried over:"), "{report}");
+
+    let policy = find(&m, "TrafficPolicy", "web-nginx");
+    let spec = &policy["spec"];
+    // The redirecting twin is not a target: its redirect comes before the checks.
+    find(&m, "HTTPRoute", "web-http");
+    assert_eq!(
+        spec["targetRefs"],
+        json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web"}])
+    );
+    assert_eq!(spec["timeouts"], json!({"backendRequest": "35s"}));
+    assert_eq!(spec["requestLimits"], json!({"maxBodyBytes": 2 << 20}));
+    assert_eq!(spec["concurrencyLimit"], json!({"perClient": 3}));
+    assert!(spec.get("loadBalancer").is_none(), "{spec:#}");
+    let route = find(&m, "HTTPRoute", "web");
+    assert_eq!(
+        route["spec"]["rules"][0]["sessionPersistence"],
+        json!({"type": "Cookie", "sessionName": "INGRESSCOOKIE", "absoluteTimeout": "60s",
+            "cookieConfig": {"lifetimeType": "Permanent"}})
+    );
+}

@@ -18,7 +18,7 @@ const EXCHANGE: Duration = Duration::from_secs(5);
 
 /// A TLS server (certificate for `names`, signed by `pki`) that answers each connection
 /// with `label:` followed by everything the client sent, after the client's half-close.
-async fn tls_backend(pki: &Pki, names: &[&str], label: &'static str) -> SocketAddr {
+pub(crate) async fn tls_backend(pki: &Pki, names: &[&str], label: &'static str) -> SocketAddr {
     let (crt, key) = pki.leaf(names);
     let certs = vec![der_of(&crt)];
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
@@ -82,7 +82,7 @@ async fn counted_tcp_backend(label: &'static str) -> (SocketAddr, Arc<AtomicUsiz
 
 /// TLS to `addr` with SNI `sni` trusting `pki`; sends `msg`, half-closes, reads the
 /// answer. Also returns the DNS names of the certificate the server presented.
-async fn tls_exchange(
+pub(crate) async fn tls_exchange(
     addr: SocketAddr,
     pki: &Pki,
     sni: &str,

@@ -10,6 +10,7 @@ mod ext_auth;
 mod global_ratelimit;
 mod grpc;
 mod ingress;
+mod ingress_nginx;
 mod l4;
 mod listener_sets;
 mod migrate;

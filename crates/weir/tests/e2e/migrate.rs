@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::Empty;
+use http_body_util::{Empty, Full};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
@@ -22,6 +22,8 @@ struct Probe {
     host: &'static str,
     path: &'static str,
     headers: &'static [(&'static str, &'static str)],
+    /// Bytes of a body sent with a `Content-Length` (0: none).
+    body: usize,
 }
 
 const fn get(host: &'static str, path: &'static str) -> Probe {
@@ -31,6 +33,7 @@ const fn get(host: &'static str, path: &'static str) -> Probe {
         host,
         path,
         headers: &[],
+        body: 0,
     }
 }
 
@@ -93,6 +96,21 @@ const PROBES: &[Probe] = &[
     get("snippet.test", "/"),
     // force-ssl-redirect, without TLS on the Ingress.
     get("force.test", "/x?y=1"),
+    // proxy-body-size 1k: over it 413, at it forwarded.
+    Probe {
+        method: "POST",
+        body: 1025,
+        ..get("sized.test", "/up")
+    },
+    Probe {
+        method: "POST",
+        body: 1024,
+        ..get("sized.test", "/up")
+    },
+    // proxy-connect-timeout + proxy-read-timeout: 6 s for a backend that takes 10.
+    get("timed.test", "/delay/10000"),
+    // affinity cookie: the session cookie is set.
+    get("sticky.test", "/"),
 ];
 
 fn ingresses() -> String {
@@ -185,6 +203,24 @@ spec:
         "a",
     );
     out += &ing(
+        "sized",
+        "    nginx.ingress.kubernetes.io/proxy-body-size: 1k\n",
+        "sized.test",
+        "a",
+    );
+    out += &ing(
+        "timed",
+        "    nginx.ingress.kubernetes.io/proxy-connect-timeout: \"5\"\n    nginx.ingress.kubernetes.io/proxy-read-timeout: \"1\"\n",
+        "timed.test",
+        "a",
+    );
+    out += &ing(
+        "sticky",
+        "    nginx.ingress.kubernetes.io/affinity: cookie\n    nginx.ingress.kubernetes.io/session-cookie-name: STICKY\n    nginx.ingress.kubernetes.io/session-cookie-max-age: \"3600\"\n",
+        "sticky.test",
+        "a",
+    );
+    out += &ing(
         "snippet",
         "    nginx.ingress.kubernetes.io/configuration-snippet: \"more_set_headers 'x-snippet: 1';\"\n",
         "snippet.test",
@@ -216,15 +252,22 @@ fn summary(r: &Resp, http_port: u16, https_port: u16) -> String {
             out += &format!(" {h}={v}");
         }
     }
+    // A generated cookie: its name and attributes (the value is random).
+    if let Some(c) = r.headers.get("set-cookie").and_then(|v| v.to_str().ok()) {
+        let (pair, attrs) = c.split_once(';').unwrap_or((c, ""));
+        let name = pair.split('=').next().unwrap_or("");
+        out += &format!(" set-cookie={name}=…;{attrs}");
+    }
     if r.echo_name().is_some() {
         let v = r.json();
         out += &format!(
-            " upstream: {} {} host={} x-forwarded-prefix={} authorization={}",
+            " upstream: {} {} host={} x-forwarded-prefix={} authorization={} body={}",
             v["method"],
             v["path"],
             v["headers"]["host"],
             v["headers"]["x-forwarded-prefix"],
-            v["headers"]["authorization"]
+            v["headers"]["authorization"],
+            v["body_bytes"]
         );
     }
     out
@@ -238,21 +281,34 @@ async fn send(p: &Probe, http: SocketAddr, https: SocketAddr, pki: &Pki) -> Resp
     for (k, v) in p.headers {
         req = req.header(*k, *v);
     }
-    let req = req.body(Empty::<Bytes>::new()).unwrap();
-    if !p.tls {
-        return send_http1(http, req).await.unwrap();
+    if !p.tls && p.body == 0 {
+        return send_http1(http, req.body(Empty::<Bytes>::new()).unwrap())
+            .await
+            .unwrap();
     }
-    let stream = TcpStream::connect(https).await.unwrap();
-    let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[b"http/1.1"]));
-    let tls = connector
-        .connect(ServerName::try_from(p.host.to_string()).unwrap(), stream)
-        .await
+    let req = req
+        .body(Full::new(Bytes::from(vec![b'x'; p.body])))
         .unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let resp = tx.send_request(req).await.unwrap();
+    let resp = if p.tls {
+        let stream = TcpStream::connect(https).await.unwrap();
+        let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[b"http/1.1"]));
+        let tls = connector
+            .connect(ServerName::try_from(p.host.to_string()).unwrap(), stream)
+            .await
+            .unwrap();
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        tx.send_request(req).await.unwrap()
+    } else {
+        let stream = TcpStream::connect(http).await.unwrap();
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        tx.send_request(req).await.unwrap()
+    };
     let (parts, body) = resp.into_parts();
     use http_body_util::BodyExt;
     let body = body.collect().await.unwrap().to_bytes();
@@ -344,7 +400,7 @@ stringData:
     };
     let migration = weir::migrate::migrate(&opts);
     let report = migration.report();
-    assert_eq!(migration.ingresses, 8, "{report}");
+    assert_eq!(migration.ingresses, 11, "{report}");
     assert!(
         report.contains("nginx.ingress.kubernetes.io/configuration-snippet"),
         "the snippet is named: {report}"
@@ -410,8 +466,8 @@ stringData:
             "200 x-echo-name=a upstream: \"GET\" \"/\" host=\"internal.test\" x-forwarded-prefix=\"/shop\"",
         ),
         (1, "302 location=http://shop.test:HTTP/shop"),
-        // weir checks the Ingress's basic auth before its HTTPS redirect.
-        (4, "401 www-authenticate=Basic realm=\"Shop\""),
+        // The HTTPS redirect comes before the Ingress's basic auth, as in ingress-nginx.
+        (4, "308 location=https://secure.test:HTTPS/api?y=1"),
         (6, "401 www-authenticate=Basic realm=\"Shop\""),
         (8, "200 x-echo-name=a"),
         (9, "200 x-echo-name=b"),
@@ -422,6 +478,13 @@ stringData:
         (18, "200"),
         (19, "200 x-echo-name=a"),
         (20, "308 location=https://force.test:HTTPS/x?y=1"),
+        (21, "413"),
+        (22, "200 x-echo-name=a upstream: \"POST\" \"/up\""),
+        (23, "504"),
+        (
+            24,
+            "200 x-echo-name=a set-cookie=STICKY=…; Path=/; Max-Age=3600; HttpOnly",
+        ),
     ];
     for (i, want) in expect {
         let got = before[i].split(" -> ").nth(1).unwrap();
@@ -433,4 +496,5 @@ stringData:
         before[2]
     );
     assert!(!before[19].contains("x-snippet"), "{}", before[19]);
+    assert!(before[22].ends_with("body=1024"), "{}", before[22]);
 }

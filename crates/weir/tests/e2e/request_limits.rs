@@ -19,7 +19,7 @@ spec:
 ";
 
 /// Sends `head` and then `body` on a new connection; the response's status and body.
-async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+pub(crate) async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(head.as_bytes()).await.unwrap();
     // The gateway may answer and close before it read everything (413 up front).

@@ -353,6 +353,24 @@ pub async fn https_after(
     })
 }
 
+/// One HTTP/1.1 request `req` over TLS with SNI `sni` (`config` should offer no ALPN
+/// protocol other than `http/1.1`).
+pub async fn https_send(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    sni: &str,
+    req: Request<Empty<Bytes>>,
+) -> Result<Resp, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tls = connector
+        .connect(ServerName::try_from(sni.to_string())?, stream)
+        .await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    Ok(read(tx.send_request(req).await?).await?)
+}
+
 /// Parses a PEM certificate (for comparisons).
 pub fn der_of(pem: &str) -> CertificateDer<'static> {
     CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()

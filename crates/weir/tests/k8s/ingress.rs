@@ -1,4 +1,5 @@
-//! Ingress v1: traffic, `status.loadBalancer`, and Ingresses of other classes left alone.
+//! Ingress v1: traffic, `status.loadBalancer`, Ingresses of other classes left alone, and
+//! the class in the legacy `kubernetes.io/ingress.class` annotation.
 
 use std::sync::Arc;
 
@@ -19,6 +20,17 @@ fn ingress(ns: &str, name: &str, class: &str, host: &str, svc: &str) -> serde_js
     ]}}]}})
 }
 
+/// An Ingress without `spec.ingressClassName` whose class is in the legacy annotation.
+fn legacy(ns: &str, name: &str, class: &str, host: &str, svc: &str) -> serde_json::Value {
+    let mut ing = ingress(ns, name, class, host, svc);
+    ing["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ingressClassName");
+    ing["metadata"]["annotations"] = json!({"kubernetes.io/ingress.class": class});
+    ing
+}
+
 pub async fn ingress_traffic_and_status(ctx: Arc<Ctx>) {
     let c = &ctx.client;
     let ns = "t7";
@@ -30,6 +42,14 @@ pub async fn ingress_traffic_and_status(ctx: Arc<Ctx>) {
         &[
             ingress(ns, "ours", "weir", "ing.t7.test", "svc-a"),
             ingress(ns, "theirs", "nginx", "theirs.t7.test", "svc-a"),
+            legacy(ns, "legacy", "weir", "legacy.t7.test", "svc-b"),
+            legacy(
+                ns,
+                "legacy-theirs",
+                "nginx",
+                "legacy-theirs.t7.test",
+                "svc-a",
+            ),
             // Keeps the Ingress listener bound after "ours" is deleted (it is unbound with the
             // last Ingress).
             ingress(ns, "keeper", "weir", "keeper.t7.test", "svc-b"),
@@ -40,15 +60,24 @@ pub async fn ingress_traffic_and_status(ctx: Arc<Ctx>) {
     until_http(ctx.ingress_http, "ing.t7.test", "/exact", Ok("echo-b")).await;
     until_http(ctx.ingress_http, "ing.t7.test", "/exact/more", Ok("echo-a")).await;
     until_http(ctx.ingress_http, "theirs.t7.test", "/", Err(404)).await;
+    // No ingressClassName: the legacy annotation names the class.
+    until_http(ctx.ingress_http, "legacy.t7.test", "/", Ok("echo-b")).await;
+    until_http(ctx.ingress_http, "legacy-theirs.t7.test", "/", Err(404)).await;
     let ip = ctx.ingress_http.ip().to_string();
-    wait_status(c, ING, ns, "ours", "loadBalancer address", |s| {
-        s["loadBalancer"]["ingress"] == json!([{"ip": ip}])
-    })
-    .await;
-    // Give the writer every chance to (wrongly) write the other class's Ingress.
+    for name in ["ours", "legacy"] {
+        wait_status(c, ING, ns, name, "loadBalancer address", |s| {
+            s["loadBalancer"]["ingress"] == json!([{"ip": ip}])
+        })
+        .await;
+    }
+    // Give the writer every chance to (wrongly) write the other class's Ingresses.
     ctx.controller.statuses_written().await;
-    let theirs = cluster::status(c, ING.0, ING.1, ns, "theirs").await;
-    assert!(theirs["loadBalancer"]["ingress"].is_null(), "{theirs:#}");
+    for name in ["theirs", "legacy-theirs"] {
+        let theirs = cluster::status(c, ING.0, ING.1, ns, name).await;
+        assert!(theirs["loadBalancer"]["ingress"].is_null(), "{theirs:#}");
+    }
+    cluster::delete(c, ING.0, ING.1, ns, "legacy").await;
+    until_http(ctx.ingress_http, "legacy.t7.test", "/", Err(404)).await;
 
     cluster::delete(c, ING.0, ING.1, ns, "ours").await;
     until_http(ctx.ingress_http, "ing.t7.test", "/anything", Err(404)).await;
@@ -79,4 +108,81 @@ pub async fn ingress_nginx_canary_follows_its_main_ingress(ctx: Arc<Ctx>) {
     cluster::delete(c, ING.0, ING.1, ns, "canary").await;
     until_http(ctx.ingress_http, "canary.t7n.test", "/", Ok("echo-a")).await;
     cluster::delete(c, ING.0, ING.1, ns, "main").await;
+}
+
+/// `weir migrate --from-cluster` (`migrate_cluster`) reads the Ingresses through the API
+/// server: an ingress-nginx Ingress (legacy class annotation) with Basic auth from a
+/// Secret and a named Service port is written as an HTTPRoute with the port resolved, a
+/// TrafficPolicy and the users' Secret; an Ingress of another class is named and left.
+pub async fn migrate_reads_the_ingresses_of_a_cluster(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7m";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    // `openssl passwd -apr1 -salt xyzabc secret`
+    let htpasswd = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "htpasswd", "namespace": ns},
+        "stringData": {"auth": "ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.\n"}});
+    let mut shop = legacy(ns, "shop", "nginx", "shop.t7m.test", "svc-b");
+    shop["metadata"]["annotations"] = json!({
+        "kubernetes.io/ingress.class": "nginx",
+        "nginx.ingress.kubernetes.io/auth-type": "basic",
+        "nginx.ingress.kubernetes.io/auth-secret": "htpasswd",
+        "nginx.ingress.kubernetes.io/limit-connections": "4",
+    });
+    let other = ingress(ns, "other", "traefik", "other.t7m.test", "svc-b");
+    cluster::apply(c, &[htpasswd, shop, other]).await;
+
+    let opts = weir::migrate::MigrateOptions {
+        config: Default::default(),
+        gateway_name: "weir".into(),
+        gateway_namespace: "weir-system".into(),
+        gateway_class: "weir".into(),
+        http_port: 80,
+        https_port: 443,
+        address: None,
+        ingress_classes: vec!["nginx".into()],
+    };
+    let m = weir::migrate::migrate_cluster(&opts, c.clone())
+        .await
+        .unwrap();
+    let report = m.report();
+    let find = |kind: &str, name: &str| {
+        m.objects
+            .iter()
+            .find(|o| {
+                o["kind"] == kind
+                    && o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"] == ns
+            })
+            .unwrap_or_else(|| panic!("no {kind} {ns}/{name}: {report}"))
+            .clone()
+    };
+    let route = find("HTTPRoute", "shop");
+    let refs = &route["spec"]["rules"][1]["backendRefs"][0];
+    assert_eq!(refs["name"], "svc-b", "{route:#}");
+    // The `/exact` path names its port `http`, read from the Service: 80.
+    assert_eq!(refs["port"], 80, "{route:#}");
+    let policy = find("TrafficPolicy", "shop-nginx");
+    assert_eq!(
+        policy["spec"]["basicAuth"]["secretRef"]["name"],
+        "shop-basic-auth"
+    );
+    assert_eq!(policy["spec"]["concurrencyLimit"]["perClient"], 4);
+    let users = find("Secret", "shop-basic-auth");
+    assert_eq!(
+        users["stringData"]["auth"], "ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.\n",
+        "the users read from the cluster's Secret"
+    );
+    assert!(
+        report.contains(&format!("Ingress {ns}/other: info: class \"traefik\"")),
+        "{report}"
+    );
+    assert!(
+        !m.objects.iter().any(|o| o["metadata"]["name"] == "other"),
+        "{report}"
+    );
+    for name in ["shop", "other"] {
+        cluster::delete(c, ING.0, ING.1, ns, name).await;
+    }
 }

@@ -1,0 +1,477 @@
+//! ingress-nginx behaviours in standalone mode beyond the single annotations of
+//! `ingress.rs`: the order of redirects and access checks, the legacy class annotation,
+//! body size limits, TLS passthrough.
+
+use std::net::SocketAddr;
+
+use base64::Engine;
+
+use crate::support::*;
+
+/// `openssl passwd -apr1 -salt xyzabc secret`, user `ann`.
+const HTPASSWD: &str = "apiVersion: v1
+kind: Secret
+metadata: {name: htpasswd}
+type: Opaque
+stringData:
+  auth: |
+    ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.
+";
+
+fn basic(req: http::request::Builder, creds: &str) -> http::request::Builder {
+    let token = base64::engine::general_purpose::STANDARD.encode(creds);
+    req.header("authorization", format!("Basic {token}"))
+}
+
+/// ingress-nginx redirects to https before any access check (its rewrite phase runs
+/// before the access phase): a plaintext request to a TLS host with `ssl-redirect`, Basic
+/// auth and `limit-rps` gets 308, not 401, and spends none of the rate; over https the
+/// checks apply (401, 200, then 429). With `force-ssl-redirect`, a source range that
+/// refuses the client and an `auth-url` that cannot be reached, a plaintext request is
+/// still 308, not 403 or 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_redirect_comes_before_access_checks() {
+    let pki = Pki::new();
+    let (crt, key) = pki.leaf(&["vault.test"]);
+    let a = echo("a").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let https_port = free_port();
+    let https_addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let ingresses = format!(
+        "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: vault
+  annotations:
+    nginx.ingress.kubernetes.io/ssl-redirect: \"true\"
+    nginx.ingress.kubernetes.io/auth-type: basic
+    nginx.ingress.kubernetes.io/auth-secret: htpasswd
+    nginx.ingress.kubernetes.io/limit-rps: \"1\"
+    nginx.ingress.kubernetes.io/limit-burst-multiplier: \"1\"
+spec:
+  tls:
+  - hosts: [vault.test]
+    secretName: vault-cert
+  rules:
+  - host: vault.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{resource: {{apiGroup: weir.dev, kind: Backend, name: a}}}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: office
+  annotations:
+    nginx.ingress.kubernetes.io/force-ssl-redirect: \"true\"
+    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/auth-url: http://{dead}/auth
+spec:
+  rules:
+  - host: office.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{resource: {{apiGroup: weir.dev, kind: Backend, name: a}}}}}}
+"
+    );
+    let files = [
+        ("ingress.yaml", ingresses),
+        ("htpasswd.yaml", HTPASSWD.to_string()),
+        (
+            "secret.yaml",
+            tls_secret("default", "vault-cert", &crt, &key),
+        ),
+        ("backends.yaml", backend("default", "a", &[a])),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), Some(https_addr)).await;
+
+    // More plaintext requests than the rate allows: each one redirected.
+    for _ in 0..3 {
+        let r = http1(http_addr, "vault.test", "/secret?q=1").await.unwrap();
+        assert_eq!(r.status, 308, "{r:?}");
+        assert_eq!(
+            r.headers.get("location").unwrap(),
+            &format!("https://vault.test:{https_port}/secret?q=1")
+        );
+        assert!(!r.headers.contains_key("www-authenticate"));
+    }
+    // With credentials, too: nothing reaches the backend over plaintext.
+    let req = basic(get("vault.test", "/"), "ann:secret");
+    let r = send_http1(http_addr, req.body(Default::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 308);
+    assert!(r.echo_name().is_none());
+
+    // Over https the checks apply, and the redirects spent none of the rate.
+    let tls = pki.client_config(&[]);
+    let send = |creds: Option<&'static str>| {
+        let tls = tls.clone();
+        async move {
+            let mut req = get("vault.test", "/secret");
+            if let Some(c) = creds {
+                req = basic(req, c);
+            }
+            https_send(
+                https_addr,
+                tls,
+                "vault.test",
+                req.body(Default::default()).unwrap(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let r = send(None).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.headers.contains_key("www-authenticate"));
+    let r = send(Some("ann:secret")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name(), Some("a"));
+    assert_eq!(r.json()["path"], "/secret");
+    assert_eq!(send(Some("ann:secret")).await.status, 429);
+
+    // Refused address and an unreachable auth service: the redirect still comes first.
+    let r = http1(http_addr, "office.test", "/x").await.unwrap();
+    assert_eq!(r.status, 308, "{r:?}");
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        &format!("https://office.test:{https_port}/x")
+    );
+}
+
+/// Ingresses without `spec.ingressClassName` are served by the class in the legacy
+/// `kubernetes.io/ingress.class` annotation, as ingress-nginx reads it: `weir` is served,
+/// `nginx` left to ingress-nginx, and without either one a standalone weir serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_class_annotation() {
+    let a = echo("a").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingress = |name: &str, annotation: Option<&str>| {
+        let annotations = annotation.map_or(String::new(), |c| {
+            format!("\n  annotations: {{kubernetes.io/ingress.class: {c}}}")
+        });
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}{annotations}
+spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{resource: {{apiGroup: weir.dev, kind: Backend, name: a}}}}}}
+"
+        )
+    };
+    let files = [
+        (
+            "ingress.yaml",
+            [
+                ingress("ours", Some("weir")),
+                ingress("theirs", Some("nginx")),
+                ingress("classless", None),
+            ]
+            .join("---\n"),
+        ),
+        ("backends.yaml", backend("default", "a", &[a])),
+    ];
+    let gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    let r = http1(http_addr, "ours.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name(), Some("a"));
+    assert_eq!(
+        http1(http_addr, "theirs.test", "/").await.unwrap().status,
+        404
+    );
+    assert_eq!(
+        http1(http_addr, "classless.test", "/")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+
+    // Moving an Ingress to the other class by its annotation takes it away, and back
+    // (the class-less one keeps the Ingress listener bound).
+    let keeper = ingress("classless", None);
+    gw.write(
+        "ingress.yaml",
+        &[ingress("ours", Some("nginx")), keeper.clone()].join("---\n"),
+    );
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async {
+            http1(http_addr, "ours.test", "/").await.unwrap().status == 404
+        })
+        .await
+    );
+    gw.write(
+        "ingress.yaml",
+        &[ingress("theirs", Some("weir")), keeper].join("---\n"),
+    );
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async {
+            http1(http_addr, "theirs.test", "/").await.unwrap().status == 200
+        })
+        .await
+    );
+}
+
+/// `proxy-body-size` as nginx's `client_max_body_size`: a body over it is refused 413
+/// before anything reaches the backend, one at the limit is forwarded whole; `0` is no
+/// limit; a bogus size is named and no limit applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_body_size() {
+    let a = echo("a").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingress = |name: &str, size: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations: {{nginx.ingress.kubernetes.io/proxy-body-size: \"{size}\"}}
+spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{resource: {{apiGroup: weir.dev, kind: Backend, name: a}}}}}}
+"
+        )
+    };
+    let files = [
+        (
+            "ingress.yaml",
+            [
+                ingress("small", "1k"),
+                ingress("unlimited", "0"),
+                ingress("bogus", "1.5m"),
+            ]
+            .join("---\n"),
+        ),
+        ("backends.yaml", backend("default", "a", &[a])),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    let post = |host: &'static str, len: usize| async move {
+        let head = format!(
+            "POST /up HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        );
+        crate::request_limits::raw(http_addr, &head, &vec![b'x'; len]).await
+    };
+    let (status, text) = post("small.test", 1025).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(!text.contains("body_bytes"), "not forwarded: {text}");
+    let (status, text) = post("small.test", 1024).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"body_bytes\":1024"), "{text}");
+    for host in ["unlimited.test", "bogus.test"] {
+        let (status, text) = post(host, 100_000).await;
+        assert_eq!(status, 200, "{host}: {text}");
+        assert!(text.contains("\"body_bytes\":100000"), "{text}");
+    }
+}
+
+/// `ssl-passthrough`: on the Ingress HTTPS listener, a TLS connection for the Ingress's
+/// host is spliced to its backend, which does the handshake with its own certificate
+/// (weir holds none for that name); another Ingress's TLS host on the same port is still
+/// terminated by weir; a name neither serves gets no handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_passthrough_splices_by_sni() {
+    let pki = Pki::new();
+    let pass = crate::l4::tls_backend(&pki, &["pass.test"], "pass").await;
+    let a = echo("a").await;
+    let (crt, key) = pki.leaf(&["web.test"]);
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let https_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingresses = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: pass
+  annotations:
+    nginx.ingress.kubernetes.io/ssl-passthrough: \"true\"
+spec:
+  rules:
+  - host: pass.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: pass}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  tls:
+  - {hosts: [web.test], secretName: web-cert}
+  rules:
+  - host: web.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: a}}}
+";
+    let files = [
+        ("ingress.yaml", ingresses.to_string()),
+        ("secret.yaml", tls_secret("default", "web-cert", &crt, &key)),
+        (
+            "backends.yaml",
+            [
+                backend("default", "pass", &[pass]),
+                backend("default", "a", &[a]),
+            ]
+            .join("---\n"),
+        ),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), Some(https_addr)).await;
+    let got = crate::l4::tls_exchange(https_addr, &pki, "pass.test", "hello")
+        .await
+        .unwrap();
+    assert_eq!(got, "pass:hello");
+    let r = https(https_addr, pki.client_config(&[b"h2"]), "web.test", "/")
+        .await
+        .unwrap();
+    assert_eq!(r.peer_cert, der_of(&crt));
+    assert_eq!(r.resp.echo_name(), Some("a"));
+    assert!(
+        crate::l4::tls_exchange(https_addr, &pki, "none.test", "x")
+            .await
+            .is_err()
+    );
+}
+
+/// A plaintext HTTP/1.1 GET from source address `from`; the status.
+async fn get_from(from: std::net::IpAddr, to: SocketAddr, host: &str, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::new(from, 0)).unwrap();
+    let mut s = sock.connect(to).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A backend answering 200 at once, except that requests for `/hold` wait until the
+/// returned sender says `true`.
+async fn holding_backend() -> (SocketAddr, tokio::sync::watch::Sender<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut rx = rx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                if buf.starts_with(b"GET /hold") {
+                    let _ = rx.wait_for(|go| *go).await;
+                }
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (addr, tx)
+}
+
+/// `limit-connections: "1"`: while one request of a client is in progress, its next one
+/// is answered 503 (ingress-nginx's answer); another client address is served, and once
+/// the first request is answered the client is served again. An Ingress without the
+/// annotation serves the same client's requests side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_connections_bounds_a_clients_requests_in_progress() {
+    let (held, release) = holding_backend().await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let ingress = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations: {{{annotations}}}
+spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{resource: {{apiGroup: weir.dev, kind: Backend, name: held}}}}}}
+"
+        )
+    };
+    let files = [
+        (
+            "ingress.yaml",
+            [
+                ingress(
+                    "one",
+                    "nginx.ingress.kubernetes.io/limit-connections: \"1\"",
+                ),
+                ingress("free", ""),
+            ]
+            .join("---\n"),
+        ),
+        ("backends.yaml", backend("default", "held", &[held])),
+    ];
+    let _gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    let me: std::net::IpAddr = [127, 0, 0, 1].into();
+    let other: std::net::IpAddr = [127, 0, 0, 2].into();
+    assert_eq!(get_from(me, http_addr, "one.test", "/").await, 200);
+
+    for host in ["one.test", "free.test"] {
+        release.send_replace(false);
+        let slow = tokio::spawn(get_from(me, http_addr, host, "/hold"));
+        if host == "one.test" {
+            // Once the held request is in progress, the client's next one is refused.
+            assert!(
+                eventually(std::time::Duration::from_secs(10), || async {
+                    get_from(me, http_addr, host, "/").await == 503
+                })
+                .await,
+                "a second request in progress is refused"
+            );
+            assert_eq!(
+                get_from(other, http_addr, host, "/").await,
+                200,
+                "another client"
+            );
+        } else {
+            assert_eq!(get_from(me, http_addr, host, "/").await, 200);
+        }
+        release.send_replace(true);
+        assert_eq!(
+            slow.await.unwrap(),
+            200,
+            "{host}: the held request is served"
+        );
+        // The place is given back when weir drops the response, just after sending it.
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || async {
+                get_from(me, http_addr, host, "/").await == 200
+            })
+            .await,
+            "{host}: place given back"
+        );
+    }
+}
