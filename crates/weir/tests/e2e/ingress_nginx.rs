@@ -361,15 +361,23 @@ async fn get_from(from: std::net::IpAddr, to: SocketAddr, host: &str, path: &str
 }
 
 /// A backend answering 200 at once, except that requests for `/hold` wait until the
-/// returned sender says `true`.
-async fn holding_backend() -> (SocketAddr, tokio::sync::watch::Sender<bool>) {
+/// returned sender says `true`; the counter says how many `/hold` requests are waiting.
+async fn holding_backend() -> (
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    let counter = waiting.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             let mut rx = rx.clone();
+            let waiting = counter.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 1024];
@@ -383,7 +391,9 @@ async fn holding_backend() -> (SocketAddr, tokio::sync::watch::Sender<bool>) {
                     }
                 }
                 if buf.starts_with(b"GET /hold") {
+                    waiting.fetch_add(1, Ordering::SeqCst);
                     let _ = rx.wait_for(|go| *go).await;
+                    waiting.fetch_sub(1, Ordering::SeqCst);
                 }
                 let _ = s
                     .write_all(
@@ -393,7 +403,7 @@ async fn holding_backend() -> (SocketAddr, tokio::sync::watch::Sender<bool>) {
             });
         }
     });
-    (addr, tx)
+    (addr, tx, waiting)
 }
 
 /// `limit-connections: "1"`: while one request of a client is in progress, its next one
@@ -402,7 +412,7 @@ async fn holding_backend() -> (SocketAddr, tokio::sync::watch::Sender<bool>) {
 /// annotation serves the same client's requests side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_connections_bounds_a_clients_requests_in_progress() {
-    let (held, release) = holding_backend().await;
+    let (held, release, waiting) = holding_backend().await;
     let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let ingress = |name: &str, annotations: &str| {
         format!(
@@ -442,6 +452,15 @@ spec:
     for host in ["one.test", "free.test"] {
         release.send_replace(false);
         let slow = tokio::spawn(get_from(me, http_addr, host, "/hold"));
+        // Probe only once the held request is in progress: a probe racing it could take
+        // the client's one place first and have the held request refused instead.
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || async {
+                waiting.load(std::sync::atomic::Ordering::SeqCst) == 1
+            })
+            .await,
+            "{host}: the held request reaches the backend"
+        );
         if host == "one.test" {
             // Once the held request is in progress, the client's next one is refused.
             assert!(
