@@ -10,6 +10,8 @@ use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
+use crate::access_log::{AccessLogMetrics, AccessLogSettings, AccessLogger};
+use crate::trace::{TraceMetrics, TraceSettings, Tracer};
 use crate::endpoints::{EndpointRegistry, OutlierDetection};
 use crate::global_ratelimit::{GlobalLimiter, RedisSettings};
 use crate::listeners::ListenerHandle;
@@ -22,8 +24,9 @@ use crate::workers::Workers;
 /// Data-plane settings that are not part of the IR.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
-    /// Log one line per request (tracing target `weir::access`, level info).
-    pub access_log: bool,
+    /// One JSON access-log record per request, written by a thread of its own
+    /// ([`AccessLogSettings`]); `None`: no access log.
+    pub access_log: Option<AccessLogSettings>,
     /// Limit for establishing one upstream TCP connection.
     pub connect_timeout: Duration,
     /// Idle upstream connections are closed after this long.
@@ -36,6 +39,9 @@ pub struct ProxyConfig {
     /// A UDP session with no datagram either way for this long ends (its socket is
     /// closed; the client's next datagram starts a new one).
     pub udp_session_idle_timeout: Duration,
+    /// OpenTelemetry traces exported over OTLP/gRPC ([`TraceSettings`]); `None`: none
+    /// (requests are not traced, and `traceparent` passes through untouched).
+    pub traces: Option<TraceSettings>,
     /// Where global rate limits keep their counts; `None`: no Redis, and every global
     /// limit follows its fail mode (logged once, counted by
     /// `weir_global_ratelimit_unconfigured`).
@@ -45,13 +51,14 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
-            access_log: true,
+            access_log: None,
             connect_timeout: Duration::from_secs(5),
             upstream_idle_timeout: Duration::from_secs(90),
             drain_timeout: Duration::from_secs(10),
             workers: 0,
             udp_session_idle_timeout: Duration::from_secs(60),
             redis: None,
+            traces: None,
         }
     }
 }
@@ -87,6 +94,10 @@ pub(crate) struct Shared {
     pub(crate) ext_auth: Arc<crate::ext_auth::ExtAuthState>,
     /// JWK Sets fetched from URLs.
     pub(crate) jwks: Arc<crate::jwks::JwksRegistry>,
+    /// The access log's queue to its writer thread, when it is on.
+    pub(crate) access_log: Option<AccessLogger>,
+    /// The sampler and the queue to the trace exporter, when traces are on.
+    pub(crate) tracer: Option<Tracer>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -105,9 +116,23 @@ impl DataPlane {
     /// Creates a data plane with an empty snapshot and no listeners, registering the
     /// data-plane metrics in `registry`.
     ///
-    /// Starts the worker threads ([`ProxyConfig::workers`]); fails only when the system
-    /// refuses to create a thread.
+    /// Starts the worker threads ([`ProxyConfig::workers`]), the access log's writer and
+    /// the trace exporter (on the current runtime); fails when the system refuses to
+    /// create a thread, the access-log file cannot be opened, or traces are asked for
+    /// without a runtime or with an endpoint that is not a URI.
     pub fn new(config: ProxyConfig, registry: &mut Registry) -> std::io::Result<Arc<DataPlane>> {
+        let access_log_metrics = AccessLogMetrics::default();
+        access_log_metrics.register(registry);
+        let access_log = match &config.access_log {
+            Some(settings) => Some(AccessLogger::start(settings, access_log_metrics)?),
+            None => None,
+        };
+        let trace_metrics = TraceMetrics::default();
+        trace_metrics.register(registry);
+        let tracer = match &config.traces {
+            Some(settings) => Some(Tracer::start(settings, trace_metrics)?),
+            None => None,
+        };
         let workers = Workers::start(config.workers)?;
         let metrics = Metrics::register(registry);
         let upstreams = Upstreams::new(
@@ -149,6 +174,8 @@ impl DataPlane {
                     metrics.ext_auth.clone(),
                 )),
                 jwks: Arc::new(crate::jwks::JwksRegistry::new(metrics.jwks.clone())),
+                access_log,
+                tracer,
                 config,
                 metrics,
                 workers,

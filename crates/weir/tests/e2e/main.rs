@@ -3,6 +3,7 @@
 
 mod support;
 
+mod access_log;
 mod admin;
 mod authorization;
 mod balancing;
@@ -21,4 +22,5 @@ mod remote_jwks;
 mod request_limits;
 mod routing;
 mod tls;
+mod traces;
 mod udp;
