@@ -749,9 +749,7 @@ fn format(r: &Record, fields: AccessLogFields, buf: &mut Vec<u8>) {
 
 /// `2026-11-24T20:30:00.123Z`.
 fn rfc3339(t: SystemTime, b: &mut Vec<u8>) {
-    let since = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
@@ -810,7 +808,8 @@ mod tests {
     fn json(r: &Record, fields: AccessLogFields) -> serde_json::Value {
         let mut buf = Vec::new();
         format(r, fields, &mut buf);
-        serde_json::from_slice(&buf).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&buf)))
+        serde_json::from_slice(&buf)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&buf)))
     }
 
     #[test]
@@ -818,7 +817,11 @@ mod tests {
         let mut r = record();
         let p: Arc<str> = "ns/keys".into();
         r.trail.pass(Check::IpRules, &"ns/ips".into());
-        r.trail.deny(Check::ApiKey, Some(&p), "not authenticated (policy ns/keys)");
+        r.trail.deny(
+            Check::ApiKey,
+            Some(&p),
+            "not authenticated (policy ns/keys)",
+        );
         let v = json(&r, AccessLogFields::all());
         assert_eq!(v["decision"], "deny");
         assert_eq!(v["policy"], "ns/keys");
@@ -863,9 +866,16 @@ mod tests {
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), 3, "{v}");
         assert_eq!(v["decision"], "none");
-        assert!(AccessLogFields::parse("status,nope").unwrap_err().contains("nope"));
+        assert!(
+            AccessLogFields::parse("status,nope")
+                .unwrap_err()
+                .contains("nope")
+        );
         assert!(AccessLogFields::parse("").is_err());
-        assert_eq!(AccessLogFields::parse("all").unwrap(), AccessLogFields::all());
+        assert_eq!(
+            AccessLogFields::parse("all").unwrap(),
+            AccessLogFields::all()
+        );
     }
 
     #[test]

@@ -11,13 +11,13 @@ use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
 use crate::access_log::{AccessLogMetrics, AccessLogSettings, AccessLogger};
-use crate::trace::{TraceMetrics, TraceSettings, Tracer};
 use crate::endpoints::{EndpointRegistry, OutlierDetection};
 use crate::global_ratelimit::{GlobalLimiter, RedisSettings};
 use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::snapshot::Snapshot;
+use crate::trace::{TraceMetrics, TraceSettings, Tracer};
 use crate::upstream::Upstreams;
 use crate::workers::Workers;
 

@@ -283,13 +283,7 @@ pub(crate) fn check(
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        let r = jwt::check(
-            name,
-            auth,
-            headers,
-            checkers.jwks,
-            checkers.jwks_waited,
-        );
+        let r = jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited);
         let token = noted(&mut trail, Check::Jwt, name, r)?;
         if let Some(t) = trail.as_deref_mut()
             && let Some(sub) = token.get("sub").and_then(|s| s.as_str())
@@ -408,9 +402,7 @@ fn noted<T>(
 fn key_text(key: &RateLimitKey, client: IpAddr, bytes: &[u8]) -> Box<str> {
     match key {
         RateLimitKey::ClientIp => client.to_string().into(),
-        RateLimitKey::Header(_) => {
-            String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into()
-        }
+        RateLimitKey::Header(_) => String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into(),
         RateLimitKey::Target => "".into(),
     }
 }

@@ -147,7 +147,11 @@ struct TraceArgs {
     #[arg(long = "otlp-endpoint", env = "WEIR_OTLP_ENDPOINT")]
     endpoint: Option<String>,
     /// `service.name` of the spans.
-    #[arg(long = "trace-service-name", env = "WEIR_TRACE_SERVICE_NAME", default_value = "weir")]
+    #[arg(
+        long = "trace-service-name",
+        env = "WEIR_TRACE_SERVICE_NAME",
+        default_value = "weir"
+    )]
     service_name: String,
     /// Share of new traces sampled, 0 to 1.
     #[arg(long = "trace-sampling-ratio", default_value_t = 1.0, value_parser = parse_ratio)]

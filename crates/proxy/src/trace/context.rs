@@ -106,7 +106,10 @@ mod tests {
         let p = parse_traceparent(GOOD).unwrap();
         assert_eq!(p.trace_id[0], 0x4b);
         assert_eq!(p.trace_id[15], 0x36);
-        assert_eq!(p.parent_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            p.parent_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         assert!(p.sampled());
         let again = format_traceparent(&p.trace_id, &p.parent_id, true);
         assert_eq!(&again[..], GOOD);

@@ -6,7 +6,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span, status};
+use opentelemetry_proto::tonic::trace::v1::{
+    ResourceSpans, ScopeSpans, Span, Status, span, status,
+};
 use tonic::transport::{Channel, Endpoint};
 use weir_model::EndpointAddr;
 
@@ -165,7 +167,11 @@ fn spans_of(e: Ended) -> Vec<Span> {
         .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
     let server_address = host
         .as_deref()
-        .map(|h| h.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(h, |(a, _)| a))
+        .map(|h| {
+            h.rsplit_once(':')
+                .filter(|(_, p)| p.parse::<u16>().is_ok())
+                .map_or(h, |(a, _)| a)
+        })
         .unwrap_or("")
         .to_owned();
     let tracestate = e
@@ -217,7 +223,11 @@ fn spans_of(e: Ended) -> Vec<Span> {
     };
     // Span flags: bit 0 sampled; bit 8 "whether the parent is remote" is known; bit 9
     // the parent is remote (the caller's span).
-    let server_flags = if ids.parent_id.is_some() { 0x301 } else { 0x101 };
+    let server_flags = if ids.parent_id.is_some() {
+        0x301
+    } else {
+        0x101
+    };
     let mut out = Vec::with_capacity(2);
     out.push(Span {
         trace_id: ids.trace_id.to_vec(),

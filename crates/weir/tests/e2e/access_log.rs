@@ -61,7 +61,11 @@ fn records(path: &Path, keep: usize) -> Vec<serde_json::Value> {
 fn of(records: &[serde_json::Value], prefix: &str) -> Vec<serde_json::Value> {
     records
         .iter()
-        .filter(|r| r["request_id"].as_str().is_some_and(|i| i.starts_with(prefix)))
+        .filter(|r| {
+            r["request_id"]
+                .as_str()
+                .is_some_and(|i| i.starts_with(prefix))
+        })
         .cloned()
         .collect()
 }
@@ -139,7 +143,10 @@ async fn records_name_the_policy_and_the_file_rotates() {
     assert_eq!(denied["policy"], "default/keys");
     assert_eq!(denied["check"], "api_key");
     assert!(
-        denied["reason"].as_str().unwrap().contains("not authenticated"),
+        denied["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not authenticated"),
         "{denied}"
     );
     assert_eq!(denied["route"], "HTTPRoute/default/app#0");
@@ -178,7 +185,10 @@ async fn records_name_the_policy_and_the_file_rotates() {
 
     // The counters show the rotation and no drop.
     let metrics = gw.admin_get("/metrics").await.body;
-    assert!(metrics.contains("weir_access_log_rotations_total "), "{metrics}");
+    assert!(
+        metrics.contains("weir_access_log_rotations_total "),
+        "{metrics}"
+    );
     assert!(!metrics.contains("weir_access_log_rotations_total 0\n"));
     assert!(metrics.contains("weir_access_log_dropped_total 0\n"));
 }

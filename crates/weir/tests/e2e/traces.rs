@@ -112,7 +112,9 @@ async fn start(endpoint: String, service: &str, ratio: f64) -> (Gateway, SocketA
 async fn call(addr: SocketAddr, path: &str, traceparent: Option<&str>) -> Resp {
     let mut req = get("app.test", path);
     if let Some(tp) = traceparent {
-        req = req.header("traceparent", tp).header("tracestate", "vendor=1");
+        req = req
+            .header("traceparent", tp)
+            .header("tracestate", "vendor=1");
     }
     send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
         .await
@@ -252,7 +254,8 @@ async fn a_zero_ratio_exports_nothing_and_a_dead_collector_fails_no_request() {
     // A sampled span of the other gateway, exported after those requests.
     assert_eq!(call(one_addr, "/marker", None).await.status, 200);
     spans_where(&got, 1, |(svc, s)| {
-        svc == "one" && s.attributes.iter().any(|a| a.key == "url.path")
+        svc == "one"
+            && s.attributes.iter().any(|a| a.key == "url.path")
             && str_attr(s, "url.path") == "/marker"
     })
     .await;
@@ -261,8 +264,14 @@ async fn a_zero_ratio_exports_nothing_and_a_dead_collector_fails_no_request() {
         "the zero-ratio gateway exported spans"
     );
     let metrics = zero.admin_get("/metrics").await.body;
-    assert!(metrics.contains("weir_trace_requests_sampled_total 0\n"), "{metrics}");
-    assert!(metrics.contains("weir_trace_spans_exported_total 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("weir_trace_requests_sampled_total 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_trace_spans_exported_total 0\n"),
+        "{metrics}"
+    );
 
     // A collector that is not there: every request is answered, and the failed exports
     // are counted.
@@ -272,7 +281,10 @@ async fn a_zero_ratio_exports_nothing_and_a_dead_collector_fails_no_request() {
     };
     let (gw, addr, _) = start(format!("http://{dead}"), "dead", 1.0).await;
     for i in 0..20 {
-        assert_eq!(call(addr, &format!("/d{i}"), Some(INCOMING)).await.status, 200);
+        assert_eq!(
+            call(addr, &format!("/d{i}"), Some(INCOMING)).await.status,
+            200
+        );
     }
     let mut errors = false;
     for _ in 0..500 {
