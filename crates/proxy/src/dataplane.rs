@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
+use crate::access_log::{AccessLogMetrics, AccessLogSettings, AccessLogger};
 use crate::endpoints::{EndpointRegistry, OutlierDetection};
 use crate::global_ratelimit::{GlobalLimiter, RedisSettings};
 use crate::listeners::ListenerHandle;
@@ -17,14 +18,16 @@ use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::snapshot::Snapshot;
 use crate::status::{Problem, Rejection, Stage, StatusBoard};
+use crate::trace::{TraceMetrics, TraceSettings, Tracer};
 use crate::upstream::Upstreams;
 use crate::workers::Workers;
 
 /// Data-plane settings that are not part of the IR.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
-    /// Log one line per request (tracing target `weir::access`, level info).
-    pub access_log: bool,
+    /// One JSON access-log record per request, written by a thread of its own
+    /// ([`AccessLogSettings`]); `None`: no access log.
+    pub access_log: Option<AccessLogSettings>,
     /// Limit for establishing one upstream TCP connection.
     pub connect_timeout: Duration,
     /// Idle upstream connections are closed after this long.
@@ -37,6 +40,9 @@ pub struct ProxyConfig {
     /// A UDP session with no datagram either way for this long ends (its socket is
     /// closed; the client's next datagram starts a new one).
     pub udp_session_idle_timeout: Duration,
+    /// OpenTelemetry traces exported over OTLP/gRPC ([`TraceSettings`]); `None`: none
+    /// (requests are not traced, and `traceparent` passes through untouched).
+    pub traces: Option<TraceSettings>,
     /// Where global rate limits keep their counts; `None`: no Redis, and every global
     /// limit follows its fail mode (logged once, counted by
     /// `weir_global_ratelimit_unconfigured`).
@@ -46,13 +52,14 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
-            access_log: true,
+            access_log: None,
             connect_timeout: Duration::from_secs(5),
             upstream_idle_timeout: Duration::from_secs(90),
             drain_timeout: Duration::from_secs(10),
             workers: 0,
             udp_session_idle_timeout: Duration::from_secs(60),
             redis: None,
+            traces: None,
         }
     }
 }
@@ -90,6 +97,10 @@ pub(crate) struct Shared {
     pub(crate) jwks: Arc<crate::jwks::JwksRegistry>,
     /// Requests in progress per (policy, client address), kept across snapshots.
     pub(crate) concurrency: Arc<crate::concurrency::ConcurrencyLimiter>,
+    /// The access log's queue to its writer thread, when it is on.
+    pub(crate) access_log: Option<AccessLogger>,
+    /// The sampler and the queue to the trace exporter, when traces are on.
+    pub(crate) tracer: Option<Tracer>,
 }
 
 /// A running data plane: applies configuration batches and serves traffic on the
@@ -113,9 +124,23 @@ impl DataPlane {
     /// Creates a data plane with an empty snapshot and no listeners, registering the
     /// data-plane metrics in `registry`.
     ///
-    /// Starts the worker threads ([`ProxyConfig::workers`]); fails only when the system
-    /// refuses to create a thread.
+    /// Starts the worker threads ([`ProxyConfig::workers`]), the access log's writer and
+    /// the trace exporter (on the current runtime); fails when the system refuses to
+    /// create a thread, the access-log file cannot be opened, or traces are asked for
+    /// without a runtime or with an endpoint that is not a URI.
     pub fn new(config: ProxyConfig, registry: &mut Registry) -> std::io::Result<Arc<DataPlane>> {
+        let access_log_metrics = AccessLogMetrics::default();
+        access_log_metrics.register(registry);
+        let access_log = match &config.access_log {
+            Some(settings) => Some(AccessLogger::start(settings, access_log_metrics)?),
+            None => None,
+        };
+        let trace_metrics = TraceMetrics::default();
+        trace_metrics.register(registry);
+        let tracer = match &config.traces {
+            Some(settings) => Some(Tracer::start(settings, trace_metrics)?),
+            None => None,
+        };
         let workers = Workers::start(config.workers)?;
         let metrics = Metrics::register(registry);
         let upstreams = Upstreams::new(
@@ -160,6 +185,8 @@ impl DataPlane {
                 )),
                 jwks: Arc::new(crate::jwks::JwksRegistry::new(metrics.jwks.clone())),
                 concurrency: Arc::default(),
+                access_log,
+                tracer,
                 config,
                 metrics,
                 workers,

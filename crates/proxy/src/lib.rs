@@ -15,7 +15,9 @@ mod router;
 mod sharded;
 mod snapshot;
 mod tls;
+mod trace;
 
+mod access_log;
 mod admin;
 mod affinity;
 mod authority;
@@ -51,6 +53,7 @@ mod upgrade;
 mod upstream;
 mod workers;
 
+pub use access_log::{AccessLogFields, AccessLogOutput, AccessLogSettings};
 pub use admin::serve_admin;
 pub use authority::{InvalidHost, canonical_host};
 pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
@@ -93,3 +96,5 @@ pub use proxy_protocol::{
     parse as parse_proxy_header,
 };
 pub use snapshot::{Snapshot, SnapshotStats};
+pub use trace::TraceSettings;
+pub use trace::context::{TRACEPARENT_LEN, TraceParent, parse_traceparent};

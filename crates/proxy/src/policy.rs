@@ -20,6 +20,7 @@ use weir_model::{
 
 use crate::basic_auth::{self, Verified, VerifiedCache};
 
+use crate::access_log::{Check, IdentityKind, RateLimitNote, Trail};
 use crate::authz;
 use crate::error::{Challenge, ProxyError};
 use crate::ext_auth::{self, Decided, ExtAuthState};
@@ -90,6 +91,25 @@ impl SizeLimits {
     fn any(&self) -> bool {
         self.body.is_some() || self.headers.is_some() || self.header_bytes.is_some()
     }
+
+    /// The policy object (`namespace/name`) to name for a size check's outcome: the one
+    /// whose limit refused it (the body's, or the head's), else the most specific one.
+    fn policy_name(&self, outcome: &Result<(), ProxyError>) -> &Arc<str> {
+        static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+        fn name(p: &Option<Arc<Policy>>) -> Option<&Arc<str>> {
+            p.as_ref()?.request_limits.as_ref().map(|(name, _)| name)
+        }
+        let found = match outcome {
+            Err(ProxyError::RequestTooLarge { head: false }) => name(&self.body),
+            Err(ProxyError::RequestTooLarge { head: true }) => {
+                name(&self.headers).or_else(|| name(&self.header_bytes))
+            }
+            _ => name(&self.body)
+                .or_else(|| name(&self.headers))
+                .or_else(|| name(&self.header_bytes)),
+        };
+        found.unwrap_or_else(|| NONE.get_or_init(|| Arc::from("")))
+    }
 }
 
 impl Applied {
@@ -134,6 +154,11 @@ impl Applied {
     /// `server::phases`).
     pub(crate) fn cors(&self) -> Option<&Arc<weir_model::Cors>> {
         self.cors.as_ref()?.cors.as_ref().map(|(_, c)| c)
+    }
+
+    /// The policy object whose CORS settings [`Applied::cors`] gives.
+    pub(crate) fn cors_policy(&self) -> Option<&Arc<str>> {
+        self.cors.as_ref()?.cors.as_ref().map(|(name, _)| name)
     }
 
     /// Whether phase 2 reads the request's method and path (authorization rules), which
@@ -281,27 +306,43 @@ pub(crate) fn check(
     headers: &mut HeaderMap,
     verified: Option<Verified>,
     now: Instant,
+    mut trail: Option<&mut Trail>,
 ) -> Result<(), Refusal> {
     if let Some(p) = &applied.ip_rules
         && let Some((name, rules)) = &p.ip_rules
-        && !rules.admits(client)
     {
-        return Err(Refusal::Refused(ProxyError::Forbidden {
-            policy: name.clone(),
-        }));
+        let r = if rules.admits(client) {
+            Ok(())
+        } else {
+            Err(Refusal::Refused(ProxyError::Forbidden {
+                policy: name.clone(),
+            }))
+        };
+        noted(&mut trail, Check::IpRules, name, r)?;
     }
     if applied.size_limits.any() {
-        check_size(&applied.size_limits.merged(), headers)?;
+        let r = check_size(&applied.size_limits.merged(), headers);
+        let name = applied.size_limits.policy_name(&r);
+        noted(
+            &mut trail,
+            Check::RequestLimits,
+            name,
+            r.map_err(Refusal::Refused),
+        )?;
     }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
     {
-        check_basic(name, auth, checkers.verified, headers, verified)?;
+        let r = check_basic(name, auth, checkers.verified, headers, verified);
+        let user = noted(&mut trail, Check::BasicAuth, name, r)?;
+        if let Some(t) = trail.as_deref_mut() {
+            t.identity = Some((IdentityKind::Basic, user.into()));
+        }
     }
     if let Some(p) = &applied.ext_auth
         && let Some((name, auth)) = &p.ext_auth
     {
-        ext_auth::check(
+        let r = ext_auth::check(
             checkers.ext_auth,
             name,
             auth,
@@ -312,25 +353,31 @@ pub(crate) fn check(
         .map_err(|e| match e {
             Ok(pending) => Refusal::ExtAuth(name.clone(), pending),
             Err(e) => Refusal::Refused(e),
-        })?;
+        });
+        noted(&mut trail, Check::ExtAuth, name, r)?;
     }
     let limiter = checkers.limiter;
     if let Some(p) = &applied.api_key_auth
         && let Some((name, auth)) = &p.api_key_auth
     {
-        check_api_key(name, auth, headers)?;
+        let r = check_api_key(name, auth, headers).map_err(Refusal::Refused);
+        let who = noted(&mut trail, Check::ApiKey, name, r)?;
+        if let Some(t) = trail.as_deref_mut() {
+            t.identity = Some((IdentityKind::ApiKey, Box::from(&**who)));
+        }
     }
     let mut claims = None;
     if let Some(p) = &applied.jwt_auth
         && let Some((name, auth)) = &p.jwt_auth
     {
-        claims = Some(jwt::check(
-            name,
-            auth,
-            headers,
-            checkers.jwks,
-            checkers.jwks_waited,
-        )?);
+        let r = jwt::check(name, auth, headers, checkers.jwks, checkers.jwks_waited);
+        let token = noted(&mut trail, Check::Jwt, name, r)?;
+        if let Some(t) = trail.as_deref_mut()
+            && let Some(sub) = token.get("sub").and_then(|s| s.as_str())
+        {
+            t.identity = Some((IdentityKind::Jwt, sub.into()));
+        }
+        claims = Some(token);
     }
     if let Some(p) = &applied.authorization
         && let Some((name, rules)) = &p.authorization
@@ -341,51 +388,110 @@ pub(crate) fn check(
             })
         };
         // Without the head (a caller that did not lend it) nothing can be allowed.
-        let (method, path) = checkers.head.ok_or_else(forbidden)?;
-        let head = authz::Head {
-            method,
-            path,
-            client,
+        let r = match checkers.head {
+            None => Err(forbidden()),
+            Some((method, path)) => {
+                let head = authz::Head {
+                    method,
+                    path,
+                    client,
+                };
+                match authz::decide(rules, head, headers, claims.as_deref()) {
+                    AuthzAction::Deny => Err(forbidden()),
+                    AuthzAction::Allow => Ok(()),
+                }
+            }
         };
-        if authz::decide(rules, head, headers, claims.as_deref()) == AuthzAction::Deny {
-            return Err(forbidden());
-        }
+        noted(&mut trail, Check::Authorization, name, r)?;
     }
     if let Some(policy) = &applied.rate_limit
         && let Some((name, limit)) = &policy.rate_limit
     {
         let mut buf = [0u8; 17];
         let key = limit_key(&limit.key, client, headers, &mut buf);
-        if let Decision::Limited { retry_after } = limiter.check(&policy.target, limit, key, now) {
-            return Err(Refusal::Refused(ProxyError::RateLimited {
+        let decision = limiter.check(&policy.target, limit, key, now);
+        if let Some(t) = trail.as_deref_mut() {
+            let remaining = match decision {
+                Decision::Allowed { remaining } => remaining,
+                Decision::Limited { .. } => 0,
+            };
+            t.rate_limit = Some(RateLimitNote {
+                policy: name.clone(),
+                key: key_text(&limit.key, client, key),
+                remaining: Some(remaining),
+            });
+        }
+        let r = match decision {
+            Decision::Allowed { .. } => Ok(()),
+            Decision::Limited { retry_after } => Err(Refusal::Refused(ProxyError::RateLimited {
                 retry_after: retry_after.max(Duration::from_millis(1)),
                 limit: limit.burst,
                 policy: Some(name.clone()),
-            }));
-        }
+            })),
+        };
+        noted(&mut trail, Check::RateLimit, name, r)?;
     }
     if let Some(policy) = &applied.global_rate_limit
         && let Some((name, limit)) = &policy.global_rate_limit
     {
         let mut buf = [0u8; 17];
         let key = limit_key(&limit.key, client, headers, &mut buf);
-        match checkers.global.check(&policy.target, name, limit, key) {
-            global_ratelimit::Decision::Allowed => {}
+        if let Some(t) = trail.as_deref_mut()
+            && t.rate_limit.is_none()
+        {
+            t.rate_limit = Some(RateLimitNote {
+                policy: name.clone(),
+                key: key_text(&limit.key, client, key),
+                remaining: None,
+            });
+        }
+        let r = match checkers.global.check(&policy.target, name, limit, key) {
+            global_ratelimit::Decision::Allowed => Ok(()),
             global_ratelimit::Decision::Limited { retry_after } => {
-                return Err(Refusal::Refused(ProxyError::RateLimited {
+                Err(Refusal::Refused(ProxyError::RateLimited {
                     retry_after: retry_after.max(Duration::from_millis(1)),
                     limit: limit.requests,
                     policy: Some(name.clone()),
-                }));
+                }))
             }
             global_ratelimit::Decision::Unavailable => {
-                return Err(Refusal::Refused(ProxyError::RateLimitUnavailable {
+                Err(Refusal::Refused(ProxyError::RateLimitUnavailable {
                     policy: name.clone(),
-                }));
+                }))
             }
-        }
+        };
+        noted(&mut trail, Check::GlobalRateLimit, name, r)?;
     }
     Ok(())
+}
+
+/// Notes a check's outcome in the request's trail, when it is logged: passed, or
+/// refused and why. A check that must wait (credentials checked off the worker threads,
+/// an authorization service, a JWK Set) notes nothing: the request comes through again.
+fn noted<T>(
+    trail: &mut Option<&mut Trail>,
+    check: Check,
+    policy: &Arc<str>,
+    r: Result<T, Refusal>,
+) -> Result<T, Refusal> {
+    if let Some(t) = trail.as_deref_mut() {
+        match &r {
+            Ok(_) => t.pass(check, policy),
+            Err(Refusal::Refused(e)) => t.deny(check, Some(policy), e),
+            Err(_) => {}
+        }
+    }
+    r
+}
+
+/// A rate-limit key as the access log shows it: the client address, the header's value
+/// (at most 128 bytes, lossy), or nothing for the whole target.
+fn key_text(key: &RateLimitKey, client: IpAddr, bytes: &[u8]) -> Box<str> {
+    match key {
+        RateLimitKey::ClientIp => client.to_string().into(),
+        RateLimitKey::Header(_) => String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into(),
+        RateLimitKey::Target => "".into(),
+    }
 }
 
 /// Request size limits on what is known in phase 2: the head's fields, and the body's
@@ -450,7 +556,7 @@ fn check_basic(
     cache: &VerifiedCache,
     headers: &HeaderMap,
     verified: Option<Verified>,
-) -> Result<(), Refusal> {
+) -> Result<String, Refusal> {
     let refused = || {
         Refusal::Refused(ProxyError::Unauthenticated {
             policy: policy.clone(),
@@ -493,16 +599,20 @@ fn check_basic(
             ok
         }
     };
-    if ok && listed { Ok(()) } else { Err(refused()) }
+    if ok && listed {
+        Ok(user)
+    } else {
+        Err(refused())
+    }
 }
 
 /// An API key check: exactly one key header, whose digest is a configured key's. The
 /// header is removed unless the policy forwards it.
-fn check_api_key(
+fn check_api_key<'a>(
     policy: &Arc<str>,
-    auth: &ApiKeyAuth,
+    auth: &'a ApiKeyAuth,
     headers: &mut HeaderMap,
-) -> Result<(), ProxyError> {
+) -> Result<&'a Arc<str>, ProxyError> {
     let refused = || ProxyError::Unauthenticated {
         policy: policy.clone(),
         challenge: Challenge::None,
@@ -513,18 +623,30 @@ fn check_api_key(
     };
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
     let digest: &[u8; 32] = digest.as_ref().try_into().map_err(|_| refused())?;
-    if auth.client(digest).is_none() {
+    let Some(client) = auth.client(digest) else {
         return Err(refused());
-    }
+    };
     if !auth.forward_key {
         headers.remove(&*auth.header);
     }
-    Ok(())
+    Ok(client)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Phase 2 without an access-log trail.
+    fn check(
+        checkers: &Checkers<'_>,
+        applied: &Applied,
+        client: IpAddr,
+        headers: &mut HeaderMap,
+        verified: Option<Verified>,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        super::check(checkers, applied, client, headers, verified, now, None)
+    }
     use weir_model::{
         Action, Delta, DeltaBatch, IpNet, IpRules, LocalRateLimit, PathMatch, RequestMatch,
         Resource, RouteKind, RouteRef,

@@ -21,6 +21,7 @@ use weir_model::{
     UpstreamProtocol, WeightedBackend,
 };
 
+use crate::access_log::{self, Record};
 use crate::affinity;
 use crate::authority;
 use crate::basic_auth;
@@ -163,18 +164,6 @@ pub(crate) struct ConnContext {
     pub(crate) timeouts: ConnectionTimeouts,
 }
 
-/// What the access log needs beyond the response: taken from the request head before it
-/// is forwarded. Boxed, so that a request without access logging carries one pointer.
-struct AccessLog {
-    method: http::Method,
-    path: String,
-    host: Option<HeaderValue>,
-    request_id: Option<HeaderValue>,
-    upstream: Option<EndpointAddr>,
-    /// Attempts made (more than 1 with retries).
-    attempts: u32,
-}
-
 /// The result of waiting for an upstream: the response head and, for HTTP/1.1, the
 /// lease of the connection it came on.
 pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
@@ -182,6 +171,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 /// Serves one request. Never fails: every error becomes a response.
 ///
 /// The request goes through named phases, each a function below:
+/// 0. only when traces or the access log are on: the trace decision
+///    ([`crate::trace::Tracer::begin`]) and one boxed [`Record`] the phases write into;
 /// 1. [`route`]: one host and one normal path, then the matching rule of the listener;
 /// 2. [`policy::check`]: the policies that may refuse the request (client address
 ///    rules, Basic credentials, an API key, a JWT, authorization rules, then a local
@@ -196,7 +187,7 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 /// 5. [`send`]: the hand-over to the upstream pool, bounded by the route's timeouts;
 /// 6. [`relay`]: the upstream's response head as sent back, once it arrives;
 /// 7. [`finish`]: errors turned into responses in the request's shape (HTTP or gRPC),
-///    metrics and the access log.
+///    metrics, the access-log record and the spans (queued, never waited for).
 ///
 /// Phases 1–5 run here, synchronously; the returned future only waits for the
 /// upstream's response head. It is a few hundred bytes: hyper moves it into its
@@ -210,17 +201,24 @@ pub(crate) fn handle(
     let start = Instant::now();
     let shape = ResponseShape::of(req.headers());
     ensure_request_id(req.headers_mut());
-    let mut log = (ctx.shared.config.access_log
-        && tracing::enabled!(target: "weir::access", tracing::Level::INFO))
-    .then(|| {
-        Box::new(AccessLog {
-            method: req.method().clone(),
-            path: req.uri().path().to_owned(),
-            host: raw_host(&req),
-            request_id: req.headers().get(&X_REQUEST_ID).cloned(),
-            upstream: None,
-            attempts: 1,
-        })
+    // Phase 0, when traces are on: continue or start the trace, and decide.
+    let span = ctx
+        .shared
+        .tracer
+        .as_ref()
+        .and_then(|t| t.begin(req.headers_mut()));
+    let observed = ctx.shared.access_log.is_some() || span.is_some();
+    let mut log = observed.then(|| {
+        let mut r = Box::new(Record::new(req.method().clone()));
+        r.path = req.uri().path().to_owned();
+        r.host = raw_host(&req);
+        r.request_id = req.headers().get(&X_REQUEST_ID).cloned();
+        r.version = req.version();
+        if span.is_some() {
+            r.span = span;
+            r.tracestate = req.headers().get(&TRACESTATE).cloned();
+        }
+        r
     });
     let state = Routed::into_state(phases(&ctx, req, start, log.as_deref_mut()));
     Handling {
@@ -238,7 +236,7 @@ pin_project_lite::pin_project! {
         ctx: Arc<ConnContext>,
         start: Instant,
         shape: ResponseShape,
-        log: Option<Box<AccessLog>>,
+        log: Option<Box<Record>>,
         #[pin]
         state: State<S>,
     }
@@ -269,12 +267,21 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
             ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
             StateProj::Verifying { fut } => {
-                let (result, attempts, upstream) = std::task::ready!(fut.as_mut().poll(cx));
+                let (result, second) = std::task::ready!(fut.as_mut().poll(cx));
                 if let Some(log) = this.log.as_deref_mut() {
-                    log.attempts = attempts;
-                    if upstream.is_some() {
-                        log.upstream = upstream;
+                    // The second pass went through every check again: its trail is the
+                    // request's.
+                    log.attempts = second.attempts;
+                    if second.upstream.is_some() {
+                        log.upstream = second.upstream;
                     }
+                    if second.route.is_some() {
+                        log.route = second.route;
+                    }
+                    if second.forwarded_at.is_some() {
+                        log.forwarded_at = second.forwarded_at;
+                    }
+                    log.trail = second.trail;
                 }
                 result
             }
@@ -297,13 +304,13 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
     }
 }
 
-/// Phase 7: turns the result into the response, records metrics and writes the access
-/// log line.
+/// Phase 7: turns the result into the response, records metrics, and queues the
+/// request's access-log record and spans.
 fn finish(
     ctx: &ConnContext,
     start: Instant,
     shape: ResponseShape,
-    log: Option<Box<AccessLog>>,
+    log: Option<Box<Record>>,
     result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
     let (resp, fault) = match result {
@@ -317,28 +324,22 @@ fn finish(
     let elapsed = start.elapsed();
     let status = resp.status().as_u16();
     ctx.metrics.record(status, elapsed.as_secs_f64());
-    if let Some(log) = log {
-        let host = log
-            .host
-            .as_ref()
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let upstream = log.upstream.as_ref().map(|u| u.to_string());
-        let request_id = log.request_id.as_ref().and_then(|v| v.to_str().ok());
-        tracing::info!(
-            target: "weir::access",
-            method = %log.method,
-            host,
-            path = log.path,
+    if let Some(mut log) = log {
+        log.done = Some(access_log::Done {
+            time: std::time::SystemTime::now(),
             status,
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
-            upstream = upstream.as_deref().unwrap_or("-"),
-            attempts = log.attempts,
-            listener = &*ctx.listener_label,
-            client = %ctx.remote,
-            request_id = request_id.unwrap_or("-"),
-            fault = fault.unwrap_or("-"),
-        );
+            duration: elapsed,
+            fault,
+            listener: Arc::clone(&ctx.listener_label),
+            client: ctx.remote,
+            trace_id: log.span.as_ref().map(|s| s.trace_hex()),
+        });
+        if let (Some(tracer), Some(ids)) = (&ctx.shared.tracer, log.span) {
+            tracer.end(&log, ids, ctx.tls, ctx.local_port);
+        }
+        if let Some(logger) = &ctx.shared.access_log {
+            logger.submit(log);
+        }
     }
     resp
 }
@@ -369,18 +370,10 @@ enum Routed<S> {
 }
 
 /// A basic-auth check running off the worker threads, then the request's second pass
-/// through the phases and its forwarding: the result, the attempts made and the endpoint.
-type Verifying = Pin<
-    Box<
-        dyn Future<
-                Output = (
-                    Result<Response<ProxyBody>, ProxyError>,
-                    u32,
-                    Option<EndpointAddr>,
-                ),
-            > + Send,
-    >,
->;
+/// through the phases and its forwarding: the result, and the second pass's record (the
+/// attempts made, the endpoint, the policies' decisions).
+type Verifying =
+    Pin<Box<dyn Future<Output = (Result<Response<ProxyBody>, ProxyError>, Record)> + Send>>;
 
 /// What a request waits for before it goes through the phases again.
 enum Job {
@@ -413,10 +406,11 @@ fn verify_then_forward(
 ) -> Verifying {
     let ctx = Arc::clone(ctx);
     Box::pin(async move {
+        let mut log = Record::new(req.method().clone());
         let passes = req.extensions().get::<Passes>().map_or(0, |p| p.0);
         if passes >= 3 {
             let e = ProxyError::BadRequest("credentials checked too many times");
-            return (Err(e), 1, None);
+            return (Err(e), log);
         }
         req.extensions_mut().insert(Passes(passes + 1));
         match job {
@@ -434,23 +428,18 @@ fn verify_then_forward(
                 req.extensions_mut().insert(JwksWaited);
             }
         }
-        let mut log = AccessLog {
-            method: req.method().clone(),
-            path: String::new(),
-            host: None,
-            request_id: None,
-            upstream: None,
-            attempts: 1,
-        };
-        match phases(&ctx, req, start, Some(&mut log)) {
-            Ok(Routed::Forward(fwd)) => (fwd.await, log.attempts, log.upstream),
+        let logged = ctx.shared.access_log.is_some() || ctx.shared.tracer.is_some();
+        match phases(&ctx, req, start, logged.then_some(&mut log)) {
+            Ok(Routed::Forward(fwd)) => (fwd.await, log),
             Ok(Routed::Retrying(fut)) => {
                 let (result, attempts, upstream) = fut.await;
-                (result, attempts, Some(upstream))
+                log.attempts = attempts;
+                log.upstream = Some(upstream);
+                (result, log)
             }
-            Ok(Routed::Respond(resp)) => (Ok(resp), 1, None),
+            Ok(Routed::Respond(resp)) => (Ok(resp), log),
             Ok(Routed::Verify(fut)) => fut.await,
-            Err(e) => (Err(e), 1, None),
+            Err(e) => (Err(e), log),
         }
     })
 }
@@ -477,7 +466,7 @@ fn phases(
     ctx: &Arc<ConnContext>,
     mut req: Request<Incoming>,
     start: Instant,
-    log: Option<&mut AccessLog>,
+    mut log: Option<&mut Record>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
     let snapshot = ctx.shared.snapshots.load();
     let Matched {
@@ -486,11 +475,21 @@ fn phases(
         applied,
         client,
     } = route(ctx, &snapshot, &mut req)?;
+    if let Some(log) = log.as_deref_mut() {
+        log.route = Some(rule.route.clone());
+    }
     // The rule's own CORS filter wins over a policy's `cors`.
-    let cors_settings = cors::of(&rule).or_else(|| applied.cors());
+    let own_cors = cors::of(&rule);
+    let cors_settings = own_cors.or_else(|| applied.cors());
     let cors_origin = match cors::check(cors_settings, req.method(), req.headers()) {
         cors::Check::Pass => None,
-        cors::Check::Answer(resp) => return Ok(Routed::Respond(resp)),
+        cors::Check::Answer(resp) => {
+            if let Some(log) = log.as_deref_mut() {
+                let policy = own_cors.is_none().then(|| applied.cors_policy()).flatten();
+                note_preflight(&mut log.trail, policy, resp.status());
+            }
+            return Ok(Routed::Respond(resp));
+        }
         cors::Check::Allowed(origin) => Some(origin),
     };
     let verified = req.extensions().get::<basic_auth::Verified>().copied();
@@ -510,6 +509,7 @@ fn phases(
         jwks: &ctx.shared.jwks,
         jwks_waited: req.extensions().get::<JwksWaited>().is_some(),
     };
+    let trail = log.as_deref_mut().map(|l| &mut l.trail);
     match policy::check(
         &checkers,
         &applied,
@@ -517,6 +517,7 @@ fn phases(
         req.headers_mut(),
         verified,
         start,
+        trail,
     ) {
         Ok(()) => {}
         Err(Refusal::Refused(e)) => return Err(e),
@@ -577,6 +578,9 @@ fn phases(
     drop(snapshot);
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
+        if log.span.is_some() {
+            log.forwarded_at = Some(std::time::SystemTime::now());
+        }
     }
     // A body is kept for retries up to the retry's limit (retry.rs); an upgrade is
     // never retried.
@@ -613,6 +617,16 @@ fn phases(
     Ok(Routed::Forward(send(
         ctx, rule, target, rewritten, limit, held,
     )))
+}
+
+/// Notes a CORS preflight answered in phase 1: allowed (2xx) or refused (403).
+fn note_preflight(trail: &mut access_log::Trail, policy: Option<&Arc<str>>, status: StatusCode) {
+    let check = access_log::Check::Cors;
+    if status.is_success() {
+        trail.passed.push((check, policy.cloned()));
+    } else {
+        trail.deny(check, policy, "CORS preflight from an origin not allowed");
+    }
 }
 
 /// What [`route`] found.
@@ -1199,6 +1213,7 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 fn add_forwarded(headers: &mut HeaderMap, ctx: &ConnContext, raw_host: Option<HeaderValue>) {
     match headers.entry(X_FORWARDED_FOR) {

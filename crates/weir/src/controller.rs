@@ -40,8 +40,10 @@ pub struct ControllerOptions {
     /// Gives each Gateway without an IP in `spec.addresses` its own address from this
     /// range instead of `0.0.0.0` (e.g. loopback addresses for tests).
     pub gateway_address_pool: Option<weir_translate::AddressPool>,
-    /// One log line per request.
-    pub access_log: bool,
+    /// One JSON access-log record per request (`None`: off).
+    pub access_log: Option<weir_proxy::AccessLogSettings>,
+    /// OpenTelemetry traces over OTLP (`None`: off).
+    pub traces: Option<weir_proxy::TraceSettings>,
     /// Serve the configuration push protocol here (split mode: `weir proxy` data planes).
     pub xds_listen: Option<SocketAddr>,
     /// Whether the controller's embedded data plane serves Gateways and Ingresses (turn
@@ -164,7 +166,8 @@ impl Controller {
         let mut leads = leader.clone();
         let dataplane = DataPlane::new(
             ProxyConfig {
-                access_log: opts.access_log,
+                access_log: opts.access_log.clone(),
+                traces: opts.traces.clone(),
                 redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },

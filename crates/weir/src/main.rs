@@ -89,6 +89,117 @@ impl RedisArgs {
     }
 }
 
+/// The access log: one JSON record per request.
+#[derive(clap::Args)]
+struct AccessLogArgs {
+    /// Do not write access-log records.
+    #[arg(long)]
+    no_access_log: bool,
+    /// Where access-log records go: `-` for standard output, else a file, rotated by
+    /// size (`--access-log-max-size`, `--access-log-keep`).
+    #[arg(long = "access-log", env = "WEIR_ACCESS_LOG", default_value = "-")]
+    path: String,
+    /// Size at which the access-log file is rotated (bytes, or with a `K`, `M` or `G`
+    /// suffix, powers of 1024); 0 never rotates.
+    #[arg(long = "access-log-max-size", default_value = "100M", value_parser = parse_size)]
+    max_size: u64,
+    /// Rotated access-log files kept (`PATH.1` is the newest).
+    #[arg(long = "access-log-keep", default_value_t = 5)]
+    keep: usize,
+    /// The fields of a record, comma-separated, or `all`: time, method, host, path,
+    /// status, duration_ms, route, listener, client, request_id, upstream, attempts,
+    /// fault, decision, policy, check, reason, checks, identity, rate_limit, trace_id.
+    #[arg(long = "access-log-fields", default_value = "all", value_parser = weir_proxy::AccessLogFields::parse)]
+    fields: weir_proxy::AccessLogFields,
+    /// Records waiting for the writer at most; past it records are dropped and counted
+    /// (`weir_access_log_dropped_total`), never waited for.
+    #[arg(long = "access-log-queue", default_value_t = 8192)]
+    queue: usize,
+}
+
+impl AccessLogArgs {
+    fn settings(&self) -> anyhow::Result<Option<weir_proxy::AccessLogSettings>> {
+        if self.no_access_log {
+            return Ok(None);
+        }
+        let output = if self.path == "-" {
+            weir_proxy::AccessLogOutput::Stdout
+        } else {
+            weir_proxy::AccessLogOutput::File {
+                path: PathBuf::from(&self.path),
+                max_bytes: self.max_size,
+                keep: self.keep,
+            }
+        };
+        Ok(Some(weir_proxy::AccessLogSettings {
+            output,
+            fields: self.fields,
+            queue: self.queue.max(1),
+        }))
+    }
+}
+
+/// OpenTelemetry traces.
+#[derive(clap::Args)]
+struct TraceArgs {
+    /// Export a span per request (and one per forwarding) to this OTLP/gRPC collector,
+    /// e.g. `http://127.0.0.1:4317`. Without it requests are not traced.
+    #[arg(long = "otlp-endpoint", env = "WEIR_OTLP_ENDPOINT")]
+    endpoint: Option<String>,
+    /// `service.name` of the spans.
+    #[arg(
+        long = "trace-service-name",
+        env = "WEIR_TRACE_SERVICE_NAME",
+        default_value = "weir"
+    )]
+    service_name: String,
+    /// Share of new traces sampled, 0 to 1.
+    #[arg(long = "trace-sampling-ratio", default_value_t = 1.0, value_parser = parse_ratio)]
+    sampling_ratio: f64,
+    /// Decide by the ratio alone, even for a request whose `traceparent` says whether
+    /// its caller sampled it (by default the caller's decision is followed).
+    #[arg(long = "trace-ignore-parent")]
+    ignore_parent: bool,
+    /// Limit of one export call to the collector.
+    #[arg(long = "otlp-timeout", default_value = "5s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+}
+
+impl TraceArgs {
+    fn settings(&self) -> Option<weir_proxy::TraceSettings> {
+        let endpoint = self.endpoint.as_ref()?;
+        let mut s = weir_proxy::TraceSettings::new(endpoint.clone());
+        s.service_name = self.service_name.clone();
+        s.sampling_ratio = self.sampling_ratio;
+        s.parent_based = !self.ignore_parent;
+        s.timeout = self.timeout.max(std::time::Duration::from_millis(1));
+        Some(s)
+    }
+}
+
+/// A number from 0 to 1.
+fn parse_ratio(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{v:?}: expected a ratio from 0 to 1")),
+    }
+}
+
+/// `100M`, `512K`, `1G` (powers of 1024), or a number of bytes.
+fn parse_size(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{v:?}: expected a size such as 100M, 512K or 1048576"))
+}
+
 #[derive(clap::Args)]
 struct IngressArgs {
     /// Address that serves plaintext traffic for Ingress objects.
@@ -148,9 +259,10 @@ struct RunArgs {
     admin: SocketAddr,
     #[command(flatten)]
     ingress: IngressArgs,
-    /// Do not write one access-log line per request.
-    #[arg(long)]
-    no_access_log: bool,
+    #[command(flatten)]
+    access_log: AccessLogArgs,
+    #[command(flatten)]
+    traces: TraceArgs,
     /// Do not watch the config path for changes.
     #[arg(long)]
     no_watch: bool,
@@ -186,9 +298,10 @@ struct ControllerArgs {
     /// (CIDR, e.g. 127.10.0.0/16), reported in its status, instead of binding 0.0.0.0.
     #[arg(long, env = "WEIR_GATEWAY_ADDRESS_POOL")]
     gateway_address_pool: Option<weir_translate::AddressPool>,
-    /// Do not write one access-log line per request.
-    #[arg(long)]
-    no_access_log: bool,
+    #[command(flatten)]
+    access_log: AccessLogArgs,
+    #[command(flatten)]
+    traces: TraceArgs,
     /// Serve the configuration push protocol (gRPC) here, for `weir proxy` data planes.
     #[arg(long, env = "WEIR_XDS_LISTEN")]
     xds_listen: Option<SocketAddr>,
@@ -324,9 +437,10 @@ struct ProxyArgs {
     /// File holding a bearer token to present to the controller.
     #[arg(long, env = "WEIR_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// Do not write one access-log line per request.
-    #[arg(long)]
-    no_access_log: bool,
+    #[command(flatten)]
+    access_log: AccessLogArgs,
+    #[command(flatten)]
+    traces: TraceArgs,
     #[command(flatten)]
     redis: RedisArgs,
 }
@@ -454,7 +568,8 @@ fn main() -> ExitCode {
                     ingress_https: Some(a.ingress.addresses()?.1),
                     ingress_class: a.ingress.classes().0,
                     more_ingress_classes: a.ingress.classes().1,
-                    access_log: !a.no_access_log,
+                    access_log: a.access_log.settings()?,
+                    traces: a.traces.settings(),
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
                 };
@@ -472,7 +587,8 @@ fn main() -> ExitCode {
                     more_ingress_classes: a.ingress.classes().1,
                     advertise: a.advertise,
                     gateway_address_pool: a.gateway_address_pool,
-                    access_log: !a.no_access_log,
+                    access_log: a.access_log.settings()?,
+                    traces: a.traces.settings(),
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,
                     xds_auth: matches!(a.xds_auth, XdsAuth::ServiceAccount),
@@ -502,7 +618,8 @@ fn main() -> ExitCode {
                             .unwrap_or_else(|_| "weir-proxy".into())
                     }),
                     token,
-                    access_log: !a.no_access_log,
+                    access_log: a.access_log.settings()?,
+                    traces: a.traces.settings(),
                     redis: a.redis.settings()?,
                 };
                 weir::proxy::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
@@ -570,6 +687,16 @@ fn main() -> ExitCode {
 mod tests {
     use super::parse_duration;
     use std::time::Duration;
+
+    #[test]
+    fn sizes_take_a_suffix_or_mean_bytes() {
+        use super::parse_size;
+        assert_eq!(parse_size("100M"), Ok(100 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("7"), Ok(7));
+        assert!(parse_size("1T").is_err());
+        assert!(parse_size("M").is_err());
+    }
 
     #[test]
     fn durations_take_a_unit_or_mean_seconds() {

@@ -26,8 +26,10 @@ pub struct ProxyOptions {
     pub node: String,
     /// Bearer token presented to the controller.
     pub token: Option<String>,
-    /// One log line per request.
-    pub access_log: bool,
+    /// One JSON access-log record per request (`None`: off).
+    pub access_log: Option<weir_proxy::AccessLogSettings>,
+    /// OpenTelemetry traces over OTLP (`None`: off).
+    pub traces: Option<weir_proxy::TraceSettings>,
     /// Where global rate limits keep their counts (`--redis`).
     pub redis: Option<weir_proxy::RedisSettings>,
 }
@@ -80,7 +82,8 @@ impl Proxy {
         let mut registry = Registry::default();
         let dataplane = DataPlane::new(
             ProxyConfig {
-                access_log: opts.access_log,
+                access_log: opts.access_log.clone(),
+                traces: opts.traces.clone(),
                 redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },

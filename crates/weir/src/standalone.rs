@@ -32,8 +32,10 @@ pub struct RunOptions {
     pub ingress_class: String,
     /// More Ingress classes served (e.g. `nginx`, taken over in place).
     pub more_ingress_classes: Vec<String>,
-    /// One log line per request.
-    pub access_log: bool,
+    /// One JSON access-log record per request (`None`: off).
+    pub access_log: Option<weir_proxy::AccessLogSettings>,
+    /// OpenTelemetry traces over OTLP (`None`: off).
+    pub traces: Option<weir_proxy::TraceSettings>,
     /// Watch the config path and apply changes.
     pub watch: bool,
     /// Where global rate limits keep their counts (`--redis`).
@@ -96,7 +98,8 @@ impl Standalone {
         let mut registry = Registry::default();
         let dataplane = DataPlane::new(
             ProxyConfig {
-                access_log: opts.access_log,
+                access_log: opts.access_log.clone(),
+                traces: opts.traces.clone(),
                 redis: opts.redis.clone(),
                 ..ProxyConfig::default()
             },

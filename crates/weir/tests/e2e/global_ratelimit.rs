@@ -111,7 +111,8 @@ async fn start(files: &[(&str, String)], redis: Option<RedisSettings>) -> Gatewa
         ingress_https: None,
         ingress_class: "weir".into(),
         more_ingress_classes: Vec::new(),
-        access_log: false,
+        access_log: None,
+        traces: None,
         watch: false,
         redis,
     })

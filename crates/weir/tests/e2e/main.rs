@@ -3,6 +3,7 @@
 
 mod support;
 
+mod access_log;
 mod admin;
 mod authorization;
 mod balancing;
@@ -23,4 +24,5 @@ mod request_limits;
 mod routing;
 mod status_page;
 mod tls;
+mod traces;
 mod udp;

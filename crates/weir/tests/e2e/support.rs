@@ -168,23 +168,36 @@ impl Gateway {
         ingress_http: Option<SocketAddr>,
         ingress_https: Option<SocketAddr>,
     ) -> Gateway {
+        Self::start_edited(files, |o| {
+            o.ingress_http = ingress_http;
+            o.ingress_https = ingress_https;
+        })
+        .await
+    }
+
+    /// As `start`, with the run options changed by `edit` (e.g. an access log).
+    pub async fn start_edited(
+        files: &[(&str, String)],
+        edit: impl FnOnce(&mut RunOptions),
+    ) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         for (name, body) in files {
             write_atomic(&dir.path().join(name), body);
         }
-        let gw = Standalone::start(RunOptions {
+        let mut opts = RunOptions {
             config: dir.path().to_path_buf(),
             admin: "127.0.0.1:0".parse().unwrap(),
-            ingress_http,
-            ingress_https,
+            ingress_http: None,
+            ingress_https: None,
             ingress_class: "weir".into(),
             more_ingress_classes: Vec::new(),
-            access_log: false,
+            access_log: None,
+            traces: None,
             watch: true,
             redis: None,
-        })
-        .await
-        .unwrap();
+        };
+        edit(&mut opts);
+        let gw = Standalone::start(opts).await.unwrap();
         Gateway { dir, gw }
     }
 

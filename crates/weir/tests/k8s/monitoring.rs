@@ -114,7 +114,8 @@ pub async fn dashboard_and_rules_use_exported_metrics(ctx: Arc<Ctx>) {
         more_ingress_classes: Vec::new(),
         advertise: vec![],
         gateway_address_pool: None,
-        access_log: false,
+        access_log: None,
+        traces: None,
         xds_listen: Some(xds),
         embedded_proxy: true,
         xds_auth: false,
@@ -131,7 +132,8 @@ pub async fn dashboard_and_rules_use_exported_metrics(ctx: Arc<Ctx>) {
         admin: "127.0.0.1:0".parse().unwrap(),
         node: "monitoring-proxy".into(),
         token: None,
-        access_log: false,
+        access_log: None,
+        traces: None,
         redis: None,
     })
     .await

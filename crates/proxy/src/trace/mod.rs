@@ -1,0 +1,364 @@
+//! OpenTelemetry traces: a server span per sampled request and a client span for its
+//! forwarding, W3C `traceparent` propagation, ratio and parent-based sampling, and a
+//! batching OTLP/gRPC exporter that never makes a request wait.
+//!
+//! Per request (only when `--otlp-endpoint` is set): phase 0 reads the client's
+//! `traceparent` ([`context::parse_traceparent`]), decides whether to sample, and sets
+//! the `traceparent` the upstream receives: the same trace, with the client span's id as
+//! parent when sampled; the client's own header unchanged when the caller's decision
+//! says not to sample; a new unsampled trace when the client sent none (so that the
+//! services behind still share one trace id). `tracestate` is forwarded as sent. Phase 7
+//! hands the ended spans to a bounded queue (`try_send`: a full queue drops them,
+//! counted), and one task exports them in batches.
+
+pub(crate) mod context;
+mod export;
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use weir_model::{EndpointAddr, RouteRef};
+
+use crate::access_log::Record;
+use crate::router::next_random;
+
+/// Trace settings (process flags `--otlp-endpoint`, `--trace-sampling-ratio`, …).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceSettings {
+    /// The OTLP/gRPC collector, `http://host:port`.
+    pub endpoint: String,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+    /// Share of new traces sampled, 0 to 1 (by trace id, so every data plane decides a
+    /// trace alike).
+    pub sampling_ratio: f64,
+    /// Follow the caller's decision (the `traceparent` sampled flag) when there is one.
+    pub parent_based: bool,
+    /// Ended spans waiting for the exporter at most; more are dropped and counted.
+    pub queue: usize,
+    /// Spans per export call at most.
+    pub batch: usize,
+    /// A span waits at most this long to be exported (a batch that is not full is sent
+    /// then).
+    pub interval: Duration,
+    /// Limit of one export call (and of connecting to the collector).
+    pub timeout: Duration,
+}
+
+impl TraceSettings {
+    /// Settings with the defaults for everything but the collector.
+    pub fn new(endpoint: impl Into<String>) -> TraceSettings {
+        TraceSettings {
+            endpoint: endpoint.into(),
+            service_name: "weir".into(),
+            sampling_ratio: 1.0,
+            parent_based: true,
+            queue: 8192,
+            batch: 512,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// A sampled request's span ids, kept in its record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpanIds {
+    pub(crate) trace_id: [u8; 16],
+    /// The server span (the request as weir received it).
+    pub(crate) span_id: [u8; 8],
+    /// The caller's span, when the request continued a trace.
+    pub(crate) parent_id: Option<[u8; 8]>,
+    /// The client span (the request as weir forwarded it): the parent the upstream sees.
+    pub(crate) client_id: [u8; 8],
+    pub(crate) start: SystemTime,
+}
+
+impl SpanIds {
+    /// The trace id in hex (for the access log).
+    pub(crate) fn trace_hex(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        context::hex_into(&self.trace_id, &mut out);
+        out
+    }
+}
+
+/// An ended request, as the exporter turns it into spans.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    ids: SpanIds,
+    tracestate: Option<HeaderValue>,
+    end: SystemTime,
+    /// When the upstream endpoint was chosen (the client span's start).
+    forwarded_at: Option<SystemTime>,
+    method: http::Method,
+    path: String,
+    host: Option<HeaderValue>,
+    version: Version,
+    tls: bool,
+    local_port: u16,
+    client: SocketAddr,
+    status: u16,
+    route: Option<RouteRef>,
+    upstream: Option<EndpointAddr>,
+    attempts: u32,
+    fault: Option<&'static str>,
+}
+
+/// Trace counters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TraceMetrics {
+    sampled: Counter,
+    dropped: Counter,
+    exported: Counter,
+    failed: Counter,
+    export_errors: Counter,
+}
+
+impl TraceMetrics {
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "weir_trace_requests_sampled",
+            "Requests traced (a server span, and a client span when forwarded)",
+            self.sampled.clone(),
+        );
+        registry.register(
+            "weir_trace_spans_dropped",
+            "Spans dropped because the exporter's queue was full",
+            self.dropped.clone(),
+        );
+        registry.register(
+            "weir_trace_spans_exported",
+            "Spans the OTLP collector accepted",
+            self.exported.clone(),
+        );
+        registry.register(
+            "weir_trace_spans_failed",
+            "Spans of export calls that failed (collector unreachable, refused, timed out)",
+            self.failed.clone(),
+        );
+        registry.register(
+            "weir_trace_export_errors",
+            "OTLP export calls that failed",
+            self.export_errors.clone(),
+        );
+    }
+}
+
+/// The request side of tracing: the sampler and the queue to the exporter.
+pub(crate) struct Tracer {
+    parent_based: bool,
+    /// A trace is sampled when the low 64 bits of its id are below this (ratio × 2^64);
+    /// `None`: every trace.
+    threshold: Option<u64>,
+    tx: tokio::sync::mpsc::Sender<Ended>,
+    metrics: TraceMetrics,
+}
+
+impl Tracer {
+    /// Starts the exporter on the current runtime; an endpoint that is not a URI is an
+    /// error.
+    pub(crate) fn start(
+        settings: &TraceSettings,
+        metrics: TraceMetrics,
+    ) -> std::io::Result<Tracer> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| std::io::Error::other(format!("traces need a runtime: {e}")))?;
+        let endpoint = export::endpoint(settings)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(settings.queue.max(1));
+        rt.spawn(export::run(endpoint, rx, settings.clone(), metrics.clone()));
+        let ratio = settings.sampling_ratio;
+        let threshold = if ratio >= 1.0 {
+            None
+        } else if ratio > 0.0 {
+            // The float product is exact enough: the ratio is a configuration value.
+            Some((ratio * 18_446_744_073_709_551_616.0) as u64)
+        } else {
+            Some(0)
+        };
+        Ok(Tracer {
+            parent_based: settings.parent_based,
+            threshold,
+            tx,
+            metrics,
+        })
+    }
+
+    fn samples(&self, trace_id: &[u8; 16]) -> bool {
+        match self.threshold {
+            None => true,
+            Some(t) => {
+                let low = u64::from_be_bytes(trace_id[8..].try_into().unwrap_or_default());
+                low < t
+            }
+        }
+    }
+
+    /// Phase 0: reads the caller's `traceparent`, decides, and sets the `traceparent` the
+    /// upstream gets. Returns the span ids when the request is sampled.
+    pub(crate) fn begin(&self, headers: &mut HeaderMap) -> Option<SpanIds> {
+        let parent = headers
+            .get(&TRACEPARENT)
+            .and_then(|v| context::parse_traceparent(v.as_bytes()));
+        let trace_id = match &parent {
+            Some(p) => p.trace_id,
+            None => random_trace_id(),
+        };
+        let sampled = match &parent {
+            Some(p) if self.parent_based => p.sampled(),
+            _ => self.samples(&trace_id),
+        };
+        if !sampled {
+            if parent.is_none() {
+                // A trace of its own, unsampled, so the services behind share its id.
+                set_traceparent(headers, &trace_id, &random_span_id(), false);
+            }
+            return None;
+        }
+        self.metrics.sampled.inc();
+        let ids = SpanIds {
+            trace_id,
+            span_id: random_span_id(),
+            parent_id: parent.map(|p| p.parent_id),
+            client_id: random_span_id(),
+            start: SystemTime::now(),
+        };
+        set_traceparent(headers, &trace_id, &ids.client_id, true);
+        Some(ids)
+    }
+
+    /// Phase 7: queues a sampled request's spans; never waits.
+    pub(crate) fn end(&self, r: &Record, ids: SpanIds, tls: bool, local_port: u16) {
+        let Some(done) = &r.done else { return };
+        let ended = Ended {
+            ids,
+            tracestate: r.tracestate.clone(),
+            end: done.time,
+            forwarded_at: r.forwarded_at,
+            method: r.method.clone(),
+            path: r.path.clone(),
+            host: r.host.clone(),
+            version: r.version,
+            tls,
+            local_port,
+            client: done.client,
+            status: done.status,
+            route: r.route.clone(),
+            upstream: r.upstream.clone(),
+            attempts: r.attempts,
+            fault: done.fault,
+        };
+        if self.tx.try_send(ended).is_err() {
+            self.metrics.dropped.inc();
+        }
+    }
+}
+
+fn set_traceparent(headers: &mut HeaderMap, trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool) {
+    let value = context::format_traceparent(trace_id, span_id, sampled);
+    if let Ok(v) = HeaderValue::from_bytes(&value) {
+        headers.insert(TRACEPARENT, v);
+    }
+}
+
+fn random_trace_id() -> [u8; 16] {
+    loop {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&next_random().to_be_bytes());
+        id[8..].copy_from_slice(&next_random().to_be_bytes());
+        if id != [0; 16] {
+            return id;
+        }
+    }
+}
+
+fn random_span_id() -> [u8; 8] {
+    loop {
+        let id = next_random().to_be_bytes();
+        if id != [0; 8] {
+            return id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracer(ratio: f64, parent_based: bool) -> (Tracer, tokio::sync::mpsc::Receiver<Ended>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let threshold = if ratio >= 1.0 {
+            None
+        } else {
+            Some((ratio.max(0.0) * 18_446_744_073_709_551_616.0) as u64)
+        };
+        let t = Tracer {
+            parent_based,
+            threshold,
+            tx,
+            metrics: TraceMetrics::default(),
+        };
+        (t, rx)
+    }
+
+    const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+    fn sent(h: &HeaderMap) -> context::TraceParent {
+        context::parse_traceparent(h.get("traceparent").unwrap().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_incoming_trace_is_continued() {
+        let (t, _rx) = tracer(0.0, true);
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", HeaderValue::from_static(SAMPLED));
+        let ids = t.begin(&mut h).expect("the caller sampled it");
+        let incoming = context::parse_traceparent(SAMPLED.as_bytes()).unwrap();
+        assert_eq!(ids.trace_id, incoming.trace_id);
+        assert_eq!(ids.parent_id, Some(incoming.parent_id));
+        let out = sent(&h);
+        assert_eq!(out.trace_id, incoming.trace_id);
+        assert_eq!(out.parent_id, ids.client_id);
+        assert!(out.sampled());
+        assert_ne!(ids.span_id, ids.client_id);
+    }
+
+    #[test]
+    fn an_unsampled_caller_is_followed_and_passed_on_unchanged() {
+        let (t, _rx) = tracer(1.0, true);
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", HeaderValue::from_static(UNSAMPLED));
+        assert!(t.begin(&mut h).is_none());
+        assert_eq!(h.get("traceparent").unwrap(), UNSAMPLED);
+        // Not parent-based: the ratio decides, on the caller's trace id.
+        let (t, _rx) = tracer(1.0, false);
+        let ids = t.begin(&mut h).expect("ratio 1");
+        assert_eq!(ids.trace_id, sent(&h).trace_id);
+    }
+
+    #[test]
+    fn without_a_caller_a_trace_starts_and_the_ratio_decides() {
+        let (never, _rx) = tracer(0.0, true);
+        let mut h = HeaderMap::new();
+        assert!(never.begin(&mut h).is_none());
+        assert!(!sent(&h).sampled(), "an unsampled trace is started");
+        let (always, _rx) = tracer(1.0, true);
+        let mut h = HeaderMap::new();
+        let ids = always.begin(&mut h).unwrap();
+        assert_eq!(ids.parent_id, None);
+        assert!(sent(&h).sampled());
+        // About half at 0.5: trace ids are random.
+        let (half, _rx) = tracer(0.5, true);
+        let n = (0..2000)
+            .filter(|_| half.begin(&mut HeaderMap::new()).is_some())
+            .count();
+        assert!((800..1200).contains(&n), "{n} of 2000");
+    }
+}
