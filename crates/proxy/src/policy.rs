@@ -92,14 +92,15 @@ impl SizeLimits {
         self.body.is_some() || self.headers.is_some() || self.header_bytes.is_some()
     }
 
-    /// The policy object (`namespace/name`) to name for a size check's outcome: the one
-    /// whose limit refused it (the body's, or the head's), else the most specific one.
-    fn policy_name(&self, outcome: &Result<(), ProxyError>) -> &Arc<str> {
-        static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    /// The policy object (`namespace/name`) to name for a size check's outcome: for a
+    /// body refusal the one setting the body limit; for a head refusal the one setting the
+    /// field count, else the head bytes (the error does not say which of the two it was);
+    /// else the first that sets any (`None` only when none does: nothing was checked).
+    fn policy_name(&self, outcome: &Result<(), ProxyError>) -> Option<&Arc<str>> {
         fn name(p: &Option<Arc<Policy>>) -> Option<&Arc<str>> {
             p.as_ref()?.request_limits.as_ref().map(|(name, _)| name)
         }
-        let found = match outcome {
+        match outcome {
             Err(ProxyError::RequestTooLarge { head: false }) => name(&self.body),
             Err(ProxyError::RequestTooLarge { head: true }) => {
                 name(&self.headers).or_else(|| name(&self.header_bytes))
@@ -107,8 +108,7 @@ impl SizeLimits {
             _ => name(&self.body)
                 .or_else(|| name(&self.headers))
                 .or_else(|| name(&self.header_bytes)),
-        };
-        found.unwrap_or_else(|| NONE.get_or_init(|| Arc::from("")))
+        }
     }
 }
 
@@ -322,13 +322,17 @@ pub(crate) fn check(
     }
     if applied.size_limits.any() {
         let r = check_size(&applied.size_limits.merged(), headers);
-        let name = applied.size_limits.policy_name(&r);
-        noted(
-            &mut trail,
-            Check::RequestLimits,
-            name,
-            r.map_err(Refusal::Refused),
-        )?;
+        match applied.size_limits.policy_name(&r) {
+            Some(name) => {
+                noted(
+                    &mut trail,
+                    Check::RequestLimits,
+                    name,
+                    r.map_err(Refusal::Refused),
+                )?;
+            }
+            None => r?,
+        }
     }
     if let Some(p) = &applied.basic_auth
         && let Some((name, auth)) = &p.basic_auth
@@ -826,6 +830,17 @@ mod tests {
             limits(Some(10), Some(3), Some(4096))
         );
         assert_eq!(a.max_body(), Some(10));
+        // A refusal names the policy whose field refused it.
+        let named = |r: Result<(), ProxyError>| a.size_limits.policy_name(&r).map(|n| &**n);
+        assert_eq!(
+            named(Err(ProxyError::RequestTooLarge { head: false })),
+            Some("ns/route")
+        );
+        assert_eq!(
+            named(Err(ProxyError::RequestTooLarge { head: true })),
+            Some("ns/gw")
+        );
+        assert_eq!(named(Ok(())), Some("ns/route"));
         let state = CheckState::new();
         let checkers = state.checkers();
         let headers = |n: usize, length: &str| {
