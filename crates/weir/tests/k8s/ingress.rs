@@ -110,6 +110,67 @@ pub async fn ingress_nginx_canary_follows_its_main_ingress(ctx: Arc<Ctx>) {
     cluster::delete(c, ING.0, ING.1, ns, "main").await;
 }
 
+/// The status of one request with a declared body of `len` bytes (sent whole), on a new
+/// connection: `None` when nothing parsable came back.
+async fn post_status(addr: std::net::SocketAddr, host: &str, len: usize) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let run = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.ok()?;
+        // The answer may come (and the connection close) before the body is taken.
+        let _ = s.write_all(&vec![b'x'; len]).await;
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out)
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// ingress-nginx annotations through the API server: `proxy-body-size: 1k` answers a
+/// declared 2 KiB body 413 while a 512-byte one reaches the Service; with
+/// `force-ssl-redirect` and Basic auth on one Ingress, a plain-HTTP request is
+/// redirected (308) before any credentials are asked for (ingress-nginx's order).
+pub async fn ingress_nginx_body_size_and_redirect_first(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7b";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    let mut sized = ingress(ns, "sized", "weir", "sized.t7b.test", "svc-a");
+    sized["metadata"]["annotations"] = json!({"nginx.ingress.kubernetes.io/proxy-body-size": "1k"});
+    let mut guarded = ingress(ns, "guarded", "weir", "guarded.t7b.test", "svc-a");
+    guarded["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/force-ssl-redirect": "true",
+        "nginx.ingress.kubernetes.io/auth-type": "basic",
+        "nginx.ingress.kubernetes.io/auth-secret": "no-such-secret",
+    });
+    cluster::apply(c, &[sized, guarded]).await;
+    until_http(ctx.ingress_http, "sized.t7b.test", "/", Ok("echo-a")).await;
+    let over = crate::support::eventually(std::time::Duration::from_secs(20), || async {
+        post_status(ctx.ingress_http, "sized.t7b.test", 2048).await == Some(413)
+    })
+    .await;
+    assert!(over, "a 2 KiB body over proxy-body-size 1k is refused 413");
+    assert_eq!(
+        post_status(ctx.ingress_http, "sized.t7b.test", 512).await,
+        Some(200),
+        "a body within the limit is forwarded"
+    );
+    until_http(ctx.ingress_http, "guarded.t7b.test", "/", Err(308)).await;
+    for name in ["sized", "guarded"] {
+        cluster::delete(c, ING.0, ING.1, ns, name).await;
+    }
+}
+
 /// `weir migrate --from-cluster` (`migrate_cluster`) reads the Ingresses through the API
 /// server: an ingress-nginx Ingress (legacy class annotation) with Basic auth from a
 /// Secret and a named Service port is written as an HTTPRoute with the port resolved, a

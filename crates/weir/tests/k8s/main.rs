@@ -89,6 +89,7 @@ const TESTS: &[(&str, Test)] = tests![
     endpoints::rolling_update_loses_no_request,
     ingress::ingress_traffic_and_status,
     ingress::ingress_nginx_canary_follows_its_main_ingress,
+    ingress::ingress_nginx_body_size_and_redirect_first,
     ingress::migrate_reads_the_ingresses_of_a_cluster,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
