@@ -396,6 +396,21 @@ pub enum RouteKind {
     UdpRoute,
 }
 
+impl RouteKind {
+    /// The object's `kind` as the API spells it (`HTTPRoute`, `Ingress`, …): for logs,
+    /// traces and the status page.
+    pub fn object_kind(self) -> &'static str {
+        match self {
+            RouteKind::HttpRoute => "HTTPRoute",
+            RouteKind::Ingress => "Ingress",
+            RouteKind::TlsRoute => "TLSRoute",
+            RouteKind::TcpRoute => "TCPRoute",
+            RouteKind::GrpcRoute => "GRPCRoute",
+            RouteKind::UdpRoute => "UDPRoute",
+        }
+    }
+}
+
 /// The object and rule a [`RouteRule`] came from (for logs and debugging).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct RouteRef {

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use http::HeaderValue;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
-use weir_model::{EndpointAddr, RouteKind, RouteRef};
+use weir_model::{EndpointAddr, RouteRef};
 
 /// Where the records go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -590,17 +590,6 @@ fn header_text(v: Option<&HeaderValue>) -> Option<std::borrow::Cow<'_, str>> {
     v.map(|v| String::from_utf8_lossy(v.as_bytes()))
 }
 
-fn route_kind(kind: RouteKind) -> &'static str {
-    match kind {
-        RouteKind::HttpRoute => "HTTPRoute",
-        RouteKind::Ingress => "Ingress",
-        RouteKind::TlsRoute => "TLSRoute",
-        RouteKind::TcpRoute => "TCPRoute",
-        RouteKind::GrpcRoute => "GRPCRoute",
-        RouteKind::UdpRoute => "UDPRoute",
-    }
-}
-
 /// Writes `r` as one JSON object with the chosen `fields`.
 fn format(r: &Record, fields: AccessLogFields, buf: &mut Vec<u8>) {
     let mut o = Obj::new(buf);
@@ -637,7 +626,7 @@ fn format(r: &Record, fields: AccessLogFields, buf: &mut Vec<u8>) {
                 Some(rr) => {
                     let text = format!(
                         "{}/{}/{}#{}",
-                        route_kind(rr.kind),
+                        rr.kind.object_kind(),
                         rr.namespace,
                         rr.name,
                         rr.rule
@@ -782,6 +771,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_model::RouteKind;
 
     fn record() -> Record {
         let mut r = Record::new(http::Method::GET);

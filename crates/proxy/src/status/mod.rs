@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Instant, SystemTime};
 
 use serde_json::{Value, json};
-use weir_model::{ContentHash, HostMatch, L4Mode, Protocol, RouteKind, RouteRef};
+use weir_model::{ContentHash, HostMatch, L4Mode, Protocol, RouteRef};
 
 pub use board::{
     LatencyHistogram, Problem, REJECTIONS_KEPT, Rejection, RejectionLog, Stage, StatusBoard,
@@ -127,19 +127,8 @@ fn protocol_name(p: Protocol) -> &'static str {
     }
 }
 
-fn kind_name(k: RouteKind) -> &'static str {
-    match k {
-        RouteKind::HttpRoute => "HTTPRoute",
-        RouteKind::Ingress => "Ingress",
-        RouteKind::TlsRoute => "TLSRoute",
-        RouteKind::TcpRoute => "TCPRoute",
-        RouteKind::GrpcRoute => "GRPCRoute",
-        RouteKind::UdpRoute => "UDPRoute",
-    }
-}
-
 fn route_name(r: &RouteRef) -> String {
-    format!("{} {}/{}", kind_name(r.kind), r.namespace, r.name)
+    format!("{} {}/{}", r.kind.object_kind(), r.namespace, r.name)
 }
 
 /// One row of the routes list, borrowed from the snapshot until it is on the page.

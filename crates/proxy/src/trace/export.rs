@@ -144,15 +144,13 @@ fn endpoint_parts(e: &EndpointAddr) -> (String, u16) {
 }
 
 fn route_text(r: &weir_model::RouteRef) -> String {
-    let kind = match r.kind {
-        weir_model::RouteKind::HttpRoute => "HTTPRoute",
-        weir_model::RouteKind::Ingress => "Ingress",
-        weir_model::RouteKind::TlsRoute => "TLSRoute",
-        weir_model::RouteKind::TcpRoute => "TCPRoute",
-        weir_model::RouteKind::GrpcRoute => "GRPCRoute",
-        weir_model::RouteKind::UdpRoute => "UDPRoute",
-    };
-    format!("{kind}/{}/{}#{}", r.namespace, r.name, r.rule)
+    format!(
+        "{}/{}/{}#{}",
+        r.kind.object_kind(),
+        r.namespace,
+        r.name,
+        r.rule
+    )
 }
 
 /// The server span of an ended request, and its client span when it was forwarded.
