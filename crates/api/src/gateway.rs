@@ -83,6 +83,80 @@ pub struct GatewaySpec {
     /// Which ListenerSets (and XListenerSets) may add listeners to this Gateway (none
     /// when unset).
     pub allowed_listeners: Option<AllowedListeners>,
+    /// Gateway-wide TLS settings: the client certificate presented to backends and the
+    /// validation of client certificates on HTTPS listeners.
+    pub tls: Option<GatewayTlsSettings>,
+}
+
+/// A Gateway's `spec.tls`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayTlsSettings {
+    /// TLS towards backends (BackendTLSPolicy connections).
+    pub backend: Option<GatewayBackendTls>,
+    /// TLS towards clients: client certificate validation.
+    pub frontend: Option<FrontendTlsConfig>,
+}
+
+/// `spec.tls.backend`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayBackendTls {
+    /// A `kubernetes.io/tls` Secret the Gateway presents when a backend asks for a client
+    /// certificate.
+    pub client_certificate_ref: Option<SecretObjectReference>,
+}
+
+/// `spec.tls.frontend`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendTlsConfig {
+    /// Settings for every HTTPS listener without a `perPort` entry.
+    pub default: TlsConfig,
+    /// Settings for the HTTPS listeners of one port.
+    pub per_port: Vec<TlsPortConfig>,
+}
+
+/// One port's entry of `spec.tls.frontend.perPort`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsPortConfig {
+    /// The listener port.
+    pub port: i32,
+    /// Its settings.
+    pub tls: TlsConfig,
+}
+
+/// Frontend TLS settings of a port (or the default).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsConfig {
+    /// Client certificate validation; absent: clients are not asked for one.
+    pub validation: Option<FrontendTlsValidation>,
+}
+
+/// `validation` of a frontend TLS setting.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendTlsValidation {
+    /// CA certificates client certificates must chain to (a ConfigMap's `ca.crt`).
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `AllowValidOnly` (default) or `AllowInsecureFallback`.
+    pub mode: Option<String>,
+}
+
+/// A reference to an object of any kind, possibly in another namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectReference {
+    /// Group (`""` for core).
+    pub group: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace; default the referrer's (another needs a ReferenceGrant).
+    pub namespace: Option<String>,
 }
 
 /// `spec.allowedListeners` of a Gateway.
