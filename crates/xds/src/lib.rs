@@ -50,16 +50,18 @@ pub use crate::hub::{Hub, Refused, Session};
 /// Service or Backend (`PolicyTarget.backend`, `Policy.health_check`,
 /// `Policy.circuit_breaker`); 3: policy fields of this release (see
 /// `weir_model::Policy::as_version_2` for the list), which reach older data planes
-/// without them, or closed where they guard access.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// without them, or closed where they guard access; 4: TLS towards clients and backends
+/// (client certificate validation on listeners, upstream TLS), withheld from or adapted
+/// for older data planes by `convert::sent_to_version` and `convert::for_version`.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
-/// data plane up to three versions older (the last releases' message sets, adapted by
+/// data plane up to four versions older (the last releases' message sets, adapted by
 /// `convert::for_version` and `convert::sent_to_version`) or newer (it reads what it
 /// knows of ours and ignores the rest) is served; an older one is refused with a message
 /// saying so, rather than fed messages it would misread.
 pub fn serves(ours: u32, peer: u32) -> bool {
-    peer.saturating_add(3) >= ours
+    peer.saturating_add(4) >= ours
 }
 pub use crate::server::{AllowAll, Authorize, ServerMetrics, XdsService};
 
