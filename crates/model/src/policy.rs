@@ -626,7 +626,26 @@ pub struct Policy {
     /// policy object (`namespace/name`) that set it (push protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency_limit: Option<(Arc<str>, ConcurrencyLimit)>,
+    /// TLS towards the endpoints, per Service port (BackendTLSPolicy; on a
+    /// [`PolicyTarget::Backend`] only; push protocol version 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_tls: Option<Arc<crate::BackendTls>>,
+    /// The client certificate presented to backends that ask for one (a Gateway's
+    /// `spec.tls.backend.clientCertificateRef`; on a [`PolicyTarget::Gateway`] only; push
+    /// protocol version 4).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cert_hash")]
+    pub client_certificate: Option<Arc<crate::Certificate>>,
     hash: ContentHash,
+}
+
+fn cert_hash<S: serde::Serializer>(
+    c: &Option<Arc<crate::Certificate>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(&format!("{:016x}", c.hash().0)),
+        None => s.serialize_none(),
+    }
 }
 
 /// A bound on the requests of one client address in progress at once (ingress-nginx's
@@ -670,6 +689,8 @@ impl Policy {
             cors: None,
             request_limits: None,
             concurrency_limit: None,
+            backend_tls: None,
+            client_certificate: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -726,10 +747,52 @@ impl Policy {
             None => v3,
             Some(limits) => content_hash(&(v3.0, 16u32, limits)),
         };
-        self.hash = match &self.concurrency_limit {
+        let v3 = match &self.concurrency_limit {
             None => v3,
             Some(limit) => content_hash(&(v3.0, 19u32, limit)),
         };
+        // Added in version 4, each folded in only when set (over the version-3 hash).
+        let v4 = match &self.backend_tls {
+            None => v3,
+            Some(tls) => content_hash(&(v3.0, 21u32, tls)),
+        };
+        self.hash = match &self.client_certificate {
+            None => v4,
+            Some(cert) => content_hash(&(v4.0, 22u32, cert.hash().0)),
+        };
+    }
+
+    /// The policy as a data plane of push protocol version 3 or older rebuilds it: without
+    /// the fields added in version 4, so with the hash those releases compute:
+    /// `backend_tls` (field 21) and `client_certificate` (field 22). Neither guards access
+    /// on the client side; an older data plane that loses `backend_tls` would speak
+    /// plaintext to a TLS port, which fails (the backend refuses it) rather than exposing
+    /// anything, and one that loses `client_certificate` is refused by backends that
+    /// require one.
+    pub fn as_version_3(mut self) -> Self {
+        if self.backend_tls.is_some() {
+            self.backend_tls = None;
+            self.rehash();
+        }
+        if self.client_certificate.is_some() {
+            self.client_certificate = None;
+            self.rehash();
+        }
+        self
+    }
+
+    /// This policy with upstream TLS settings per Service port.
+    pub fn with_backend_tls(mut self, tls: Option<Arc<crate::BackendTls>>) -> Self {
+        self.backend_tls = tls;
+        self.rehash();
+        self
+    }
+
+    /// This policy with the client certificate presented to backends.
+    pub fn with_client_certificate(mut self, cert: Option<Arc<crate::Certificate>>) -> Self {
+        self.client_certificate = cert;
+        self.rehash();
+        self
     }
 
     /// The policy as a data plane of push protocol version 2 or older rebuilds it: without
@@ -943,6 +1006,8 @@ impl Policy {
             && self.cors.is_none()
             && self.request_limits.is_none()
             && self.concurrency_limit.is_none()
+            && self.backend_tls.is_none()
+            && self.client_certificate.is_none()
     }
 
     /// The content hash computed at construction.
