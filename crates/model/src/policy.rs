@@ -57,6 +57,14 @@ pub enum BackendKind {
 }
 
 impl ClusterKey {
+    /// The Service port of a Service's cluster (`service/<ns>/<name>:<port>[/<suffix>]`).
+    pub fn service_port(&self) -> Option<u16> {
+        let rest = self.0.strip_prefix("service/")?;
+        let (_, port) = rest.rsplit_once(':')?;
+        let port = port.split('/').next()?;
+        port.parse().ok()
+    }
+
     /// The policy target of the Service or Backend this cluster was built from
     /// (`service/<ns>/<name>:<port>[/<suffix>]`, `backend/<ns>/<name>[/<suffix>]`, the
     /// keys the translator gives them); `None` for other clusters. Called once per
