@@ -12,7 +12,8 @@ use weir_model::{
     Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
     GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
     IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
-    Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit, PasswordScheme,
+    Ejection, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit,
+    OutlierDetection, PasswordScheme,
     PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol,
     ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
     ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
@@ -243,6 +244,7 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             endpoint: Some(limits_to_wire(&c.endpoint)),
         }),
         load_balancer: p.load_balancer.as_ref().map(load_balancer_to_wire),
+        outlier_detection: p.outlier_detection.as_ref().map(outlier_to_wire),
         global_rate_limit: p.global_rate_limit.as_ref().map(|(name, g)| {
             use wire::global_rate_limit::Key as GKey;
             wire::GlobalRateLimit {
@@ -294,6 +296,52 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
         }),
     }
+}
+
+fn outlier_to_wire(o: &OutlierDetection) -> wire::OutlierDetection {
+    wire::OutlierDetection {
+        ejection: o.ejection.as_ref().map(|e| wire::Ejection {
+            consecutive_5xx: e.consecutive_5xx,
+            consecutive_gateway_errors: e.consecutive_gateway_errors,
+            consecutive_local_origin_failures: e.consecutive_local_origin_failures,
+            base_ejection_ns: e.base_ejection.as_nanos() as u64,
+            max_ejection_ns: e.max_ejection.as_nanos() as u64,
+            max_ejected_percent: e.max_ejected_percent,
+        }),
+        panic_threshold_percent: o.panic_threshold_percent,
+    }
+}
+
+fn outlier_from_wire(o: &wire::OutlierDetection) -> Result<OutlierDetection, InvalidResource> {
+    if o.panic_threshold_percent > 100 {
+        return Err(invalid("panic_threshold_percent", "is over 100"));
+    }
+    let ejection = match &o.ejection {
+        None => None,
+        Some(e) => {
+            if e.base_ejection_ns == 0 || e.max_ejection_ns < e.base_ejection_ns {
+                return Err(invalid(
+                    "ejection.max_ejection_ns",
+                    "base must be above 0 and at most the max",
+                ));
+            }
+            if e.max_ejected_percent > 100 {
+                return Err(invalid("ejection.max_ejected_percent", "is over 100"));
+            }
+            Some(Ejection {
+                consecutive_5xx: e.consecutive_5xx,
+                consecutive_gateway_errors: e.consecutive_gateway_errors,
+                consecutive_local_origin_failures: e.consecutive_local_origin_failures,
+                base_ejection: Duration::from_nanos(e.base_ejection_ns),
+                max_ejection: Duration::from_nanos(e.max_ejection_ns),
+                max_ejected_percent: e.max_ejected_percent,
+            })
+        }
+    };
+    Ok(OutlierDetection {
+        ejection,
+        panic_threshold_percent: o.panic_threshold_percent,
+    })
 }
 
 fn load_balancer_to_wire(lb: &LoadBalancer) -> wire::LoadBalancer {
@@ -853,6 +901,13 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .map_err(within("load_balancer"))?,
             )
             .with_global_rate_limit(global_rate_limit)
+            .with_outlier_detection(
+                p.outlier_detection
+                    .as_ref()
+                    .map(outlier_from_wire)
+                    .transpose()
+                    .map_err(within("outlier_detection"))?,
+            )
             .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?)
             .with_request_limits(p.request_limits.as_ref().map(|l| {
                 (
@@ -941,7 +996,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
     match r {
         Resource::Policy(p) if version < 3 => {
             let name = || policy_name(p);
-            let mut p = p.as_ref().clone();
+            let mut p = p.as_ref().clone().as_version_3();
             if p.guards_with_version_3_fields() {
                 p = p.with_ip_rules(Some((name(), Arc::new(IpRules::deny_all()))));
             }
@@ -955,6 +1010,13 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                 p = p.as_version_0();
             }
             std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
+        }
+        Resource::Policy(p) if version < 4 && p.outlier_detection.is_some() => {
+            // Version 4's fields are not access guards: an older data plane gets the
+            // policy without them (and its default outlier detection).
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(
+                p.as_ref().clone().as_version_3(),
+            )))
         }
         Resource::VirtualHost(v) if version < 3 && v.rules.iter().any(|r| rewrites_captures(r)) => {
             // A data plane of version 2 or older cannot read a capture rewrite (it would
@@ -1249,13 +1311,17 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
                 .clone()
+                .as_version_3()
                 .as_version_2()
                 .with_jwt_auth(None)
                 .as_version_0()
                 .hash()
                 .0
         }
-        Resource::Policy(p) if version < 3 => p.as_ref().clone().as_version_2().hash().0,
+        Resource::Policy(p) if version < 3 => {
+            p.as_ref().clone().as_version_3().as_version_2().hash().0
+        }
+        Resource::Policy(p) if version < 4 => p.as_ref().clone().as_version_3().hash().0,
         _ => version_of(&built),
     };
     if rebuilt != r.version {
@@ -1916,5 +1982,66 @@ mod tests {
             }
         }
         resource_from_wire_as(&wire, 2).unwrap();
+    }
+
+    /// Outlier detection (version 4) round-trips, and reaches a data plane of version 3
+    /// (and 2) as the policy without it, which that release rebuilds (dropping field 20)
+    /// to the hash sent; a policy without it is sent unchanged.
+    #[test]
+    fn outlier_detection_reaches_older_data_planes_without_it() {
+        let target = PolicyTarget::Backend {
+            kind: BackendKind::Service,
+            namespace: "ns".into(),
+            name: "svc".into(),
+        };
+        let plain = Policy::new(target, Timeouts::default(), None, None)
+            .with_load_balancer(Some(LoadBalancer::LeastRequest));
+        let tuned = plain.clone().with_outlier_detection(Some(OutlierDetection {
+            ejection: Some(Ejection {
+                consecutive_5xx: 1,
+                ..Ejection::default()
+            }),
+            panic_threshold_percent: 50,
+        }));
+        let r = Resource::Policy(Arc::new(tuned.clone()));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        let Resource::Policy(b) = &back else {
+            unreachable!()
+        };
+        assert_eq!(b.outlier_detection, tuned.outlier_detection);
+        assert_eq!(b.hash(), tuned.hash());
+        assert_eq!(for_version(&r, crate::PROTOCOL_VERSION).as_ref(), &r);
+        for version in [3, 2] {
+            let sent = for_version(&r, version);
+            let Resource::Policy(p) = sent.as_ref() else {
+                unreachable!()
+            };
+            assert!(p.outlier_detection.is_none(), "version {version}");
+            let mut wire = resource_to_wire(sent.as_ref());
+            if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+                p.outlier_detection = None;
+            }
+            resource_from_wire_as(&wire, version).unwrap();
+        }
+        assert_eq!(
+            for_version(&r, 3).as_ref(),
+            &Resource::Policy(Arc::new(plain.clone()))
+        );
+        assert!(matches!(
+            for_version(&r, 2).as_ref(),
+            Resource::Policy(p) if p.load_balancer.is_none()
+        ));
+        let untouched = Resource::Policy(Arc::new(plain));
+        assert!(matches!(
+            for_version(&untouched, 3),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Bad values are refused on the wire, naming the field.
+        let mut wire = resource_to_wire(&r);
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            p.outlier_detection.as_mut().unwrap().panic_threshold_percent = 101;
+        }
+        let e = resource_from_wire(&wire).unwrap_err().to_string();
+        assert!(e.contains("outlier_detection"), "{e}");
     }
 }
