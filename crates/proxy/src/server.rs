@@ -1043,9 +1043,8 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
 pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
     match result {
         Ok((resp, _)) => Outcome::of_status(resp.status().as_u16()),
-        Err(ProxyError::Connect(_) | ProxyError::Upstream(_) | ProxyError::Timeout) => {
-            Outcome::GatewayFailure
-        }
+        Err(ProxyError::Connect(_)) => Outcome::ConnectFailure,
+        Err(ProxyError::Upstream(_) | ProxyError::Timeout) => Outcome::GatewayFailure,
         Err(_) => Outcome::Neutral,
     }
 }
