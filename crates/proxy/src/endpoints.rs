@@ -298,12 +298,12 @@ impl EndpointState {
             // A cluster that does not count 5xx answers takes a 500 as an answer, as weir
             // always has (it clears the records).
             Outcome::ServerError
-                if !self
+                if self
                     .cluster
                     .ejection
                     .load()
                     .as_deref()
-                    .is_some_and(|e| e.consecutive_5xx != 0) =>
+                    .is_none_or(|e| e.consecutive_5xx == 0) =>
             {
                 self.report(Outcome::Success, now)
             }
@@ -336,10 +336,7 @@ impl EndpointState {
                 };
                 let any = run(&self.consecutive_5xx, true);
                 let gateway = run(&self.consecutive_gateway, outcome.is_gateway_error());
-                let local = run(
-                    &self.consecutive_local,
-                    outcome == Outcome::ConnectFailure,
-                );
+                let local = run(&self.consecutive_local, outcome == Outcome::ConnectFailure);
                 let settings = self.cluster.ejection.load();
                 let e = settings.as_deref()?;
                 let reached = |n: u32, threshold: u32| threshold != 0 && n >= threshold;
@@ -802,7 +799,8 @@ mod tests {
     #[test]
     fn consecutive_failures_eject_and_a_success_clears() {
         let reg = EndpointRegistry::default();
-        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2), addr(3)].into_iter(), DEFAULT);
+        let (health, eps) =
+            reg.cluster(&key("c"), [addr(1), addr(2), addr(3)].into_iter(), DEFAULT);
         let now = Instant::now();
         fail(&eps[0], 4);
         assert!(!eps[0].is_ejected(now));

@@ -189,11 +189,7 @@ async fn one_5xx_ejects_under_a_tuned_policy_and_never_by_default() {
         let mut resources = vec![
             listener(Protocol::Http),
             vhost(Some("o.test"), vec![rule("/", forward(&[(APP, 1)]))]),
-            cluster(
-                APP,
-                &[a.addr, b.addr, bad, c.addr],
-                UpstreamProtocol::Http1,
-            ),
+            cluster(APP, &[a.addr, b.addr, bad, c.addr], UpstreamProtocol::Http1),
         ];
         if tuned {
             resources.push(outlier_policy(long(|e| e.consecutive_5xx = 1)));
@@ -278,7 +274,10 @@ async fn below_the_panic_threshold_traffic_goes_to_every_endpoint() {
         if panic == 50 {
             assert!(errors >= 40, "{errors} of 100 failed: spread over all four");
         } else {
-            assert!(errors <= 3, "{errors} of 100 failed: one per refusing endpoint");
+            assert!(
+                errors <= 3,
+                "{errors} of 100 failed: one per refusing endpoint"
+            );
             assert_eq!(good.served(), 100 - errors);
         }
         assert_eq!(p.metric("weir_upstream_ejected_endpoints"), 3);

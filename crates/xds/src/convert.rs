@@ -9,15 +9,15 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
     ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
-    GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
-    IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
-    Ejection, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit,
-    OutlierDetection, PasswordScheme,
-    PathMatch, PathNormalization, PathRewrite, Pattern, Policy, PolicyTarget, Protocol,
-    ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks, RequestMatch, Resource,
-    ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert, StringMatch, Timeouts,
-    UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
+    Ejection, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter,
+    GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
+    HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
+    L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer,
+    LocalRateLimit, OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
+    Pattern, Policy, PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect,
+    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
+    SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name,
+    is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -2039,7 +2039,10 @@ mod tests {
         // Bad values are refused on the wire, naming the field.
         let mut wire = resource_to_wire(&r);
         if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
-            p.outlier_detection.as_mut().unwrap().panic_threshold_percent = 101;
+            p.outlier_detection
+                .as_mut()
+                .unwrap()
+                .panic_threshold_percent = 101;
         }
         let e = resource_from_wire(&wire).unwrap_err().to_string();
         assert!(e.contains("outlier_detection"), "{e}");

@@ -26,7 +26,10 @@ pub(crate) fn outlier_detection(
     if o.enabled == Some(false) {
         let set = [
             ("consecutive5xx", o.consecutive_5xx.is_some()),
-            ("consecutiveGatewayErrors", o.consecutive_gateway_errors.is_some()),
+            (
+                "consecutiveGatewayErrors",
+                o.consecutive_gateway_errors.is_some(),
+            ),
             (
                 "consecutiveLocalOriginFailures",
                 o.consecutive_local_origin_failures.is_some(),

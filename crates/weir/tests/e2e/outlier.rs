@@ -58,7 +58,12 @@ fn metric(metrics: &str, sample: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_503_ejects_under_consecutive_5xx_where_the_default_needs_five() {
     let port = free_port();
-    let (a, b, c, d) = (echo("a").await, echo("b").await, echo("c").await, echo("d").await);
+    let (a, b, c, d) = (
+        echo("a").await,
+        echo("b").await,
+        echo("c").await,
+        echo("d").await,
+    );
     let (bad_tuned, tuned_served) = failing().await;
     let (bad_plain, plain_served) = failing().await;
     // Ejections of 10 minutes: the tuned endpoint cannot come back during the test.
@@ -110,7 +115,10 @@ spec:
     gw.remove("policy.yaml");
     assert!(
         eventually(Duration::from_secs(5), || async {
-            !gw.admin_get("/config").await.body.contains("outlier_detection")
+            !gw.admin_get("/config")
+                .await
+                .body
+                .contains("outlier_detection")
         })
         .await,
         "the policy is removed"
