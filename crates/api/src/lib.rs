@@ -51,5 +51,5 @@ pub use crate::weir::{
 };
 pub use crate::weir::{
     ConsistentHashSpec, HashCookieSpec, HashHeaderSpec, HashType, LoadBalancerSpec,
-    LoadBalancerType,
+    LoadBalancerType, OutlierDetectionSpec,
 };

@@ -112,6 +112,41 @@ pub struct TrafficPolicySpec {
     pub request_limits: Option<RequestLimitsSpec>,
     /// How many requests of one client address may be in progress at once.
     pub concurrency_limit: Option<ConcurrencyLimitSpec>,
+    /// Passive outlier detection and the panic threshold of the endpoints (a policy on a
+    /// `Service` or `Backend`; default: detection on, 5 gateway errors in a row, panic
+    /// threshold 0).
+    pub outlier_detection: Option<Box<OutlierDetectionSpec>>,
+}
+
+/// Passive outlier detection: an endpoint whose requests fail several times in a row gets
+/// no traffic for a while (an ejection, doubling with each one in a row up to a cap).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OutlierDetectionSpec {
+    /// `false` turns ejection off (default `true`); `panicThresholdPercent` still applies
+    /// to active health checks.
+    pub enabled: Option<bool>,
+    /// 5xx answers (and gateway errors and connect failures) in a row that eject an
+    /// endpoint (0 to 1000, 0 off; default 0).
+    #[serde(rename = "consecutive5xx")]
+    pub consecutive_5xx: Option<i64>,
+    /// 502/503/504 answers, resets, timeouts and connect failures in a row that eject an
+    /// endpoint (0 to 1000, 0 off; default 5).
+    pub consecutive_gateway_errors: Option<i64>,
+    /// Connect failures in a row that eject an endpoint (0 to 1000, 0 off; default 0).
+    pub consecutive_local_origin_failures: Option<i64>,
+    /// The first ejection's length (a Gateway API duration, 10ms to 1h; default 500ms).
+    pub base_ejection_time: Option<String>,
+    /// The longest ejection (at least `baseEjectionTime`, at most 1h; default 2s, or
+    /// `baseEjectionTime` when that is longer).
+    pub max_ejection_time: Option<String>,
+    /// At most this percentage of a cluster's endpoints is ejected at once (0 to 100;
+    /// default 50; one endpoint of two or more may always be ejected).
+    pub max_ejected_percent: Option<i64>,
+    /// When fewer than this percentage of the endpoints are available (neither ejected
+    /// nor failing health checks), traffic goes to all of them (0 to 100; default 0:
+    /// only when none is).
+    pub panic_threshold_percent: Option<i64>,
 }
 
 /// A bound on the requests of one client address in progress at once (from its checks

@@ -174,3 +174,65 @@ pub fn is_cookie_path(path: &str) -> bool {
         && path.len() <= 1024
         && path.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b';')
 }
+
+/// Passive outlier detection and the panic threshold of a cluster (a policy's
+/// `outlierDetection`). Without one, [`OutlierDetection::default`] applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct OutlierDetection {
+    /// When endpoints are ejected; `None`: never (detection off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ejection: Option<Ejection>,
+    /// When fewer than this percentage (0–100) of a cluster's endpoints are available
+    /// (not ejected, not failing their health checks), the balancer uses all of them. 0:
+    /// only when none is available.
+    pub panic_threshold_percent: u32,
+}
+
+/// When an endpoint is ejected and for how long. Each threshold counts outcomes in a row
+/// of the endpoint; 0 turns that trigger off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Ejection {
+    /// 5xx answers, gateway errors and connect failures in a row (Envoy's
+    /// `consecutive_5xx`); reset by an answer below 500.
+    pub consecutive_5xx: u32,
+    /// 502/503/504 answers, resets, timeouts and connect failures in a row; reset by any
+    /// other answer.
+    pub consecutive_gateway_errors: u32,
+    /// Connect failures in a row (local-origin failures); reset by any answer.
+    pub consecutive_local_origin_failures: u32,
+    /// The first ejection's length; each ejection in a row doubles it.
+    pub base_ejection: Duration,
+    /// The longest ejection (at least `base_ejection`).
+    pub max_ejection: Duration,
+    /// At most this percentage (0–100) of a cluster's endpoints is ejected at once,
+    /// rounded down; one endpoint of two or more may always be ejected.
+    pub max_ejected_percent: u32,
+}
+
+impl Default for Ejection {
+    /// weir's detection without any policy: 5 gateway errors in a row (as Envoy's
+    /// `consecutive_5xx`, counting only the errors that say the endpoint is in trouble),
+    /// ejections of 0.5 s doubling up to 2 s (short, so that without active health checks
+    /// a recovered endpoint is back within 2 s; a still failing one costs one request per
+    /// ejection), at most half of a cluster ejected.
+    fn default() -> Self {
+        Ejection {
+            consecutive_5xx: 0,
+            consecutive_gateway_errors: 5,
+            consecutive_local_origin_failures: 0,
+            base_ejection: Duration::from_millis(500),
+            max_ejection: Duration::from_secs(2),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+impl Default for OutlierDetection {
+    /// Detection on with [`Ejection::default`], panic threshold 0.
+    fn default() -> Self {
+        OutlierDetection {
+            ejection: Some(Ejection::default()),
+            panic_threshold_percent: 0,
+        }
+    }
+}

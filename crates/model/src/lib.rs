@@ -42,8 +42,8 @@ mod upstream_tls;
 
 pub use authz::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 pub use backend_policy::{
-    CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits, LoadBalancer,
-    is_cookie_name, is_cookie_path,
+    CircuitBreaker, Ejection, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits,
+    LoadBalancer, OutlierDetection, is_cookie_name, is_cookie_path,
 };
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 pub use cors::{Cors, CorsNames, CorsOrigin};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::authz::Authorization;
-use crate::backend_policy::{CircuitBreaker, HealthCheck, LoadBalancer};
+use crate::backend_policy::{CircuitBreaker, HealthCheck, LoadBalancer, OutlierDetection};
 use crate::cluster::ClusterKey;
 use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
@@ -634,6 +634,10 @@ pub struct Policy {
     /// policy object (`namespace/name`) that set it (push protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency_limit: Option<(Arc<str>, ConcurrencyLimit)>,
+    /// Passive outlier detection and the panic threshold (on a [`PolicyTarget::Backend`]
+    /// only; push protocol version 4). Without it, [`OutlierDetection::default`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
     /// TLS towards the endpoints, per Service port (BackendTLSPolicy; on a
     /// [`PolicyTarget::Backend`] only; push protocol version 4).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -697,6 +701,7 @@ impl Policy {
             cors: None,
             request_limits: None,
             concurrency_limit: None,
+            outlier_detection: None,
             backend_tls: None,
             client_certificate: None,
             hash: ContentHash(0),
@@ -759,10 +764,15 @@ impl Policy {
             None => v3,
             Some(limit) => content_hash(&(v3.0, 19u32, limit)),
         };
-        // Added in version 4, each folded in only when set (over the version-3 hash).
-        let v4 = match &self.backend_tls {
+        // Added in version 4, each folded in only when set (over the version-3 hash) and
+        // tagged with its wire field number.
+        let v4 = match &self.outlier_detection {
             None => v3,
-            Some(tls) => content_hash(&(v3.0, 21u32, tls)),
+            Some(outlier) => content_hash(&(v3.0, 20u32, outlier)),
+        };
+        let v4 = match &self.backend_tls {
+            None => v4,
+            Some(tls) => content_hash(&(v4.0, 21u32, tls)),
         };
         self.hash = match &self.client_certificate {
             None => v4,
@@ -771,13 +781,20 @@ impl Policy {
     }
 
     /// The policy as a data plane of push protocol version 3 or older rebuilds it: without
-    /// the fields added in version 4, so with the hash those releases compute:
-    /// `backend_tls` (field 21) and `client_certificate` (field 22). Neither guards access
-    /// on the client side; an older data plane that loses `backend_tls` would speak
-    /// plaintext to a TLS port, which fails (the backend refuses it) rather than exposing
-    /// anything, and one that loses `client_certificate` is refused by backends that
-    /// require one.
+    /// the fields added in version 4, so with the hash those releases compute (the caller,
+    /// `weir_xds::convert::for_version`, applies [`Policy::as_version_2`] after it for a
+    /// data plane older still). Fields added in version 4: `outlier_detection` (field 20;
+    /// not an access guard: an older data plane keeps its default detection),
+    /// `backend_tls` (field 21) and `client_certificate` (field 22). Neither of the last two
+    /// guards access on the client side; an older data plane that loses `backend_tls`
+    /// would speak plaintext to a TLS port, which fails (the backend refuses it) rather
+    /// than exposing anything, and one that loses `client_certificate` is refused by
+    /// backends that require one.
     pub fn as_version_3(mut self) -> Self {
+        if self.outlier_detection.is_some() {
+            self.outlier_detection = None;
+            self.rehash();
+        }
         if self.backend_tls.is_some() {
             self.backend_tls = None;
             self.rehash();
@@ -989,6 +1006,13 @@ impl Policy {
         self
     }
 
+    /// This policy with outlier-detection settings.
+    pub fn with_outlier_detection(mut self, outlier: Option<OutlierDetection>) -> Self {
+        self.outlier_detection = outlier;
+        self.rehash();
+        self
+    }
+
     /// This policy with a load-balancing algorithm.
     pub fn with_load_balancer(mut self, lb: Option<LoadBalancer>) -> Self {
         self.load_balancer = lb;
@@ -1014,6 +1038,7 @@ impl Policy {
             && self.cors.is_none()
             && self.request_limits.is_none()
             && self.concurrency_limit.is_none()
+            && self.outlier_detection.is_none()
             && self.backend_tls.is_none()
             && self.client_certificate.is_none()
     }
@@ -1286,6 +1311,25 @@ mod tests {
             assert_eq!(older.hash(), checked.hash());
         }
         assert_eq!(checked.clone().as_version_2().hash(), checked.hash());
+        // Version 4's outlier detection: folded in only when set, and gone (with the hash
+        // of before) for a data plane of version 3 or older.
+        let before = checked.hash();
+        assert_eq!(checked.clone().with_outlier_detection(None).hash(), before);
+        for outlier in [
+            crate::OutlierDetection::default(),
+            crate::OutlierDetection {
+                ejection: None,
+                panic_threshold_percent: 50,
+            },
+        ] {
+            let tuned = checked.clone().with_outlier_detection(Some(outlier));
+            assert_ne!(tuned.hash(), before);
+            let older = tuned.clone().as_version_3();
+            assert_eq!(older.outlier_detection, None);
+            assert_eq!(older.hash(), before);
+            assert_eq!(tuned.as_version_3().as_version_2().hash(), before);
+        }
+        assert_eq!(checked.clone().as_version_3().hash(), before);
     }
 
     /// The hash of a JWT policy with one provider and no keys, as computed before

@@ -8,7 +8,13 @@
 //! ones). With nothing in flight it is exact weighted round robin. An endpoint that
 //! failed its active health checks ([`crate::health`]) is skipped like an ejected one.
 //! If every endpoint is ejected or unhealthy it ignores both (a panic threshold of 0:
-//! better a chance than a certain 503; the same rule as passive outlier detection).
+//! better a chance than a certain 503; the same rule as passive outlier detection). A
+//! Service or Backend policy's `outlierDetection.panicThresholdPercent` raises it: when
+//! fewer than that share of the endpoints (of weight above 0) are available, every
+//! algorithm balances over all of them, as if none were ejected or unhealthy. The share
+//! is counted only when a pick meets an unavailable endpoint, at most once a millisecond
+//! per cluster version ([`ClusterState::panicking`]), so a healthy cluster pays nothing.
+//! With `outlierDetection.enabled: false` ejections are ignored (health checks are not).
 //!
 //! A Service or Backend policy's `loadBalancer` picks another algorithm
 //! ([`weir_model::LoadBalancer`]), fixed per cluster version ([`Algorithm`]):
@@ -26,7 +32,7 @@
 //!   cookie) is balanced by the default. The key is read from the request by
 //!   [`crate::affinity`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -34,7 +40,7 @@ use prometheus_client::metrics::counter::Counter;
 use weir_model::{Cluster, Endpoint, HashOn, LoadBalancer, Policy};
 
 use crate::breaker::{self, Overflow};
-use crate::endpoints::{ConnectGate, EndpointRegistry, EndpointState};
+use crate::endpoints::{self, ConnectGate, EndpointRegistry, EndpointState};
 use crate::health::Prober;
 use crate::ring::Ring;
 use crate::router;
@@ -82,6 +88,16 @@ pub struct ClusterState {
     lazy_ring: OnceLock<Ring>,
     /// Fall-throughs on the ring and generated keys.
     counters: (Counter, Counter),
+    /// Whether outlier detection's ejections count (the policy's `outlierDetection` did
+    /// not turn it off).
+    ejecting: bool,
+    /// The panic threshold, a percentage (0: only when no endpoint is available).
+    panic_percent: u32,
+    /// Endpoints of weight above 0.
+    weighted: u32,
+    /// The last panic decision: the millisecond it was taken ([`endpoints::millis`]),
+    /// shifted left by one, with the decision in the low bit.
+    panic: AtomicU64,
     /// TLS towards the endpoints (the BackendTLSPolicy of the cluster's Service port),
     /// built once per cluster version: `Err` when it cannot be (requests fail, never
     /// going out in plaintext).
@@ -149,9 +165,14 @@ impl ClusterState {
         } else {
             (cluster.hash().0 % schedule.len() as u64) as usize
         };
+        let outlier = policy
+            .as_ref()
+            .and_then(|p| p.outlier_detection)
+            .unwrap_or_default();
         let (_, states) = registry.cluster(
             &cluster.key,
             cluster.endpoints.iter().map(|e| e.addr.clone()),
+            outlier.ejection,
         );
         let probers = match policy.as_ref().and_then(|p| p.health_check.as_ref()) {
             Some(check) => cluster
@@ -198,6 +219,10 @@ impl ClusterState {
             algorithm,
             lazy_ring: OnceLock::new(),
             counters,
+            ejecting: outlier.ejection.is_some(),
+            panic_percent: outlier.panic_threshold_percent.min(100),
+            weighted: cluster_weighted(&weights),
+            panic: AtomicU64::new(0),
             tls,
         }
     }
@@ -228,7 +253,34 @@ impl ClusterState {
     /// Whether endpoint `i` should get no new requests: ejected by outlier detection or
     /// failing its health checks.
     fn unavailable(&self, i: usize, now: Instant) -> bool {
-        self.states[i].is_ejected(now) || self.probers.get(i).is_some_and(|p| p.is_unhealthy())
+        self.out(i, now) && !self.panicking(now)
+    }
+
+    /// Whether endpoint `i` is ejected (and ejections count) or failing its health checks.
+    fn out(&self, i: usize, now: Instant) -> bool {
+        (self.ejecting && self.states[i].is_ejected(now))
+            || self.probers.get(i).is_some_and(|p| p.is_unhealthy())
+    }
+
+    /// Whether fewer than the panic threshold's share of the endpoints are available, so
+    /// that all of them are used. Counted at most once a millisecond (a relaxed load
+    /// otherwise); never with a threshold of 0.
+    pub(crate) fn panicking(&self, now: Instant) -> bool {
+        if self.panic_percent == 0 {
+            return false;
+        }
+        let ms = endpoints::millis(now);
+        let last = self.panic.load(Ordering::Relaxed);
+        if last >> 1 == ms {
+            return last & 1 == 1;
+        }
+        let available = (0..self.states.len())
+            .filter(|&i| self.cluster.endpoints[i].weight > 0 && !self.out(i, now))
+            .count() as u64;
+        let panic = available * 100 < u64::from(self.panic_percent) * u64::from(self.weighted);
+        self.panic
+            .store(ms << 1 | u64::from(panic), Ordering::Relaxed);
+        panic
     }
 
     /// The endpoints' probers, in the cluster's order (empty without a health check).
@@ -432,6 +484,11 @@ impl ClusterState {
     }
 }
 
+/// Endpoints of weight above 0.
+fn cluster_weighted(weights: &[u32]) -> u32 {
+    weights.iter().filter(|w| **w > 0).count() as u32
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use weir_model::{ClusterKey, EndpointAddr, UpstreamProtocol};
@@ -540,6 +597,122 @@ pub(crate) mod tests {
         for _ in 0..100 {
             assert_eq!(addr_of(&two), "10.0.0.1:80");
         }
+    }
+
+    /// A cluster of four endpoints whose Service policy sets `outlier`, with endpoints
+    /// 0, 1 and 2 ejected (by one gateway error each, every endpoint ejectable).
+    fn three_of_four_ejected(
+        name: &str,
+        panic_threshold_percent: u32,
+        reg: &EndpointRegistry,
+    ) -> ClusterState {
+        let outlier = weir_model::OutlierDetection {
+            ejection: Some(weir_model::Ejection {
+                consecutive_gateway_errors: 1,
+                max_ejected_percent: 100,
+                ..Default::default()
+            }),
+            panic_threshold_percent,
+        };
+        let policy = Policy::new(
+            weir_model::PolicyTarget::Backend {
+                kind: weir_model::BackendKind::Service,
+                namespace: "ns".into(),
+                name: name.into(),
+            },
+            weir_model::Timeouts::default(),
+            None,
+            None,
+        )
+        .with_outlier_detection(Some(outlier));
+        let state =
+            ClusterState::with_policy(cluster(name, &[1, 1, 1, 1]), reg, Some(Arc::new(policy)));
+        for i in 0..3 {
+            state.states()[i].start().finish(Outcome::GatewayFailure);
+            assert!(state.states()[i].is_ejected(Instant::now()));
+        }
+        state
+    }
+
+    fn spread(state: &ClusterState, lb: bool) -> [usize; 4] {
+        let mut counts = [0; 4];
+        for _ in 0..400 {
+            let now = Instant::now();
+            let picked = if lb {
+                state.round_robin(now)
+            } else {
+                let p = state.pick(now, None).unwrap();
+                state
+                    .states()
+                    .iter()
+                    .position(|s| Arc::ptr_eq(s, p.state))
+                    .unwrap()
+            };
+            counts[picked] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn below_the_panic_threshold_every_endpoint_gets_traffic() {
+        let reg = EndpointRegistry::default();
+        // 1 of 4 available (25 %) is below 50 %: all four are used.
+        let panicking = three_of_four_ejected("p50", 50, &reg);
+        for lb in [false, true] {
+            let counts = spread(&panicking, lb);
+            assert!(counts.iter().all(|&n| n >= 50), "{counts:?}");
+        }
+        assert!(panicking.panicking(Instant::now()));
+        // With a threshold of 0 (the default), only the available one.
+        let strict = three_of_four_ejected("p0", 0, &reg);
+        for lb in [false, true] {
+            assert_eq!(spread(&strict, lb), [0, 0, 0, 400]);
+        }
+        // 25 % available is not below a threshold of 25 %.
+        let at = three_of_four_ejected("p25", 25, &reg);
+        assert_eq!(spread(&at, false), [0, 0, 0, 400]);
+        assert!(!at.panicking(Instant::now()));
+        // Back above the threshold once endpoints recover (a success ends an ejection).
+        for i in 0..2 {
+            panicking.states()[i].start().finish(Outcome::Success);
+        }
+        let later = Instant::now() + std::time::Duration::from_millis(5);
+        assert!(!panicking.panicking(later), "3 of 4 available");
+        for _ in 0..100 {
+            let p = panicking.pick(later, None).unwrap();
+            assert!(!Arc::ptr_eq(p.state, &panicking.states()[2]));
+        }
+    }
+
+    #[test]
+    fn detection_turned_off_ignores_ejections() {
+        let reg = EndpointRegistry::default();
+        let on = ClusterState::new(cluster("off", &[1, 1]), &reg);
+        for _ in 0..5 {
+            on.states()[0].start().finish(Outcome::GatewayFailure);
+        }
+        assert!(on.states()[0].is_ejected(Instant::now()));
+        assert_eq!(spread(&on, false), [0, 400, 0, 0]);
+        let policy = Policy::new(
+            weir_model::PolicyTarget::Backend {
+                kind: weir_model::BackendKind::Service,
+                namespace: "ns".into(),
+                name: "off".into(),
+            },
+            weir_model::Timeouts::default(),
+            None,
+            None,
+        )
+        .with_outlier_detection(Some(weir_model::OutlierDetection {
+            ejection: None,
+            panic_threshold_percent: 0,
+        }));
+        let off = ClusterState::with_policy(cluster("off", &[1, 1]), &reg, Some(Arc::new(policy)));
+        let counts = spread(&off, false);
+        assert_eq!(counts[0] + counts[1], 400);
+        assert!(counts[0] >= 100, "{counts:?}");
+        // The record is kept, so the old version still skips it.
+        assert!(off.states()[0].is_ejected(Instant::now()));
     }
 
     fn balanced(

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use weir_model::{Delta, DeltaBatch, ListenerKey, Resource, ResourceKey};
 
 use crate::access_log::{AccessLogMetrics, AccessLogSettings, AccessLogger};
-use crate::endpoints::{EndpointRegistry, OutlierDetection};
+use crate::endpoints::EndpointRegistry;
 use crate::global_ratelimit::{GlobalLimiter, RedisSettings};
 use crate::listeners::ListenerHandle;
 use crate::metrics::Metrics;
@@ -149,7 +149,6 @@ impl DataPlane {
             metrics.upstream_connect_errors.clone(),
         );
         let endpoints = Arc::new(EndpointRegistry::new(
-            OutlierDetection::default(),
             metrics.outlier.clone(),
             metrics.health.clone(),
         ));

@@ -10,63 +10,44 @@
 //! weak references: an endpoint's state goes away with the last snapshot that has it.
 //!
 //! Passive outlier detection: every forwarded request reports its outcome
-//! ([`EndpointState::report`]). After `consecutive` gateway failures in a row (connect
-//! failure, reset, timeout, or a 502/503/504 answer) the endpoint is ejected for a time
-//! that doubles with each ejection in a row, up to a cap; the balancer skips ejected
-//! endpoints unless that would leave the cluster with too few (the panic threshold).
-//! When an ejection ends the endpoint is on probation: one more failure ejects it again
-//! at once, one success clears its record.
+//! ([`EndpointState::report`]). Each endpoint counts three runs of failures: 5xx answers
+//! (with gateway errors and connect failures), gateway errors (connect failure, reset,
+//! timeout, or a 502/503/504 answer) and connect failures alone. When a run reaches its
+//! threshold ([`Ejection`]: the cluster's Service or Backend policy's `outlierDetection`,
+//! else weir's default, 5 gateway errors) the endpoint is ejected for a time that doubles
+//! with each ejection in a row, up to a cap; the balancer skips ejected endpoints unless
+//! that would leave the cluster with too few (the panic threshold, in
+//! [`crate::balance`]). When an ejection ends the endpoint is on probation: one more
+//! failure of a kind the cluster counts ejects it again at once, one success clears its
+//! record. The settings are the cluster's ([`ClusterHealth`]), replaced when a new
+//! version of the cluster is built with another policy; the endpoints' records stay.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use weir_model::{ClusterKey, EndpointAddr};
+use weir_model::{ClusterKey, Ejection, EndpointAddr};
 
 use crate::breaker::{BreakerMetrics, Overflow};
 use crate::health::{HealthMetrics, Probers};
 use crate::latency::PeakEwma;
 
-/// Passive outlier detection settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct OutlierDetection {
-    /// Gateway failures in a row that eject an endpoint.
-    pub(crate) consecutive: u32,
-    /// The first ejection's length; each ejection in a row doubles it.
-    pub(crate) base_ejection: Duration,
-    /// The longest ejection.
-    pub(crate) max_ejection: Duration,
-    /// At most this percentage of a cluster's endpoints is ejected at once (rounded
-    /// down, but one endpoint of two or more may always be ejected).
-    pub(crate) max_ejected_percent: u32,
-}
-
-impl Default for OutlierDetection {
-    /// On by default, so that a failing pod stops getting traffic without any policy:
-    /// 5 failures in a row (as Envoy's `consecutive_5xx`), ejections of 0.5 s doubling up
-    /// to 2 s (short, so that without active health checks a recovered endpoint is back
-    /// within 2 s; a still failing one costs one request per ejection), at most half of a
-    /// cluster ejected.
-    fn default() -> Self {
-        OutlierDetection {
-            consecutive: 5,
-            base_ejection: Duration::from_millis(500),
-            max_ejection: Duration::from_secs(2),
-            max_ejected_percent: 50,
-        }
-    }
-}
-
 /// What became of one forwarded request, as far as its endpoint is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// The endpoint answered with a status that is not a gateway error.
+    /// The endpoint answered with a status below 500.
     Success,
-    /// Connect failure, reset, protocol error, timeout, or a 502/503/504 answer.
+    /// A 5xx answer other than 502/503/504.
+    ServerError,
+    /// Reset, protocol error, timeout, or a 502/503/504 answer.
     GatewayFailure,
+    /// The connection to the endpoint could not be opened (a local-origin failure; also
+    /// a gateway error).
+    ConnectFailure,
     /// The request failed for a reason that says nothing about the endpoint (the
     /// client's body broke, the client went away).
     Neutral,
@@ -75,10 +56,30 @@ pub(crate) enum Outcome {
 impl Outcome {
     /// The outcome of a response status.
     pub(crate) fn of_status(status: u16) -> Outcome {
-        if matches!(status, 502..=504) {
-            Outcome::GatewayFailure
-        } else {
-            Outcome::Success
+        match status {
+            502..=504 => Outcome::GatewayFailure,
+            500..=599 => Outcome::ServerError,
+            _ => Outcome::Success,
+        }
+    }
+
+    /// Whether it says the endpoint is in trouble (for the response-time estimate, which
+    /// counts failures as slow).
+    fn is_gateway_error(self) -> bool {
+        matches!(self, Outcome::GatewayFailure | Outcome::ConnectFailure)
+    }
+
+    /// Whether a cluster ejecting by `e` counts it (which failures end a probation).
+    fn counts_for(self, e: &Ejection) -> bool {
+        match self {
+            Outcome::Success | Outcome::Neutral => false,
+            Outcome::ServerError => e.consecutive_5xx != 0,
+            Outcome::GatewayFailure => e.consecutive_5xx != 0 || e.consecutive_gateway_errors != 0,
+            Outcome::ConnectFailure => {
+                e.consecutive_5xx != 0
+                    || e.consecutive_gateway_errors != 0
+                    || e.consecutive_local_origin_failures != 0
+            }
         }
     }
 }
@@ -113,7 +114,7 @@ pub(crate) struct BalancerMetrics {
 }
 
 /// Per-cluster figures shared by its endpoints' states (how many are ejected, of how
-/// many), for the maximum ejected share.
+/// many, for the maximum ejected share) and the cluster's ejection settings.
 #[derive(Debug)]
 pub(crate) struct ClusterHealth {
     ejected: AtomicU32,
@@ -122,7 +123,11 @@ pub(crate) struct ClusterHealth {
     in_flight: AtomicU32,
     /// Requests opening an upstream connection (circuit breaking's pending requests).
     connecting: AtomicU32,
-    outlier: Arc<Outlier>,
+    /// When endpoints are ejected (`None`: never), set by each new version of the
+    /// cluster ([`EndpointRegistry::cluster`]); read only when a request failed.
+    ejection: ArcSwapOption<Ejection>,
+    /// Counters shared by every cluster of the registry.
+    metrics: Arc<OutlierMetrics>,
     /// Retries this cluster may still get, in hundredths (see [`ClusterHealth::retry`]).
     retry_tokens: AtomicU32,
     /// When the time-based part of the budget was last added ([`millis`]).
@@ -139,13 +144,6 @@ const RETRY_BUDGET_PERCENT: u32 = 20;
 const RETRY_MIN_PER_SECOND: u32 = 10;
 /// At most this many retries are banked (also the budget of a new cluster).
 const RETRY_RESERVE: u32 = 10;
-
-/// Outlier-detection settings and counters, shared by every endpoint of a registry.
-#[derive(Debug, Default)]
-struct Outlier {
-    config: OutlierDetection,
-    metrics: OutlierMetrics,
-}
 
 impl ClusterHealth {
     /// Counts a request that may be retried: it adds a fraction of a retry to the budget.
@@ -182,7 +180,7 @@ impl ClusterHealth {
             .retry_tokens
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(100))
             .is_ok();
-        let m = &self.outlier.metrics;
+        let m = &self.metrics;
         if ok {
             m.retries.inc();
         } else {
@@ -198,7 +196,7 @@ impl ClusterHealth {
 
     /// Counts a refusal by a circuit breaker.
     pub(crate) fn refused(&self, why: Overflow) {
-        self.outlier.metrics.breaker.count(why);
+        self.metrics.breaker.count(why);
     }
 
     /// Endpoints currently ejected.
@@ -214,7 +212,12 @@ pub(crate) struct EndpointState {
     in_flight: AtomicU32,
     /// Requests opening an upstream connection to it.
     connecting: AtomicU32,
-    consecutive_failures: AtomicU32,
+    /// Failures of any kind in a row (5xx answers, gateway errors, connect failures).
+    consecutive_5xx: AtomicU32,
+    /// Gateway errors in a row (502/503/504, resets, timeouts, connect failures).
+    consecutive_gateway: AtomicU32,
+    /// Connect failures in a row.
+    consecutive_local: AtomicU32,
     /// Milliseconds since [`epoch`] until which the endpoint is ejected; 0 when it is not.
     ejected_until: AtomicU64,
     /// Ejections in a row (reset by a success); sets the next ejection's length.
@@ -232,7 +235,9 @@ impl EndpointState {
         EndpointState {
             in_flight: AtomicU32::new(0),
             connecting: AtomicU32::new(0),
-            consecutive_failures: AtomicU32::new(0),
+            consecutive_5xx: AtomicU32::new(0),
+            consecutive_gateway: AtomicU32::new(0),
+            consecutive_local: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),
             ejections_in_a_row: AtomicU32::new(0),
             cluster,
@@ -287,39 +292,71 @@ impl EndpointState {
 
     /// Records an outcome; may eject the endpoint (returns the ejection's length).
     fn report(&self, outcome: Outcome, now: Instant) -> Option<Duration> {
-        let Outlier { config, metrics } = &*self.cluster.outlier;
+        let metrics = &*self.cluster.metrics;
         match outcome {
             Outcome::Neutral => None,
+            // A cluster that does not count 5xx answers takes a 500 as an answer, as weir
+            // always has (it clears the records).
+            Outcome::ServerError
+                if self
+                    .cluster
+                    .ejection
+                    .load()
+                    .as_deref()
+                    .is_none_or(|e| e.consecutive_5xx == 0) =>
+            {
+                self.report(Outcome::Success, now)
+            }
             Outcome::Success => {
                 self.successes.fetch_add(1, Ordering::Relaxed);
-                if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
-                    self.consecutive_failures.store(0, Ordering::Relaxed);
-                }
-                if self.ejections_in_a_row.load(Ordering::Relaxed) != 0 {
-                    self.ejections_in_a_row.store(0, Ordering::Relaxed);
+                for run in [
+                    &self.consecutive_5xx,
+                    &self.consecutive_gateway,
+                    &self.consecutive_local,
+                    &self.ejections_in_a_row,
+                ] {
+                    if run.load(Ordering::Relaxed) != 0 {
+                        run.store(0, Ordering::Relaxed);
+                    }
                 }
                 self.end_ejection(metrics);
                 None
             }
-            Outcome::GatewayFailure => {
+            Outcome::ServerError | Outcome::GatewayFailure | Outcome::ConnectFailure => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
-                if config.consecutive == 0 || failures < config.consecutive {
+                let run = |n: &AtomicU32, counts: bool| {
+                    if counts {
+                        n.fetch_add(1, Ordering::Relaxed) + 1
+                    } else {
+                        if n.load(Ordering::Relaxed) != 0 {
+                            n.store(0, Ordering::Relaxed);
+                        }
+                        0
+                    }
+                };
+                let any = run(&self.consecutive_5xx, true);
+                let gateway = run(&self.consecutive_gateway, outcome.is_gateway_error());
+                let local = run(&self.consecutive_local, outcome == Outcome::ConnectFailure);
+                let settings = self.cluster.ejection.load();
+                let e = settings.as_deref()?;
+                let reached = |n: u32, threshold: u32| threshold != 0 && n >= threshold;
+                let due = reached(any, e.consecutive_5xx)
+                    || reached(gateway, e.consecutive_gateway_errors)
+                    || reached(local, e.consecutive_local_origin_failures)
+                    // Probation: ejected before and no success since.
+                    || (self.ejections_in_a_row.load(Ordering::Relaxed) != 0
+                        && outcome.counts_for(e));
+                if !due {
                     return None;
                 }
-                self.eject(now, config, metrics)
+                self.eject(now, e, metrics)
             }
         }
     }
 
     /// Ejects the endpoint unless it is ejected already or the cluster is at its
     /// maximum ejected share.
-    fn eject(
-        &self,
-        now: Instant,
-        config: &OutlierDetection,
-        metrics: &OutlierMetrics,
-    ) -> Option<Duration> {
+    fn eject(&self, now: Instant, config: &Ejection, metrics: &OutlierMetrics) -> Option<Duration> {
         let now_ms = millis(now);
         let until = self.ejected_until.load(Ordering::Relaxed);
         if until != 0 && now_ms < until {
@@ -337,7 +374,7 @@ impl EndpointState {
         };
         if size < 2 || after > max {
             metrics.ejections_refused.inc();
-            // Probation continues: the next failure tries again.
+            // The runs go on: the next failure tries again.
             return None;
         }
         let in_a_row = self.ejections_in_a_row.fetch_add(1, Ordering::Relaxed);
@@ -359,9 +396,6 @@ impl EndpointState {
             metrics.ejected.inc();
         }
         metrics.ejections.inc();
-        // Probation: once the ejection ends, one more failure ejects again.
-        self.consecutive_failures
-            .store(config.consecutive.saturating_sub(1), Ordering::Relaxed);
         Some(length)
     }
 
@@ -371,9 +405,11 @@ impl EndpointState {
     /// ejection would have ended. Returns whether it was ejected.
     pub(crate) fn readmit(&self) -> bool {
         let was = self.ejected_until.load(Ordering::Relaxed) != 0;
-        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.consecutive_5xx.store(0, Ordering::Relaxed);
+        self.consecutive_gateway.store(0, Ordering::Relaxed);
+        self.consecutive_local.store(0, Ordering::Relaxed);
         self.ejections_in_a_row.store(0, Ordering::Relaxed);
-        self.end_ejection(&self.cluster.outlier.metrics);
+        self.end_ejection(&self.cluster.metrics);
         was
     }
 
@@ -398,7 +434,9 @@ impl EndpointState {
         serde_json::json!({
             "in_flight": self.in_flight(),
             "ejected": self.is_ejected(now),
-            "consecutive_failures": self.consecutive_failures.load(Ordering::Relaxed),
+            "consecutive_failures": self.consecutive_5xx.load(Ordering::Relaxed),
+            "consecutive_gateway_errors": self.consecutive_gateway.load(Ordering::Relaxed),
+            "consecutive_connect_failures": self.consecutive_local.load(Ordering::Relaxed),
             "successes": self.successes.load(Ordering::Relaxed),
             "failures": self.failures.load(Ordering::Relaxed),
             "latency_ms": self.latency.estimate(nanos(now)) / 1e6,
@@ -438,13 +476,13 @@ impl InFlight {
             if outcome != Outcome::Neutral {
                 let now_ns = nanos(now);
                 let took = now_ns.saturating_sub(self.started) as f64;
-                let failed = outcome == Outcome::GatewayFailure;
+                let failed = outcome.is_gateway_error();
                 state.latency.observe(took, failed, now_ns);
             }
             if let Some(length) = state.report(outcome, now) {
                 tracing::warn!(
                     ejection_ms = length.as_millis() as u64,
-                    "endpoint ejected after consecutive gateway failures"
+                    "endpoint ejected after consecutive failures"
                 );
             }
         }
@@ -522,7 +560,7 @@ type Key = (ClusterKey, EndpointAddr);
 /// The endpoint states of every cluster, by (cluster, address). See the module docs.
 pub(crate) struct EndpointRegistry {
     endpoints: Mutex<Registered>,
-    outlier: Arc<Outlier>,
+    metrics: Arc<OutlierMetrics>,
     /// Active health checkers, one per (address, settings) ([`crate::health`]).
     probers: Probers,
 }
@@ -543,32 +581,24 @@ impl std::fmt::Debug for EndpointRegistry {
 
 impl Default for EndpointRegistry {
     fn default() -> Self {
-        EndpointRegistry::new(
-            OutlierDetection::default(),
-            OutlierMetrics::default(),
-            HealthMetrics::default(),
-        )
+        EndpointRegistry::new(OutlierMetrics::default(), HealthMetrics::default())
     }
 }
 
 impl EndpointRegistry {
     /// An empty registry.
-    pub(crate) fn new(
-        config: OutlierDetection,
-        metrics: OutlierMetrics,
-        health: HealthMetrics,
-    ) -> EndpointRegistry {
+    pub(crate) fn new(metrics: OutlierMetrics, health: HealthMetrics) -> EndpointRegistry {
         epoch();
         EndpointRegistry {
             endpoints: Mutex::new(Registered::default()),
-            outlier: Arc::new(Outlier { config, metrics }),
+            metrics: Arc::new(metrics),
             probers: Probers::new(health),
         }
     }
 
     /// The consistent-hash balancer's counters.
     pub(crate) fn balancer_metrics(&self) -> &BalancerMetrics {
-        &self.outlier.metrics.balancer
+        &self.metrics.balancer
     }
 
     /// The active health checkers.
@@ -577,12 +607,15 @@ impl EndpointRegistry {
     }
 
     /// The states of a cluster's endpoints, in the order given: existing ones where the
-    /// registry has them, new ones otherwise. Called when a snapshot takes a new version
-    /// of the cluster (once per cluster change, never per request).
+    /// registry has them, new ones otherwise; `ejection` becomes the cluster's setting
+    /// (`None`: no ejections), the endpoints keeping their records and ejections. Called
+    /// when a snapshot takes a new version of the cluster (once per cluster change, never
+    /// per request).
     pub(crate) fn cluster(
         &self,
         cluster: &ClusterKey,
         addrs: impl ExactSizeIterator<Item = EndpointAddr>,
+        ejection: Option<Ejection>,
     ) -> (Arc<ClusterHealth>, Vec<Arc<EndpointState>>) {
         let mut reg = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         let health = match reg.clusters.get(cluster).and_then(Weak::upgrade) {
@@ -593,7 +626,8 @@ impl EndpointRegistry {
                     size: AtomicU32::new(0),
                     in_flight: AtomicU32::new(0),
                     connecting: AtomicU32::new(0),
-                    outlier: Arc::clone(&self.outlier),
+                    ejection: ArcSwapOption::empty(),
+                    metrics: Arc::clone(&self.metrics),
                     retry_tokens: AtomicU32::new(RETRY_RESERVE * 100),
                     retry_refilled: AtomicU64::new(millis(Instant::now())),
                 });
@@ -602,6 +636,9 @@ impl EndpointRegistry {
             }
         };
         health.size.store(addrs.len() as u32, Ordering::Relaxed);
+        if health.ejection.load().as_deref() != ejection.as_ref() {
+            health.ejection.store(ejection.map(Arc::new));
+        }
         let mut states = Vec::with_capacity(addrs.len());
         for addr in addrs {
             let key = (cluster.clone(), addr);
@@ -617,12 +654,6 @@ impl EndpointRegistry {
         }
         reg.sweep();
         (health, states)
-    }
-
-    /// The outlier-detection settings.
-    #[cfg(test)]
-    fn config(&self) -> &OutlierDetection {
-        &self.outlier.config
     }
 
     /// Live endpoint states.
@@ -656,7 +687,7 @@ impl Drop for EndpointState {
     fn drop(&mut self) {
         if self.ejected_until.load(Ordering::Relaxed) != 0 {
             self.cluster.ejected.fetch_sub(1, Ordering::Relaxed);
-            self.cluster.outlier.metrics.ejected.dec();
+            self.cluster.metrics.ejected.dec();
         }
     }
 }
@@ -675,7 +706,7 @@ fn epoch() -> Instant {
 
 /// Milliseconds since a process-wide start instant (never 0 for a real time, so 0 can
 /// mean "not ejected").
-fn millis(now: Instant) -> u64 {
+pub(crate) fn millis(now: Instant) -> u64 {
     now.saturating_duration_since(epoch()).as_millis() as u64 + 1
 }
 
@@ -688,10 +719,24 @@ pub(crate) fn nanos(now: Instant) -> u64 {
 mod tests {
     use super::*;
 
+    const DEFAULT: Option<Ejection> = Some(Ejection {
+        consecutive_5xx: 0,
+        consecutive_gateway_errors: 5,
+        consecutive_local_origin_failures: 0,
+        base_ejection: Duration::from_millis(500),
+        max_ejection: Duration::from_secs(2),
+        max_ejected_percent: 50,
+    });
+
+    #[test]
+    fn the_default_is_the_models() {
+        assert_eq!(DEFAULT, Some(Ejection::default()));
+    }
+
     #[test]
     fn retries_are_a_bounded_share_of_requests() {
         let reg = EndpointRegistry::default();
-        let (health, _eps) = reg.cluster(&key("c"), [addr(1)].into_iter());
+        let (health, _eps) = reg.cluster(&key("c"), [addr(1)].into_iter(), DEFAULT);
         // One instant throughout: no time-based refill.
         let now = Instant::now() + Duration::from_secs(1);
         assert!(health.retry(now), "the reserve, and one second's allowance");
@@ -706,7 +751,7 @@ mod tests {
             granted += u32::from(health.retry(now));
         }
         assert_eq!(granted, 200);
-        assert_eq!(reg.outlier.metrics.retries.get(), 210);
+        assert_eq!(reg.metrics.retries.get(), 210);
         // Deposits never bank more than the reserve.
         for _ in 0..10_000 {
             health.deposit();
@@ -736,12 +781,12 @@ mod tests {
     #[test]
     fn state_survives_a_new_version_of_its_cluster() {
         let reg = EndpointRegistry::default();
-        let (_, a) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
-        let (_, b) = reg.cluster(&key("c"), [addr(2), addr(3)].into_iter());
+        let (_, a) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter(), DEFAULT);
+        let (_, b) = reg.cluster(&key("c"), [addr(2), addr(3)].into_iter(), DEFAULT);
         assert!(Arc::ptr_eq(&a[1], &b[0]), "endpoint 2 keeps its state");
         assert!(!Arc::ptr_eq(&a[0], &b[1]));
         // The same address in another cluster is another endpoint.
-        let (_, other) = reg.cluster(&key("d"), [addr(2)].into_iter());
+        let (_, other) = reg.cluster(&key("d"), [addr(2)].into_iter(), DEFAULT);
         assert!(!Arc::ptr_eq(&other[0], &b[0]));
         drop((a, b, other));
         assert_eq!(
@@ -754,7 +799,8 @@ mod tests {
     #[test]
     fn consecutive_failures_eject_and_a_success_clears() {
         let reg = EndpointRegistry::default();
-        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2), addr(3)].into_iter());
+        let (health, eps) =
+            reg.cluster(&key("c"), [addr(1), addr(2), addr(3)].into_iter(), DEFAULT);
         let now = Instant::now();
         fail(&eps[0], 4);
         assert!(!eps[0].is_ejected(now));
@@ -767,13 +813,13 @@ mod tests {
         fail(&eps[0], 1);
         assert!(eps[0].is_ejected(Instant::now()));
         assert_eq!(health.ejected(), 1);
-        assert_eq!(reg.outlier.metrics.ejections.get(), 1);
+        assert_eq!(reg.metrics.ejections.get(), 1);
         // It is over after the ejection's length.
         assert!(!eps[0].is_ejected(Instant::now() + Duration::from_millis(600)));
         // A success ends it and clears the count of ejections in a row.
         eps[0].start().finish(Outcome::Success);
         assert_eq!(health.ejected(), 0);
-        assert_eq!(reg.outlier.metrics.ejected.get(), 0);
+        assert_eq!(reg.metrics.ejected.get(), 0);
         // Neutral outcomes change nothing; the in-flight count always ends.
         let g = eps[1].start();
         assert_eq!(eps[1].in_flight(), 1);
@@ -785,44 +831,141 @@ mod tests {
     #[test]
     fn ejections_in_a_row_grow_up_to_the_cap_and_probation_is_one_failure() {
         let reg = EndpointRegistry::default();
-        let (_, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
-        let cfg = *reg.config();
+        let (_, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter(), DEFAULT);
         let mut now = Instant::now();
         let mut lengths = Vec::new();
+        let mut failures = Vec::new();
         for _ in 0..5 {
             let mut ejected = None;
-            for _ in 0..cfg.consecutive {
+            for n in 1..=5 {
                 if let Some(l) = eps[0].report(Outcome::GatewayFailure, now) {
                     ejected = Some(l);
+                    failures.push(n);
                     break;
                 }
             }
             let l = ejected.expect("ejected");
             lengths.push(l.as_millis());
-            // After the ejection, a single failure ejects again (probation).
             now += l + Duration::from_millis(1);
             assert!(!eps[0].is_ejected(now));
-            assert_eq!(
-                eps[0].consecutive_failures.load(Ordering::Relaxed),
-                cfg.consecutive - 1
-            );
         }
         assert_eq!(lengths, [500, 1000, 2000, 2000, 2000]);
+        // After the first ejection, a single failure ejects again (probation).
+        assert_eq!(failures, [5, 1, 1, 1, 1]);
+        // A success ends the probation: five failures again.
+        eps[0].report(Outcome::Success, now);
+        for _ in 0..4 {
+            assert_eq!(eps[0].report(Outcome::GatewayFailure, now), None);
+        }
+        assert_eq!(
+            eps[0].report(Outcome::GatewayFailure, now),
+            Some(Duration::from_millis(500))
+        );
+    }
+
+    fn tuned(f: impl FnOnce(&mut Ejection)) -> Option<Ejection> {
+        let mut e = Ejection::default();
+        f(&mut e);
+        Some(e)
+    }
+
+    #[test]
+    fn each_run_ejects_at_its_own_threshold() {
+        let reg = EndpointRegistry::default();
+        let addrs = || (1..=4).map(addr);
+        let now = Instant::now();
+        // By default a 500 is an answer, not a failure of the endpoint: never ejected.
+        let (_, eps) = reg.cluster(&key("c"), addrs(), DEFAULT);
+        for _ in 0..20 {
+            assert_eq!(eps[0].report(Outcome::ServerError, now), None);
+        }
+        // consecutive5xx: 1 ejects on the first 5xx of any kind.
+        let one_5xx = tuned(|e| e.consecutive_5xx = 1);
+        let (_, eps) = reg.cluster(&key("c"), addrs(), one_5xx);
+        assert!(eps[0].report(Outcome::ServerError, now).is_some());
+        assert!(eps[1].report(Outcome::GatewayFailure, now).is_some());
+        // Gateway errors: 2 in a row; a 500 in between breaks the run.
+        let two_gateway = tuned(|e| e.consecutive_gateway_errors = 2);
+        let (_, eps) = reg.cluster(&key("g"), addrs(), two_gateway);
+        assert_eq!(eps[0].report(Outcome::GatewayFailure, now), None);
+        assert_eq!(eps[0].report(Outcome::ServerError, now), None);
+        assert_eq!(eps[0].report(Outcome::GatewayFailure, now), None);
+        assert!(eps[0].report(Outcome::ConnectFailure, now).is_some());
+        // Connect failures alone: 3 in a row; an answer (even a 503) breaks the run.
+        let three_connects = tuned(|e| {
+            e.consecutive_gateway_errors = 0;
+            e.consecutive_local_origin_failures = 3;
+        });
+        let (_, eps) = reg.cluster(&key("l"), addrs(), three_connects);
+        for _ in 0..2 {
+            assert_eq!(eps[0].report(Outcome::ConnectFailure, now), None);
+        }
+        assert_eq!(eps[0].report(Outcome::GatewayFailure, now), None);
+        for _ in 0..2 {
+            assert_eq!(eps[0].report(Outcome::ConnectFailure, now), None);
+        }
+        for _ in 0..10 {
+            assert_eq!(eps[1].report(Outcome::GatewayFailure, now), None);
+        }
+        assert_eq!(
+            eps[0].report(Outcome::ConnectFailure, now),
+            Some(Duration::from_millis(500))
+        );
+        // Custom ejection times.
+        let long = tuned(|e| {
+            e.consecutive_gateway_errors = 1;
+            e.base_ejection = Duration::from_secs(3);
+            e.max_ejection = Duration::from_secs(5);
+        });
+        let (_, eps) = reg.cluster(&key("t"), addrs(), long);
+        let l = eps[0].report(Outcome::GatewayFailure, now).unwrap();
+        assert_eq!(l, Duration::from_secs(3));
+        let later = now + l + Duration::from_millis(1);
+        let l = eps[0].report(Outcome::GatewayFailure, later).unwrap();
+        assert_eq!(l, Duration::from_secs(5), "doubled, capped");
+    }
+
+    #[test]
+    fn detection_off_never_ejects_and_a_policy_edit_keeps_the_records() {
+        let reg = EndpointRegistry::default();
+        let addrs = || (1..=4).map(addr);
+        let (_, eps) = reg.cluster(&key("c"), addrs(), None);
+        fail(&eps[0], 50);
+        assert!(!eps[0].is_ejected(Instant::now()));
+        // The run is remembered: turned on, the next failure ejects.
+        let (_, again) = reg.cluster(&key("c"), addrs(), DEFAULT);
+        assert!(Arc::ptr_eq(&eps[0], &again[0]));
+        fail(&again[0], 1);
+        assert!(again[0].is_ejected(Instant::now()));
+        // Another edit keeps the ejection.
+        let (health, edited) = reg.cluster(&key("c"), addrs(), tuned(|e| e.consecutive_5xx = 1));
+        assert!(edited[0].is_ejected(Instant::now()));
+        assert_eq!(health.ejected(), 1);
+        // All of a cluster may be ejected when the policy says 100 %.
+        let all = tuned(|e| {
+            e.consecutive_gateway_errors = 1;
+            e.max_ejected_percent = 100;
+        });
+        let (health, eps) = reg.cluster(&key("all"), addrs(), all);
+        for e in &eps {
+            fail(e, 1);
+        }
+        assert_eq!(health.ejected(), 4);
     }
 
     #[test]
     fn at_most_half_a_cluster_is_ejected() {
         let reg = EndpointRegistry::default();
-        let (health, eps) = reg.cluster(&key("c"), (1..=4).map(addr));
+        let (health, eps) = reg.cluster(&key("c"), (1..=4).map(addr), DEFAULT);
         for e in &eps {
             fail(e, 5);
         }
         assert_eq!(health.ejected(), 2);
-        assert_eq!(reg.outlier.metrics.ejections_refused.get(), 2);
+        assert_eq!(reg.metrics.ejections_refused.get(), 2);
         let now = Instant::now();
         assert_eq!(eps.iter().filter(|e| e.is_ejected(now)).count(), 2);
         // A single endpoint is never ejected (there is nowhere else to go).
-        let (_, one) = reg.cluster(&key("one"), [addr(9)].into_iter());
+        let (_, one) = reg.cluster(&key("one"), [addr(9)].into_iter(), DEFAULT);
         fail(&one[0], 10);
         assert!(!one[0].is_ejected(Instant::now()));
         // A removed ejected endpoint leaves the count.
@@ -835,7 +978,7 @@ mod tests {
     #[test]
     fn pending_requests_are_bounded_per_endpoint_and_cluster() {
         let reg = EndpointRegistry::default();
-        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter());
+        let (health, eps) = reg.cluster(&key("c"), [addr(1), addr(2)].into_iter(), DEFAULT);
         let gate = |i: usize, ep: Option<u32>, cl: Option<u32>| ConnectGate {
             state: Arc::clone(&eps[i]),
             endpoint_max: ep,

@@ -4,10 +4,14 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
-use weir_model::{Protocol, UpstreamProtocol};
+use weir_model::{
+    BackendKind, Ejection, OutlierDetection, Policy, PolicyTarget, Protocol, Resource, Timeouts,
+    UpstreamProtocol,
+};
 
 /// Four endpoints, one answering 503: round robin would send it a quarter of the
 /// requests; outlier detection ejects it after 5 failures in a row, and once it answers
@@ -127,5 +131,155 @@ async fn grpc_requests_get_grpc_errors() {
         let plain = conn.get("g.test", path).await;
         assert!(plain.status >= 400, "{path}: {}", plain.status);
         assert!(plain.headers.get("grpc-status").is_none());
+    }
+}
+
+const APP: &str = "service/default/app:80";
+
+/// The policy of Service `default/app` with these outlier-detection settings.
+fn outlier_policy(o: OutlierDetection) -> Resource {
+    let target = PolicyTarget::Backend {
+        kind: BackendKind::Service,
+        namespace: "default".into(),
+        name: "app".into(),
+    };
+    Resource::Policy(Arc::new(
+        Policy::new(target, Timeouts::default(), None, None).with_outlier_detection(Some(o)),
+    ))
+}
+
+/// Ejections that outlast the test, so that every failure after an ejection would be a
+/// wrong pick rather than a readmission.
+fn long(f: impl FnOnce(&mut Ejection)) -> OutlierDetection {
+    let mut e = Ejection {
+        base_ejection: Duration::from_secs(600),
+        max_ejection: Duration::from_secs(600),
+        ..Ejection::default()
+    };
+    f(&mut e);
+    OutlierDetection {
+        ejection: Some(e),
+        panic_threshold_percent: 0,
+    }
+}
+
+async fn requests(p: &Proxy, n: usize) -> usize {
+    let mut conn = Conn::h1(p.addr).await;
+    let mut errors = 0;
+    for _ in 0..n {
+        if conn.get("o.test", "/").await.status != 200 {
+            errors += 1;
+        }
+    }
+    errors
+}
+
+/// A Service policy's `consecutive5xx: 1` ejects an endpoint answering 500 after its
+/// first answer; without a policy, a 500 is an answer like any other and the endpoint
+/// keeps its share (weir's default counts only gateway errors).
+#[tokio::test]
+async fn one_5xx_ejects_under_a_tuned_policy_and_never_by_default() {
+    const ERROR: &[u8] =
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    for tuned in [true, false] {
+        let a = Switchable::start("a").await;
+        let b = Switchable::start("b").await;
+        let c = Switchable::start("c").await;
+        let (bad, task) = raw_backend(ERROR, 200).await;
+        let mut resources = vec![
+            listener(Protocol::Http),
+            vhost(Some("o.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+            cluster(APP, &[a.addr, b.addr, bad, c.addr], UpstreamProtocol::Http1),
+        ];
+        if tuned {
+            resources.push(outlier_policy(long(|e| e.consecutive_5xx = 1)));
+        }
+        let p = Proxy::start(resources).await;
+        let errors = requests(&p, 100).await;
+        if tuned {
+            assert_eq!(errors, 1, "ejected after its first 500");
+            assert_eq!(p.metric("weir_upstream_ejections_total"), 1);
+        } else {
+            assert!(errors >= 20, "{errors} of 100: its full share");
+            assert_eq!(p.metric("weir_upstream_ejections_total"), 0);
+        }
+        task.abort();
+    }
+}
+
+/// `consecutiveGatewayErrors: 1` ejects a 503-answering endpoint at once, where the
+/// default needs five in a row; `enabled: false` never ejects it.
+#[tokio::test]
+async fn gateway_error_threshold_and_detection_off() {
+    let cases = [
+        (Some(long(|e| e.consecutive_gateway_errors = 1)), 1..=1),
+        (Some(long(|_| {})), 5..=5),
+        (
+            Some(OutlierDetection {
+                ejection: None,
+                panic_threshold_percent: 0,
+            }),
+            20..=30,
+        ),
+    ];
+    for (outlier, expected) in cases {
+        let a = Switchable::start("a").await;
+        let b = Switchable::start("b").await;
+        let c = Switchable::start("c").await;
+        let bad = Switchable::start("bad").await;
+        bad.fail(true);
+        let mut resources = vec![
+            listener(Protocol::Http),
+            vhost(Some("o.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+            cluster(
+                APP,
+                &[a.addr, b.addr, bad.addr, c.addr],
+                UpstreamProtocol::Http1,
+            ),
+        ];
+        resources.extend(outlier.map(outlier_policy));
+        let p = Proxy::start(resources).await;
+        let errors = requests(&p, 100).await;
+        assert!(expected.contains(&errors), "{errors} not in {expected:?}");
+        assert_eq!(errors, bad.served());
+    }
+}
+
+/// Three of four endpoints refuse connections and are ejected after one connect failure
+/// each (every one may be ejected). With a panic threshold of 50 %, one available
+/// endpoint of four is too few: traffic is spread over all four again, failures
+/// included. With the default threshold of 0, the available one takes everything.
+#[tokio::test]
+async fn below_the_panic_threshold_traffic_goes_to_every_endpoint() {
+    for panic in [50, 0] {
+        let good = Switchable::start("good").await;
+        let mut addrs = vec![good.addr];
+        for _ in 0..3 {
+            addrs.push(refused_addr().await);
+        }
+        let mut outlier = long(|e| {
+            e.consecutive_gateway_errors = 0;
+            e.consecutive_local_origin_failures = 1;
+            e.max_ejected_percent = 100;
+        });
+        outlier.panic_threshold_percent = panic;
+        let p = Proxy::start(vec![
+            listener(Protocol::Http),
+            vhost(Some("o.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+            cluster(APP, &addrs, UpstreamProtocol::Http1),
+            outlier_policy(outlier),
+        ])
+        .await;
+        let errors = requests(&p, 100).await;
+        if panic == 50 {
+            assert!(errors >= 40, "{errors} of 100 failed: spread over all four");
+        } else {
+            assert!(
+                errors <= 3,
+                "{errors} of 100 failed: one per refusing endpoint"
+            );
+            assert_eq!(good.served(), 100 - errors);
+        }
+        assert_eq!(p.metric("weir_upstream_ejected_endpoints"), 3);
     }
 }

@@ -215,6 +215,20 @@ spec:
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: p10, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}]
+  outlierDetection: {consecutive5xx: 2, baseEjectionTime: 1s, panicThresholdPercent: 40}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: p10, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}]
+  outlierDetection: {enabled: false}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: p5, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]

@@ -9,15 +9,15 @@ use std::time::Duration;
 use weir_model::{
     Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker, Cluster,
     ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin,
-    DirectResponse, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter,
-    GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
+    DirectResponse, Ejection, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode,
+    Filter, GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
     HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
     L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer,
-    LocalRateLimit, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
-    PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
-    RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
-    StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls, VirtualHost,
-    WeightedBackend, is_cookie_name, is_cookie_path,
+    LocalRateLimit, OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
+    Pattern, Policy, PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect,
+    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
+    SniCert, StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
+    VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -244,6 +244,7 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             endpoint: Some(limits_to_wire(&c.endpoint)),
         }),
         load_balancer: p.load_balancer.as_ref().map(load_balancer_to_wire),
+        outlier_detection: p.outlier_detection.as_ref().map(outlier_to_wire),
         global_rate_limit: p.global_rate_limit.as_ref().map(|(name, g)| {
             use wire::global_rate_limit::Key as GKey;
             wire::GlobalRateLimit {
@@ -300,6 +301,52 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 .collect(),
         }),
     }
+}
+
+fn outlier_to_wire(o: &OutlierDetection) -> wire::OutlierDetection {
+    wire::OutlierDetection {
+        ejection: o.ejection.as_ref().map(|e| wire::Ejection {
+            consecutive_5xx: e.consecutive_5xx,
+            consecutive_gateway_errors: e.consecutive_gateway_errors,
+            consecutive_local_origin_failures: e.consecutive_local_origin_failures,
+            base_ejection_ns: e.base_ejection.as_nanos() as u64,
+            max_ejection_ns: e.max_ejection.as_nanos() as u64,
+            max_ejected_percent: e.max_ejected_percent,
+        }),
+        panic_threshold_percent: o.panic_threshold_percent,
+    }
+}
+
+fn outlier_from_wire(o: &wire::OutlierDetection) -> Result<OutlierDetection, InvalidResource> {
+    if o.panic_threshold_percent > 100 {
+        return Err(invalid("panic_threshold_percent", "is over 100"));
+    }
+    let ejection = match &o.ejection {
+        None => None,
+        Some(e) => {
+            if e.base_ejection_ns == 0 || e.max_ejection_ns < e.base_ejection_ns {
+                return Err(invalid(
+                    "ejection.max_ejection_ns",
+                    "base must be above 0 and at most the max",
+                ));
+            }
+            if e.max_ejected_percent > 100 {
+                return Err(invalid("ejection.max_ejected_percent", "is over 100"));
+            }
+            Some(Ejection {
+                consecutive_5xx: e.consecutive_5xx,
+                consecutive_gateway_errors: e.consecutive_gateway_errors,
+                consecutive_local_origin_failures: e.consecutive_local_origin_failures,
+                base_ejection: Duration::from_nanos(e.base_ejection_ns),
+                max_ejection: Duration::from_nanos(e.max_ejection_ns),
+                max_ejected_percent: e.max_ejected_percent,
+            })
+        }
+    };
+    Ok(OutlierDetection {
+        ejection,
+        panic_threshold_percent: o.panic_threshold_percent,
+    })
 }
 
 fn load_balancer_to_wire(lb: &LoadBalancer) -> wire::LoadBalancer {
@@ -961,6 +1008,13 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .map_err(within("load_balancer"))?,
             )
             .with_global_rate_limit(global_rate_limit)
+            .with_outlier_detection(
+                p.outlier_detection
+                    .as_ref()
+                    .map(outlier_from_wire)
+                    .transpose()
+                    .map_err(within("outlier_detection"))?,
+            )
             .with_authorization(p.authorization.as_ref().map(authz::from_wire).transpose()?)
             .with_request_limits(p.request_limits.as_ref().map(|l| {
                 (
@@ -1061,6 +1115,14 @@ fn global_rate_limit_from_wire(
 /// (`Policy::as_version_2`, `Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
+        Resource::Policy(p)
+            if version == 3
+                && p.outlier_detection.is_none()
+                && p.backend_tls.is_none()
+                && p.client_certificate.is_none() =>
+        {
+            std::borrow::Cow::Borrowed(r)
+        }
         Resource::Policy(p) if version < 4 => {
             let name = || policy_name(p);
             let mut p = p.as_ref().clone().as_version_3();
@@ -1374,6 +1436,7 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
                 .clone()
+                .as_version_3()
                 .as_version_2()
                 .with_jwt_auth(None)
                 .as_version_0()
@@ -2044,5 +2107,69 @@ mod tests {
             }
         }
         resource_from_wire_as(&wire, 2).unwrap();
+    }
+
+    /// Outlier detection (version 4) round-trips, and reaches a data plane of version 3
+    /// (and 2) as the policy without it, which that release rebuilds (dropping field 20)
+    /// to the hash sent; a policy without it is sent unchanged.
+    #[test]
+    fn outlier_detection_reaches_older_data_planes_without_it() {
+        let target = PolicyTarget::Backend {
+            kind: BackendKind::Service,
+            namespace: "ns".into(),
+            name: "svc".into(),
+        };
+        let plain = Policy::new(target, Timeouts::default(), None, None)
+            .with_load_balancer(Some(LoadBalancer::LeastRequest));
+        let tuned = plain.clone().with_outlier_detection(Some(OutlierDetection {
+            ejection: Some(Ejection {
+                consecutive_5xx: 1,
+                ..Ejection::default()
+            }),
+            panic_threshold_percent: 50,
+        }));
+        let r = Resource::Policy(Arc::new(tuned.clone()));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        let Resource::Policy(b) = &back else {
+            unreachable!()
+        };
+        assert_eq!(b.outlier_detection, tuned.outlier_detection);
+        assert_eq!(b.hash(), tuned.hash());
+        assert_eq!(for_version(&r, crate::PROTOCOL_VERSION).as_ref(), &r);
+        for version in [3, 2] {
+            let sent = for_version(&r, version);
+            let Resource::Policy(p) = sent.as_ref() else {
+                unreachable!()
+            };
+            assert!(p.outlier_detection.is_none(), "version {version}");
+            let mut wire = resource_to_wire(sent.as_ref());
+            if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+                p.outlier_detection = None;
+            }
+            resource_from_wire_as(&wire, version).unwrap();
+        }
+        assert_eq!(
+            for_version(&r, 3).as_ref(),
+            &Resource::Policy(Arc::new(plain.clone()))
+        );
+        assert!(matches!(
+            for_version(&r, 2).as_ref(),
+            Resource::Policy(p) if p.load_balancer.is_none()
+        ));
+        let untouched = Resource::Policy(Arc::new(plain));
+        assert!(matches!(
+            for_version(&untouched, 3),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Bad values are refused on the wire, naming the field.
+        let mut wire = resource_to_wire(&r);
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            p.outlier_detection
+                .as_mut()
+                .unwrap()
+                .panic_threshold_percent = 101;
+        }
+        let e = resource_from_wire(&wire).unwrap_err().to_string();
+        assert!(e.contains("outlier_detection"), "{e}");
     }
 }

@@ -235,13 +235,13 @@ pub(crate) async fn splice<S>(
     let upstream = match tokio::time::timeout(c.shared.config.connect_timeout, connecting).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            in_flight.finish(Outcome::GatewayFailure);
+            in_flight.finish(Outcome::ConnectFailure);
             c.metrics.connect_errors.inc();
             tracing::debug!(listener = %c.key, upstream = ?addr, error = %e, "L4 connect failed");
             return;
         }
         Err(_) => {
-            in_flight.finish(Outcome::GatewayFailure);
+            in_flight.finish(Outcome::ConnectFailure);
             c.metrics.connect_errors.inc();
             tracing::debug!(listener = %c.key, upstream = ?addr, "L4 connect timed out");
             return;

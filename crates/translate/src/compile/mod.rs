@@ -25,6 +25,7 @@ pub(crate) mod jwt;
 pub(crate) mod l4_route;
 pub(crate) mod listener;
 pub(crate) mod order;
+pub(crate) mod outlier;
 pub(crate) mod policy;
 pub(crate) mod route_kind;
 pub(crate) mod rules;

@@ -54,6 +54,7 @@ pub(crate) struct PolicySettings {
     pub(crate) cors: Option<Arc<weir_model::Cors>>,
     pub(crate) request_limits: Option<weir_model::RequestLimits>,
     pub(crate) concurrency_limit: Option<weir_model::ConcurrencyLimit>,
+    pub(crate) outlier_detection: Option<weir_model::OutlierDetection>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -76,10 +77,11 @@ pub(crate) enum Field {
     Cors,
     RequestLimits,
     ConcurrencyLimit,
+    OutlierDetection,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 17] = [
+    pub(crate) const ALL: [Field; 18] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -97,6 +99,7 @@ impl Field {
         Field::Cors,
         Field::RequestLimits,
         Field::ConcurrencyLimit,
+        Field::OutlierDetection,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -118,6 +121,7 @@ impl Field {
             Field::Cors => "cors",
             Field::RequestLimits => "requestLimits",
             Field::ConcurrencyLimit => "concurrencyLimit",
+            Field::OutlierDetection => "outlierDetection",
         }
     }
 
@@ -126,7 +130,10 @@ impl Field {
     pub(crate) fn is_backend(self) -> bool {
         matches!(
             self,
-            Field::HealthCheck | Field::CircuitBreaker | Field::LoadBalancer
+            Field::HealthCheck
+                | Field::CircuitBreaker
+                | Field::LoadBalancer
+                | Field::OutlierDetection
         )
     }
 }
@@ -152,6 +159,7 @@ impl PolicySettings {
             Field::Cors => self.cors.is_some(),
             Field::RequestLimits => self.request_limits.is_some(),
             Field::ConcurrencyLimit => self.concurrency_limit.is_some(),
+            Field::OutlierDetection => self.outlier_detection.is_some(),
         }
     }
 
@@ -330,6 +338,11 @@ fn settings(
         .as_ref()
         .map(|l| backend_policy::load_balancer(l, "spec.loadBalancer"))
         .transpose()?;
+    let outlier_detection = spec
+        .outlier_detection
+        .as_deref()
+        .map(|o| crate::compile::outlier::outlier_detection(o, "spec.outlierDetection"))
+        .transpose()?;
     let authorization = spec
         .authorization
         .as_deref()
@@ -365,6 +378,7 @@ fn settings(
         cors,
         request_limits,
         concurrency_limit,
+        outlier_detection,
         ext_auth,
         health_check,
         circuit_breaker,
@@ -380,7 +394,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, healthCheck, circuitBreaker or loadBalancer)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, healthCheck, circuitBreaker, loadBalancer or outlierDetection)"
                 .into(),
         );
     }

@@ -366,7 +366,7 @@ fn merged<'a>(
     let (mut health_check, mut circuit_breaker) = (None, None);
     let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
     let (mut authorization, mut cors, mut request_limits) = (None, None, None);
-    let mut concurrency_limit = None;
+    let (mut concurrency_limit, mut outlier_detection) = (None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -419,6 +419,9 @@ fn merged<'a>(
         if concurrency_limit.is_none() {
             concurrency_limit = s.concurrency_limit.map(|l| (s.name.clone(), l));
         }
+        if outlier_detection.is_none() {
+            outlier_detection = s.outlier_detection;
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -433,7 +436,8 @@ fn merged<'a>(
         .with_authorization(authorization)
         .with_cors(cors)
         .with_request_limits(request_limits)
-        .with_concurrency_limit(concurrency_limit);
+        .with_concurrency_limit(concurrency_limit)
+        .with_outlier_detection(outlier_detection);
     (!p.is_empty()).then_some(p)
 }
 

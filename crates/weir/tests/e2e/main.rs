@@ -15,6 +15,7 @@ mod ingress_nginx;
 mod l4;
 mod listener_sets;
 mod migrate;
+mod outlier;
 mod policies;
 mod policy_cors;
 mod proxy_protocol;
