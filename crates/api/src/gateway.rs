@@ -722,26 +722,11 @@ pub struct BackendTlsPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct BackendTlsPolicySpec {
     /// Services (or one port, by its name in `sectionName`) in the policy's namespace.
-    pub target_refs: Vec<LocalPolicyTargetReferenceWithSectionName>,
+    pub target_refs: Vec<crate::weir::PolicyTargetReference>,
     /// How the backend's certificate is verified.
     pub validation: BackendTlsPolicyValidation,
     /// Implementation-specific options (none read by weir).
     pub options: std::collections::BTreeMap<String, String>,
-}
-
-/// A targetRef of a BackendTLSPolicy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct LocalPolicyTargetReferenceWithSectionName {
-    /// Group (`""` for core).
-    pub group: String,
-    /// Kind (`Service`).
-    pub kind: String,
-    /// Name.
-    pub name: String,
-    /// A port's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
 }
 
 /// `spec.validation` of a BackendTLSPolicy.

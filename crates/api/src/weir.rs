@@ -598,7 +598,8 @@ pub struct PolicyTargetReference {
     pub kind: String,
     /// Name of the target (in the policy's namespace).
     pub name: String,
-    /// A part of the target: a route rule's `name`.
+    /// A part of the target: a route rule's `name` (TrafficPolicy), a Service port's
+    /// `name` (BackendTLSPolicy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
 }
