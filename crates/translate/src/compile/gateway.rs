@@ -312,7 +312,11 @@ pub(crate) fn settle(
     for l in &mut state.listeners {
         l.taken_by = None;
         l.shadowed = None;
-        if let Some(k) = &l.key
+        // Only a listener that claims its socket can find it taken: one that is not
+        // accepted claims nothing, and is not settled again when the owner changes.
+        if l.accepted.is_ok()
+            && l.conflict.is_none()
+            && let Some(k) = &l.key
             && let Some((o, proto)) = owner(k)
             && o != state.group
         {
