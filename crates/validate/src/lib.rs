@@ -142,7 +142,13 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
     } else if CRD_GROUPS.contains(&group)
         || matches!(
             kind.as_str(),
-            "Secret" | "Service" | "Namespace" | "Ingress" | "IngressClass" | "EndpointSlice"
+            "Secret"
+                | "ConfigMap"
+                | "Service"
+                | "Namespace"
+                | "Ingress"
+                | "IngressClass"
+                | "EndpointSlice"
         ) && matches!(group, "" | "networking.k8s.io" | "discovery.k8s.io")
     {
         errs.push(FieldError {
