@@ -40,6 +40,9 @@ named! {
         Conflicted,
         /// XListenerSets are attached to a Gateway (one that allows them).
         AttachedListenerSets,
+        /// A Gateway serves clients without a valid certificate on a listener that
+        /// validates them (`spec.tls.frontend` mode `AllowInsecureFallback`).
+        InsecureFrontendValidationMode,
     }
 }
 
@@ -77,6 +80,10 @@ named! {
         InvalidCertificateRef,
         /// A cross-namespace reference without a ReferenceGrant.
         RefNotPermitted,
+        /// A CA certificate reference names a kind weir does not read CAs from.
+        InvalidCACertificateKind,
+        /// Client certificate validation falls back to insecure (`AllowInsecureFallback`).
+        ConfigurationChanged,
         /// A backend reference of an unsupported kind.
         InvalidKind,
         /// A referenced backend does not exist.

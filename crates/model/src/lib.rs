@@ -54,8 +54,8 @@ pub use host::{HostMatch, InvalidHostname};
 pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
-    ConnectionLimits, ConnectionTimeouts, Listener, ListenerKey, ListenerSettings,
-    PathNormalization, Protocol, ProxyProtocol,
+    ClientValidation, ClientValidationMode, ConnectionLimits, ConnectionTimeouts, Listener,
+    ListenerKey, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
 };
 pub use policy::{
     ApiKeyAuth, BackendKind, BasicAuth, ConcurrencyLimit, FailMode, GlobalRateLimit, IpNet,

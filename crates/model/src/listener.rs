@@ -127,6 +127,10 @@ pub struct ListenerSettings {
     /// whose address then stands for the peer's (push protocol version 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// Client certificates asked for and checked in the TLS handshake (an HTTPS socket
+    /// only; push protocol version 4). `None`: clients are not asked for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
 }
 
 /// By hand, as the derive of the release before `proxy_protocol` hashed it (field by
@@ -141,7 +145,35 @@ impl std::hash::Hash for ListenerSettings {
         if let Some(p) = &self.proxy_protocol {
             p.hash(h);
         }
+        // Folded in only when set, as `proxy_protocol`: version 4's field.
+        if let Some(v) = &self.client_validation {
+            v.hash(h);
+        }
     }
+}
+
+/// Client certificate validation on an HTTPS socket (Gateway API `spec.tls.frontend`):
+/// the handshake asks the client for a certificate and verifies it against these CAs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ClientValidation {
+    /// PEM `CERTIFICATE` blocks a client certificate must chain to (every valid
+    /// reference's, in order). The translator has checked that it holds at least one
+    /// well-formed block.
+    #[serde(skip)]
+    pub ca_pem: Arc<[u8]>,
+    /// What happens to a client without a valid certificate.
+    pub mode: ClientValidationMode,
+}
+
+/// What a client without a valid certificate gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum ClientValidationMode {
+    /// The handshake fails: no certificate, or one that does not chain to the CAs.
+    #[default]
+    AllowValidOnly,
+    /// The connection is served anyway (the certificate is still asked for and checked,
+    /// and a failure is counted): authorization is left to the backend.
+    AllowInsecureFallback,
 }
 
 /// A listener behind a load balancer that speaks the PROXY protocol: each connection's
@@ -309,6 +341,25 @@ mod tests {
             ..s.clone()
         };
         assert_ne!(crate::content_hash(&with), crate::content_hash(&s));
+        let validating = ListenerSettings {
+            client_validation: Some(ClientValidation {
+                ca_pem: Arc::from(&b"-----BEGIN CERTIFICATE-----"[..]),
+                mode: ClientValidationMode::AllowValidOnly,
+            }),
+            ..s.clone()
+        };
+        assert_ne!(crate::content_hash(&validating), crate::content_hash(&s));
+        let fallback = ListenerSettings {
+            client_validation: Some(ClientValidation {
+                mode: ClientValidationMode::AllowInsecureFallback,
+                ..validating.client_validation.clone().unwrap()
+            }),
+            ..s.clone()
+        };
+        assert_ne!(
+            crate::content_hash(&validating),
+            crate::content_hash(&fallback)
+        );
         let p = ProxyProtocol {
             sources: vec![crate::IpNet::parse("10.0.0.0/8").unwrap()],
         };

@@ -24,6 +24,7 @@ mod authority;
 mod authz;
 mod basic_auth;
 mod body;
+mod client_cert;
 mod concurrency;
 mod cors;
 mod dataplane;

@@ -106,11 +106,24 @@ impl Runtime {
                 .metrics
                 .l4_listener(&listener.gateway, &listener.name)
         };
+        // Client certificates are asked for on HTTP connections only: Gateway API's
+        // frontend validation concerns HTTPS listeners, not the TLSRoutes terminated on
+        // the same socket.
         let acceptor = |carries| {
+            let client = match (carries, &listener.settings.client_validation) {
+                (tls::Carries::Http, Some(v)) => Some((
+                    v,
+                    shared
+                        .metrics
+                        .client_certs_rejected(&listener.gateway, &listener.name),
+                )),
+                _ => None,
+            };
             TlsAcceptor::from(tls::server_config(
                 Arc::clone(&shared.snapshots),
                 listener.key,
                 carries,
+                client,
             ))
         };
         let l4_tls = || L4Handler {

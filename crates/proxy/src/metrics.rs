@@ -105,6 +105,7 @@ pub(crate) struct Metrics {
     udp_sent: Family<ListenerLabels, Counter>,
     udp_unrouted: Family<ListenerLabels, Counter>,
     udp_dropped: Family<ListenerLabels, Counter>,
+    client_certs_rejected: Family<ListenerLabels, Counter>,
 }
 
 /// Per-listener handles, resolved when an accept loop starts.
@@ -185,7 +186,14 @@ impl Metrics {
             udp_sent: Family::default(),
             udp_unrouted: Family::default(),
             udp_dropped: Family::default(),
+            client_certs_rejected: Family::default(),
         };
+        registry.register(
+            "weir_client_certificates_rejected",
+            "Client certificates that failed verification against a listener's CAs \
+             (refused handshakes, or served anyway with AllowInsecureFallback)",
+            m.client_certs_rejected.clone(),
+        );
         registry.register(
             "weir_requests",
             "Requests answered, by gateway, listener and status class",
@@ -430,6 +438,16 @@ impl Metrics {
             m.udp_open.clone(),
         );
         m
+    }
+
+    /// The counter of client certificates a listener rejected (resolved when its runtime
+    /// is built, only for listeners that validate them).
+    pub(crate) fn client_certs_rejected(&self, gateway: &str, listener: &str) -> Counter {
+        self.client_certs_rejected
+            .get_or_create_owned(&ListenerLabels {
+                gateway: gateway.to_owned(),
+                listener: listener.to_owned(),
+            })
     }
 
     /// Resolves the UDP handles of one listener (takes the family locks; call once per

@@ -167,10 +167,17 @@ pub(crate) enum Carries {
 /// then ChaCha20-Poly1305). Clients such as OpenSSL list AES-256-GCM-SHA384 first, whose
 /// SHA-384 key schedule took a fifth of a full handshake's CPU here; AES-128-GCM's
 /// SHA-256 runs on the CPU's SHA extensions (BENCHMARKS.md).
+///
+/// `client`: the listener's client certificate validation, with the counter of rejected
+/// certificates (`None`: clients are not asked for one).
 pub(crate) fn server_config(
     snapshots: Arc<ArcSwap<Snapshot>>,
     listener: ListenerKey,
     carries: Carries,
+    client: Option<(
+        &weir_model::ClientValidation,
+        prometheus_client::metrics::counter::Counter,
+    )>,
 ) -> Arc<rustls::ServerConfig> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     // A stable sort keeps the default order within each group.
@@ -183,12 +190,16 @@ pub(crate) fn server_config(
         )
     });
     let provider = Arc::new(provider);
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .expect("the aws-lc-rs default provider supports the default TLS versions");
-    let mut config = builder
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SniResolver::new(snapshots, listener)));
+    let builder = match client {
+        Some((v, rejected)) => builder.with_client_cert_verifier(crate::client_cert::verifier(
+            v, provider, listener, rejected,
+        )),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(SniResolver::new(snapshots, listener)));
     if carries == Carries::Http {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     }
@@ -424,7 +435,7 @@ mod tests {
         let (snapshot, rejected) = Snapshot::empty().apply(&batch);
         assert!(rejected.is_empty(), "{rejected:?}");
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
-        let config = server_config(snapshots.clone(), key, Carries::Http);
+        let config = server_config(snapshots.clone(), key, Carries::Http, None);
 
         let (leaf, alpn, suite) = handshake_with_suite(&config, &[&a], "a.test")?;
         assert_eq!(leaf, leaf_of(&a));
@@ -459,13 +470,13 @@ mod tests {
     fn server_config_offers_h2_and_http1_only_for_http() {
         let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::empty()));
         let key = ListenerKey("127.0.0.1:443".parse().unwrap());
-        let config = server_config(snapshots.clone(), key, Carries::Http);
+        let config = server_config(snapshots.clone(), key, Carries::Http, None);
         assert_eq!(
             config.alpn_protocols,
             [b"h2".to_vec(), b"http/1.1".to_vec()]
         );
         // Spliced bytes: no protocol is agreed on the backend's behalf.
-        let config = server_config(snapshots, key, Carries::Opaque);
+        let config = server_config(snapshots, key, Carries::Opaque, None);
         assert!(config.alpn_protocols.is_empty());
     }
 }

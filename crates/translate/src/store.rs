@@ -33,6 +33,8 @@ pub(crate) struct Store {
     slices: HashMap<NsName, BTreeSet<Arc<str>>>,
     /// Parsed TLS Secrets (parsed once per Secret version).
     certs: HashMap<NsName, Result<Arc<Certificate>, String>>,
+    /// CA bundles of ConfigMaps (`ca.crt`, checked once per ConfigMap version).
+    cas: HashMap<NsName, Result<Arc<[u8]>, String>>,
     /// Ingress names by (namespace, host of one of their rules; `""`: none), for canary
     /// Ingresses to find their main Ingress.
     ingress_hosts: HashMap<NsName, BTreeSet<Arc<str>>>,
@@ -97,6 +99,9 @@ impl Store {
                 self.certs
                     .insert((ns, name), tls::certificate_from_secret(s));
             }
+            Object::ConfigMap(cm) => {
+                self.cas.insert((ns, name), tls::ca_from_config_map(cm));
+            }
             Object::Ingress(i) => {
                 for host in ingress_hosts(i) {
                     self.ingress_hosts
@@ -134,6 +139,9 @@ impl Store {
             }
             Object::Secret(_) => {
                 self.certs.remove(&(ns, m.name.as_str().into()));
+            }
+            Object::ConfigMap(_) => {
+                self.cas.remove(&(ns, m.name.as_str().into()));
             }
             Object::Ingress(i) => {
                 for host in ingress_hosts(i) {
@@ -264,6 +272,24 @@ impl Store {
     }
 
     /// The parsed certificate of a Secret; `None` if the Secret does not exist.
+    /// The CA bundle of ConfigMap (`secret`: Secret) `ns/name`: `None` when it does not
+    /// exist, the reason when it holds no usable `ca.crt`.
+    pub(crate) fn ca_bundle(
+        &self,
+        secret: bool,
+        ns: &str,
+        name: &str,
+    ) -> Option<Result<Arc<[u8]>, String>> {
+        if secret {
+            match self.get_ns(Kind::Secret, ns, name)? {
+                Object::Secret(s) => Some(tls::ca_from_secret(s)),
+                _ => None,
+            }
+        } else {
+            self.cas.get(&(Arc::from(ns), Arc::from(name))).cloned()
+        }
+    }
+
     pub(crate) fn certificate(
         &self,
         ns: &str,

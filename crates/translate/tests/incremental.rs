@@ -46,6 +46,20 @@ kind: Gateway
 metadata: {name: gw, namespace: default}
 spec:
   gatewayClassName: weir
+  tls:
+    frontend:
+      default: {validation: {caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]}}
+      perPort:
+      - {port: 8443, tls: {validation: {mode: AllowInsecureFallback, caCertificateRefs: [{group: "", kind: ConfigMap, name: ca, namespace: other}]}}}
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: a.test, tls: {certificateRefs: [{name: cert}]}}
+  - {name: https-alt, port: 8443, protocol: HTTPS, tls: {certificateRefs: [{name: cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
   listeners:
   - name: sel
     port: 8080
@@ -980,6 +994,24 @@ fn pool() -> Vec<Vec<Arc<Object>>> {
             .string_data
             .insert("tls.crt".into(), "garbage".into());
         objects.push(Arc::new(Object::Secret(broken)));
+    }
+    // CA bundles for client certificate validation: two CAs, a broken bundle and none, in
+    // the Gateway's namespace and another one.
+    for ns in ["default", "other"] {
+        for crt in [
+            secrets[0].string_data.get("tls.crt").cloned(),
+            secrets[2].string_data.get("tls.crt").cloned(),
+            Some("garbage".to_string()),
+            None,
+        ] {
+            let mut cm = weir_api::ConfigMap::default();
+            cm.metadata.name = "ca".into();
+            cm.metadata.namespace = ns.into();
+            if let Some(c) = crt {
+                cm.data.insert("ca.crt".into(), c);
+            }
+            objects.push(Arc::new(Object::ConfigMap(cm)));
+        }
     }
     let mut by_key: BTreeMap<ObjectKey, Vec<Arc<Object>>> = BTreeMap::new();
     for o in objects {

@@ -377,7 +377,47 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
     }
 }
 
-/// A Secret may hold at most this many bytes of data.
+/// v1 ConfigMap. The keys of `data` (and `binaryData`) must be valid config keys, each
+/// used once, `data` values strings, and all of it at most 1 MiB.
+pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
+    let mut size = 0;
+    let mut seen: Vec<&str> = Vec::new();
+    for field in ["data", "binaryData"] {
+        let Some(map) = doc.get(field).and_then(Value::as_object) else {
+            continue;
+        };
+        for (k, v) in map {
+            let f = format!("{field}[{k}]");
+            check(&f, k, names::config_map_key(k), errs);
+            if seen.contains(&k.as_str()) {
+                errs.push(FieldError::invalid(
+                    &f,
+                    k,
+                    "duplicate of key present in data",
+                ));
+            }
+            seen.push(k);
+            match v.as_str() {
+                Some(t) if field == "data" => size += t.len(),
+                Some(t) => size += decoded_len(t).unwrap_or(0),
+                None => errs.push(FieldError::invalid(
+                    &f,
+                    "<value omitted>",
+                    "must be a string",
+                )),
+            }
+        }
+    }
+    if size > MAX_SECRET_BYTES {
+        errs.push(FieldError {
+            field: String::new(),
+            kind: ErrorType::TooLong,
+            detail: format!("may not be more than {MAX_SECRET_BYTES} bytes"),
+        });
+    }
+}
+
+/// A Secret (or ConfigMap) may hold at most this many bytes of data.
 const MAX_SECRET_BYTES: usize = 1024 * 1024;
 
 /// v1 Secret. `data` values must be base64 (the API server cannot decode the object

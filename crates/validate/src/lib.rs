@@ -113,6 +113,7 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
     let mut errs = Vec::new();
     let core: Option<(CoreCheck, NameRule, bool)> = match (api_version.as_str(), kind.as_str()) {
         ("v1", "Secret") => Some((core::secret, NameRule::Subdomain, true)),
+        ("v1", "ConfigMap") => Some((core::config_map, NameRule::Subdomain, true)),
         ("v1", "Service") => Some((core::service, NameRule::Dns1035, true)),
         ("v1", "Namespace") => Some((core::namespace, NameRule::Label, false)),
         ("networking.k8s.io/v1", "Ingress") => Some((core::ingress, NameRule::Subdomain, true)),
@@ -141,7 +142,13 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
     } else if CRD_GROUPS.contains(&group)
         || matches!(
             kind.as_str(),
-            "Secret" | "Service" | "Namespace" | "Ingress" | "IngressClass" | "EndpointSlice"
+            "Secret"
+                | "ConfigMap"
+                | "Service"
+                | "Namespace"
+                | "Ingress"
+                | "IngressClass"
+                | "EndpointSlice"
         ) && matches!(group, "" | "networking.k8s.io" | "discovery.k8s.io")
     {
         errs.push(FieldError {

@@ -205,6 +205,15 @@ fn real_schemas_and_core_kinds() {
             "data[tls.key]: Required value",
         ]
     );
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ca"},
+                            "data": {"ca.crt": "PEM", "bad key": "x", "n": 1}});
+    assert_eq!(
+        check(config_map),
+        [
+            "data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+            "data[n]: Invalid value: \"<value omitted>\": must be a string",
+        ]
+    );
     let unserved = json!({"apiVersion": "gateway.networking.k8s.io/v9", "kind": "HTTPRoute", "metadata": {"name": "r"}});
     assert_eq!(check(unserved).len(), 1);
     let other =

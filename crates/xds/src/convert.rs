@@ -7,16 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker, Cluster,
-    ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin,
-    DirectResponse, Ejection, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode,
-    Filter, GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
-    HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
-    L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer,
-    LocalRateLimit, OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
-    Pattern, Policy, PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect,
-    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
-    SniCert, StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
+    Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker,
+    ClientValidation, ClientValidationMode, Cluster, ClusterKey, ConnectionLimits,
+    ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Ejection,
+    Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
+    GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
+    IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
+    Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit,
+    OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
+    PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
+    RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
+    StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
     VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
@@ -1208,10 +1209,15 @@ fn policy_name(p: &Policy) -> Arc<str> {
 /// be sent, is withheld from it because that release would serve it wrongly: a listener
 /// reading a PROXY protocol header (version 3) — an older data plane would take the
 /// header for the client's first bytes and fail every connection, so it does not bind
-/// the listener at all (the hub logs it, and withholds what lies under the listener).
+/// the listener at all (the hub logs it, and withholds what lies under the listener);
+/// a listener validating client certificates (version 4) — an older data plane would
+/// serve it without asking for one, opening what the CAs guard.
 pub fn withheld(r: &Resource, version: u32) -> bool {
     match r {
-        Resource::Listener(l) => version < 3 && l.settings.proxy_protocol.is_some(),
+        Resource::Listener(l) => {
+            (version < 3 && l.settings.proxy_protocol.is_some())
+                || (version < 4 && l.settings.client_validation.is_some())
+        }
         _ => false,
     }
 }
@@ -1365,6 +1371,13 @@ fn settings_to_wire(s: &ListenerSettings) -> wire::ListenerSettings {
         proxy_protocol: s.proxy_protocol.as_ref().map(|p| wire::ProxyProtocol {
             sources: p.sources.iter().map(ToString::to_string).collect(),
         }),
+        client_validation: s
+            .client_validation
+            .as_ref()
+            .map(|v| wire::ClientValidation {
+                ca_pem: v.ca_pem.to_vec(),
+                insecure_fallback: v.mode == ClientValidationMode::AllowInsecureFallback,
+            }),
     }
 }
 
@@ -1414,6 +1427,20 @@ fn settings_from_wire(s: &wire::ListenerSettings) -> Result<ListenerSettings, In
                         IpNet::parse(n).map_err(|e| invalid("settings.proxy_protocol.sources", e))
                     })
                     .collect::<Result<_, _>>()?,
+            }),
+        },
+        client_validation: match &s.client_validation {
+            None => None,
+            Some(v) if v.ca_pem.is_empty() => {
+                return Err(invalid("settings.client_validation.ca_pem", "empty"));
+            }
+            Some(v) => Some(ClientValidation {
+                ca_pem: Arc::from(&v.ca_pem[..]),
+                mode: if v.insecure_fallback {
+                    ClientValidationMode::AllowInsecureFallback
+                } else {
+                    ClientValidationMode::AllowValidOnly
+                },
             }),
         },
     })

@@ -85,12 +85,19 @@ impl Hub {
                     match (r, key.listener()) {
                         (Resource::Listener(l), _) => {
                             inner.owner.insert(l.key, l.gateway.clone());
-                            // Turning the PROXY protocol on or off decides whether older
-                            // data planes get the listener's resources at all
-                            // (`convert::withheld`): look at them again.
-                            let reads_header = |r: &Resource| matches!(r, Resource::Listener(l) if l.settings.proxy_protocol.is_some());
-                            let before = inner.resources.get(&key).map(reads_header);
-                            if before.is_some_and(|b| b != reads_header(r))
+                            // Turning the PROXY protocol or client certificate
+                            // validation on or off decides whether older data planes get
+                            // the listener's resources at all (`convert::withheld`): look
+                            // at them again.
+                            let guards = |r: &Resource| match r {
+                                Resource::Listener(l) => (
+                                    l.settings.proxy_protocol.is_some(),
+                                    l.settings.client_validation.is_some(),
+                                ),
+                                _ => (false, false),
+                            };
+                            let before = inner.resources.get(&key).map(guards);
+                            if before.is_some_and(|b| b != guards(r))
                                 && let Some(keys) = inner.on_listener.get(&l.key)
                             {
                                 let owner = Some(l.gateway.clone());

@@ -402,3 +402,60 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     assert!(up.is_empty(), "{up:?}");
     assert_eq!(rm.len(), 3, "{rm:?}");
 }
+
+/// A listener that validates client certificates (push protocol version 4) is not sent
+/// to a data plane of version 3, which would serve it without asking for one; turning
+/// the validation off sends it, turning it on again removes it.
+#[test]
+fn a_client_validating_listener_is_withheld_from_version_3() {
+    let hub = Arc::new(Hub::default());
+    let validating = Resource::Listener(Arc::new(Listener::with_settings(
+        ListenerKey(([127, 0, 0, 1], 8003).into()),
+        Protocol::Https,
+        "ns/a".into(),
+        "mtls".into(),
+        ListenerSettings {
+            client_validation: Some(weir_model::ClientValidation {
+                ca_pem: Arc::from(&b"-----BEGIN CERTIFICATE-----"[..]),
+                mode: weir_model::ClientValidationMode::AllowValidOnly,
+            }),
+            ..ListenerSettings::default()
+        },
+    )));
+    hub.apply(&batch(
+        vec![
+            listener(8001, "ns/a"),
+            validating.clone(),
+            cluster("shared", 80),
+            cluster("only-mtls", 80),
+            vhost(8001, "a.test", "shared"),
+            vhost(8003, "mtls.test", "only-mtls"),
+        ],
+        vec![],
+    ));
+    hub.set_synced();
+    let mut old = hub.subscribe_as("ns/a", "old", HashMap::default(), 3);
+    let first = old.next_update().unwrap();
+    let (up, _) = keys(&first);
+    assert_eq!(up.len(), 3, "{up:?}");
+    assert!(!up.contains(&validating.key()));
+    assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-mtls".into()))));
+    let mut new = hub.subscribe_as("ns/a", "new", HashMap::default(), 4);
+    let (up, _) = keys(&new.next_update().unwrap());
+    assert_eq!(up.len(), 6, "{up:?}");
+
+    old.ack(first.nonce, vec![]);
+    let ack = |s: &mut weir_xds::Session| {
+        let u = s.next_update().unwrap();
+        s.ack(u.nonce, vec![]);
+        keys(&u)
+    };
+    hub.apply(&batch(vec![listener(8003, "ns/a")], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(rm.is_empty(), "{rm:?}");
+    assert_eq!(up.len(), 3, "{up:?}");
+    hub.apply(&batch(vec![validating.clone()], vec![]));
+    let (up, rm) = ack(&mut old);
+    assert!(up.is_empty(), "{up:?}");
+    assert_eq!(rm.len(), 3, "{rm:?}");
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use weir_api::{Gateway, Kind, LabelSelector, ListenerSetSpec, ObjectKey, ObjectMeta, Reason};
 use weir_model::{HostMatch, L4Mode, ListenerKey, ListenerSettings, Protocol};
 
+use crate::compile::frontend::{self, Frontend};
 use crate::compile::listener::{
     ListenerState, ListenerView, Outcome, compile_listeners, first_conflict,
 };
@@ -53,6 +54,9 @@ pub(crate) struct GatewayState {
     pub(crate) settings: ListenerSettings,
     /// Annotations refused (the default applies), reported in the Accepted condition.
     pub(crate) settings_problems: Vec<String>,
+    /// Client certificate validation of the HTTPS sockets (`spec.tls.frontend`; an
+    /// XListenerSet has its parent's).
+    pub(crate) frontend: Arc<Frontend>,
 }
 
 /// Whether `gw` belongs to us.
@@ -134,7 +138,7 @@ pub(crate) fn compile(
         ip = *v;
     }
     let socket_ip = (accepted.is_ok() && unusable.is_none()).then_some(ip);
-    let listeners = compile_listeners(
+    let mut listeners = compile_listeners(
         store,
         ns,
         Referrer::Gateway,
@@ -143,6 +147,13 @@ pub(crate) fn compile(
         socket_ip,
         deps,
     );
+    let frontend = frontend::compile(
+        store,
+        ns,
+        gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()),
+    );
+    deps.extend(frontend.deps.iter().cloned());
+    frontend.apply(&mut listeners);
     let sets_allowed = gw.spec.allowed_listeners.as_ref().map(|a| {
         let n = a.namespaces.clone().unwrap_or_default();
         match n.from.as_deref().unwrap_or("None") {
@@ -156,6 +167,7 @@ pub(crate) fn compile(
     GatewayState {
         settings,
         settings_problems,
+        frontend: Arc::new(frontend),
         key: key.clone(),
         group: key.clone(),
         group_age: age.clone(),
@@ -243,6 +255,11 @@ pub(crate) fn compile_set(
         socket_ip,
         deps,
     );
+    // The parent's client certificate validation applies to the HTTPS listeners of the
+    // set on its ports (they share its sockets).
+    let frontend = parent.map(|p| p.frontend.clone()).unwrap_or_default();
+    deps.extend(frontend.deps.iter().cloned());
+    frontend.apply(&mut listeners);
     if let Some(p) = parent {
         let of = format!(" of {gw_name}");
         for l in &mut listeners {
@@ -269,6 +286,7 @@ pub(crate) fn compile_set(
     GatewayState {
         settings,
         settings_problems: Vec::new(),
+        frontend,
         key: key.clone(),
         group: pk,
         group_age,
@@ -294,7 +312,11 @@ pub(crate) fn settle(
     for l in &mut state.listeners {
         l.taken_by = None;
         l.shadowed = None;
-        if let Some(k) = &l.key
+        // Only a listener that claims its socket can find it taken: one that is not
+        // accepted claims nothing, and is not settled again when the owner changes.
+        if l.accepted.is_ok()
+            && l.conflict.is_none()
+            && let Some(k) = &l.key
             && let Some((o, proto)) = owner(k)
             && o != state.group
         {

@@ -57,6 +57,17 @@ pub(crate) fn status(
             state.settings_problems.join("; ")
         );
     }
+    // Named while any frontend TLS entry serves clients without a valid certificate
+    // (removed when none does).
+    if state.frontend.insecure {
+        conditions.push(Condition::new(
+            ConditionType::InsecureFrontendValidationMode,
+            true,
+            Reason::ConfigurationChanged,
+            "spec.tls.frontend: AllowInsecureFallback serves clients without a valid certificate",
+            g,
+        ));
+    }
     // Reported only by Gateways that opted into listener sets (`spec.allowedListeners`):
     // the condition of the v1.4 experimental API and, since v1.5, the count in
     // `status.attachedListenerSets`.

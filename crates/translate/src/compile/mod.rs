@@ -13,6 +13,7 @@ pub(crate) mod cors;
 pub(crate) mod duration;
 pub(crate) mod ext_auth;
 pub(crate) mod fields;
+pub(crate) mod frontend;
 pub(crate) mod gateway;
 pub(crate) mod gateway_status;
 pub(crate) mod grpc_route;

@@ -80,9 +80,62 @@ pub fn certificate_from_secret(s: &Secret) -> Result<Arc<Certificate>, String> {
     parse(s).map_err(|e| format!("Secret {}/{}: {e}", s.metadata.namespace, s.metadata.name))
 }
 
+/// The key of a ConfigMap (or Secret) holding a PEM CA bundle.
+pub(crate) const CA_CRT: &str = "ca.crt";
+
+/// Checks a PEM CA bundle: at least one `CERTIFICATE` block, each well-formed (framing
+/// and base64; the data plane reads the DER).
+pub(crate) fn ca_bundle(pem: &[u8]) -> Result<Arc<[u8]>, String> {
+    let mut count = 0;
+    for c in CertificateDer::pem_slice_iter(pem) {
+        c.map_err(|e| format!("{CA_CRT}: malformed PEM: {e}"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(format!("{CA_CRT}: no PEM CERTIFICATE block"));
+    }
+    Ok(Arc::from(pem))
+}
+
+/// A ConfigMap's CA bundle (`data["ca.crt"]`).
+pub(crate) fn ca_from_config_map(cm: &weir_api::ConfigMap) -> Result<Arc<[u8]>, String> {
+    match cm.data.get(CA_CRT) {
+        Some(v) => ca_bundle(v.as_bytes()),
+        None => Err(format!("no key {CA_CRT}")),
+    }
+}
+
+/// A Secret's CA bundle (`ca.crt`, as cert-manager writes it beside `tls.crt`).
+pub(crate) fn ca_from_secret(s: &Secret) -> Result<Arc<[u8]>, String> {
+    let v = match value(s, "ca.crt") {
+        Ok(v) => v,
+        Err(InvalidSecret::Missing(_)) => return Err(format!("no key {CA_CRT}")),
+        Err(e) => return Err(e.to_string()),
+    };
+    ca_bundle(&v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ca_bundles_need_a_certificate_block() {
+        let crt = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+        assert!(ca_bundle(crt.as_bytes()).is_ok());
+        assert_eq!(
+            ca_bundle(b"hello").unwrap_err(),
+            "ca.crt: no PEM CERTIFICATE block"
+        );
+        let mut cm = weir_api::ConfigMap::default();
+        assert_eq!(ca_from_config_map(&cm).unwrap_err(), "no key ca.crt");
+        cm.data.insert(CA_CRT.into(), crt.into());
+        assert!(ca_from_config_map(&cm).is_ok());
+        let mut s = Secret::default();
+        assert_eq!(ca_from_secret(&s).unwrap_err(), "no key ca.crt");
+        s.string_data.insert(CA_CRT.into(), crt.into());
+        assert!(ca_from_secret(&s).is_ok());
+    }
 
     fn secret(crt: &str, key: &str, data: bool) -> Secret {
         let mut s = Secret {

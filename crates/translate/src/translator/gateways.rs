@@ -3,7 +3,7 @@
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use weir_api::{Kind, ObjectKey};
-use weir_model::{HostMatch, Listener, ListenerKey, Protocol};
+use weir_model::{HostMatch, Listener, ListenerKey, ListenerSettings, Protocol};
 
 use super::{Dirty, Translator};
 use crate::compile::listener::{self, ListenerState};
@@ -208,14 +208,22 @@ impl Translator {
             else {
                 continue;
             };
+            // An HTTPS socket asks for client certificates when its port's frontend TLS
+            // settings say so (TLS listeners are not concerned: Gateway API applies them
+            // to HTTPS only).
+            let settings = match protocol {
+                Protocol::Https => match state.frontend.socket_validation(k.0.port()) {
+                    Some(v) => ListenerSettings {
+                        client_validation: Some(v),
+                        ..state.settings.clone()
+                    },
+                    None => state.settings.clone(),
+                },
+                _ => state.settings.clone(),
+            };
             if shared {
-                self.sockets.share(
-                    k,
-                    protocol,
-                    state.label.clone(),
-                    state.settings.clone(),
-                    &mut d.resources,
-                );
+                self.sockets
+                    .share(k, protocol, state.label.clone(), settings, &mut d.resources);
             } else {
                 let names: Vec<&str> = on_key.iter().map(|l| &*l.name).collect();
                 self.sockets.add_listener(
@@ -224,7 +232,7 @@ impl Translator {
                         protocol,
                         state.label.clone(),
                         names.join(",").into(),
-                        state.settings.clone(),
+                        settings,
                     ),
                     &mut d.resources,
                 );

@@ -7,6 +7,7 @@ mod access_log;
 mod admin;
 mod authorization;
 mod balancing;
+mod client_certs;
 mod ext_auth;
 mod global_ratelimit;
 mod grpc;

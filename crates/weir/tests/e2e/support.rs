@@ -49,6 +49,28 @@ impl Pki {
         self.ca.pem()
     }
 
+    /// A client configuration trusting only this CA and presenting `cert` (PEM
+    /// certificate and key) when the server asks for a client certificate.
+    pub fn client_config_with_cert(
+        &self,
+        alpn: &[&[u8]],
+        cert: (&str, &str),
+    ) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let chain = vec![der_of(cert.0)];
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap();
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .unwrap();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(cfg)
+    }
+
     /// A client configuration trusting only this CA.
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
