@@ -27,6 +27,15 @@ pub struct Secret {
     pub string_data: BTreeMap<String, String>,
 }
 
+/// v1 ConfigMap: weir reads only its metadata (that it exists, for a `parametersRef`);
+/// its data is read where it is used (provisioning), not kept with the objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigMap {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+}
+
 /// v1 Service (the parts that map ports to endpoints).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::core::{EndpointSlice, Namespace, Secret, Service};
+use crate::core::{ConfigMap, EndpointSlice, Namespace, Secret, Service};
 use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
 use crate::grpcroute::GrpcRoute;
 use crate::ingress::{Ingress, IngressClass};
@@ -54,6 +54,8 @@ pub enum Kind {
     GrpcRoute,
     /// gateway.networking.k8s.io UDPRoute.
     UdpRoute,
+    /// v1 ConfigMap (only its existence: a Gateway's or GatewayClass's `parametersRef`).
+    ConfigMap,
 }
 
 impl Kind {
@@ -79,6 +81,7 @@ impl Kind {
             Kind::TrafficPolicy => "TrafficPolicy",
             Kind::GrpcRoute => "GRPCRoute",
             Kind::UdpRoute => "UDPRoute",
+            Kind::ConfigMap => "ConfigMap",
         }
     }
 
@@ -95,7 +98,7 @@ impl Kind {
             | Kind::UdpRoute
             | Kind::GrpcRoute => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
-            Kind::Secret | Kind::Service | Kind::Namespace => "",
+            Kind::Secret | Kind::Service | Kind::Namespace | Kind::ConfigMap => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Backend | Kind::DirectResponse | Kind::TrafficPolicy => "weir.dev",
             Kind::XListenerSet => "gateway.networking.x-k8s.io",
@@ -132,6 +135,7 @@ impl Kind {
             "TrafficPolicy" => Kind::TrafficPolicy,
             "GRPCRoute" => Kind::GrpcRoute,
             "UDPRoute" => Kind::UdpRoute,
+            "ConfigMap" => Kind::ConfigMap,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -187,6 +191,7 @@ pub enum Object {
     Ingress(Ingress),
     IngressClass(IngressClass),
     Secret(Secret),
+    ConfigMap(ConfigMap),
     Service(Service),
     EndpointSlice(EndpointSlice),
     Namespace(Namespace),
@@ -312,6 +317,7 @@ impl Object {
             Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
             Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
             Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name)?),
+            Kind::ConfigMap => Object::ConfigMap(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -348,6 +354,7 @@ impl Object {
             Object::TrafficPolicy(_) => Kind::TrafficPolicy,
             Object::GrpcRoute(_) => Kind::GrpcRoute,
             Object::UdpRoute(_) => Kind::UdpRoute,
+            Object::ConfigMap(_) => Kind::ConfigMap,
         }
     }
 
@@ -373,6 +380,7 @@ impl Object {
             Object::TrafficPolicy(o) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
             Object::UdpRoute(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
         }
     }
 
@@ -397,6 +405,7 @@ impl Object {
             Object::TrafficPolicy(o) => &mut o.metadata,
             Object::GrpcRoute(o) => &mut o.metadata,
             Object::UdpRoute(o) => &mut o.metadata,
+            Object::ConfigMap(o) => &mut o.metadata,
         }
     }
 

@@ -337,6 +337,12 @@ impl Translator {
                     );
                 }
             }
+            Kind::ConfigMap => {
+                // Gateways see only whether a ConfigMap exists (`parametersRef`).
+                if old.is_none() != new.is_none() {
+                    self.mark_dependents(&Dep::Object(key.clone()), d);
+                }
+            }
             Kind::Namespace => {
                 // Only labels matter (allowedRoutes selectors).
                 if old.map(|o| &o.metadata().labels) != new.map(|o| &o.metadata().labels) {

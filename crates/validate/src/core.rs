@@ -380,6 +380,53 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
 /// A Secret may hold at most this many bytes of data.
 const MAX_SECRET_BYTES: usize = 1024 * 1024;
 
+/// ConfigMap: keys of `data` and `binaryData` (a key in both is refused; the values of
+/// `binaryData` are base64), at most 1 MiB in all, as the API server checks them.
+pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
+    let mut size = 0;
+    let mut seen: Vec<&str> = Vec::new();
+    for field in ["data", "binaryData"] {
+        let Some(map) = doc.get(field).and_then(Value::as_object) else {
+            continue;
+        };
+        for (k, v) in map {
+            check(&format!("{field}[{k}]"), k, names::config_map_key(k), errs);
+            let text = v.as_str().unwrap_or("");
+            size += k.len()
+                + if field == "data" {
+                    text.len()
+                } else {
+                    match decoded_len(text) {
+                        Some(n) => n,
+                        None => {
+                            errs.push(FieldError::invalid(
+                                &format!("binaryData[{k}]"),
+                                "<value omitted>",
+                                "illegal base64 data",
+                            ));
+                            0
+                        }
+                    }
+                };
+            if seen.contains(&k.as_str()) {
+                errs.push(FieldError::invalid(
+                    &format!("data[{k}]"),
+                    k,
+                    "duplicate of key present in binaryData",
+                ));
+            }
+            seen.push(k);
+        }
+    }
+    if size > MAX_SECRET_BYTES {
+        errs.push(FieldError {
+            field: "".into(),
+            kind: ErrorType::TooLong,
+            detail: format!("may not be more than {MAX_SECRET_BYTES} bytes"),
+        });
+    }
+}
+
 /// v1 Secret. `data` values must be base64 (the API server cannot decode the object
 /// otherwise); the keys of `data` and `stringData` together must be valid config keys, be
 /// at most 1 MiB, and include what the Secret's type requires.

@@ -115,6 +115,7 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
         ("v1", "Secret") => Some((core::secret, NameRule::Subdomain, true)),
         ("v1", "Service") => Some((core::service, NameRule::Dns1035, true)),
         ("v1", "Namespace") => Some((core::namespace, NameRule::Label, false)),
+        ("v1", "ConfigMap") => Some((core::config_map, NameRule::Subdomain, true)),
         ("networking.k8s.io/v1", "Ingress") => Some((core::ingress, NameRule::Subdomain, true)),
         ("networking.k8s.io/v1", "IngressClass") => {
             Some((core::ingress_class, NameRule::Subdomain, false))
@@ -141,7 +142,13 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
     } else if CRD_GROUPS.contains(&group)
         || matches!(
             kind.as_str(),
-            "Secret" | "Service" | "Namespace" | "Ingress" | "IngressClass" | "EndpointSlice"
+            "Secret"
+                | "Service"
+                | "Namespace"
+                | "Ingress"
+                | "IngressClass"
+                | "EndpointSlice"
+                | "ConfigMap"
         ) && matches!(group, "" | "networking.k8s.io" | "discovery.k8s.io")
     {
         errs.push(FieldError {
