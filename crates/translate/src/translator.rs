@@ -424,9 +424,10 @@ impl Translator {
             self.set_status(&k, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
-            let st = self.store.get(&k).and_then(|o| {
-                status::standalone_status(&self.store, &self.opts.controller_name, o)
-            });
+            let st = self
+                .store
+                .get(&k)
+                .and_then(|o| status::standalone_status(&self.store, &self.opts, o));
             self.set_status(&k, st, d);
         }
     }

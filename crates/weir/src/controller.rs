@@ -254,6 +254,7 @@ impl Controller {
                 ingress_http: opts.ingress_http,
                 ingress_https: opts.ingress_https,
                 gateway_address_pool: opts.gateway_address_pool,
+                provisions_infrastructure: opts.provision.is_some(),
             },
             dataplane.clone(),
             metrics,
