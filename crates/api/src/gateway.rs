@@ -1,5 +1,7 @@
 //! gateway.networking.k8s.io/v1 (and v1beta1 ReferenceGrant) types.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{LabelSelector, ObjectMeta};
@@ -42,6 +44,11 @@ pub struct ParametersReference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GatewayInfrastructure {
+    /// Labels for every object provisioned for the Gateway (at most 8; weir's own labels,
+    /// the selectors of what it provisions, win over a user label of the same key).
+    pub labels: BTreeMap<String, String>,
+    /// Annotations for every object provisioned for the Gateway (at most 16).
+    pub annotations: BTreeMap<String, String>,
     /// Implementation parameters in the Gateway's namespace (weir: a ConfigMap).
     pub parameters_ref: Option<LocalParametersReference>,
 }

@@ -198,6 +198,7 @@ pub enum Object {
     Ingress(Ingress),
     IngressClass(IngressClass),
     Secret(Secret),
+    ConfigMap(ConfigMap),
     Service(Service),
     EndpointSlice(EndpointSlice),
     Namespace(Namespace),
@@ -210,7 +211,6 @@ pub enum Object {
     TrafficPolicy(TrafficPolicy),
     GrpcRoute(GrpcRoute),
     UdpRoute(UdpRoute),
-    ConfigMap(ConfigMap),
     BackendTlsPolicy(BackendTlsPolicy),
 }
 

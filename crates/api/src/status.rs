@@ -68,6 +68,9 @@ named! {
         UnsupportedAddress,
         /// The requested addresses cannot be served.
         AddressNotUsable,
+        /// A Gateway's `infrastructure.parametersRef` names an object that does not exist
+        /// or a kind weir does not take.
+        InvalidParameters,
         /// A listener's port is used by another Gateway.
         PortUnavailable,
         /// Another listener serves the same hostname on the port.

@@ -201,6 +201,15 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             false,
         ),
+        // Only whether a ConfigMap exists reaches the translator (a Gateway's
+        // `infrastructure.parametersRef`): its data is not part of the object, so a data
+        // change compares equal and is dropped at conversion.
+        w(
+            Kind::ConfigMap,
+            api_resource("", "v1", "ConfigMap", "configmaps"),
+            None,
+            false,
+        ),
     ]
 }
 

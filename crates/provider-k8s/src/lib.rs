@@ -28,7 +28,10 @@ mod watch;
 
 pub use crate::kinds::api_resource;
 pub use crate::lease::{InvalidLeaseOptions, Leadership, LeaseOptions, default_identity};
-pub use crate::provision::{ProvisionOptions, Provisioner, manifests, provisioned_name};
+pub use crate::provision::{
+    GATEWAY_NAME_LABEL, GatewayServiceOptions, Provision, ProvisionOptions, Provisioner, manifests,
+    provisioned_name,
+};
 pub use crate::render::{
     AddressesOf, GatewayAddresses, GatewayProblems, ProblemsOf, RenderOptions,
 };

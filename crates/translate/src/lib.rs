@@ -77,6 +77,11 @@ pub struct TranslatorOptions {
     /// Where a Gateway that names no IP address in `spec.addresses` listens: its own
     /// address from this pool, or `0.0.0.0` when `None`.
     pub gateway_address_pool: Option<AddressPool>,
+    /// Whether objects provisioned per Gateway carry its `infrastructure` labels and
+    /// annotations (a controller with `--provision-image` or
+    /// `--gateway-service-selector`): only then is `GatewayInfrastructure` among the
+    /// GatewayClass's supported features.
+    pub provisions_infrastructure: bool,
 }
 
 impl Default for TranslatorOptions {
@@ -89,6 +94,7 @@ impl Default for TranslatorOptions {
             ingress_http: None,
             ingress_https: None,
             gateway_address_pool: None,
+            provisions_infrastructure: false,
         }
     }
 }

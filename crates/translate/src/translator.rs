@@ -279,6 +279,9 @@ impl Translator {
             Kind::BackendTlsPolicy => {
                 d.backend_tls.insert(key.clone());
             }
+            // CA certificates (BackendTLSPolicy, client validation) read the data; a
+            // Gateway's `parametersRef` only that it exists. Dependents are compiled again
+            // either way and what did not change sends nothing.
             Kind::ConfigMap => self.mark_dependents(&Dep::Object(key.clone()), d),
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
@@ -523,9 +526,10 @@ impl Translator {
             self.set_status(&k, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
-            let st = self.store.get(&k).and_then(|o| {
-                status::standalone_status(&self.store, &self.opts.controller_name, o)
-            });
+            let st = self
+                .store
+                .get(&k)
+                .and_then(|o| status::standalone_status(&self.store, &self.opts, o));
             self.set_status(&k, st, d);
         }
     }

@@ -1226,3 +1226,70 @@ spec:
     assert!(h.iter().any(|k| k.contains("a.test")), "{h:?}");
     assert!(!h.iter().any(|k| k.contains("b.test")), "{h:?}");
 }
+
+/// A ConfigMap's arrival or removal recompiles only the Gateways whose
+/// `infrastructure.parametersRef` names it; a data-only change or an unrelated ConfigMap
+/// changes nothing.
+#[test]
+fn config_map_changes_reach_only_the_gateways_naming_it() {
+    let gateway = |name: &str, port: u16, params: Option<&str>| {
+        let mut g = serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"gatewayClassName": "weir",
+                     "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}]}});
+        if let Some(p) = params {
+            g["spec"]["infrastructure"] =
+                serde_json::json!({"parametersRef": {"group": "", "kind": "ConfigMap", "name": p}});
+        }
+        Arc::new(Object::from_value(g).unwrap())
+    };
+    let config_map = |name: &str, data: &str| {
+        Arc::new(
+            Object::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default"}, "data": {"k": data}}))
+            .unwrap(),
+        )
+    };
+    let mut t = Translator::new(options(true));
+    let mut gateways: Vec<_> = (0..20)
+        .map(|i| gateway(&format!("plain-{i}"), 9000 + i, None))
+        .collect();
+    gateways.push(gateway("named", 8999, Some("params")));
+    t.apply(gateways.into_iter().map(ObjectChange::Upsert));
+    let accepted = |out: &weir_translate::TranslateOutput| -> Vec<(String, bool)> {
+        out.statuses
+            .iter()
+            .filter_map(|(k, s)| match s {
+                weir_api::ObjectStatus::Gateway(g) => Some((
+                    k.name.to_string(),
+                    g.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Accepted" && c.is_true()),
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    let out = t.apply([ObjectChange::Upsert(config_map("params", "1"))]);
+    assert_eq!(accepted(&out), [("named".to_string(), true)]);
+    assert!(
+        !out.batch.is_empty(),
+        "the accepted Gateway's listener is programmed"
+    );
+    assert!(
+        t.apply([ObjectChange::Upsert(config_map("params", "2"))])
+            .is_empty()
+    );
+    assert!(
+        t.apply([ObjectChange::Upsert(config_map("other", "1"))])
+            .is_empty()
+    );
+    let out = t.apply([ObjectChange::Delete(ObjectKey::new(
+        weir_api::Kind::ConfigMap,
+        "default",
+        "params",
+    ))]);
+    assert_eq!(accepted(&out), [("named".to_string(), false)]);
+}

@@ -377,8 +377,11 @@ pub(crate) fn service(doc: &Value, errs: &mut Errs) {
     }
 }
 
-/// v1 ConfigMap. The keys of `data` (and `binaryData`) must be valid config keys, each
-/// used once, `data` values strings, and all of it at most 1 MiB.
+/// A Secret (or ConfigMap) may hold at most this many bytes of data.
+const MAX_SECRET_BYTES: usize = 1024 * 1024;
+
+/// ConfigMap: keys of `data` and `binaryData` (a key in both is refused; the values of
+/// `binaryData` are base64), at most 1 MiB in all, as the API server checks them.
 pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
     let mut size = 0;
     let mut seen: Vec<&str> = Vec::new();
@@ -387,38 +390,49 @@ pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
             continue;
         };
         for (k, v) in map {
-            let f = format!("{field}[{k}]");
-            check(&f, k, names::config_map_key(k), errs);
+            check(&format!("{field}[{k}]"), k, names::config_map_key(k), errs);
+            if field == "data" && !v.is_string() {
+                errs.push(FieldError::invalid(
+                    &format!("data[{k}]"),
+                    "<value omitted>",
+                    "must be a string",
+                ));
+            }
+            let text = v.as_str().unwrap_or("");
+            size += k.len()
+                + if field == "data" {
+                    text.len()
+                } else {
+                    match decoded_len(text) {
+                        Some(n) => n,
+                        None => {
+                            errs.push(FieldError::invalid(
+                                &format!("binaryData[{k}]"),
+                                "<value omitted>",
+                                "illegal base64 data",
+                            ));
+                            0
+                        }
+                    }
+                };
             if seen.contains(&k.as_str()) {
                 errs.push(FieldError::invalid(
-                    &f,
+                    &format!("data[{k}]"),
                     k,
-                    "duplicate of key present in data",
+                    "duplicate of key present in binaryData",
                 ));
             }
             seen.push(k);
-            match v.as_str() {
-                Some(t) if field == "data" => size += t.len(),
-                Some(t) => size += decoded_len(t).unwrap_or(0),
-                None => errs.push(FieldError::invalid(
-                    &f,
-                    "<value omitted>",
-                    "must be a string",
-                )),
-            }
         }
     }
     if size > MAX_SECRET_BYTES {
         errs.push(FieldError {
-            field: String::new(),
+            field: "".into(),
             kind: ErrorType::TooLong,
             detail: format!("may not be more than {MAX_SECRET_BYTES} bytes"),
         });
     }
 }
-
-/// A Secret (or ConfigMap) may hold at most this many bytes of data.
-const MAX_SECRET_BYTES: usize = 1024 * 1024;
 
 /// v1 Secret. `data` values must be base64 (the API server cannot decode the object
 /// otherwise); the keys of `data` and `stringData` together must be valid config keys, be

@@ -269,3 +269,52 @@ fn udp_route_bounds_come_from_the_schema() {
         assert!(e.iter().any(|e| e.contains(field)), "{field}: {e:?}");
     }
 }
+
+/// ConfigMaps (read for a Gateway's `parametersRef`) and a Gateway's `infrastructure`
+/// labels and annotations (key formats and the CRD's bounds).
+#[test]
+fn config_maps_and_gateway_infrastructure() {
+    let cm = |data: Value, binary: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "namespace": "ns"},
+               "data": data, "binaryData": binary})
+    };
+    assert!(check(cm(json!({"replicas": "2"}), json!({"b": "AAEC"}))).is_empty());
+    let e = check(cm(json!({"a b": "x", "k": "v"}), json!({"k": "!!"})));
+    assert!(
+        e.iter().any(|e| e.starts_with("data[a b]: Invalid value")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| e.contains("binaryData[k]") && e.contains("illegal base64")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| e.contains("duplicate of key present in binaryData")),
+        "{e:?}"
+    );
+    let gw = |infra: Value| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": "ns"},
+               "spec": {"gatewayClassName": "weir", "infrastructure": infra,
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}})
+    };
+    assert!(
+        check(gw(
+            json!({"labels": {"example.com/team": "a"}, "annotations": {"k": "any value"}})
+        ))
+        .is_empty()
+    );
+    let nine: serde_json::Map<String, Value> = (0..9)
+        .map(|i| (format!("l{i}"), Value::from("v")))
+        .collect();
+    let e = check(gw(json!({"labels": nine})));
+    assert!(
+        e.iter()
+            .any(|e| e.starts_with("spec.infrastructure.labels: Too many")),
+        "{e:?}"
+    );
+    let e = check(gw(json!({"labels": {"-bad": "v", "ok": "bad value"}})));
+    assert_eq!(e.len(), 2, "{e:?}");
+}

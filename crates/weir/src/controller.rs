@@ -49,9 +49,10 @@ pub struct ControllerOptions {
     /// Whether the controller's embedded data plane serves Gateways and Ingresses (turn
     /// off when separate data planes serve them).
     pub embedded_proxy: bool,
-    /// Split mode: provision a data-plane Deployment, Service and ServiceAccount per
-    /// accepted Gateway.
-    pub provision: Option<weir_provider_k8s::ProvisionOptions>,
+    /// What to provision per accepted Gateway: in split mode a data-plane Deployment,
+    /// Service and ServiceAccount; with the embedded data plane, a Service selecting the
+    /// controller's Pods.
+    pub provision: Option<weir_provider_k8s::Provision>,
     /// Data planes must present a token of ServiceAccount `weir-<gateway>` in the
     /// Gateway's namespace (checked with TokenReview); `false` admits every data plane.
     pub xds_auth: bool,
@@ -195,7 +196,8 @@ impl Controller {
                 gateway_problems: Some(weir_provider_k8s::GatewayProblems(Arc::new(
                     move |ns: &str, name: &str| problems_hub.refusals(&format!("{ns}/{name}")),
                 ))),
-                // Split mode with provisioning: the provisioned Service's addresses.
+                // With provisioning: the provisioned Service's addresses (in embedded mode
+                // only a load balancer's; none known: the translator's).
                 gateway_addresses: Some(weir_provider_k8s::GatewayAddresses(Arc::new(
                     move |ns: &str, name: &str| {
                         let key = weir_api::ObjectKey::new(weir_api::Kind::Gateway, ns, name);
@@ -203,6 +205,7 @@ impl Controller {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .get(&key)
+                            .filter(|a| !a.is_empty())
                             .cloned()
                     },
                 ))),
@@ -251,6 +254,7 @@ impl Controller {
                 ingress_http: opts.ingress_http,
                 ingress_https: opts.ingress_https,
                 gateway_address_pool: opts.gateway_address_pool,
+                provisions_infrastructure: opts.provision.is_some(),
             },
             dataplane.clone(),
             metrics,

@@ -329,6 +329,25 @@ struct ControllerArgs {
     /// Type of each provisioned Service.
     #[arg(long, default_value = "LoadBalancer")]
     provision_service_type: String,
+    /// Embedded data plane: publish a Service per accepted Gateway (`weir-<gateway>`, in
+    /// its namespace, owned by it) exposing its listener ports and selecting the Pods
+    /// with these labels (this controller's own; KEY=VALUE, comma-separated). It carries
+    /// the Gateway's `infrastructure` labels and annotations.
+    #[arg(
+        long,
+        env = "WEIR_GATEWAY_SERVICE_SELECTOR",
+        value_delimiter = ',',
+        value_parser = parse_label,
+        conflicts_with = "provision_image"
+    )]
+    gateway_service_selector: Vec<(String, String)>,
+    /// Type of each Service of `--gateway-service-selector`.
+    #[arg(
+        long,
+        default_value = "LoadBalancer",
+        env = "WEIR_GATEWAY_SERVICE_TYPE"
+    )]
+    gateway_service_type: String,
     #[command(flatten)]
     leader: LeaderArgs,
 }
@@ -392,6 +411,14 @@ impl LeaderArgs {
         o.renew_deadline = self.leader_elect_renew_deadline;
         o.retry_period = self.leader_elect_retry_period;
         Some(o)
+    }
+}
+
+/// `KEY=VALUE` (a label of a Service selector).
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
     }
 }
 
@@ -592,12 +619,25 @@ fn main() -> ExitCode {
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,
                     xds_auth: matches!(a.xds_auth, XdsAuth::ServiceAccount),
-                    provision: a.provision_image.map(|image| weir_provider_k8s::ProvisionOptions {
-                        image,
-                        controller_url: a.provision_controller_url,
-                        replicas: a.provision_replicas,
-                        service_type: a.provision_service_type,
-                    }),
+                    provision: match a.provision_image {
+                        Some(image) => Some(weir_provider_k8s::Provision::DataPlanes(
+                            weir_provider_k8s::ProvisionOptions {
+                                image,
+                                controller_url: a.provision_controller_url,
+                                replicas: a.provision_replicas,
+                                service_type: a.provision_service_type,
+                            },
+                        )),
+                        None if !a.gateway_service_selector.is_empty() => {
+                            Some(weir_provider_k8s::Provision::Services(
+                                weir_provider_k8s::GatewayServiceOptions {
+                                    selector: a.gateway_service_selector.into_iter().collect(),
+                                    service_type: a.gateway_service_type,
+                                },
+                            ))
+                        }
+                        None => None,
+                    },
                     leader_election: a.leader.options(),
                     redis: a.redis.settings()?,
                 };

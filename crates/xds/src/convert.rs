@@ -17,8 +17,8 @@ use weir_model::{
     OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
     PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
     RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
-    StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
-    VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
+    StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls, VirtualHost,
+    WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;

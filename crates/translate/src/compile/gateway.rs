@@ -137,6 +137,11 @@ pub(crate) fn compile(
     if let Some(v) = requested.first() {
         ip = *v;
     }
+    if let Some(problem) = parameters_problem(store, ns, gw, deps)
+        && accepted.is_ok()
+    {
+        accepted = Err((Reason::InvalidParameters, problem));
+    }
     let socket_ip = (accepted.is_ok() && unusable.is_none()).then_some(ip);
     let mut listeners = compile_listeners(
         store,
@@ -180,6 +185,38 @@ pub(crate) fn compile(
         ip,
         listeners,
     }
+}
+
+/// What is wrong with the Gateway's `infrastructure.parametersRef`, if anything: weir
+/// takes a ConfigMap (core group) in the Gateway's namespace, the same kind as for a
+/// GatewayClass's `parametersRef`, and it must exist (its existence is a dependency, so
+/// the Gateway is compiled again when it appears or goes).
+fn parameters_problem(
+    store: &Store,
+    ns: &str,
+    gw: &Gateway,
+    deps: &mut Vec<Dep>,
+) -> Option<String> {
+    let r = gw.spec.infrastructure.as_ref()?.parameters_ref.as_ref()?;
+    if !r.group.is_empty() || r.kind != "ConfigMap" {
+        let gk = if r.group.is_empty() {
+            r.kind.clone()
+        } else {
+            format!("{}/{}", r.group, r.kind)
+        };
+        return Some(format!(
+            "spec.infrastructure.parametersRef: kind {gk} is not supported (weir takes a ConfigMap)"
+        ));
+    }
+    let key = ObjectKey::new(Kind::ConfigMap, ns, &r.name);
+    let exists = store.get(&key).is_some();
+    deps.push(Dep::Object(key));
+    (!exists).then(|| {
+        format!(
+            "spec.infrastructure.parametersRef: ConfigMap {:?} not found in namespace {ns}",
+            r.name
+        )
+    })
 }
 
 /// Validates a ListenerSet or XListenerSet (`key.kind` says which) whose parent Gateway

@@ -2,6 +2,7 @@
 
 use weir_api::{Condition, ConditionType, GatewayClassStatus, Object, ObjectStatus, Reason};
 
+use crate::TranslatorOptions;
 use crate::compile::backend;
 use crate::compile::fields::direct_response_of;
 use crate::compile::tls;
@@ -55,12 +56,27 @@ pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
     "UDPRoute",
 ];
 
+/// Claimed only by a controller whose provisioned objects carry a Gateway's
+/// `infrastructure` labels and annotations (`TranslatorOptions::provisions_infrastructure`).
+pub(crate) const INFRASTRUCTURE_FEATURE: &str = "GatewayInfrastructure";
+
+/// The features a GatewayClass of ours lists (sorted).
+fn supported_features(opts: &TranslatorOptions) -> Vec<String> {
+    let mut f: Vec<String> = SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect();
+    if opts.provisions_infrastructure {
+        f.push(INFRASTRUCTURE_FEATURE.into());
+        f.sort();
+    }
+    f
+}
+
 /// The status of an object whose status depends on nothing else; `None` when it has none.
 pub(crate) fn standalone_status(
     store: &Store,
-    controller: &str,
+    opts: &TranslatorOptions,
     obj: &Object,
 ) -> Option<ObjectStatus> {
+    let controller = opts.controller_name.as_str();
     let problems = match obj {
         Object::GatewayClass(c) => {
             if c.spec.controller_name != controller {
@@ -74,7 +90,7 @@ pub(crate) fn standalone_status(
                     "GatewayClass accepted",
                     c.metadata.generation,
                 )],
-                supported_features: SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect(),
+                supported_features: supported_features(opts),
             }));
         }
         Object::Secret(s) => {
@@ -100,5 +116,11 @@ mod tests {
     fn supported_features_are_sorted_and_unique() {
         let f = super::SUPPORTED_FEATURES;
         assert!(f.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+        let mut opts = crate::TranslatorOptions::default();
+        assert!(!super::supported_features(&opts).contains(&"GatewayInfrastructure".into()));
+        opts.provisions_infrastructure = true;
+        let f = super::supported_features(&opts);
+        assert!(f.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+        assert!(f.contains(&"GatewayInfrastructure".into()));
     }
 }

@@ -80,6 +80,7 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
             "--set",
             "serviceMonitor.enabled=true",
         ][..],
+        &["--set", "gatewayServices.enabled=true"][..],
     ] {
         run(
             Command::new(&helm)
@@ -171,6 +172,27 @@ pub async fn chart_lints_and_applies(ctx: Arc<Ctx>) {
     let split = template(&["--include-crds", "--set", "split.enabled=true"]);
     assert!(split.contains("--provision-image=weir:dev") && split.contains("--no-embedded-proxy"));
     kubectl(&["apply", "--dry-run=server", "-f", "-"], &split);
+    // Embedded with a Service per Gateway: the selector is the chart Pods' labels.
+    let services = template(&["--set", "gatewayServices.enabled=true"]);
+    let selector = format!(
+        "--gateway-service-selector=app.kubernetes.io/name=weir,app.kubernetes.io/instance={RELEASE}"
+    );
+    assert!(
+        services.contains(&selector) && services.contains("--gateway-service-type=LoadBalancer"),
+        "{services}"
+    );
+    let deployment = docs(&services)
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    for label in [
+        "app.kubernetes.io/name: weir",
+        &format!("app.kubernetes.io/instance: {RELEASE}"),
+    ] {
+        let (k, v) = label.split_once(": ").unwrap();
+        assert_eq!(deployment["spec"]["template"]["metadata"]["labels"][k], v);
+    }
+    kubectl(&["apply", "--dry-run=server", "-f", "-"], &services);
 
     // For real (without the Gateway API CRDs: the test API server runs the experimental
     // channel of the same version, which the standard CRDs would narrow for other tests).

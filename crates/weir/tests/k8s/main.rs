@@ -20,6 +20,7 @@ mod env;
 mod gateway;
 mod ha;
 mod helm;
+mod infrastructure;
 mod ingress;
 mod listener_sets;
 mod monitoring;
@@ -99,6 +100,8 @@ const TESTS: &[(&str, Test)] = tests![
     policies::traffic_policy_status_and_rate_limit,
     policies_v3::authorization_cors_and_size_limits,
     split::two_proxies_fed_by_a_controller,
+    infrastructure::invalid_parameters_ref_until_the_config_map_exists,
+    infrastructure::gateway_service_carries_infrastructure_metadata,
     compat::previous_release_data_plane_is_served,
     compat::previous_release_binary_is_served,
     ha::lease_election_among_three_candidates,

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::build::{self, until_http};
 use crate::cluster::{self, has, wait_status};
@@ -364,9 +364,12 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "taken", "port": blocker_port, "protocol": "HTTP"}));
-    g["spec"]["infrastructure"] =
-        json!({"parametersRef": {"group": "", "kind": "ConfigMap", "name": "weir-params"}});
-    cluster::apply(c, &[g]).await;
+    g["spec"]["infrastructure"] = json!({
+        "parametersRef": {"group": "", "kind": "ConfigMap", "name": "weir-params"},
+        "labels": {"team": "payments", "app.kubernetes.io/name": "not-weirs"},
+        "annotations": {"example.com/lb": "internal", "example.com/keep": "yes"},
+    });
+    cluster::apply(c, &[g.clone()]).await;
     let ok = support::eventually(Duration::from_secs(20), || async {
         get(c, "apps/v1", "Deployment", ns, "weir-gw1")
             .await
@@ -384,6 +387,55 @@ pub async fn two_proxies_fed_by_a_controller(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(ok, "the Service type follows the parameters ConfigMap");
+    // The infrastructure labels and annotations are on every provisioned object and the
+    // Pods' template; weir's own labels (selectors) win over the user's.
+    let infra = |labels: &Value, annotations: &Value, team: &str, lb: Option<&str>| {
+        labels["team"] == team
+            && labels["app.kubernetes.io/name"] == "weir-proxy"
+            && labels["gateway.networking.k8s.io/gateway-name"] == "gw1"
+            && annotations["example.com/keep"] == "yes"
+            && annotations.get("example.com/lb").and_then(Value::as_str) == lb
+    };
+    let all_carry = |team: &'static str, lb: Option<&'static str>| async move {
+        let mut ok = true;
+        for (av, kind) in [
+            ("v1", "ServiceAccount"),
+            ("apps/v1", "Deployment"),
+            ("v1", "Service"),
+        ] {
+            let Some(o) = get(c, av, kind, ns, "weir-gw1").await else {
+                return false;
+            };
+            ok &= infra(
+                &o["metadata"]["labels"],
+                &o["metadata"]["annotations"],
+                team,
+                lb,
+            );
+            if kind == "Deployment" {
+                let t = &o["spec"]["template"]["metadata"];
+                ok &= infra(&t["labels"], &t["annotations"], team, lb);
+            }
+        }
+        ok
+    };
+    let ok = support::eventually(Duration::from_secs(20), || {
+        all_carry("payments", Some("internal"))
+    })
+    .await;
+    assert!(
+        ok,
+        "the infrastructure metadata on every provisioned object"
+    );
+    // Changed on the Gateway: a label's value changes, an annotation removed goes.
+    g["spec"]["infrastructure"]["labels"]["team"] = json!("billing");
+    g["spec"]["infrastructure"]["annotations"] = json!({"example.com/keep": "yes"});
+    cluster::apply(c, &[g]).await;
+    let ok = support::eventually(Duration::from_secs(20), || all_carry("billing", None)).await;
+    assert!(
+        ok,
+        "the provisioned objects follow the Gateway's infrastructure metadata"
+    );
     // A load balancer assigns its address later (here the test plays the load-balancer
     // controller; `serviceType: LoadBalancer` comes from the parameters): the Gateway's
     // status follows without any change to the Gateway.
