@@ -40,10 +40,11 @@ pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
     DirectResponse, DirectResponseSpec, EndpointLimitsSpec, ExtAuthCacheSpec, ExtAuthSpec,
     GlobalRateLimitSpec, GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType,
-    HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec, LocalRateLimitSpec,
-    LocalSecretReference, PolicyRetry, PolicyTargetReference, RateLimitFailMode, RateLimitKeySpec,
-    RateLimitKeyType, RateLimitSpec, RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn,
-    SecretKeyReference, TrafficPolicy, TrafficPolicySpec,
+    HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec,
+    LocalConfigMapReference, LocalRateLimitSpec, LocalSecretReference, PolicyRetry,
+    PolicyTargetReference, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
+    RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
+    TrafficPolicySpec,
 };
 pub use crate::weir::{
     AuthorizationAction, AuthorizationClaimSpec, AuthorizationHeaderMatchType,

@@ -281,6 +281,11 @@ pub struct ExtAuthSpec {
     /// A 401 from the service becomes a 302 to this URL, with the original URL in `rd`
     /// (ingress-nginx's `auth-signin`).
     pub signin_url: Option<String>,
+    /// PEM CA certificates an `https://` service's certificate may chain to, besides the
+    /// system's roots.
+    pub ca_certificate: Option<String>,
+    /// The same from a ConfigMap's `ca.crt` (instead of `caCertificate`).
+    pub ca_certificate_ref: Option<LocalConfigMapReference>,
 }
 
 /// How long and how many answers of an authorization service are remembered.
@@ -494,6 +499,8 @@ pub struct JwksSpec {
     pub inline: Option<String>,
     /// A Secret holding the JWK Set.
     pub secret_ref: Option<SecretKeyReference>,
+    /// A ConfigMap holding the JWK Set (public keys need no Secret).
+    pub config_map_ref: Option<SecretKeyReference>,
 }
 
 /// A JWK Set the data plane fetches in the background, refreshes, and keeps when a
@@ -511,9 +518,11 @@ pub struct RemoteJwksSpec {
     pub timeout: Option<String>,
     /// PEM CA certificates trusted besides the system's roots.
     pub ca_certificate: Option<String>,
+    /// The same from a ConfigMap's `ca.crt` (instead of `caCertificate`).
+    pub ca_certificate_ref: Option<LocalConfigMapReference>,
 }
 
-/// A key of a Secret in the referring object's namespace.
+/// A key of a Secret (or ConfigMap) in the referring object's namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SecretKeyReference {
@@ -578,6 +587,14 @@ pub struct ApiKeyAuthSpec {
     pub header: Option<String>,
     /// Whether the key header is forwarded to the backend (default false: removed).
     pub forward_key: Option<bool>,
+}
+
+/// A ConfigMap in the referring object's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalConfigMapReference {
+    /// The ConfigMap's name.
+    pub name: String,
 }
 
 /// A Secret in the referring object's namespace.

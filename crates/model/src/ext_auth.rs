@@ -117,7 +117,7 @@ impl std::fmt::Display for ExtAuthUrl {
 /// a redirect to `signin_url` for a 401 when it is set. A service that does not answer
 /// in `timeout` (or cannot be reached) makes the request fail with `status_on_error`,
 /// or pass when `fail_open`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExtAuth {
     /// The service asked.
     pub url: ExtAuthUrl,
@@ -139,6 +139,36 @@ pub struct ExtAuth {
     /// Where a client refused with 401 is redirected (302, the original URL in `rd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signin_url: Option<Arc<str>>,
+    /// PEM CA certificates an `https` service may chain to, besides the system's roots
+    /// (push protocol version 4).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "pem_len")]
+    pub ca_pem: Option<Arc<str>>,
+}
+
+fn pem_len<S: serde::Serializer>(pem: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    match pem {
+        Some(p) => s.serialize_str(&format!("{} bytes of PEM", p.len())),
+        None => s.serialize_none(),
+    }
+}
+
+/// The fields in declaration order, as `derive(Hash)` hashed them before `ca_pem`
+/// existed, and `ca_pem` only when set: a policy without it keeps the hash of earlier
+/// releases (their data planes rebuild it to the hash sent).
+impl std::hash::Hash for ExtAuth {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.url.hash(state);
+        self.headers_to_send.hash(state);
+        self.response_headers.hash(state);
+        self.timeout.hash(state);
+        self.cache.hash(state);
+        self.fail_open.hash(state);
+        self.status_on_error.hash(state);
+        self.signin_url.hash(state);
+        if let Some(ca) = &self.ca_pem {
+            ca.hash(state);
+        }
+    }
 }
 
 /// How answers of an authorization service are remembered: for `ttl`, at most

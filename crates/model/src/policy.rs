@@ -789,7 +789,9 @@ impl Policy {
     /// guards access on the client side; an older data plane that loses `backend_tls`
     /// would speak plaintext to a TLS port, which fails (the backend refuses it) rather
     /// than exposing anything, and one that loses `client_certificate` is refused by
-    /// backends that require one.
+    /// backends that require one. Also `ext_auth.ca_pem`: without it the authorization
+    /// service's private CA is not trusted, its handshake fails and requests are refused
+    /// (`status_on_error`) unless the policy fails open.
     pub fn as_version_3(mut self) -> Self {
         if self.outlier_detection.is_some() {
             self.outlier_detection = None;
@@ -801,6 +803,14 @@ impl Policy {
         }
         if self.client_certificate.is_some() {
             self.client_certificate = None;
+            self.rehash();
+        }
+        if let Some((by, ext)) = &self.ext_auth
+            && ext.ca_pem.is_some()
+        {
+            let mut ext = (**ext).clone();
+            ext.ca_pem = None;
+            self.ext_auth = Some((by.clone(), Arc::new(ext)));
             self.rehash();
         }
         self
@@ -1191,6 +1201,7 @@ mod tests {
             fail_open: false,
             status_on_error: 503,
             signin_url: None,
+            ca_pem: None,
         };
         let with_ext = deny
             .clone()

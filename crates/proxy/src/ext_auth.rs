@@ -71,6 +71,9 @@ pub(crate) struct ExtAuthMetrics {
     pub(crate) cache_hits: Counter,
 }
 
+/// The most clients with their own CAs kept at once (distinct CA bundles in use).
+const MAX_CA_CLIENTS: usize = 64;
+
 /// One policy's remembered answers.
 struct PolicyCache {
     /// The settings the answers were given under; other settings start afresh.
@@ -81,6 +84,10 @@ struct PolicyCache {
 /// The client to authorization services and the caches of their answers.
 pub(crate) struct ExtAuthState {
     client: OutboundClient,
+    connect_timeout: Duration,
+    /// Clients trusting a policy's extra CAs besides the system's roots, by the CAs' PEM
+    /// (built on first use; at most [`MAX_CA_CLIENTS`], then started afresh).
+    ca_clients: Mutex<HashMap<Arc<str>, OutboundClient>>,
     /// By policy object (`namespace/name`).
     caches: RwLock<HashMap<Arc<str>, Arc<Mutex<PolicyCache>>>>,
     pub(crate) metrics: ExtAuthMetrics,
@@ -92,9 +99,30 @@ impl ExtAuthState {
         let roots = outbound::roots(None).unwrap_or_else(|_| rustls::RootCertStore::empty());
         ExtAuthState {
             client: outbound::client(roots, connect_timeout, Duration::from_secs(60)),
+            connect_timeout,
+            ca_clients: Mutex::new(HashMap::new()),
             caches: RwLock::new(HashMap::new()),
             metrics,
         }
+    }
+
+    /// The client for `auth`: the shared one, or one that also trusts its `ca_pem`. An
+    /// unusable CA bundle is an error (the request is refused like any failed call).
+    fn client_for(&self, auth: &ExtAuth) -> Result<OutboundClient, crate::error::BoxError> {
+        let Some(pem) = &auth.ca_pem else {
+            return Ok(self.client.clone());
+        };
+        let mut clients = self.ca_clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(pem) {
+            return Ok(c.clone());
+        }
+        let roots = outbound::roots(Some(pem.as_bytes()))?;
+        let client = outbound::client(roots, self.connect_timeout, Duration::from_secs(60));
+        if clients.len() >= MAX_CA_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(Arc::clone(pem), client.clone());
+        Ok(client)
     }
 
     fn cache_of(&self, policy: &Arc<str>, auth: &Arc<ExtAuth>) -> Arc<Mutex<PolicyCache>> {
@@ -369,7 +397,10 @@ async fn ask(
     auth: &ExtAuth,
     req: &Described,
 ) -> Result<Decision, crate::error::BoxError> {
-    let resp = state.client.request(auth_request(auth, req)?).await?;
+    let resp = state
+        .client_for(auth)?
+        .request(auth_request(auth, req)?)
+        .await?;
     let (parts, body) = resp.into_parts();
     // Read the (small) body so that the connection can be reused; a large one is left.
     let _ = Limited::new(body, MAX_ANSWER_BODY).collect().await;
@@ -450,6 +481,7 @@ mod tests {
             fail_open: false,
             status_on_error: 503,
             signin_url: None,
+            ca_pem: None,
         })
     }
 

@@ -189,6 +189,7 @@ fn main() {
             )}
         }))
     };
+    let mut jwt = Vec::new();
     for (n, mut t) in rotated {
         t.apply([
             ObjectChange::Upsert(jwks(0)),
@@ -202,5 +203,52 @@ fn main() {
             }))),
         ]);
         timed(n, &mut t, (1..=ROUNDS).map(jwks).collect());
+        jwt.push((n, t));
+    }
+
+    // A BackendTLSPolicy on the Service every route sends to: its hostname edited, then
+    // its CA ConfigMap rotated between two CAs. Upstream TLS is a field of the Service's
+    // `Policy` resource, found from the cluster's key, so either is one delta whatever N.
+    println!(
+        "\n{:>8} {:>16} {:>10}   (a BackendTLSPolicy's hostname edited)",
+        "routes", "per edit", "deltas"
+    );
+    let btls = |k: usize| {
+        object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+            "metadata": {"name": "svc-tls", "namespace": "default"},
+            "spec": {
+                "targetRefs": [{"group": "", "kind": "Service", "name": "svc"}],
+                "validation": {
+                    "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "svc-ca"}],
+                    "hostname": format!("svc{k}.internal.example")
+                }
+            }
+        }))
+    };
+    let ca = |k: usize| {
+        let pem = if k.is_multiple_of(2) { CA_A } else { CA_B };
+        object(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "svc-ca", "namespace": "default"},
+            "data": {"ca.crt": pem}
+        }))
+    };
+    let mut tls = Vec::new();
+    for (n, mut t) in jwt {
+        t.apply([ObjectChange::Upsert(ca(0)), ObjectChange::Upsert(btls(0))]);
+        timed(n, &mut t, (1..=ROUNDS).map(btls).collect());
+        tls.push((n, t));
+    }
+    println!(
+        "\n{:>8} {:>16} {:>10}   (the CA ConfigMap of that BackendTLSPolicy rotated)",
+        "routes", "per rotation", "deltas"
+    );
+    for (n, mut t) in tls {
+        timed(n, &mut t, (1..=ROUNDS).map(ca).collect());
     }
 }
+
+/// Two self-signed CA certificates (P-256) the bench's ConfigMap alternates between.
+const CA_A: &str = include_str!("ca-a.pem");
+const CA_B: &str = include_str!("ca-b.pem");

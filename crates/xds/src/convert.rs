@@ -557,6 +557,7 @@ fn ext_auth_to_wire(policy: &str, e: &ExtAuth) -> wire::ExtAuth {
         fail_open: e.fail_open,
         status_on_error: u32::from(e.status_on_error),
         signin_url: e.signin_url.as_deref().map(str::to_owned),
+        ca_pem: e.ca_pem.as_deref().map(str::to_owned),
     }
 }
 
@@ -623,6 +624,12 @@ fn ext_auth_from_wire(e: &wire::ExtAuth) -> Result<ExtAuth, InvalidResource> {
         fail_open: e.fail_open,
         status_on_error,
         signin_url: e.signin_url.as_deref().map(Arc::from),
+        ca_pem: match &e.ca_pem {
+            Some(p) if !p.contains("-----BEGIN CERTIFICATE-----") => {
+                return Err(invalid("ext_auth.ca_pem", "no PEM certificate"));
+            }
+            p => p.as_deref().map(Arc::from),
+        },
     })
 }
 
@@ -1120,7 +1127,8 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
             if version == 3
                 && p.outlier_detection.is_none()
                 && p.backend_tls.is_none()
-                && p.client_certificate.is_none() =>
+                && p.client_certificate.is_none()
+                && p.ext_auth.as_ref().is_none_or(|(_, e)| e.ca_pem.is_none()) =>
         {
             std::borrow::Cow::Borrowed(r)
         }
@@ -1988,6 +1996,7 @@ mod tests {
             fail_open: false,
             status_on_error: 503,
             signin_url: Some("https://login.example/start".into()),
+            ca_pem: None,
         };
         Policy::new(target, Timeouts::default(), None, None)
             .with_ext_auth(Some(("ns/ext".into(), Arc::new(ext))))
@@ -2004,6 +2013,31 @@ mod tests {
         };
         assert_eq!(a.hash(), b.hash());
         assert_eq!(a.ext_auth, b.ext_auth);
+    }
+
+    /// An authorization service's CA (version 4) crosses the wire; a version-3 data plane
+    /// gets the policy without it, with the hash of the same policy built without it (its
+    /// own rebuild, which ignores the field, arrives at the hash sent).
+    #[test]
+    fn ext_auth_ca_reaches_version_3_data_planes_without_it() {
+        let plain = ext_auth_policy();
+        let mut ext = (*plain.ext_auth.as_ref().unwrap().1).clone();
+        ext.ca_pem = Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+        let with_ca = plain
+            .clone()
+            .with_ext_auth(Some(("ns/ext".into(), Arc::new(ext))));
+        assert_ne!(with_ca.hash(), plain.hash());
+        let r = Resource::Policy(Arc::new(with_ca.clone()));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        let Resource::Policy(b) = &back else {
+            unreachable!()
+        };
+        assert_eq!((b.hash(), &b.ext_auth), (with_ca.hash(), &with_ca.ext_auth));
+        let sent = for_version(&r, 3);
+        assert_eq!(sent.as_ref(), &Resource::Policy(Arc::new(plain.clone())));
+        let wire = resource_to_wire(sent.as_ref());
+        let rebuilt = resource_from_wire_as(&wire, 3).unwrap();
+        assert_eq!(rebuilt.hash(), plain.hash());
     }
 
     /// A capture rewrite (version 3) reaches this version's data plane as it is, and a

@@ -16,7 +16,13 @@ const MAX_TTL: Duration = Duration::from_secs(3600);
 const DEFAULT_MAX_ENTRIES: u32 = 10_000;
 
 /// Validates `spec` (its field path is `field`, e.g. `spec.extAuth`).
-pub(crate) fn ext_auth(spec: &ExtAuthSpec, field: &str) -> Result<ExtAuth, String> {
+/// `ca_pem`: the service's extra CAs, read by the caller (`caCertificate` or the
+/// ConfigMap of `caCertificateRef`, [`crate::compile::policy::ca_pem`]).
+pub(crate) fn ext_auth(
+    spec: &ExtAuthSpec,
+    field: &str,
+    ca_pem: Option<std::sync::Arc<str>>,
+) -> Result<ExtAuth, String> {
     let url = ExtAuthUrl::parse(spec.url.trim()).map_err(|e| format!("{field}.url: {e}"))?;
     let names = |list: &[String], f: &str| -> Result<Vec<std::sync::Arc<str>>, String> {
         if list.len() > ExtAuth::MAX_HEADERS {
@@ -102,6 +108,7 @@ pub(crate) fn ext_auth(spec: &ExtAuthSpec, field: &str) -> Result<ExtAuth, Strin
         fail_open: spec.fail_open.unwrap_or(false),
         status_on_error,
         signin_url,
+        ca_pem,
     })
 }
 
@@ -115,12 +122,12 @@ mod tests {
             url: "http://auth.default:8080/check".into(),
             ..Default::default()
         };
-        let a = ext_auth(&spec, "spec.extAuth").unwrap();
+        let a = ext_auth(&spec, "spec.extAuth", None).unwrap();
         assert_eq!(a.timeout, DEFAULT_TIMEOUT);
         assert_eq!(a.status_on_error, 503);
         assert_eq!(&*a.headers_to_send[0], "authorization");
         let bad = |s: ExtAuthSpec, want: &str| {
-            let e = ext_auth(&s, "spec.extAuth").unwrap_err();
+            let e = ext_auth(&s, "spec.extAuth", None).unwrap_err();
             assert!(e.starts_with(want), "{e}");
         };
         bad(

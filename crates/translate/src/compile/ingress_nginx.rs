@@ -457,7 +457,7 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
             signin_url: ours.get("auth-signin").map(|s| (*s).to_owned()),
             ..Default::default()
         };
-        match crate::compile::ext_auth::ext_auth(&spec, "auth") {
+        match crate::compile::ext_auth::ext_auth(&spec, "auth", None) {
             Ok(a) => settings.ext_auth = Some(Arc::new(a)),
             Err(e) => {
                 // The error names the TrafficPolicy field; name the annotation instead.

@@ -89,7 +89,30 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
         ));
     }
     let mut remote_jwks = None;
+    let sources = [
+        p.jwks.inline.is_some(),
+        p.jwks.secret_ref.is_some(),
+        p.jwks.config_map_ref.is_some(),
+        p.remote_jwks.is_some(),
+    ];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        return Err(format!(
+            "{f}: exactly one of jwks.inline, jwks.secretRef, jwks.configMapRef and remoteJwks is required"
+        ));
+    }
     let keys = match (&p.jwks.inline, &p.jwks.secret_ref, &p.remote_jwks) {
+        (None, None, None) => {
+            let r = p.jwks.config_map_ref.as_ref().expect("counted above");
+            if r.name.is_empty() {
+                return Err(format!("{f}.jwks.configMapRef.name: required"));
+            }
+            config_map_keys(
+                &r.name,
+                r.key.as_deref().unwrap_or(DEFAULT_JWKS_KEY),
+                f,
+                refs,
+            )
+        }
         (Some(json), None, None) => {
             let (keys, skipped) =
                 read_jwks(json.as_bytes()).map_err(|e| format!("{f}.jwks.inline: {e}"))?;
@@ -110,14 +133,10 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
             )
         }
         (None, None, Some(r)) => {
-            remote_jwks = Some(Arc::new(remote(r, &format!("{f}.remoteJwks"))?));
+            remote_jwks = Some(Arc::new(remote(r, &format!("{f}.remoteJwks"), refs)?));
             Vec::new()
         }
-        _ => {
-            return Err(format!(
-                "{f}: exactly one of jwks.inline, jwks.secretRef and remoteJwks is required"
-            ));
-        }
+        _ => unreachable!("exactly one source, counted above"),
     };
     if keys.is_empty() && remote_jwks.is_none() {
         refs.unresolved.push(format!(
@@ -139,7 +158,11 @@ fn provider(p: &JwtProviderSpec, f: &str, refs: &mut Refs<'_>) -> Result<JwtProv
 /// A remote JWK Set: an `https` URL, a refresh interval (default 5m, 1s–24h), a fetch
 /// timeout (default 5s, at most 60s) and extra CA certificates (PEM, checked for at
 /// least one certificate block; the data plane parses them).
-fn remote(r: &weir_api::RemoteJwksSpec, f: &str) -> Result<RemoteJwks, String> {
+fn remote(
+    r: &weir_api::RemoteJwksSpec,
+    f: &str,
+    refs: &mut Refs<'_>,
+) -> Result<RemoteJwks, String> {
     let url = ExtAuthUrl::parse(r.uri.trim()).map_err(|e| format!("{f}.uri: {e}"))?;
     if !url.https {
         return Err(format!("{f}.uri: must be an https:// URL"));
@@ -167,15 +190,7 @@ fn remote(r: &weir_api::RemoteJwksSpec, f: &str) -> Result<RemoteJwks, String> {
         86_400,
     )?;
     let timeout = duration(&r.timeout, "timeout", 5, Duration::from_millis(10), 60)?;
-    let ca_pem = match &r.ca_certificate {
-        None => None,
-        Some(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(Arc::from(pem.as_str())),
-        Some(_) => {
-            return Err(format!(
-                "{f}.caCertificate: no PEM certificate (-----BEGIN CERTIFICATE-----)"
-            ));
-        }
-    };
+    let ca_pem = crate::compile::policy::ca_pem(&r.ca_certificate, &r.ca_certificate_ref, f, refs)?;
     Ok(RemoteJwks {
         url,
         refresh,
@@ -221,6 +236,40 @@ fn secret_keys(name: &str, key: &str, f: &str, refs: &mut Refs<'_>) -> Vec<JwtKe
         Err(e) => {
             refs.unresolved
                 .push(format!("{f}.jwks.secretRef ({ns}/{name}): {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// The keys of the JWK Set in ConfigMap `name`'s `key` (public keys need no Secret): a
+/// missing ConfigMap or key or a set that is not JSON leaves none (and is `unresolved`).
+fn config_map_keys(name: &str, key: &str, f: &str, refs: &mut Refs<'_>) -> Vec<JwtKey> {
+    let obj = ObjectKey::new(Kind::ConfigMap, refs.namespace, name);
+    refs.deps.push(Dep::Object(obj.clone()));
+    let ns = refs.namespace;
+    let Some(Object::ConfigMap(cm)) = refs.store.get(&obj).map(|o| &**o) else {
+        refs.unresolved.push(format!(
+            "{f}.jwks.configMapRef: ConfigMap {ns}/{name} not found"
+        ));
+        return Vec::new();
+    };
+    let Some(json) = cm.data.get(key) else {
+        refs.unresolved.push(format!(
+            "{f}.jwks.configMapRef: ConfigMap {ns}/{name} has no key {key:?}"
+        ));
+        return Vec::new();
+    };
+    match read_jwks(json.as_bytes()) {
+        Ok((keys, skipped)) => {
+            for s in skipped {
+                refs.warnings
+                    .push(format!("{f}.jwks.configMapRef ({ns}/{name}): {s}"));
+            }
+            keys
+        }
+        Err(e) => {
+            refs.unresolved
+                .push(format!("{f}.jwks.configMapRef ({ns}/{name}): {e}"));
             Vec::new()
         }
     }

@@ -260,6 +260,56 @@ pub(crate) struct Refs<'a> {
     pub(crate) deps: Vec<Dep>,
 }
 
+/// Extra CA certificates of an outbound HTTPS client (an authorization service, a
+/// remote JWK Set): inline PEM (`{f}.caCertificate`) or the `ca.crt` of a ConfigMap in the
+/// policy's namespace (`{f}.caCertificateRef`, a dependency). Both set is an error; a
+/// missing ConfigMap or key is `unresolved` and leaves the system's roots alone, so a
+/// service with a private CA then fails its handshake (refused, not trusted blindly).
+pub(crate) fn ca_pem(
+    inline: &Option<String>,
+    r: &Option<weir_api::LocalConfigMapReference>,
+    f: &str,
+    refs: &mut Refs<'_>,
+) -> Result<Option<Arc<str>>, String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    match (inline, r) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(format!(
+            "{f}: at most one of caCertificate and caCertificateRef"
+        )),
+        (Some(pem), None) if pem.contains(BEGIN) => Ok(Some(Arc::from(pem.as_str()))),
+        (Some(_), None) => Err(format!("{f}.caCertificate: no PEM certificate ({BEGIN})")),
+        (None, Some(r)) => {
+            if r.name.is_empty() {
+                return Err(format!("{f}.caCertificateRef.name: required"));
+            }
+            let ns = refs.namespace;
+            let obj = ObjectKey::new(Kind::ConfigMap, ns, &r.name);
+            refs.deps.push(Dep::Object(obj.clone()));
+            let data = match refs.store.get(&obj).map(|o| &**o) {
+                Some(Object::ConfigMap(cm)) => cm.data.get("ca.crt"),
+                _ => {
+                    refs.unresolved.push(format!(
+                        "{f}.caCertificateRef: ConfigMap {ns}/{} not found",
+                        r.name
+                    ));
+                    return Ok(None);
+                }
+            };
+            match data {
+                Some(pem) if pem.contains(BEGIN) => Ok(Some(Arc::from(pem.as_str()))),
+                _ => {
+                    refs.unresolved.push(format!(
+                        "{f}.caCertificateRef: ConfigMap {ns}/{} has no PEM certificate under ca.crt",
+                        r.name
+                    ));
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
 fn settings(
     p: &TrafficPolicy,
     name: Arc<str>,
@@ -327,12 +377,22 @@ fn settings(
         .as_ref()
         .map(|c| backend_policy::circuit_breaker(c, "spec.circuitBreaker"))
         .transpose()?;
-    let ext_auth = spec
-        .ext_auth
-        .as_deref()
-        .map(|e| crate::compile::ext_auth::ext_auth(e, "spec.extAuth"))
-        .transpose()?
-        .map(Arc::new);
+    let ext_auth = match spec.ext_auth.as_deref() {
+        None => None,
+        Some(e) => {
+            let ca = ca_pem(
+                &e.ca_certificate,
+                &e.ca_certificate_ref,
+                "spec.extAuth",
+                refs,
+            )?;
+            Some(Arc::new(crate::compile::ext_auth::ext_auth(
+                e,
+                "spec.extAuth",
+                ca,
+            )?))
+        }
+    };
     let load_balancer = spec
         .load_balancer
         .as_ref()

@@ -173,3 +173,134 @@ async fn a_remote_jwks_is_fetched_rotated_and_kept_when_the_server_fails() {
     assert!(metric(&m, "weir_jwks_fetches_total") >= 2.0, "{m}");
     assert_eq!(metric(&m, "weir_jwks_keys"), 1.0, "{m}");
 }
+
+/// `ca.crt` of a ConfigMap, for `caCertificateRef`.
+fn ca_config_map(name: &str, ca_pem: &str) -> String {
+    let ca: String = ca_pem.lines().map(|l| format!("    {l}\n")).collect();
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n  ca.crt: |\n{ca}")
+}
+
+/// A JWK Set in a ConfigMap (`jwks.configMapRef`), for host `keys.test`.
+fn jwks_config_map(keys: &[&EcKey]) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: jwks}}\ndata:\n  jwks: '{}'\n",
+        set(keys)
+    )
+}
+
+async fn call(addr: SocketAddr, host: &str, token: Option<&str>) -> Resp {
+    let mut req = get(host, "/");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Public material read from ConfigMaps: a remote JWK Set whose server has a private CA
+/// (`remoteJwks.caCertificateRef`); an `https` authorization service with that CA
+/// (`extAuth.caCertificateRef`: 200 through it, 503 for the same service without the CA,
+/// whose handshake fails); a JWK Set kept in a ConfigMap (`jwks.configMapRef`), rotated by
+/// rewriting the ConfigMap's file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwks_and_cas_come_from_config_maps() {
+    let port = free_port();
+    let a = echo("a").await;
+    let pki = Pki::new();
+    let (k1, k2) = (ec_key("k1"), ec_key("k2"));
+    let served = Arc::new(Served {
+        body: Mutex::new(set(&[&k1])),
+        down: AtomicBool::new(false),
+    });
+    // Serves the JWK Set, and answers 200 to an authorization call as well.
+    let server = jwks_server(&pki, Arc::clone(&served)).await;
+    let routes = [
+        http_gateway(port),
+        http_route("app", "app.test", "a"),
+        http_route("auth", "auth.test", "a"),
+        http_route("noca", "noca.test", "a"),
+        http_route("keys", "keys.test", "a"),
+        backend("default", "a", &[a]),
+    ]
+    .join("---\n");
+    let policies = format!(
+        "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: jwt}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: app}}]
+  jwtAuth:
+    providers:
+    - name: corp
+      issuer: https://corp.test
+      audiences: [app]
+      remoteJwks: {{uri: 'https://{server}/jwks.json', caCertificateRef: {{name: private-ca}}}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: auth}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: auth}}]
+  extAuth: {{url: 'https://{server}/check', timeout: 2s, caCertificateRef: {{name: private-ca}}}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: noca}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: noca}}]
+  extAuth: {{url: 'https://{server}/check', timeout: 2s}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {{name: keys}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: keys}}]
+  jwtAuth:
+    providers:
+    - {{name: corp, issuer: https://corp.test, audiences: [app], jwks: {{configMapRef: {{name: jwks}}}}}}
+"
+    );
+    let gw = Gateway::start(&[
+        ("app.yaml", routes),
+        ("policies.yaml", policies),
+        ("ca.yaml", ca_config_map("private-ca", &pki.ca_pem())),
+        ("jwks.yaml", jwks_config_map(&[&k1])),
+    ])
+    .await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let t1 = k1.token(claims("alice", 300));
+    let t2 = k2.token(claims("bob", 300));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            call(addr, "app.test", Some(&t1)).await.status == 200
+        })
+        .await,
+        "the remote set is fetched with the ConfigMap's CA"
+    );
+    assert_eq!(call(addr, "app.test", Some(&t2)).await.status, 401);
+    assert_eq!(call(addr, "auth.test", None).await.status, 200);
+    assert_eq!(call(addr, "noca.test", None).await.status, 503);
+    assert_eq!(call(addr, "keys.test", Some(&t1)).await.status, 200);
+    assert_eq!(call(addr, "keys.test", Some(&t2)).await.status, 401);
+
+    // The ConfigMap's set rotated: the new key passes, the old one is refused.
+    gw.write("jwks.yaml", &jwks_config_map(&[&k2]));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            call(addr, "keys.test", Some(&t2)).await.status == 200
+        })
+        .await,
+        "the rotated ConfigMap applies"
+    );
+    assert_eq!(call(addr, "keys.test", Some(&t1)).await.status, 401);
+    // Without the CA ConfigMap the service's certificate is not trusted: refused.
+    gw.write("ca.yaml", "");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            call(addr, "auth.test", None).await.status == 503
+        })
+        .await,
+        "the CA's removal applies"
+    );
+}
