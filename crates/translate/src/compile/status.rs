@@ -12,6 +12,8 @@ use crate::store::Store;
 /// exactly those whose upstream conformance tests weir passes (CONFORMANCE.md), sorted by
 /// name as the API expects.
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "Gateway",
