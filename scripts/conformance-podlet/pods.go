@@ -141,32 +141,54 @@ func (p *podlet) startPod(ctx context.Context, d *appsv1.Deployment, name string
 }
 
 // containerEnv resolves the container's environment the way the kubelet would for the
-// fields echo-basic reads; Secret volumes are written under work-dir and paths in env
+// fields echo-basic reads; Secret and ConfigMap volumes are written under work-dir and paths in env
 // values that point into their mount paths are rewritten.
 func (p *podlet) containerEnv(ctx context.Context, d *appsv1.Deployment, name string) ([]string, error) {
 	c := d.Spec.Template.Spec.Containers[0]
 	mounts := map[string]string{} // mountPath -> local dir
 	for _, vm := range c.VolumeMounts {
 		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name != vm.Name || v.Secret == nil {
+			if v.Name != vm.Name {
 				continue
 			}
-			s, err := p.cs.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
-			if err != nil {
-				return nil, fmt.Errorf("secret volume %s: %v", v.Secret.SecretName, err)
+			// The files of the volume: a Secret's data or a ConfigMap's (the CA bundle
+			// echo-basic verifies client certificates with).
+			var data map[string][]byte
+			var items []corev1.KeyToPath
+			switch {
+			case v.Secret != nil:
+				s, err := p.cs.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("secret volume %s: %v", v.Secret.SecretName, err)
+				}
+				data, items = s.Data, v.Secret.Items
+			case v.ConfigMap != nil:
+				cm, err := p.cs.CoreV1().ConfigMaps(d.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("configMap volume %s: %v", v.ConfigMap.Name, err)
+				}
+				data = map[string][]byte{}
+				for k, val := range cm.Data {
+					data[k] = []byte(val)
+				}
+				for k, val := range cm.BinaryData {
+					data[k] = val
+				}
+				items = v.ConfigMap.Items
+			default:
+				continue
 			}
 			dir := filepath.Join(p.opts.workDir, "volumes", d.Namespace, name, v.Name)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return nil, err
 			}
-			items := v.Secret.Items
 			if len(items) == 0 {
-				for k := range s.Data {
+				for k := range data {
 					items = append(items, corev1.KeyToPath{Key: k, Path: k})
 				}
 			}
 			for _, it := range items {
-				if err := os.WriteFile(filepath.Join(dir, it.Path), s.Data[it.Key], 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, it.Path), data[it.Key], 0o600); err != nil {
 					return nil, err
 				}
 			}

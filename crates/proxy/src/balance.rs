@@ -33,17 +33,18 @@
 //!   [`crate::affinity`].
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
-use weir_model::{Cluster, Endpoint, HashOn, LoadBalancer, Policy};
+use weir_model::{Certificate, Cluster, Endpoint, HashOn, LoadBalancer, Policy, UpstreamTls};
 
 use crate::breaker::{self, Overflow};
 use crate::endpoints::{self, ConnectGate, EndpointRegistry, EndpointState};
 use crate::health::Prober;
 use crate::ring::Ring;
 use crate::router;
+use crate::upstream_tls::TlsTarget;
 
 /// Positions of the round-robin cycle tried for an available endpoint before looking
 /// through the endpoints one by one.
@@ -101,8 +102,22 @@ pub struct ClusterState {
     /// TLS towards the endpoints (the BackendTLSPolicy of the cluster's Service port),
     /// built once per cluster version: `Err` when it cannot be (requests fail, never
     /// going out in plaintext).
-    tls: Option<Result<Arc<crate::upstream_tls::TlsTarget>, Arc<str>>>,
+    tls: Option<Result<Arc<TlsTarget>, Arc<str>>>,
+    /// The settings `tls` was built from, for the configurations with a client
+    /// certificate.
+    tls_settings: Option<Arc<UpstreamTls>>,
+    /// The TLS configurations that present a Gateway's client certificate, by the
+    /// certificate's content hash: built on first use, at most [`MAX_CLIENT_TLS`], for
+    /// as long as this cluster version lives.
+    client_tls: RwLock<Vec<(u64, TlsResult)>>,
 }
+
+/// How a cluster's connections are made over TLS, or why they cannot be.
+pub(crate) type TlsResult = Result<Arc<TlsTarget>, Arc<str>>;
+
+/// Client certificates a cluster keeps a TLS configuration for (one per Gateway with
+/// `spec.tls.backend` sending to it); beyond that the cache starts over.
+const MAX_CLIENT_TLS: usize = 64;
 
 impl std::fmt::Debug for ClusterState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -198,17 +213,12 @@ impl ClusterState {
         };
         let m = registry.balancer_metrics();
         let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
-        let tls = policy
+        let tls_settings = policy
             .as_ref()
             .and_then(|p| p.backend_tls.as_ref())
             .and_then(|t| t.for_port(cluster.key.service_port()?))
-            .map(|t| match crate::upstream_tls::TlsTarget::new(t) {
-                Ok(target) => Ok(Arc::new(target)),
-                Err(e) => {
-                    tracing::warn!(cluster = %cluster.key, policy = %t.policy, error = %e, "upstream TLS");
-                    Err(Arc::from(e))
-                }
-            });
+            .cloned();
+        let tls = tls_settings.as_ref().map(|t| build_tls(&cluster, t, None));
         ClusterState {
             cluster,
             schedule,
@@ -224,12 +234,41 @@ impl ClusterState {
             weighted: cluster_weighted(&weights),
             panic: AtomicU64::new(0),
             tls,
+            tls_settings,
+            client_tls: RwLock::new(Vec::new()),
         }
     }
 
     /// How connections to the endpoints are made over TLS, if they are.
-    pub(crate) fn tls(&self) -> Option<&Result<Arc<crate::upstream_tls::TlsTarget>, Arc<str>>> {
+    pub(crate) fn tls(&self) -> Option<&TlsResult> {
         self.tls.as_ref()
+    }
+
+    /// As [`ClusterState::tls`], presenting `client` (the request's Gateway's backend
+    /// client certificate) to the endpoints: the configuration of each certificate is
+    /// built once and kept with the cluster.
+    pub(crate) fn tls_for(&self, client: Option<&Arc<Certificate>>) -> Option<TlsResult> {
+        let (Some(client), Some(settings)) = (client, &self.tls_settings) else {
+            return self.tls.clone();
+        };
+        let id = client.hash().0;
+        let find = |cache: &Vec<(u64, TlsResult)>| {
+            cache.iter().find(|(k, _)| *k == id).map(|(_, t)| t.clone())
+        };
+        if let Some(t) = find(&self.client_tls.read().unwrap_or_else(|e| e.into_inner())) {
+            return Some(t);
+        }
+        let mut cache = self.client_tls.write().unwrap_or_else(|e| e.into_inner());
+        // Another request may have built it meanwhile.
+        if let Some(t) = find(&cache) {
+            return Some(t);
+        }
+        let built = build_tls(&self.cluster, settings, Some(client));
+        if cache.len() >= MAX_CLIENT_TLS {
+            cache.clear();
+        }
+        cache.push((id, built.clone()));
+        Some(built)
     }
 
     /// What the cluster's consistent hash reads from a request, if it balances by one.
@@ -487,6 +526,18 @@ impl ClusterState {
 /// Endpoints of weight above 0.
 fn cluster_weighted(weights: &[u32]) -> u32 {
     weights.iter().filter(|w| **w > 0).count() as u32
+}
+
+/// The TLS configuration of `cluster`'s connections with `settings` (and `client`'s
+/// certificate); an error is logged once per build and fails the requests.
+fn build_tls(cluster: &Cluster, settings: &UpstreamTls, client: Option<&Certificate>) -> TlsResult {
+    match TlsTarget::new(settings, client) {
+        Ok(target) => Ok(Arc::new(target)),
+        Err(e) => {
+            tracing::warn!(cluster = %cluster.key, policy = %settings.policy, error = %e, "upstream TLS");
+            Err(Arc::from(e))
+        }
+    }
 }
 
 #[cfg(test)]

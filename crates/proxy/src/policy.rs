@@ -60,6 +60,8 @@ pub(crate) struct Applied {
     size_limits: SizeLimits,
     /// The policy whose concurrency limit applies.
     concurrency_limit: Option<Arc<Policy>>,
+    /// The Gateway's policy when it carries a backend client certificate.
+    client_certificate: Option<Arc<Policy>>,
 }
 
 /// The policy that sets each request size limit: the most specific one that sets that
@@ -130,7 +132,16 @@ impl Applied {
             cors: None,
             size_limits: SizeLimits::default(),
             concurrency_limit: None,
+            client_certificate: None,
         }
+    }
+
+    /// The certificate the request's Gateway presents to TLS backends that ask for one.
+    pub(crate) fn client_certificate(&self) -> Option<&Arc<weir_model::Certificate>> {
+        self.client_certificate
+            .as_ref()?
+            .client_certificate
+            .as_ref()
     }
 
     /// The concurrency limit that applies: the policy object that set it and how many
@@ -245,6 +256,10 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
         header_bytes: limits(|l| l.max_header_bytes.is_some()),
     };
     applied.concurrency_limit = first(|p| p.concurrency_limit.is_some());
+    // A Gateway's own setting: no route or rule policy carries it.
+    applied.client_certificate = chain[2]
+        .filter(|p| p.client_certificate.is_some())
+        .map(Arc::clone);
     applied
 }
 

@@ -140,7 +140,7 @@ pub(crate) async fn forward(
         drop(result);
         tokio::time::sleep(wait).await;
         attempts += 1;
-        target = match choose_again(&ctx, &rule, &addr) {
+        target = match choose_again(&ctx, &rule, &addr, applied.client_certificate()) {
             Ok(t) => t,
             Err(e) => return (Err(e), attempts - 1, addr),
         };
@@ -193,17 +193,18 @@ fn choose_again(
     ctx: &ConnContext,
     rule: &RouteRule,
     failed: &EndpointAddr,
+    client_cert: Option<&Arc<weir_model::Certificate>>,
 ) -> Result<Target, ProxyError> {
     let Action::Forward(backends) = &rule.action else {
         return Err(ProxyError::BackendNotFound);
     };
     let snapshot = ctx.shared.snapshots.load();
     let now = Instant::now();
-    let first = choose(&snapshot, rule, backends, now, None)?;
+    let first = choose(&snapshot, rule, backends, now, None, client_cert)?;
     if first.addr != *failed {
         return Ok(first);
     }
-    match choose(&snapshot, rule, backends, now, None) {
+    match choose(&snapshot, rule, backends, now, None, client_cert) {
         Ok(second) if second.addr != *failed => Ok(second),
         _ => Ok(first),
     }

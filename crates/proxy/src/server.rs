@@ -574,7 +574,14 @@ fn phases(
         }
     };
     let from = Some((req.headers(), client, &applied));
-    let mut target = choose(&snapshot, &rule, backends, start, from)?;
+    let mut target = choose(
+        &snapshot,
+        &rule,
+        backends,
+        start,
+        from,
+        applied.client_certificate(),
+    )?;
     drop(snapshot);
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
@@ -701,13 +708,15 @@ fn route(
 /// ([`affinity`]) is read when the rule's policies balance by one (Gateway API
 /// `sessionPersistence`: the key also chooses the backend, so a session keeps it) or the
 /// chosen cluster's Service does. A retry chooses without `from` (another endpoint than
-/// the key's is what it wants).
+/// the key's is what it wants). `client_cert` is the request's Gateway's backend client
+/// certificate, presented when the endpoint is reached over TLS.
 pub(crate) fn choose(
     snapshot: &Snapshot,
     rule: &RouteRule,
     backends: &[WeightedBackend],
     now: Instant,
     from: Option<(&HeaderMap, std::net::IpAddr, &Applied)>,
+    client_cert: Option<&Arc<weir_model::Certificate>>,
 ) -> Result<Target, ProxyError> {
     let route_on = from.and_then(|(_, _, applied)| applied.hash_on());
     let mut affinity = match (route_on, from) {
@@ -727,7 +736,7 @@ pub(crate) fn choose(
     {
         affinity = affinity::of_request(on, headers, client);
     }
-    let tls = match cluster.tls() {
+    let tls = match cluster.tls_for(client_cert) {
         None => None,
         // HTTP/2 to the endpoints (h2c, gRPC) goes through hyper-util's client, which
         // has no TLS here yet: such a cluster fails rather than going out in plaintext.
@@ -736,7 +745,7 @@ pub(crate) fn choose(
                 "BackendTLSPolicy on an HTTP/2 (h2c, gRPC) Service port: TLS to HTTP/2 backends is not supported yet".into(),
             ));
         }
-        Some(Ok(t)) => Some(Arc::clone(t)),
+        Some(Ok(t)) => Some(t),
         Some(Err(e)) => return Err(ProxyError::Connect(e.to_string().into())),
     };
     let picked = cluster.admit(now, affinity.key)?;

@@ -7,6 +7,11 @@
 //! has any (a DNS name matched as webpki matches a server name, a URI compared exactly),
 //! else against the SNI (`hostname`). A policy with no usable CA verifies nothing
 //! successfully: its Service is unreachable rather than reached unverified.
+//!
+//! A Gateway with a backend client certificate (`spec.tls.backend.clientCertificateRef`)
+//! presents it in those handshakes: the configuration is then one per (Service port
+//! settings, certificate) pair, built on first use and kept by the cluster
+//! ([`crate::balance::ClusterState::tls_for`]).
 
 use std::sync::{Arc, OnceLock};
 
@@ -14,10 +19,10 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::{verify_server_cert_signed_by_trust_anchor, verify_server_name};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use weir_model::{SubjectName, TrustAnchors, UpstreamTls};
+use weir_model::{Certificate, SubjectName, TrustAnchors, UpstreamTls};
 
 /// How one cluster's connections are made over TLS.
 pub(crate) struct TlsTarget {
@@ -42,9 +47,14 @@ impl std::fmt::Debug for TlsTarget {
 }
 
 impl TlsTarget {
-    /// Builds the client configuration of `tls`. Fails only on an SNI that is not a DNS
-    /// name (the translator refuses those).
-    pub(crate) fn new(tls: &UpstreamTls) -> Result<TlsTarget, String> {
+    /// Builds the client configuration of `tls`, presenting `client` (the Gateway's
+    /// `spec.tls.backend` certificate) to backends that ask for one. Fails on an SNI that
+    /// is not a DNS name (the translator refuses those) and on a client certificate
+    /// rustls cannot use (the translator checked its PEM framing only).
+    pub(crate) fn new(
+        tls: &UpstreamTls,
+        client: Option<&Certificate>,
+    ) -> Result<TlsTarget, String> {
         let server_name = ServerName::try_from(tls.sni.to_string())
             .map_err(|e| format!("SNI {:?}: {e}", tls.sni))?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -66,15 +76,34 @@ impl TlsTarget {
             names: tls.subject_names.clone(),
             algorithms: provider.signature_verification_algorithms,
         });
-        let mut config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match client {
+            None => builder.with_no_client_auth(),
+            Some(c) => {
+                let chain: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(&c.chain_pem)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("client certificate: {e}"))?;
+                let key = PrivateKeyDer::from_pem_slice(&c.key_pem)
+                    .map_err(|e| format!("client certificate key: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("client certificate: {e}"))?
+            }
+        };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // Connections made with one Gateway's certificate are another identity than those
+        // made with another's (or none): the pool keeps them apart by this id.
+        let id = match client {
+            None => weir_model::content_hash(tls).0,
+            Some(c) => weir_model::content_hash(&(tls, c.hash().0)).0,
+        };
         Ok(TlsTarget {
-            id: weir_model::content_hash(tls).0,
+            id,
             config: Arc::new(config),
             server_name,
             policy: tls.policy.clone(),

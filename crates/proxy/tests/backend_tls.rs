@@ -284,3 +284,190 @@ async fn without_a_policy_the_tls_port_is_spoken_to_in_plaintext_and_fails() {
     let (status, _) = status_and_body(&p).await;
     assert!(status >= 500, "{status}");
 }
+
+// ------------------------------------------- a Gateway's backend client certificate
+
+/// An HTTPS backend that requires a client certificate issued by `client_ca` and answers
+/// `client=<base64 of the certificate the client presented>`.
+async fn mtls_backend(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+    client_ca: &Pki,
+) -> SocketAddr {
+    use base64::Engine as _;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(client_ca.ca.der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let presented = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| base64::engine::general_purpose::STANDARD.encode(c.as_ref()))
+                    .unwrap_or_default();
+                let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    let body = format!("client={presented}");
+                    async move {
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            body,
+                        ))))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A client certificate issued by `ca`, as a Gateway's Secret holds it (PEM), and the
+/// body [`mtls_backend`] answers when it is presented.
+fn client_cert(ca: &Pki, name: &str) -> (weir_model::Certificate, String) {
+    use base64::Engine as _;
+    let params = CertificateParams::new(vec![name.to_string()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca.ca).unwrap();
+    let expected = format!(
+        "client={}",
+        base64::engine::general_purpose::STANDARD.encode(cert.der().as_ref())
+    );
+    let c = weir_model::Certificate::new(
+        Arc::from(cert.pem().into_bytes()),
+        Arc::from(key.serialize_pem().into_bytes()),
+    );
+    (c, expected)
+}
+
+/// The Policy resource of Gateway `gateway` presenting `cert` to backends.
+fn gateway_cert(gateway: &str, cert: weir_model::Certificate) -> Resource {
+    Resource::Policy(Arc::new(
+        Policy::new(
+            PolicyTarget::Gateway(gateway.into()),
+            Timeouts::default(),
+            None,
+            None,
+        )
+        .with_client_certificate(Some(Arc::new(cert))),
+    ))
+}
+
+/// The second Gateway's listener (another address of 127.0.0.0/8, so another socket).
+fn second_key() -> weir_model::ListenerKey {
+    weir_model::ListenerKey("127.0.0.2:0".parse().unwrap())
+}
+
+#[tokio::test]
+async fn each_gateway_presents_its_own_client_certificate() {
+    let server_pki = Pki::new();
+    let client_pki = Pki::new();
+    let (cert, key) = server_pki.leaf(&["abc.example.com"], &[]);
+    let b = mtls_backend(cert, key, &client_pki).await;
+    let (cert_a, body_a) = client_cert(&client_pki, "gateway-a");
+    let (cert_b, body_b) = client_cert(&client_pki, "gateway-b");
+    let app = || vec![rule("/", forward(&[(APP, 1)]))];
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("app.test"), app()),
+        Resource::Listener(Arc::new(weir_model::Listener::new(
+            second_key(),
+            Protocol::Http,
+            "test/gw2".into(),
+            "web".into(),
+        ))),
+        Resource::VirtualHost(Arc::new(weir_model::VirtualHost::new(
+            second_key(),
+            host(Some("app.test")),
+            app(),
+        ))),
+        cluster(APP, &[b], UpstreamProtocol::Http1),
+        tls_policy(Some(upstream(
+            "abc.example.com",
+            TrustAnchors::Pem(server_pki.ca_pem()),
+            vec![],
+        ))),
+        gateway_cert("test/gw", cert_a),
+        gateway_cert("test/gw2", cert_b),
+    ])
+    .await;
+    let second =
+        p.dp.bound_addr(&second_key())
+            .expect("second listener bound");
+    let mut a = Conn::h1(p.addr).await;
+    let mut b = Conn::h1(second).await;
+    // Alternating, each over a kept-alive client connection: the backend connections
+    // each Gateway's requests leave idle are reused only by that Gateway's requests.
+    for _ in 0..3 {
+        let r = a.get("app.test", "/").await;
+        assert_eq!((r.status, &r.body), (200, &body_a));
+        let r = b.get("app.test", "/").await;
+        assert_eq!((r.status, &r.body), (200, &body_b));
+    }
+}
+
+#[tokio::test]
+async fn without_the_gateway_certificate_the_backend_refuses() {
+    let server_pki = Pki::new();
+    let client_pki = Pki::new();
+    let (cert, key) = server_pki.leaf(&["abc.example.com"], &[]);
+    let b = mtls_backend(cert, key, &client_pki).await;
+    let upstream_tls = || {
+        Some(upstream(
+            "abc.example.com",
+            TrustAnchors::Pem(server_pki.ca_pem()),
+            vec![],
+        ))
+    };
+    // No Gateway setting: no certificate is presented and the backend refuses.
+    let p = proxy(b, upstream_tls()).await;
+    let (status, body) = status_and_body(&p).await;
+    assert!(status >= 500, "{status} {body}");
+    // A certificate of another CA than the backend's: refused too.
+    let other_ca = Pki::new();
+    let (stranger, _) = client_cert(&other_ca, "stranger");
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("app.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+        cluster(APP, &[b], UpstreamProtocol::Http1),
+        tls_policy(upstream_tls()),
+        gateway_cert("test/gw", stranger),
+    ])
+    .await;
+    let (status, body) = status_and_body(&p).await;
+    assert!(status >= 500, "{status} {body}");
+    // With the Gateway's certificate (the listener's Gateway is test/gw): served.
+    let (good, expected) = client_cert(&client_pki, "gateway");
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("app.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+        cluster(APP, &[b], UpstreamProtocol::Http1),
+        tls_policy(upstream_tls()),
+        gateway_cert("test/gw", good),
+    ])
+    .await;
+    let (status, body) = status_and_body(&p).await;
+    assert_eq!((status, body), (200, expected));
+}

@@ -86,6 +86,31 @@ kind: Gateway
 metadata: {name: gw2, namespace: default}
 spec:
   gatewayClassName: weir
+  tls: {backend: {clientCertificateRef: {name: cert}}}
+  listeners: [{name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
+  tls: {backend: {clientCertificateRef: {kind: Secret, name: cert, namespace: other}}}
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  tls: {backend: {clientCertificateRef: {name: cert2}}}
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: default}
+spec:
+  gatewayClassName: weir
   listeners: [{name: ingress-port, port: 8443, protocol: HTTP}]
   addresses: [{value: 127.0.0.1}]
 ---

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use weir_api::{Gateway, Kind, LabelSelector, ListenerSetSpec, ObjectKey, ObjectMeta, Reason};
 use weir_model::{HostMatch, L4Mode, ListenerKey, ListenerSettings, Protocol};
 
+use crate::compile::backend_client::{self, BackendClient};
 use crate::compile::frontend::{self, Frontend};
 use crate::compile::listener::{
     ListenerState, ListenerView, Outcome, compile_listeners, first_conflict,
@@ -57,6 +58,10 @@ pub(crate) struct GatewayState {
     /// Client certificate validation of the HTTPS sockets (`spec.tls.frontend`; an
     /// XListenerSet has its parent's).
     pub(crate) frontend: Arc<Frontend>,
+    /// The certificate presented to backends (`spec.tls.backend.clientCertificateRef`;
+    /// `None` when unset, and for listener sets: the Gateway's policy covers their
+    /// listeners).
+    pub(crate) backend_client: BackendClient,
 }
 
 /// Whether `gw` belongs to us.
@@ -159,6 +164,7 @@ pub(crate) fn compile(
     );
     deps.extend(frontend.deps.iter().cloned());
     frontend.apply(&mut listeners);
+    let backend_client = backend_client::compile(store, ns, gw.spec.tls.as_ref(), deps);
     let sets_allowed = gw.spec.allowed_listeners.as_ref().map(|a| {
         let n = a.namespaces.clone().unwrap_or_default();
         match n.from.as_deref().unwrap_or("None") {
@@ -173,6 +179,7 @@ pub(crate) fn compile(
         settings,
         settings_problems,
         frontend: Arc::new(frontend),
+        backend_client,
         key: key.clone(),
         group: key.clone(),
         group_age: age.clone(),
@@ -324,6 +331,7 @@ pub(crate) fn compile_set(
         settings,
         settings_problems: Vec::new(),
         frontend,
+        backend_client: None,
         key: key.clone(),
         group: pk,
         group_age,

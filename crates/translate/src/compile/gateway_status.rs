@@ -57,6 +57,24 @@ pub(crate) fn status(
             state.settings_problems.join("; ")
         );
     }
+    // Reported by Gateways with a backend client certificate (the only reference of a
+    // Gateway outside its listeners): whether it can be used. It does not touch
+    // `Accepted`: without the certificate, backends that require one refuse the
+    // handshake, and the rest is served.
+    if let Some(client) = &state.backend_client {
+        conditions.push(match client {
+            Ok(_) => Condition::new(
+                ConditionType::ResolvedRefs,
+                true,
+                Reason::ResolvedRefs,
+                "spec.tls.backend.clientCertificateRef resolved",
+                g,
+            ),
+            Err((reason, m)) => {
+                Condition::new(ConditionType::ResolvedRefs, false, *reason, m.clone(), g)
+            }
+        });
+    }
     // Named while any frontend TLS entry serves clients without a valid certificate
     // (removed when none does).
     if state.frontend.insecure {

@@ -6,6 +6,7 @@
 
 pub(crate) mod authz;
 pub(crate) mod backend;
+pub(crate) mod backend_client;
 pub(crate) mod backend_policy;
 pub(crate) mod backend_ref;
 pub(crate) mod backend_tls;

@@ -12,10 +12,13 @@ use crate::store::Store;
 /// exactly those whose upstream conformance tests weir passes (CONFORMANCE.md), sorted by
 /// name as the API expects.
 pub(crate) const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",

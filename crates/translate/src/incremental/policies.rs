@@ -55,6 +55,9 @@ pub(crate) struct PolicyIndex {
     /// The upstream TLS of Services (BackendTLSPolicies, `crate::incremental::BtlsIndex`),
     /// a field of their `Policy` resource beside what TrafficPolicies set.
     backend_tls: HashMap<PolicyTarget, Arc<weir_model::BackendTls>>,
+    /// The backend client certificates of Gateways (`spec.tls.backend`), a field of
+    /// their `Policy` resource beside what TrafficPolicies set.
+    client_certs: HashMap<PolicyTarget, Arc<weir_model::Certificate>>,
 }
 
 impl PolicyIndex {
@@ -196,6 +199,26 @@ impl PolicyIndex {
         }
     }
 
+    /// Sets (or, with `None`, removes) the backend client certificate of a Gateway
+    /// target, marking its `Policy` resource dirty when it changes.
+    pub(crate) fn set_client_certificate(
+        &mut self,
+        target: PolicyTarget,
+        cert: Option<Arc<weir_model::Certificate>>,
+        dirty: &mut DirtyResources,
+    ) {
+        let changed = match cert {
+            Some(c) => self
+                .client_certs
+                .insert(target.clone(), c.clone())
+                .is_none_or(|old| old.hash() != c.hash()),
+            None => self.client_certs.remove(&target).is_some(),
+        };
+        if changed {
+            dirty.insert(ResourceKey::Policy(target));
+        }
+    }
+
     /// The `Policy` resource of `target`: its implicit policy and every valid policy on it
     /// merged field by field (the implicit one, then the oldest, sets each field); `None`
     /// when nothing is attached or nothing is set.
@@ -210,12 +233,21 @@ impl PolicyIndex {
             .into_iter()
             .flat_map(|a| a.iter().map(|(_, s)| s));
         let merged = merged(target, implicit.into_iter().chain(attached));
-        match self.backend_tls.get(target) {
+        let empty = || Policy::new(target.clone(), Timeouts::default(), None, None);
+        let merged = match self.backend_tls.get(target) {
             None => merged,
             Some(tls) => Some(
                 merged
-                    .unwrap_or_else(|| Policy::new(target.clone(), Timeouts::default(), None, None))
+                    .unwrap_or_else(empty)
                     .with_backend_tls(Some(tls.clone())),
+            ),
+        };
+        match self.client_certs.get(target) {
+            None => merged,
+            Some(cert) => Some(
+                merged
+                    .unwrap_or_else(empty)
+                    .with_client_certificate(Some(cert.clone())),
             ),
         }
     }

@@ -3,7 +3,7 @@
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use weir_api::{Kind, ObjectKey};
-use weir_model::{HostMatch, Listener, ListenerKey, ListenerSettings, Protocol};
+use weir_model::{HostMatch, Listener, ListenerKey, ListenerSettings, PolicyTarget, Protocol};
 
 use super::{Dirty, Translator};
 use crate::compile::listener::{self, ListenerState};
@@ -35,6 +35,15 @@ impl Translator {
             };
             self.deps.set(&gk, deps);
             if gk.kind == Kind::Gateway {
+                // The backend client certificate is the Gateway's policy (by key): its
+                // routes and clusters are untouched by a change to it.
+                let cert = state
+                    .as_ref()
+                    .and_then(|s| s.backend_client.as_ref())
+                    .and_then(|c| c.as_ref().ok().cloned());
+                let target = PolicyTarget::Gateway(format!("{}/{}", gk.namespace, gk.name).into());
+                self.policies
+                    .set_client_certificate(target, cert, &mut d.resources);
                 for k in self.deps.dependents(&Dep::Object(gk.clone())) {
                     if k.kind.is_listener_set() && queued.insert(k.clone()) {
                         todo.push(k.clone());
