@@ -174,13 +174,25 @@ impl ClusterState {
             cluster.endpoints.iter().map(|e| e.addr.clone()),
             outlier.ejection,
         );
+        let tls = policy
+            .as_ref()
+            .and_then(|p| p.backend_tls.as_ref())
+            .and_then(|t| t.for_port(cluster.key.service_port()?))
+            .map(|t| match crate::upstream_tls::TlsTarget::new(t) {
+                Ok(target) => Ok(Arc::new(target)),
+                Err(e) => {
+                    tracing::warn!(cluster = %cluster.key, policy = %t.policy, error = %e, "upstream TLS");
+                    Err(Arc::from(e))
+                }
+            });
         let probers = match policy.as_ref().and_then(|p| p.health_check.as_ref()) {
             Some(check) => cluster
                 .endpoints
                 .iter()
                 .zip(&states)
                 .map(|(e, state)| {
-                    let p = registry.probers().prober(&e.addr, check);
+                    let via = crate::health::ProbeTls::of(&check.probe, tls.as_ref());
+                    let p = registry.probers().prober(&e.addr, check, via);
                     p.watch(state);
                     p
                 })
@@ -198,17 +210,6 @@ impl ClusterState {
         };
         let m = registry.balancer_metrics();
         let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
-        let tls = policy
-            .as_ref()
-            .and_then(|p| p.backend_tls.as_ref())
-            .and_then(|t| t.for_port(cluster.key.service_port()?))
-            .map(|t| match crate::upstream_tls::TlsTarget::new(t) {
-                Ok(target) => Ok(Arc::new(target)),
-                Err(e) => {
-                    tracing::warn!(cluster = %cluster.key, policy = %t.policy, error = %e, "upstream TLS");
-                    Err(Arc::from(e))
-                }
-            });
         ClusterState {
             cluster,
             schedule,
