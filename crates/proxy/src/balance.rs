@@ -189,13 +189,20 @@ impl ClusterState {
             cluster.endpoints.iter().map(|e| e.addr.clone()),
             outlier.ejection,
         );
+        let tls_settings = policy
+            .as_ref()
+            .and_then(|p| p.backend_tls.as_ref())
+            .and_then(|t| t.for_port(cluster.key.service_port()?))
+            .cloned();
+        let tls = tls_settings.as_ref().map(|t| build_tls(&cluster, t, None));
         let probers = match policy.as_ref().and_then(|p| p.health_check.as_ref()) {
             Some(check) => cluster
                 .endpoints
                 .iter()
                 .zip(&states)
                 .map(|(e, state)| {
-                    let p = registry.probers().prober(&e.addr, check);
+                    let via = crate::health::ProbeTls::of(&check.probe, tls.as_ref());
+                    let p = registry.probers().prober(&e.addr, check, via);
                     p.watch(state);
                     p
                 })
@@ -213,12 +220,6 @@ impl ClusterState {
         };
         let m = registry.balancer_metrics();
         let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
-        let tls_settings = policy
-            .as_ref()
-            .and_then(|p| p.backend_tls.as_ref())
-            .and_then(|t| t.for_port(cluster.key.service_port()?))
-            .cloned();
-        let tls = tls_settings.as_ref().map(|t| build_tls(&cluster, t, None));
         ClusterState {
             cluster,
             schedule,

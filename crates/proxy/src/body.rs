@@ -128,6 +128,17 @@ impl RequestBody {
         self
     }
 
+    /// An empty body (a mirrored copy's).
+    pub(crate) fn empty() -> RequestBody {
+        RequestBody {
+            inner: None,
+            idle: None,
+            timer: None,
+            waiting_since: None,
+            stall: None,
+        }
+    }
+
     /// A body without an idle limit.
     #[cfg(test)]
     pub(crate) fn unlimited(inner: Incoming) -> RequestBody {
@@ -197,15 +208,7 @@ impl Replay {
     /// The body of the next attempt.
     pub(crate) fn body(&self) -> RequestBody {
         let tee = match &self.0 {
-            None => {
-                return RequestBody {
-                    inner: None,
-                    idle: None,
-                    timer: None,
-                    waiting_since: None,
-                    stall: None,
-                };
-            }
+            None => return RequestBody::empty(),
             Some(tee) => tee,
         };
         let (stall, attempt) = tee

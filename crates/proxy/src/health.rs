@@ -17,6 +17,14 @@
 //! by passive outlier detection of that endpoint (in every cluster using the prober)
 //! ends too, so it gets traffic at once. The balancer skips an unhealthy endpoint; when every endpoint
 //! of a cluster is unhealthy or ejected, it ignores both (see [`crate::balance`]).
+//!
+//! HTTP and gRPC probes of a cluster with upstream TLS (BackendTLSPolicy) are made over
+//! TLS with the cluster's [`TlsTarget`] (its SNI and verifier; ALPN `http/1.1` for HTTP,
+//! `h2` for gRPC): a failed handshake or verification is a failed probe, and a cluster
+//! whose TLS settings are unusable fails its probes rather than probing in plaintext. The
+//! TLS identity is part of the registry's key, so a cluster version that changes its TLS
+//! settings gets new probers for its endpoints while every other prober (and any TCP
+//! prober, which only connects) is kept.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +43,44 @@ use tokio::net::TcpStream;
 use weir_model::{EndpointAddr, HealthCheck, HealthProbe};
 
 use crate::endpoints::EndpointState;
+use crate::upstream_tls::TlsTarget;
+
+/// How a prober reaches its endpoint beyond the TCP connect.
+#[derive(Clone, Debug)]
+pub(crate) enum ProbeTls {
+    /// Plaintext (no upstream TLS, or a TCP probe).
+    Plain,
+    /// Over TLS with the cluster's settings.
+    Tls(Arc<TlsTarget>),
+    /// The cluster has upstream TLS that cannot be used: HTTP and gRPC probes fail.
+    Unusable,
+}
+
+impl ProbeTls {
+    /// The TLS of a cluster's probes: `tls` is the cluster's, if it has any. TCP probes
+    /// only connect, so they are always `Plain` (and keep their prober across TLS
+    /// changes).
+    pub(crate) fn of(
+        probe: &HealthProbe,
+        tls: Option<&Result<Arc<TlsTarget>, Arc<str>>>,
+    ) -> ProbeTls {
+        match (probe, tls) {
+            (HealthProbe::Tcp, _) | (_, None) => ProbeTls::Plain,
+            (_, Some(Ok(t))) => ProbeTls::Tls(Arc::clone(t)),
+            (_, Some(Err(_))) => ProbeTls::Unusable,
+        }
+    }
+
+    /// Its part of a registry key: the TLS identity (0 plaintext, 1 unusable; identities
+    /// are 64-bit content hashes).
+    fn id(&self) -> u64 {
+        match self {
+            ProbeTls::Plain => 0,
+            ProbeTls::Unusable => 1,
+            ProbeTls::Tls(t) => t.id,
+        }
+    }
+}
 
 /// The `result` label of `weir_upstream_health_checks_total`: two values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -143,9 +189,10 @@ impl Drop for Prober {
     }
 }
 
-type Key = (EndpointAddr, Arc<HealthCheck>);
+type Key = (EndpointAddr, Arc<HealthCheck>, u64);
 
-/// The probers of a data plane, by (endpoint address, settings). See the module docs.
+/// The probers of a data plane, by (endpoint address, settings, TLS identity). See the
+/// module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Probers {
     probers: Mutex<HashMap<Key, Weak<Prober>>>,
@@ -161,12 +208,18 @@ impl Probers {
         }
     }
 
-    /// The prober of `addr` with `check`: the running one, or a new one started on the
-    /// current tokio runtime. Without a runtime (a snapshot built outside one) the prober
-    /// does not probe and the endpoint stays healthy.
-    pub(crate) fn prober(&self, addr: &EndpointAddr, check: &Arc<HealthCheck>) -> Arc<Prober> {
+    /// The prober of `addr` with `check` over `tls` (from [`ProbeTls::of`]): the running
+    /// one, or a new one started on the current tokio runtime. Without a runtime (a
+    /// snapshot built outside one) the prober does not probe and the endpoint stays
+    /// healthy.
+    pub(crate) fn prober(
+        &self,
+        addr: &EndpointAddr,
+        check: &Arc<HealthCheck>,
+        tls: ProbeTls,
+    ) -> Arc<Prober> {
         let mut map = self.probers.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (addr.clone(), Arc::clone(check));
+        let key = (addr.clone(), Arc::clone(check), tls.id());
         if let Some(p) = map.get(&key).and_then(Weak::upgrade) {
             return p;
         }
@@ -177,6 +230,7 @@ impl Probers {
             rt.spawn(run(
                 addr.clone(),
                 Arc::clone(check),
+                tls,
                 Arc::clone(&status),
                 Arc::clone(&watchers),
                 self.metrics.clone(),
@@ -209,6 +263,7 @@ impl Probers {
 async fn run(
     addr: EndpointAddr,
     check: Arc<HealthCheck>,
+    tls: ProbeTls,
     status: Arc<ProbeStatus>,
     watchers: Arc<Watchers>,
     metrics: HealthMetrics,
@@ -225,7 +280,7 @@ async fn run(
     let (mut passed, mut failed) = (0u32, 0u32);
     loop {
         let started = tokio::time::Instant::now();
-        let ok = tokio::time::timeout(check.timeout, probe(&addr, &check.probe))
+        let ok = tokio::time::timeout(check.timeout, probe(&addr, &check.probe, &tls))
             .await
             .unwrap_or(false);
         status.probes.fetch_add(1, Ordering::Relaxed);
@@ -264,7 +319,7 @@ async fn run(
 }
 
 /// One probe of `addr` (the caller bounds it by the timeout).
-async fn probe(addr: &EndpointAddr, probe: &HealthProbe) -> bool {
+async fn probe(addr: &EndpointAddr, probe: &HealthProbe, tls: &ProbeTls) -> bool {
     let Some(sock) = resolve(addr).await else {
         return false;
     };
@@ -272,16 +327,45 @@ async fn probe(addr: &EndpointAddr, probe: &HealthProbe) -> bool {
         return false;
     };
     let _ = stream.set_nodelay(true);
-    match probe {
-        HealthProbe::Tcp => true,
-        HealthProbe::Http {
-            path,
-            host,
-            statuses,
-        } => http_probe(stream, addr, path, host.as_deref(), statuses)
-            .await
-            .unwrap_or(false),
-        HealthProbe::Grpc { service } => grpc_probe(stream, addr, service).await.unwrap_or(false),
+    let passed = match (probe, tls) {
+        (HealthProbe::Tcp, _) => Ok(true),
+        (_, ProbeTls::Unusable) => Ok(false),
+        (
+            HealthProbe::Http {
+                path,
+                host,
+                statuses,
+            },
+            ProbeTls::Plain,
+        ) => http_probe(stream, addr, path, host.as_deref(), statuses).await,
+        (
+            HealthProbe::Http {
+                path,
+                host,
+                statuses,
+            },
+            ProbeTls::Tls(t),
+        ) => {
+            let connector = tokio_rustls::TlsConnector::from(Arc::clone(&t.config));
+            match connector.connect(t.server_name.clone(), stream).await {
+                Ok(s) => http_probe(s, addr, path, host.as_deref(), statuses).await,
+                Err(e) => Err(e.into()),
+            }
+        }
+        (HealthProbe::Grpc { service }, ProbeTls::Plain) => {
+            grpc_probe(stream, "http", addr, service).await
+        }
+        (HealthProbe::Grpc { service }, ProbeTls::Tls(t)) => match t.connect_h2(stream).await {
+            Ok(s) => grpc_probe(s, "https", addr, service).await,
+            Err(e) => Err(e),
+        },
+    };
+    match passed {
+        Ok(ok) => ok,
+        Err(e) => {
+            tracing::debug!(endpoint = %addr, error = %e, "health probe failed");
+            false
+        }
     }
 }
 
@@ -298,13 +382,16 @@ const MAX_PROBE_BODY: usize = 64 * 1024;
 /// Errors of a probe are only "failed": the endpoint's logs say more.
 type ProbeResult = Result<bool, Box<dyn std::error::Error + Send + Sync>>;
 
-async fn http_probe(
-    stream: TcpStream,
+async fn http_probe<S>(
+    stream: S,
     addr: &EndpointAddr,
     path: &str,
     host: Option<&str>,
     statuses: &[(u16, u16)],
-) -> ProbeResult {
+) -> ProbeResult
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
     let conn = tokio::spawn(conn);
@@ -328,7 +415,10 @@ async fn http_probe(
 /// `grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING`.
 const SERVING: u64 = 1;
 
-async fn grpc_probe(stream: TcpStream, addr: &EndpointAddr, service: &str) -> ProbeResult {
+async fn grpc_probe<S>(stream: S, scheme: &str, addr: &EndpointAddr, service: &str) -> ProbeResult
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
         TokioExecutor::new(),
         TokioIo::new(stream),
@@ -346,7 +436,7 @@ async fn grpc_probe(stream: TcpStream, addr: &EndpointAddr, service: &str) -> Pr
     frame.push(0);
     frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     frame.extend_from_slice(&msg);
-    let uri = format!("http://{addr}/grpc.health.v1.Health/Check");
+    let uri = format!("{scheme}://{addr}/grpc.health.v1.Health/Check");
     let req = http::Request::post(uri)
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::TE, "trailers")
@@ -485,11 +575,11 @@ mod tests {
         let reg = Probers::new(metrics.clone());
         let a = EndpointAddr::Socket(([127, 0, 0, 1], 9).into());
         let b = EndpointAddr::Socket(([127, 0, 0, 2], 9).into());
-        let p1 = reg.prober(&a, &check(100));
-        let p2 = reg.prober(&a, &check(100));
+        let p1 = reg.prober(&a, &check(100), ProbeTls::Plain);
+        let p2 = reg.prober(&a, &check(100), ProbeTls::Plain);
         assert!(Arc::ptr_eq(&p1, &p2), "equal settings share the prober");
-        let p3 = reg.prober(&a, &check(200));
-        let p4 = reg.prober(&b, &check(100));
+        let p3 = reg.prober(&a, &check(200), ProbeTls::Plain);
+        let p4 = reg.prober(&b, &check(100), ProbeTls::Plain);
         assert!(!Arc::ptr_eq(&p1, &p3) && !Arc::ptr_eq(&p1, &p4));
         assert_eq!(reg.len(), 3);
         assert_eq!(metrics.probers.get(), 3);
@@ -498,6 +588,58 @@ mod tests {
         drop(p2);
         assert_eq!(reg.len(), 0);
         assert_eq!(metrics.probers.get(), 0);
+    }
+
+    fn tls(sni: &str) -> ProbeTls {
+        let t = weir_model::UpstreamTls {
+            sni: sni.into(),
+            trust: weir_model::TrustAnchors::Nothing,
+            subject_names: Vec::new(),
+            policy: "default/tls".into(),
+        };
+        ProbeTls::Tls(Arc::new(TlsTarget::new(&t, None).unwrap()))
+    }
+
+    /// A cluster version with other TLS settings gets a new prober; one with equal
+    /// settings (a new `TlsTarget` of the same content) keeps the running one, and a TCP
+    /// probe, which only connects, ignores TLS.
+    #[tokio::test]
+    async fn tls_settings_are_part_of_a_probers_identity() {
+        let reg = Probers::new(HealthMetrics::default());
+        let a = EndpointAddr::Socket(([127, 0, 0, 1], 9).into());
+        let http = Arc::new(HealthCheck {
+            probe: HealthProbe::Http {
+                path: "/".into(),
+                host: None,
+                statuses: vec![(200, 299)],
+            },
+            ..(*check(100)).clone()
+        });
+        let first = reg.prober(&a, &http, tls("a.example.com"));
+        let same = reg.prober(&a, &http, tls("a.example.com"));
+        assert!(
+            Arc::ptr_eq(&first, &same),
+            "equal TLS settings keep the prober"
+        );
+        let changed = reg.prober(&a, &http, tls("b.example.com"));
+        assert!(
+            !Arc::ptr_eq(&first, &changed),
+            "new TLS settings: a new prober"
+        );
+        let plain = reg.prober(&a, &http, ProbeTls::Plain);
+        assert!(!Arc::ptr_eq(&first, &plain) && !Arc::ptr_eq(&changed, &plain));
+        let tcp = check(100);
+        let of = |t: &Result<Arc<TlsTarget>, Arc<str>>| ProbeTls::of(&tcp.probe, Some(t));
+        let ProbeTls::Tls(t) = tls("a.example.com") else {
+            unreachable!()
+        };
+        let p1 = reg.prober(&a, &tcp, of(&Ok(t)));
+        let p2 = reg.prober(&a, &tcp, ProbeTls::of(&tcp.probe, None));
+        assert!(Arc::ptr_eq(&p1, &p2), "a TCP probe ignores TLS");
+        assert!(matches!(
+            ProbeTls::of(&http.probe, Some(&Err("bad".into()))),
+            ProbeTls::Unusable
+        ));
     }
 
     /// An endpoint answering its HTTP probe 200 with an endless body passes, and weir
@@ -536,7 +678,7 @@ mod tests {
         };
         let passed = tokio::time::timeout(
             Duration::from_secs(5),
-            probe(&EndpointAddr::Socket(addr), &probe_of),
+            probe(&EndpointAddr::Socket(addr), &probe_of, &ProbeTls::Plain),
         )
         .await;
         assert_eq!(
@@ -556,7 +698,7 @@ mod tests {
         drop(listener);
         let metrics = HealthMetrics::default();
         let reg = Probers::new(metrics.clone());
-        let p = reg.prober(&EndpointAddr::Socket(addr), &check(100));
+        let p = reg.prober(&EndpointAddr::Socket(addr), &check(100), ProbeTls::Plain);
         assert!(!p.is_unhealthy(), "a new prober starts healthy");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !p.is_unhealthy() && tokio::time::Instant::now() < deadline {

@@ -32,6 +32,7 @@ mod drain;
 mod error;
 mod ext_auth;
 mod global_ratelimit;
+mod h2_tls;
 mod idle;
 mod jwks;
 mod jwt;

@@ -7,23 +7,25 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header;
-use http::uri::PathAndQuery;
+use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Version};
 use weir_model::{EndpointAddr, Filter, RouteRule, UpstreamProtocol};
 
-use crate::server::{ConnContext, upstream_uri};
+use crate::server::{ConnContext, endpoint_host, upstream_uri};
 use crate::snapshot::Snapshot;
+use crate::upstream_tls::TlsTarget;
+
+/// Where one copy goes: the endpoint, its cluster's protocol and upstream TLS.
+pub(crate) type MirrorTarget = (EndpointAddr, UpstreamProtocol, Option<Arc<TlsTarget>>);
 
 /// How long a mirrored copy may take when the rule sets no timeout.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The endpoint of each RequestMirror filter of `rule` that this request is sampled for
 /// (no allocation when the rule mirrors nothing). A mirror cluster that is missing or
-/// empty is skipped.
-pub(crate) fn targets(
-    snapshot: &Snapshot,
-    rule: &RouteRule,
-) -> Vec<(EndpointAddr, UpstreamProtocol)> {
+/// empty is skipped, and so is one whose upstream TLS is unusable (no copy goes out in
+/// plaintext).
+pub(crate) fn targets(snapshot: &Snapshot, rule: &RouteRule) -> Vec<MirrorTarget> {
     rule.filters
         .iter()
         .filter_map(|f| match f {
@@ -32,12 +34,13 @@ pub(crate) fn targets(
                 per_million,
             } if sampled(*per_million) => {
                 let c = snapshot.cluster(cluster)?;
-                // Copies go out through a plaintext client: none to a TLS Service port.
-                if c.tls().is_some() {
-                    return None;
-                }
+                let tls = match c.tls() {
+                    None => None,
+                    Some(Ok(t)) => Some(Arc::clone(t)),
+                    Some(Err(_)) => return None,
+                };
                 let e = c.pick(std::time::Instant::now(), None)?;
-                Some((e.endpoint.addr.clone(), c.cluster.protocol))
+                Some((e.endpoint.addr.clone(), c.cluster.protocol, tls))
             }
             _ => None,
         })
@@ -65,7 +68,7 @@ pub(crate) fn send(
     ctx: &ConnContext,
     parts: &http::request::Parts,
     has_body: bool,
-    mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
+    mirrors: Vec<MirrorTarget>,
     limit: Duration,
 ) {
     if has_body {
@@ -77,8 +80,13 @@ pub(crate) fn send(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    for (addr, protocol) in mirrors {
-        let Ok(uri) = upstream_uri(&addr, path.clone()) else {
+    for (addr, protocol, tls) in mirrors {
+        let scheme = if tls.is_some() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        let Ok(uri) = upstream_uri(&addr, scheme, path.clone()) else {
             continue;
         };
         let mut req = Request::new(http_body_util::Empty::<Bytes>::new());
@@ -88,13 +96,27 @@ pub(crate) fn send(
         // A copy never upgrades (its connection is not joined to anything).
         req.headers_mut().remove(header::CONNECTION);
         req.headers_mut().remove(header::UPGRADE);
+        // The HTTP/1.1 pool (which TLS copies go through) takes origin-form requests with
+        // their Host; hyper-util's client makes both from the absolute URI itself.
+        if tls.is_some() && protocol == UpstreamProtocol::Http1 {
+            if !req.headers().contains_key(header::HOST) {
+                let Ok(host) = endpoint_host(&addr) else {
+                    continue;
+                };
+                req.headers_mut().insert(header::HOST, host);
+            }
+            *req.uri_mut() = http::Uri::from(path.clone());
+        }
         *req.version_mut() = match protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::H2c => Version::HTTP_2,
         };
         let shared = Arc::clone(&ctx.shared);
         tokio::spawn(async move {
-            let sent = tokio::time::timeout(limit, shared.upstreams.send_mirror(protocol, req));
+            let sending = shared
+                .upstreams
+                .send_mirror(protocol, &addr, tls.as_ref(), req);
+            let sent = tokio::time::timeout(limit, sending);
             match sent.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::debug!(upstream = %addr, error = %e, "mirror failed"),

@@ -738,13 +738,6 @@ pub(crate) fn choose(
     }
     let tls = match cluster.tls_for(client_cert) {
         None => None,
-        // HTTP/2 to the endpoints (h2c, gRPC) goes through hyper-util's client, which
-        // has no TLS here yet: such a cluster fails rather than going out in plaintext.
-        Some(Ok(_)) if cluster.cluster.protocol != UpstreamProtocol::Http1 => {
-            return Err(ProxyError::Connect(
-                "BackendTLSPolicy on an HTTP/2 (h2c, gRPC) Service port: TLS to HTTP/2 backends is not supported yet".into(),
-            ));
-        }
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => return Err(ProxyError::Connect(e.to_string().into())),
     };
@@ -830,7 +823,7 @@ pub(crate) struct Target {
     pub(crate) tls: Option<Arc<crate::upstream_tls::TlsTarget>>,
     pub(crate) backend: usize,
     /// Endpoints that get a copy (RequestMirror filters whose share this request fell in).
-    mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
+    mirrors: Vec<mirror::MirrorTarget>,
     /// The request counted against its endpoint until the outcome is known.
     pub(crate) in_flight: InFlight,
     /// The circuit breaker's pending-request limits, checked if the request needs a new
@@ -936,7 +929,12 @@ pub(crate) fn address(
             parts.version = Version::HTTP_11;
         }
         UpstreamProtocol::H2c => {
-            parts.uri = upstream_uri(&target.addr, origin_form(&parts.uri))?;
+            let scheme = if target.tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            };
+            parts.uri = upstream_uri(&target.addr, scheme, origin_form(&parts.uri))?;
             parts.version = Version::HTTP_2;
         }
     }
@@ -1126,7 +1124,7 @@ fn origin_form(uri: &Uri) -> PathAndQuery {
 }
 
 /// `Host` for a request that arrived without one (HTTP/1.0): the endpoint's address.
-fn endpoint_host(addr: &EndpointAddr) -> Result<HeaderValue, ProxyError> {
+pub(crate) fn endpoint_host(addr: &EndpointAddr) -> Result<HeaderValue, ProxyError> {
     let text = match addr {
         EndpointAddr::Socket(s) => s.to_string(),
         EndpointAddr::Host(h, p) => format!("{h}:{p}"),
@@ -1171,14 +1169,18 @@ impl<T, F: Future<Output = Result<T, ProxyError>>> Future for Bounded<F> {
     }
 }
 
-pub(crate) fn upstream_uri(addr: &EndpointAddr, path: PathAndQuery) -> Result<Uri, ProxyError> {
+pub(crate) fn upstream_uri(
+    addr: &EndpointAddr,
+    scheme: Scheme,
+    path: PathAndQuery,
+) -> Result<Uri, ProxyError> {
     let authority = match addr {
         EndpointAddr::Socket(s) => Authority::try_from(s.to_string()),
         EndpointAddr::Host(h, p) => Authority::try_from(format!("{h}:{p}")),
     }
     .map_err(|e| ProxyError::Connect(Box::new(e)))?;
     Uri::builder()
-        .scheme(Scheme::HTTP)
+        .scheme(scheme)
         .authority(authority)
         .path_and_query(path)
         .build()

@@ -1,6 +1,7 @@
 //! Upstream connection pools: weir's own per-endpoint pool for HTTP/1.1 keep-alive
-//! ([`crate::pool`]) and a hyper-util client for HTTP/2 with prior knowledge (h2c, one
-//! multiplexed connection per endpoint), both counting open connections.
+//! ([`crate::pool`], plaintext or TLS), a hyper-util client for HTTP/2 with prior
+//! knowledge (h2c, one multiplexed connection per endpoint), and weir's own pool for
+//! HTTP/2 over TLS ([`crate::h2_tls`]), all counting open connections.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +24,7 @@ use crate::body::{RequestBody, Stall};
 use crate::dataplane::ProxyConfig;
 use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
+use crate::h2_tls::H2TlsPool;
 use crate::pool::{Http1Pool, Lease};
 use crate::upstream_tls::TlsTarget;
 
@@ -30,6 +32,8 @@ use crate::upstream_tls::TlsTarget;
 pub(crate) struct Upstreams {
     http1: Arc<Http1Pool>,
     h2c: Client<CountingConnector, RequestBody>,
+    /// HTTP/2 to clusters with upstream TLS.
+    h2_tls: Arc<H2TlsPool>,
     /// Mirrored copies (RequestMirror) carry no body of their own.
     mirror_http1: Client<CountingConnector, Empty<Bytes>>,
     mirror_h2c: Client<CountingConnector, Empty<Bytes>>,
@@ -43,6 +47,12 @@ impl Upstreams {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(config.connect_timeout));
         let http1 = Arc::new(Http1Pool::new(
+            config.connect_timeout,
+            config.upstream_idle_timeout,
+            open.clone(),
+            connect_errors.clone(),
+        ));
+        let h2_tls = Arc::new(H2TlsPool::new(
             config.connect_timeout,
             config.upstream_idle_timeout,
             open.clone(),
@@ -63,6 +73,7 @@ impl Upstreams {
         };
         Upstreams {
             http1,
+            h2_tls,
             h2c: builder(true).build(connector.clone()),
             mirror_http1: builder(false).build(connector.clone()),
             mirror_h2c: builder(true).build(connector),
@@ -70,12 +81,25 @@ impl Upstreams {
     }
 
     /// Sends a mirrored copy and reads its response to the end (the response is
-    /// discarded; reading it lets the connection be reused).
+    /// discarded; reading it lets the connection be reused). A copy to a cluster with
+    /// upstream TLS goes through the pools of the forwarded requests, with the mirror
+    /// cluster's TLS settings.
     pub(crate) async fn send_mirror(
         &self,
         protocol: UpstreamProtocol,
+        addr: &EndpointAddr,
+        tls: Option<&Arc<TlsTarget>>,
         req: Request<Empty<Bytes>>,
     ) -> Result<(), BoxError> {
+        if let Some(tls) = tls {
+            let req = req.map(|_| RequestBody::empty());
+            let (resp, lease) = self.send(protocol, addr, Some(tls), req, None).await?;
+            resp.into_body().collect().await?;
+            if let Some(lease) = lease {
+                lease.release();
+            }
+            return Ok(());
+        }
         let client = match protocol {
             UpstreamProtocol::Http1 => &self.mirror_http1,
             UpstreamProtocol::H2c => &self.mirror_h2c,
@@ -105,8 +129,20 @@ impl Upstreams {
             UpstreamProtocol::Http1 => Sending::Http1 {
                 fut: self.http1.send(addr, tls, req, gate),
             },
-            UpstreamProtocol::H2c => Sending::H2c {
-                fut: self.h2c.request(req),
+            UpstreamProtocol::H2c => match tls {
+                None => Sending::H2c {
+                    fut: self.h2c.request(req),
+                },
+                // Boxed: a request of its own kind, whose connection is made the first
+                // time anyway; the common variants stay as small as they were.
+                Some(tls) => Sending::H2Tls {
+                    fut: Box::pin(Arc::clone(&self.h2_tls).send(
+                        addr.clone(),
+                        Arc::clone(tls),
+                        req,
+                        gate,
+                    )),
+                },
             },
         };
         UpstreamResponse { sending, stall }
@@ -129,8 +165,13 @@ pin_project_lite::pin_project! {
         Http1 { #[pin] fut: F },
         /// From the h2c client.
         H2c { #[pin] fut: ResponseFuture },
+        /// From the HTTP/2-over-TLS pool.
+        H2Tls { fut: H2TlsSend },
     }
 }
+
+/// A request to the HTTP/2-over-TLS pool.
+type H2TlsSend = Pin<Box<dyn Future<Output = Result<Response<Incoming>, ProxyError>> + Send>>;
 
 impl<F> Future for UpstreamResponse<F>
 where
@@ -149,6 +190,9 @@ where
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
                 Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
             },
+            SendingProj::H2Tls { fut } => {
+                std::task::ready!(fut.as_mut().poll(cx)).map(|r| (r, None))
+            }
         };
         Poll::Ready(match this.stall {
             Some(stall) => out.map_err(|e| stall.explain(e)),

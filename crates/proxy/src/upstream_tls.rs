@@ -24,13 +24,20 @@ use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use weir_model::{Certificate, SubjectName, TrustAnchors, UpstreamTls};
 
+/// The ALPN protocol name of HTTP/2 over TLS.
+pub(crate) const H2_ALPN: &[u8] = b"h2";
+
 /// How one cluster's connections are made over TLS.
 pub(crate) struct TlsTarget {
     /// Pool identity: connections of different TLS settings to one address are not
     /// shared (the content hash of the settings).
     pub(crate) id: u64,
-    /// The configuration (ALPN `http/1.1`).
+    /// The configuration for HTTP/1.1 (ALPN `http/1.1`): the HTTP/1.1 pool and HTTP
+    /// health probes.
     pub(crate) config: Arc<ClientConfig>,
+    /// The same with ALPN `h2` only: HTTP/2 (h2c and gRPC clusters, gRPC health probes).
+    /// A backend that does not select `h2` is refused ([`H2_ALPN`]).
+    pub(crate) config_h2: Arc<ClientConfig>,
     /// The SNI sent.
     pub(crate) server_name: ServerName<'static>,
     /// The BackendTLSPolicy, for errors.
@@ -95,7 +102,9 @@ impl TlsTarget {
                     .map_err(|e| format!("client certificate: {e}"))?
             }
         };
+        let mut config_h2 = config.clone();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config_h2.alpn_protocols = vec![H2_ALPN.to_vec()];
         // Connections made with one Gateway's certificate are another identity than those
         // made with another's (or none): the pool keeps them apart by this id.
         let id = match client {
@@ -105,9 +114,46 @@ impl TlsTarget {
         Ok(TlsTarget {
             id,
             config: Arc::new(config),
+            config_h2: Arc::new(config_h2),
             server_name,
             policy: tls.policy.clone(),
         })
+    }
+}
+
+/// Why an HTTP/2 connection over TLS was refused after its handshake: the backend did
+/// not select `h2` by ALPN (it would speak HTTP/1.1, or nothing known, on the stream).
+#[derive(Debug, thiserror::Error)]
+#[error("upstream TLS (BackendTLSPolicy {policy}): the backend selected ALPN {selected}, not h2")]
+pub(crate) struct NotH2 {
+    /// The policy, for the operator.
+    pub(crate) policy: Arc<str>,
+    /// What the backend selected (`none` when it selected nothing).
+    pub(crate) selected: String,
+}
+
+impl TlsTarget {
+    /// The TLS handshake of an HTTP/2 connection over `stream` (ALPN `h2`, the policy's
+    /// SNI and verifier), refusing a backend that does not select `h2`.
+    pub(crate) async fn connect_h2<S>(
+        &self,
+        stream: S,
+    ) -> Result<tokio_rustls::client::TlsStream<S>, crate::error::BoxError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.config_h2));
+        let tls = connector.connect(self.server_name.clone(), stream).await?;
+        match tls.get_ref().1.alpn_protocol() {
+            Some(H2_ALPN) => Ok(tls),
+            other => Err(Box::new(NotH2 {
+                policy: self.policy.clone(),
+                selected: other.map_or_else(
+                    || "none".to_owned(),
+                    |p| String::from_utf8_lossy(p).into_owned(),
+                ),
+            })),
+        }
     }
 }
 

@@ -5,14 +5,19 @@
 
 mod support;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{Request, Response};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType, string::Ia5String,
 };
@@ -21,8 +26,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use support::*;
 use tokio::net::TcpListener;
 use weir_model::{
-    BackendKind, BackendTls, Policy, PolicyTarget, Protocol, Resource, SubjectName, Timeouts,
-    TrustAnchors, UpstreamProtocol, UpstreamTls,
+    BackendKind, BackendTls, HealthCheck, HealthProbe, Policy, PolicyTarget, Protocol, Resource,
+    SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
 };
 
 const APP: &str = "service/default/app:443";
@@ -283,6 +288,414 @@ async fn without_a_policy_the_tls_port_is_spoken_to_in_plaintext_and_fails() {
     let p = proxy(b, None).await;
     let (status, _) = status_and_body(&p).await;
     assert!(status >= 500, "{status}");
+}
+
+// ---------------------------------------------------------------- HTTP/2, gRPC, mirrors,
+// health probes over TLS
+
+/// What a [`TlsBackend`] saw.
+#[derive(Default)]
+struct Seen {
+    /// Requests other than health probes, as `version scheme sni path`.
+    requests: std::sync::Mutex<Vec<String>>,
+    /// Health probes answered (HTTP `/healthz` and gRPC `Health/Check`).
+    probes: AtomicUsize,
+    /// Connections whose first byte was not a TLS handshake record: plaintext.
+    plaintext: AtomicUsize,
+}
+
+impl Seen {
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A TLS backend offering `alpn` (HTTP/1.1 or HTTP/2 by what was negotiated), answering
+/// `/healthz` 200, gRPC health checks SERVING, gRPC `echo.Echo` calls with trailers, and
+/// anything else with `version=..;scheme=..;sni=..`.
+struct TlsBackend {
+    addr: SocketAddr,
+    seen: Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TlsBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TlsBackend {
+    async fn start(
+        cert: CertificateDer<'static>,
+        key: PrivateKeyDer<'static>,
+        alpn: &[&[u8]],
+    ) -> TlsBackend {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let s = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = l.accept().await {
+                let (acceptor, seen) = (acceptor.clone(), Arc::clone(&s));
+                tokio::spawn(async move {
+                    let mut first = [0u8; 1];
+                    if !matches!(tcp.peek(&mut first).await, Ok(1) if first[0] == 0x16) {
+                        seen.plaintext.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let sni = tls.get_ref().1.server_name().unwrap_or("").to_owned();
+                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let (sni, seen) = (sni.clone(), Arc::clone(&seen));
+                        async move { Ok::<_, Infallible>(tls_answer(req, &sni, &seen).await) }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        TlsBackend { addr, seen, task }
+    }
+}
+
+/// One gRPC message frame (uncompressed).
+fn grpc_frame(msg: &[u8]) -> Bytes {
+    let mut f = BytesMut::new();
+    f.put_u8(0);
+    f.put_u32(msg.len() as u32);
+    f.put_slice(msg);
+    f.freeze()
+}
+
+/// A gRPC response: `msg` then trailers `grpc-status: 0` and `grpc-message`.
+fn grpc_response(msg: &[u8], message: &'static str) -> Response<BoxBody<Bytes, Infallible>> {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    trailers.insert("grpc-message", http::HeaderValue::from_static(message));
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter([
+        Ok::<_, Infallible>(hyper::body::Frame::data(grpc_frame(msg))),
+        Ok(hyper::body::Frame::trailers(trailers)),
+    ]));
+    Response::builder()
+        .header("content-type", "application/grpc")
+        .body(body.boxed())
+        .unwrap()
+}
+
+async fn tls_answer(
+    req: Request<Incoming>,
+    sni: &str,
+    seen: &Seen,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    match req.uri().path() {
+        "/healthz" => {
+            seen.probes.fetch_add(1, Ordering::SeqCst);
+            Response::new(Full::new(Bytes::new()).boxed())
+        }
+        "/grpc.health.v1.Health/Check" => {
+            seen.probes.fetch_add(1, Ordering::SeqCst);
+            // HealthCheckResponse { status: SERVING }.
+            grpc_response(&[0x08, 0x01], "serving")
+        }
+        path => {
+            let line = format!(
+                "version={:?};scheme={};sni={sni};path={path}",
+                req.version(),
+                req.uri().scheme_str().unwrap_or("-"),
+            );
+            seen.requests.lock().unwrap().push(line.clone());
+            if path.starts_with("/echo.Echo/") {
+                let got = req.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(&got[..], &grpc_frame(b"ping")[..], "the call's message");
+                return grpc_response(b"pong", "from-tls-backend");
+            }
+            Response::new(Full::new(Bytes::from(line)).boxed())
+        }
+    }
+}
+
+const H2: &[&[u8]] = &[b"h2"];
+const HTTP11: &[&[u8]] = &[b"http/1.1"];
+
+/// A proxy whose route `/` goes to the `protocol` cluster [`APP`] at `backends`, with the
+/// Service's policy carrying `tls` and `health`.
+async fn proxy_to(
+    backends: &[SocketAddr],
+    protocol: UpstreamProtocol,
+    tls: UpstreamTls,
+    health: Option<HealthProbe>,
+) -> Proxy {
+    Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("app.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+        cluster(APP, backends, protocol),
+        service_policy(Some(tls), health),
+    ])
+    .await
+}
+
+/// The policy of Service `default/app`: upstream TLS on every port, and a health check
+/// probing every 100 ms.
+fn service_policy(tls: Option<UpstreamTls>, health: Option<HealthProbe>) -> Resource {
+    let Resource::Policy(p) = tls_policy(tls) else {
+        unreachable!()
+    };
+    let check = health.map(|probe| {
+        Arc::new(HealthCheck {
+            probe,
+            interval: Duration::from_millis(100),
+            timeout: Duration::from_millis(100),
+            jitter: Duration::ZERO,
+            healthy_threshold: 1,
+            unhealthy_threshold: 2,
+        })
+    });
+    Resource::Policy(Arc::new((*p).clone().with_health_check(check)))
+}
+
+fn abc(pki: &Pki) -> UpstreamTls {
+    upstream("abc.example.com", TrustAnchors::Pem(pki.ca_pem()), vec![])
+}
+
+#[tokio::test]
+async fn an_http2_cluster_speaks_http2_over_tls_with_the_policy_sni() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let b = TlsBackend::start(cert, key, H2).await;
+    let p = proxy_to(&[b.addr], UpstreamProtocol::H2c, abc(&pki), None).await;
+    let mut c = Conn::h1(p.addr).await;
+    for i in 0..3 {
+        let r = c.get("app.test", &format!("/x{i}")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.body,
+            format!("version=HTTP/2.0;scheme=https;sni=abc.example.com;path=/x{i}")
+        );
+    }
+    assert_eq!(b.seen.plaintext.load(Ordering::SeqCst), 0);
+    // Multiplexed: the three requests shared one upstream connection.
+    assert_eq!(p.metric("weir_upstream_connections"), 1, "{}", p.metrics());
+}
+
+#[tokio::test]
+async fn a_grpc_call_over_tls_gets_the_backend_trailers() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let b = TlsBackend::start(cert, key, H2).await;
+    let p = proxy_to(&[b.addr], UpstreamProtocol::H2c, abc(&pki), None).await;
+    let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("http://app.test/echo.Echo/Say")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(grpc_frame(b"ping")))
+        .unwrap();
+    let resp = tokio::time::timeout(STEP, send.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/grpc");
+    let body = tokio::time::timeout(STEP, resp.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap();
+    let trailers = body.trailers().cloned().expect("trailers");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers["grpc-message"], "from-tls-backend");
+    assert_eq!(&body.to_bytes()[..], &grpc_frame(b"pong")[..]);
+    assert_eq!(
+        b.seen.requests(),
+        ["version=HTTP/2.0;scheme=https;sni=abc.example.com;path=/echo.Echo/Say"]
+    );
+}
+
+#[tokio::test]
+async fn an_http2_cluster_refuses_a_backend_that_does_not_select_h2() {
+    let pki = Pki::new();
+    for alpn in [HTTP11, &[]] {
+        let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+        let b = TlsBackend::start(cert, key, alpn).await;
+        let p = proxy_to(&[b.addr], UpstreamProtocol::H2c, abc(&pki), None).await;
+        let r = Conn::h1(p.addr).await.get("app.test", "/").await;
+        assert!(
+            r.status == 502 || r.status == 503,
+            "ALPN {alpn:?}: {} {}",
+            r.status,
+            r.body
+        );
+        assert!(b.seen.requests().is_empty(), "ALPN {alpn:?}");
+        assert_eq!(b.seen.plaintext.load(Ordering::SeqCst), 0, "ALPN {alpn:?}");
+        assert!(
+            p.metric("weir_upstream_connect_errors_total") >= 1,
+            "ALPN {alpn:?}: {}",
+            p.metrics()
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_http2_cluster_refuses_a_certificate_of_another_ca() {
+    let (pki, other) = (Pki::new(), Pki::new());
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let b = TlsBackend::start(cert, key, H2).await;
+    let p = proxy_to(&[b.addr], UpstreamProtocol::H2c, abc(&other), None).await;
+    let r = Conn::h1(p.addr).await.get("app.test", "/").await;
+    assert!(r.status >= 500, "{} {}", r.status, r.body);
+    assert!(b.seen.requests().is_empty());
+    assert!(p.metric("weir_upstream_connect_errors_total") >= 1);
+}
+
+#[tokio::test]
+async fn mirrors_to_tls_clusters_use_their_tls() {
+    use weir_model::{ClusterKey, Filter, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule};
+    let pki = Pki::new();
+    let main = Backend::start("main").await;
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let h1 = TlsBackend::start(cert.clone(), key.clone_key(), HTTP11).await;
+    let h2 = TlsBackend::start(cert, key, H2).await;
+    let mirror = |c: &str| Filter::Mirror {
+        cluster: ClusterKey(c.into()),
+        per_million: 1_000_000,
+    };
+    let rule = Arc::new(RouteRule::new(
+        RouteRef {
+            kind: RouteKind::HttpRoute,
+            namespace: "default".into(),
+            name: "r".into(),
+            rule: 0,
+        },
+        RequestMatch {
+            path: PathMatch::Prefix("/".into()),
+            headers: vec![],
+            query: vec![],
+            method: None,
+        },
+        vec![
+            mirror("service/default/app:443"),
+            mirror("service/default/app:8443"),
+        ],
+        forward(&[("main", 1)]),
+        Timeouts::default(),
+    ));
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("app.test"), vec![rule]),
+        cluster("main", &[main.addr], UpstreamProtocol::Http1),
+        cluster(
+            "service/default/app:443",
+            &[h1.addr],
+            UpstreamProtocol::Http1,
+        ),
+        cluster(
+            "service/default/app:8443",
+            &[h2.addr],
+            UpstreamProtocol::H2c,
+        ),
+        service_policy(Some(abc(&pki)), None),
+    ])
+    .await;
+    let r = Conn::h1(p.addr).await.get("app.test", "/copied").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.backend(), "main");
+    // The copies go in the background: a bounded wait for both.
+    for _ in 0..200 {
+        if !h1.seen.requests().is_empty() && !h2.seen.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        h1.seen.requests(),
+        ["version=HTTP/1.1;scheme=-;sni=abc.example.com;path=/copied"]
+    );
+    assert_eq!(
+        h2.seen.requests(),
+        ["version=HTTP/2.0;scheme=https;sni=abc.example.com;path=/copied"]
+    );
+    assert_eq!(h1.seen.plaintext.load(Ordering::SeqCst), 0);
+    assert_eq!(h2.seen.plaintext.load(Ordering::SeqCst), 0);
+}
+
+/// Polls `cond` every 20 ms for up to 10 s.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting: {what}");
+}
+
+/// Two endpoints of a TLS cluster, one with a certificate of another CA: the probes
+/// (over TLS) pass on the first and fail on the second, which then gets no traffic.
+async fn probes_over_tls(protocol: UpstreamProtocol, probe: HealthProbe, alpn: &[&[u8]]) {
+    let (pki, other) = (Pki::new(), Pki::new());
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let good = TlsBackend::start(cert, key, alpn).await;
+    let (cert, key) = other.leaf(&["abc.example.com"], &[]);
+    let stranger = TlsBackend::start(cert, key, alpn).await;
+    let p = proxy_to(
+        &[good.addr, stranger.addr],
+        protocol,
+        abc(&pki),
+        Some(probe),
+    )
+    .await;
+    eventually("the stranger taken out", || {
+        p.metric("weir_upstream_unhealthy_endpoints") == 1
+    })
+    .await;
+    eventually("a passed probe", || {
+        p.metric("weir_upstream_health_checks_total{result=\"passed\"}") >= 2
+    })
+    .await;
+    assert!(good.seen.probes.load(Ordering::SeqCst) >= 2);
+    assert_eq!(stranger.seen.probes.load(Ordering::SeqCst), 0);
+    assert_eq!(good.seen.plaintext.load(Ordering::SeqCst), 0);
+    assert_eq!(stranger.seen.plaintext.load(Ordering::SeqCst), 0);
+    // Without the health check, about half of these would go to the stranger and fail.
+    let mut c = Conn::h1(p.addr).await;
+    for _ in 0..20 {
+        let r = c.get("app.test", "/").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(good.seen.requests().len(), 20);
+    assert_eq!(p.metric("weir_upstream_unhealthy_endpoints"), 1);
+}
+
+#[tokio::test]
+async fn http_probes_go_over_tls() {
+    let probe = HealthProbe::Http {
+        path: "/healthz".into(),
+        host: None,
+        statuses: vec![(200, 299)],
+    };
+    probes_over_tls(UpstreamProtocol::Http1, probe, HTTP11).await;
+}
+
+#[tokio::test]
+async fn grpc_probes_go_over_tls() {
+    let probe = HealthProbe::Grpc { service: "".into() };
+    probes_over_tls(UpstreamProtocol::H2c, probe, H2).await;
 }
 
 // ------------------------------------------- a Gateway's backend client certificate
