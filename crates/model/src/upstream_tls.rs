@@ -16,6 +16,12 @@ pub enum TrustAnchors {
     /// None usable (every `caCertificateRef` was invalid): every handshake fails, so the
     /// Service is never reached in plaintext nor with an unverified certificate.
     Nothing,
+    /// Any certificate, unverified (neither its chain nor its names are checked; the
+    /// handshake's signature still is). Only ever built when a user asked for no
+    /// verification: ingress-nginx's `backend-protocol: HTTPS`/`GRPCS` without
+    /// `proxy-ssl-verify: "on"`, nginx's own default. The data plane logs it once per
+    /// cluster version.
+    Unverified,
 }
 
 fn pem_len<S: serde::Serializer>(pem: &Arc<[u8]>, s: S) -> Result<S::Ok, S::Error> {
@@ -34,14 +40,20 @@ pub enum SubjectName {
 /// How the data plane connects to one Service port over TLS.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct UpstreamTls {
-    /// The SNI sent (the policy's `hostname`).
+    /// The SNI sent (the policy's `hostname`), and the name verified when
+    /// `subject_names` is empty.
     pub sni: Arc<str>,
+    /// The SNI is not sent (`sni` is then only the name verified): ingress-nginx's
+    /// default, `proxy-ssl-server-name` off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hide_sni: bool,
     /// The trust anchors.
     pub trust: TrustAnchors,
     /// The names accepted; empty: the certificate must be valid for `sni`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subject_names: Vec<SubjectName>,
-    /// The BackendTLSPolicy (`namespace/name`) this comes from, for logs and errors.
+    /// The BackendTLSPolicy (`namespace/name`) this comes from, for logs and errors (or
+    /// the Ingress, `namespace/name (Ingress annotations)`).
     pub policy: Arc<str>,
 }
 

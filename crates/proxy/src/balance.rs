@@ -198,10 +198,13 @@ impl ClusterState {
         };
         let m = registry.balancer_metrics();
         let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
+        // A BackendTLSPolicy on the Service port wins over what the cluster asks for
+        // itself (an Ingress's `backend-protocol: HTTPS`).
         let tls = policy
             .as_ref()
             .and_then(|p| p.backend_tls.as_ref())
             .and_then(|t| t.for_port(cluster.key.service_port()?))
+            .or(cluster.tls.as_ref())
             .map(|t| match crate::upstream_tls::TlsTarget::new(t) {
                 Ok(target) => Ok(Arc::new(target)),
                 Err(e) => {

@@ -28,7 +28,7 @@ pub(crate) struct TlsTarget {
     pub(crate) config: Arc<ClientConfig>,
     /// The SNI sent.
     pub(crate) server_name: ServerName<'static>,
-    /// The BackendTLSPolicy, for errors.
+    /// The BackendTLSPolicy (or Ingress), for errors.
     pub(crate) policy: Arc<str>,
 }
 
@@ -60,11 +60,19 @@ impl TlsTarget {
             }
             TrustAnchors::System => system_roots(),
             TrustAnchors::Nothing => Arc::new(RootCertStore::empty()),
+            TrustAnchors::Unverified => {
+                tracing::warn!(
+                    source = %tls.policy,
+                    "upstream TLS without certificate verification (asked for: proxy-ssl-verify is not on)"
+                );
+                Arc::new(RootCertStore::empty())
+            }
         };
         let verifier = Arc::new(PolicyVerifier {
             roots,
             names: tls.subject_names.clone(),
             algorithms: provider.signature_verification_algorithms,
+            unverified: tls.trust == TrustAnchors::Unverified,
         });
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -73,6 +81,7 @@ impl TlsTarget {
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.enable_sni = !tls.hide_sni;
         Ok(TlsTarget {
             id: weir_model::content_hash(tls).0,
             config: Arc::new(config),
@@ -107,6 +116,9 @@ struct PolicyVerifier {
     /// Empty: the SNI.
     names: Vec<SubjectName>,
     algorithms: WebPkiSupportedAlgorithms,
+    /// Any certificate is accepted ([`TrustAnchors::Unverified`]); the handshake's
+    /// signatures are still checked.
+    unverified: bool,
 }
 
 impl ServerCertVerifier for PolicyVerifier {
@@ -118,6 +130,9 @@ impl ServerCertVerifier for PolicyVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if self.unverified {
+            return Ok(ServerCertVerified::assertion());
+        }
         let cert = ParsedCertificate::try_from(end_entity)?;
         verify_server_cert_signed_by_trust_anchor(
             &cert,

@@ -126,6 +126,7 @@ fn tls_policy(tls: Option<UpstreamTls>) -> Resource {
 fn upstream(sni: &str, trust: TrustAnchors, names: Vec<SubjectName>) -> UpstreamTls {
     UpstreamTls {
         sni: sni.into(),
+        hide_sni: false,
         trust,
         subject_names: names,
         policy: "default/tls".into(),

@@ -814,7 +814,9 @@ fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
             TrustAnchors::Pem(pem) => Trust::CaPem(pem.to_vec()),
             TrustAnchors::System => Trust::System(true),
             TrustAnchors::Nothing => Trust::Nothing(true),
+            TrustAnchors::Unverified => Trust::Unverified(true),
         }),
+        hide_sni: t.hide_sni,
         dns_names: t
             .subject_names
             .iter()
@@ -856,6 +858,7 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
         Some(Trust::CaPem(_)) => return Err(invalid("backend_tls.ca_pem", "empty")),
         Some(Trust::System(_)) => TrustAnchors::System,
         Some(Trust::Nothing(_)) => TrustAnchors::Nothing,
+        Some(Trust::Unverified(_)) => TrustAnchors::Unverified,
         None => return Err(missing("backend_tls.trust")),
     };
     if t.sni.is_empty() {
@@ -873,6 +876,7 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
     );
     Ok(Arc::new(UpstreamTls {
         sni: Arc::from(t.sni.as_str()),
+        hide_sni: t.hide_sni,
         trust,
         subject_names,
         policy: Arc::from(t.policy.as_str()),
@@ -1176,6 +1180,15 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                 rules,
             ))))
         }
+        Resource::Cluster(c) if version < 4 && c.tls.is_some() => {
+            // An older data plane would connect in plaintext: it gets the cluster without
+            // endpoints (503) instead.
+            std::borrow::Cow::Owned(Resource::Cluster(Arc::new(Cluster::new(
+                c.key.clone(),
+                Vec::new(),
+                c.protocol,
+            ))))
+        }
         _ => std::borrow::Cow::Borrowed(r),
     }
 }
@@ -1317,6 +1330,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 UpstreamProtocol::Http1 => wire::cluster::Protocol::Http1,
                 UpstreamProtocol::H2c => wire::cluster::Protocol::H2c,
             } as i32,
+            tls: c.tls.as_deref().map(upstream_tls_to_wire),
         }),
         Resource::Certificate(c) => R::Certificate(wire::Certificate {
             chain_pem: c.chain_pem.to_vec(),
@@ -1562,11 +1576,11 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                     Ok(wire::cluster::Protocol::H2c) => UpstreamProtocol::H2c,
                     Err(_) => return Err(invalid("protocol", c.protocol)),
                 };
-                Resource::Cluster(Arc::new(Cluster::new(
-                    ClusterKey(c.name.as_str().into()),
-                    endpoints,
-                    protocol,
-                )))
+                let tls = c.tls.as_ref().map(upstream_tls_from_wire).transpose()?;
+                Resource::Cluster(Arc::new(
+                    Cluster::new(ClusterKey(c.name.as_str().into()), endpoints, protocol)
+                        .with_tls(tls),
+                ))
             }
             R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
                 c.chain_pem.as_slice().into(),

@@ -12,6 +12,7 @@ use crate::TranslatorOptions;
 use crate::compile::backend::{self, ClusterSource, RefError, Resolved, WantProtocol};
 use crate::compile::fields::normalize_prefix;
 use crate::compile::ingress_nginx;
+use crate::compile::ingress_nginx_tls::IngressTls;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::compile::policy::PolicySettings;
 use crate::compile::route_kind::L4Target;
@@ -76,15 +77,15 @@ pub(crate) fn compile(
         crate::compile::ingress_canary::compile(store, opts, key, age, ing, &c, &mut out);
         return out;
     }
+    let reach = Reach::of(&mut annotations);
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
     out.ssl_redirect = annotations.ssl_redirect;
     let filters = annotations.filters;
-    let (redirect, want) = (annotations.redirect, annotations.want);
+    let redirect = annotations.redirect;
     let app_root = annotations.app_root;
     let regex_paths = annotations.regex_paths;
-    let service_upstream = annotations.service_upstream;
     let aliases: Vec<HostMatch> = annotations
         .aliases
         .iter()
@@ -94,7 +95,7 @@ pub(crate) fn compile(
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
         Some(r) => Action::Redirect(r.clone()),
-        None => action(store, ns, b, field, out, want, service_upstream),
+        None => action(store, ns, b, field, out, &reach),
     };
     let origin = RuleOrigin {
         age,
@@ -346,25 +347,71 @@ fn nginx_regex(value: &str) -> Result<weir_model::Pattern, String> {
         .map_err(crate::compile::fields::regex_error)
 }
 
+/// How an Ingress's backends are reached, from its annotations.
+pub(crate) struct Reach {
+    /// The protocol (`backend-protocol`).
+    pub(crate) want: WantProtocol,
+    /// At the Service's cluster IP (`service-upstream`).
+    pub(crate) service_upstream: bool,
+    /// Over TLS (`backend-protocol: HTTPS`/`GRPCS`).
+    pub(crate) tls: Option<IngressTls>,
+}
+
+impl Reach {
+    /// Takes what it needs of `a`.
+    pub(crate) fn of(a: &mut ingress_nginx::Annotations) -> Self {
+        Reach {
+            want: a.want,
+            service_upstream: a.service_upstream,
+            tls: a.upstream_tls.take(),
+        }
+    }
+}
+
 pub(crate) fn action(
     store: &Store,
     ns: &str,
     b: &IngressBackend,
     field: &str,
     out: &mut CompiledIngress,
-    want: WantProtocol,
-    service_upstream: bool,
+    reach: &Reach,
 ) -> Action {
-    match resolve(store, ns, b, field, &mut out.deps, want) {
+    match resolve(store, ns, b, field, &mut out.deps, reach.want) {
         Ok((key, mut src)) => {
             // `service-upstream`: the Service's cluster IP, a cluster of its own.
-            let key = match &mut src {
-                ClusterSource::Service { cluster_ip, .. } if service_upstream => {
+            let mut key = match &mut src {
+                ClusterSource::Service { cluster_ip, .. } if reach.service_upstream => {
                     *cluster_ip = true;
                     ClusterKey(format!("{}/cluster-ip", key.0).into())
                 }
                 _ => key,
             };
+            // `backend-protocol: HTTPS`/`GRPCS`: a cluster of its own per TLS setting.
+            if let Some(t) = &reach.tls {
+                match &mut src {
+                    ClusterSource::Service { ns, name, tls, .. } => {
+                        let upstream = t.for_service(ns, name);
+                        key = ClusterKey(
+                            format!(
+                                "{}/tls-{:016x}",
+                                key.0,
+                                weir_model::content_hash(&*upstream).0
+                            )
+                            .into(),
+                        );
+                        *tls = Some(upstream);
+                    }
+                    ClusterSource::Backend { .. } => {
+                        out.problems.push(format!(
+                            "{field}: backend-protocol HTTPS/GRPCS is served for Service backends only; this backend answers 500"
+                        ));
+                        return Action::Fail {
+                            status: 500,
+                            reason: "no TLS to a weir Backend from an Ingress".into(),
+                        };
+                    }
+                }
+            }
             if !out.clusters.iter().any(|(k, _)| *k == key) {
                 out.clusters.push((key.clone(), src));
             }

@@ -18,7 +18,7 @@ use weir_model::{
 };
 
 use crate::TranslatorOptions;
-use crate::compile::ingress::{CompiledIngress, action, is_ours, path_match, tls};
+use crate::compile::ingress::{CompiledIngress, Reach, action, is_ours, path_match, tls};
 use crate::compile::ingress_nginx::{self, Canary, is_canary};
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
@@ -73,7 +73,8 @@ pub(crate) fn compile(
                 continue;
             };
             out.deps.push(Dep::Object(main_key.clone()));
-            let ann = ingress_nginx::compile(store, main);
+            let mut ann = ingress_nginx::compile(store, main);
+            let reach = Reach::of(&mut ann);
             out.deps.extend(ann.deps);
             let path = match path_match(p, ann.regex_paths, &field) {
                 Ok(m) => m,
@@ -103,8 +104,7 @@ pub(crate) fn compile(
                 &main_path.backend,
                 &format!("{field} (main Ingress {main_key})"),
                 out,
-                ann.want,
-                ann.service_upstream,
+                &reach,
             );
             let canary_action = action(
                 store,
@@ -112,8 +112,7 @@ pub(crate) fn compile(
                 &p.backend,
                 &format!("{field}.backend"),
                 out,
-                ann.want,
-                ann.service_upstream,
+                &reach,
             );
             let mut push = |headers: Vec<HeaderMatch>, action: Action| {
                 let m = RequestMatch {

@@ -31,6 +31,7 @@
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
 //! | `app-root` | a request for `/` is redirected (302) there |
 //! | `backend-protocol` `HTTP`, `GRPC`, `H2C` | HTTP/1.1 or HTTP/2 (h2c) to the backends |
+//! | `backend-protocol` `HTTPS`, `GRPCS`, `proxy-ssl-verify`, `proxy-ssl-secret` (`ca.crt`), `proxy-ssl-name`, `proxy-ssl-server-name` | HTTP/1.1 or HTTP/2 over TLS: the Ingress's Service backends get clusters of their own carrying the `UpstreamTls` (`ingress_nginx_tls`); unverified unless `proxy-ssl-verify: "on"` (then the Secret's `ca.crt`, else the system's CAs), no SNI unless `proxy-ssl-server-name: "on"`, the name `proxy-ssl-name` else `<service>.<namespace>.svc`; a BackendTLSPolicy on the Service port wins; the Secret's `tls.crt`/`tls.key` are not presented (named as partly applied) |
 //! | `enable-websockets` | nothing to do: upgrades are always relayed |
 //! | `ssl-passthrough: "true"` | on the Ingress HTTPS listener, a TLS connection whose SNI is one of the Ingress's hosts is spliced to the backend of that host's `/` path (else its first path), TLS and all — the `L4Route` a TLSRoute on a Passthrough listener gets; the host's other annotations do not apply to it (as in ingress-nginx), plaintext requests are served as before |
 //! | `proxy-next-upstream`, `proxy-next-upstream-tries` | a retry: `http_NNN` tokens are its codes, `non_idempotent` its `non_idempotent`, `off` none; tries (default 3, ingress-nginx's) count the first attempt; no backoff, as nginx passes a request to the next server at once |
@@ -47,6 +48,7 @@ use weir_model::{
 };
 
 use crate::compile::backend::WantProtocol;
+use crate::compile::ingress_nginx_tls::IngressTls;
 
 use crate::compile::policy::{
     HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users, ip_rules,
@@ -71,6 +73,8 @@ pub(crate) struct Annotations {
     pub(crate) app_root: Option<Arc<str>>,
     /// The protocol to the backends (`backend-protocol`).
     pub(crate) want: WantProtocol,
+    /// TLS to the backends (`backend-protocol: HTTPS`/`GRPCS`, `proxy-ssl-*`).
+    pub(crate) upstream_tls: Option<IngressTls>,
     /// Service backends are reached at their cluster IP (`service-upstream`).
     pub(crate) service_upstream: bool,
     /// Whether `Prefix` and `ImplementationSpecific` paths are regular expressions
@@ -100,6 +104,7 @@ impl Default for Annotations {
             ssl_redirect: SslRedirect::Off,
             app_root: None,
             want: WantProtocol::Declared,
+            upstream_tls: None,
             service_upstream: false,
             regex_paths: false,
             aliases: Vec::new(),
@@ -180,6 +185,10 @@ const SUPPORTED: &[&str] = &[
     "canary-weight",
     "canary-weight-total",
     "ssl-passthrough",
+    "proxy-ssl-verify",
+    "proxy-ssl-secret",
+    "proxy-ssl-name",
+    "proxy-ssl-server-name",
 ];
 
 /// Which requests a canary Ingress takes from its main Ingress, in this order: by header,
@@ -495,7 +504,16 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         }
     }
 
-    filters_and_redirects(&ours, &mut out);
+    let tls_backend = filters_and_redirects(&ours, &mut out);
+    out.upstream_tls = crate::compile::ingress_nginx_tls::read(
+        store,
+        ns,
+        &settings.name,
+        &ours,
+        tls_backend,
+        &mut out.problems,
+        &mut out.deps,
+    );
     out.aliases = server_aliases(&ours, &mut out.problems);
     match ours.get("canary").copied() {
         None | Some("false") => {
@@ -697,7 +715,9 @@ fn next_upstream(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Opt
 /// The most retries of a request (as a policy's `retry.attempts`).
 const MAX_RETRIES: u32 = 10;
 
-fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
+///
+/// Returns whether the backends are reached over TLS (`backend-protocol: HTTPS`/`GRPCS`).
+fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) -> bool {
     let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
     // One URL rewrite: the host (`upstream-vhost`) and the path (`rewrite-target`).
     let (mut rewrite_host, mut rewrite_path) = (None, None);
@@ -832,13 +852,28 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
             ));
         }
     }
-    match ours.get("backend-protocol").map(|p| p.to_ascii_uppercase()).as_deref() {
-        None | Some("HTTP") => {}
-        Some("GRPC" | "H2C") => out.want = WantProtocol::Http2,
-        Some(other) => out.problems.push(format!(
-            "{}: {other:?} is not served yet (weir serves HTTP, GRPC and H2C: no TLS to backends); HTTP used",
-            field("backend-protocol")
-        )),
+    match ours
+        .get("backend-protocol")
+        .map(|p| p.to_ascii_uppercase())
+        .as_deref()
+    {
+        None | Some("HTTP") => false,
+        Some("GRPC" | "H2C") => {
+            out.want = WantProtocol::Http2;
+            false
+        }
+        Some("HTTPS") => true,
+        Some("GRPCS") => {
+            out.want = WantProtocol::Http2;
+            true
+        }
+        Some(other) => {
+            out.problems.push(format!(
+                "{}: {other:?} is not served (weir serves HTTP, HTTPS, GRPC, GRPCS and H2C; not AJP or FCGI); HTTP used",
+                field("backend-protocol")
+            ));
+            false
+        }
     }
 }
 

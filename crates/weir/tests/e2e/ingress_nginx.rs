@@ -1,6 +1,6 @@
 //! ingress-nginx behaviours in standalone mode beyond the single annotations of
 //! `ingress.rs`: the order of redirects and access checks, the legacy class annotation,
-//! body size limits, TLS passthrough.
+//! body size limits, TLS passthrough, TLS to backends.
 
 use std::net::SocketAddr;
 
@@ -493,4 +493,101 @@ spec:
             "{host}: place given back"
         );
     }
+}
+
+/// `backend-protocol: HTTPS` through `weir run` towards a real TLS backend (a Service
+/// whose cluster IP is loopback, reached with `service-upstream`): without
+/// `proxy-ssl-verify` the backend's certificate is not checked and no SNI is sent; with
+/// it, the CA of `proxy-ssl-secret` verifies the certificate for `proxy-ssl-name`, sent
+/// as SNI with `proxy-ssl-server-name`; a CA that did not sign it fails the request
+/// (502); without `backend-protocol` the TLS port is spoken to in plaintext and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_https_backends() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (crt, key) = pki.leaf(&["app.internal"]);
+    let tls_backend = https_backend((&crt, &key)).await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let indent = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let ingress = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+{extra}spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {port}}}}}}}}}
+---
+",
+            port = tls_backend.port()
+        )
+    };
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: https, port: {port}, targetPort: 8443}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: app-ca}}
+stringData:
+  ca.crt: |
+{ca}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: other-ca}}
+stringData:
+  ca.crt: |
+{other_ca}---
+{unverified}{verified}{wrong_ca}{plaintext}",
+        port = tls_backend.port(),
+        ca = indent(&pki.ca_pem()),
+        other_ca = indent(&other.ca_pem()),
+        unverified = ingress(
+            "unverified",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS\n"
+        ),
+        verified = ingress(
+            "verified",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: default/app-ca
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+    nginx.ingress.kubernetes.io/proxy-ssl-server-name: \"on\"
+"
+        ),
+        wrong_ca = ingress(
+            "wrong-ca",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: other-ca
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+"
+        ),
+        plaintext = ingress("plaintext", ""),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = http1(http_addr, "unverified.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, "sni=");
+    let r = http1(http_addr, "verified.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, "sni=app.internal");
+    let r = http1(http_addr, "wrong-ca.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+    let r = http1(http_addr, "plaintext.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
 }
