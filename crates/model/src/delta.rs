@@ -199,8 +199,14 @@ impl Resource {
                 // or on a backend).
                 let mirrors = |filters: &[Filter], out: &mut Vec<ResourceKey>| {
                     for f in filters {
-                        if let Filter::Mirror { cluster, .. } = f {
-                            out.push(ResourceKey::Cluster(cluster.clone()));
+                        match f {
+                            Filter::Mirror { cluster, .. } => {
+                                out.push(ResourceKey::Cluster(cluster.clone()));
+                            }
+                            Filter::InterceptErrors(e) => {
+                                out.push(ResourceKey::Cluster(e.cluster.clone()));
+                            }
+                            _ => {}
                         }
                     }
                 };

@@ -99,6 +99,17 @@ pub(crate) struct BodyTooLarge;
 pub(crate) struct BodyIdle;
 
 impl RequestBody {
+    /// An empty body (a request the gateway makes itself).
+    pub(crate) fn empty() -> RequestBody {
+        RequestBody {
+            inner: None,
+            idle: None,
+            timer: None,
+            waiting_since: None,
+            stall: None,
+        }
+    }
+
     /// Wraps `inner`; `idle` of zero means no limit.
     pub(crate) fn new(inner: Incoming, idle: Duration) -> RequestBody {
         // A body that is already complete is never polled for data: no flag, no timer.

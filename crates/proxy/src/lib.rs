@@ -33,6 +33,7 @@ mod error;
 mod ext_auth;
 mod global_ratelimit;
 mod idle;
+mod intercept;
 mod jwks;
 mod jwt;
 mod l4;

@@ -1180,6 +1180,36 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                 rules,
             ))))
         }
+        Resource::VirtualHost(v) if version < 4 && v.rules.iter().any(|r| intercepts(r)) => {
+            // A data plane of version 3 or older cannot read the filter (it would refuse
+            // the whole virtual host): the rules go without it, error responses as they
+            // are.
+            let rules = v
+                .rules
+                .iter()
+                .map(|r| {
+                    if !intercepts(r) {
+                        return r.clone();
+                    }
+                    let keep = |f: &&Filter| !matches!(f, Filter::InterceptErrors(_));
+                    Arc::new(
+                        RouteRule::new(
+                            r.route.clone(),
+                            r.matcher.clone(),
+                            r.filters.iter().filter(keep).cloned().collect(),
+                            r.action.clone(),
+                            r.timeouts.clone(),
+                        )
+                        .with_retry(r.retry.clone()),
+                    )
+                })
+                .collect();
+            std::borrow::Cow::Owned(Resource::VirtualHost(Arc::new(VirtualHost::new(
+                v.listener,
+                v.host.clone(),
+                rules,
+            ))))
+        }
         Resource::Cluster(c) if version < 4 && c.tls.is_some() => {
             // An older data plane would connect in plaintext: it gets the cluster without
             // endpoints (503) instead.
@@ -1191,6 +1221,13 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
         }
         _ => std::borrow::Cow::Borrowed(r),
     }
+}
+
+/// Whether `r` replaces error responses (push protocol version 4).
+fn intercepts(r: &RouteRule) -> bool {
+    r.filters
+        .iter()
+        .any(|f| matches!(f, Filter::InterceptErrors(_)))
 }
 
 /// Whether `r` rewrites its path with the groups of its regex (push protocol version 3).
@@ -1726,6 +1763,11 @@ fn filter_to_wire(f: &Filter) -> wire::Filter {
                 per_million: *per_million,
             }),
             Filter::Cors(c) => F::Cors(cors_to_wire(c)),
+            Filter::InterceptErrors(e) => F::InterceptErrors(wire::InterceptErrors {
+                codes: e.codes.iter().map(|c| u32::from(*c)).collect(),
+                no_endpoints: e.no_endpoints,
+                cluster: e.cluster.0.to_string(),
+            }),
         }),
     }
 }
@@ -1803,6 +1845,27 @@ fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, Invali
                 per_million: m.per_million,
             },
             F::Cors(c) => Filter::Cors(Arc::new(cors_from_wire(c))),
+            F::InterceptErrors(e) => {
+                let mut codes = Vec::with_capacity(e.codes.len());
+                for c in &e.codes {
+                    let c = status(&format!("{at}.intercept_errors.codes"), *c)?;
+                    if !(100..=999).contains(&c) || codes.last().is_some_and(|l| *l >= c) {
+                        return Err(invalid(
+                            format!("{at}.intercept_errors.codes"),
+                            "not sorted status codes",
+                        ));
+                    }
+                    codes.push(c);
+                }
+                if e.cluster.is_empty() {
+                    return Err(missing(&format!("{at}.intercept_errors.cluster")));
+                }
+                Filter::InterceptErrors(Arc::new(weir_model::InterceptErrors {
+                    codes,
+                    no_endpoints: e.no_endpoints,
+                    cluster: ClusterKey(e.cluster.as_str().into()),
+                }))
+            }
         });
     }
     Ok(out)

@@ -73,11 +73,13 @@ pub(crate) fn compile(
     let mut out = CompiledIngress::default();
     let mut annotations = ingress_nginx::compile(store, ing);
     if let Some(c) = annotations.canary.take() {
+        // The canary serves with its main Ingress's annotations; its own are ignored.
         out.problems = annotations.problems;
         crate::compile::ingress_canary::compile(store, opts, key, age, ing, &c, &mut out);
         return out;
     }
-    let reach = Reach::of(&mut annotations);
+    let mut reach = Reach::of(&mut annotations);
+    reach.default_backend = default_backend(store, &key.namespace, &mut annotations, &mut out);
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
@@ -355,6 +357,70 @@ pub(crate) struct Reach {
     pub(crate) service_upstream: bool,
     /// Over TLS (`backend-protocol: HTTPS`/`GRPCS`).
     pub(crate) tls: Option<IngressTls>,
+    /// The cluster of `default-backend`: where a backend that cannot be resolved goes.
+    pub(crate) default_backend: Option<ClusterKey>,
+}
+
+/// `default-backend` (and `custom-http-errors`): resolves the Service (its first port,
+/// plain HTTP/1.1 whatever the Ingress's `backend-protocol`; at its cluster IP with
+/// `service-upstream`, as the Ingress's other Services), adds its cluster, and the
+/// `InterceptErrors` filter to the Ingress's filters. `None` when it is not set or not
+/// found (named).
+pub(crate) fn default_backend(
+    store: &Store,
+    ns: &str,
+    ann: &mut ingress_nginx::Annotations,
+    out: &mut CompiledIngress,
+) -> Option<ClusterKey> {
+    let service_upstream = ann.service_upstream;
+    let (name, codes) = ann.default_backend.take()?;
+    let field = format!(
+        "metadata.annotations[{}default-backend]",
+        ingress_nginx::PREFIX
+    );
+    out.deps
+        .push(Dep::Object(ObjectKey::new(Kind::Service, ns, &name)));
+    let port = store
+        .service(ns, &name)
+        .and_then(|s| s.spec.ports.first())
+        .map(|p| p.port);
+    let resolved = match port {
+        Some(port) => {
+            backend::resolve_service(store, ns, &name, Some(port), WantProtocol::Declared, &field)
+        }
+        None => Err(RefError::new(
+            Reason::BackendNotFound,
+            format!("{field}: Service {ns}/{name} not found or without ports"),
+        )),
+    };
+    match resolved {
+        Ok((key, mut src)) => {
+            let key = match &mut src {
+                ClusterSource::Service { cluster_ip, .. } if service_upstream => {
+                    *cluster_ip = true;
+                    ClusterKey(format!("{}/cluster-ip", key.0).into())
+                }
+                _ => key,
+            };
+            if !out.clusters.iter().any(|(k, _)| *k == key) {
+                out.clusters.push((key.clone(), src));
+            }
+            ann.filters
+                .push(weir_model::Filter::InterceptErrors(Arc::new(
+                    weir_model::InterceptErrors {
+                        codes,
+                        no_endpoints: true,
+                        cluster: key.clone(),
+                    },
+                )));
+            Some(key)
+        }
+        Err(e) => {
+            out.problems
+                .push(format!("{}; custom error pages not served", e.message));
+            None
+        }
+    }
 }
 
 impl Reach {
@@ -364,6 +430,7 @@ impl Reach {
             want: a.want,
             service_upstream: a.service_upstream,
             tls: a.upstream_tls.take(),
+            default_backend: None,
         }
     }
 }
@@ -422,10 +489,24 @@ pub(crate) fn action(
             }])
         }
         Err(e) => {
-            out.problems.push(e.message);
-            Action::Fail {
-                status: 500,
-                reason: "invalid backend".into(),
+            let served = if reach.default_backend.is_some() {
+                "; the default backend serves it"
+            } else {
+                ""
+            };
+            out.problems.push(format!("{}{served}", e.message));
+            match &reach.default_backend {
+                // ingress-nginx sends a path whose Service has no endpoints (or does not
+                // exist) to the default backend.
+                Some(key) => Action::Forward(vec![WeightedBackend {
+                    filters: Vec::new(),
+                    cluster: key.clone(),
+                    weight: 1,
+                }]),
+                None => Action::Fail {
+                    status: 500,
+                    reason: "invalid backend".into(),
+                },
             }
         }
     }

@@ -74,7 +74,9 @@ pub(crate) fn compile(
             };
             out.deps.push(Dep::Object(main_key.clone()));
             let mut ann = ingress_nginx::compile(store, main);
-            let reach = Reach::of(&mut ann);
+            let mut reach = Reach::of(&mut ann);
+            reach.default_backend =
+                crate::compile::ingress::default_backend(store, ns, &mut ann, out);
             out.deps.extend(ann.deps);
             let path = match path_match(p, ann.regex_paths, &field) {
                 Ok(m) => m,

@@ -349,6 +349,13 @@ fn filters(reading: &IngressNginxReading, notes: &mut Notes) -> Vec<Value> {
                 Severity::NotCarried,
                 "a request mirror of the annotations is not carried over".into(),
             ),
+            // Built with the Ingress's backends, never among the annotations' filters
+            // (`default-backend` and `custom-http-errors` are reported as annotations).
+            Filter::InterceptErrors(_) => notes.add(
+                Severity::NotCarried,
+                "error responses replaced by another backend: Gateway API has no filter for it"
+                    .into(),
+            ),
         }
     }
     out

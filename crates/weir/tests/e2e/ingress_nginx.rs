@@ -1,6 +1,6 @@
 //! ingress-nginx behaviours in standalone mode beyond the single annotations of
 //! `ingress.rs`: the order of redirects and access checks, the legacy class annotation,
-//! body size limits, TLS passthrough, TLS to backends.
+//! body size limits, TLS passthrough, TLS to backends, custom error pages.
 
 use std::net::SocketAddr;
 
@@ -590,4 +590,101 @@ stringData:
     assert_eq!(r.status, 502, "{}", r.body);
     let r = http1(http_addr, "plaintext.test", "/").await.unwrap();
     assert_eq!(r.status, 502, "{}", r.body);
+}
+
+/// `default-backend` with `custom-http-errors` through `weir run` (Services whose
+/// cluster IP is loopback, reached with `service-upstream`): a backend answering 503 is
+/// replaced by the default backend's answer, which received the error in `X-Code` and
+/// the request in the other `X-*` headers; a 500 (not listed) and a 200 pass; a path
+/// whose Service does not exist and a Service without endpoints go to the default
+/// backend too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_custom_errors_go_to_the_default_backend() {
+    let app = echo("app").await;
+    let errors = echo("errors").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: web, port: {app_port}, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: errors}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: web, port: {errors_port}, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: headless}}
+spec:
+  clusterIP: None
+  ports: [{{name: web, port: 8080}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+    nginx.ingress.kubernetes.io/default-backend: errors
+    nginx.ingress.kubernetes.io/custom-http-errors: \"404,503\"
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {app_port}}}}}}}}}
+      - {{path: /gone, pathType: Prefix, backend: {{service: {{name: gone, port: {{number: 80}}}}}}}}
+      - {{path: /empty, pathType: Prefix, backend: {{service: {{name: headless, port: {{number: 8080}}}}}}}}
+",
+        app_port = app.port(),
+        errors_port = errors.port(),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let req = get("shop.test", "/status/503?x=1").header("accept", "application/json");
+    let r = send_http1(http_addr, req.body(Default::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"), "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["path"], "/");
+    assert_eq!(j["method"], "GET");
+    let h = &j["headers"];
+    assert_eq!(h["x-code"], "503");
+    assert_eq!(h["x-format"], "application/json");
+    assert_eq!(h["x-original-uri"], "/status/503?x=1");
+    assert_eq!(h["x-namespace"], "default");
+    assert_eq!(h["x-ingress-name"], "shop");
+    assert_eq!(h["x-service-name"], "app");
+    assert_eq!(h["x-service-port"], app.port().to_string());
+    assert_eq!(h["host"], "shop.test");
+
+    let r = http1(http_addr, "shop.test", "/status/404").await.unwrap();
+    assert_eq!(r.echo_name(), Some("errors"));
+    assert_eq!(r.json()["headers"]["x-code"], "404");
+    let r = http1(http_addr, "shop.test", "/status/500").await.unwrap();
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("app"));
+    let r = http1(http_addr, "shop.test", "/status/200").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("app"));
+
+    // No such Service: forwarded to the default backend as it is.
+    let r = http1(http_addr, "shop.test", "/gone").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"));
+    assert_eq!(r.json()["path"], "/gone");
+    // No endpoints: replaced, with the 503 weir would have answered.
+    let r = http1(http_addr, "shop.test", "/empty").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"));
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-code"], "503");
+    assert_eq!(h["x-service-name"], "headless");
 }
