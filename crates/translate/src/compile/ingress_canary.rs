@@ -221,14 +221,20 @@ fn find_main<'a>(
     })
 }
 
-/// A `Cookie` header holding cookie `name` with `value` (`None`: no expression could be
-/// built, which a checked cookie name does not cause).
-fn cookie_is(name: &str, value: &str) -> Option<HeaderMatch> {
-    let re = format!(
+/// The expression a `Cookie` header matches (whole) when it holds cookie `name` with
+/// `value`.
+pub(crate) fn cookie_regex(name: &str, value: &str) -> String {
+    format!(
         "(?:.*;[ \\t]*)?{}={}(?:;.*)?",
         regex::escape(name),
         regex::escape(value)
-    );
+    )
+}
+
+/// A `Cookie` header holding cookie `name` with `value` (`None`: no expression could be
+/// built, which a checked cookie name does not cause).
+fn cookie_is(name: &str, value: &str) -> Option<HeaderMatch> {
+    let re = cookie_regex(name, value);
     Some(HeaderMatch {
         name: "cookie".into(),
         value: StringMatch::Regex(weir_model::Pattern::new(&re).ok()?),
