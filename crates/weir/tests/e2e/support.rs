@@ -150,15 +150,27 @@ pub async fn echo(name: &str) -> SocketAddr {
 /// certificate and key); every request is answered 200 with `sni=<the server name the
 /// client sent, empty without one>`.
 pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
+    tls_backend(cert, false).await
+}
+
+/// As [`https_backend`], speaking HTTP/2 (ALPN `h2`) as a gRPC server over TLS does.
+pub async fn https_backend_h2(cert: (&str, &str)) -> SocketAddr {
+    tls_backend(cert, true).await
+}
+
+async fn tls_backend(cert: (&str, &str), h2: bool) -> SocketAddr {
     let chain = vec![der_of(cert.0)];
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap();
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .unwrap();
+    if h2 {
+        cfg.alpn_protocols = vec![b"h2".to_vec()];
+    }
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -178,9 +190,15 @@ pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
                         ))
                     }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                }
             });
         }
     });
