@@ -55,6 +55,20 @@ pub struct UpstreamTls {
     /// The BackendTLSPolicy (`namespace/name`) this comes from, for logs and errors (or
     /// the Ingress, `namespace/name (Ingress annotations)`).
     pub policy: Arc<str>,
+    /// The client certificate presented when the backend asks for one (ingress-nginx's
+    /// `proxy-ssl-secret` `tls.crt`/`tls.key`); shown by its hash only.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cert_hash")]
+    pub client_certificate: Option<Arc<crate::Certificate>>,
+}
+
+fn cert_hash<S: serde::Serializer>(
+    c: &Option<Arc<crate::Certificate>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(&format!("certificate {:016x}", c.hash().0)),
+        None => s.serialize_none(),
+    }
 }
 
 /// The upstream TLS of a Service's ports (a BackendTLSPolicy field on a

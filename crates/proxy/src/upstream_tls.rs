@@ -43,7 +43,7 @@ impl std::fmt::Debug for TlsTarget {
 
 impl TlsTarget {
     /// Builds the client configuration of `tls`. Fails only on an SNI that is not a DNS
-    /// name (the translator refuses those).
+    /// name (the translator refuses those) or a client certificate rustls cannot use.
     pub(crate) fn new(tls: &UpstreamTls) -> Result<TlsTarget, String> {
         let server_name = ServerName::try_from(tls.sni.to_string())
             .map_err(|e| format!("SNI {:?}: {e}", tls.sni))?;
@@ -74,12 +74,25 @@ impl TlsTarget {
             algorithms: provider.signature_verification_algorithms,
             unverified: tls.trust == TrustAnchors::Unverified,
         });
-        let mut config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match &tls.client_certificate {
+            None => builder.with_no_client_auth(),
+            Some(c) => {
+                let chain: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(&c.chain_pem)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("client certificate: {e}"))?;
+                let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&c.key_pem)
+                    .map_err(|e| format!("client certificate key: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("client certificate: {e}"))?
+            }
+        };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.enable_sni = !tls.hide_sni;
         Ok(TlsTarget {

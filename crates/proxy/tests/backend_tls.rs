@@ -127,6 +127,7 @@ fn upstream(sni: &str, trust: TrustAnchors, names: Vec<SubjectName>) -> Upstream
     UpstreamTls {
         sni: sni.into(),
         hide_sni: false,
+        client_certificate: None,
         trust,
         subject_names: names,
         policy: "default/tls".into(),

@@ -817,6 +817,10 @@ fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
             TrustAnchors::Unverified => Trust::Unverified(true),
         }),
         hide_sni: t.hide_sni,
+        client_certificate: t.client_certificate.as_ref().map(|c| wire::Certificate {
+            chain_pem: c.chain_pem.to_vec(),
+            key_pem: c.key_pem.to_vec(),
+        }),
         dns_names: t
             .subject_names
             .iter()
@@ -877,6 +881,12 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
     Ok(Arc::new(UpstreamTls {
         sni: Arc::from(t.sni.as_str()),
         hide_sni: t.hide_sni,
+        client_certificate: t.client_certificate.as_ref().map(|c| {
+            Arc::new(Certificate::new(
+                c.chain_pem.as_slice().into(),
+                c.key_pem.as_slice().into(),
+            ))
+        }),
         trust,
         subject_names,
         policy: Arc::from(t.policy.as_str()),

@@ -537,6 +537,10 @@ fn ingress_upstream_tls_and_error_pages_stay_away_from_version_3() {
     let tls = Arc::new(UpstreamTls {
         sni: "api.shop.svc".into(),
         hide_sni: true,
+        client_certificate: Some(Arc::new(weir_model::Certificate::new(
+            Arc::from(&b"chain"[..]),
+            Arc::from(&b"key"[..]),
+        ))),
         trust: TrustAnchors::Unverified,
         subject_names: Vec::new(),
         policy: "shop/web (Ingress annotations)".into(),

@@ -91,6 +91,8 @@ pub struct BackendTlsReading {
     pub name: Option<Arc<str>>,
     /// The name is sent as SNI (`proxy-ssl-server-name`).
     pub send_sni: bool,
+    /// A client certificate is presented (`proxy-ssl-secret` with `tls.crt`/`tls.key`).
+    pub client_certificate: bool,
 }
 
 /// Which requests a canary Ingress takes from its main Ingress: by header, then cookie,
@@ -163,6 +165,7 @@ impl IngressNginxReader {
                     _ => None,
                 },
                 verify: t.trust != TrustAnchors::Unverified,
+                client_certificate: t.client_certificate.is_some(),
                 name: t.name,
                 send_sni: t.send_sni,
             }),

@@ -43,6 +43,8 @@ pub(crate) struct IngressTls {
     pub(crate) send_sni: bool,
     /// `namespace/name (Ingress annotations)`, for logs and errors.
     pub(crate) source: Arc<str>,
+    /// The `tls.crt`/`tls.key` of `proxy-ssl-secret`, presented when a backend asks.
+    pub(crate) client_certificate: Option<Arc<weir_model::Certificate>>,
 }
 
 impl IngressTls {
@@ -58,6 +60,7 @@ impl IngressTls {
             trust: self.trust.clone(),
             subject_names: Vec::new(),
             policy: self.source.clone(),
+            client_certificate: self.client_certificate.clone(),
         })
     }
 }
@@ -136,6 +139,7 @@ pub(crate) fn read(
         Some(None) => ours.get("proxy-ssl-secret").copied(),
     };
     let mut ca = None;
+    let mut client_certificate = None;
     if let Some(name) = secret {
         deps.push(Dep::Object(ObjectKey::new(Kind::Secret, ns, name)));
         match store.ca_bundle(true, ns, name) {
@@ -149,11 +153,9 @@ pub(crate) fn read(
             )),
             Some(Ok(pem)) => ca = Some(pem),
         }
-        if store.certificate(ns, name).is_some_and(|c| c.is_ok()) {
-            problems.push(format!(
-                "{}: partly applied: its tls.crt/tls.key are not presented to the backends (no client certificate towards backends yet)",
-                field("proxy-ssl-secret")
-            ));
+        // A Secret with only `ca.crt` is no client certificate: not a problem.
+        if let Some(Ok(c)) = store.certificate(ns, name) {
+            client_certificate = Some(c.clone());
         }
     }
     let trust = match (verify, ca) {
@@ -174,5 +176,6 @@ pub(crate) fn read(
         name,
         send_sni,
         source: source.clone(),
+        client_certificate,
     })
 }

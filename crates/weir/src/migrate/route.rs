@@ -580,6 +580,12 @@ fn backend_tls(
             format!("backend-protocol: HTTPS: BackendTLSPolicy {ns}/{}-{svc} applies to every route to Service {ns}/{svc}, not only this Ingress's", ing.metadata.name),
         );
     }
+    if t.client_certificate {
+        notes.add(
+            Severity::NotCarried,
+            "proxy-ssl-secret's tls.crt/tls.key: a client certificate towards backends is a Gateway's spec.tls.backend, which weir migrate does not write".into(),
+        );
+    }
     if !t.send_sni {
         notes.add(
             Severity::Info,

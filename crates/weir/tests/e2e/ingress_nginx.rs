@@ -592,6 +592,81 @@ stringData:
     assert_eq!(r.status, 502, "{}", r.body);
 }
 
+/// `proxy-ssl-secret` with `tls.crt`/`tls.key`: the client certificate is presented to a
+/// backend that requires one (its CA is the test's), which refuses a client without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_https_backend_client_certificate() {
+    let pki = Pki::new();
+    let (crt, key) = pki.leaf(&["app.internal"]);
+    let (client_crt, client_key) = pki.leaf(&["gateway.test"]);
+    let backend = https_backend_mtls((&crt, &key), &pki.ca_pem()).await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let indent = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let ingress = |name: &str, secret: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: {secret}
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {port}}}}}}}}}
+---
+",
+            port = backend.port()
+        )
+    };
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: https, port: {port}, targetPort: 8443}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: ca-only}}
+stringData:
+  ca.crt: |
+{ca}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: with-client}}
+type: kubernetes.io/tls
+stringData:
+  ca.crt: |
+{ca}  tls.crt: |
+{client_crt}  tls.key: |
+{client_key}---
+{mutual}{anonymous}",
+        port = backend.port(),
+        ca = indent(&pki.ca_pem()),
+        client_crt = indent(&client_crt),
+        client_key = indent(&client_key),
+        mutual = ingress("mutual", "with-client"),
+        anonymous = ingress("anonymous", "ca-only"),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = http1(http_addr, "mutual.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = http1(http_addr, "anonymous.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+}
+
 /// `default-backend` with `custom-http-errors` through `weir run` (Services whose
 /// cluster IP is loopback, reached with `service-upstream`): a backend answering 503 is
 /// replaced by the default backend's answer, which received the error in `X-Code` and

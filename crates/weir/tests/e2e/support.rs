@@ -150,24 +150,40 @@ pub async fn echo(name: &str) -> SocketAddr {
 /// certificate and key); every request is answered 200 with `sni=<the server name the
 /// client sent, empty without one>`.
 pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(cert, false).await
+    tls_backend(cert, false, None).await
 }
 
 /// As [`https_backend`], speaking HTTP/2 (ALPN `h2`) as a gRPC server over TLS does.
 pub async fn https_backend_h2(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(cert, true).await
+    tls_backend(cert, true, None).await
 }
 
-async fn tls_backend(cert: (&str, &str), h2: bool) -> SocketAddr {
+/// As [`https_backend`], refusing the handshake of a client without a certificate of
+/// the CA `client_ca` (PEM).
+pub async fn https_backend_mtls(cert: (&str, &str), client_ca: &str) -> SocketAddr {
+    tls_backend(cert, false, Some(client_ca)).await
+}
+
+async fn tls_backend(cert: (&str, &str), h2: bool, client_ca: Option<&str>) -> SocketAddr {
     let chain = vec![der_of(cert.0)];
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap();
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
         .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(der_of(ca)).unwrap();
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_single_cert(chain, key).unwrap();
     if h2 {
         cfg.alpn_protocols = vec![b"h2".to_vec()];
     }
