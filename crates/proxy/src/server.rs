@@ -187,6 +187,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 ///    mirrors, URI form);
 /// 5. [`send`]: the hand-over to the upstream pool, bounded by the route's timeouts;
 /// 6. [`relay`]: the upstream's response head as sent back, once it arrives;
+///    6b. only for rules with an `InterceptErrors` filter: [`intercept::after`] replaces
+///    a listed error (the upstream's, or one made here) by the error cluster's answer;
 /// 7. [`finish`]: errors turned into responses in the request's shape (HTTP or gRPC),
 ///    metrics, the access-log record and the spans (queued, never waited for).
 ///
