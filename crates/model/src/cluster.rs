@@ -3,6 +3,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::UpstreamTls;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
 
 /// The name of a cluster, e.g. `service/default/echo:8080` or `backend/default/static`.
@@ -63,6 +64,11 @@ pub struct Cluster {
     pub endpoints: Vec<Endpoint>,
     /// Wire protocol to the endpoints.
     pub protocol: UpstreamProtocol,
+    /// TLS towards the endpoints asked by whatever built the cluster (ingress-nginx's
+    /// `backend-protocol: HTTPS`/`GRPCS`: the Ingress's own clusters, key suffix
+    /// `/tls-<hash>`). A BackendTLSPolicy on the Service port takes precedence over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<UpstreamTls>>,
     hash: ContentHash,
 }
 eq_by_content_hash!(Cluster);
@@ -75,8 +81,20 @@ impl Cluster {
             key,
             endpoints,
             protocol,
+            tls: None,
             hash,
         }
+    }
+
+    /// The cluster with TLS towards its endpoints. The settings are folded into the hash
+    /// only when set, so clusters without TLS keep their hashes (push protocol version 4).
+    pub fn with_tls(mut self, tls: Option<Arc<UpstreamTls>>) -> Self {
+        self.hash = match &tls {
+            None => content_hash(&(&self.key, &self.endpoints, &self.protocol)),
+            Some(t) => content_hash(&(&self.key, &self.endpoints, &self.protocol, t)),
+        };
+        self.tls = tls;
+        self
     }
 
     /// The content hash computed at construction.

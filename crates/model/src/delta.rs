@@ -199,8 +199,14 @@ impl Resource {
                 // or on a backend).
                 let mirrors = |filters: &[Filter], out: &mut Vec<ResourceKey>| {
                     for f in filters {
-                        if let Filter::Mirror { cluster, .. } = f {
-                            out.push(ResourceKey::Cluster(cluster.clone()));
+                        match f {
+                            Filter::Mirror { cluster, .. } => {
+                                out.push(ResourceKey::Cluster(cluster.clone()));
+                            }
+                            Filter::InterceptErrors(e) => {
+                                out.push(ResourceKey::Cluster(e.cluster.clone()));
+                            }
+                            _ => {}
                         }
                     }
                 };
@@ -354,6 +360,61 @@ mod tests {
         );
         assert_eq!(v.key().listener(), Some(key(80)));
         assert_eq!(v.key().gateway(), None);
+    }
+
+    /// The cluster an InterceptErrors filter sends error requests to is used by the
+    /// virtual host (split mode sends it with the route).
+    #[test]
+    fn virtual_host_uses_the_error_cluster_of_its_rules() {
+        let filter = Filter::InterceptErrors(Arc::new(crate::InterceptErrors {
+            codes: vec![503],
+            no_endpoints: true,
+            cluster: ClusterKey("errors".into()),
+        }));
+        let rule = Arc::new(RouteRule::new(
+            RouteRef {
+                kind: RouteKind::Ingress,
+                namespace: "ns".into(),
+                name: "i".into(),
+                rule: 0,
+            },
+            RequestMatch {
+                path: PathMatch::Prefix("/".into()),
+                headers: vec![],
+                query: vec![],
+                method: None,
+            },
+            vec![filter],
+            Action::Forward(vec![WeightedBackend {
+                cluster: ClusterKey("app".into()),
+                weight: 1,
+                filters: vec![],
+            }]),
+            Timeouts::default(),
+        ));
+        let v = Resource::VirtualHost(Arc::new(VirtualHost::new(
+            key(80),
+            HostMatch::Any,
+            vec![rule],
+        )));
+        let clusters: Vec<_> = v
+            .references()
+            .into_iter()
+            .filter(|(k, _)| matches!(k, ResourceKey::Cluster(_)))
+            .collect();
+        assert_eq!(
+            clusters,
+            vec![
+                (
+                    ResourceKey::Cluster(ClusterKey("app".into())),
+                    Reference::Used
+                ),
+                (
+                    ResourceKey::Cluster(ClusterKey("errors".into())),
+                    Reference::Used
+                ),
+            ]
+        );
     }
 
     /// Whatever a resource requires comes earlier in a batch when upserted and later

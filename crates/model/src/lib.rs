@@ -64,9 +64,9 @@ pub use policy::{
 };
 pub use request_limits::RequestLimits;
 pub use route::{
-    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, PathMatch, PathRewrite, Pattern,
-    QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef, RouteRule, StringMatch,
-    Timeouts, VirtualHost, WeightedBackend,
+    Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, InterceptErrors, PathMatch,
+    PathRewrite, Pattern, QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef,
+    RouteRule, StringMatch, Timeouts, VirtualHost, WeightedBackend,
 };
 pub use tls::{Certificate, SniCert};
 pub use upstream_tls::{BackendTls, SubjectName, TrustAnchors, UpstreamTls};

@@ -212,6 +212,35 @@ pub enum Filter {
     /// Answer CORS preflights from allowed origins; add the CORS headers to the
     /// responses of their actual requests.
     Cors(Arc<crate::Cors>),
+    /// Replace some error responses by another cluster's answer (push protocol
+    /// version 4; ingress-nginx's `custom-http-errors` and `default-backend`).
+    InterceptErrors(Arc<InterceptErrors>),
+}
+
+/// Error responses replaced by the response of another cluster to the same request (as
+/// nginx's `proxy_intercept_errors` with an `error_page` that proxies): the request goes
+/// there as a `GET /` carrying what the error was in `X-Code`, `X-Format` (the request's
+/// `Accept`), `X-Original-URI`, `X-Namespace`, `X-Ingress-Name`, `X-Service-Name` and
+/// `X-Service-Port` (of the cluster that failed), and its response is relayed as it is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct InterceptErrors {
+    /// The status codes replaced (sorted, each once): an upstream's response, or the
+    /// gateway's own error response, of one of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<u16>,
+    /// A backend without an endpoint (or a backend that cannot be resolved, compiled to
+    /// this cluster by the translator) is replaced whatever its code.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_endpoints: bool,
+    /// Where the replacement comes from.
+    pub cluster: ClusterKey,
+}
+
+impl InterceptErrors {
+    /// Whether a response of status `code` is replaced.
+    pub fn replaces(&self, code: u16) -> bool {
+        self.codes.binary_search(&code).is_ok()
+    }
 }
 
 /// A redirect response (Gateway API `HTTPRequestRedirectFilter`).

@@ -16,6 +16,12 @@ pub enum TrustAnchors {
     /// None usable (every `caCertificateRef` was invalid): every handshake fails, so the
     /// Service is never reached in plaintext nor with an unverified certificate.
     Nothing,
+    /// Any certificate, unverified (neither its chain nor its names are checked; the
+    /// handshake's signature still is). Only ever built when a user asked for no
+    /// verification: ingress-nginx's `backend-protocol: HTTPS`/`GRPCS` without
+    /// `proxy-ssl-verify: "on"`, nginx's own default. The data plane logs it once per
+    /// cluster version.
+    Unverified,
 }
 
 fn pem_len<S: serde::Serializer>(pem: &Arc<[u8]>, s: S) -> Result<S::Ok, S::Error> {
@@ -34,15 +40,35 @@ pub enum SubjectName {
 /// How the data plane connects to one Service port over TLS.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct UpstreamTls {
-    /// The SNI sent (the policy's `hostname`).
+    /// The SNI sent (the policy's `hostname`), and the name verified when
+    /// `subject_names` is empty.
     pub sni: Arc<str>,
+    /// The SNI is not sent (`sni` is then only the name verified): ingress-nginx's
+    /// default, `proxy-ssl-server-name` off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hide_sni: bool,
     /// The trust anchors.
     pub trust: TrustAnchors,
     /// The names accepted; empty: the certificate must be valid for `sni`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subject_names: Vec<SubjectName>,
-    /// The BackendTLSPolicy (`namespace/name`) this comes from, for logs and errors.
+    /// The BackendTLSPolicy (`namespace/name`) this comes from, for logs and errors (or
+    /// the Ingress, `namespace/name (Ingress annotations)`).
     pub policy: Arc<str>,
+    /// The client certificate presented when the backend asks for one (ingress-nginx's
+    /// `proxy-ssl-secret` `tls.crt`/`tls.key`); shown by its hash only.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cert_hash")]
+    pub client_certificate: Option<Arc<crate::Certificate>>,
+}
+
+fn cert_hash<S: serde::Serializer>(
+    c: &Option<Arc<crate::Certificate>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(&format!("certificate {:016x}", c.hash().0)),
+        None => s.serialize_none(),
+    }
 }
 
 /// The upstream TLS of a Service's ports (a BackendTLSPolicy field on a

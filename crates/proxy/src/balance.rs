@@ -189,10 +189,13 @@ impl ClusterState {
             cluster.endpoints.iter().map(|e| e.addr.clone()),
             outlier.ejection,
         );
+        // A BackendTLSPolicy on the Service port wins over what the cluster asks for
+        // itself (an Ingress's `backend-protocol: HTTPS`).
         let tls_settings = policy
             .as_ref()
             .and_then(|p| p.backend_tls.as_ref())
             .and_then(|t| t.for_port(cluster.key.service_port()?))
+            .or(cluster.tls.as_ref())
             .cloned();
         let tls = tls_settings.as_ref().map(|t| build_tls(&cluster, t, None));
         let probers = match policy.as_ref().and_then(|p| p.health_check.as_ref()) {

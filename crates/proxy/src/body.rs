@@ -99,6 +99,17 @@ pub(crate) struct BodyTooLarge;
 pub(crate) struct BodyIdle;
 
 impl RequestBody {
+    /// An empty body (a request the gateway makes itself).
+    pub(crate) fn empty() -> RequestBody {
+        RequestBody {
+            inner: None,
+            idle: None,
+            timer: None,
+            waiting_since: None,
+            stall: None,
+        }
+    }
+
     /// Wraps `inner`; `idle` of zero means no limit.
     pub(crate) fn new(inner: Incoming, idle: Duration) -> RequestBody {
         // A body that is already complete is never polled for data: no flag, no timer.
@@ -126,17 +137,6 @@ impl RequestBody {
             self.stall.get_or_insert_with(Stall::new);
         }
         self
-    }
-
-    /// An empty body (a mirrored copy's).
-    pub(crate) fn empty() -> RequestBody {
-        RequestBody {
-            inner: None,
-            idle: None,
-            timer: None,
-            waiting_since: None,
-            stall: None,
-        }
     }
 
     /// A body without an idle limit.

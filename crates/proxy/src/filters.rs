@@ -21,7 +21,10 @@ pub(crate) fn apply_request_filters(rule: &RouteRule, parts: &mut http::request:
                     set_path(&new_path, &mut parts.uri);
                 }
             }
-            Filter::ResponseHeaders(_) | Filter::Mirror { .. } | Filter::Cors(_) => {}
+            Filter::ResponseHeaders(_)
+            | Filter::Mirror { .. }
+            | Filter::Cors(_)
+            | Filter::InterceptErrors(_) => {}
         }
     }
 }

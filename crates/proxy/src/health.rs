@@ -593,6 +593,8 @@ mod tests {
     fn tls(sni: &str) -> ProbeTls {
         let t = weir_model::UpstreamTls {
             sni: sni.into(),
+            hide_sni: false,
+            client_certificate: None,
             trust: weir_model::TrustAnchors::Nothing,
             subject_names: Vec::new(),
             policy: "default/tls".into(),

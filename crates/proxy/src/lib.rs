@@ -34,6 +34,7 @@ mod ext_auth;
 mod global_ratelimit;
 mod h2_tls;
 mod idle;
+mod intercept;
 mod jwks;
 mod jwt;
 mod l4;

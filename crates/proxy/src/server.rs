@@ -33,6 +33,7 @@ use crate::endpoints::{ConnectGate, InFlight, Outcome};
 use crate::error::{ProxyError, ResponseShape, error_response, text_response};
 use crate::ext_auth;
 use crate::filters;
+use crate::intercept;
 use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
@@ -68,7 +69,7 @@ impl ProxyBody {
         }
     }
 
-    fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
+    pub(crate) fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
         ProxyBody {
             kind: BodyKind::Upstream(body, lease),
             held: None,
@@ -186,6 +187,8 @@ pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), Pro
 ///    mirrors, URI form);
 /// 5. [`send`]: the hand-over to the upstream pool, bounded by the route's timeouts;
 /// 6. [`relay`]: the upstream's response head as sent back, once it arrives;
+///    6b. only for rules with an `InterceptErrors` filter: [`intercept::after`] replaces
+///    a listed error (the upstream's, or one made here) by the error cluster's answer;
 /// 7. [`finish`]: errors turned into responses in the request's shape (HTTP or gRPC),
 ///    metrics, the access-log record and the spans (queued, never waited for).
 ///
@@ -251,6 +254,8 @@ pin_project_lite::pin_project! {
         Forwarding { #[pin] fwd: Forwarding<S> },
         /// Attempts of a request with retries (see [`crate::retry`]).
         Retrying { fut: Pin<Box<retry::Forward>> },
+        /// An error of the gateway's own being replaced ([`intercept`]).
+        Intercepting { fut: Intercepting },
         /// Credentials being checked off the worker threads.
         Verifying { fut: Verifying },
     }
@@ -266,6 +271,7 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                 "request polled after its response",
             ))),
             StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
+            StateProj::Intercepting { fut } => std::task::ready!(fut.as_mut().poll(cx)),
             StateProj::Verifying { fut } => {
                 let (result, second) = std::task::ready!(fut.as_mut().poll(cx));
                 if let Some(log) = this.log.as_deref_mut() {
@@ -365,9 +371,14 @@ enum Routed<S> {
     Respond(Response<ProxyBody>),
     Forward(Forwarding<S>),
     Retrying(Pin<Box<retry::Forward>>),
+    /// An error made here, replaced by an error cluster's answer ([`intercept`]).
+    Intercepting(Intercepting),
     /// Credentials checked off the worker threads first (see [`basic_auth`]).
     Verify(Verifying),
 }
+
+/// The request to an error cluster that replaces an error of the gateway's own.
+type Intercepting = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, ProxyError>> + Send>>;
 
 /// A basic-auth check running off the worker threads, then the request's second pass
 /// through the phases and its forwarding: the result, and the second pass's record (the
@@ -438,6 +449,7 @@ fn verify_then_forward(
                 (result, log)
             }
             Ok(Routed::Respond(resp)) => (Ok(resp), log),
+            Ok(Routed::Intercepting(fut)) => (fut.await, log),
             Ok(Routed::Verify(fut)) => fut.await,
             Err(e) => (Err(e), log),
         }
@@ -450,6 +462,7 @@ impl<S> Routed<S> {
         match r {
             Ok(Routed::Forward(fwd)) => State::Forwarding { fwd },
             Ok(Routed::Retrying(fut)) => State::Retrying { fut },
+            Ok(Routed::Intercepting(fut)) => State::Intercepting { fut },
             Ok(Routed::Verify(fut)) => State::Verifying { fut },
             Ok(Routed::Respond(resp)) => State::Done {
                 result: Some(Ok(resp)),
@@ -573,15 +586,39 @@ fn phases(
             return Ok(Routed::Respond(resp));
         }
     };
+    // Phase 6b, read now (the head is consumed by forwarding): what replaces an error
+    // response (custom error pages).
+    let intercept = intercept::of(&rule)
+        .filter(|_| ResponseShape::of(req.headers()) == ResponseShape::Http)
+        .cloned();
     let from = Some((req.headers(), client, &applied));
-    let mut target = choose(
+    let mut target = match choose(
         &snapshot,
         &rule,
         backends,
         start,
         from,
         applied.client_certificate(),
-    )?;
+    ) {
+        Ok(t) => t,
+        Err(e) => match &intercept {
+            Some(errors) => {
+                let first = backends.first().map(|b| &b.cluster);
+                let p = intercept::Pending::new(errors, &rule, first, req.uri(), req.headers());
+                let ctx = Arc::clone(ctx);
+                return Ok(Routed::Intercepting(Box::pin(intercept::after(
+                    ctx,
+                    p,
+                    Err(e),
+                ))));
+            }
+            None => return Err(e),
+        },
+    };
+    let pending = intercept.as_ref().map(|errors| {
+        let cluster = backends.get(target.backend).map(|b| &b.cluster);
+        intercept::Pending::new(errors, &rule, cluster, req.uri(), req.headers())
+    });
     drop(snapshot);
     if let Some(log) = log {
         log.upstream = Some(target.addr.clone());
@@ -611,6 +648,14 @@ fn phases(
             rewritten.cors_origin,
             start,
         );
+        if let Some(p) = pending {
+            let ctx = Arc::clone(ctx);
+            return Ok(Routed::Retrying(Box::pin(async move {
+                let (result, attempts, upstream) = fut.await;
+                let result = intercept::after(ctx, p, result).await;
+                (result.map(|r| holding(r, held)), attempts, upstream)
+            })));
+        }
         return Ok(Routed::Retrying(match held {
             None => Box::pin(fut),
             Some(h) => Box::pin(async move {
@@ -621,6 +666,16 @@ fn phases(
     }
     address(&mut rewritten.parts, &rule, &target)?;
     let limit = attempt_limit(ctx, &applied.timeouts, start);
+    if let Some(p) = pending {
+        // Boxed, as retries are: only rules with the filter pay for it.
+        let upstream = target.addr.clone();
+        let fwd = send(ctx, rule, target, rewritten, limit, held);
+        let ctx = Arc::clone(ctx);
+        return Ok(Routed::Retrying(Box::pin(async move {
+            let result = intercept::after(ctx, p, fwd.await).await;
+            (result, 1, upstream)
+        })));
+    }
     Ok(Routed::Forward(send(
         ctx, rule, target, rewritten, limit, held,
     )))

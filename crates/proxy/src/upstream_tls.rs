@@ -40,7 +40,7 @@ pub(crate) struct TlsTarget {
     pub(crate) config_h2: Arc<ClientConfig>,
     /// The SNI sent.
     pub(crate) server_name: ServerName<'static>,
-    /// The BackendTLSPolicy, for errors.
+    /// The BackendTLSPolicy (or Ingress), for errors.
     pub(crate) policy: Arc<str>,
 }
 
@@ -54,14 +54,16 @@ impl std::fmt::Debug for TlsTarget {
 }
 
 impl TlsTarget {
-    /// Builds the client configuration of `tls`, presenting `client` (the Gateway's
-    /// `spec.tls.backend` certificate) to backends that ask for one. Fails on an SNI that
-    /// is not a DNS name (the translator refuses those) and on a client certificate
-    /// rustls cannot use (the translator checked its PEM framing only).
+    /// Builds the client configuration of `tls`, presenting the certificate of the
+    /// settings themselves (an Ingress's `proxy-ssl-secret`) or else `client` (the
+    /// Gateway's `spec.tls.backend` certificate) to backends that ask for one. Fails on an
+    /// SNI that is not a DNS name (the translator refuses those) and on a client
+    /// certificate rustls cannot use (the translator checked its PEM framing only).
     pub(crate) fn new(
         tls: &UpstreamTls,
         client: Option<&Certificate>,
     ) -> Result<TlsTarget, String> {
+        let client = tls.client_certificate.as_deref().or(client);
         let server_name = ServerName::try_from(tls.sni.to_string())
             .map_err(|e| format!("SNI {:?}: {e}", tls.sni))?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -77,11 +79,19 @@ impl TlsTarget {
             }
             TrustAnchors::System => system_roots(),
             TrustAnchors::Nothing => Arc::new(RootCertStore::empty()),
+            TrustAnchors::Unverified => {
+                tracing::warn!(
+                    source = %tls.policy,
+                    "upstream TLS without certificate verification (asked for: proxy-ssl-verify is not on)"
+                );
+                Arc::new(RootCertStore::empty())
+            }
         };
         let verifier = Arc::new(PolicyVerifier {
             roots,
             names: tls.subject_names.clone(),
             algorithms: provider.signature_verification_algorithms,
+            unverified: tls.trust == TrustAnchors::Unverified,
         });
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -102,11 +112,13 @@ impl TlsTarget {
                     .map_err(|e| format!("client certificate: {e}"))?
             }
         };
+        config.enable_sni = !tls.hide_sni;
         let mut config_h2 = config.clone();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config_h2.alpn_protocols = vec![H2_ALPN.to_vec()];
         // Connections made with one Gateway's certificate are another identity than those
-        // made with another's (or none): the pool keeps them apart by this id.
+        // made with another's (or none): the pool keeps them apart by this id (the
+        // settings' own certificate is part of their hash).
         let id = match client {
             None => weir_model::content_hash(tls).0,
             Some(c) => weir_model::content_hash(&(tls, c.hash().0)).0,
@@ -182,6 +194,9 @@ struct PolicyVerifier {
     /// Empty: the SNI.
     names: Vec<SubjectName>,
     algorithms: WebPkiSupportedAlgorithms,
+    /// Any certificate is accepted ([`TrustAnchors::Unverified`]); the handshake's
+    /// signatures are still checked.
+    unverified: bool,
 }
 
 impl ServerCertVerifier for PolicyVerifier {
@@ -193,6 +208,9 @@ impl ServerCertVerifier for PolicyVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if self.unverified {
+            return Ok(ServerCertVerified::assertion());
+        }
         let cert = ParsedCertificate::try_from(end_entity)?;
         verify_server_cert_signed_by_trust_anchor(
             &cert,

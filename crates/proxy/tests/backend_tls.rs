@@ -131,6 +131,8 @@ fn tls_policy(tls: Option<UpstreamTls>) -> Resource {
 fn upstream(sni: &str, trust: TrustAnchors, names: Vec<SubjectName>) -> UpstreamTls {
     UpstreamTls {
         sni: sni.into(),
+        hide_sni: false,
+        client_certificate: None,
         trust,
         subject_names: names,
         policy: "default/tls".into(),
@@ -883,4 +885,57 @@ async fn without_the_gateway_certificate_the_backend_refuses() {
     .await;
     let (status, body) = status_and_body(&p).await;
     assert_eq!((status, body), (200, expected));
+}
+
+/// A cluster's own TLS (an Ingress's `backend-protocol: HTTPS`: unverified, no SNI) is
+/// used when the Service has no BackendTLSPolicy; a policy on the Service port wins over
+/// it, its SNI sent and its CA checked (another CA fails rather than falling back to the
+/// cluster's unverified setting).
+#[tokio::test]
+async fn a_clusters_own_tls_yields_to_the_services_policy() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (cert, key) = pki.leaf(&["abc.example.com"], &[]);
+    let b = https_backend(cert, key).await;
+    let own = || {
+        let Resource::Cluster(c) = cluster(APP, &[b], UpstreamProtocol::Http1) else {
+            unreachable!()
+        };
+        let tls = UpstreamTls {
+            hide_sni: true,
+            ..upstream("app.default.svc", TrustAnchors::Unverified, vec![])
+        };
+        Resource::Cluster(Arc::new(c.as_ref().clone().with_tls(Some(Arc::new(tls)))))
+    };
+    let start = |policy: Option<UpstreamTls>| {
+        let mut resources = vec![
+            listener(Protocol::Http),
+            vhost(Some("app.test"), vec![rule("/", forward(&[(APP, 1)]))]),
+            own(),
+        ];
+        if policy.is_some() {
+            resources.push(tls_policy(policy));
+        }
+        Proxy::start(resources)
+    };
+    let p = start(None).await;
+    assert_eq!(status_and_body(&p).await, (200, "sni=".to_owned()));
+    let p = start(Some(upstream(
+        "abc.example.com",
+        TrustAnchors::Pem(pki.ca_pem()),
+        vec![],
+    )))
+    .await;
+    assert_eq!(
+        status_and_body(&p).await,
+        (200, "sni=abc.example.com".to_owned())
+    );
+    let p = start(Some(upstream(
+        "abc.example.com",
+        TrustAnchors::Pem(other.ca_pem()),
+        vec![],
+    )))
+    .await;
+    let (status, body) = status_and_body(&p).await;
+    assert!(status >= 500, "{status} {body}");
 }

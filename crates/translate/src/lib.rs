@@ -52,7 +52,8 @@ pub use compile::tls::certificate_from_secret;
 /// The ingress-nginx annotations of an Ingress as the translator serves them (for
 /// `weir migrate`).
 pub use compile::ingress_nginx_reading::{
-    HttpsRedirect, INGRESS_NGINX_PREFIX, IngressNginxReader, IngressNginxReading,
+    BackendTlsReading, CanaryReading, HttpsRedirect, INGRESS_NGINX_PREFIX, IngressNginxReader,
+    IngressNginxReading,
 };
 
 /// Settings of a [`Translator`].

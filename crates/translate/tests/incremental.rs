@@ -583,6 +583,36 @@ metadata:
 spec:
   rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
 ---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: i1
+  namespace: default
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: "on"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: default/cert
+    nginx.ingress.kubernetes.io/default-backend: svc
+    nginx.ingress.kubernetes.io/custom-http-errors: "503"
+spec:
+  rules:
+  - host: b.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}
+      - {path: /x, pathType: Prefix, backend: {service: {name: missing, port: {number: 80}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: i3
+  namespace: default
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: GRPCS
+    nginx.ingress.kubernetes.io/default-backend: svc
+spec:
+  rules: [{host: a.test, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]}}]
+---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw3, namespace: default}

@@ -821,6 +821,12 @@ fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
             TrustAnchors::Pem(pem) => Trust::CaPem(pem.to_vec()),
             TrustAnchors::System => Trust::System(true),
             TrustAnchors::Nothing => Trust::Nothing(true),
+            TrustAnchors::Unverified => Trust::Unverified(true),
+        }),
+        hide_sni: t.hide_sni,
+        client_certificate: t.client_certificate.as_ref().map(|c| wire::Certificate {
+            chain_pem: c.chain_pem.to_vec(),
+            key_pem: c.key_pem.to_vec(),
         }),
         dns_names: t
             .subject_names
@@ -863,6 +869,7 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
         Some(Trust::CaPem(_)) => return Err(invalid("backend_tls.ca_pem", "empty")),
         Some(Trust::System(_)) => TrustAnchors::System,
         Some(Trust::Nothing(_)) => TrustAnchors::Nothing,
+        Some(Trust::Unverified(_)) => TrustAnchors::Unverified,
         None => return Err(missing("backend_tls.trust")),
     };
     if t.sni.is_empty() {
@@ -880,6 +887,13 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
     );
     Ok(Arc::new(UpstreamTls {
         sni: Arc::from(t.sni.as_str()),
+        hide_sni: t.hide_sni,
+        client_certificate: t.client_certificate.as_ref().map(|c| {
+            Arc::new(Certificate::new(
+                c.chain_pem.as_slice().into(),
+                c.key_pem.as_slice().into(),
+            ))
+        }),
         trust,
         subject_names,
         policy: Arc::from(t.policy.as_str()),
@@ -1184,8 +1198,54 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                 rules,
             ))))
         }
+        Resource::VirtualHost(v) if version < 4 && v.rules.iter().any(|r| intercepts(r)) => {
+            // A data plane of version 3 or older cannot read the filter (it would refuse
+            // the whole virtual host): the rules go without it, error responses as they
+            // are.
+            let rules = v
+                .rules
+                .iter()
+                .map(|r| {
+                    if !intercepts(r) {
+                        return r.clone();
+                    }
+                    let keep = |f: &&Filter| !matches!(f, Filter::InterceptErrors(_));
+                    Arc::new(
+                        RouteRule::new(
+                            r.route.clone(),
+                            r.matcher.clone(),
+                            r.filters.iter().filter(keep).cloned().collect(),
+                            r.action.clone(),
+                            r.timeouts.clone(),
+                        )
+                        .with_retry(r.retry.clone()),
+                    )
+                })
+                .collect();
+            std::borrow::Cow::Owned(Resource::VirtualHost(Arc::new(VirtualHost::new(
+                v.listener,
+                v.host.clone(),
+                rules,
+            ))))
+        }
+        Resource::Cluster(c) if version < 4 && c.tls.is_some() => {
+            // An older data plane would connect in plaintext: it gets the cluster without
+            // endpoints (503) instead.
+            std::borrow::Cow::Owned(Resource::Cluster(Arc::new(Cluster::new(
+                c.key.clone(),
+                Vec::new(),
+                c.protocol,
+            ))))
+        }
         _ => std::borrow::Cow::Borrowed(r),
     }
+}
+
+/// Whether `r` replaces error responses (push protocol version 4).
+fn intercepts(r: &RouteRule) -> bool {
+    r.filters
+        .iter()
+        .any(|f| matches!(f, Filter::InterceptErrors(_)))
 }
 
 /// Whether `r` rewrites its path with the groups of its regex (push protocol version 3).
@@ -1325,6 +1385,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 UpstreamProtocol::Http1 => wire::cluster::Protocol::Http1,
                 UpstreamProtocol::H2c => wire::cluster::Protocol::H2c,
             } as i32,
+            tls: c.tls.as_deref().map(upstream_tls_to_wire),
         }),
         Resource::Certificate(c) => R::Certificate(wire::Certificate {
             chain_pem: c.chain_pem.to_vec(),
@@ -1570,11 +1631,11 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                     Ok(wire::cluster::Protocol::H2c) => UpstreamProtocol::H2c,
                     Err(_) => return Err(invalid("protocol", c.protocol)),
                 };
-                Resource::Cluster(Arc::new(Cluster::new(
-                    ClusterKey(c.name.as_str().into()),
-                    endpoints,
-                    protocol,
-                )))
+                let tls = c.tls.as_ref().map(upstream_tls_from_wire).transpose()?;
+                Resource::Cluster(Arc::new(
+                    Cluster::new(ClusterKey(c.name.as_str().into()), endpoints, protocol)
+                        .with_tls(tls),
+                ))
             }
             R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
                 c.chain_pem.as_slice().into(),
@@ -1720,6 +1781,11 @@ fn filter_to_wire(f: &Filter) -> wire::Filter {
                 per_million: *per_million,
             }),
             Filter::Cors(c) => F::Cors(cors_to_wire(c)),
+            Filter::InterceptErrors(e) => F::InterceptErrors(wire::InterceptErrors {
+                codes: e.codes.iter().map(|c| u32::from(*c)).collect(),
+                no_endpoints: e.no_endpoints,
+                cluster: e.cluster.0.to_string(),
+            }),
         }),
     }
 }
@@ -1797,6 +1863,27 @@ fn filters_from_wire(at: &str, v: &[wire::Filter]) -> Result<Vec<Filter>, Invali
                 per_million: m.per_million,
             },
             F::Cors(c) => Filter::Cors(Arc::new(cors_from_wire(c))),
+            F::InterceptErrors(e) => {
+                let mut codes = Vec::with_capacity(e.codes.len());
+                for c in &e.codes {
+                    let c = status(&format!("{at}.intercept_errors.codes"), *c)?;
+                    if !(100..=999).contains(&c) || codes.last().is_some_and(|l| *l >= c) {
+                        return Err(invalid(
+                            format!("{at}.intercept_errors.codes"),
+                            "not sorted status codes",
+                        ));
+                    }
+                    codes.push(c);
+                }
+                if e.cluster.is_empty() {
+                    return Err(missing(&format!("{at}.intercept_errors.cluster")));
+                }
+                Filter::InterceptErrors(Arc::new(weir_model::InterceptErrors {
+                    codes,
+                    no_endpoints: e.no_endpoints,
+                    cluster: ClusterKey(e.cluster.as_str().into()),
+                }))
+            }
         });
     }
     Ok(out)

@@ -515,3 +515,94 @@ fn client_validation_settings_round_trip() {
     )));
     assert!(!weir_xds::convert::withheld(&plain, 0));
 }
+
+/// An Ingress's TLS cluster (`backend-protocol: HTTPS`) and error-page filter
+/// (`custom-http-errors`) are version-4 constructs: they round-trip, a cluster without
+/// TLS keeps its hash, and a version-3 data plane gets the cluster without endpoints
+/// (never plaintext) and the rule without the filter.
+#[test]
+fn ingress_upstream_tls_and_error_pages_stay_away_from_version_3() {
+    use std::sync::Arc;
+    use weir_model::{
+        Action, Cluster, ClusterKey, Endpoint, EndpointAddr, Filter, HostMatch, InterceptErrors,
+        ListenerKey, PathMatch, RequestMatch, RouteKind, RouteRef, RouteRule, Timeouts,
+        TrustAnchors, UpstreamProtocol, UpstreamTls, VirtualHost, WeightedBackend,
+    };
+    let key = ClusterKey("service/shop/api:443/tls-0123".into());
+    let endpoints = vec![Endpoint {
+        addr: EndpointAddr::Socket("10.0.0.5:8443".parse().unwrap()),
+        weight: 1,
+    }];
+    let plain = Cluster::new(key.clone(), endpoints.clone(), UpstreamProtocol::Http1);
+    let tls = Arc::new(UpstreamTls {
+        sni: "api.shop.svc".into(),
+        hide_sni: true,
+        client_certificate: Some(Arc::new(weir_model::Certificate::new(
+            Arc::from(&b"chain"[..]),
+            Arc::from(&b"key"[..]),
+        ))),
+        trust: TrustAnchors::Unverified,
+        subject_names: Vec::new(),
+        policy: "shop/web (Ingress annotations)".into(),
+    });
+    let with_tls = plain.clone().with_tls(Some(tls.clone()));
+    assert_ne!(with_tls.hash(), plain.hash());
+    assert_eq!(plain.clone().with_tls(None).hash(), plain.hash());
+    let r = Resource::Cluster(Arc::new(with_tls));
+    let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+    let Resource::Cluster(c) = &back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(c.tls.as_deref(), Some(&*tls));
+    assert_eq!(version_of(&back), version_of(&r));
+    let old = weir_xds::convert::for_version(&r, 3);
+    let Resource::Cluster(c) = old.as_ref() else {
+        panic!("{old:?}")
+    };
+    assert!(c.tls.is_none() && c.endpoints.is_empty(), "{c:?}");
+
+    let errors = Filter::InterceptErrors(Arc::new(InterceptErrors {
+        codes: vec![404, 503],
+        no_endpoints: true,
+        cluster: ClusterKey("service/shop/errors:80".into()),
+    }));
+    let rule = |filters: Vec<Filter>| {
+        Arc::new(RouteRule::new(
+            RouteRef {
+                kind: RouteKind::Ingress,
+                namespace: "shop".into(),
+                name: "web".into(),
+                rule: 0,
+            },
+            RequestMatch {
+                path: PathMatch::Prefix("/".into()),
+                headers: vec![],
+                query: vec![],
+                method: None,
+            },
+            filters,
+            Action::Forward(vec![WeightedBackend {
+                filters: Vec::new(),
+                cluster: key.clone(),
+                weight: 1,
+            }]),
+            Timeouts::default(),
+        ))
+    };
+    let listener = ListenerKey("127.0.0.1:8080".parse().unwrap());
+    let host = HostMatch::Exact("shop.test".into());
+    let vh = |filters| VirtualHost::new(listener, host.clone(), vec![rule(filters)]);
+    let r = Resource::VirtualHost(Arc::new(vh(vec![errors.clone()])));
+    let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+    let Resource::VirtualHost(v) = &back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(v.rules[0].filters, vec![errors]);
+    assert_eq!(version_of(&back), version_of(&r));
+    let old = weir_xds::convert::for_version(&r, 3);
+    let Resource::VirtualHost(v) = old.as_ref() else {
+        panic!("{old:?}")
+    };
+    assert!(v.rules[0].filters.is_empty());
+    assert_eq!(v.hash(), vh(Vec::new()).hash());
+}

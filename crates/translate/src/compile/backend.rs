@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use weir_api::{Backend, EndpointSlice, Reason};
-use weir_model::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
+use weir_model::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol, UpstreamTls};
 
 use crate::store::Store;
 
@@ -26,6 +26,8 @@ pub(crate) enum ClusterSource {
         /// One endpoint, the Service's cluster IP and port, instead of its endpoints
         /// (ingress-nginx's `service-upstream`; none for a headless Service).
         cluster_ip: bool,
+        /// TLS towards the endpoints (ingress-nginx's `backend-protocol: HTTPS`).
+        tls: Option<Arc<UpstreamTls>>,
     },
     /// A weir Backend object.
     Backend {
@@ -152,6 +154,7 @@ pub(crate) fn resolve_service(
             h2c: want.h2c(),
             udp: want == WantProtocol::Udp,
             cluster_ip: false,
+            tls: None,
         },
     ))
 }
@@ -203,6 +206,7 @@ pub(crate) fn build_cluster(
             h2c: want_h2c,
             udp,
             cluster_ip,
+            tls,
         } => {
             let svc = store.service(ns, name)?;
             let numbered = || svc.spec.ports.iter().filter(|p| p.port == i32::from(*port));
@@ -277,7 +281,7 @@ pub(crate) fn build_cluster(
             } else {
                 UpstreamProtocol::Http1
             };
-            Some(Cluster::new(key.clone(), endpoints, protocol))
+            Some(Cluster::new(key.clone(), endpoints, protocol).with_tls(tls.clone()))
         }
         ClusterSource::Backend { ns, name, h2c } => {
             let b = store.backend(ns, name)?;

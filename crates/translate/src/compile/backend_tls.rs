@@ -230,6 +230,8 @@ fn settings(
     }
     Ok(Arc::new(UpstreamTls {
         sni: Arc::from(hostname.to_ascii_lowercase()),
+        hide_sni: false,
+        client_certificate: None,
         trust,
         subject_names,
         policy: Arc::from(format!("{ns}/{}", p.metadata.name)),

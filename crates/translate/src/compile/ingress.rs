@@ -12,6 +12,7 @@ use crate::TranslatorOptions;
 use crate::compile::backend::{self, ClusterSource, RefError, Resolved, WantProtocol};
 use crate::compile::fields::normalize_prefix;
 use crate::compile::ingress_nginx;
+use crate::compile::ingress_nginx_tls::IngressTls;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::compile::policy::PolicySettings;
 use crate::compile::route_kind::L4Target;
@@ -72,19 +73,21 @@ pub(crate) fn compile(
     let mut out = CompiledIngress::default();
     let mut annotations = ingress_nginx::compile(store, ing);
     if let Some(c) = annotations.canary.take() {
+        // The canary serves with its main Ingress's annotations; its own are ignored.
         out.problems = annotations.problems;
         crate::compile::ingress_canary::compile(store, opts, key, age, ing, &c, &mut out);
         return out;
     }
+    let mut reach = Reach::of(&mut annotations);
+    reach.default_backend = default_backend(store, &key.namespace, &mut annotations, &mut out);
     out.problems.extend(annotations.problems);
     out.deps.extend(annotations.deps);
     out.policy = annotations.policy;
     out.ssl_redirect = annotations.ssl_redirect;
     let filters = annotations.filters;
-    let (redirect, want) = (annotations.redirect, annotations.want);
+    let redirect = annotations.redirect;
     let app_root = annotations.app_root;
     let regex_paths = annotations.regex_paths;
-    let service_upstream = annotations.service_upstream;
     let aliases: Vec<HostMatch> = annotations
         .aliases
         .iter()
@@ -94,7 +97,7 @@ pub(crate) fn compile(
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
         Some(r) => Action::Redirect(r.clone()),
-        None => action(store, ns, b, field, out, want, service_upstream),
+        None => action(store, ns, b, field, out, &reach),
     };
     let origin = RuleOrigin {
         age,
@@ -346,18 +349,52 @@ fn nginx_regex(value: &str) -> Result<weir_model::Pattern, String> {
         .map_err(crate::compile::fields::regex_error)
 }
 
-pub(crate) fn action(
+/// How an Ingress's backends are reached, from its annotations.
+pub(crate) struct Reach {
+    /// The protocol (`backend-protocol`).
+    pub(crate) want: WantProtocol,
+    /// At the Service's cluster IP (`service-upstream`).
+    pub(crate) service_upstream: bool,
+    /// Over TLS (`backend-protocol: HTTPS`/`GRPCS`).
+    pub(crate) tls: Option<IngressTls>,
+    /// The cluster of `default-backend`: where a backend that cannot be resolved goes.
+    pub(crate) default_backend: Option<ClusterKey>,
+}
+
+/// `default-backend` (and `custom-http-errors`): resolves the Service (its first port,
+/// plain HTTP/1.1 whatever the Ingress's `backend-protocol`; at its cluster IP with
+/// `service-upstream`, as the Ingress's other Services), adds its cluster, and the
+/// `InterceptErrors` filter to the Ingress's filters. `None` when it is not set or not
+/// found (named).
+pub(crate) fn default_backend(
     store: &Store,
     ns: &str,
-    b: &IngressBackend,
-    field: &str,
+    ann: &mut ingress_nginx::Annotations,
     out: &mut CompiledIngress,
-    want: WantProtocol,
-    service_upstream: bool,
-) -> Action {
-    match resolve(store, ns, b, field, &mut out.deps, want) {
+) -> Option<ClusterKey> {
+    let service_upstream = ann.service_upstream;
+    let (name, codes) = ann.default_backend.take()?;
+    let field = format!(
+        "metadata.annotations[{}default-backend]",
+        ingress_nginx::PREFIX
+    );
+    out.deps
+        .push(Dep::Object(ObjectKey::new(Kind::Service, ns, &name)));
+    let port = store
+        .service(ns, &name)
+        .and_then(|s| s.spec.ports.first())
+        .map(|p| p.port);
+    let resolved = match port {
+        Some(port) => {
+            backend::resolve_service(store, ns, &name, Some(port), WantProtocol::Declared, &field)
+        }
+        None => Err(RefError::new(
+            Reason::BackendNotFound,
+            format!("{field}: Service {ns}/{name} not found or without ports"),
+        )),
+    };
+    match resolved {
         Ok((key, mut src)) => {
-            // `service-upstream`: the Service's cluster IP, a cluster of its own.
             let key = match &mut src {
                 ClusterSource::Service { cluster_ip, .. } if service_upstream => {
                     *cluster_ip = true;
@@ -368,6 +405,83 @@ pub(crate) fn action(
             if !out.clusters.iter().any(|(k, _)| *k == key) {
                 out.clusters.push((key.clone(), src));
             }
+            ann.filters
+                .push(weir_model::Filter::InterceptErrors(Arc::new(
+                    weir_model::InterceptErrors {
+                        codes,
+                        no_endpoints: true,
+                        cluster: key.clone(),
+                    },
+                )));
+            Some(key)
+        }
+        Err(e) => {
+            out.problems
+                .push(format!("{}; custom error pages not served", e.message));
+            None
+        }
+    }
+}
+
+impl Reach {
+    /// Takes what it needs of `a`.
+    pub(crate) fn of(a: &mut ingress_nginx::Annotations) -> Self {
+        Reach {
+            want: a.want,
+            service_upstream: a.service_upstream,
+            tls: a.upstream_tls.take(),
+            default_backend: None,
+        }
+    }
+}
+
+pub(crate) fn action(
+    store: &Store,
+    ns: &str,
+    b: &IngressBackend,
+    field: &str,
+    out: &mut CompiledIngress,
+    reach: &Reach,
+) -> Action {
+    match resolve(store, ns, b, field, &mut out.deps, reach.want) {
+        Ok((key, mut src)) => {
+            // `service-upstream`: the Service's cluster IP, a cluster of its own.
+            let mut key = match &mut src {
+                ClusterSource::Service { cluster_ip, .. } if reach.service_upstream => {
+                    *cluster_ip = true;
+                    ClusterKey(format!("{}/cluster-ip", key.0).into())
+                }
+                _ => key,
+            };
+            // `backend-protocol: HTTPS`/`GRPCS`: a cluster of its own per TLS setting.
+            if let Some(t) = &reach.tls {
+                match &mut src {
+                    ClusterSource::Service { ns, name, tls, .. } => {
+                        let upstream = t.for_service(ns, name);
+                        key = ClusterKey(
+                            format!(
+                                "{}/tls-{:016x}",
+                                key.0,
+                                weir_model::content_hash(&*upstream).0
+                            )
+                            .into(),
+                        );
+                        *tls = Some(upstream);
+                    }
+                    ClusterSource::Backend { .. } => {
+                        out.problems.push(format!(
+                            "{field}: backend-protocol HTTPS/GRPCS is served for Service backends only; this backend answers 500"
+                        ));
+                        return Action::Fail {
+                            status: 500,
+                            reason: "no TLS to a weir Backend from an Ingress".into(),
+                        };
+                    }
+                }
+            }
+            if !out.clusters.iter().any(|(k, _)| *k == key) {
+                out.clusters.push((key.clone(), src));
+            }
             Action::Forward(vec![WeightedBackend {
                 filters: Vec::new(),
                 cluster: key,
@@ -375,10 +489,24 @@ pub(crate) fn action(
             }])
         }
         Err(e) => {
-            out.problems.push(e.message);
-            Action::Fail {
-                status: 500,
-                reason: "invalid backend".into(),
+            let served = if reach.default_backend.is_some() {
+                "; the default backend serves it"
+            } else {
+                ""
+            };
+            out.problems.push(format!("{}{served}", e.message));
+            match &reach.default_backend {
+                // ingress-nginx sends a path whose Service has no endpoints (or does not
+                // exist) to the default backend.
+                Some(key) => Action::Forward(vec![WeightedBackend {
+                    filters: Vec::new(),
+                    cluster: key.clone(),
+                    weight: 1,
+                }]),
+                None => Action::Fail {
+                    status: 500,
+                    reason: "invalid backend".into(),
+                },
             }
         }
     }

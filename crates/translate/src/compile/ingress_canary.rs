@@ -18,7 +18,7 @@ use weir_model::{
 };
 
 use crate::TranslatorOptions;
-use crate::compile::ingress::{CompiledIngress, action, is_ours, path_match, tls};
+use crate::compile::ingress::{CompiledIngress, Reach, action, is_ours, path_match, tls};
 use crate::compile::ingress_nginx::{self, Canary, is_canary};
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::store::{Dep, Store};
@@ -73,7 +73,10 @@ pub(crate) fn compile(
                 continue;
             };
             out.deps.push(Dep::Object(main_key.clone()));
-            let ann = ingress_nginx::compile(store, main);
+            let mut ann = ingress_nginx::compile(store, main);
+            let mut reach = Reach::of(&mut ann);
+            reach.default_backend =
+                crate::compile::ingress::default_backend(store, ns, &mut ann, out);
             out.deps.extend(ann.deps);
             let path = match path_match(p, ann.regex_paths, &field) {
                 Ok(m) => m,
@@ -103,8 +106,7 @@ pub(crate) fn compile(
                 &main_path.backend,
                 &format!("{field} (main Ingress {main_key})"),
                 out,
-                ann.want,
-                ann.service_upstream,
+                &reach,
             );
             let canary_action = action(
                 store,
@@ -112,8 +114,7 @@ pub(crate) fn compile(
                 &p.backend,
                 &format!("{field}.backend"),
                 out,
-                ann.want,
-                ann.service_upstream,
+                &reach,
             );
             let mut push = |headers: Vec<HeaderMatch>, action: Action| {
                 let m = RequestMatch {
@@ -220,14 +221,20 @@ fn find_main<'a>(
     })
 }
 
-/// A `Cookie` header holding cookie `name` with `value` (`None`: no expression could be
-/// built, which a checked cookie name does not cause).
-fn cookie_is(name: &str, value: &str) -> Option<HeaderMatch> {
-    let re = format!(
+/// The expression a `Cookie` header matches (whole) when it holds cookie `name` with
+/// `value`.
+pub(crate) fn cookie_regex(name: &str, value: &str) -> String {
+    format!(
         "(?:.*;[ \\t]*)?{}={}(?:;.*)?",
         regex::escape(name),
         regex::escape(value)
-    );
+    )
+}
+
+/// A `Cookie` header holding cookie `name` with `value` (`None`: no expression could be
+/// built, which a checked cookie name does not cause).
+fn cookie_is(name: &str, value: &str) -> Option<HeaderMatch> {
+    let re = cookie_regex(name, value);
     Some(HeaderMatch {
         name: "cookie".into(),
         value: StringMatch::Regex(weir_model::Pattern::new(&re).ok()?),

@@ -31,7 +31,9 @@
 //! | `ssl-redirect` / `force-ssl-redirect` (`"true"`) | on the plaintext listener, a 308 to `https` for the hosts served over TLS / for all |
 //! | `app-root` | a request for `/` is redirected (302) there |
 //! | `backend-protocol` `HTTP`, `GRPC`, `H2C` | HTTP/1.1 or HTTP/2 (h2c) to the backends |
+//! | `backend-protocol` `HTTPS`, `GRPCS`, `proxy-ssl-verify`, `proxy-ssl-secret` (`ca.crt`), `proxy-ssl-name`, `proxy-ssl-server-name` | HTTP/1.1 or HTTP/2 over TLS: the Ingress's Service backends get clusters of their own carrying the `UpstreamTls` (`ingress_nginx_tls`); unverified unless `proxy-ssl-verify: "on"` (then the Secret's `ca.crt`, else the system's CAs), no SNI unless `proxy-ssl-server-name: "on"`, the name `proxy-ssl-name` else `<service>.<namespace>.svc`; a BackendTLSPolicy on the Service port wins; the Secret's `tls.crt`/`tls.key` (if any) are the client certificate presented to backends that ask (`UpstreamTls.client_certificate`) |
 //! | `enable-websockets` | nothing to do: upgrades are always relayed |
+//! | `default-backend` (a Service of the Ingress's namespace, its first port), `custom-http-errors` | the `InterceptErrors` filter on every rule: an upstream response (or weir's own error) with one of the codes, or a backend without endpoints, is replaced by the default backend's answer to `GET /` with `X-Code`, `X-Format`, `X-Original-URI`, `X-Namespace`, `X-Ingress-Name`, `X-Service-Name`, `X-Service-Port` (and `X-Request-ID`); a path whose backend cannot be resolved forwards to the default backend; `custom-http-errors` without `default-backend` is named and ignored (weir has no controller-wide default backend) |
 //! | `ssl-passthrough: "true"` | on the Ingress HTTPS listener, a TLS connection whose SNI is one of the Ingress's hosts is spliced to the backend of that host's `/` path (else its first path), TLS and all — the `L4Route` a TLSRoute on a Passthrough listener gets; the host's other annotations do not apply to it (as in ingress-nginx), plaintext requests are served as before |
 //! | `proxy-next-upstream`, `proxy-next-upstream-tries` | a retry: `http_NNN` tokens are its codes, `non_idempotent` its `non_idempotent`, `off` none; tries (default 3, ingress-nginx's) count the first attempt; no backoff, as nginx passes a request to the next server at once |
 //! | `enable-cors`, `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers`, `cors-max-age` | the CORS filter, with ingress-nginx's defaults |
@@ -47,6 +49,7 @@ use weir_model::{
 };
 
 use crate::compile::backend::WantProtocol;
+use crate::compile::ingress_nginx_tls::IngressTls;
 
 use crate::compile::policy::{
     HtpasswdLayout, PolicySettings, Refs, check_realm, htpasswd_users, ip_rules,
@@ -71,6 +74,11 @@ pub(crate) struct Annotations {
     pub(crate) app_root: Option<Arc<str>>,
     /// The protocol to the backends (`backend-protocol`).
     pub(crate) want: WantProtocol,
+    /// TLS to the backends (`backend-protocol: HTTPS`/`GRPCS`, `proxy-ssl-*`).
+    pub(crate) upstream_tls: Option<IngressTls>,
+    /// `default-backend` (a Service of the Ingress's namespace) and the status codes of
+    /// `custom-http-errors` it answers for.
+    pub(crate) default_backend: Option<(String, Vec<u16>)>,
     /// Service backends are reached at their cluster IP (`service-upstream`).
     pub(crate) service_upstream: bool,
     /// Whether `Prefix` and `ImplementationSpecific` paths are regular expressions
@@ -100,6 +108,8 @@ impl Default for Annotations {
             ssl_redirect: SslRedirect::Off,
             app_root: None,
             want: WantProtocol::Declared,
+            upstream_tls: None,
+            default_backend: None,
             service_upstream: false,
             regex_paths: false,
             aliases: Vec::new(),
@@ -180,6 +190,12 @@ const SUPPORTED: &[&str] = &[
     "canary-weight",
     "canary-weight-total",
     "ssl-passthrough",
+    "proxy-ssl-verify",
+    "proxy-ssl-secret",
+    "proxy-ssl-name",
+    "proxy-ssl-server-name",
+    "custom-http-errors",
+    "default-backend",
 ];
 
 /// Which requests a canary Ingress takes from its main Ingress, in this order: by header,
@@ -495,8 +511,18 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         }
     }
 
-    filters_and_redirects(&ours, &mut out);
+    let tls_backend = filters_and_redirects(&ours, &mut out);
+    out.upstream_tls = crate::compile::ingress_nginx_tls::read(
+        store,
+        ns,
+        &settings.name,
+        &ours,
+        tls_backend,
+        &mut out.problems,
+        &mut out.deps,
+    );
     out.aliases = server_aliases(&ours, &mut out.problems);
+    out.default_backend = default_backend(&ours, &mut out.problems);
     match ours.get("canary").copied() {
         None | Some("false") => {
             let stray: Vec<&str> = ours
@@ -697,7 +723,9 @@ fn next_upstream(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Opt
 /// The most retries of a request (as a policy's `retry.attempts`).
 const MAX_RETRIES: u32 = 10;
 
-fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
+///
+/// Returns whether the backends are reached over TLS (`backend-protocol: HTTPS`/`GRPCS`).
+fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) -> bool {
     let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
     // One URL rewrite: the host (`upstream-vhost`) and the path (`rewrite-target`).
     let (mut rewrite_host, mut rewrite_path) = (None, None);
@@ -832,13 +860,73 @@ fn filters_and_redirects(ours: &BTreeMap<&str, &str>, out: &mut Annotations) {
             ));
         }
     }
-    match ours.get("backend-protocol").map(|p| p.to_ascii_uppercase()).as_deref() {
-        None | Some("HTTP") => {}
-        Some("GRPC" | "H2C") => out.want = WantProtocol::Http2,
-        Some(other) => out.problems.push(format!(
-            "{}: {other:?} is not served yet (weir serves HTTP, GRPC and H2C: no TLS to backends); HTTP used",
-            field("backend-protocol")
-        )),
+    match ours
+        .get("backend-protocol")
+        .map(|p| p.to_ascii_uppercase())
+        .as_deref()
+    {
+        None | Some("HTTP") => false,
+        Some("GRPC" | "H2C") => {
+            out.want = WantProtocol::Http2;
+            false
+        }
+        Some("HTTPS") => true,
+        Some("GRPCS") => {
+            out.want = WantProtocol::Http2;
+            true
+        }
+        Some(other) => {
+            out.problems.push(format!(
+                "{}: {other:?} is not served (weir serves HTTP, HTTPS, GRPC, GRPCS and H2C; not AJP or FCGI); HTTP used",
+                field("backend-protocol")
+            ));
+            false
+        }
+    }
+}
+
+/// `default-backend` and `custom-http-errors` (status codes, comma-separated, 300 to
+/// 599 as nginx's `error_page` takes them).
+fn default_backend(
+    ours: &BTreeMap<&str, &str>,
+    problems: &mut Vec<String>,
+) -> Option<(String, Vec<u16>)> {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let mut codes = Vec::new();
+    if let Some(v) = ours.get("custom-http-errors") {
+        for c in v.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            match c.parse::<u16>() {
+                Ok(n) if (300..=599).contains(&n) => codes.push(n),
+                _ => problems.push(format!(
+                    "{}: {c:?} is not a status code from 300 to 599; ignored",
+                    field("custom-http-errors")
+                )),
+            }
+        }
+        codes.sort_unstable();
+        codes.dedup();
+    }
+    match ours.get("default-backend").copied() {
+        Some(name) if weir_model::HostMatch::parse(Some(name)).is_ok() && !name.contains('.') => {
+            Some((name.to_owned(), codes))
+        }
+        Some(name) => {
+            problems.push(format!(
+                "{}: {name:?} is not the name of a Service of the Ingress's namespace; ignored",
+                field("default-backend")
+            ));
+            None
+        }
+        None => {
+            if ours.contains_key("custom-http-errors") {
+                problems.push(format!(
+                    "{}: ignored without {} (weir has no controller-wide default backend)",
+                    field("custom-http-errors"),
+                    field("default-backend")
+                ));
+            }
+            None
+        }
     }
 }
 

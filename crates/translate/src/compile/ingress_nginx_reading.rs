@@ -9,7 +9,7 @@ use std::sync::Arc;
 use weir_api::{Ingress, Object};
 use weir_model::{
     BasicAuth, ConcurrencyLimit, ExtAuth, Filter, IpRules, LoadBalancer, LocalRateLimit, Redirect,
-    RequestLimits, Retry, Timeouts,
+    RequestLimits, Retry, StringMatch, Timeouts, TrustAnchors,
 };
 
 use crate::compile::backend::WantProtocol;
@@ -63,11 +63,58 @@ pub struct IngressNginxReading {
     pub https_redirect: HttpsRedirect,
     /// `/` redirected (302) here.
     pub app_root: Option<Arc<str>>,
-    /// Backends are spoken to over HTTP/2 without TLS (h2c) whatever their port declares.
+    /// Backends are spoken to over HTTP/2 (h2c, or over TLS with `backend_tls`) whatever
+    /// their port declares.
     pub h2c: bool,
+    /// Backends are spoken to over TLS (`backend-protocol: HTTPS`/`GRPCS`).
+    pub backend_tls: Option<BackendTlsReading>,
+    /// The Ingress is a canary of the main Ingress of each of its host and path.
+    pub canary: Option<CanaryReading>,
+    /// TLS connections to its hosts are passed through to the backend of the host's `/`
+    /// path (else its first) by SNI (`ssl-passthrough`).
+    pub ssl_passthrough: bool,
     /// Invalid, unsupported or partly applied annotations, each named, as the Ingress's
     /// status names them.
     pub problems: Vec<String>,
+}
+
+/// TLS towards an Ingress's backends as the translator serves it.
+#[derive(Debug)]
+pub struct BackendTlsReading {
+    /// The CA the backend's certificate must chain to (`proxy-ssl-verify` with the
+    /// `ca.crt` of `proxy-ssl-secret`).
+    pub ca_pem: Option<Arc<[u8]>>,
+    /// Whether the certificate is verified at all (`proxy-ssl-verify: "on"`); without a
+    /// CA, against the system's (or, when the Secret was unusable, never successfully).
+    pub verify: bool,
+    /// `proxy-ssl-name` (else `<service>.<namespace>.svc`).
+    pub name: Option<Arc<str>>,
+    /// The name is sent as SNI (`proxy-ssl-server-name`).
+    pub send_sni: bool,
+    /// A client certificate is presented (`proxy-ssl-secret` with `tls.crt`/`tls.key`).
+    pub client_certificate: bool,
+}
+
+/// Which requests a canary Ingress takes from its main Ingress: by header, then cookie,
+/// then weight.
+#[derive(Debug)]
+pub struct CanaryReading {
+    /// `canary-by-header`: the header (lower case) and the values that send to the
+    /// canary (`None`: `always`, and `never` keeps a request on the main backend).
+    pub header: Option<(Arc<str>, Option<StringMatch>)>,
+    /// `canary-by-cookie`: `always` sends to the canary, `never` to the main backend.
+    pub cookie: Option<Arc<str>>,
+    /// `canary-weight` of `canary-weight-total` of the remaining requests.
+    pub weight: Option<(u32, u32)>,
+}
+
+impl CanaryReading {
+    /// The regular expression a whole `Cookie` header matches when it holds the
+    /// canary's cookie with `value` (as weir serves `canary-by-cookie`).
+    pub fn cookie_regex(&self, value: &str) -> Option<String> {
+        let name = self.cookie.as_deref()?;
+        Some(crate::compile::ingress_canary::cookie_regex(name, value))
+    }
 }
 
 /// Reads Ingress annotations against a set of objects (the Secrets that `auth-secret`
@@ -112,6 +159,22 @@ impl IngressNginxReader {
             },
             app_root: a.app_root,
             h2c: !matches!(a.want, WantProtocol::Declared),
+            backend_tls: a.upstream_tls.map(|t| BackendTlsReading {
+                ca_pem: match &t.trust {
+                    TrustAnchors::Pem(p) => Some(p.clone()),
+                    _ => None,
+                },
+                verify: t.trust != TrustAnchors::Unverified,
+                client_certificate: t.client_certificate.is_some(),
+                name: t.name,
+                send_sni: t.send_sni,
+            }),
+            canary: a.canary.map(|c| CanaryReading {
+                header: c.header,
+                cookie: c.cookie,
+                weight: c.weight,
+            }),
+            ssl_passthrough: a.ssl_passthrough,
             problems: a.problems,
         };
         if let Some(p) = a.policy {

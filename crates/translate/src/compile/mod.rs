@@ -23,6 +23,7 @@ pub(crate) mod ingress;
 pub(crate) mod ingress_canary;
 pub(crate) mod ingress_nginx;
 pub(crate) mod ingress_nginx_reading;
+pub(crate) mod ingress_nginx_tls;
 pub(crate) mod jwt;
 pub(crate) mod l4_route;
 pub(crate) mod listener;

@@ -25,6 +25,8 @@ struct TlsListener {
 pub(super) struct GatewayBuilder<'o> {
     opts: &'o MigrateOptions,
     tls: Vec<TlsListener>,
+    /// Hosts passed through by SNI (`ssl-passthrough`), one Passthrough listener each.
+    passthrough: Vec<String>,
 }
 
 impl<'o> GatewayBuilder<'o> {
@@ -32,7 +34,45 @@ impl<'o> GatewayBuilder<'o> {
         GatewayBuilder {
             opts,
             tls: Vec::new(),
+            passthrough: Vec::new(),
         }
+    }
+
+    /// Adds a Passthrough listener for every named host of `ing` (`ssl-passthrough`)
+    /// that has none yet; a host that already has a TLS-terminating listener keeps it
+    /// (named), as a Gateway cannot have both for one hostname and port.
+    pub(super) fn add_passthrough(&mut self, ing: &Ingress, notes: &mut Vec<Note>) {
+        for r in &ing.spec.rules {
+            let Some(h) = r.host.as_deref().map(str::to_ascii_lowercase) else {
+                continue;
+            };
+            if self.passthrough.contains(&h) {
+                continue;
+            }
+            if self
+                .tls
+                .iter()
+                .any(|l| l.host.as_deref() == Some(h.as_str()))
+            {
+                notes.push(Note {
+                    object: ingress_name(ing),
+                    severity: Severity::NotCarried,
+                    message: format!(
+                        "ssl-passthrough: host {h} has a TLS-terminating listener from an earlier Ingress; not passed through"
+                    ),
+                });
+                continue;
+            }
+            self.passthrough.push(h);
+        }
+    }
+
+    /// The Passthrough listener of `host`, if it has one.
+    pub(super) fn passthrough_listener(&self, host: &str) -> Option<String> {
+        self.passthrough
+            .iter()
+            .position(|h| h == host)
+            .map(|i| format!("passthrough-{i}"))
     }
 
     /// Adds a listener for every TLS host of `ing` that has none yet (the first Ingress,
@@ -138,6 +178,13 @@ impl<'o> GatewayBuilder<'o> {
                 listener["hostname"] = json!(h);
             }
             listeners.push(listener);
+        }
+        for (i, h) in self.passthrough.iter().enumerate() {
+            listeners.push(json!({
+                "name": format!("passthrough-{i}"), "protocol": "TLS", "port": o.https_port,
+                "hostname": h, "tls": {"mode": "Passthrough"},
+                "allowedRoutes": {"namespaces": {"from": "All"}, "kinds": [{"kind": "TLSRoute"}]},
+            }));
         }
         let mut spec = json!({"gatewayClassName": o.gateway_class, "listeners": listeners});
         if let Some(a) = &o.address {

@@ -7,6 +7,7 @@
 //! that back out as Gateway API and `weir.dev` objects. So a migrated configuration can
 //! only differ where the report says so.
 
+mod canary;
 mod cluster;
 mod gateway;
 mod policy;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use weir_api::{Ingress, Object};
 use weir_provider_file::FileProvider;
-use weir_translate::IngressNginxReader;
+use weir_translate::{IngressNginxReader, IngressNginxReading};
 
 /// Options of `weir migrate`.
 #[derive(Clone, Debug)]
@@ -168,16 +169,47 @@ pub fn migrate_objects(opts: &MigrateOptions, objects: &[Arc<Object>], out: &mut
             _ => ingresses.push(ing),
         }
     }
+    let reader = IngressNginxReader::new(objects.iter().cloned());
+    let readings: Vec<(&Ingress, IngressNginxReading)> =
+        ingresses.iter().map(|i| (*i, reader.read(i))).collect();
     let mut gw = gateway::GatewayBuilder::new(opts);
-    for ing in &ingresses {
-        gw.add_tls(ing, &inputs, &mut out.notes);
+    for (ing, reading) in &readings {
+        if reading.canary.is_some() {
+            // A canary is served with its main Ingress's TLS hosts, not its own.
+            continue;
+        }
+        if reading.ssl_passthrough {
+            gw.add_passthrough(ing, &mut out.notes);
+        } else {
+            gw.add_tls(ing, &inputs, &mut out.notes);
+        }
     }
     out.objects.push(gw.gateway());
     out.objects.extend(gw.reference_grants());
-    let reader = IngressNginxReader::new(objects.iter().cloned());
-    for ing in &ingresses {
-        let reading = reader.read(ing);
-        route::migrate_ingress(opts, ing, &reading, &gw, &inputs, out);
+    let mains: Vec<&Ingress> = readings
+        .iter()
+        .filter(|(_, r)| r.canary.is_none())
+        .map(|(i, _)| *i)
+        .collect();
+    let canaries: Vec<canary::CanaryIngress<'_>> = readings
+        .iter()
+        .filter_map(|(ing, r)| {
+            Some(canary::CanaryIngress {
+                ing,
+                canary: r.canary.as_ref()?,
+            })
+        })
+        .collect();
+    for (ing, reading) in &readings {
+        if reading.canary.is_some() {
+            canary::report(ing, &mains, out);
+        } else {
+            let canaries = canary::Canaries {
+                mains: &mains,
+                all: &canaries,
+            };
+            route::migrate_ingress(opts, ing, reading, &gw, &inputs, &canaries, out);
+        }
         out.ingresses += 1;
     }
 }

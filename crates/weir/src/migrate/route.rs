@@ -7,6 +7,7 @@ use weir_api::{Ingress, IngressBackend};
 use weir_model::{Filter, HashOn, HeaderModifier, LoadBalancer, PathRewrite, Redirect};
 use weir_translate::{HttpsRedirect, INGRESS_NGINX_PREFIX, IngressNginxReading};
 
+use super::canary::{self, Canaries};
 use super::gateway::{GatewayBuilder, HTTP_LISTENER};
 use super::{Inputs, MigrateOptions, Migration, Note, Severity, ingress_name};
 
@@ -59,6 +60,18 @@ const CARRIED: &[&str] = &[
     "session-cookie-path",
     "session-cookie-max-age",
     "session-cookie-expires",
+    "canary",
+    "canary-by-header",
+    "canary-by-header-value",
+    "canary-by-header-pattern",
+    "canary-by-cookie",
+    "canary-weight",
+    "canary-weight-total",
+    "ssl-passthrough",
+    "proxy-ssl-verify",
+    "proxy-ssl-secret",
+    "proxy-ssl-name",
+    "proxy-ssl-server-name",
 ];
 
 /// The rules of one host of an Ingress.
@@ -74,6 +87,7 @@ pub(super) fn migrate_ingress(
     reading: &IngressNginxReading,
     gw: &GatewayBuilder<'_>,
     inputs: &Inputs<'_>,
+    canaries: &Canaries<'_, '_>,
     out: &mut Migration,
 ) {
     let mut notes = Notes {
@@ -85,9 +99,10 @@ pub(super) fn migrate_ingress(
     let filters = filters(reading, &mut notes);
     let mut refs = BackendRefs {
         ns,
-        h2c: reading.h2c,
+        h2c: reading.h2c && reading.backend_tls.is_none(),
         inputs,
         h2c_backends: Vec::new(),
+        services: Vec::new(),
     };
 
     // Rules by host, in the Ingress's order.
@@ -140,7 +155,7 @@ pub(super) fn migrate_ingress(
                 );
                 continue;
             }
-            let Some(action) = action(
+            let Some(mut forward) = action(
                 reading,
                 &p.backend,
                 &format!("{field}.backend"),
@@ -150,8 +165,52 @@ pub(super) fn migrate_ingress(
             ) else {
                 continue;
             };
+            let found = canaries.of(ing, hosts[at].host.as_deref(), p);
+            if let Some(c) = found.first().filter(|_| reading.redirect.is_none()) {
+                for other in &found[1..] {
+                    notes.add(
+                        Severity::NotCarried,
+                        format!(
+                            "{field}: the canary of {} is carried over; that of {} is not (one canary per path)",
+                            c.name, other.name
+                        ),
+                    );
+                }
+                if let Some(to_canary) = action(
+                    reading,
+                    c.backend,
+                    &format!("{field} (canary {})", c.name),
+                    &filters,
+                    &mut refs,
+                    &mut notes,
+                ) {
+                    for (headers, canary_side) in canary::matches(c.canary) {
+                        let mut r =
+                            json!({"matches": [{"path": path.clone(), "headers": headers}]});
+                        merge(
+                            &mut r,
+                            if canary_side {
+                                to_canary.clone()
+                            } else {
+                                forward.clone()
+                            },
+                        );
+                        hosts[at].rules.push(r);
+                    }
+                    if let (Some((w, total)), Some(main)) = (
+                        c.canary.weight,
+                        forward["backendRefs"][0].as_object().cloned(),
+                    ) {
+                        let mut main = Value::Object(main);
+                        let mut other = to_canary["backendRefs"][0].clone();
+                        main["weight"] = json!(total - w);
+                        other["weight"] = json!(w);
+                        forward["backendRefs"] = json!([main, other]);
+                    }
+                }
+            }
             let mut r = json!({"matches": [{"path": path}]});
-            merge(&mut r, action);
+            merge(&mut r, forward);
             hosts[at].rules.push(r);
         }
     }
@@ -264,6 +323,12 @@ pub(super) fn migrate_ingress(
         ));
         route_names.push(name);
     }
+    if reading.ssl_passthrough {
+        passthrough(opts, ing, gw, &mut refs, &mut notes, out);
+    }
+    if let Some(t) = &reading.backend_tls {
+        backend_tls(ing, reading, t, &refs.services, &mut notes, out);
+    }
     for b in refs.h2c_backends {
         if let Some(backend) = inputs.backends.get(&(ns, b.as_str())) {
             let mut spec = backend.spec.clone();
@@ -349,6 +414,13 @@ fn filters(reading: &IngressNginxReading, notes: &mut Notes) -> Vec<Value> {
                 Severity::NotCarried,
                 "a request mirror of the annotations is not carried over".into(),
             ),
+            // Built with the Ingress's backends, never among the annotations' filters
+            // (`default-backend` and `custom-http-errors` are reported as annotations).
+            Filter::InterceptErrors(_) => notes.add(
+                Severity::NotCarried,
+                "error responses replaced by another backend: Gateway API has no filter for it"
+                    .into(),
+            ),
         }
     }
     out
@@ -381,6 +453,144 @@ fn path_modifier(p: &PathRewrite) -> Value {
         }
         // Reported by the caller (no Gateway API form).
         PathRewrite::RegexCaptures(_) => Value::Null,
+    }
+}
+
+/// `ssl-passthrough`: a TLSRoute per host of the Ingress on its Passthrough listener,
+/// to the backend of the host's `/` path (else its first), as weir serves it.
+fn passthrough(
+    opts: &MigrateOptions,
+    ing: &Ingress,
+    gw: &GatewayBuilder<'_>,
+    refs: &mut BackendRefs<'_, '_>,
+    notes: &mut Notes,
+    out: &mut Migration,
+) {
+    let ns = ing.metadata.namespace.as_str();
+    let mut done: Vec<String> = Vec::new();
+    for (i, rule) in ing.spec.rules.iter().enumerate() {
+        let Some(host) = rule.host.as_deref().map(str::to_ascii_lowercase) else {
+            continue;
+        };
+        if done.contains(&host) {
+            continue;
+        }
+        let Some(http) = &rule.http else { continue };
+        let Some((j, p)) = http
+            .paths
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.path.as_deref().unwrap_or("/") == "/")
+            .or_else(|| http.paths.iter().enumerate().next())
+        else {
+            continue;
+        };
+        let Some(section) = gw.passthrough_listener(&host) else {
+            continue;
+        };
+        let field = format!("spec.rules[{i}].http.paths[{j}].backend");
+        let Some(backend) = refs.backend_ref(&p.backend, &field, notes) else {
+            continue;
+        };
+        let name = format!("{}-passthrough-{}", ing.metadata.name, done.len());
+        done.push(host.clone());
+        out.objects.push(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+            "kind": "TLSRoute",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "parentRefs": [{
+                    "group": "gateway.networking.k8s.io", "kind": "Gateway",
+                    "name": opts.gateway_name, "namespace": opts.gateway_namespace,
+                    "sectionName": section,
+                }],
+                "hostnames": [host],
+                "rules": [{"backendRefs": [backend]}],
+            },
+        }));
+    }
+    if !ing.spec.tls.is_empty() {
+        notes.add(
+            Severity::Info,
+            "spec.tls is not used: with ssl-passthrough the backends terminate TLS (as in ingress-nginx)"
+                .into(),
+        );
+    }
+}
+
+/// `backend-protocol: HTTPS` with `proxy-ssl-verify`: a BackendTLSPolicy per Service
+/// (and a ConfigMap with the CA of `proxy-ssl-secret`). Without verification, or for
+/// GRPCS, there is no Gateway API form: reported.
+fn backend_tls(
+    ing: &Ingress,
+    reading: &IngressNginxReading,
+    t: &weir_translate::BackendTlsReading,
+    services: &[String],
+    notes: &mut Notes,
+    out: &mut Migration,
+) {
+    let ns = ing.metadata.namespace.as_str();
+    if reading.h2c {
+        notes.add(
+            Severity::NotCarried,
+            "backend-protocol: GRPCS: HTTP/2 over TLS to a Service has no HTTPRoute form weir serves yet; the backendRefs are written as plain HTTP".into(),
+        );
+        return;
+    }
+    if !t.verify {
+        notes.add(
+            Severity::NotCarried,
+            "backend-protocol: HTTPS without proxy-ssl-verify: a BackendTLSPolicy always verifies the backend's certificate and weir has no unverified form of it; the backendRefs are written as plain HTTP".into(),
+        );
+        return;
+    }
+    let ca = t.ca_pem.as_ref().map(|pem| {
+        let name = format!("{}-backend-ca", ing.metadata.name);
+        out.objects.push(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns},
+            "data": {"ca.crt": String::from_utf8_lossy(pem)},
+        }));
+        name
+    });
+    for svc in services {
+        let hostname = t
+            .name
+            .as_deref()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{svc}.{ns}.svc"));
+        let validation = match &ca {
+            Some(cm) => json!({
+                "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": cm}],
+                "hostname": hostname,
+            }),
+            None => json!({"wellKnownCACertificates": "System", "hostname": hostname}),
+        };
+        out.objects.push(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "BackendTLSPolicy",
+            "metadata": {"name": format!("{}-{svc}", ing.metadata.name), "namespace": ns},
+            "spec": {
+                "targetRefs": [{"group": "", "kind": "Service", "name": svc}],
+                "validation": validation,
+            },
+        }));
+        notes.add(
+            Severity::Info,
+            format!("backend-protocol: HTTPS: BackendTLSPolicy {ns}/{}-{svc} applies to every route to Service {ns}/{svc}, not only this Ingress's", ing.metadata.name),
+        );
+    }
+    if t.client_certificate {
+        notes.add(
+            Severity::NotCarried,
+            "proxy-ssl-secret's tls.crt/tls.key: a client certificate towards backends is a Gateway's spec.tls.backend, which weir migrate does not write".into(),
+        );
+    }
+    if !t.send_sni {
+        notes.add(
+            Severity::Info,
+            "proxy-ssl-server-name is off: a BackendTLSPolicy sends its hostname as SNI".into(),
+        );
     }
 }
 
@@ -443,6 +653,8 @@ struct BackendRefs<'i, 'a> {
     inputs: &'i Inputs<'a>,
     /// Backends of the input to write again with protocol H2C.
     h2c_backends: Vec<String>,
+    /// The Services named, each once.
+    services: Vec<String>,
 }
 
 impl BackendRefs<'_, '_> {
@@ -488,6 +700,9 @@ impl BackendRefs<'_, '_> {
                     ),
                 );
                 }
+            }
+            if !self.services.contains(&s.name) {
+                self.services.push(s.name.clone());
             }
             return Some(json!({"name": s.name, "port": port}));
         }

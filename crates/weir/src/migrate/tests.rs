@@ -160,3 +160,176 @@ fn legacy_class_policy_fields_and_the_redirect_twin() {
             "cookieConfig": {"lifetimeType": "Permanent"}})
     );
 }
+
+#[test]
+fn canaries_passthrough_backend_tls_and_error_pages() {
+    let ing = |name: &str, created: &str, annotations: Value, host: &str, svc: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "shop", "annotations": annotations,
+            "creationTimestamp": created},
+        "spec": {
+            "ingressClassName": "nginx",
+            "tls": [{"hosts": [host], "secretName": "cert"}],
+            "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": svc, "port": {"number": 443}}}}]}}],
+        }})
+    };
+    let ca_pem = "-----BEGIN CERTIFICATE-----\nMIIBezCCASGgAwIBAgIUbICzj2fwrA7AFxGL1R3ryw62YrwwCgYIKoZIzj0EAwIw\nEjEQMA4GA1UEAwwHdGVzdCBDQTAgFw0yNjExMjQyMzQyNDdaGA8yMTI2MTAzMTIz\nNDI0N1owEjEQMA4GA1UEAwwHdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEH\nA0IABBTmTOcnZd0zIf5NhhnlQYSR4vSusc9X2eJAPhTWZVLDUam+Xzqqu2Ici3GM\n9uGo7L/50KEZhx7SkH4yc4PE5OKjUzBRMB0GA1UdDgQWBBS7mwn97IulMDvmMGVl\nV98CzOSB2TAfBgNVHSMEGDAWgBS7mwn97IulMDvmMGVlV98CzOSB2TAPBgNVHRMB\nAf8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIC2s6//4qIIL+DjLcsDC17s+wRaQ\n17/K1I6kRBjlWNCdAiEAyP9BaTk8ieXeTHUeK/n00hX2jVrmUGzu/iB44siMD8c=\n-----END CERTIFICATE-----\n";
+    let input = objects(vec![
+        ing(
+            "main",
+            "2026-01-01T00:00:00Z",
+            json!({
+                "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS",
+                "nginx.ingress.kubernetes.io/proxy-ssl-verify": "on",
+                "nginx.ingress.kubernetes.io/proxy-ssl-secret": "shop/backend-ca",
+                "nginx.ingress.kubernetes.io/proxy-ssl-name": "api.internal",
+                "nginx.ingress.kubernetes.io/default-backend": "errors",
+                "nginx.ingress.kubernetes.io/custom-http-errors": "503",
+            }),
+            "a.test",
+            "api",
+        ),
+        ing(
+            "next",
+            "2026-01-02T00:00:00Z",
+            json!({
+                "nginx.ingress.kubernetes.io/canary": "true",
+                "nginx.ingress.kubernetes.io/canary-by-header": "X-Canary",
+                "nginx.ingress.kubernetes.io/canary-by-cookie": "beta",
+                "nginx.ingress.kubernetes.io/canary-weight": "20",
+            }),
+            "a.test",
+            "api-next",
+        ),
+        ing(
+            "lost",
+            "2026-01-02T00:00:00Z",
+            json!({"nginx.ingress.kubernetes.io/canary": "true"}),
+            "nowhere.test",
+            "api-next",
+        ),
+        ing(
+            "raw",
+            "2026-01-03T00:00:00Z",
+            json!({"nginx.ingress.kubernetes.io/ssl-passthrough": "true"}),
+            "raw.test",
+            "tls-app",
+        ),
+        ing(
+            "loose",
+            "2026-01-04T00:00:00Z",
+            json!({"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"}),
+            "loose.test",
+            "api",
+        ),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "backend-ca", "namespace": "shop"},
+            "stringData": {"ca.crt": ca_pem}}),
+    ]);
+    let mut m = Migration::default();
+    migrate_objects(&opts(), &input, &mut m);
+    let report = m.report();
+    assert_eq!(m.ingresses, 5, "{report}");
+
+    // The canary's rules are in the main Ingress's route, before its own.
+    assert!(
+        !m.objects
+            .iter()
+            .any(|o| o["kind"] == "HTTPRoute" && o["metadata"]["name"] == "next"),
+        "{:#?}",
+        m.objects
+    );
+    let rules = find(&m, "HTTPRoute", "main")["spec"]["rules"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let to = |r: &Value| -> Vec<(String, Value)> {
+        r["backendRefs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["name"].as_str().unwrap().to_owned(), b["weight"].clone()))
+            .collect()
+    };
+    assert_eq!(rules.len(), 5, "{rules:#?}");
+    assert_eq!(
+        rules[0]["matches"][0]["headers"],
+        json!([{"name": "x-canary", "value": "always"}])
+    );
+    assert_eq!(to(&rules[0]), [("api-next".to_owned(), Value::Null)]);
+    assert_eq!(
+        rules[1]["matches"][0]["headers"],
+        json!([{"name": "x-canary", "value": "never"}])
+    );
+    assert_eq!(to(&rules[1]), [("api".to_owned(), Value::Null)]);
+    assert_eq!(rules[2]["matches"][0]["headers"][0]["name"], "cookie");
+    assert_eq!(
+        rules[2]["matches"][0]["headers"][0]["type"],
+        "RegularExpression"
+    );
+    assert_eq!(to(&rules[2]), [("api-next".to_owned(), Value::Null)]);
+    assert_eq!(to(&rules[3]), [("api".to_owned(), Value::Null)]);
+    assert_eq!(
+        to(&rules[4]),
+        [
+            ("api".to_owned(), json!(80)),
+            ("api-next".to_owned(), json!(20))
+        ]
+    );
+    assert!(
+        report.contains("Ingress shop/lost: not carried over: canary path \"/\""),
+        "{report}"
+    );
+
+    // ssl-passthrough: a TLSRoute on a Passthrough listener; no TLS listener for the host.
+    let gw = find(&m, "Gateway", "gw");
+    let listeners = gw["spec"]["listeners"].as_array().unwrap();
+    let pass = listeners
+        .iter()
+        .find(|l| l["name"] == "passthrough-0")
+        .unwrap();
+    assert_eq!(pass["tls"]["mode"], "Passthrough");
+    assert_eq!(pass["hostname"], "raw.test");
+    assert!(
+        !listeners
+            .iter()
+            .any(|l| l["hostname"] == "raw.test" && l["protocol"] == "HTTPS")
+    );
+    let tls_route = find(&m, "TLSRoute", "raw-passthrough-0");
+    assert_eq!(tls_route["spec"]["hostnames"], json!(["raw.test"]));
+    assert_eq!(
+        tls_route["spec"]["parentRefs"][0]["sectionName"],
+        "passthrough-0"
+    );
+    assert_eq!(
+        tls_route["spec"]["rules"][0]["backendRefs"][0]["name"],
+        "tls-app"
+    );
+
+    // backend-protocol HTTPS with verification: a BackendTLSPolicy and its CA ConfigMap.
+    let cm = find(&m, "ConfigMap", "main-backend-ca");
+    assert_eq!(cm["data"]["ca.crt"], ca_pem);
+    let btls = find(&m, "BackendTLSPolicy", "main-api");
+    assert_eq!(btls["spec"]["targetRefs"][0]["name"], "api");
+    assert_eq!(btls["spec"]["validation"]["hostname"], "api.internal");
+    assert_eq!(
+        btls["spec"]["validation"]["caCertificateRefs"][0]["name"],
+        "main-backend-ca"
+    );
+    // Without verification, and the error pages: reported.
+    assert!(
+        report.contains(
+            "Ingress shop/loose: not carried over: backend-protocol: HTTPS without proxy-ssl-verify"
+        ),
+        "{report}"
+    );
+    for a in ["default-backend", "custom-http-errors"] {
+        assert!(
+            report.contains(&format!(
+                "annotation nginx.ingress.kubernetes.io/{a}: weir migrate does not carry it over"
+            )),
+            "{report}"
+        );
+    }
+}

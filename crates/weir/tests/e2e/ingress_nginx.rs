@@ -1,6 +1,6 @@
 //! ingress-nginx behaviours in standalone mode beyond the single annotations of
 //! `ingress.rs`: the order of redirects and access checks, the legacy class annotation,
-//! body size limits, TLS passthrough.
+//! body size limits, TLS passthrough, TLS to backends, custom error pages.
 
 use std::net::SocketAddr;
 
@@ -493,4 +493,312 @@ spec:
             "{host}: place given back"
         );
     }
+}
+
+/// `backend-protocol: HTTPS` through `weir run` towards a real TLS backend (a Service
+/// whose cluster IP is loopback, reached with `service-upstream`): without
+/// `proxy-ssl-verify` the backend's certificate is not checked and no SNI is sent; with
+/// it, the CA of `proxy-ssl-secret` verifies the certificate for `proxy-ssl-name`, sent
+/// as SNI with `proxy-ssl-server-name`; a CA that did not sign it fails the request
+/// (502); without `backend-protocol` the TLS port is spoken to in plaintext and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_https_backends() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (crt, key) = pki.leaf(&["app.internal"]);
+    let tls_backend = https_backend((&crt, &key)).await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let indent = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let ingress = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+{extra}spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {port}}}}}}}}}
+---
+",
+            port = tls_backend.port()
+        )
+    };
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: https, port: {port}, targetPort: 8443}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: app-ca}}
+stringData:
+  ca.crt: |
+{ca}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: other-ca}}
+stringData:
+  ca.crt: |
+{other_ca}---
+{unverified}{verified}{wrong_ca}{plaintext}",
+        port = tls_backend.port(),
+        ca = indent(&pki.ca_pem()),
+        other_ca = indent(&other.ca_pem()),
+        unverified = ingress(
+            "unverified",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS\n"
+        ),
+        verified = ingress(
+            "verified",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: default/app-ca
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+    nginx.ingress.kubernetes.io/proxy-ssl-server-name: \"on\"
+"
+        ),
+        wrong_ca = ingress(
+            "wrong-ca",
+            "    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: other-ca
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+"
+        ),
+        plaintext = ingress("plaintext", ""),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = http1(http_addr, "unverified.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, "sni=");
+    let r = http1(http_addr, "verified.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, "sni=app.internal");
+    let r = http1(http_addr, "wrong-ca.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+    let r = http1(http_addr, "plaintext.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+}
+
+/// `proxy-ssl-secret` with `tls.crt`/`tls.key`: the client certificate is presented to a
+/// backend that requires one (its CA is the test's), which refuses a client without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_https_backend_client_certificate() {
+    let pki = Pki::new();
+    let (crt, key) = pki.leaf(&["app.internal"]);
+    let (client_crt, client_key) = pki.leaf(&["gateway.test"]);
+    let backend = https_backend_mtls((&crt, &key), &pki.ca_pem()).await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let indent = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let ingress = |name: &str, secret: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-verify: \"on\"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: {secret}
+    nginx.ingress.kubernetes.io/proxy-ssl-name: app.internal
+spec:
+  rules:
+  - host: {name}.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {port}}}}}}}}}
+---
+",
+            port = backend.port()
+        )
+    };
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: https, port: {port}, targetPort: 8443}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: ca-only}}
+stringData:
+  ca.crt: |
+{ca}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: with-client}}
+type: kubernetes.io/tls
+stringData:
+  ca.crt: |
+{ca}  tls.crt: |
+{client_crt}  tls.key: |
+{client_key}---
+{mutual}{anonymous}",
+        port = backend.port(),
+        ca = indent(&pki.ca_pem()),
+        client_crt = indent(&client_crt),
+        client_key = indent(&client_key),
+        mutual = ingress("mutual", "with-client"),
+        anonymous = ingress("anonymous", "ca-only"),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = http1(http_addr, "mutual.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = http1(http_addr, "anonymous.test", "/").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+}
+
+/// `default-backend` with `custom-http-errors` through `weir run` (Services whose
+/// cluster IP is loopback, reached with `service-upstream`): a backend answering 503 is
+/// replaced by the default backend's answer, which received the error in `X-Code` and
+/// the request in the other `X-*` headers; a 500 (not listed) and a 200 pass; a path
+/// whose Service does not exist and a Service without endpoints go to the default
+/// backend too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_custom_errors_go_to_the_default_backend() {
+    let app = echo("app").await;
+    let errors = echo("errors").await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: web, port: {app_port}, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: errors}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: web, port: {errors_port}, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: headless}}
+spec:
+  clusterIP: None
+  ports: [{{name: web, port: 8080}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+    nginx.ingress.kubernetes.io/default-backend: errors
+    nginx.ingress.kubernetes.io/custom-http-errors: \"404,503\"
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: {app_port}}}}}}}}}
+      - {{path: /gone, pathType: Prefix, backend: {{service: {{name: gone, port: {{number: 80}}}}}}}}
+      - {{path: /empty, pathType: Prefix, backend: {{service: {{name: headless, port: {{number: 8080}}}}}}}}
+",
+        app_port = app.port(),
+        errors_port = errors.port(),
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let req = get("shop.test", "/status/503?x=1").header("accept", "application/json");
+    let r = send_http1(http_addr, req.body(Default::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"), "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["path"], "/");
+    assert_eq!(j["method"], "GET");
+    let h = &j["headers"];
+    assert_eq!(h["x-code"], "503");
+    assert_eq!(h["x-format"], "application/json");
+    assert_eq!(h["x-original-uri"], "/status/503?x=1");
+    assert_eq!(h["x-namespace"], "default");
+    assert_eq!(h["x-ingress-name"], "shop");
+    assert_eq!(h["x-service-name"], "app");
+    assert_eq!(h["x-service-port"], app.port().to_string());
+    assert_eq!(h["host"], "shop.test");
+
+    let r = http1(http_addr, "shop.test", "/status/404").await.unwrap();
+    assert_eq!(r.echo_name(), Some("errors"));
+    assert_eq!(r.json()["headers"]["x-code"], "404");
+    let r = http1(http_addr, "shop.test", "/status/500").await.unwrap();
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("app"));
+    let r = http1(http_addr, "shop.test", "/status/200").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("app"));
+
+    // No such Service: forwarded to the default backend as it is.
+    let r = http1(http_addr, "shop.test", "/gone").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"));
+    assert_eq!(r.json()["path"], "/gone");
+    // No endpoints: replaced, with the 503 weir would have answered.
+    let r = http1(http_addr, "shop.test", "/empty").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("errors"));
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-code"], "503");
+    assert_eq!(h["x-service-name"], "headless");
+}
+
+/// `backend-protocol: GRPCS` through `weir run`: HTTP/2 over TLS (ALPN `h2`) to a TLS
+/// backend, unverified as ingress-nginx's default (an h2c cluster carrying the upstream
+/// TLS, sent through the HTTP/2-over-TLS pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_nginx_grpcs_backend() {
+    let pki = Pki::new();
+    let (crt, key) = pki.leaf(&["grpc.internal"]);
+    let backend = https_backend_h2((&crt, &key)).await;
+    let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let objects = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: grpc}}
+spec:
+  clusterIP: 127.0.0.1
+  ports: [{{name: grpcs, port: {port}, targetPort: 8443}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: grpcs
+  annotations:
+    nginx.ingress.kubernetes.io/service-upstream: \"true\"
+    nginx.ingress.kubernetes.io/backend-protocol: GRPCS
+spec:
+  rules:
+  - host: grpcs.test
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: grpc, port: {{number: {port}}}}}}}}}
+",
+        port = backend.port()
+    );
+    let _gw = Gateway::start_with(&[("all.yaml", objects)], Some(http_addr), None).await;
+    let r = h2c(http_addr, "grpcs.test", "/pkg.Svc/Call").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body, "sni=");
 }

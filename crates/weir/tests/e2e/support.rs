@@ -146,6 +146,81 @@ pub async fn echo(name: &str) -> SocketAddr {
     addr
 }
 
+/// Starts an HTTPS backend (HTTP/1.1 over TLS) on 127.0.0.1 presenting `cert` (PEM
+/// certificate and key); every request is answered 200 with `sni=<the server name the
+/// client sent, empty without one>`.
+pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
+    tls_backend(cert, false, None).await
+}
+
+/// As [`https_backend`], speaking HTTP/2 (ALPN `h2`) as a gRPC server over TLS does.
+pub async fn https_backend_h2(cert: (&str, &str)) -> SocketAddr {
+    tls_backend(cert, true, None).await
+}
+
+/// As [`https_backend`], refusing the handshake of a client without a certificate of
+/// the CA `client_ca` (PEM).
+pub async fn https_backend_mtls(cert: (&str, &str), client_ca: &str) -> SocketAddr {
+    tls_backend(cert, false, Some(client_ca)).await
+}
+
+async fn tls_backend(cert: (&str, &str), h2: bool, client_ca: Option<&str>) -> SocketAddr {
+    let chain = vec![der_of(cert.0)];
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(der_of(ca)).unwrap();
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_single_cert(chain, key).unwrap();
+    if h2 {
+        cfg.alpn_protocols = vec![b"h2".to_vec()];
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let sni = tls.get_ref().1.server_name().unwrap_or("").to_owned();
+                let svc = hyper::service::service_fn(move |_req| {
+                    let body = format!("sni={sni}");
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(Bytes::from(body)),
+                        ))
+                    }
+                });
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// A port that was free a moment ago on 127.0.0.1, for a listener weir binds later.
 ///
 /// Taken below the kernel's ephemeral range (32768 and up by default) so that a socket
