@@ -295,3 +295,69 @@ fn one_service_policy_over_many_routes() {
     only_policy(&out);
     assert!(matches!(&out.batch.deltas[0], Delta::Remove(_)));
 }
+
+/// A BackendTLSPolicy on a Service used by every route is one delta as well: upstream
+/// TLS is a field of the Service's `Policy`, found from the cluster's key, so attaching
+/// it, editing its hostname, rotating its CA ConfigMap and deleting it each re-send that
+/// one resource and no route, virtual host or cluster.
+#[test]
+fn one_backend_tls_policy_over_many_routes() {
+    let mut t = Translator::new(options(true));
+    let mut changes = vec![
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "default"},
+            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        }))),
+        ObjectChange::Upsert(object(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "svc", "namespace": "default"},
+            "spec": {"ports": [{"port": 80}]}
+        }))),
+    ];
+    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    t.apply(changes);
+    let ca = |pem: &str| {
+        object(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "svc-ca", "namespace": "default"},
+            "data": {"ca.crt": pem}
+        }))
+    };
+    let btls = |host: &str| {
+        object(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+            "metadata": {"name": "svc-tls", "namespace": "default"},
+            "spec": {
+                "targetRefs": [{"group": "", "kind": "Service", "name": "svc"}],
+                "validation": {
+                    "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "svc-ca"}],
+                    "hostname": host
+                }
+            }
+        }))
+    };
+    let only_service_policy = |out: &weir_translate::TranslateOutput| {
+        assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
+        assert!(matches!(
+            out.batch.deltas[0].key(),
+            ResourceKey::Policy(weir_model::PolicyTarget::Backend { .. })
+        ));
+    };
+    let out = t.apply([
+        ObjectChange::Upsert(ca(include_str!("../benches/ca-a.pem"))),
+        ObjectChange::Upsert(btls("svc.internal")),
+    ]);
+    only_service_policy(&out);
+    assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
+    only_service_policy(&t.apply([ObjectChange::Upsert(btls("svc2.internal"))]));
+    only_service_policy(&t.apply([ObjectChange::Upsert(ca(include_str!(
+        "../benches/ca-b.pem"
+    )))]));
+    let out = t.apply([ObjectChange::Delete(ObjectKey::new(
+        Kind::BackendTlsPolicy,
+        "default",
+        "svc-tls",
+    ))]);
+    only_service_policy(&out);
+}
