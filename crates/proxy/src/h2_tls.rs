@@ -21,7 +21,6 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
 use weir_model::EndpointAddr;
 
@@ -157,26 +156,12 @@ impl H2TlsPool {
             tracing::warn!(upstream = %addr, policy = %tls.policy, error = %e, "upstream HTTP/2 over TLS");
             ProxyError::Connect(e)
         };
-        let connecting = async {
-            let stream = match addr {
-                EndpointAddr::Socket(s) => TcpStream::connect(*s).await?,
-                EndpointAddr::Host(h, p) => TcpStream::connect((&**h, *p)).await?,
-            };
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(stream)
-        };
-        let stream = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                // A refused connect is not about TLS: counted, not logged as a warning.
+        // A refused connect is not about TLS: counted, not logged as a warning.
+        let stream = crate::pool::connect_tcp(addr, self.connect_timeout)
+            .await
+            .inspect_err(|_| {
                 self.connect_errors.inc();
-                return Err(ProxyError::Connect(Box::new(e)));
-            }
-            Err(_) => {
-                self.connect_errors.inc();
-                return Err(ProxyError::Connect("connect timeout".into()));
-            }
-        };
+            })?;
         let stream = match tokio::time::timeout(self.connect_timeout, tls.connect_h2(stream)).await
         {
             Ok(Ok(s)) => s,

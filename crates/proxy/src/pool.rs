@@ -300,25 +300,11 @@ impl Http1Pool {
         tls: Option<&TlsTarget>,
     ) -> Result<Sender, ProxyError> {
         self.start_sweeper();
-        let connecting = async {
-            let stream = match addr {
-                EndpointAddr::Socket(s) => TcpStream::connect(*s).await?,
-                EndpointAddr::Host(h, p) => TcpStream::connect((&**h, *p)).await?,
-            };
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(stream)
-        };
-        let stream = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
+        let stream = connect_tcp(addr, self.connect_timeout)
+            .await
+            .inspect_err(|_| {
                 self.connect_errors.inc();
-                return Err(ProxyError::Connect(Box::new(e)));
-            }
-            Err(_) => {
-                self.connect_errors.inc();
-                return Err(ProxyError::Connect("connect timeout".into()));
-            }
-        };
+            })?;
         let (sender, conn) = match tls {
             None => http1::handshake(TokioIo::new(stream))
                 .await
@@ -395,6 +381,27 @@ async fn sweep(pool: Weak<Http1Pool>, period: Duration) {
             Some(p) => p.sweep_now(),
             None => return,
         }
+    }
+}
+
+/// A TCP connection to `addr` with TCP_NODELAY, within `timeout` (shared by the HTTP/1.1
+/// pool and the HTTP/2-over-TLS pool; each counts its own failures).
+pub(crate) async fn connect_tcp(
+    addr: &EndpointAddr,
+    timeout: Duration,
+) -> Result<TcpStream, ProxyError> {
+    let connecting = async {
+        let stream = match addr {
+            EndpointAddr::Socket(s) => TcpStream::connect(*s).await?,
+            EndpointAddr::Host(h, p) => TcpStream::connect((&**h, *p)).await?,
+        };
+        stream.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(stream)
+    };
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(ProxyError::Connect(Box::new(e))),
+        Err(_) => Err(ProxyError::Connect("connect timeout".into())),
     }
 }
 

@@ -83,6 +83,18 @@ async fn https_backend(cert: CertificateDer<'static>, key: PrivateKeyDer<'static
         .with_no_client_auth()
         .with_single_cert(vec![cert], key)
         .unwrap();
+    serve_http1_tls(cfg, |conn| {
+        format!("sni={}", conn.server_name().unwrap_or(""))
+    })
+    .await
+}
+
+/// Serves HTTP/1.1 over TLS with `cfg` on 127.0.0.1, answering every request of a
+/// connection with `body(the connection's TLS state)`.
+async fn serve_http1_tls(
+    cfg: rustls::ServerConfig,
+    body: fn(&rustls::ServerConnection) -> String,
+) -> SocketAddr {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -93,12 +105,12 @@ async fn https_backend(cert: CertificateDer<'static>, key: PrivateKeyDer<'static
                 let Ok(tls) = acceptor.accept(s).await else {
                     return;
                 };
-                let sni = tls.get_ref().1.server_name().unwrap_or("").to_owned();
+                let text = body(tls.get_ref().1);
                 let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
-                    let body = format!("sni={sni}");
+                    let text = text.clone();
                     async move {
                         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
-                            body,
+                            text,
                         ))))
                     }
                 });
@@ -725,38 +737,15 @@ async fn mtls_backend(
         .with_client_cert_verifier(verifier)
         .with_single_cert(vec![cert], key)
         .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(s).await else {
-                    return;
-                };
-                let presented = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(|c| base64::engine::general_purpose::STANDARD.encode(c.as_ref()))
-                    .unwrap_or_default();
-                let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
-                    let body = format!("client={presented}");
-                    async move {
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
-                            body,
-                        ))))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
-            });
-        }
-    });
-    addr
+    serve_http1_tls(cfg, |conn| {
+        let presented = conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| base64::engine::general_purpose::STANDARD.encode(c.as_ref()))
+            .unwrap_or_default();
+        format!("client={presented}")
+    })
+    .await
 }
 
 /// A client certificate issued by `ca`, as a Gateway's Secret holds it (PEM), and the

@@ -28,9 +28,8 @@ fn object(v: serde_json::Value) -> Arc<Object> {
     Arc::new(Object::from_value(v).unwrap())
 }
 
-#[test]
-fn one_route_change_among_many() {
-    let mut t = Translator::new(options(true));
+/// Gateway `gw` with an HTTP listener, Service `svc` and [`ROUTES`] routes to it.
+fn gateway_service_and_routes() -> Vec<ObjectChange> {
     let mut changes = vec![
         ObjectChange::Upsert(object(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -44,7 +43,13 @@ fn one_route_change_among_many() {
         }))),
     ];
     changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
-    let out = t.apply(changes);
+    changes
+}
+
+#[test]
+fn one_route_change_among_many() {
+    let mut t = Translator::new(options(true));
+    let out = t.apply(gateway_service_and_routes());
     // Listener + cluster + one virtual host per route.
     assert_eq!(out.batch.deltas.len(), ROUTES + 2);
     assert_eq!(t.resources().len(), ROUTES + 2);
@@ -244,20 +249,7 @@ fn one_gateway_policy_over_many_routes() {
 #[test]
 fn one_service_policy_over_many_routes() {
     let mut t = Translator::new(options(true));
-    let mut changes = vec![
-        ObjectChange::Upsert(object(serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "gw", "namespace": "default"},
-            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
-        }))),
-        ObjectChange::Upsert(object(serde_json::json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "svc", "namespace": "default"},
-            "spec": {"ports": [{"port": 80}]}
-        }))),
-    ];
-    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
-    t.apply(changes);
+    t.apply(gateway_service_and_routes());
     let svc = serde_json::json!({"group": "", "kind": "Service", "name": "svc"});
     let only_policy = |out: &weir_translate::TranslateOutput| {
         assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
@@ -303,20 +295,7 @@ fn one_service_policy_over_many_routes() {
 #[test]
 fn one_backend_tls_policy_over_many_routes() {
     let mut t = Translator::new(options(true));
-    let mut changes = vec![
-        ObjectChange::Upsert(object(serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "gw", "namespace": "default"},
-            "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
-        }))),
-        ObjectChange::Upsert(object(serde_json::json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "svc", "namespace": "default"},
-            "spec": {"ports": [{"port": 80}]}
-        }))),
-    ];
-    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
-    t.apply(changes);
+    t.apply(gateway_service_and_routes());
     let ca = |pem: &str| {
         object(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",

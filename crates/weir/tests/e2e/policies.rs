@@ -239,7 +239,16 @@ pub(crate) fn claims(sub: &str, exp_from_now: i64) -> serde_json::Value {
 }
 
 pub(crate) async fn with_token(addr: std::net::SocketAddr, token: Option<&str>) -> Resp {
-    let mut req = get("app.test", "/").header("x-user", "spoofed");
+    with_token_to(addr, "app.test", token).await
+}
+
+/// `GET /` on `host` with a spoofed `x-user` and the token, if any, as a Bearer.
+pub(crate) async fn with_token_to(
+    addr: std::net::SocketAddr,
+    host: &str,
+    token: Option<&str>,
+) -> Resp {
+    let mut req = get(host, "/").header("x-user", "spoofed");
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }

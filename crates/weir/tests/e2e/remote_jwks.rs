@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::policies::{EcKey, claims, ec_key, manifests, with_token};
+use crate::policies::{EcKey, claims, ec_key, manifests, with_token, with_token_to as call};
 use crate::support::*;
 
 /// What the JWKS server serves, and whether it fails (503).
@@ -186,16 +186,6 @@ fn jwks_config_map(keys: &[&EcKey]) -> String {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: jwks}}\ndata:\n  jwks: '{}'\n",
         set(keys)
     )
-}
-
-async fn call(addr: SocketAddr, host: &str, token: Option<&str>) -> Resp {
-    let mut req = get(host, "/");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
-        .await
-        .unwrap()
 }
 
 /// Public material read from ConfigMaps: a remote JWK Set whose server has a private CA
