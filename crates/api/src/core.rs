@@ -27,6 +27,16 @@ pub struct Secret {
     pub string_data: BTreeMap<String, String>,
 }
 
+/// v1 ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigMap {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Values.
+    pub data: BTreeMap<String, String>,
+}
+
 /// v1 Service (the parts that map ports to endpoints).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]

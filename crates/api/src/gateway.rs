@@ -705,3 +705,68 @@ pub struct ReferenceGrantTo {
     /// Name of the target; absent means any.
     pub name: Option<String>,
 }
+
+/// gateway.networking.k8s.io/v1 BackendTLSPolicy: how the Gateway connects to a Service
+/// (or one of its ports) over TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendTlsPolicy {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: BackendTlsPolicySpec,
+}
+
+/// BackendTLSPolicy spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendTlsPolicySpec {
+    /// Services (or one port, by its name in `sectionName`) in the policy's namespace.
+    pub target_refs: Vec<LocalPolicyTargetReferenceWithSectionName>,
+    /// How the backend's certificate is verified.
+    pub validation: BackendTlsPolicyValidation,
+    /// Implementation-specific options (none read by weir).
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+/// A targetRef of a BackendTLSPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalPolicyTargetReferenceWithSectionName {
+    /// Group (`""` for core).
+    pub group: String,
+    /// Kind (`Service`).
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// A port's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// `spec.validation` of a BackendTLSPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendTlsPolicyValidation {
+    /// ConfigMaps (key `ca.crt`) holding the CA certificates the backend's must chain to.
+    pub ca_certificate_refs: Vec<LocalObjectReference>,
+    /// `System`: the platform's trusted CAs instead.
+    pub well_known_ca_certificates: Option<String>,
+    /// The SNI sent, and the name the certificate must carry unless `subjectAltNames` is set.
+    pub hostname: String,
+    /// Names of which the certificate must carry at least one (instead of `hostname`).
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// One subject alternative name to accept.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubjectAltName {
+    /// `Hostname` or `URI`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// For `Hostname`.
+    pub hostname: Option<String>,
+    /// For `URI`.
+    pub uri: Option<String>,
+}

@@ -19,8 +19,8 @@ mod status;
 mod weir;
 
 pub use crate::core::{
-    EndpointConditions, EndpointPort, EndpointSlice, EndpointSliceEndpoint, Namespace, Secret,
-    Service, ServicePort, ServiceSpec,
+    ConfigMap, EndpointConditions, EndpointPort, EndpointSlice, EndpointSliceEndpoint, Namespace,
+    Secret, Service, ServicePort, ServiceSpec,
 };
 pub use crate::gateway::*;
 pub use crate::grpcroute::{

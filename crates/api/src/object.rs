@@ -4,8 +4,10 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::core::{EndpointSlice, Namespace, Secret, Service};
-use crate::gateway::{Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet};
+use crate::core::{ConfigMap, EndpointSlice, Namespace, Secret, Service};
+use crate::gateway::{
+    BackendTlsPolicy, Gateway, GatewayClass, HttpRoute, ReferenceGrant, XListenerSet,
+};
 use crate::grpcroute::GrpcRoute;
 use crate::ingress::{Ingress, IngressClass};
 use crate::l4route::{TcpRoute, TlsRoute, UdpRoute};
@@ -54,6 +56,10 @@ pub enum Kind {
     GrpcRoute,
     /// gateway.networking.k8s.io UDPRoute.
     UdpRoute,
+    /// v1 ConfigMap (CA certificates of BackendTLSPolicies and client validation).
+    ConfigMap,
+    /// gateway.networking.k8s.io BackendTLSPolicy.
+    BackendTlsPolicy,
 }
 
 impl Kind {
@@ -79,6 +85,8 @@ impl Kind {
             Kind::TrafficPolicy => "TrafficPolicy",
             Kind::GrpcRoute => "GRPCRoute",
             Kind::UdpRoute => "UDPRoute",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::BackendTlsPolicy => "BackendTLSPolicy",
         }
     }
 
@@ -93,9 +101,10 @@ impl Kind {
             | Kind::TlsRoute
             | Kind::TcpRoute
             | Kind::UdpRoute
-            | Kind::GrpcRoute => "gateway.networking.k8s.io",
+            | Kind::GrpcRoute
+            | Kind::BackendTlsPolicy => "gateway.networking.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
-            Kind::Secret | Kind::Service | Kind::Namespace => "",
+            Kind::Secret | Kind::Service | Kind::Namespace | Kind::ConfigMap => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Backend | Kind::DirectResponse | Kind::TrafficPolicy => "weir.dev",
             Kind::XListenerSet => "gateway.networking.x-k8s.io",
@@ -132,6 +141,8 @@ impl Kind {
             "TrafficPolicy" => Kind::TrafficPolicy,
             "GRPCRoute" => Kind::GrpcRoute,
             "UDPRoute" => Kind::UdpRoute,
+            "ConfigMap" => Kind::ConfigMap,
+            "BackendTLSPolicy" => Kind::BackendTlsPolicy,
             _ => return None,
         };
         (k.group() == group).then_some(k)
@@ -199,6 +210,8 @@ pub enum Object {
     TrafficPolicy(TrafficPolicy),
     GrpcRoute(GrpcRoute),
     UdpRoute(UdpRoute),
+    ConfigMap(ConfigMap),
+    BackendTlsPolicy(BackendTlsPolicy),
 }
 
 /// Why a document could not be read as an object. Names the field when it can.
@@ -312,6 +325,8 @@ impl Object {
             Kind::TrafficPolicy => Object::TrafficPolicy(typed(value, kind, &display_name)?),
             Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
             Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name)?),
+            Kind::ConfigMap => Object::ConfigMap(typed(value, kind, &display_name)?),
+            Kind::BackendTlsPolicy => Object::BackendTlsPolicy(typed(value, kind, &display_name)?),
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
@@ -348,6 +363,8 @@ impl Object {
             Object::TrafficPolicy(_) => Kind::TrafficPolicy,
             Object::GrpcRoute(_) => Kind::GrpcRoute,
             Object::UdpRoute(_) => Kind::UdpRoute,
+            Object::ConfigMap(_) => Kind::ConfigMap,
+            Object::BackendTlsPolicy(_) => Kind::BackendTlsPolicy,
         }
     }
 
@@ -373,6 +390,8 @@ impl Object {
             Object::TrafficPolicy(o) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
             Object::UdpRoute(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::BackendTlsPolicy(o) => &o.metadata,
         }
     }
 
@@ -397,6 +416,8 @@ impl Object {
             Object::TrafficPolicy(o) => &mut o.metadata,
             Object::GrpcRoute(o) => &mut o.metadata,
             Object::UdpRoute(o) => &mut o.metadata,
+            Object::ConfigMap(o) => &mut o.metadata,
+            Object::BackendTlsPolicy(o) => &mut o.metadata,
         }
     }
 

@@ -104,6 +104,13 @@ named! {
         /// Every field a policy sets is set by an older policy on the same target
         /// (GEP-713).
         Conflicted,
+        /// A BackendTLSPolicy or client certificate validation has no usable CA
+        /// certificate.
+        NoValidCACertificate,
+        /// A CA certificate reference names nothing usable.
+        InvalidCACertificateRef,
+        /// A Gateway's backend client certificate reference names nothing usable.
+        InvalidClientCertificateRef,
     }
 }
 

@@ -38,6 +38,7 @@ mod policy;
 mod request_limits;
 mod route;
 mod tls;
+mod upstream_tls;
 
 pub use authz::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 pub use backend_policy::{
@@ -68,3 +69,4 @@ pub use route::{
     Timeouts, VirtualHost, WeightedBackend,
 };
 pub use tls::{Certificate, SniCert};
+pub use upstream_tls::{BackendTls, SubjectName, TrustAnchors, UpstreamTls};

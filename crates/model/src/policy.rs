@@ -57,6 +57,14 @@ pub enum BackendKind {
 }
 
 impl ClusterKey {
+    /// The Service port of a Service's cluster (`service/<ns>/<name>:<port>[/<suffix>]`).
+    pub fn service_port(&self) -> Option<u16> {
+        let rest = self.0.strip_prefix("service/")?;
+        let (_, port) = rest.rsplit_once(':')?;
+        let port = port.split('/').next()?;
+        port.parse().ok()
+    }
+
     /// The policy target of the Service or Backend this cluster was built from
     /// (`service/<ns>/<name>:<port>[/<suffix>]`, `backend/<ns>/<name>[/<suffix>]`, the
     /// keys the translator gives them); `None` for other clusters. Called once per
@@ -630,7 +638,26 @@ pub struct Policy {
     /// only; push protocol version 4). Without it, [`OutlierDetection::default`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outlier_detection: Option<OutlierDetection>,
+    /// TLS towards the endpoints, per Service port (BackendTLSPolicy; on a
+    /// [`PolicyTarget::Backend`] only; push protocol version 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_tls: Option<Arc<crate::BackendTls>>,
+    /// The client certificate presented to backends that ask for one (a Gateway's
+    /// `spec.tls.backend.clientCertificateRef`; on a [`PolicyTarget::Gateway`] only; push
+    /// protocol version 4).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cert_hash")]
+    pub client_certificate: Option<Arc<crate::Certificate>>,
     hash: ContentHash,
+}
+
+fn cert_hash<S: serde::Serializer>(
+    c: &Option<Arc<crate::Certificate>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(&format!("{:016x}", c.hash().0)),
+        None => s.serialize_none(),
+    }
 }
 
 /// A bound on the requests of one client address in progress at once (ingress-nginx's
@@ -675,6 +702,8 @@ impl Policy {
             request_limits: None,
             concurrency_limit: None,
             outlier_detection: None,
+            backend_tls: None,
+            client_certificate: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -737,22 +766,56 @@ impl Policy {
         };
         // Added in version 4, each folded in only when set (over the version-3 hash) and
         // tagged with its wire field number.
-        self.hash = match &self.outlier_detection {
+        let v4 = match &self.outlier_detection {
             None => v3,
             Some(outlier) => content_hash(&(v3.0, 20u32, outlier)),
+        };
+        let v4 = match &self.backend_tls {
+            None => v4,
+            Some(tls) => content_hash(&(v4.0, 21u32, tls)),
+        };
+        self.hash = match &self.client_certificate {
+            None => v4,
+            Some(cert) => content_hash(&(v4.0, 22u32, cert.hash().0)),
         };
     }
 
     /// The policy as a data plane of push protocol version 3 or older rebuilds it: without
     /// the fields added in version 4, so with the hash those releases compute (the caller,
     /// `weir_xds::convert::for_version`, applies [`Policy::as_version_2`] after it for a
-    /// data plane older still). Fields added in version 4: `outlier_detection` (field 20;
-    /// not an access guard: an older data plane keeps its default detection).
+    /// data plane older still): `outlier_detection` (field 20; an older data plane keeps
+    /// its default detection), `backend_tls` (field 21) and `client_certificate` (field
+    /// 22). None guards access on the client side; an older data plane that loses `backend_tls` would speak
+    /// plaintext to a TLS port, which fails (the backend refuses it) rather than exposing
+    /// anything, and one that loses `client_certificate` is refused by backends that
+    /// require one.
     pub fn as_version_3(mut self) -> Self {
         if self.outlier_detection.is_some() {
             self.outlier_detection = None;
             self.rehash();
         }
+        if self.backend_tls.is_some() {
+            self.backend_tls = None;
+            self.rehash();
+        }
+        if self.client_certificate.is_some() {
+            self.client_certificate = None;
+            self.rehash();
+        }
+        self
+    }
+
+    /// This policy with upstream TLS settings per Service port.
+    pub fn with_backend_tls(mut self, tls: Option<Arc<crate::BackendTls>>) -> Self {
+        self.backend_tls = tls;
+        self.rehash();
+        self
+    }
+
+    /// This policy with the client certificate presented to backends.
+    pub fn with_client_certificate(mut self, cert: Option<Arc<crate::Certificate>>) -> Self {
+        self.client_certificate = cert;
+        self.rehash();
         self
     }
 
@@ -975,6 +1038,8 @@ impl Policy {
             && self.request_limits.is_none()
             && self.concurrency_limit.is_none()
             && self.outlier_detection.is_none()
+            && self.backend_tls.is_none()
+            && self.client_certificate.is_none()
     }
 
     /// The content hash computed at construction.

@@ -105,6 +105,21 @@ pub(crate) fn watched() -> Vec<Watched> {
             None,
             true,
         ),
+        // Standard channel, v1 since Gateway API v1.4.
+        w(
+            Kind::BackendTlsPolicy,
+            api_resource(GW, "v1", "BackendTLSPolicy", "backendtlspolicies"),
+            None,
+            true,
+        ),
+        // CA certificates (`ca.crt`) of BackendTLSPolicies and client certificate
+        // validation.
+        w(
+            Kind::ConfigMap,
+            api_resource("", "v1", "ConfigMap", "configmaps"),
+            None,
+            false,
+        ),
         // Standard channel, v1 since Gateway API v1.1.
         w(
             Kind::GrpcRoute,

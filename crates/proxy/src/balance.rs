@@ -98,6 +98,10 @@ pub struct ClusterState {
     /// The last panic decision: the millisecond it was taken ([`endpoints::millis`]),
     /// shifted left by one, with the decision in the low bit.
     panic: AtomicU64,
+    /// TLS towards the endpoints (the BackendTLSPolicy of the cluster's Service port),
+    /// built once per cluster version: `Err` when it cannot be (requests fail, never
+    /// going out in plaintext).
+    tls: Option<Result<Arc<crate::upstream_tls::TlsTarget>, Arc<str>>>,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -194,6 +198,17 @@ impl ClusterState {
         };
         let m = registry.balancer_metrics();
         let counters = (m.hash_fallthrough.clone(), m.hash_cookies.clone());
+        let tls = policy
+            .as_ref()
+            .and_then(|p| p.backend_tls.as_ref())
+            .and_then(|t| t.for_port(cluster.key.service_port()?))
+            .map(|t| match crate::upstream_tls::TlsTarget::new(t) {
+                Ok(target) => Ok(Arc::new(target)),
+                Err(e) => {
+                    tracing::warn!(cluster = %cluster.key, policy = %t.policy, error = %e, "upstream TLS");
+                    Err(Arc::from(e))
+                }
+            });
         ClusterState {
             cluster,
             schedule,
@@ -208,7 +223,13 @@ impl ClusterState {
             panic_percent: outlier.panic_threshold_percent.min(100),
             weighted: cluster_weighted(&weights),
             panic: AtomicU64::new(0),
+            tls,
         }
+    }
+
+    /// How connections to the endpoints are made over TLS, if they are.
+    pub(crate) fn tls(&self) -> Option<&Result<Arc<crate::upstream_tls::TlsTarget>, Arc<str>>> {
+        self.tls.as_ref()
     }
 
     /// What the cluster's consistent hash reads from a request, if it balances by one.

@@ -51,6 +51,7 @@ mod server;
 pub mod status;
 mod upgrade;
 mod upstream;
+mod upstream_tls;
 mod workers;
 
 pub use access_log::{AccessLogFields, AccessLogOutput, AccessLogSettings};

@@ -32,6 +32,10 @@ pub(crate) fn targets(
                 per_million,
             } if sampled(*per_million) => {
                 let c = snapshot.cluster(cluster)?;
+                // Copies go out through a plaintext client: none to a TLS Service port.
+                if c.tls().is_some() {
+                    return None;
+                }
                 let e = c.pick(std::time::Instant::now(), None)?;
                 Some((e.endpoint.addr.clone(), c.cluster.protocol))
             }

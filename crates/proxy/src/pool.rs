@@ -27,20 +27,40 @@ use weir_model::EndpointAddr;
 use crate::body::RequestBody;
 use crate::endpoints::ConnectGate;
 use crate::error::ProxyError;
+use crate::upstream_tls::TlsTarget;
 
 /// Idle connections kept per endpoint; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
 type Sender = http1::SendRequest<RequestBody>;
 
+/// A connection's task: plaintext or over TLS (the TLS one boxed: its stream is large).
+/// Built once per connection and moved into its task, so the plaintext variant's size
+/// costs nothing per request.
+#[allow(clippy::large_enum_variant)]
+enum Connection {
+    Plain(http1::Connection<TokioIo<TcpStream>, RequestBody>),
+    Tls(Box<http1::Connection<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, RequestBody>>),
+}
+
 struct Idle {
     sender: Sender,
     since: Instant,
 }
 
+/// A pool's key: the endpoint, and the identity of the TLS settings its connections
+/// were made with (0: plaintext), so that connections of a BackendTLSPolicy are not
+/// shared with plaintext ones (or others') to the same address.
+type PoolKey = (EndpointAddr, u64);
+
+/// The key of `addr` reached with `tls`.
+fn pool_key(addr: &EndpointAddr, tls: Option<&Arc<TlsTarget>>) -> PoolKey {
+    (addr.clone(), tls.map_or(0, |t| t.id))
+}
+
 /// Idle HTTP/1.1 connections by endpoint.
 pub(crate) struct Http1Pool {
-    idle: Mutex<HashMap<EndpointAddr, Vec<Idle>, foldhash::fast::FixedState>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>, foldhash::fast::FixedState>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     open: Gauge,
@@ -53,7 +73,9 @@ pub(crate) struct Http1Pool {
 /// A connection lent to one request; the response body returns it with [`Lease::release`].
 pub(crate) struct Lease {
     pool: Weak<Http1Pool>,
-    addr: EndpointAddr,
+    addr: PoolKey,
+    /// The TLS settings of its connection, to make another if it closed unused.
+    tls: Option<Arc<TlsTarget>>,
     sender: Sender,
 }
 
@@ -133,7 +155,7 @@ where
                 // Closed before the request was written: it never reached the upstream,
                 // so it goes again (the closed connection is dropped with the lease).
                 (Some(req), Some(pool)) => {
-                    let fut = Box::pin(pool.send_slow(lease.addr, req, None, None));
+                    let fut = Box::pin(pool.send_slow(lease.addr, lease.tls, req, None, None));
                     self.set(Sending::Slow { fut });
                     self.poll(cx)
                 }
@@ -175,20 +197,22 @@ impl Http1Pool {
     pub(crate) fn send(
         self: &Arc<Self>,
         addr: &EndpointAddr,
+        tls: Option<&Arc<TlsTarget>>,
         req: Request<RequestBody>,
         gate: Option<ConnectGate>,
     ) -> Sending<impl Future<Output = Result<Response<Incoming>, TrySendError>> + Send + use<>>
     {
-        match self.take(addr) {
+        let key = pool_key(addr, tls);
+        match self.take(&key) {
             Some(mut sender) if sender.is_ready() => {
                 let response = sender.try_send_request(req);
                 Sending::Sent {
                     response,
-                    lease: Some(self.lease(addr, sender)),
+                    lease: Some(self.lease(key, tls.cloned(), sender)),
                 }
             }
             taken => Sending::Slow {
-                fut: Box::pin(Arc::clone(self).send_slow(addr.clone(), req, taken, gate)),
+                fut: Box::pin(Arc::clone(self).send_slow(key, tls.cloned(), req, taken, gate)),
             },
         }
     }
@@ -197,7 +221,8 @@ impl Http1Pool {
     /// that was not ready yet), if any.
     async fn send_slow(
         self: Arc<Self>,
-        addr: EndpointAddr,
+        addr: PoolKey,
+        tls: Option<Arc<TlsTarget>>,
         req: Request<RequestBody>,
         first: Option<Sender>,
         gate: Option<ConnectGate>,
@@ -209,7 +234,7 @@ impl Http1Pool {
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, self.lease(&addr, sender))),
+                Ok(resp) => return Ok((resp, self.lease(addr.clone(), tls.clone(), sender))),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
                     None => return Err(ProxyError::upstream_send(Box::new(e.into_error()))),
@@ -222,24 +247,30 @@ impl Http1Pool {
             .map(ConnectGate::enter)
             .transpose()
             .map_err(ProxyError::Overloaded)?;
-        let mut sender = self.connect(&addr).await?;
+        let mut sender = self.connect(&addr.0, tls.as_deref()).await?;
         drop(pending);
         match sender.send_request(req).await {
-            Ok(resp) => Ok((resp, self.lease(&addr, sender))),
+            Ok(resp) => Ok((resp, self.lease(addr, tls, sender))),
             Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
         }
     }
 
-    fn lease(self: &Arc<Self>, addr: &EndpointAddr, sender: Sender) -> Lease {
+    fn lease(
+        self: &Arc<Self>,
+        addr: PoolKey,
+        tls: Option<Arc<TlsTarget>>,
+        sender: Sender,
+    ) -> Lease {
         Lease {
             pool: Arc::downgrade(self),
-            addr: addr.clone(),
+            addr,
+            tls,
             sender,
         }
     }
 
     /// The most recently used idle sender of `addr` that is still open and fresh.
-    fn take(&self, addr: &EndpointAddr) -> Option<Sender> {
+    fn take(&self, addr: &PoolKey) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let stack = idle.get_mut(addr)?;
         while let Some(entry) = stack.pop() {
@@ -250,7 +281,7 @@ impl Http1Pool {
         None
     }
 
-    fn put(&self, addr: EndpointAddr, sender: Sender) {
+    fn put(&self, addr: PoolKey, sender: Sender) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let stack = idle.entry(addr).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {
@@ -261,8 +292,13 @@ impl Http1Pool {
         }
     }
 
-    /// Opens a connection (TCP_NODELAY) and starts its task; bounded by the connect timeout.
-    async fn connect(self: &Arc<Self>, addr: &EndpointAddr) -> Result<Sender, ProxyError> {
+    /// Opens a connection (TCP_NODELAY, then the TLS handshake when `tls` is given) and
+    /// starts its task; bounded by the connect timeout.
+    async fn connect(
+        self: &Arc<Self>,
+        addr: &EndpointAddr,
+        tls: Option<&TlsTarget>,
+    ) -> Result<Sender, ProxyError> {
         self.start_sweeper();
         let connecting = async {
             let stream = match addr {
@@ -283,16 +319,42 @@ impl Http1Pool {
                 return Err(ProxyError::Connect("connect timeout".into()));
             }
         };
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| ProxyError::Connect(Box::new(e)))?;
+        let (sender, conn) = match tls {
+            None => http1::handshake(TokioIo::new(stream))
+                .await
+                .map(|(s, c)| (s, Connection::Plain(c))),
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let handshake = connector.connect(tls.server_name.clone(), stream);
+                let stream = match tokio::time::timeout(self.connect_timeout, handshake).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        self.connect_errors.inc();
+                        tracing::debug!(policy = %tls.policy, error = %e, "upstream TLS handshake");
+                        return Err(ProxyError::Connect(Box::new(e)));
+                    }
+                    Err(_) => {
+                        self.connect_errors.inc();
+                        return Err(ProxyError::Connect("upstream TLS handshake timeout".into()));
+                    }
+                };
+                http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map(|(s, c)| (s, Connection::Tls(Box::new(c))))
+            }
+        }
+        .map_err(|e| ProxyError::Connect(Box::new(e)))?;
         let open = self.open.clone();
         open.inc();
         tokio::spawn(async move {
             // With upgrades: after a 101 (WebSocket) the connection is handed to the
             // tunnel instead of being closed; its sender is closed then, so the lease is
             // not returned to the pool.
-            if let Err(e) = conn.with_upgrades().await {
+            let ended = match conn {
+                Connection::Plain(c) => c.with_upgrades().await,
+                Connection::Tls(c) => c.with_upgrades().await,
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "upstream connection ended");
             }
             open.dec();
@@ -394,7 +456,7 @@ mod tests {
                     *req.uri_mut() = http::Uri::from_static("/");
                     let req = req.map(RequestBody::unlimited);
                     let (resp, lease) = pool
-                        .send(&target, req, None)
+                        .send(&target, None, req, None)
                         .await
                         .map_err(|e| e.to_string())?;
                     let body = resp
@@ -469,7 +531,7 @@ mod tests {
             Gauge::default(),
             errors.clone(),
         ));
-        let err = p.connect(&EndpointAddr::Socket(addr)).await.err();
+        let err = p.connect(&EndpointAddr::Socket(addr), None).await.err();
         assert!(matches!(err, Some(ProxyError::Connect(_))));
         assert_eq!(errors.get(), 1);
     }

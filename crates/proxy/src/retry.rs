@@ -176,10 +176,13 @@ async fn attempt(
     address(&mut parts, rule, &target)?;
     let limit = attempt_limit(ctx, timeouts, start);
     let req = Request::from_parts(parts, body);
-    let send = ctx
-        .shared
-        .upstreams
-        .send(target.protocol, &target.addr, req, target.gate);
+    let send = ctx.shared.upstreams.send(
+        target.protocol,
+        &target.addr,
+        target.tls.as_ref(),
+        req,
+        target.gate,
+    );
     let result: UpstreamResult = Bounded::new(limit, send).await;
     target.in_flight.finish(outcome(&result));
     result

@@ -727,6 +727,18 @@ pub(crate) fn choose(
     {
         affinity = affinity::of_request(on, headers, client);
     }
+    let tls = match cluster.tls() {
+        None => None,
+        // HTTP/2 to the endpoints (h2c, gRPC) goes through hyper-util's client, which
+        // has no TLS here yet: such a cluster fails rather than going out in plaintext.
+        Some(Ok(_)) if cluster.cluster.protocol != UpstreamProtocol::Http1 => {
+            return Err(ProxyError::Connect(
+                "BackendTLSPolicy on an HTTP/2 (h2c, gRPC) Service port: TLS to HTTP/2 backends is not supported yet".into(),
+            ));
+        }
+        Some(Ok(t)) => Some(Arc::clone(t)),
+        Some(Err(e)) => return Err(ProxyError::Connect(e.to_string().into())),
+    };
     let picked = cluster.admit(now, affinity.key)?;
     if affinity.set_header.is_some() {
         cluster.key_generated();
@@ -734,6 +746,7 @@ pub(crate) fn choose(
     Ok(Target {
         addr: picked.endpoint.addr.clone(),
         protocol: cluster.cluster.protocol,
+        tls,
         backend,
         mirrors: mirror::targets(snapshot, rule),
         gate: cluster.connect_gate(picked.state),
@@ -804,6 +817,8 @@ fn status_or_500(code: u16) -> StatusCode {
 pub(crate) struct Target {
     pub(crate) addr: EndpointAddr,
     pub(crate) protocol: UpstreamProtocol,
+    /// TLS towards the endpoint (its Service port's BackendTLSPolicy).
+    pub(crate) tls: Option<Arc<crate::upstream_tls::TlsTarget>>,
     pub(crate) backend: usize,
     /// Endpoints that get a copy (RequestMirror filters whose share this request fell in).
     mirrors: Vec<(EndpointAddr, UpstreamProtocol)>,
@@ -961,10 +976,13 @@ fn send(
     } = rewritten;
     let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(max_body);
     let req = Request::from_parts(parts, body);
-    let send = ctx
-        .shared
-        .upstreams
-        .send(target.protocol, &target.addr, req, target.gate);
+    let send = ctx.shared.upstreams.send(
+        target.protocol,
+        &target.addr,
+        target.tls.as_ref(),
+        req,
+        target.gate,
+    );
     Forwarding {
         send: Bounded::new(limit, send),
         rule,

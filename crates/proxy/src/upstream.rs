@@ -24,6 +24,7 @@ use crate::dataplane::ProxyConfig;
 use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
 use crate::pool::{Http1Pool, Lease};
+use crate::upstream_tls::TlsTarget;
 
 /// The pools for both upstream protocols.
 pub(crate) struct Upstreams {
@@ -93,6 +94,7 @@ impl Upstreams {
         &self,
         protocol: UpstreamProtocol,
         addr: &EndpointAddr,
+        tls: Option<&Arc<TlsTarget>>,
         req: Request<RequestBody>,
         gate: Option<ConnectGate>,
     ) -> UpstreamResponse<
@@ -101,7 +103,7 @@ impl Upstreams {
         let stall = req.body().stall();
         let sending = match protocol {
             UpstreamProtocol::Http1 => Sending::Http1 {
-                fut: self.http1.send(addr, req, gate),
+                fut: self.http1.send(addr, tls, req, gate),
             },
             UpstreamProtocol::H2c => Sending::H2c {
                 fut: self.h2c.request(req),

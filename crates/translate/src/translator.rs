@@ -19,8 +19,8 @@ use crate::compile::policy;
 use crate::compile::route_kind::RouteKind;
 use crate::compile::status;
 use crate::incremental::{
-    ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey, HostTable,
-    KindClaims, L4Table, PolicyIndex, SniOwner, Sockets,
+    BtlsIndex, ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey,
+    HostTable, KindClaims, L4Table, PolicyIndex, SniOwner, Sockets,
 };
 use crate::store::{Dep, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -57,6 +57,12 @@ struct Dirty {
     policy_status: HashSet<ObjectKey>,
     /// Policies to compile again (changed, or a Secret they read changed).
     policies: HashSet<ObjectKey>,
+    /// BackendTLSPolicies to compile again (changed, or a ConfigMap they read changed).
+    backend_tls: HashSet<ObjectKey>,
+    /// Services whose upstream TLS may have changed (their policies or port names).
+    tls_services: HashSet<crate::store::NsName>,
+    /// BackendTLSPolicies whose status may have changed.
+    backend_tls_status: HashSet<ObjectKey>,
     resources: DirtyResources,
     statuses: Vec<(ObjectKey, ObjectStatus)>,
 }
@@ -86,6 +92,8 @@ pub struct Translator {
     ingress: IngressState,
     /// Policies, their targets and the Policy resources.
     policies: PolicyIndex,
+    /// BackendTLSPolicies by Service.
+    backend_tls: BtlsIndex,
     /// The rules of each route whose `sessionPersistence` is their implicit policy.
     sessions: HashMap<ObjectKey, Vec<PolicyTarget>>,
     /// The IR and statuses emitted so far.
@@ -150,6 +158,7 @@ impl Translator {
             routes: HashMap::new(),
             ingress: IngressState::default(),
             policies: PolicyIndex::default(),
+            backend_tls: BtlsIndex::default(),
             sessions: HashMap::new(),
             emitter: Emitter::default(),
         }
@@ -267,6 +276,10 @@ impl Translator {
             Kind::TrafficPolicy => {
                 d.policies.insert(key.clone());
             }
+            Kind::BackendTlsPolicy => {
+                d.backend_tls.insert(key.clone());
+            }
+            Kind::ConfigMap => self.mark_dependents(&Dep::Object(key.clone()), d),
             Kind::Ingress => {
                 d.ingresses.insert(key.clone());
                 // Canary Ingresses of the hosts it had or has find their main Ingress anew.
@@ -317,6 +330,13 @@ impl Translator {
                 };
                 if ports(old) != ports(new) {
                     self.mark_dependents(&Dep::Object(key.clone()), d);
+                }
+                // BackendTLSPolicies name its ports; their statuses name it.
+                if self.backend_tls.names_service(&key.namespace, &key.name) {
+                    let svc = (key.namespace.clone(), key.name.clone());
+                    d.backend_tls_status
+                        .extend(self.backend_tls.policies_on(&svc).cloned());
+                    d.tls_services.insert(svc);
                 }
             }
             Kind::Backend => {
@@ -383,14 +403,73 @@ impl Translator {
                 }
                 Kind::Ingress => d.ingresses.insert(k.clone()),
                 Kind::TrafficPolicy => d.policies.insert(k.clone()),
+                Kind::BackendTlsPolicy => d.backend_tls.insert(k.clone()),
                 kind if RouteKind::of_object(kind).is_some() => d.routes.insert(k.clone()),
                 _ => false,
             };
         }
     }
 
+    /// Compiles the dirty BackendTLSPolicies again and sets the upstream TLS of the
+    /// Services they name (before or now).
+    fn recompute_backend_tls(&mut self, d: &mut Dirty) {
+        let keys: Vec<ObjectKey> = d.backend_tls.drain().collect();
+        for key in keys {
+            let compiled = match self.store.get(&key).map(|o| &**o) {
+                Some(Object::BackendTlsPolicy(p)) => {
+                    let c = crate::compile::backend_tls::compile(p, &key, &self.store);
+                    self.deps.set(&key, c.deps.clone());
+                    Some((c, self.store.age(&key)))
+                }
+                _ => {
+                    self.deps.set(&key, Vec::new());
+                    None
+                }
+            };
+            for svc in self.backend_tls.set(&key, compiled) {
+                d.backend_tls_status
+                    .extend(self.backend_tls.policies_on(&svc).cloned());
+                d.tls_services.insert(svc);
+            }
+            d.backend_tls_status.insert(key);
+        }
+        for svc in std::mem::take(&mut d.tls_services) {
+            let tls = self.backend_tls.service_tls(&svc, &self.store);
+            let target = PolicyTarget::Backend {
+                kind: weir_model::BackendKind::Service,
+                namespace: svc.0,
+                name: svc.1,
+            };
+            self.policies.set_backend_tls(target, tls, &mut d.resources);
+        }
+    }
+
+    /// The Gateways with a route to Service `svc` (for BackendTLSPolicy statuses).
+    fn gateways_of(&self, svc: &crate::store::NsName) -> Vec<ObjectKey> {
+        let dep = Dep::Object(ObjectKey {
+            kind: Kind::Service,
+            namespace: svc.0.clone(),
+            name: svc.1.clone(),
+        });
+        let mut out: Vec<ObjectKey> = Vec::new();
+        for rk in self.deps.dependents(&dep) {
+            if let Some(c) = self.routes.get(rk) {
+                out.extend(
+                    c.attachments
+                        .iter()
+                        .filter(|(g, _)| g.kind == Kind::Gateway)
+                        .map(|(g, _)| g.clone()),
+                );
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     fn recompute(&mut self, d: &mut Dirty) {
         self.recompute_policies(d);
+        self.recompute_backend_tls(d);
         self.recompute_gateways(d);
         self.check_ingress_blocked(d);
         // Recomputing a route may mark others (HTTPRoute/GRPCRoute hostname claims); a
@@ -415,6 +494,14 @@ impl Translator {
             let st = self
                 .policies
                 .status(&k, &self.opts.controller_name, generation);
+            self.set_status(&k, st, d);
+        }
+        for k in std::mem::take(&mut d.backend_tls_status) {
+            let st = self
+                .backend_tls
+                .status(&k, &self.store, &self.opts.controller_name, |svc| {
+                    self.gateways_of(svc)
+                });
             self.set_status(&k, st, d);
         }
         for k in std::mem::take(&mut d.plain_status) {
@@ -444,6 +531,22 @@ impl Translator {
         clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
     ) -> Contribution {
+        // The BackendTLSPolicies on the Services it routes to (before or now) list the
+        // Gateways that do among their ancestors.
+        if !self.backend_tls.is_empty() {
+            let old_clusters = old.iter().flat_map(|o| o.clusters.iter());
+            for (ck, _) in old_clusters.chain(clusters.iter()) {
+                if let Some(PolicyTarget::Backend {
+                    kind: weir_model::BackendKind::Service,
+                    namespace,
+                    name,
+                }) = ck.backend_target()
+                {
+                    d.backend_tls_status
+                        .extend(self.backend_tls.policies_on(&(namespace, name)).cloned());
+                }
+            }
+        }
         // New references first, so that a cluster both contributions use stays.
         for (ck, src) in &clusters {
             self.clusters.acquire(ck, src, &mut d.resources);

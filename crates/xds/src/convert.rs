@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    Action, ApiKeyAuth, BackendKind, BasicAuth, Certificate, CircuitBreaker, Cluster, ClusterKey,
-    ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse,
-    Ejection, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter,
-    GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
+    Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker, Cluster,
+    ClusterKey, ConnectionLimits, ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin,
+    DirectResponse, Ejection, Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode,
+    Filter, GeneratedCookie, GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck,
     HealthProbe, HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider,
     L4Backend, L4Mode, L4Route, Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer,
     LocalRateLimit, OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
     Pattern, Policy, PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect,
     RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
-    SniCert, StringMatch, Timeouts, UpstreamProtocol, VirtualHost, WeightedBackend, is_cookie_name,
-    is_cookie_path,
+    SniCert, StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls,
+    VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -279,6 +279,11 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 policy: name.to_string(),
                 per_client: l.per_client,
             }),
+        backend_tls: p.backend_tls.as_deref().map(backend_tls_to_wire),
+        client_certificate: p.client_certificate.as_ref().map(|c| wire::Certificate {
+            chain_pem: c.chain_pem.to_vec(),
+            key_pem: c.key_pem.to_vec(),
+        }),
         cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
             policy: name.to_string(),
             cors: Some(cors_to_wire(c)),
@@ -800,6 +805,108 @@ fn api_key_auth_from_wire(a: &wire::ApiKeyAuth) -> Result<ApiKeyAuth, InvalidRes
     ))
 }
 
+fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
+    use wire::upstream_tls::Trust;
+    wire::UpstreamTls {
+        sni: t.sni.to_string(),
+        trust: Some(match &t.trust {
+            TrustAnchors::Pem(pem) => Trust::CaPem(pem.to_vec()),
+            TrustAnchors::System => Trust::System(true),
+            TrustAnchors::Nothing => Trust::Nothing(true),
+        }),
+        dns_names: t
+            .subject_names
+            .iter()
+            .filter_map(|n| match n {
+                SubjectName::Dns(d) => Some(d.to_string()),
+                SubjectName::Uri(_) => None,
+            })
+            .collect(),
+        uris: t
+            .subject_names
+            .iter()
+            .filter_map(|n| match n {
+                SubjectName::Uri(u) => Some(u.to_string()),
+                SubjectName::Dns(_) => None,
+            })
+            .collect(),
+        policy: t.policy.to_string(),
+    }
+}
+
+fn backend_tls_to_wire(t: &BackendTls) -> wire::BackendTls {
+    wire::BackendTls {
+        all_ports: t.all_ports.as_deref().map(upstream_tls_to_wire),
+        ports: t
+            .ports
+            .iter()
+            .map(|(port, tls)| wire::PortTls {
+                port: u32::from(*port),
+                tls: Some(upstream_tls_to_wire(tls)),
+            })
+            .collect(),
+    }
+}
+
+fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, InvalidResource> {
+    use wire::upstream_tls::Trust;
+    let trust = match &t.trust {
+        Some(Trust::CaPem(pem)) if !pem.is_empty() => TrustAnchors::Pem(Arc::from(&pem[..])),
+        Some(Trust::CaPem(_)) => return Err(invalid("backend_tls.ca_pem", "empty")),
+        Some(Trust::System(_)) => TrustAnchors::System,
+        Some(Trust::Nothing(_)) => TrustAnchors::Nothing,
+        None => return Err(missing("backend_tls.trust")),
+    };
+    if t.sni.is_empty() {
+        return Err(missing("backend_tls.sni"));
+    }
+    let mut subject_names: Vec<SubjectName> = t
+        .dns_names
+        .iter()
+        .map(|d| SubjectName::Dns(Arc::from(d.as_str())))
+        .collect();
+    subject_names.extend(
+        t.uris
+            .iter()
+            .map(|u| SubjectName::Uri(Arc::from(u.as_str()))),
+    );
+    Ok(Arc::new(UpstreamTls {
+        sni: Arc::from(t.sni.as_str()),
+        trust,
+        subject_names,
+        policy: Arc::from(t.policy.as_str()),
+    }))
+}
+
+fn backend_tls_from_wire(t: &wire::BackendTls) -> Result<Arc<BackendTls>, InvalidResource> {
+    let mut ports = Vec::with_capacity(t.ports.len());
+    for p in &t.ports {
+        let port = u16::try_from(p.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| invalid("backend_tls.ports.port", "not a port number"))?;
+        let tls = p
+            .tls
+            .as_ref()
+            .ok_or_else(|| missing("backend_tls.ports.tls"))?;
+        ports.push((port, upstream_tls_from_wire(tls)?));
+    }
+    if !ports.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Err(invalid(
+            "backend_tls.ports",
+            "not sorted by port, or a port twice",
+        ));
+    }
+    Ok(Arc::new(BackendTls {
+        all_ports: t
+            .all_ports
+            .as_ref()
+            .map(upstream_tls_from_wire)
+            .transpose()?,
+        ports,
+    }))
+}
+
 fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
     use wire::local_rate_limit::Key;
     let target = target_from_wire(p.target.as_ref().ok_or_else(|| missing("target"))?)
@@ -942,7 +1049,19 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                         c.cors.as_ref().ok_or_else(|| missing("cors.cors"))?,
                     )),
                 )),
-            }),
+            })
+            .with_backend_tls(
+                p.backend_tls
+                    .as_ref()
+                    .map(backend_tls_from_wire)
+                    .transpose()?,
+            )
+            .with_client_certificate(p.client_certificate.as_ref().map(|c| {
+                Arc::new(Certificate::new(
+                    Arc::from(&c.chain_pem[..]),
+                    Arc::from(&c.key_pem[..]),
+                ))
+            })),
     )
 }
 
@@ -985,7 +1104,9 @@ fn global_rate_limit_from_wire(
     ))
 }
 
-/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 2
+/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 3
+/// or older does not know the fields of version 4 (`Policy::as_version_3`: outlier
+/// detection, upstream TLS, the Gateway's client certificate) and is sent the policy without them. A data plane of version 2
 /// or older does not know the policy fields of version 3 (`Policy::as_version_2`): it is
 /// sent the policy without them, or — when one of them guards access — a policy that
 /// refuses every client (`ipRules` deny all, 403), closed until the data plane is
@@ -994,9 +1115,12 @@ fn global_rate_limit_from_wire(
 /// (`Policy::as_version_2`, `Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
-        Resource::Policy(p) if version < 3 => {
+        Resource::Policy(p) if version < 4 => {
             let name = || policy_name(p);
             let mut p = p.as_ref().clone().as_version_3();
+            if version == 3 {
+                return std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)));
+            }
             if p.guards_with_version_3_fields() {
                 p = p.with_ip_rules(Some((name(), Arc::new(IpRules::deny_all()))));
             }
@@ -1010,13 +1134,6 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                 p = p.as_version_0();
             }
             std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)))
-        }
-        Resource::Policy(p) if version < 4 && p.outlier_detection.is_some() => {
-            // Version 4's fields are not access guards: an older data plane gets the
-            // policy without them (and its default outlier detection).
-            std::borrow::Cow::Owned(Resource::Policy(Arc::new(
-                p.as_ref().clone().as_version_3(),
-            )))
         }
         Resource::VirtualHost(v) if version < 3 && v.rules.iter().any(|r| rewrites_captures(r)) => {
             // A data plane of version 2 or older cannot read a capture rewrite (it would
@@ -2032,10 +2149,7 @@ mod tests {
             Resource::Policy(p) if p.load_balancer.is_none()
         ));
         let untouched = Resource::Policy(Arc::new(plain));
-        assert!(matches!(
-            for_version(&untouched, 3),
-            std::borrow::Cow::Borrowed(_)
-        ));
+        assert_eq!(for_version(&untouched, 3).as_ref(), &untouched);
         // Bad values are refused on the wire, naming the field.
         let mut wire = resource_to_wire(&r);
         if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {

@@ -8,6 +8,7 @@ pub(crate) mod authz;
 pub(crate) mod backend;
 pub(crate) mod backend_policy;
 pub(crate) mod backend_ref;
+pub(crate) mod backend_tls;
 pub(crate) mod cors;
 pub(crate) mod duration;
 pub(crate) mod ext_auth;

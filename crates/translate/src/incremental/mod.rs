@@ -6,6 +6,7 @@
 //! changes as dirty itself (a [`DirtyResources`] argument), so that a caller cannot
 //! change a host, socket or cluster and forget to re-emit it.
 
+mod backend_tls;
 mod clusters;
 mod deps;
 mod emitter;
@@ -19,6 +20,7 @@ mod refcount;
 pub(crate) mod small;
 mod sockets;
 
+pub(crate) use backend_tls::BtlsIndex;
 pub(crate) use clusters::ClusterRefs;
 pub(crate) use deps::DepIndex;
 pub(crate) use emitter::{Desired, Emitter};

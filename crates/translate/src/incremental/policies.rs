@@ -52,6 +52,9 @@ pub(crate) struct PolicyIndex {
     /// ingress-nginx annotations), by the target they apply to. No TrafficPolicy
     /// attaches to those targets, so nothing is merged with them.
     implicit: HashMap<PolicyTarget, Arc<PolicySettings>>,
+    /// The upstream TLS of Services (BackendTLSPolicies, `crate::incremental::BtlsIndex`),
+    /// a field of their `Policy` resource beside what TrafficPolicies set.
+    backend_tls: HashMap<PolicyTarget, Arc<weir_model::BackendTls>>,
 }
 
 impl PolicyIndex {
@@ -171,6 +174,28 @@ impl PolicyIndex {
         }
     }
 
+    /// Sets (or, with `None`, removes) the upstream TLS of a Service target, marking its
+    /// `Policy` resource dirty when it changes.
+    pub(crate) fn set_backend_tls(
+        &mut self,
+        target: PolicyTarget,
+        tls: Option<Arc<weir_model::BackendTls>>,
+        dirty: &mut DirtyResources,
+    ) {
+        let changed = match tls {
+            Some(t) => {
+                self.backend_tls
+                    .insert(target.clone(), t.clone())
+                    .as_deref()
+                    != Some(&*t)
+            }
+            None => self.backend_tls.remove(&target).is_some(),
+        };
+        if changed {
+            dirty.insert(ResourceKey::Policy(target));
+        }
+    }
+
     /// The `Policy` resource of `target`: its implicit policy and every valid policy on it
     /// merged field by field (the implicit one, then the oldest, sets each field); `None`
     /// when nothing is attached or nothing is set.
@@ -184,7 +209,15 @@ impl PolicyIndex {
             .and_then(|t| self.attached.get(t))
             .into_iter()
             .flat_map(|a| a.iter().map(|(_, s)| s));
-        merged(target, implicit.into_iter().chain(attached))
+        let merged = merged(target, implicit.into_iter().chain(attached));
+        match self.backend_tls.get(target) {
+            None => merged,
+            Some(tls) => Some(
+                merged
+                    .unwrap_or_else(|| Policy::new(target.clone(), Timeouts::default(), None, None))
+                    .with_backend_tls(Some(tls.clone())),
+            ),
+        }
     }
 
     /// The status of policy `key`: one ancestor entry per target (the target itself).

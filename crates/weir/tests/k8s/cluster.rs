@@ -36,6 +36,7 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
         "GRPCRoute" => "grpcroutes",
         "TLSRoute" => "tlsroutes",
         "TCPRoute" => "tcproutes",
+        "BackendTLSPolicy" => "backendtlspolicies",
         other => panic!("no plural known for {other}"),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
