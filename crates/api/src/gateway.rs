@@ -751,6 +751,7 @@ pub struct BackendTlsPolicyValidation {
     /// ConfigMaps (key `ca.crt`) holding the CA certificates the backend's must chain to.
     pub ca_certificate_refs: Vec<LocalObjectReference>,
     /// `System`: the platform's trusted CAs instead.
+    #[serde(rename = "wellKnownCACertificates")]
     pub well_known_ca_certificates: Option<String>,
     /// The SNI sent, and the name the certificate must carry unless `subjectAltNames` is set.
     pub hostname: String,

@@ -783,12 +783,13 @@ impl Policy {
     /// The policy as a data plane of push protocol version 3 or older rebuilds it: without
     /// the fields added in version 4, so with the hash those releases compute (the caller,
     /// `weir_xds::convert::for_version`, applies [`Policy::as_version_2`] after it for a
-    /// data plane older still): `outlier_detection` (field 20; an older data plane keeps
-    /// its default detection), `backend_tls` (field 21) and `client_certificate` (field
-    /// 22). None guards access on the client side; an older data plane that loses `backend_tls` would speak
-    /// plaintext to a TLS port, which fails (the backend refuses it) rather than exposing
-    /// anything, and one that loses `client_certificate` is refused by backends that
-    /// require one.
+    /// data plane older still). Fields added in version 4: `outlier_detection` (field 20;
+    /// not an access guard: an older data plane keeps its default detection),
+    /// `backend_tls` (field 21) and `client_certificate` (field 22). Neither of the last two
+    /// guards access on the client side; an older data plane that loses `backend_tls`
+    /// would speak plaintext to a TLS port, which fails (the backend refuses it) rather
+    /// than exposing anything, and one that loses `client_certificate` is refused by
+    /// backends that require one.
     pub fn as_version_3(mut self) -> Self {
         if self.outlier_detection.is_some() {
             self.outlier_detection = None;

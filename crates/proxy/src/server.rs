@@ -1360,7 +1360,9 @@ mod tests {
             std::mem::size_of::<F>()
         }
         let size = future_size(handle);
-        assert!(size <= 512, "request future is {size} bytes");
+        // 512 until upstream TLS: the pooled connection's lease carries its TLS identity
+        // and settings (16 bytes).
+        assert!(size <= 528, "request future is {size} bytes");
     }
 
     #[test]

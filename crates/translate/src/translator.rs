@@ -444,6 +444,24 @@ impl Translator {
         }
     }
 
+    /// Marks the statuses of the BackendTLSPolicies on the Services route `rk` depends
+    /// on: they list the Gateways the route attaches to among their ancestors. Called
+    /// with the route's old dependencies and again with its new ones.
+    fn mark_tls_ancestors(&self, rk: &ObjectKey, d: &mut Dirty) {
+        if self.backend_tls.is_empty() {
+            return;
+        }
+        for dep in self.deps.of(rk) {
+            if let Dep::Object(k) = dep
+                && k.kind == Kind::Service
+            {
+                let svc = (k.namespace.clone(), k.name.clone());
+                d.backend_tls_status
+                    .extend(self.backend_tls.policies_on(&svc).cloned());
+            }
+        }
+    }
+
     /// The Gateways with a route to Service `svc` (for BackendTLSPolicy statuses).
     fn gateways_of(&self, svc: &crate::store::NsName) -> Vec<ObjectKey> {
         let dep = Dep::Object(ObjectKey {
@@ -531,22 +549,6 @@ impl Translator {
         clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
     ) -> Contribution {
-        // The BackendTLSPolicies on the Services it routes to (before or now) list the
-        // Gateways that do among their ancestors.
-        if !self.backend_tls.is_empty() {
-            let old_clusters = old.iter().flat_map(|o| o.clusters.iter());
-            for (ck, _) in old_clusters.chain(clusters.iter()) {
-                if let Some(PolicyTarget::Backend {
-                    kind: weir_model::BackendKind::Service,
-                    namespace,
-                    name,
-                }) = ck.backend_target()
-                {
-                    d.backend_tls_status
-                        .extend(self.backend_tls.policies_on(&(namespace, name)).cloned());
-                }
-            }
-        }
         // New references first, so that a cluster both contributions use stays.
         for (ck, src) in &clusters {
             self.clusters.acquire(ck, src, &mut d.resources);

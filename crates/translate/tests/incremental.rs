@@ -901,6 +901,51 @@ spec:
   - matches: [{path: {type: PathPrefix, value: /open}}]
     filters: [{type: CORS, cors: {allowOrigins: ["*"], allowHeaders: ["*"], maxAge: 60}}]
     backendRefs: [{name: svc, port: 80}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca, namespace: default}
+data:
+  ca.crt: |
+    -----BEGIN CERTIFICATE-----
+    MIIBezCCASGgAwIBAgIUbICzj2fwrA7AFxGL1R3ryw62YrwwCgYIKoZIzj0EAwIw
+    EjEQMA4GA1UEAwwHdGVzdCBDQTAgFw0yNjExMjQyMzQyNDdaGA8yMTI2MTAzMTIz
+    NDI0N1owEjEQMA4GA1UEAwwHdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEH
+    A0IABBTmTOcnZd0zIf5NhhnlQYSR4vSusc9X2eJAPhTWZVLDUam+Xzqqu2Ici3GM
+    9uGo7L/50KEZhx7SkH4yc4PE5OKjUzBRMB0GA1UdDgQWBBS7mwn97IulMDvmMGVl
+    V98CzOSB2TAfBgNVHSMEGDAWgBS7mwn97IulMDvmMGVlV98CzOSB2TAPBgNVHRMB
+    Af8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIC2s6//4qIIL+DjLcsDC17s+wRaQ
+    17/K1I6kRBjlWNCdAiEAyP9BaTk8ieXeTHUeK/n00hX2jVrmUGzu/iB44siMD8c=
+    -----END CERTIFICATE-----
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca, namespace: default}
+data: {ca.crt: garbage}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: btls, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}]
+  validation: {caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}], hostname: svc.internal}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: btls, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc, sectionName: grpc}]
+  validation: {wellKnownCACertificates: System, hostname: grpc.internal}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: btls2, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: svc}, {group: "", kind: Service, name: svc, sectionName: http}]
+  validation:
+    caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]
+    hostname: other.internal
+    subjectAltNames: [{type: URI, uri: "spiffe://td/ns/default/sa/svc"}]
 "#;
 
 /// Pool of variants per object key: the documents above plus certificate Secrets taken

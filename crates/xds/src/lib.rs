@@ -16,7 +16,7 @@
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_controller_serves_three_versions_back_and_every_newer_one() {
+    fn a_controller_serves_four_versions_back_and_every_newer_one() {
         assert!(
             super::serves(3, 0),
             "v0 data planes (before versioning) are served"
@@ -30,9 +30,10 @@ mod tests {
             super::serves(3, 7),
             "a newer data plane reads what it knows"
         );
-        assert!(super::serves(5, 2));
-        assert!(!super::serves(5, 1), "four versions back is refused");
-        assert!(!super::serves(4, 0));
+        assert!(super::serves(4, 0), "four versions back is served");
+        assert!(super::serves(6, 2));
+        assert!(!super::serves(6, 1), "five versions back is refused");
+        assert!(!super::serves(5, 0));
     }
 }
 

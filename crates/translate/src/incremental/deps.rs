@@ -35,6 +35,11 @@ impl DepIndex {
         self.of.insert(key.clone(), deps);
     }
 
+    /// What `key` was computed from.
+    pub(crate) fn of(&self, key: &ObjectKey) -> &[Dep] {
+        self.of.get(key).map_or(&[], Vec::as_slice)
+    }
+
     /// The objects computed from `dep`.
     pub(crate) fn dependents<'a>(
         &'a self,

@@ -74,6 +74,7 @@ impl Translator {
     /// Undoes everything a deleted route contributed.
     fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
         let old = self.routes.remove(rk);
+        self.mark_tls_ancestors(rk, d);
         self.deps.set(rk, Vec::new());
         let mut affected = Vec::new();
         self.kind_claims.remove(rk, &mut affected);
@@ -151,7 +152,9 @@ impl Translator {
         );
         let mut deps = compiled.deps;
         deps.extend(att.deps);
+        self.mark_tls_ancestors(rk, d);
         self.deps.set(rk, deps);
+        self.mark_tls_ancestors(rk, d);
         let mut rules = Vec::with_capacity(att.hosts.len() * compiled.rules.len());
         for hk in &att.hosts {
             for (order, rule) in &compiled.rules {
