@@ -45,6 +45,8 @@ pub(crate) struct Run {
     pub(crate) retry: bool,
     /// An active health check on the Backend, probing every this often.
     pub(crate) health_check: Option<Duration>,
+    /// A TrafficPolicy tuning outlier detection on the Backend ([`TUNED_OUTLIER`]).
+    pub(crate) tuned_outlier: bool,
     /// HTTPRoutes sending to the Backend.
     pub(crate) routes: usize,
 }
@@ -117,6 +119,8 @@ pub(crate) struct Report {
     routes: usize,
     /// The active health check's interval, if the run had one.
     health_check_ms: Option<u64>,
+    /// Whether the Backend had the tuned outlier-detection policy.
+    tuned_outlier: bool,
     /// Health probes each endpoint got per second (mean over the four), with a health
     /// check.
     probes_per_endpoint_per_s: Option<f64>,
@@ -169,7 +173,14 @@ async fn run_one(opts: &Options, run: &Run, index: usize) -> Result<Report> {
     let port = free_port()?;
     std::fs::write(
         cfg.join("config.yaml"),
-        manifests(port, &addrs, run.routes, retry, run.health_check),
+        manifests(
+            port,
+            &addrs,
+            run.routes,
+            retry,
+            run.health_check,
+            run.tuned_outlier,
+        ),
     )?;
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let args = vec![
@@ -256,6 +267,7 @@ async fn run_one(opts: &Options, run: &Run, index: usize) -> Result<Report> {
     report.retry = retry;
     report.routes = run.routes;
     report.health_check_ms = run.health_check.map(|d| d.as_millis() as u64);
+    report.tuned_outlier = run.tuned_outlier;
     report.probes_per_endpoint_per_s = run
         .health_check
         .map(|_| probed as f64 / 4.0 / opts.duration.as_secs_f64());
@@ -484,6 +496,7 @@ fn analyse(
         retries: None,
         routes: 0,
         health_check_ms: None,
+        tuned_outlier: false,
         probes_per_endpoint_per_s: None,
     };
     let (mut healthy, mut healthy_flap) = (0u64, 0u64);
@@ -541,9 +554,14 @@ fn print_table(opts: &Options, reports: &[Report]) {
         let max = rec.last().copied();
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
         println!(
-            "| {}{}{} | {} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} | {} | {} |",
+            "| {}{}{}{} | {} | {} | {} | {} | {} | {} | {:.2} | {:.3} | {}, {} | {} | {} | {} |",
             r.label,
             if r.retry { " + retry" } else { "" },
+            if r.tuned_outlier {
+                " + outlierDetection {consecutiveGatewayErrors: 1}"
+            } else {
+                ""
+            },
             r.health_check_ms
                 .map_or(String::new(), |ms| format!(" + health check {ms} ms")),
             r.routes,
@@ -602,15 +620,22 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .map(|v| v as u64)
 }
 
+/// The `outlierDetection` of the `--tuned-outlier` run: one gateway error ejects (the
+/// default needs five in a row), for the default times (0.5 s doubling to 2 s, so that a
+/// recovered endpoint is back within 2 s).
+pub(crate) const TUNED_OUTLIER: &str = "{consecutiveGatewayErrors: 1}";
+
 /// A Gateway on 127.0.0.1:`port`, a Backend with the endpoints, `routes` HTTPRoutes
-/// (retrying 503s and connection failures twice when `retry`), and with `health` a
-/// TrafficPolicy probing the Backend's endpoints (`GET /healthz`) at that interval.
+/// (retrying 503s and connection failures twice when `retry`), with `health` a
+/// TrafficPolicy probing the Backend's endpoints (`GET /healthz`) at that interval, and
+/// with `tuned_outlier` one setting [`TUNED_OUTLIER`] on the Backend.
 fn manifests(
     port: u16,
     endpoints: &[SocketAddr],
     routes: usize,
     retry: bool,
     health: Option<Duration>,
+    tuned_outlier: bool,
 ) -> String {
     let retry = if retry {
         "      retry: {codes: [503], attempts: 2, backoff: 10ms}\n"
@@ -667,6 +692,22 @@ spec:
     healthyThreshold: 1
 ",
             (ms / 2).max(50)
+        ));
+    }
+    if tuned_outlier {
+        out.push_str(&format!(
+            "---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata:
+  name: outlier
+spec:
+  targetRefs:
+    - group: weir.dev
+      kind: Backend
+      name: svc
+  outlierDetection: {TUNED_OUTLIER}
+"
         ));
     }
     for i in 0..routes {
@@ -739,10 +780,17 @@ mod tests {
         let eps: Vec<SocketAddr> = (1..=4)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
             .collect();
-        let m = manifests(8080, &eps, 20, true, None);
+        let m = manifests(8080, &eps, 20, true, None, false);
         assert_eq!(m.matches("retry:").count(), 20);
         assert!(!m.contains("healthCheck"));
-        let h = manifests(8080, &eps, 100, false, Some(Duration::from_millis(500)));
+        let h = manifests(
+            8080,
+            &eps,
+            100,
+            false,
+            Some(Duration::from_millis(500)),
+            false,
+        );
         assert_eq!(h.matches("kind: HTTPRoute").count(), 100);
         assert_eq!(h.matches("kind: TrafficPolicy").count(), 1);
         assert!(h.contains("interval: 500ms") && h.contains("timeout: 250ms"));
@@ -750,5 +798,9 @@ mod tests {
         assert!(m.contains("r19.failover.test"));
         assert!(m.contains("- 127.0.0.1:9004"));
         assert!(m.contains("port: 8080"));
+        assert!(!m.contains("outlierDetection"));
+        let o = manifests(8080, &eps, 20, false, None, true);
+        assert!(o.contains("outlierDetection: {consecutiveGatewayErrors: 1}"));
+        assert_eq!(o.matches("kind: TrafficPolicy").count(), 1);
     }
 }

@@ -146,6 +146,10 @@ struct FailoverArgs {
     /// Routes of the second `--health-check` run.
     #[arg(long, default_value_t = 100)]
     health_routes: usize,
+    /// Add a run whose Backend has a TrafficPolicy tuning outlier detection (one gateway
+    /// error ejects, where the default needs five in a row).
+    #[arg(long)]
+    tuned_outlier: bool,
     /// Output directory [default: <workspace>/target/weir-bench/failover].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -468,6 +472,7 @@ fn main() -> ExitCode {
                 bin: bin.clone(),
                 retry,
                 health_check,
+                tuned_outlier: false,
                 routes,
             };
             let mut builds = vec![run("weir", &weir, false, None, routes)];
@@ -478,6 +483,12 @@ fn main() -> ExitCode {
                 let every = Some(Duration::from_millis(a.health_interval_ms.max(100)));
                 builds.push(run("weir", &weir, false, every, routes));
                 builds.push(run("weir", &weir, false, every, a.health_routes.max(1)));
+            }
+            if a.tuned_outlier {
+                builds.push(failover::Run {
+                    tuned_outlier: true,
+                    ..run("weir", &weir, false, None, routes)
+                });
             }
             if let Some(b) = a.weir_baseline {
                 builds.push(run("weir-baseline", &b, false, None, routes));
