@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod core;
+pub mod crd;
 mod gateway;
 mod grpcroute;
 mod ingress;
