@@ -1,0 +1,266 @@
+//! ingress-nginx annotations through the API server that need more than one request or a
+//! TLS backend: `limit-connections` (requests of one client in progress at once) and
+//! `ssl-passthrough` (TLS spliced by SNI on the Ingress HTTPS listener).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls_pki_types::{ServerName, pem::PemObject};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::Ctx;
+use crate::build::{self, until_http};
+use crate::cluster;
+use crate::support::{self, BoxError, Pki, der_of, eventually};
+
+const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
+
+fn ingress(ns: &str, name: &str, host: &str, svc: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+    "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+    "spec": {"ingressClassName": "weir", "rules": [{"host": host, "http": {"paths": [
+        {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": svc, "port": {"number": 80}}}}
+    ]}}]}})
+}
+
+/// A plaintext HTTP/1.1 GET from source address `from`; its status (0: no answer).
+async fn get_from(from: IpAddr, to: SocketAddr, host: &str, path: &str) -> u16 {
+    let run = async {
+        let sock = tokio::net::TcpSocket::new_v4().ok()?;
+        sock.bind(SocketAddr::new(from, 0)).ok()?;
+        let mut s = sock.connect(to).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out)
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// `limit-connections: "1"` through the API server: while a request of a client is in
+/// progress (the echo backend's `/delay/<ms>`), that client's next request is answered
+/// 503 and another client address is served; once the held request is answered the
+/// client is served again. An Ingress without the annotation serves the same client's
+/// requests side by side.
+pub async fn ingress_nginx_limit_connections(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7c";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    let limited = ingress(
+        ns,
+        "limited",
+        "limited.t7c.test",
+        "svc-a",
+        json!({"nginx.ingress.kubernetes.io/limit-connections": "1"}),
+    );
+    let free = ingress(ns, "free", "free.t7c.test", "svc-a", json!({}));
+    cluster::apply(c, &[limited, free]).await;
+    let addr = ctx.ingress_http;
+    until_http(addr, "limited.t7c.test", "/", Ok("echo-a")).await;
+    until_http(addr, "free.t7c.test", "/", Ok("echo-a")).await;
+    let me: IpAddr = [127, 0, 0, 1].into();
+    let other: IpAddr = [127, 0, 0, 2].into();
+
+    // The echo backend cannot say when the held request reached it: a probe that races
+    // it may take the client's one place first (the held one is then refused at once),
+    // or the held one may be answered before a probe runs. Either way, try again.
+    let mut refused = false;
+    for _ in 0..5 {
+        let slow = tokio::spawn(get_from(me, addr, "limited.t7c.test", "/delay/4000"));
+        refused = eventually(Duration::from_secs(10), || async {
+            slow.is_finished() || get_from(me, addr, "limited.t7c.test", "/").await == 503
+        })
+        .await
+            && !slow.is_finished();
+        if refused {
+            assert_eq!(
+                get_from(other, addr, "limited.t7c.test", "/").await,
+                200,
+                "another client address is served meanwhile"
+            );
+            assert_eq!(slow.await.unwrap(), 200, "the held request is served");
+            break;
+        }
+        let _ = slow.await;
+    }
+    assert!(
+        refused,
+        "a second request of one client in progress is refused 503"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get_from(me, addr, "limited.t7c.test", "/").await == 200
+        })
+        .await,
+        "the place is given back once the held request is answered"
+    );
+
+    // Without the annotation, the same client's requests run side by side.
+    let slow = tokio::spawn(get_from(me, addr, "free.t7c.test", "/delay/2000"));
+    for _ in 0..5 {
+        assert_eq!(get_from(me, addr, "free.t7c.test", "/").await, 200);
+    }
+    assert_eq!(slow.await.unwrap(), 200);
+    for name in ["limited", "free"] {
+        cluster::delete(c, ING.0, ING.1, ns, name).await;
+    }
+}
+
+/// A TLS server on `ip` (certificate for `names`, signed by `pki`) that answers each
+/// connection with `label:` followed by everything the client sent.
+async fn tls_backend(ip: Ipv4Addr, pki: &Pki, names: &[&str], label: &'static str) -> SocketAddr {
+    let (crt, key) = pki.leaf(names);
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der_of(&crt)], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut got = Vec::new();
+                if tls.read_to_end(&mut got).await.is_ok() {
+                    let mut out = format!("{label}:").into_bytes();
+                    out.extend_from_slice(&got);
+                    let _ = tls.write_all(&out).await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// TLS to `addr` with SNI `sni` trusting `pki`: sends `msg`, half-closes, reads the
+/// answer.
+async fn tls_exchange(
+    addr: SocketAddr,
+    pki: &Pki,
+    sni: &str,
+    msg: &str,
+) -> Result<String, BoxError> {
+    let run = async {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        let connector = tokio_rustls::TlsConnector::from(pki.client_config(&[]));
+        let mut tls = connector
+            .connect(ServerName::try_from(sni.to_string())?, stream)
+            .await?;
+        tls.write_all(msg.as_bytes()).await?;
+        tls.shutdown().await?;
+        let mut out = String::new();
+        tls.read_to_string(&mut out).await?;
+        Ok::<_, BoxError>(out)
+    };
+    tokio::time::timeout(Duration::from_secs(5), run).await?
+}
+
+/// `ssl-passthrough: "true"` through the API server: on the Ingress HTTPS listener a TLS
+/// connection for the Ingress's host is spliced to its Service's endpoint, which does the
+/// handshake with its own certificate (weir holds none for that name); another
+/// Ingress's TLS host on the same port is terminated by weir with its Secret; a name
+/// neither serves gets no handshake. Deleting the passthrough Ingress stops the splice.
+///
+/// The TLS backend runs in this process on the host side of backend `a`'s veth pair
+/// (the API server refuses loopback endpoints, and `a`'s namespace runs `weir echo`).
+pub async fn ingress_nginx_ssl_passthrough(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7d";
+    let [o1, o2, o3, _] = ctx.a.addr.octets();
+    let backend = tls_backend(
+        Ipv4Addr::new(o1, o2, o3, 1),
+        &ctx.pki,
+        &["pass.t7d.test"],
+        "pass",
+    )
+    .await;
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(
+        c,
+        &[
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "tls-pass", "namespace": ns},
+                   "spec": {"clusterIP": "None", "ports": [{"name": "https", "port": 80, "targetPort": backend.port()}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "tls-pass-1", "namespace": ns,
+                                "labels": {"kubernetes.io/service-name": "tls-pass"}},
+                   "addressType": "IPv4",
+                   "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
+                   "ports": [{"name": "https", "port": backend.port(), "protocol": "TCP"}]}),
+        ],
+    )
+    .await;
+    let (crt, key) = ctx.pki.leaf(&["web.t7d.test"]);
+    let mut web = ingress(ns, "web", "web.t7d.test", "svc-a", json!({}));
+    web["spec"]["tls"] = json!([{"hosts": ["web.t7d.test"], "secretName": "web-cert"}]);
+    let pass = ingress(
+        ns,
+        "pass",
+        "pass.t7d.test",
+        "tls-pass",
+        json!({"nginx.ingress.kubernetes.io/ssl-passthrough": "true"}),
+    );
+    cluster::apply(
+        c,
+        &[build::tls_secret(ns, "web-cert", &crt, &key), web, pass],
+    )
+    .await;
+    let https = ctx.ingress_https;
+    let spliced = eventually(Duration::from_secs(20), || async {
+        tls_exchange(https, &ctx.pki, "pass.t7d.test", "hello")
+            .await
+            .is_ok_and(|got| got == "pass:hello")
+    })
+    .await;
+    assert!(
+        spliced,
+        "pass.t7d.test is spliced to the backend, whose certificate the client verified"
+    );
+    let terminated = eventually(Duration::from_secs(20), || async {
+        support::https(https, ctx.pki.client_config(&[b"h2"]), "web.t7d.test", "/")
+            .await
+            .is_ok_and(|r| r.peer_cert == der_of(&crt) && r.resp.echo_name() == Some("echo-a"))
+    })
+    .await;
+    assert!(
+        terminated,
+        "web.t7d.test is terminated by weir with its Secret and routed to svc-a"
+    );
+    assert!(
+        tls_exchange(https, &ctx.pki, "none.t7d.test", "x")
+            .await
+            .is_err(),
+        "a name nothing serves gets no handshake"
+    );
+    cluster::delete(c, ING.0, ING.1, ns, "pass").await;
+    let stopped = eventually(Duration::from_secs(20), || async {
+        tls_exchange(https, &ctx.pki, "pass.t7d.test", "hello")
+            .await
+            .is_err()
+    })
+    .await;
+    assert!(stopped, "no splice once the Ingress is deleted");
+    cluster::delete(c, ING.0, ING.1, ns, "web").await;
+}
