@@ -1,6 +1,7 @@
-//! ingress-nginx annotations through the API server that need more than one request or a
-//! TLS backend: `limit-connections` (requests of one client in progress at once) and
-//! `ssl-passthrough` (TLS spliced by SNI on the Ingress HTTPS listener).
+//! ingress-nginx annotations read from Ingresses the API server stores: those that change
+//! one request (rewrites, redirects, address ranges, CORS, header canaries, affinity),
+//! `limit-connections` (requests of one client in progress at once) and `ssl-passthrough`
+//! (TLS spliced by SNI on the Ingress HTTPS listener).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -263,4 +264,240 @@ pub async fn ingress_nginx_ssl_passthrough(ctx: Arc<Ctx>) {
     .await;
     assert!(stopped, "no splice once the Ingress is deleted");
     cluster::delete(c, ING.0, ING.1, ns, "web").await;
+}
+
+/// An Ingress whose paths are `(path, pathType, Service)`.
+fn ingress_paths(
+    ns: &str,
+    name: &str,
+    host: &str,
+    paths: &[(&str, &str, &str)],
+    annotations: Value,
+) -> Value {
+    let paths: Vec<Value> = paths
+        .iter()
+        .map(|(path, kind, svc)| {
+            json!({"path": path, "pathType": kind,
+                   "backend": {"service": {"name": svc, "port": {"number": 80}}}})
+        })
+        .collect();
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+    "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+    "spec": {"ingressClassName": "weir", "rules": [{"host": host, "http": {"paths": paths}}]}})
+}
+
+/// One HTTP/1.1 request to `addr` built by `req`.
+async fn send(addr: SocketAddr, req: http::request::Builder) -> support::Resp {
+    support::send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// The ingress-nginx annotations that change one request, read from Ingresses stored by
+/// the API server (the standalone tests read the same from files): `rewrite-target`
+/// with capture groups on an `ImplementationSpecific` regex path, `use-regex`,
+/// `server-alias`, `upstream-vhost`, `x-forwarded-prefix`, `app-root`,
+/// `permanent-redirect`, `temporal-redirect`, `whitelist-source-range` and
+/// `denylist-source-range` (the client is 127.0.0.1), `enable-cors` (a preflight
+/// answered by weir), `canary-by-header` and cookie `affinity`.
+pub async fn ingress_nginx_request_annotations(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7e";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    let a = |name: &str, host: &str, annotations: Value| {
+        ingress_paths(ns, name, host, &[("/", "Prefix", "svc-a")], annotations)
+    };
+    let objects = [
+        ingress_paths(
+            ns,
+            "api",
+            "api.t7e.test",
+            &[
+                ("/something(/|$)(.*)", "ImplementationSpecific", "svc-a"),
+                ("/", "Prefix", "svc-b"),
+            ],
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/$2",
+                   "nginx.ingress.kubernetes.io/server-alias": "www.api.t7e.test"}),
+        ),
+        ingress_paths(
+            ns,
+            "versions",
+            "versions.t7e.test",
+            &[
+                ("/v[0-9]+/items", "ImplementationSpecific", "svc-a"),
+                ("/", "Prefix", "svc-b"),
+            ],
+            json!({"nginx.ingress.kubernetes.io/use-regex": "true"}),
+        ),
+        ingress_paths(
+            ns,
+            "shop",
+            "shop.t7e.test",
+            &[("/shop", "Prefix", "svc-a")],
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/",
+                   "nginx.ingress.kubernetes.io/upstream-vhost": "internal.t7e.test",
+                   "nginx.ingress.kubernetes.io/x-forwarded-prefix": "/shop",
+                   "nginx.ingress.kubernetes.io/app-root": "/shop"}),
+        ),
+        a(
+            "moved",
+            "moved.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/permanent-redirect": "https://new.example.com/landing"}),
+        ),
+        a(
+            "away",
+            "away.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/temporal-redirect": "https://elsewhere.example.com/"}),
+        ),
+        a(
+            "inside",
+            "inside.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"}),
+        ),
+        a(
+            "local",
+            "local.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/whitelist-source-range": "127.0.0.0/8"}),
+        ),
+        a(
+            "denied",
+            "denied.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/denylist-source-range": "127.0.0.0/8"}),
+        ),
+        a(
+            "cors",
+            "cors.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/enable-cors": "true"}),
+        ),
+        a("stable", "canary.t7e.test", json!({})),
+        ingress_paths(
+            ns,
+            "stable-canary",
+            "canary.t7e.test",
+            &[("/", "Prefix", "svc-b")],
+            json!({"nginx.ingress.kubernetes.io/canary": "true",
+                   "nginx.ingress.kubernetes.io/canary-by-header": "X-Canary"}),
+        ),
+        a(
+            "sticky",
+            "sticky.t7e.test",
+            json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
+                   "nginx.ingress.kubernetes.io/session-cookie-name": "route"}),
+        ),
+    ];
+    let names: Vec<String> = objects
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    cluster::apply(c, &objects).await;
+    let addr = ctx.ingress_http;
+    // The last Ingresses applied are served once these are.
+    until_http(addr, "sticky.t7e.test", "/", Ok("echo-a")).await;
+    until_http(addr, "canary.t7e.test", "/", Ok("echo-a")).await;
+
+    // (host, request path, backend, path and query the backend sees)
+    let rewrites = [
+        ("api.t7e.test", "/something", "echo-a", "/"),
+        ("api.t7e.test", "/something/new?x=1", "echo-a", "/new?x=1"),
+        ("www.api.t7e.test", "/something/alias", "echo-a", "/alias"),
+        ("api.t7e.test", "/other", "echo-b", "/"),
+        ("versions.t7e.test", "/v2/items/7", "echo-a", "/v2/items/7"),
+        ("versions.t7e.test", "/vx/items", "echo-b", "/vx/items"),
+    ];
+    for (host, path, want, seen_path) in rewrites {
+        let r = support::http1(addr, host, path).await.unwrap();
+        assert_eq!(r.status, 200, "{host}{path}: {}", r.body);
+        assert_eq!(r.echo_name(), Some(want), "{host}{path}");
+        let seen = r.json();
+        let full = match seen["query"].as_str().filter(|q| !q.is_empty()) {
+            Some(q) => format!("{}?{q}", seen["path"].as_str().unwrap()),
+            None => seen["path"].as_str().unwrap().to_owned(),
+        };
+        assert_eq!(full, seen_path, "{host}{path}: {seen}");
+    }
+
+    let r = support::http1(addr, "shop.t7e.test", "/shop/cart")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = r.json();
+    assert_eq!(seen["path"], "/", "{seen}");
+    assert_eq!(seen["headers"]["host"], "internal.t7e.test", "{seen}");
+    assert_eq!(seen["headers"]["x-forwarded-prefix"], "/shop", "{seen}");
+    let r = support::http1(addr, "shop.t7e.test", "/").await.unwrap();
+    assert_eq!(r.status, 302, "app-root");
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        &format!("http://shop.t7e.test:{}/shop", addr.port())
+    );
+
+    let r = support::http1(addr, "moved.t7e.test", "/old")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        "https://new.example.com/landing"
+    );
+    let r = support::http1(addr, "away.t7e.test", "/old").await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers.get("location").unwrap(),
+        "https://elsewhere.example.com/"
+    );
+
+    for (host, want) in [
+        ("inside.t7e.test", 403),
+        ("local.t7e.test", 200),
+        ("denied.t7e.test", 403),
+    ] {
+        let r = support::http1(addr, host, "/").await.unwrap();
+        assert_eq!(r.status.as_u16(), want, "{host}: {}", r.body);
+    }
+
+    let preflight = http::Request::options("/")
+        .header("host", "cors.t7e.test")
+        .header("origin", "https://app.t7e.test")
+        .header("access-control-request-method", "PUT");
+    let r = send(addr, preflight).await;
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(
+        r.headers.get("access-control-allow-origin").unwrap(),
+        "https://app.t7e.test"
+    );
+    assert!(r.echo_name().is_none(), "the preflight is answered by weir");
+
+    let r = send(
+        addr,
+        support::get("canary.t7e.test", "/").header("x-canary", "always"),
+    )
+    .await;
+    assert_eq!(
+        r.echo_name(),
+        Some("echo-b"),
+        "X-Canary: always goes to the canary"
+    );
+    let r = send(
+        addr,
+        support::get("canary.t7e.test", "/").header("x-canary", "never"),
+    )
+    .await;
+    assert_eq!(r.echo_name(), Some("echo-a"), "X-Canary: never stays");
+
+    let r = support::http1(addr, "sticky.t7e.test", "/").await.unwrap();
+    let set = r
+        .headers
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        set.starts_with("route="),
+        "the affinity cookie is set: {set:?}"
+    );
+
+    for name in names {
+        cluster::delete(c, ING.0, ING.1, ns, &name).await;
+    }
 }
