@@ -501,3 +501,139 @@ pub async fn ingress_nginx_request_annotations(ctx: Arc<Ctx>) {
         cluster::delete(c, ING.0, ING.1, ns, &name).await;
     }
 }
+
+/// The ingress-nginx annotations that refuse, limit or replace answers, read from
+/// Ingresses the API server stores: `auth-type: basic` with an htpasswd Secret (401, then
+/// 200 with the user's password), `limit-rpm` with `limit-burst-multiplier: "1"` (the
+/// second request of the minute 429), `canary-by-cookie`, `proxy-connect-timeout` +
+/// `proxy-read-timeout` of 1 s each (504 for a backend answering after 10 s: weir gives an
+/// attempt their sum to answer) and `custom-http-errors` with `default-backend`
+/// (a 503 of the Service answered by the default backend, told the code; a 500 passed).
+pub async fn ingress_nginx_access_limits_and_errors(ctx: Arc<Ctx>) {
+    use base64::Engine;
+    let c = &ctx.client;
+    let ns = "t7f";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &build::service(ns, "svc-b", &ctx.b)).await;
+    let a = |name: &str, annotations: Value| {
+        ingress(ns, name, &format!("{name}.t7f.test"), "svc-a", annotations)
+    };
+    // `openssl passwd -apr1 -salt xyzabc secret`
+    let htpasswd = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "htpasswd", "namespace": ns},
+        "stringData": {"auth": "ann:$apr1$xyzabc$cTvtri5GYS9vQXkM4wcQi.\n"}});
+    let objects = [
+        htpasswd,
+        a(
+            "locked",
+            json!({"nginx.ingress.kubernetes.io/auth-type": "basic",
+                   "nginx.ingress.kubernetes.io/auth-secret": "htpasswd"}),
+        ),
+        a(
+            "rpm",
+            json!({"nginx.ingress.kubernetes.io/limit-rpm": "1",
+                   "nginx.ingress.kubernetes.io/limit-burst-multiplier": "1"}),
+        ),
+        a("cookie", json!({})),
+        ingress(
+            ns,
+            "cookie-canary",
+            "cookie.t7f.test",
+            "svc-b",
+            json!({"nginx.ingress.kubernetes.io/canary": "true",
+                   "nginx.ingress.kubernetes.io/canary-by-cookie": "canary"}),
+        ),
+        a(
+            "slow",
+            json!({"nginx.ingress.kubernetes.io/proxy-connect-timeout": "1",
+                   "nginx.ingress.kubernetes.io/proxy-read-timeout": "1"}),
+        ),
+        a(
+            "errors",
+            json!({"nginx.ingress.kubernetes.io/custom-http-errors": "404,503",
+                   "nginx.ingress.kubernetes.io/default-backend": "svc-b"}),
+        ),
+    ];
+    let names: Vec<String> = objects[1..]
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    cluster::apply(c, &objects).await;
+    let addr = ctx.ingress_http;
+
+    // The first answer of the limited Ingress spends its one request of the minute.
+    until_http(addr, "rpm.t7f.test", "/", Ok("echo-a")).await;
+    let r = support::http1(addr, "rpm.t7f.test", "/").await.unwrap();
+    assert_eq!(
+        r.status, 429,
+        "the second request of the minute: {}",
+        r.body
+    );
+
+    until_http(addr, "locked.t7f.test", "/", Err(401)).await;
+    let r = support::http1(addr, "locked.t7f.test", "/").await.unwrap();
+    assert!(
+        r.headers.contains_key("www-authenticate"),
+        "a Basic challenge: {:?}",
+        r.headers
+    );
+    let login = |creds: &str| {
+        let token = base64::engine::general_purpose::STANDARD.encode(creds);
+        support::get("locked.t7f.test", "/").header("authorization", format!("Basic {token}"))
+    };
+    assert_eq!(send(addr, login("ann:wrong")).await.status, 401);
+    let r = send(addr, login("ann:secret")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("echo-a"));
+
+    until_http(addr, "cookie.t7f.test", "/", Ok("echo-a")).await;
+    let r = send(
+        addr,
+        support::get("cookie.t7f.test", "/").header("cookie", "canary=always"),
+    )
+    .await;
+    assert_eq!(
+        r.echo_name(),
+        Some("echo-b"),
+        "canary=always goes to the canary"
+    );
+    let r = send(
+        addr,
+        support::get("cookie.t7f.test", "/").header("cookie", "canary=never"),
+    )
+    .await;
+    assert_eq!(r.echo_name(), Some("echo-a"), "canary=never stays");
+
+    until_http(addr, "slow.t7f.test", "/", Ok("echo-a")).await;
+    let r = support::http1(addr, "slow.t7f.test", "/delay/10000")
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status, 504,
+        "a backend slower than proxy-read-timeout: {}",
+        r.body
+    );
+
+    until_http(addr, "errors.t7f.test", "/", Ok("echo-a")).await;
+    let r = support::http1(addr, "errors.t7f.test", "/status/503")
+        .await
+        .unwrap();
+    assert_eq!(r.echo_name(), Some("echo-b"), "{}", r.body);
+    assert_eq!(r.json()["headers"]["x-code"], "503", "{}", r.body);
+    assert_eq!(
+        r.json()["headers"]["x-ingress-name"],
+        "errors",
+        "{}",
+        r.body
+    );
+    let r = support::http1(addr, "errors.t7f.test", "/status/500")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.echo_name(), Some("echo-a"));
+
+    for name in names {
+        cluster::delete(c, ING.0, ING.1, ns, &name).await;
+    }
+}
