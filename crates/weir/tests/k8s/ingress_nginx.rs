@@ -1,6 +1,7 @@
 //! ingress-nginx annotations read from Ingresses the API server stores: those that change
 //! one request (rewrites, redirects, address ranges, CORS, header canaries, affinity),
-//! `limit-connections` (requests of one client in progress at once) and `ssl-passthrough`
+//! those that refuse, limit or replace answers (basic and external authorization, rate,
+//! timeouts, error pages), `limit-connections` (requests of one client in progress at once) and `ssl-passthrough`
 //! (TLS spliced by SNI on the Ingress HTTPS listener).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -635,5 +636,74 @@ pub async fn ingress_nginx_access_limits_and_errors(ctx: Arc<Ctx>) {
 
     for name in names {
         cluster::delete(c, ING.0, ING.1, ns, &name).await;
+    }
+}
+
+/// ingress-nginx's external authorization read from Ingresses the API server stores, with
+/// backend `b`'s echo server as the authorization service (its `/status/<code>` answers
+/// that code): `auth-url` answered 2xx lets the request through with the answer's
+/// `auth-response-headers` set on it, answered 401 refuses it with that 401, and with
+/// `auth-signin` the 401 becomes a redirect to the sign-in page carrying the original URL.
+pub async fn ingress_nginx_external_auth(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7g";
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    let service = format!("http://{}:{}", ctx.b.addr, ctx.b.port);
+    let a = |name: &str, annotations: Value| {
+        ingress(ns, name, &format!("{name}.t7g.test"), "svc-a", annotations)
+    };
+    let objects = [
+        a(
+            "allowed",
+            json!({"nginx.ingress.kubernetes.io/auth-url": format!("{service}/status/200"),
+                   "nginx.ingress.kubernetes.io/auth-response-headers": "X-Echo-Name"}),
+        ),
+        a(
+            "refused",
+            json!({"nginx.ingress.kubernetes.io/auth-url": format!("{service}/status/401")}),
+        ),
+        a(
+            "signin",
+            json!({"nginx.ingress.kubernetes.io/auth-url": format!("{service}/status/401"),
+                   "nginx.ingress.kubernetes.io/auth-signin": "https://login.t7g.test/start"}),
+        ),
+    ];
+    cluster::apply(c, &objects).await;
+    let addr = ctx.ingress_http;
+
+    until_http(addr, "allowed.t7g.test", "/", Ok("echo-a")).await;
+    let r = support::http1(addr, "allowed.t7g.test", "/page")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["headers"]["x-echo-name"],
+        "echo-b",
+        "the authorization answer's header is set on the request: {}",
+        r.body
+    );
+
+    until_http(addr, "refused.t7g.test", "/", Err(401)).await;
+    let r = support::http1(addr, "refused.t7g.test", "/page")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    assert!(r.echo_name().is_none(), "the backend is not reached");
+
+    until_http(addr, "signin.t7g.test", "/", Err(302)).await;
+    let r = support::http1(addr, "signin.t7g.test", "/page")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 302);
+    let location = r.headers.get("location").unwrap().to_str().unwrap();
+    assert!(
+        location.starts_with("https://login.t7g.test/start?rd="),
+        "{location}"
+    );
+    assert!(location.contains("signin.t7g.test"), "{location}");
+
+    for name in ["allowed", "refused", "signin"] {
+        cluster::delete(c, ING.0, ING.1, ns, name).await;
     }
 }

@@ -99,6 +99,7 @@ const TESTS: &[(&str, Test)] = tests![
     ingress_nginx::ingress_nginx_ssl_passthrough,
     ingress_nginx::ingress_nginx_request_annotations,
     ingress_nginx::ingress_nginx_access_limits_and_errors,
+    ingress_nginx::ingress_nginx_external_auth,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
     monitoring::dashboard_and_rules_use_exported_metrics,
