@@ -195,12 +195,8 @@ async fn run_one(opts: &Options, run: &Run, index: usize) -> Result<Report> {
         format!("127.0.0.1:{}", free_port()?),
         "--no-access-log".to_owned(),
     ];
-    let log = dir.join("weir.log");
-    let mut weir = ChildGuard::spawn("weir", bin, &args, &log)?;
-    let target: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_ready(&mut weir, admin, target, &log).await?;
-
-    // The flapping endpoint and its schedule.
+    // The flapping endpoint answers (healthy) from the start: a bound socket that never
+    // accepts would hold weir's readiness requests and first probes without an answer.
     let flap = FlapControl::start(
         flap_tcp,
         flap_addr,
@@ -208,6 +204,12 @@ async fn run_one(opts: &Options, run: &Run, index: usize) -> Result<Report> {
         Arc::clone(&failed_answers),
         Arc::clone(&probes),
     );
+    let log = dir.join("weir.log");
+    let mut weir = ChildGuard::spawn("weir", bin, &args, &log)?;
+    let target: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_ready(&mut weir, admin, target, &log).await?;
+
+    // The flapping endpoint's schedule.
     let probes_before = probes.load(Ordering::Relaxed);
     let start = Instant::now();
     let deadline = start + opts.duration;
@@ -593,8 +595,11 @@ async fn wait_ready(
         if let Some(status) = weir.exited() {
             bail!("weir exited ({status}); log:\n{}", log_tail(log, 30));
         }
+        // Each probe is bounded: one that hangs is retried, not waited on.
         if matches!(admin_get(admin, "/ready").await, Ok((200, _)))
-            && probe(target).await.is_ok_and(|s| s == 200)
+            && tokio::time::timeout(Duration::from_secs(2), probe(target))
+                .await
+                .is_ok_and(|r| r.is_ok_and(|s| s == 200))
         {
             return Ok(());
         }

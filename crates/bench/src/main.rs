@@ -265,6 +265,11 @@ struct TrafficArgs {
     /// configurations and logs, load generator outputs).
     #[arg(long)]
     keep_work: bool,
+    /// Where the backend runs: `load` (its own CPU, with the load generator) or `proxy`
+    /// (pinned to the proxy's CPU, as on a small node or beside a sidecar, so that the
+    /// proxy's wake-ups and context switches compete with the backend's).
+    #[arg(long, value_enum, default_value_t = traffic::BackendOn::Load)]
+    backend_on: traffic::BackendOn,
 }
 
 /// The proxies to run: with a baseline binary, `weir-baseline` right after weir (unless
@@ -309,6 +314,7 @@ impl TrafficArgs {
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
             rounds: self.rounds.max(1),
             keep_work: self.keep_work,
+            backend_on: self.backend_on,
         }
     }
 }

@@ -57,6 +57,26 @@ pub(crate) struct Options {
     pub(crate) rounds: usize,
     /// Keep the run's directory (configurations, logs, load generator outputs).
     pub(crate) keep_work: bool,
+    /// The CPU the backend is pinned to.
+    pub(crate) backend_on: BackendOn,
+}
+
+/// Where the backend runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum BackendOn {
+    /// On the load generator's CPU ([`LOAD_CPU`]): the proxy has its CPU to itself.
+    Load,
+    /// On the proxy's CPU ([`PROXY_CPU`]): the shared-core placement.
+    Proxy,
+}
+
+impl BackendOn {
+    pub(crate) fn cpu(self) -> usize {
+        match self {
+            BackendOn::Load => LOAD_CPU,
+            BackendOn::Proxy => PROXY_CPU,
+        }
+    }
 }
 
 /// How a scenario loads the proxy.
@@ -249,9 +269,14 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
         );
     }
     pin_process(std::process::id(), LOAD_CPU)?;
-    let pinning = format!(
-        "proxy under test on CPU {PROXY_CPU} (taskset -c {PROXY_CPU}); load generator, backend and weir-bench on CPU {LOAD_CPU} (taskset -c {LOAD_CPU})"
-    );
+    let pinning = match opts.backend_on {
+        BackendOn::Load => format!(
+            "proxy under test on CPU {PROXY_CPU} (taskset -c {PROXY_CPU}); load generator, backend and weir-bench on CPU {LOAD_CPU} (taskset -c {LOAD_CPU})"
+        ),
+        BackendOn::Proxy => format!(
+            "shared core: proxy under test and backend on CPU {PROXY_CPU} (taskset -c {PROXY_CPU}); load generator and weir-bench on CPU {LOAD_CPU} (taskset -c {LOAD_CPU})"
+        ),
+    };
     say(&pinning);
 
     let all = scenarios(opts.quick, opts.domains, opts.rate);
@@ -313,7 +338,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
     })
     .await??;
 
-    // The backend, pinned with the load generator.
+    // The backend, pinned with the load generator or (shared core) with the proxy.
     let backend_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
     let backend_log = work.path().join("backend.log");
     let mut backend = ChildGuard::spawn(
@@ -321,7 +346,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
         &bins.taskset,
         &[
             "-c".into(),
-            LOAD_CPU.to_string(),
+            opts.backend_on.cpu().to_string(),
             me.display().to_string(),
             "backend".into(),
             "--listen".into(),
