@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +24,10 @@ pub struct Secret {
     pub type_: String,
     /// Base64-encoded values (as stored by Kubernetes).
     pub data: BTreeMap<String, String>,
-    /// Plain values; take precedence over `data` for the same key.
-    pub string_data: BTreeMap<String, String>,
+    /// Plain values; take precedence over `data` for the same key. Shared buffers, so
+    /// that a certificate built from a value (`tls.crt`, `tls.key`) holds the same bytes
+    /// instead of a copy.
+    pub string_data: BTreeMap<String, Arc<str>>,
 }
 
 /// v1 ConfigMap.

@@ -386,6 +386,15 @@ struct PropagationArgs {
     /// Concurrent HTTPS clients checking that every domain answers after startup.
     #[arg(long, default_value_t = 32)]
     check_concurrency: usize,
+    /// Pin weir to these CPUs (a `taskset -c` list, e.g. `1`), so that the startup CPU
+    /// time reported at /ready is that of one core. `--changes 0 --idle-ms 0` measures
+    /// startup alone.
+    #[arg(long)]
+    weir_cpus: Option<String>,
+    /// Keep the manifest directory under <workspace>/target/weir-bench/work (to start weir
+    /// on it again, e.g. under a profiler).
+    #[arg(long)]
+    keep_work: bool,
 }
 
 fn workspace_path(rel: &str) -> PathBuf {
@@ -417,6 +426,8 @@ impl PropagationArgs {
             side_concurrency: self.side_concurrency,
             side_pause: Duration::from_micros(self.side_pause_us),
             check_concurrency: self.check_concurrency.max(1),
+            weir_cpus: self.weir_cpus,
+            keep_work: self.keep_work,
         }
     }
 }

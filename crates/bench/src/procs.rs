@@ -121,6 +121,8 @@ pub(crate) fn free_port() -> Result<u16> {
 pub(crate) struct ProcStats {
     /// VmRSS from /proc/PID/status, in KiB.
     pub(crate) rss_kib: u64,
+    /// VmHWM from /proc/PID/status (the peak of VmRSS so far), in KiB.
+    pub(crate) peak_rss_kib: u64,
     /// utime + stime from /proc/PID/stat, in seconds.
     pub(crate) cpu_seconds: f64,
 }
@@ -130,20 +132,22 @@ pub(crate) fn proc_stats(pid: u32) -> Result<ProcStats> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     Ok(ProcStats {
-        rss_kib: parse_vm_rss(&status)?,
+        rss_kib: parse_status_kib(&status, "VmRSS:")?,
+        peak_rss_kib: parse_status_kib(&status, "VmHWM:")?,
         cpu_seconds: parse_cpu_ticks(&stat)? as f64 / clk_tck(),
     })
 }
 
-fn parse_vm_rss(status: &str) -> Result<u64> {
+/// The value in KiB of the `field` line (`VmRSS:`, `VmHWM:`) of /proc/PID/status.
+fn parse_status_kib(status: &str, field: &str) -> Result<u64> {
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .ok_or_else(|| anyhow!("no VmRSS line"))?;
+        .find(|l| l.starts_with(field))
+        .ok_or_else(|| anyhow!("no {field} line"))?;
     let kib = line
         .split_whitespace()
         .nth(1)
-        .ok_or_else(|| anyhow!("empty VmRSS line"))?;
+        .ok_or_else(|| anyhow!("empty {field} line"))?;
     Ok(kib.parse()?)
 }
 
@@ -193,8 +197,10 @@ mod tests {
 
     #[test]
     fn parses_proc_files() {
-        let status = "Name:\tweir\nVmPeak:\t  9000 kB\nVmRSS:\t   12345 kB\n";
-        assert_eq!(parse_vm_rss(status).unwrap(), 12345);
+        let status = "Name:\tweir\nVmPeak:\t  9000 kB\nVmHWM:\t   23456 kB\nVmRSS:\t   12345 kB\n";
+        assert_eq!(parse_status_kib(status, "VmRSS:").unwrap(), 12345);
+        assert_eq!(parse_status_kib(status, "VmHWM:").unwrap(), 23456);
+        assert!(parse_status_kib(status, "VmSwap:").is_err());
         let stat = "42 (we ir) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
         assert_eq!(parse_cpu_ticks(stat).unwrap(), 300);
         assert!(parse_cpu_ticks("garbage").is_err());
@@ -204,5 +210,6 @@ mod tests {
     fn reads_own_stats() {
         let s = proc_stats(std::process::id()).unwrap();
         assert!(s.rss_kib > 0);
+        assert!(s.peak_rss_kib >= s.rss_kib);
     }
 }

@@ -84,6 +84,11 @@ pub(crate) struct Options {
     pub(crate) side_concurrency: usize,
     pub(crate) side_pause: Duration,
     pub(crate) check_concurrency: usize,
+    /// CPUs to pin weir to (a `taskset -c` list), so that its startup CPU time is that
+    /// of the given cores.
+    pub(crate) weir_cpus: Option<String>,
+    /// Keep the manifest directory after the run.
+    pub(crate) keep_work: bool,
 }
 
 /// Where the run's files went.
@@ -202,29 +207,38 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         &format!("starting weir on {n} domains (admin {admin}, https {https})"),
         1,
     );
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "-c".into(),
+        dir.path().display().to_string(),
+        "--admin".into(),
+        admin.to_string(),
+        "--ingress-http".into(),
+        http.to_string(),
+        "--ingress-https".into(),
+        https.to_string(),
+        "--no-access-log".into(),
+    ];
+    // `taskset` sets the affinity and then execs weir, so the pid is weir's.
+    let program = match &opts.weir_cpus {
+        Some(cpus) => {
+            let weir = opts.weir.display().to_string();
+            args.splice(0..0, ["-c".to_owned(), cpus.clone(), weir]);
+            PathBuf::from("taskset")
+        }
+        None => opts.weir.clone(),
+    };
     let spawned = Instant::now();
-    let mut weir = ChildGuard::spawn(
-        "weir",
-        &opts.weir,
-        &[
-            "run".into(),
-            "-c".into(),
-            dir.path().display().to_string(),
-            "--admin".into(),
-            admin.to_string(),
-            "--ingress-http".into(),
-            http.to_string(),
-            "--ingress-https".into(),
-            https.to_string(),
-            "--no-access-log".into(),
-        ],
-        &weir_log,
-    )?;
+    let mut weir = ChildGuard::spawn("weir", &program, &args, &weir_log)?;
     progress.set_weir_pid(weir.pid());
     let ready = wait_ready(admin, &mut weir, &weir_log, opts.startup_timeout).await?;
+    let at_ready = proc_stats(weir.pid()).unwrap_or_default();
     progress.say(&format!(
-        "/ready after {:.0} ms",
-        ready.as_secs_f64() * 1000.0
+        "/ready after {:.0} ms; weir CPU {:.2} s, RSS {:.1} MiB (peak {:.1} MiB)",
+        ready.as_secs_f64() * 1000.0,
+        at_ready.cpu_seconds,
+        at_ready.rss_kib as f64 / 1024.0,
+        at_ready.peak_rss_kib as f64 / 1024.0
     ));
 
     // 4. Every domain answering over HTTPS.
@@ -303,6 +317,9 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     }
     let exit = weir.stop(Duration::from_secs(5)).map(|s| s.to_string());
     echo.stop(Duration::from_secs(2));
+    if opts.keep_work {
+        progress.say(&format!("kept {}", work.keep().display()));
+    }
 
     let report = Report {
         tool: "weir-bench propagation",
@@ -324,6 +341,8 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
         certs,
         startup: Startup {
             ready_ms: ready.as_secs_f64() * 1000.0,
+            at_ready,
+            weir_cpus: opts.weir_cpus.clone(),
             all_domains_ms: all_domains.as_secs_f64() * 1000.0,
             domains_not_serving: not_serving,
         },

@@ -64,6 +64,12 @@ pub(crate) struct CertReport {
 pub(crate) struct Startup {
     /// Spawn → GET /ready answered 200.
     pub(crate) ready_ms: f64,
+    /// weir's CPU time (user + system, all threads) and RSS read right after /ready
+    /// answered 200: the cost of loading the configuration, independent of how busy the
+    /// machine was, unlike `ready_ms`.
+    pub(crate) at_ready: ProcStats,
+    /// The CPUs weir was pinned to (`--weir-cpus`), if any.
+    pub(crate) weir_cpus: Option<String>,
     /// Spawn → every domain answered 200 over HTTPS with its SNI.
     pub(crate) all_domains_ms: f64,
     /// Domains that did not answer 200 before the startup timeout.
@@ -184,15 +190,24 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| startup → /ready | → all {} domains 200 over HTTPS | RSS after startup | RSS at end | weir CPU after startup | weir CPU at end | weir idle CPU | side requests | side errors |",
+            "| startup → /ready | weir CPU / RSS / peak RSS at /ready{} | → all {} domains 200 over HTTPS | RSS after startup | RSS at end | weir CPU after startup | weir CPU at end | weir idle CPU | side requests | side errors |",
+            self.startup
+                .weir_cpus
+                .as_deref()
+                .map(|c| format!(" (pinned to CPU {c})"))
+                .unwrap_or_default(),
             p.domains
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         let w = &self.weir;
+        let r = &self.startup.at_ready;
         let _ = writeln!(
             s,
-            "| {:.0} ms | {:.0} ms{} | {} | {} | {:.2} s | {:.2} s | {} | {} | {} |\n",
+            "| {:.0} ms | {:.2} s / {} / {} | {:.0} ms{} | {} | {} | {:.2} s | {:.2} s | {} | {} | {} |\n",
             self.startup.ready_ms,
+            r.cpu_seconds,
+            mib(r.rss_kib),
+            mib(r.peak_rss_kib),
             self.startup.all_domains_ms,
             if self.startup.domains_not_serving > 0 {
                 format!(" ({} not serving)", self.startup.domains_not_serving)

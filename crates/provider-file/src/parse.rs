@@ -251,7 +251,7 @@ mod tests {
         let Ok(Object::Secret(s)) = &docs[0].result else {
             panic!("{docs:?}")
         };
-        assert_eq!(s.string_data["k"], "---x\n...y\n");
+        assert_eq!(&*s.string_data["k"], "---x\n...y\n");
     }
 
     #[test]

@@ -1056,14 +1056,14 @@ fn pool() -> Vec<Vec<Arc<Object>>> {
         for crt in [
             secrets[0].string_data.get("tls.crt").cloned(),
             secrets[2].string_data.get("tls.crt").cloned(),
-            Some("garbage".to_string()),
+            Some("garbage".into()),
             None,
         ] {
             let mut cm = weir_api::ConfigMap::default();
             cm.metadata.name = "ca".into();
             cm.metadata.namespace = ns.into();
             if let Some(c) = crt {
-                cm.data.insert("ca.crt".into(), c);
+                cm.data.insert("ca.crt".into(), c.to_string());
             }
             objects.push(Arc::new(Object::ConfigMap(cm)));
         }

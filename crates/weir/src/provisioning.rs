@@ -119,7 +119,7 @@ impl Provisioning {
                                     .get(&gw.spec.gateway_class_name)
                                     .cloned();
                                 let class = class.as_deref().and_then(|c| match c {
-                                    Object::GatewayClass(c) => Some(c),
+                                    Object::GatewayClass(c) => Some(&**c),
                                     _ => None,
                                 });
                                 provisioner.ensure(gw, class).await.map(|a| {

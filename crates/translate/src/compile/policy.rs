@@ -852,7 +852,7 @@ mod tests {
     fn policy(yaml: &str) -> TrafficPolicy {
         let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
         match weir_api::Object::from_value(v).unwrap() {
-            weir_api::Object::TrafficPolicy(p) => p,
+            weir_api::Object::TrafficPolicy(p) => *p,
             other => panic!("{other:?}"),
         }
     }

@@ -41,10 +41,11 @@ pub(crate) fn looks_like_tls(s: &Secret) -> bool {
         || s.string_data.contains_key(KEY)
 }
 
-/// The bytes of a Secret key, copied once into the shared buffer the certificate keeps.
+/// The bytes of a Secret key as the shared buffer the certificate keeps: a `stringData`
+/// value's own buffer (not a copy), or a `data` value decoded once.
 fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
     if let Some(v) = s.string_data.get(key) {
-        return Ok(Arc::from(v.as_bytes()));
+        return Ok(Arc::<[u8]>::from(v.clone()));
     }
     let Some(v) = s.data.get(key) else {
         return Err(InvalidSecret::Missing(key));
@@ -144,13 +145,13 @@ mod tests {
         };
         s.metadata.namespace = "ns".into();
         s.metadata.name = "s".into();
-        let map = if data {
-            &mut s.data
+        if data {
+            s.data.insert(CRT.into(), crt.into());
+            s.data.insert(KEY.into(), key.into());
         } else {
-            &mut s.string_data
-        };
-        map.insert(CRT.into(), crt.into());
-        map.insert(KEY.into(), key.into());
+            s.string_data.insert(CRT.into(), crt.into());
+            s.string_data.insert(KEY.into(), key.into());
+        }
         s
     }
 
