@@ -13,6 +13,7 @@ mod global_ratelimit;
 mod grpc;
 mod ingress;
 mod ingress_nginx;
+mod ingress_nginx_answers;
 mod l4;
 mod listener_sets;
 mod migrate;

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::standalone::{RunOptions, Standalone};
 
@@ -533,4 +534,115 @@ impl KeepAlive {
         tx.ready().await?;
         Ok(read(tx.send_request(get(host, path).body(Empty::new())?).await?).await?)
     }
+}
+
+/// Reads an HTTP/1.1 request head (to the blank line), lower-cased; bounded.
+pub async fn read_head(s: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 16 * 1024 || s.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 section 4.2.2).
+pub fn websocket_accept(key: &str) -> String {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    ctx.update(key.as_bytes());
+    ctx.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(ctx.finish().as_ref())
+}
+
+/// A WebSocket server on `ip`: answers an upgrade request 101 with the accept key, then
+/// answers each masked text frame (payload under 126 bytes) with an unmasked text frame
+/// of the payload upper-cased. A request that is not a WebSocket upgrade gets 400.
+pub async fn websocket_backend(ip: std::net::IpAddr) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let Some(head) = read_head(&mut s).await else {
+                    return;
+                };
+                let key = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("sec-websocket-key:"))
+                    .map(str::trim);
+                let (true, Some(key)) = (head.contains("upgrade: websocket"), key) else {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                };
+                // The key was lower-cased with the head; base64 is case-sensitive, so the
+                // client sends an all-lower-case key.
+                let answer = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                    websocket_accept(key)
+                );
+                if s.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+                loop {
+                    let mut h = [0u8; 6];
+                    if s.read_exact(&mut h).await.is_err() {
+                        return;
+                    }
+                    let len = usize::from(h[1] & 0x7f);
+                    let mut payload = vec![0u8; len];
+                    if len >= 126 || s.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    for (i, b) in payload.iter_mut().enumerate() {
+                        *b ^= h[2 + i % 4];
+                    }
+                    let mut frame = vec![0x81, len as u8];
+                    frame.extend(payload.to_ascii_uppercase());
+                    if s.write_all(&frame).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The `Sec-WebSocket-Key` of [`websocket_exchange`], all lower case (the test server
+/// reads request heads lower-cased).
+pub const WEBSOCKET_KEY: &str = "dghlihnhbxbszsbub25jzq==";
+
+/// A WebSocket exchange with `host` through `addr`: the upgrade answer's head, then the
+/// server's answer to one masked text frame `hello` (or the error).
+pub async fn websocket_exchange(addr: SocketAddr, host: &str) -> Result<(String, Vec<u8>), String> {
+    let run = async {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let req = format!(
+            "GET /chat HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {WEBSOCKET_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let head = read_head(&mut s).await.ok_or("no answer")?;
+        if !head.starts_with("http/1.1 101") {
+            return Err(head);
+        }
+        let mask = [0x12, 0x34, 0x56, 0x78];
+        let mut frame = vec![0x81, 0x80 | 5];
+        frame.extend(mask);
+        frame.extend(b"hello".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        s.write_all(&frame).await.map_err(|e| e.to_string())?;
+        let mut answer = [0u8; 7];
+        s.read_exact(&mut answer).await.map_err(|e| e.to_string())?;
+        Ok((head, answer.to_vec()))
+    };
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .map_err(|_| "timed out".to_string())?
 }

@@ -17,9 +17,9 @@ use crate::build::{self, until_http};
 use crate::cluster;
 use crate::support::{self, BoxError, Pki, der_of, eventually};
 
-const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
+pub const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
 
-fn ingress(ns: &str, name: &str, host: &str, svc: &str, annotations: Value) -> Value {
+pub fn ingress(ns: &str, name: &str, host: &str, svc: &str, annotations: Value) -> Value {
     json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
     "metadata": {"name": name, "namespace": ns, "annotations": annotations},
     "spec": {"ingressClassName": "weir", "rules": [{"host": host, "http": {"paths": [
@@ -28,7 +28,7 @@ fn ingress(ns: &str, name: &str, host: &str, svc: &str, annotations: Value) -> V
 }
 
 /// A plaintext HTTP/1.1 GET from source address `from`; its status (0: no answer).
-async fn get_from(from: IpAddr, to: SocketAddr, host: &str, path: &str) -> u16 {
+pub async fn get_from(from: IpAddr, to: SocketAddr, host: &str, path: &str) -> u16 {
     let run = async {
         let sock = tokio::net::TcpSocket::new_v4().ok()?;
         sock.bind(SocketAddr::new(from, 0)).ok()?;
@@ -268,7 +268,7 @@ pub async fn ingress_nginx_ssl_passthrough(ctx: Arc<Ctx>) {
 }
 
 /// An Ingress whose paths are `(path, pathType, Service)`.
-fn ingress_paths(
+pub fn ingress_paths(
     ns: &str,
     name: &str,
     host: &str,
@@ -288,7 +288,7 @@ fn ingress_paths(
 }
 
 /// One HTTP/1.1 request to `addr` built by `req`.
-async fn send(addr: SocketAddr, req: http::request::Builder) -> support::Resp {
+pub async fn send(addr: SocketAddr, req: http::request::Builder) -> support::Resp {
     support::send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
         .await
         .unwrap()

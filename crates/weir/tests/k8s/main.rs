@@ -23,6 +23,8 @@ mod helm;
 mod infrastructure;
 mod ingress;
 mod ingress_nginx;
+mod ingress_nginx_backends;
+mod ingress_nginx_settings;
 mod listener_sets;
 mod monitoring;
 mod policies;
@@ -100,6 +102,10 @@ const TESTS: &[(&str, Test)] = tests![
     ingress_nginx::ingress_nginx_request_annotations,
     ingress_nginx::ingress_nginx_access_limits_and_errors,
     ingress_nginx::ingress_nginx_external_auth,
+    ingress_nginx_settings::ingress_nginx_answer_settings,
+    ingress_nginx_settings::ingress_nginx_limit_rps,
+    ingress_nginx_backends::ingress_nginx_next_upstream,
+    ingress_nginx_backends::ingress_nginx_websockets,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
     monitoring::dashboard_and_rules_use_exported_metrics,
