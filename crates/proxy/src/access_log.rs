@@ -278,6 +278,11 @@ pub(crate) struct Record {
     pub(crate) version: http::Version,
     /// The request's spans, when it is traced.
     pub(crate) span: Option<crate::trace::SpanIds>,
+    /// Phase 0's trace decision, revised by the route's trace policy (traces on).
+    pub(crate) begun: Option<crate::trace::Begun>,
+    /// The route's access-log policy, when one applies: phase 7 leaves out the record it
+    /// disables, the writer formats the fields it names.
+    pub(crate) access: Option<weir_model::AccessLogPolicy>,
     /// The client's `tracestate`, when the request is traced.
     pub(crate) tracestate: Option<HeaderValue>,
     /// When phase 3 chose the endpoint (when the request is traced: its client span).
@@ -312,6 +317,8 @@ impl Record {
             trail: Trail::default(),
             version: http::Version::HTTP_11,
             span: None,
+            begun: None,
+            access: None,
             tracestate: None,
             forwarded_at: None,
             done: None,
@@ -383,8 +390,15 @@ impl AccessLogger {
         Ok(AccessLogger { tx, dropped })
     }
 
-    /// Queues a finished record; never waits (a full queue drops it, counted).
+    /// Queues a finished record; never waits (a full queue drops it, counted). A record
+    /// its access-log policy leaves out (disabled, or `errorsOnly` and a status under 400)
+    /// is dropped here, uncounted.
     pub(crate) fn submit(&self, record: Box<Record>) {
+        if let (Some(a), Some(done)) = (&record.access, &record.done)
+            && (a.disabled || (a.errors_only && done.status < 400))
+        {
+            return;
+        }
         match self.tx.try_send(record) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
@@ -513,6 +527,10 @@ fn write_loop(
             Err(TryRecvError::Disconnected) => break,
         };
         buf.clear();
+        let fields = match record.access.and_then(|a| a.fields) {
+            Some(bits) => AccessLogFields(bits),
+            None => fields,
+        };
         format(&record, fields, &mut buf);
         buf.push(b'\n');
         match sink.write_record(&buf, metrics) {
@@ -915,5 +933,17 @@ mod tests {
             logger.submit(Box::new(record()));
         }
         assert_eq!(dropped.get(), 2);
+    }
+
+    /// A policy's field list (a bit mask over the model's names) means the same fields
+    /// here: both lists name the fields alike, in the same order.
+    #[test]
+    fn the_model_names_the_fields_alike() {
+        assert!(AccessLogFields::names().eq(weir_model::ACCESS_LOG_FIELDS.iter().copied()));
+        let bits = weir_model::access_log_field_bits(["status", "route"]).unwrap();
+        assert_eq!(
+            AccessLogFields(bits),
+            AccessLogFields::parse("route,status").unwrap()
+        );
     }
 }

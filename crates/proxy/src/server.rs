@@ -204,21 +204,24 @@ pub(crate) fn handle(
     let start = Instant::now();
     let shape = ResponseShape::of(req.headers());
     ensure_request_id(req.headers_mut());
-    // Phase 0, when traces are on: continue or start the trace, and decide.
-    let span = ctx
+    // Phase 0, when traces are on: continue or start the trace, and decide (a route's
+    // trace policy may revise the decision after routing, so a traced data plane keeps a
+    // record for every request).
+    let begun = ctx
         .shared
         .tracer
         .as_ref()
-        .and_then(|t| t.begin(req.headers_mut()));
-    let observed = ctx.shared.access_log.is_some() || span.is_some();
+        .map(|t| t.begin(req.headers_mut()));
+    let observed = ctx.shared.access_log.is_some() || begun.is_some();
     let mut log = observed.then(|| {
         let mut r = Box::new(Record::new(req.method().clone()));
         r.path = req.uri().path().to_owned();
         r.host = raw_host(&req);
         r.request_id = req.headers().get(&X_REQUEST_ID).cloned();
         r.version = req.version();
-        if span.is_some() {
-            r.span = span;
+        if let Some(begun) = begun {
+            r.span = begun.ids;
+            r.begun = Some(begun);
             r.tracestate = req.headers().get(&TRACESTATE).cloned();
         }
         r
@@ -490,6 +493,19 @@ fn phases(
     } = route(ctx, &snapshot, &mut req)?;
     if let Some(log) = log.as_deref_mut() {
         log.route = Some(rule.route.clone());
+        // The access-log and trace policies of the route (before any check: a refused
+        // request is logged and traced by them too).
+        log.access = applied.access_log();
+        if let (Some(tracer), Some(begun), Some(policy)) =
+            (&ctx.shared.tracer, &log.begun, applied.tracing())
+        {
+            log.span = tracer.apply_policy(begun, &policy, req.headers_mut());
+            if log.span.is_none() {
+                log.tracestate = None;
+            } else if log.tracestate.is_none() {
+                log.tracestate = req.headers().get(&TRACESTATE).cloned();
+            }
+        }
     }
     // The rule's own CORS filter wins over a policy's `cors`.
     let own_cors = cors::of(&rule);

@@ -88,6 +88,30 @@ impl SpanIds {
     }
 }
 
+/// Phase 0's reading of a request's trace context and its decision, kept until the
+/// route's trace policy is known.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Begun {
+    trace_id: [u8; 16],
+    /// The caller's span and whether it sampled, when the request continued a trace.
+    parent: Option<([u8; 8], bool)>,
+    start: SystemTime,
+    /// The span ids when phase 0 sampled it.
+    pub(crate) ids: Option<SpanIds>,
+}
+
+impl Begun {
+    fn sampled_ids(&self) -> SpanIds {
+        SpanIds {
+            trace_id: self.trace_id,
+            span_id: random_span_id(),
+            parent_id: self.parent.map(|(id, _)| id),
+            client_id: random_span_id(),
+            start: self.start,
+        }
+    }
+}
+
 /// An ended request, as the exporter turns it into spans.
 #[derive(Debug)]
 pub(crate) struct Ended {
@@ -191,18 +215,13 @@ impl Tracer {
     }
 
     fn samples(&self, trace_id: &[u8; 16]) -> bool {
-        match self.threshold {
-            None => true,
-            Some(t) => {
-                let low = u64::from_be_bytes(trace_id[8..].try_into().unwrap_or_default());
-                low < t
-            }
-        }
+        samples_at(self.threshold, trace_id)
     }
 
-    /// Phase 0: reads the caller's `traceparent`, decides, and sets the `traceparent` the
-    /// upstream gets. Returns the span ids when the request is sampled.
-    pub(crate) fn begin(&self, headers: &mut HeaderMap) -> Option<SpanIds> {
+    /// Phase 0: reads the caller's `traceparent`, decides by the process settings, and
+    /// sets the `traceparent` the upstream gets. The decision may be revised once the
+    /// route's policies are known ([`Tracer::apply_policy`]).
+    pub(crate) fn begin(&self, headers: &mut HeaderMap) -> Begun {
         let parent = headers
             .get(&TRACEPARENT)
             .and_then(|v| context::parse_traceparent(v.as_bytes()));
@@ -214,23 +233,61 @@ impl Tracer {
             Some(p) if self.parent_based => p.sampled(),
             _ => self.samples(&trace_id),
         };
+        let begun = Begun {
+            trace_id,
+            parent: parent.as_ref().map(|p| (p.parent_id, p.sampled())),
+            start: SystemTime::now(),
+            ids: None,
+        };
         if !sampled {
             if parent.is_none() {
                 // A trace of its own, unsampled, so the services behind share its id.
                 set_traceparent(headers, &trace_id, &random_span_id(), false);
             }
-            return None;
+            return begun;
         }
-        self.metrics.sampled.inc();
-        let ids = SpanIds {
-            trace_id,
-            span_id: random_span_id(),
-            parent_id: parent.map(|p| p.parent_id),
-            client_id: random_span_id(),
-            start: SystemTime::now(),
-        };
+        let ids = begun.sampled_ids();
         set_traceparent(headers, &trace_id, &ids.client_id, true);
-        Some(ids)
+        Begun {
+            ids: Some(ids),
+            ..begun
+        }
+    }
+
+    /// After routing: the decision of phase 0 revised by the request's trace policy
+    /// (`tracing` of its rule's, route's or Gateway's policy). `disabled` unsamples it;
+    /// a sampling ratio replaces the process's for a trace weir decides itself (no
+    /// caller's decision, or not parent-based). Returns the span ids the request now has,
+    /// and rewrites the `traceparent` the upstream gets when the decision changed.
+    pub(crate) fn apply_policy(
+        &self,
+        begun: &Begun,
+        policy: &weir_model::TracingPolicy,
+        headers: &mut HeaderMap,
+    ) -> Option<SpanIds> {
+        let sampled = if policy.disabled {
+            false
+        } else {
+            match (begun.parent, policy.sampling) {
+                (Some((_, caller)), _) if self.parent_based => caller,
+                (_, Some(ppm)) => samples_at(threshold_ppm(ppm), &begun.trace_id),
+                (_, None) => self.samples(&begun.trace_id),
+            }
+        };
+        match (sampled, begun.ids) {
+            (true, Some(ids)) => Some(ids),
+            (false, None) => None,
+            (true, None) => {
+                let ids = begun.sampled_ids();
+                set_traceparent(headers, &begun.trace_id, &ids.client_id, true);
+                Some(ids)
+            }
+            (false, Some(ids)) => {
+                // The services behind keep the trace id, unsampled.
+                set_traceparent(headers, &begun.trace_id, &ids.client_id, false);
+                None
+            }
+        }
     }
 
     /// Phase 7: queues a sampled request's spans; never waits.
@@ -254,10 +311,31 @@ impl Tracer {
             attempts: r.attempts,
             fault: done.fault,
         };
+        self.metrics.sampled.inc();
         if self.tx.try_send(ended).is_err() {
             self.metrics.dropped.inc();
         }
     }
+}
+
+/// Whether a trace id falls under a sampling threshold (`None`: every trace).
+fn samples_at(threshold: Option<u64>, trace_id: &[u8; 16]) -> bool {
+    match threshold {
+        None => true,
+        Some(t) => {
+            let low = u64::from_be_bytes(trace_id[8..].try_into().unwrap_or_default());
+            low < t
+        }
+    }
+}
+
+/// The threshold of a share in parts per million ([`weir_model::SAMPLING_SCALE`]).
+fn threshold_ppm(ppm: u32) -> Option<u64> {
+    if ppm >= weir_model::SAMPLING_SCALE {
+        return None;
+    }
+    // ppm × 2^64 / 10^6, exact in 128 bits.
+    Some(((u128::from(ppm) << 64) / u128::from(weir_model::SAMPLING_SCALE)) as u64)
 }
 
 fn set_traceparent(headers: &mut HeaderMap, trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool) {
@@ -319,7 +397,7 @@ mod tests {
         let (t, _rx) = tracer(0.0, true);
         let mut h = HeaderMap::new();
         h.insert("traceparent", HeaderValue::from_static(SAMPLED));
-        let ids = t.begin(&mut h).expect("the caller sampled it");
+        let ids = t.begin(&mut h).ids.expect("the caller sampled it");
         let incoming = context::parse_traceparent(SAMPLED.as_bytes()).unwrap();
         assert_eq!(ids.trace_id, incoming.trace_id);
         assert_eq!(ids.parent_id, Some(incoming.parent_id));
@@ -335,11 +413,11 @@ mod tests {
         let (t, _rx) = tracer(1.0, true);
         let mut h = HeaderMap::new();
         h.insert("traceparent", HeaderValue::from_static(UNSAMPLED));
-        assert!(t.begin(&mut h).is_none());
+        assert!(t.begin(&mut h).ids.is_none());
         assert_eq!(h.get("traceparent").unwrap(), UNSAMPLED);
         // Not parent-based: the ratio decides, on the caller's trace id.
         let (t, _rx) = tracer(1.0, false);
-        let ids = t.begin(&mut h).expect("ratio 1");
+        let ids = t.begin(&mut h).ids.expect("ratio 1");
         assert_eq!(ids.trace_id, sent(&h).trace_id);
     }
 
@@ -347,18 +425,71 @@ mod tests {
     fn without_a_caller_a_trace_starts_and_the_ratio_decides() {
         let (never, _rx) = tracer(0.0, true);
         let mut h = HeaderMap::new();
-        assert!(never.begin(&mut h).is_none());
+        assert!(never.begin(&mut h).ids.is_none());
         assert!(!sent(&h).sampled(), "an unsampled trace is started");
         let (always, _rx) = tracer(1.0, true);
         let mut h = HeaderMap::new();
-        let ids = always.begin(&mut h).unwrap();
+        let ids = always.begin(&mut h).ids.unwrap();
         assert_eq!(ids.parent_id, None);
         assert!(sent(&h).sampled());
         // About half at 0.5: trace ids are random.
         let (half, _rx) = tracer(0.5, true);
         let n = (0..2000)
-            .filter(|_| half.begin(&mut HeaderMap::new()).is_some())
+            .filter(|_| half.begin(&mut HeaderMap::new()).ids.is_some())
             .count();
         assert!((800..1200).contains(&n), "{n} of 2000");
+    }
+
+    /// A route's trace policy revises phase 0's decision: `disabled` unsamples even a
+    /// sampled caller, a ratio replaces the process's for traces weir starts, and the
+    /// `traceparent` sent on says what was decided.
+    #[test]
+    fn a_trace_policy_revises_the_decision() {
+        use weir_model::TracingPolicy;
+        let ratio = |ppm| TracingPolicy {
+            disabled: false,
+            sampling: Some(ppm),
+        };
+        let off = TracingPolicy {
+            disabled: true,
+            sampling: None,
+        };
+        // Sampled by the process (ratio 1), then sampling 0 on the route: no spans, and
+        // the upstream gets the same trace unsampled.
+        let (t, _rx) = tracer(1.0, true);
+        let mut h = HeaderMap::new();
+        let begun = t.begin(&mut h);
+        assert!(begun.ids.is_some());
+        assert!(t.apply_policy(&begun, &ratio(0), &mut h).is_none());
+        assert!(!sent(&h).sampled());
+        assert_eq!(sent(&h).trace_id, begun.ids.unwrap().trace_id);
+        // Unsampled by the process (ratio 0), then sampling 1 on the route: spans.
+        let (t, _rx) = tracer(0.0, true);
+        let mut h = HeaderMap::new();
+        let begun = t.begin(&mut h);
+        let ids = t
+            .apply_policy(&begun, &ratio(1_000_000), &mut h)
+            .expect("sampled by the route's ratio");
+        assert!(sent(&h).sampled());
+        assert_eq!(sent(&h).parent_id, ids.client_id);
+        // A sampled caller is followed over a ratio, but not over `disabled`.
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", HeaderValue::from_static(SAMPLED));
+        let begun = t.begin(&mut h);
+        assert!(t.apply_policy(&begun, &ratio(0), &mut h).is_some());
+        assert!(t.apply_policy(&begun, &off, &mut h).is_none());
+        assert!(!sent(&h).sampled());
+        // About a quarter at 250,000 ppm.
+        let n = (0..2000)
+            .filter(|_| {
+                let mut h = HeaderMap::new();
+                let b = t.begin(&mut h);
+                t.apply_policy(&b, &ratio(250_000), &mut h).is_some()
+            })
+            .count();
+        assert!((350..650).contains(&n), "{n} of 2000");
+        assert_eq!(threshold_ppm(500_000), Some(1 << 63));
+        assert_eq!(threshold_ppm(1_000_000), None);
+        assert_eq!(threshold_ppm(0), Some(0));
     }
 }
