@@ -16,6 +16,7 @@ mod ingress_nginx;
 mod l4;
 mod listener_sets;
 mod migrate;
+mod observability_policy;
 mod outlier;
 mod policies;
 mod policy_cors;

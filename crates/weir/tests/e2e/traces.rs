@@ -21,7 +21,7 @@ use weir_proxy::{TraceSettings, parse_traceparent};
 use crate::support::*;
 
 /// Spans received, with their resource's `service.name`.
-type Received = Arc<Mutex<Vec<(String, Span)>>>;
+pub(crate) type Received = Arc<Mutex<Vec<(String, Span)>>>;
 
 struct Collector {
     got: Received,
@@ -56,7 +56,7 @@ impl TraceService for Collector {
 }
 
 /// An OTLP/gRPC receiver on 127.0.0.1.
-async fn collector() -> (SocketAddr, Received) {
+pub(crate) async fn collector() -> (SocketAddr, Received) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let got = Received::default();
@@ -74,7 +74,7 @@ async fn collector() -> (SocketAddr, Received) {
     (addr, got)
 }
 
-fn settings(endpoint: String, service: &str, ratio: f64) -> TraceSettings {
+pub(crate) fn settings(endpoint: String, service: &str, ratio: f64) -> TraceSettings {
     let mut s = TraceSettings::new(endpoint);
     s.service_name = service.into();
     s.sampling_ratio = ratio;
@@ -122,7 +122,7 @@ async fn call(addr: SocketAddr, path: &str, traceparent: Option<&str>) -> Resp {
 }
 
 /// The `traceparent` the echo backend received.
-fn upstream_traceparent(r: &Resp) -> weir_proxy::TraceParent {
+pub(crate) fn upstream_traceparent(r: &Resp) -> weir_proxy::TraceParent {
     let v = r.json()["headers"]["traceparent"]
         .as_str()
         .unwrap_or_else(|| panic!("no traceparent upstream: {}", r.body))
@@ -137,7 +137,7 @@ fn attr<'a>(s: &'a Span, key: &str) -> Option<&'a Value> {
         .and_then(|a| a.value.as_ref()?.value.as_ref())
 }
 
-fn str_attr<'a>(s: &'a Span, key: &str) -> &'a str {
+pub(crate) fn str_attr<'a>(s: &'a Span, key: &str) -> &'a str {
     match attr(s, key) {
         Some(Value::StringValue(v)) => v,
         other => panic!("{key}: {other:?} in {s:?}"),
@@ -152,7 +152,11 @@ fn int_attr(s: &Span, key: &str) -> i64 {
 }
 
 /// Waits (bounded) until the collector holds spans matching `f`, and returns them.
-async fn spans_where(got: &Received, n: usize, f: impl Fn(&(String, Span)) -> bool) -> Vec<Span> {
+pub(crate) async fn spans_where(
+    got: &Received,
+    n: usize,
+    f: impl Fn(&(String, Span)) -> bool,
+) -> Vec<Span> {
     for _ in 0..500 {
         let found: Vec<Span> = got
             .lock()
