@@ -95,8 +95,7 @@ async fn a_version_0_data_plane_is_refused_naming_both_versions() {
         .unwrap();
     let refused = subscribe_v0(addr, &gw)
         .await
-        .err()
-        .expect("a version-0 data plane is refused");
+        .expect_err("a version-0 data plane is refused");
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     let why = refused.message();
     assert!(

@@ -867,6 +867,47 @@ fn global_rate_limit(g: &GlobalRateLimitSpec, field: &str) -> Result<GlobalRateL
     })
 }
 
+/// `accessLog`: the field names checked (an unknown one is named), an empty list refused.
+fn access_log(
+    l: &weir_api::AccessLogPolicySpec,
+    at: &str,
+) -> Result<weir_model::AccessLogPolicy, String> {
+    let fields = match &l.fields {
+        None => None,
+        Some(names) if names.is_empty() => {
+            return Err(format!(
+                "{at}.fields: names no field (leave it out for the process's list)"
+            ));
+        }
+        Some(names) => Some(
+            weir_model::access_log_field_bits(names.iter().map(|n| n.trim()))
+                .map_err(|e| format!("{at}.fields: {e}"))?,
+        ),
+    };
+    Ok(weir_model::AccessLogPolicy {
+        disabled: l.disabled.unwrap_or(false),
+        fields,
+        errors_only: l.errors_only.unwrap_or(false),
+    })
+}
+
+/// `tracing`: the ratio checked (0 to 1) and kept in parts per million.
+fn tracing(t: &weir_api::TracingPolicySpec, at: &str) -> Result<weir_model::TracingPolicy, String> {
+    let sampling = match t.sampling_ratio {
+        None => None,
+        Some(weir_api::Ratio(r)) if (0.0..=1.0).contains(&r) => {
+            Some((r * f64::from(weir_model::SAMPLING_SCALE)).round() as u32)
+        }
+        Some(weir_api::Ratio(r)) => {
+            return Err(format!("{at}.samplingRatio: {r} is not between 0 and 1"));
+        }
+    };
+    Ok(weir_model::TracingPolicy {
+        disabled: t.disabled.unwrap_or(false),
+        sampling,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -998,45 +1039,4 @@ mod tests {
             }
         }
     }
-}
-
-/// `accessLog`: the field names checked (an unknown one is named), an empty list refused.
-fn access_log(
-    l: &weir_api::AccessLogPolicySpec,
-    at: &str,
-) -> Result<weir_model::AccessLogPolicy, String> {
-    let fields = match &l.fields {
-        None => None,
-        Some(names) if names.is_empty() => {
-            return Err(format!(
-                "{at}.fields: names no field (leave it out for the process's list)"
-            ));
-        }
-        Some(names) => Some(
-            weir_model::access_log_field_bits(names.iter().map(|n| n.trim()))
-                .map_err(|e| format!("{at}.fields: {e}"))?,
-        ),
-    };
-    Ok(weir_model::AccessLogPolicy {
-        disabled: l.disabled.unwrap_or(false),
-        fields,
-        errors_only: l.errors_only.unwrap_or(false),
-    })
-}
-
-/// `tracing`: the ratio checked (0 to 1) and kept in parts per million.
-fn tracing(t: &weir_api::TracingPolicySpec, at: &str) -> Result<weir_model::TracingPolicy, String> {
-    let sampling = match t.sampling_ratio {
-        None => None,
-        Some(weir_api::Ratio(r)) if (0.0..=1.0).contains(&r) => {
-            Some((r * f64::from(weir_model::SAMPLING_SCALE)).round() as u32)
-        }
-        Some(weir_api::Ratio(r)) => {
-            return Err(format!("{at}.samplingRatio: {r} is not between 0 and 1"));
-        }
-    };
-    Ok(weir_model::TracingPolicy {
-        disabled: t.disabled.unwrap_or(false),
-        sampling,
-    })
 }
