@@ -391,13 +391,15 @@ pub struct HttpRouteMatch {
 }
 
 /// Path match.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpPathMatch {
     /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["Exact", "PathPrefix", "RegularExpression"]))]
     pub type_: Option<String>,
     /// Value; default `/`.
+    #[schemars(length(max = 1024))]
     pub value: Option<String>,
 }
 
@@ -454,20 +456,25 @@ pub struct HttpRouteFilter {
 
 /// CORS filter (GEP-1767): the gateway answers preflight requests from allowed origins
 /// and adds the CORS response headers to their actual requests.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpCorsFilter {
     /// Origins (`scheme://host[:port]`, the host may start with `*.`), or `*` for any.
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
     pub allow_origins: Vec<String>,
     /// Methods a preflight allows, or `*`.
+    #[schemars(length(max = 9), transform = crate::crd::cors_methods)]
     pub allow_methods: Vec<String>,
     /// Request headers a preflight allows, or `*`.
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
     pub allow_headers: Vec<String>,
     /// Response headers the browser may expose to the page.
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
     pub expose_headers: Vec<String>,
     /// Whether requests with credentials are allowed.
     pub allow_credentials: Option<bool>,
     /// How long (seconds) a preflight's answer may be cached; default 5.
+    #[schemars(range(min = 1, max = 86400))]
     pub max_age: Option<i32>,
 }
 
@@ -605,12 +612,14 @@ pub struct HttpBackendRef {
 }
 
 /// Rule timeouts (Gateway API durations such as `10s`, `500ms`, `1h`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpRouteTimeouts {
     /// Whole request.
+    #[schemars(regex(pattern = crate::crd::DURATION))]
     pub request: Option<String>,
     /// One backend attempt.
+    #[schemars(regex(pattern = crate::crd::DURATION))]
     pub backend_request: Option<String>,
 }
 

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod core;
+pub mod crd;
 mod gateway;
 mod grpcroute;
 mod ingress;
@@ -36,7 +37,7 @@ pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
-pub use crate::weir::{AccessLogPolicySpec, Ratio, TracingPolicySpec};
+pub use crate::weir::{ACCESS_LOG_FIELD_NAMES, AccessLogPolicySpec, Ratio, TracingPolicySpec};
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
     DirectResponse, DirectResponseSpec, EndpointLimitsSpec, ExtAuthCacheSpec, ExtAuthSpec,

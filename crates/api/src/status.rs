@@ -282,23 +282,27 @@ pub struct RouteParentStatus {
 }
 
 /// A policy's status (Gateway API `PolicyStatus`): one entry per target weir serves.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
     /// Entries written by weir (entries of other controllers are kept by the writer).
+    #[schemars(length(max = 16))]
     pub ancestors: Vec<PolicyAncestorStatus>,
 }
 
 /// A policy's status for one ancestor (Gateway API `PolicyAncestorStatus`). weir names
 /// the target itself as the ancestor (with the `sectionName` of the targetRef).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["ancestorRef", "controllerName"]))]
 pub struct PolicyAncestorStatus {
     /// The ancestor.
+    #[schemars(schema_with = "crate::crd::opaque_object")]
     pub ancestor_ref: ParentReference,
     /// weir's controller name.
     pub controller_name: String,
     /// `Accepted`.
+    #[schemars(schema_with = "crate::crd::opaque_conditions")]
     pub conditions: Vec<Condition>,
 }
 

@@ -41,6 +41,10 @@ enum Command {
     Migrate(MigrateArgs),
     /// Run a small HTTP/1.1 + h2c echo backend that answers with a JSON description of each request.
     Echo(EchoArgs),
+    /// Print the CustomResourceDefinitions of weir's own kinds (TrafficPolicy, Backend,
+    /// DirectResponse), generated from the types weir reads them with
+    /// (deploy/crds/weir.dev.yaml is this output).
+    Crds,
 }
 
 /// Where global rate limits keep their counts.
@@ -710,6 +714,10 @@ fn main() -> ExitCode {
                 let listener = tokio::net::TcpListener::bind(a.listen).await?;
                 tracing::info!(addr = %listener.local_addr()?, name = %a.name, "echo backend listening");
                 weir::echo::serve(listener, a.name.into()).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Crds => {
+                print!("{}", weir_api::crd::weir_dev_crds_yaml());
                 Ok(ExitCode::SUCCESS)
             }
         }

@@ -923,6 +923,17 @@ mod tests {
     const HEAD: &str =
         "apiVersion: weir.dev/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, namespace: ns}\n";
 
+    /// The CRD's enum of `accessLog.fields` (from `weir-api`) is `all` and the model's
+    /// field names: a field added to one list and not the other fails here.
+    #[test]
+    fn the_crd_names_the_access_log_fields_of_the_model() {
+        let (all, names) = weir_api::ACCESS_LOG_FIELD_NAMES
+            .split_first()
+            .expect("the list is not empty");
+        assert_eq!(*all, "all");
+        assert_eq!(names, &weir_model::ACCESS_LOG_FIELDS[..]);
+    }
+
     #[test]
     fn reads_every_field() {
         let p = policy(&format!(

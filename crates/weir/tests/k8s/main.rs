@@ -22,6 +22,7 @@ mod ha;
 mod helm;
 mod infrastructure;
 mod ingress;
+mod ingress_nginx;
 mod listener_sets;
 mod monitoring;
 mod policies;
@@ -55,6 +56,8 @@ pub struct Ctx {
     pub b: env::NetnsBackend,
     /// Where the controller serves Ingress plaintext traffic.
     pub ingress_http: SocketAddr,
+    /// Where the controller serves Ingress TLS traffic (terminated, or passed through).
+    pub ingress_https: SocketAddr,
     pub pki: support::Pki,
     /// The admin kubeconfig of the test API server.
     pub kubeconfig: std::path::PathBuf,
@@ -92,6 +95,11 @@ const TESTS: &[(&str, Test)] = tests![
     ingress::ingress_nginx_canary_follows_its_main_ingress,
     ingress::ingress_nginx_body_size_and_redirect_first,
     ingress::migrate_reads_the_ingresses_of_a_cluster,
+    ingress_nginx::ingress_nginx_limit_connections,
+    ingress_nginx::ingress_nginx_ssl_passthrough,
+    ingress_nginx::ingress_nginx_request_annotations,
+    ingress_nginx::ingress_nginx_access_limits_and_errors,
+    ingress_nginx::ingress_nginx_external_auth,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
     monitoring::dashboard_and_rules_use_exported_metrics,
@@ -192,12 +200,13 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
     )
     .await;
     let ingress_http = SocketAddr::from(([127, 0, 2, 1], support::free_port()));
+    let ingress_https = SocketAddr::from(([127, 0, 2, 1], support::free_port()));
     let controller = Controller::start(ControllerOptions {
         kubeconfig: Some(kubeconfig.clone()),
         controller_name: CONTROLLER.into(),
         admin: "127.0.0.1:0".parse().unwrap(),
         ingress_http: Some(ingress_http),
-        ingress_https: None,
+        ingress_https: Some(ingress_https),
         ingress_class: "weir".into(),
         more_ingress_classes: Vec::new(),
         advertise: vec!["192.0.2.10".into()],
@@ -219,6 +228,7 @@ async fn setup(apiserver: &env::ApiServer) -> Ctx {
         a,
         b,
         ingress_http,
+        ingress_https,
         pki: support::Pki::new(),
         kubeconfig,
         apiserver: apiserver.control(),
