@@ -290,6 +290,9 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                     if second.forwarded_at.is_some() {
                         log.forwarded_at = second.forwarded_at;
                     }
+                    if second.attempt_spans.is_some() {
+                        log.attempt_spans = second.attempt_spans;
+                    }
                     log.trail = second.trail;
                 }
                 result
@@ -636,18 +639,25 @@ fn phases(
         intercept::Pending::new(errors, &rule, cluster, req.uri(), req.headers())
     });
     drop(snapshot);
-    if let Some(log) = log {
-        log.upstream = Some(target.addr.clone());
-        if log.span.is_some() {
-            log.forwarded_at = Some(std::time::SystemTime::now());
-        }
-    }
     // A body is kept for retries up to the retry's limit (retry.rs); an upgrade is
     // never retried.
     let retried = applied
         .retry(&rule)
         .is_some_and(|r| r.attempts > 0 && (r.replay_body > 0 || req.body().is_end_stream()))
         && !req.headers().contains_key(header::UPGRADE);
+    let mut attempt_trace = None;
+    if let Some(log) = log {
+        log.upstream = Some(target.addr.clone());
+        if let Some(ids) = &log.span {
+            log.forwarded_at = Some(std::time::SystemTime::now());
+            if retried {
+                // A client span per attempt (trace/mod.rs).
+                let (t, spans) = crate::trace::AttemptTrace::new(ids);
+                log.attempt_spans = Some(spans);
+                attempt_trace = Some(t);
+            }
+        }
+    }
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
     rewritten.max_body = applied.max_body();
@@ -663,6 +673,7 @@ fn phases(
             rewritten.body,
             rewritten.cors_origin,
             start,
+            attempt_trace,
         );
         if let Some(p) = pending {
             let ctx = Arc::clone(ctx);

@@ -1,5 +1,5 @@
-//! OpenTelemetry traces: a server span per sampled request and a client span for its
-//! forwarding, W3C `traceparent` propagation, ratio and parent-based sampling, and a
+//! OpenTelemetry traces: a server span per sampled request and a client span per
+//! attempt of its forwarding, W3C `traceparent` propagation, ratio and parent-based sampling, and a
 //! batching OTLP/gRPC exporter that never makes a request wait.
 //!
 //! Per request (only when `--otlp-endpoint` is set): phase 0 reads the client's
@@ -15,6 +15,7 @@ pub(crate) mod context;
 mod export;
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Version};
@@ -25,11 +26,27 @@ use weir_model::{EndpointAddr, RouteRef};
 use crate::access_log::Record;
 use crate::router::next_random;
 
+/// How spans travel to the collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC: `TraceService/Export` calls (HTTP/2).
+    #[default]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies: `POST {endpoint}/v1/traces` (HTTP/1.1).
+    Http,
+}
+
 /// Trace settings (process flags `--otlp-endpoint`, `--trace-sampling-ratio`, …).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceSettings {
-    /// The OTLP/gRPC collector, `http://host:port`.
+    /// The OTLP collector, `http://host:port` or `https://host:port` (TLS, the server
+    /// name from the host).
     pub endpoint: String,
+    /// gRPC or HTTP.
+    pub protocol: OtlpProtocol,
+    /// CA certificates (PEM) trusted for an `https://` collector besides the system's
+    /// roots.
+    pub ca_pem: Option<Vec<u8>>,
     /// `service.name` of the spans' resource.
     pub service_name: String,
     /// Share of new traces sampled, 0 to 1 (by trace id, so every data plane decides a
@@ -53,6 +70,8 @@ impl TraceSettings {
     pub fn new(endpoint: impl Into<String>) -> TraceSettings {
         TraceSettings {
             endpoint: endpoint.into(),
+            protocol: OtlpProtocol::Grpc,
+            ca_pem: None,
             service_name: "weir".into(),
             sampling_ratio: 1.0,
             parent_based: true,
@@ -112,6 +131,89 @@ impl Begun {
     }
 }
 
+/// One attempt of a retried, traced request, as its client span shows it.
+#[derive(Clone, Debug)]
+pub(crate) struct AttemptSpan {
+    span_id: [u8; 8],
+    /// 1 for the first attempt.
+    number: u32,
+    start: SystemTime,
+    end: SystemTime,
+    endpoint: EndpointAddr,
+    /// The response's status, or why the attempt failed (`error.type`).
+    outcome: Result<u16, &'static str>,
+}
+
+/// The client spans of a retried, traced request: the retry loop adds one per attempt
+/// ([`AttemptTrace`]), phase 7 takes them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AttemptSpans(Arc<Mutex<Vec<AttemptSpan>>>);
+
+impl AttemptSpans {
+    fn take(&self) -> Vec<AttemptSpan> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// What the retry loop needs to give each attempt of a traced request its client span:
+/// the first attempt keeps the span id phase 0 put in `traceparent`; each retry gets a
+/// new one, written into the `traceparent` that attempt sends, so the upstream's span
+/// hangs under the attempt that reached it.
+#[derive(Debug)]
+pub(crate) struct AttemptTrace {
+    trace_id: [u8; 16],
+    first: [u8; 8],
+    spans: AttemptSpans,
+}
+
+impl AttemptTrace {
+    /// The attempts of the request with spans `ids`; `spans` is kept in its record.
+    pub(crate) fn new(ids: &SpanIds) -> (AttemptTrace, AttemptSpans) {
+        let spans = AttemptSpans::default();
+        let t = AttemptTrace {
+            trace_id: ids.trace_id,
+            first: ids.client_id,
+            spans: spans.clone(),
+        };
+        (t, spans)
+    }
+
+    /// The span id of attempt `number` (1-based), and for a retry the `traceparent` of
+    /// its head rewritten to name it.
+    pub(crate) fn start(&self, number: u32, headers: &mut HeaderMap) -> [u8; 8] {
+        if number <= 1 {
+            return self.first;
+        }
+        let id = random_span_id();
+        set_traceparent(headers, &self.trace_id, &id, true);
+        id
+    }
+
+    /// Notes an ended attempt.
+    pub(crate) fn ended(
+        &self,
+        span_id: [u8; 8],
+        number: u32,
+        start: SystemTime,
+        endpoint: EndpointAddr,
+        outcome: Result<u16, &'static str>,
+    ) {
+        let span = AttemptSpan {
+            span_id,
+            number,
+            start,
+            end: SystemTime::now(),
+            endpoint,
+            outcome,
+        };
+        self.spans
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(span);
+    }
+}
+
 /// An ended request, as the exporter turns it into spans.
 #[derive(Debug)]
 pub(crate) struct Ended {
@@ -131,6 +233,9 @@ pub(crate) struct Ended {
     route: Option<RouteRef>,
     upstream: Option<EndpointAddr>,
     attempts: u32,
+    /// A client span each, when the request was retried (else `forwarded_at` and
+    /// `upstream` make its one client span).
+    attempt_spans: Vec<AttemptSpan>,
     fault: Option<&'static str>,
 }
 
@@ -148,7 +253,7 @@ impl TraceMetrics {
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "weir_trace_requests_sampled",
-            "Requests traced (a server span, and a client span when forwarded)",
+            "Requests traced (a server span, and a client span per attempt when forwarded)",
             self.sampled.clone(),
         );
         registry.register(
@@ -193,10 +298,13 @@ impl Tracer {
     ) -> std::io::Result<Tracer> {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|e| std::io::Error::other(format!("traces need a runtime: {e}")))?;
-        let endpoint = export::endpoint(settings)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let exporter = {
+            let _entered = rt.enter();
+            export::Exporter::new(settings)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+        };
         let (tx, rx) = tokio::sync::mpsc::channel(settings.queue.max(1));
-        rt.spawn(export::run(endpoint, rx, settings.clone(), metrics.clone()));
+        rt.spawn(export::run(exporter, rx, settings.clone(), metrics.clone()));
         let ratio = settings.sampling_ratio;
         let threshold = if ratio >= 1.0 {
             None
@@ -309,6 +417,11 @@ impl Tracer {
             route: r.route.clone(),
             upstream: r.upstream.clone(),
             attempts: r.attempts,
+            attempt_spans: r
+                .attempt_spans
+                .as_ref()
+                .map(AttemptSpans::take)
+                .unwrap_or_default(),
             fault: done.fault,
         };
         self.metrics.sampled.inc();
@@ -438,6 +551,40 @@ mod tests {
             .filter(|_| half.begin(&mut HeaderMap::new()).ids.is_some())
             .count();
         assert!((800..1200).contains(&n), "{n} of 2000");
+    }
+
+    /// The first attempt is the span phase 0 announced; a retry gets a span of its own,
+    /// announced in the `traceparent` of its head, and both are kept in order.
+    #[test]
+    fn each_attempt_has_its_span_and_a_retry_announces_its_own() {
+        let (t, _rx) = tracer(1.0, true);
+        let mut h = HeaderMap::new();
+        let ids = t.begin(&mut h).ids.unwrap();
+        let (at, spans) = AttemptTrace::new(&ids);
+        let first = at.start(1, &mut h);
+        assert_eq!(first, ids.client_id);
+        assert_eq!(
+            sent(&h).parent_id,
+            ids.client_id,
+            "the first head is unchanged"
+        );
+        let ep = EndpointAddr::Socket("127.0.0.1:1".parse().unwrap());
+        at.ended(first, 1, SystemTime::now(), ep.clone(), Err("connect"));
+        let mut retry = h.clone();
+        let second = at.start(2, &mut retry);
+        assert_ne!(second, first);
+        assert_eq!(sent(&retry).parent_id, second);
+        assert_eq!(sent(&retry).trace_id, ids.trace_id);
+        assert!(sent(&retry).sampled());
+        at.ended(second, 2, SystemTime::now(), ep, Ok(200));
+        let taken = spans.take();
+        assert_eq!(
+            taken
+                .iter()
+                .map(|s| (s.span_id, s.number, s.outcome))
+                .collect::<Vec<_>>(),
+            vec![(first, 1, Err("connect")), (second, 2, Ok(200))]
+        );
     }
 
     /// A route's trace policy revises phase 0's decision: `disabled` unsamples even a

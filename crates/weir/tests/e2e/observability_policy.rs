@@ -90,6 +90,7 @@ async fn log_and_trace_policies_apply_per_gateway_route_and_rule() {
         output: AccessLogOutput::File {
             path: log_path.clone(),
             max_bytes: 0,
+            every: None,
             keep: 0,
         },
         fields: AccessLogFields::all(),
