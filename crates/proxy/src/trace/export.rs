@@ -24,11 +24,12 @@ use weir_model::EndpointAddr;
 use super::{Ended, OtlpProtocol, TraceMetrics, TraceSettings};
 use crate::outbound::{self, Connector};
 
-/// The client of the collector, by protocol.
+/// The client of the collector, by protocol (hyper-util's client boxed: it is several
+/// times the size of the gRPC one).
 pub(super) enum Exporter {
     Grpc(TraceServiceClient<Channel>),
     Http {
-        client: Client<Connector, Full<Bytes>>,
+        client: Box<Client<Connector, Full<Bytes>>>,
         /// `{endpoint}/v1/traces`.
         uri: Uri,
     },
@@ -83,7 +84,10 @@ impl Exporter {
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .build(connector);
-                Ok(Exporter::Http { client, uri })
+                Ok(Exporter::Http {
+                    client: Box::new(client),
+                    uri,
+                })
             }
         }
     }
