@@ -55,6 +55,11 @@ pub(crate) fn cors_methods(schema: &mut Schema) {
     );
 }
 
+/// The field names of a TrafficPolicy's `accessLog.fields`.
+pub(crate) fn access_log_fields(schema: &mut Schema) {
+    item_enum(schema, &crate::weir::ACCESS_LOG_FIELD_NAMES);
+}
+
 /// Restricts the items of a string list to `values` (an enum of the CRD; the Rust field
 /// stays a string that the translator checks again).
 pub(crate) fn item_enum(schema: &mut Schema, values: &[&str]) {

@@ -37,6 +37,7 @@ pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
+pub use crate::weir::{ACCESS_LOG_FIELD_NAMES, AccessLogPolicySpec, Ratio, TracingPolicySpec};
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,
     DirectResponse, DirectResponseSpec, EndpointLimitsSpec, ExtAuthCacheSpec, ExtAuthSpec,

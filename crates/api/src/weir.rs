@@ -132,7 +132,92 @@ pub struct TrafficPolicySpec {
     /// `Service` or `Backend`; default: detection on, 5 gateway errors in a row, panic
     /// threshold 0).
     pub outlier_detection: Option<Box<OutlierDetectionSpec>>,
+    /// What the access log records of the requests covered (default: the process flags).
+    pub access_log: Option<Box<AccessLogPolicySpec>>,
+    /// Whether and how much the requests covered are traced (default: the process flags).
+    pub tracing: Option<TracingPolicySpec>,
 }
+
+/// Access-log settings of the requests a policy covers. Of a Gateway's, a route's and a
+/// rule's policies, the most specific that sets `accessLog` decides (the whole field).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AccessLogPolicySpec {
+    /// `true`: no access-log record for these requests.
+    pub disabled: Option<bool>,
+    /// The fields of their records (the names of `--access-log-fields`, or `all`);
+    /// default: the process's list.
+    #[schemars(length(min = 1, max = 22), transform = crate::crd::access_log_fields)]
+    pub fields: Option<Vec<String>>,
+    /// `true`: only the requests answered with a status of 400 or more are recorded.
+    pub errors_only: Option<bool>,
+}
+
+/// Trace settings of the requests a policy covers. Of a Gateway's, a route's and a rule's
+/// policies, the most specific that sets `tracing` decides (the whole field).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TracingPolicySpec {
+    /// `true`: no spans for these requests, whatever the caller's `traceparent` says.
+    pub disabled: Option<bool>,
+    /// The share of the traces weir starts for these requests that are sampled (0 to 1;
+    /// default: `--trace-sampling-ratio`). A caller's sampling decision is still followed
+    /// unless the data plane runs with `--trace-ignore-parent`.
+    #[schemars(range(min = 0, max = 1))]
+    pub sampling_ratio: Option<Ratio>,
+}
+
+/// A number from the configuration compared by its bits, so that the types holding it
+/// stay `Eq` (a NaN equals itself; ranges are checked when the policy is compiled).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Ratio(pub f64);
+
+impl PartialEq for Ratio {
+    fn eq(&self, other: &Ratio) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Ratio {}
+
+impl JsonSchema for Ratio {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Ratio".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "number"})
+    }
+}
+
+/// The names `accessLog.fields` accepts: `all` and the access-log field names of
+/// `weir-model` (`ACCESS_LOG_FIELDS`, in record order; a translator test keeps the two
+/// lists equal).
+pub const ACCESS_LOG_FIELD_NAMES: [&str; 22] = [
+    "all",
+    "time",
+    "method",
+    "host",
+    "path",
+    "status",
+    "duration_ms",
+    "route",
+    "listener",
+    "client",
+    "request_id",
+    "upstream",
+    "attempts",
+    "fault",
+    "decision",
+    "policy",
+    "check",
+    "reason",
+    "checks",
+    "identity",
+    "rate_limit",
+    "trace_id",
+];
 
 /// Passive outlier detection: an endpoint whose requests fail several times in a row gets
 /// no traffic for a while (an ejection, doubling with each one in a row up to a cap).

@@ -76,7 +76,8 @@ fn schemas_are_structural() {
             match node.get("type") {
                 Some(Value::String(t)) => {
                     assert!(
-                        ["object", "array", "string", "integer", "boolean"].contains(&t.as_str()),
+                        ["object", "array", "string", "integer", "number", "boolean"]
+                            .contains(&t.as_str()),
                         "{path}: {t}"
                     );
                     if t == "array" {

@@ -34,6 +34,7 @@ mod host;
 mod jwks;
 mod l4;
 mod listener;
+mod observability;
 mod policy;
 mod request_limits;
 mod route;
@@ -56,6 +57,10 @@ pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ClientValidation, ClientValidationMode, ConnectionLimits, ConnectionTimeouts, Listener,
     ListenerKey, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
+};
+pub use observability::{
+    ACCESS_LOG_FIELDS, AccessLogPolicy, InvalidAccessLogField, SAMPLING_SCALE, TracingPolicy,
+    access_log_field_bits, access_log_field_names,
 };
 pub use policy::{
     ApiKeyAuth, BackendKind, BasicAuth, ConcurrencyLimit, FailMode, GlobalRateLimit, IpNet,

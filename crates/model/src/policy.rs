@@ -647,6 +647,14 @@ pub struct Policy {
     /// protocol version 4).
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cert_hash")]
     pub client_certificate: Option<Arc<crate::Certificate>>,
+    /// Access-log settings of the requests it covers, and the policy object
+    /// (`namespace/name`) that set them (push protocol version 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<(Arc<str>, crate::AccessLogPolicy)>,
+    /// Trace settings of the requests it covers, and the policy object (`namespace/name`)
+    /// that set them (push protocol version 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<(Arc<str>, crate::TracingPolicy)>,
     hash: ContentHash,
 }
 
@@ -704,6 +712,8 @@ impl Policy {
             outlier_detection: None,
             backend_tls: None,
             client_certificate: None,
+            access_log: None,
+            tracing: None,
             hash: ContentHash(0),
         };
         p.rehash();
@@ -774,10 +784,48 @@ impl Policy {
             None => v4,
             Some(tls) => content_hash(&(v4.0, 21u32, tls)),
         };
-        self.hash = match &self.client_certificate {
+        let v4 = match &self.client_certificate {
             None => v4,
             Some(cert) => content_hash(&(v4.0, 22u32, cert.hash().0)),
         };
+        // Added in version 5, each folded in only when set (over the version-4 hash) and
+        // tagged with its wire field number.
+        let v5 = match &self.access_log {
+            None => v4,
+            Some(log) => content_hash(&(v4.0, 17u32, log)),
+        };
+        self.hash = match &self.tracing {
+            None => v5,
+            Some(tracing) => content_hash(&(v5.0, 18u32, tracing)),
+        };
+    }
+
+    /// The policy as a data plane of push protocol version 4 or older rebuilds it: without
+    /// the fields added in version 5, so with the hash those releases compute
+    /// (`weir_xds::convert::for_version` applies the older strippings after it). Fields
+    /// added in version 5: `access_log` (field 17) and `tracing` (field 18). Neither
+    /// guards access: an older data plane logs and traces the requests as its flags say.
+    pub fn as_version_4(mut self) -> Self {
+        if self.access_log.is_some() || self.tracing.is_some() {
+            self.access_log = None;
+            self.tracing = None;
+            self.rehash();
+        }
+        self
+    }
+
+    /// This policy with access-log settings.
+    pub fn with_access_log(mut self, log: Option<(Arc<str>, crate::AccessLogPolicy)>) -> Self {
+        self.access_log = log;
+        self.rehash();
+        self
+    }
+
+    /// This policy with trace settings.
+    pub fn with_tracing(mut self, tracing: Option<(Arc<str>, crate::TracingPolicy)>) -> Self {
+        self.tracing = tracing;
+        self.rehash();
+        self
     }
 
     /// The policy as a data plane of push protocol version 3 or older rebuilds it: without
@@ -1051,6 +1099,8 @@ impl Policy {
             && self.outlier_detection.is_none()
             && self.backend_tls.is_none()
             && self.client_certificate.is_none()
+            && self.access_log.is_none()
+            && self.tracing.is_none()
     }
 
     /// The content hash computed at construction.

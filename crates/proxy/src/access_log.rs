@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderValue;
 use prometheus_client::metrics::counter::Counter;
@@ -26,13 +26,17 @@ pub enum AccessLogOutput {
     /// Standard output, one record per line.
     Stdout,
     /// A file, renamed to `PATH.1` (and older files to `PATH.2` …) once writing the next
-    /// record would take it past `max_bytes`; at most `keep` renamed files are kept (0:
-    /// the file is truncated instead). `max_bytes` 0 never rotates.
+    /// record would take it past `max_bytes`, or when the next record comes `every` or
+    /// later after the file was started; at most `keep` renamed files are kept (0: the
+    /// file is truncated instead). `max_bytes` 0 never rotates by size, `every` `None`
+    /// never by time.
     File {
         /// The file written.
         path: PathBuf,
         /// Size at which the file is rotated.
         max_bytes: u64,
+        /// Age at which the file is rotated (by the first record written after it).
+        every: Option<Duration>,
         /// Rotated files kept.
         keep: usize,
     },
@@ -278,10 +282,17 @@ pub(crate) struct Record {
     pub(crate) version: http::Version,
     /// The request's spans, when it is traced.
     pub(crate) span: Option<crate::trace::SpanIds>,
+    /// Phase 0's trace decision, revised by the route's trace policy (traces on).
+    pub(crate) begun: Option<crate::trace::Begun>,
+    /// The route's access-log policy, when one applies: phase 7 leaves out the record it
+    /// disables, the writer formats the fields it names.
+    pub(crate) access: Option<weir_model::AccessLogPolicy>,
     /// The client's `tracestate`, when the request is traced.
     pub(crate) tracestate: Option<HeaderValue>,
     /// When phase 3 chose the endpoint (when the request is traced: its client span).
     pub(crate) forwarded_at: Option<SystemTime>,
+    /// The client spans of the attempts, when the request is traced and retried.
+    pub(crate) attempt_spans: Option<crate::trace::AttemptSpans>,
     /// Set by phase 7.
     pub(crate) done: Option<Done>,
 }
@@ -312,8 +323,11 @@ impl Record {
             trail: Trail::default(),
             version: http::Version::HTTP_11,
             span: None,
+            begun: None,
+            access: None,
             tracestate: None,
             forwarded_at: None,
+            attempt_spans: None,
             done: None,
         }
     }
@@ -371,8 +385,15 @@ impl AccessLogger {
             AccessLogOutput::File {
                 path,
                 max_bytes,
+                every,
                 keep,
-            } => Sink::File(Rotating::open(path.clone(), *max_bytes, *keep)?),
+            } => Sink::File(Rotating::open(
+                path.clone(),
+                *max_bytes,
+                *every,
+                *keep,
+                Instant::now(),
+            )?),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(settings.queue.max(1));
         let dropped = metrics.dropped.clone();
@@ -383,8 +404,15 @@ impl AccessLogger {
         Ok(AccessLogger { tx, dropped })
     }
 
-    /// Queues a finished record; never waits (a full queue drops it, counted).
+    /// Queues a finished record; never waits (a full queue drops it, counted). A record
+    /// its access-log policy leaves out (disabled, or `errorsOnly` and a status under 400)
+    /// is dropped here, uncounted.
     pub(crate) fn submit(&self, record: Box<Record>) {
+        if let (Some(a), Some(done)) = (&record.access, &record.done)
+            && (a.disabled || (a.errors_only && done.status < 400))
+        {
+            return;
+        }
         match self.tx.try_send(record) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
@@ -403,7 +431,7 @@ impl Sink {
     fn write_record(&mut self, line: &[u8], metrics: &AccessLogMetrics) -> std::io::Result<()> {
         match self {
             Sink::Stdout(out) => out.write_all(line),
-            Sink::File(f) => f.write_record(line, metrics),
+            Sink::File(f) => f.write_record_at(line, Instant::now(), metrics),
         }
     }
 
@@ -415,17 +443,27 @@ impl Sink {
     }
 }
 
-/// A file rotated by size.
+/// A file rotated by size and by age. The writer passes the time of each record in
+/// ([`Rotating::write_record_at`]), so tests drive the clock.
 struct Rotating {
     path: PathBuf,
     max_bytes: u64,
+    every: Option<Duration>,
     keep: usize,
     file: std::io::BufWriter<std::fs::File>,
     size: u64,
+    /// When the current file was started (opened, for a file that existed).
+    started: Instant,
 }
 
 impl Rotating {
-    fn open(path: PathBuf, max_bytes: u64, keep: usize) -> std::io::Result<Rotating> {
+    fn open(
+        path: PathBuf,
+        max_bytes: u64,
+        every: Option<Duration>,
+        keep: usize,
+        now: Instant,
+    ) -> std::io::Result<Rotating> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -434,16 +472,32 @@ impl Rotating {
         Ok(Rotating {
             path,
             max_bytes,
+            every,
             keep,
             file: std::io::BufWriter::new(file),
             size,
+            started: now,
         })
     }
 
-    fn write_record(&mut self, line: &[u8], metrics: &AccessLogMetrics) -> std::io::Result<()> {
+    /// Writes `line` at `now`, rotating first when the file is full or old enough (an
+    /// empty file is not rotated: its age restarts instead).
+    fn write_record_at(
+        &mut self,
+        line: &[u8],
+        now: Instant,
+        metrics: &AccessLogMetrics,
+    ) -> std::io::Result<()> {
         let len = line.len() as u64;
-        if self.max_bytes > 0 && self.size > 0 && self.size + len > self.max_bytes {
+        let full = self.max_bytes > 0 && self.size + len > self.max_bytes;
+        let old = self
+            .every
+            .is_some_and(|every| now.saturating_duration_since(self.started) >= every);
+        if self.size == 0 && old {
+            self.started = now;
+        } else if self.size > 0 && (full || old) {
             self.rotate()?;
+            self.started = now;
             metrics.rotations.inc();
         }
         self.file.write_all(line)?;
@@ -513,6 +567,10 @@ fn write_loop(
             Err(TryRecvError::Disconnected) => break,
         };
         buf.clear();
+        let fields = match record.access.and_then(|a| a.fields) {
+            Some(bits) => AccessLogFields(bits),
+            None => fields,
+        };
         format(&record, fields, &mut buf);
         buf.push(b'\n');
         match sink.write_record(&buf, metrics) {
@@ -884,11 +942,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("access.log");
         let metrics = AccessLogMetrics::default();
-        let mut f = Rotating::open(path.clone(), 100, 2).unwrap();
+        let now = Instant::now();
+        let mut f = Rotating::open(path.clone(), 100, None, 2, now).unwrap();
         for i in 0..10 {
             let line = format!("{{\"n\":{i:02}, \"pad\":\"012345678901234567890\"}}\n");
             assert_eq!(line.len(), 40);
-            f.write_record(line.as_bytes(), &metrics).unwrap();
+            // Hours apart: without `every`, time rotates nothing.
+            let at = now + Duration::from_secs(3600 * i);
+            f.write_record_at(line.as_bytes(), at, &metrics).unwrap();
         }
         f.file.flush().unwrap();
         // Two records per file: 10 records made 4 rotations; PATH, PATH.1 and PATH.2 kept.
@@ -899,6 +960,57 @@ mod tests {
         assert!(read(&numbered(&path, 1)).contains("\"n\":07"));
         assert!(read(&numbered(&path, 2)).contains("\"n\":05"));
         assert!(!numbered(&path, 3).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file rotates by age, on the first record at or past `every` after it was
+    /// started, with the size rule's naming and `keep`; whichever limit comes first
+    /// rotates, and an empty file is never rotated. The clock is the test's.
+    #[test]
+    fn files_rotate_by_age_and_by_size_alike() {
+        let dir = std::env::temp_dir().join(format!("weir-access-log-age-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.log");
+        let metrics = AccessLogMetrics::default();
+        let t0 = Instant::now();
+        let hour = Duration::from_secs(3600);
+        let mut f = Rotating::open(path.clone(), 1000, Some(hour), 2, t0).unwrap();
+        let write = |f: &mut Rotating, n: &str, at: Instant| {
+            f.write_record_at(format!("{n}\n").as_bytes(), at, &metrics)
+                .unwrap();
+        };
+        write(&mut f, "a", t0);
+        write(&mut f, "b", t0 + hour - Duration::from_millis(1));
+        // An hour after the file was started: the record goes to a new file.
+        write(&mut f, "c", t0 + hour);
+        write(&mut f, "d", t0 + hour + Duration::from_secs(1));
+        // Idle for three hours: one rotation, on the next record.
+        write(&mut f, "e", t0 + 4 * hour);
+        // The new file's hour counts from its first record (t0 + 4h).
+        write(&mut f, "f", t0 + 5 * hour - Duration::from_secs(1));
+        f.file.flush().unwrap();
+        assert_eq!(metrics.rotations.get(), 2);
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&path), "e\nf\n");
+        assert_eq!(read(&numbered(&path, 1)), "c\nd\n");
+        assert_eq!(read(&numbered(&path, 2)), "a\nb\n");
+        // Size still rotates within the hour; `keep` 2 drops the oldest (a, b).
+        let big = "x".repeat(996);
+        write(&mut f, &big, t0 + 5 * hour);
+        f.file.flush().unwrap();
+        assert_eq!(metrics.rotations.get(), 3);
+        assert_eq!(read(&numbered(&path, 1)), "e\nf\n");
+        assert_eq!(read(&numbered(&path, 2)), "c\nd\n");
+        assert!(!numbered(&path, 3).exists());
+        // A file left empty past its age is not rotated.
+        let empty = dir.join("empty.log");
+        let mut g = Rotating::open(empty.clone(), 0, Some(hour), 2, t0).unwrap();
+        write(&mut g, "late", t0 + 3 * hour);
+        write(&mut g, "later", t0 + 3 * hour + Duration::from_secs(59));
+        g.file.flush().unwrap();
+        assert_eq!(read(&empty), "late\nlater\n");
+        assert!(!numbered(&empty, 1).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -915,5 +1027,17 @@ mod tests {
             logger.submit(Box::new(record()));
         }
         assert_eq!(dropped.get(), 2);
+    }
+
+    /// A policy's field list (a bit mask over the model's names) means the same fields
+    /// here: both lists name the fields alike, in the same order.
+    #[test]
+    fn the_model_names_the_fields_alike() {
+        assert!(AccessLogFields::names().eq(weir_model::ACCESS_LOG_FIELDS.iter().copied()));
+        let bits = weir_model::access_log_field_bits(["status", "route"]).unwrap();
+        assert_eq!(
+            AccessLogFields(bits),
+            AccessLogFields::parse("route,status").unwrap()
+        );
     }
 }

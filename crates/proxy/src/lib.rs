@@ -100,5 +100,5 @@ pub use proxy_protocol::{
     parse as parse_proxy_header,
 };
 pub use snapshot::{Snapshot, SnapshotStats};
-pub use trace::TraceSettings;
 pub use trace::context::{TRACEPARENT_LEN, TraceParent, parse_traceparent};
+pub use trace::{OtlpProtocol, TraceSettings};

@@ -61,26 +61,36 @@ pub(crate) fn client(
     connect_timeout: Duration,
     idle: Duration,
 ) -> OutboundClient {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("aws-lc-rs supports rustls's default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(connect_timeout));
-    let connector = Connector {
-        http,
-        tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
-    };
+    let connector = connector(roots, connect_timeout, &[]);
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(idle)
         .pool_max_idle_per_host(32)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .build(connector)
+}
+
+/// TCP, then TLS trusting `roots` for an `https` URI, offering `alpn` (none: no ALPN).
+pub(crate) fn connector(
+    roots: rustls::RootCertStore,
+    connect_timeout: Duration,
+    alpn: &[&[u8]],
+) -> Connector {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports rustls's default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    Connector {
+        http,
+        tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+    }
 }
 
 /// TCP, then TLS for an `https` URI (the server name from the URI's host).

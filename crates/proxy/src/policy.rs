@@ -62,6 +62,10 @@ pub(crate) struct Applied {
     concurrency_limit: Option<Arc<Policy>>,
     /// The Gateway's policy when it carries a backend client certificate.
     client_certificate: Option<Arc<Policy>>,
+    /// The policy whose access-log settings apply.
+    access_log: Option<Arc<Policy>>,
+    /// The policy whose trace settings apply.
+    tracing: Option<Arc<Policy>>,
 }
 
 /// The policy that sets each request size limit: the most specific one that sets that
@@ -133,7 +137,23 @@ impl Applied {
             size_limits: SizeLimits::default(),
             concurrency_limit: None,
             client_certificate: None,
+            access_log: None,
+            tracing: None,
         }
+    }
+
+    /// The access-log settings of the most specific policy that sets them.
+    pub(crate) fn access_log(&self) -> Option<weir_model::AccessLogPolicy> {
+        self.access_log
+            .as_ref()?
+            .access_log
+            .as_ref()
+            .map(|(_, l)| *l)
+    }
+
+    /// The trace settings of the most specific policy that sets them.
+    pub(crate) fn tracing(&self) -> Option<weir_model::TracingPolicy> {
+        self.tracing.as_ref()?.tracing.as_ref().map(|(_, t)| *t)
     }
 
     /// The certificate the request's Gateway presents to TLS backends that ask for one.
@@ -256,6 +276,8 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
         header_bytes: limits(|l| l.max_header_bytes.is_some()),
     };
     applied.concurrency_limit = first(|p| p.concurrency_limit.is_some());
+    applied.access_log = first(|p| p.access_log.is_some());
+    applied.tracing = first(|p| p.tracing.is_some());
     // A Gateway's own setting: no route or rule policy carries it.
     applied.client_certificate = chain[2]
         .filter(|p| p.client_certificate.is_some())
@@ -806,6 +828,61 @@ mod tests {
         let a = resolve(&Snapshot::empty(), &gw, &own);
         assert_eq!(a.timeouts, own.timeouts);
         assert!(a.retry.is_none() && a.rate_limit.is_none());
+    }
+
+    /// Access-log and trace settings: the rule's policy over the route's over the
+    /// Gateway's, each field on its own.
+    #[test]
+    fn log_and_trace_settings_come_from_the_most_specific_policy() {
+        use weir_model::{AccessLogPolicy, TracingPolicy};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let off = AccessLogPolicy {
+            disabled: true,
+            fields: None,
+            errors_only: false,
+        };
+        let on = AccessLogPolicy {
+            disabled: false,
+            ..off
+        };
+        let never = TracingPolicy {
+            disabled: false,
+            sampling: Some(0),
+        };
+        let s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                secs(None, None),
+                None,
+                None,
+            )
+            .with_access_log(Some(("ns/gw-wide".into(), off)))
+            .with_tracing(Some(("ns/gw-wide".into(), never))),
+            Policy::new(
+                PolicyTarget::Rule(r.route.clone()),
+                secs(None, None),
+                None,
+                None,
+            )
+            .with_access_log(Some(("ns/rule".into(), on))),
+        ]);
+        let a = resolve(&s, &gw, &r);
+        assert_eq!(a.access_log(), Some(on), "the rule's policy wins");
+        assert_eq!(
+            a.tracing(),
+            Some(never),
+            "the Gateway's, where nothing nearer sets it"
+        );
+        let mut other = r.clone();
+        other.route = RouteRef {
+            rule: 2,
+            ..r.route.clone()
+        };
+        let a = resolve(&s, &gw, &other);
+        assert_eq!(a.access_log(), Some(off), "another rule: the Gateway's");
+        let a = resolve(&s, &"ns/elsewhere".into(), &r);
+        assert_eq!(a.tracing(), None);
     }
 
     /// Request size limits merge field by field like timeouts: a route's body limit and

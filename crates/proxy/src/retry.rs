@@ -24,7 +24,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use weir_model::{Action, EndpointAddr, RouteRule, Timeouts};
@@ -56,6 +56,7 @@ pub(crate) async fn forward(
     body: hyper::body::Incoming,
     cors_origin: Option<crate::cors::Allowed>,
     start: Instant,
+    trace: Option<crate::trace::AttemptTrace>,
 ) -> Retried {
     let timeouts = &applied.timeouts;
     let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(applied.max_body());
@@ -98,16 +99,18 @@ pub(crate) async fn forward(
     loop {
         let addr = target.addr.clone();
         let backend = target.backend;
-        let result = attempt(
-            &ctx,
-            &rule,
-            timeouts,
-            target,
-            clone_head(&head),
-            body.body(),
-            start,
-        )
-        .await;
+        let mut parts = clone_head(&head);
+        let span = trace
+            .as_ref()
+            .map(|t| (t.start(attempts, &mut parts.headers), SystemTime::now()));
+        let result = attempt(&ctx, &rule, timeouts, target, parts, body.body(), start).await;
+        if let (Some(t), Some((id, at))) = (&trace, span) {
+            let outcome = match &result {
+                Ok((resp, _)) => Ok(resp.status().as_u16()),
+                Err(e) => Err(error_type(e)),
+            };
+            t.ended(id, attempts, at, addr.clone(), outcome);
+        }
         let retryable = match &result {
             Ok((resp, _)) => idempotent && retry.retries_status(resp.status().as_u16()),
             Err(ProxyError::Connect(_)) => true,
@@ -144,6 +147,16 @@ pub(crate) async fn forward(
             Ok(t) => t,
             Err(e) => return (Err(e), attempts - 1, addr),
         };
+    }
+}
+
+/// The `error.type` of an attempt's client span that got no response.
+fn error_type(e: &ProxyError) -> &'static str {
+    match e {
+        ProxyError::Connect(_) => "connect",
+        ProxyError::Timeout => "timeout",
+        ProxyError::ClientBody(_) | ProxyError::BodyTimeout => "client_body",
+        _ => "upstream",
     }
 }
 

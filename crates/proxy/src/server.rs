@@ -204,21 +204,24 @@ pub(crate) fn handle(
     let start = Instant::now();
     let shape = ResponseShape::of(req.headers());
     ensure_request_id(req.headers_mut());
-    // Phase 0, when traces are on: continue or start the trace, and decide.
-    let span = ctx
+    // Phase 0, when traces are on: continue or start the trace, and decide (a route's
+    // trace policy may revise the decision after routing, so a traced data plane keeps a
+    // record for every request).
+    let begun = ctx
         .shared
         .tracer
         .as_ref()
-        .and_then(|t| t.begin(req.headers_mut()));
-    let observed = ctx.shared.access_log.is_some() || span.is_some();
+        .map(|t| t.begin(req.headers_mut()));
+    let observed = ctx.shared.access_log.is_some() || begun.is_some();
     let mut log = observed.then(|| {
         let mut r = Box::new(Record::new(req.method().clone()));
         r.path = req.uri().path().to_owned();
         r.host = raw_host(&req);
         r.request_id = req.headers().get(&X_REQUEST_ID).cloned();
         r.version = req.version();
-        if span.is_some() {
-            r.span = span;
+        if let Some(begun) = begun {
+            r.span = begun.ids;
+            r.begun = Some(begun);
             r.tracestate = req.headers().get(&TRACESTATE).cloned();
         }
         r
@@ -286,6 +289,9 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
                     }
                     if second.forwarded_at.is_some() {
                         log.forwarded_at = second.forwarded_at;
+                    }
+                    if second.attempt_spans.is_some() {
+                        log.attempt_spans = second.attempt_spans;
                     }
                     log.trail = second.trail;
                 }
@@ -490,6 +496,19 @@ fn phases(
     } = route(ctx, &snapshot, &mut req)?;
     if let Some(log) = log.as_deref_mut() {
         log.route = Some(rule.route.clone());
+        // The access-log and trace policies of the route (before any check: a refused
+        // request is logged and traced by them too).
+        log.access = applied.access_log();
+        if let (Some(tracer), Some(begun), Some(policy)) =
+            (&ctx.shared.tracer, &log.begun, applied.tracing())
+        {
+            log.span = tracer.apply_policy(begun, &policy, req.headers_mut());
+            if log.span.is_none() {
+                log.tracestate = None;
+            } else if log.tracestate.is_none() {
+                log.tracestate = req.headers().get(&TRACESTATE).cloned();
+            }
+        }
     }
     // The rule's own CORS filter wins over a policy's `cors`.
     let own_cors = cors::of(&rule);
@@ -620,18 +639,25 @@ fn phases(
         intercept::Pending::new(errors, &rule, cluster, req.uri(), req.headers())
     });
     drop(snapshot);
-    if let Some(log) = log {
-        log.upstream = Some(target.addr.clone());
-        if log.span.is_some() {
-            log.forwarded_at = Some(std::time::SystemTime::now());
-        }
-    }
     // A body is kept for retries up to the retry's limit (retry.rs); an upgrade is
     // never retried.
     let retried = applied
         .retry(&rule)
         .is_some_and(|r| r.attempts > 0 && (r.replay_body > 0 || req.body().is_end_stream()))
         && !req.headers().contains_key(header::UPGRADE);
+    let mut attempt_trace = None;
+    if let Some(log) = log {
+        log.upstream = Some(target.addr.clone());
+        if let Some(ids) = &log.span {
+            log.forwarded_at = Some(std::time::SystemTime::now());
+            if retried {
+                // A client span per attempt (trace/mod.rs).
+                let (t, spans) = crate::trace::AttemptTrace::new(ids);
+                log.attempt_spans = Some(spans);
+                attempt_trace = Some(t);
+            }
+        }
+    }
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
     rewritten.max_body = applied.max_body();
@@ -647,6 +673,7 @@ fn phases(
             rewritten.body,
             rewritten.cors_origin,
             start,
+            attempt_trace,
         );
         if let Some(p) = pending {
             let ctx = Arc::clone(ctx);

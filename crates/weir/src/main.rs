@@ -100,13 +100,19 @@ struct AccessLogArgs {
     #[arg(long)]
     no_access_log: bool,
     /// Where access-log records go: `-` for standard output, else a file, rotated by
-    /// size (`--access-log-max-size`, `--access-log-keep`).
+    /// size and/or age (`--access-log-max-size`, `--access-log-rotate-every`,
+    /// `--access-log-keep`).
     #[arg(long = "access-log", env = "WEIR_ACCESS_LOG", default_value = "-")]
     path: String,
     /// Size at which the access-log file is rotated (bytes, or with a `K`, `M` or `G`
     /// suffix, powers of 1024); 0 never rotates.
     #[arg(long = "access-log-max-size", default_value = "100M", value_parser = parse_size)]
     max_size: u64,
+    /// Age at which the access-log file is rotated (e.g. `1h`, `1d`): the first record
+    /// written that long or longer after the file was started goes to a new file, named
+    /// as by size. Without it the age does not matter.
+    #[arg(long = "access-log-rotate-every", value_parser = parse_nonzero_duration)]
+    rotate_every: Option<std::time::Duration>,
     /// Rotated access-log files kept (`PATH.1` is the newest).
     #[arg(long = "access-log-keep", default_value_t = 5)]
     keep: usize,
@@ -132,6 +138,7 @@ impl AccessLogArgs {
             weir_proxy::AccessLogOutput::File {
                 path: PathBuf::from(&self.path),
                 max_bytes: self.max_size,
+                every: self.rotate_every,
                 keep: self.keep,
             }
         };
@@ -146,10 +153,23 @@ impl AccessLogArgs {
 /// OpenTelemetry traces.
 #[derive(clap::Args)]
 struct TraceArgs {
-    /// Export a span per request (and one per forwarding) to this OTLP/gRPC collector,
-    /// e.g. `http://127.0.0.1:4317`. Without it requests are not traced.
+    /// Export a span per request (and one per upstream attempt) to this OTLP collector,
+    /// e.g. `http://127.0.0.1:4317`, or `https://…` for TLS. Without it requests are not
+    /// traced.
     #[arg(long = "otlp-endpoint", env = "WEIR_OTLP_ENDPOINT")]
     endpoint: Option<String>,
+    /// `grpc` (OTLP/gRPC, port 4317 by convention) or `http` (OTLP/HTTP with protobuf
+    /// bodies, `POST {endpoint}/v1/traces`, port 4318 by convention).
+    #[arg(
+        long = "otlp-protocol",
+        env = "WEIR_OTLP_PROTOCOL",
+        default_value = "grpc"
+    )]
+    protocol: OtlpProtocolArg,
+    /// CA certificates (PEM) trusted for an `https://` collector besides the system's
+    /// roots.
+    #[arg(long = "otlp-ca-file", env = "WEIR_OTLP_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// `service.name` of the spans.
     #[arg(
         long = "trace-service-name",
@@ -169,15 +189,33 @@ struct TraceArgs {
     timeout: std::time::Duration,
 }
 
+/// The values of `--otlp-protocol`.
+#[derive(Clone, Copy, ValueEnum)]
+enum OtlpProtocolArg {
+    Grpc,
+    Http,
+}
+
 impl TraceArgs {
-    fn settings(&self) -> Option<weir_proxy::TraceSettings> {
-        let endpoint = self.endpoint.as_ref()?;
+    fn settings(&self) -> anyhow::Result<Option<weir_proxy::TraceSettings>> {
+        let Some(endpoint) = self.endpoint.as_ref() else {
+            return Ok(None);
+        };
         let mut s = weir_proxy::TraceSettings::new(endpoint.clone());
+        s.protocol = match self.protocol {
+            OtlpProtocolArg::Grpc => weir_proxy::OtlpProtocol::Grpc,
+            OtlpProtocolArg::Http => weir_proxy::OtlpProtocol::Http,
+        };
+        if let Some(path) = &self.ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("--otlp-ca-file {}: {e}", path.display()))?;
+            s.ca_pem = Some(pem);
+        }
         s.service_name = self.service_name.clone();
         s.sampling_ratio = self.sampling_ratio;
         s.parent_based = !self.ignore_parent;
         s.timeout = self.timeout.max(std::time::Duration::from_millis(1));
-        Some(s)
+        Ok(Some(s))
     }
 }
 
@@ -439,9 +477,20 @@ fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
-        _ => return Err(format!("{v:?}: unknown unit {unit:?} (ms, s, m)")),
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("{v:?}: unknown unit {unit:?} (ms, s, m, h, d)")),
     };
     std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{v:?}: {e}"))
+}
+
+/// A duration longer than zero.
+fn parse_nonzero_duration(v: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(v)?;
+    if d.is_zero() {
+        return Err(format!("{v:?}: must be longer than 0"));
+    }
+    Ok(d)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -600,7 +649,7 @@ fn main() -> ExitCode {
                     ingress_class: a.ingress.classes().0,
                     more_ingress_classes: a.ingress.classes().1,
                     access_log: a.access_log.settings()?,
-                    traces: a.traces.settings(),
+                    traces: a.traces.settings()?,
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
                 };
@@ -619,7 +668,7 @@ fn main() -> ExitCode {
                     advertise: a.advertise,
                     gateway_address_pool: a.gateway_address_pool,
                     access_log: a.access_log.settings()?,
-                    traces: a.traces.settings(),
+                    traces: a.traces.settings()?,
                     xds_listen: a.xds_listen,
                     embedded_proxy: !a.no_embedded_proxy,
                     xds_auth: matches!(a.xds_auth, XdsAuth::ServiceAccount),
@@ -663,7 +712,7 @@ fn main() -> ExitCode {
                     }),
                     token,
                     access_log: a.access_log.settings()?,
-                    traces: a.traces.settings(),
+                    traces: a.traces.settings()?,
                     redis: a.redis.settings()?,
                 };
                 weir::proxy::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)

@@ -281,6 +281,26 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
                 per_client: l.per_client,
             }),
         backend_tls: p.backend_tls.as_deref().map(backend_tls_to_wire),
+        access_log: p
+            .access_log
+            .as_ref()
+            .map(|(name, l)| wire::AccessLogPolicy {
+                policy: name.to_string(),
+                disabled: l.disabled,
+                fields: l
+                    .fields
+                    .map(weir_model::access_log_field_names)
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_owned)
+                    .collect(),
+                errors_only: l.errors_only,
+            }),
+        tracing: p.tracing.as_ref().map(|(name, t)| wire::TracingPolicy {
+            policy: name.to_string(),
+            disabled: t.disabled,
+            sampling_ppm: t.sampling,
+        }),
         client_certificate: p.client_certificate.as_ref().map(|c| wire::Certificate {
             chain_pem: c.chain_pem.to_vec(),
             key_pem: c.key_pem.to_vec(),
@@ -1083,8 +1103,52 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     Arc::from(&c.chain_pem[..]),
                     Arc::from(&c.key_pem[..]),
                 ))
-            })),
+            }))
+            .with_access_log(
+                p.access_log
+                    .as_ref()
+                    .map(access_log_from_wire)
+                    .transpose()?,
+            )
+            .with_tracing(p.tracing.as_ref().map(tracing_from_wire).transpose()?),
     )
+}
+
+fn access_log_from_wire(
+    l: &wire::AccessLogPolicy,
+) -> Result<(Arc<str>, weir_model::AccessLogPolicy), InvalidResource> {
+    let fields = if l.fields.is_empty() {
+        None
+    } else {
+        let bits = weir_model::access_log_field_bits(l.fields.iter().map(String::as_str))
+            .map_err(|e| invalid("access_log.fields", e.to_string()))?;
+        Some(bits)
+    };
+    Ok((
+        l.policy.as_str().into(),
+        weir_model::AccessLogPolicy {
+            disabled: l.disabled,
+            fields,
+            errors_only: l.errors_only,
+        },
+    ))
+}
+
+fn tracing_from_wire(
+    t: &wire::TracingPolicy,
+) -> Result<(Arc<str>, weir_model::TracingPolicy), InvalidResource> {
+    if t.sampling_ppm
+        .is_some_and(|s| s > weir_model::SAMPLING_SCALE)
+    {
+        return Err(invalid("tracing.sampling_ppm", "must be at most 1000000"));
+    }
+    Ok((
+        t.policy.as_str().into(),
+        weir_model::TracingPolicy {
+            disabled: t.disabled,
+            sampling: t.sampling_ppm,
+        },
+    ))
 }
 
 fn global_rate_limit_from_wire(
@@ -1126,7 +1190,9 @@ fn global_rate_limit_from_wire(
     ))
 }
 
-/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 3
+/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 4
+/// or older does not know the fields of version 5 (`Policy::as_version_4`: access-log and
+/// trace settings) and is sent the policy without them. A data plane of version 3
 /// or older does not know the fields of version 4 (`Policy::as_version_3`: upstream TLS,
 /// the Gateway's client certificate) and is sent the policy without them. A data plane of version 2
 /// or older does not know the policy fields of version 3 (`Policy::as_version_2`): it is
@@ -1137,8 +1203,15 @@ fn global_rate_limit_from_wire(
 /// (`Policy::as_version_2`, `Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
+        Resource::Policy(p) if version == 4 && (p.access_log.is_some() || p.tracing.is_some()) => {
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(
+                p.as_ref().clone().as_version_4(),
+            )))
+        }
         Resource::Policy(p)
             if version == 3
+                && p.access_log.is_none()
+                && p.tracing.is_none()
                 && p.outlier_detection.is_none()
                 && p.backend_tls.is_none()
                 && p.client_certificate.is_none()
@@ -1148,7 +1221,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
         }
         Resource::Policy(p) if version < 4 => {
             let name = || policy_name(p);
-            let mut p = p.as_ref().clone().as_version_3();
+            let mut p = p.as_ref().clone().as_version_4().as_version_3();
             if version == 3 {
                 return std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)));
             }
@@ -1532,6 +1605,7 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
                 .clone()
+                .as_version_4()
                 .as_version_3()
                 .as_version_2()
                 .with_jwt_auth(None)
@@ -1540,9 +1614,18 @@ pub fn resource_from_wire_as(
                 .0
         }
         Resource::Policy(p) if version < 3 => {
-            p.as_ref().clone().as_version_3().as_version_2().hash().0
+            p.as_ref()
+                .clone()
+                .as_version_4()
+                .as_version_3()
+                .as_version_2()
+                .hash()
+                .0
         }
-        Resource::Policy(p) if version < 4 => p.as_ref().clone().as_version_3().hash().0,
+        Resource::Policy(p) if version < 4 => {
+            p.as_ref().clone().as_version_4().as_version_3().hash().0
+        }
+        Resource::Policy(p) if version < 5 => p.as_ref().clone().as_version_4().hash().0,
         _ => version_of(&built),
     };
     if rebuilt != r.version {
@@ -2319,5 +2402,95 @@ mod tests {
         }
         let e = resource_from_wire(&wire).unwrap_err().to_string();
         assert!(e.contains("outlier_detection"), "{e}");
+    }
+
+    /// Access-log and trace settings (version 5) round-trip, and reach a data plane of
+    /// version 4 (and 3) as the policy without them, which that release rebuilds (dropping
+    /// fields 17 and 18) to the hash sent.
+    #[test]
+    fn log_and_trace_settings_reach_older_data_planes_without_them() {
+        let target = PolicyTarget::Gateway("ns/gw".into());
+        let plain = Policy::new(target, Timeouts::default(), None, None).with_cors(None);
+        let limited = plain.clone().with_request_limits(Some((
+            "ns/limits".into(),
+            weir_model::RequestLimits {
+                max_body_bytes: Some(1024),
+                max_headers: None,
+                max_header_bytes: None,
+            },
+        )));
+        let set = limited
+            .clone()
+            .with_access_log(Some((
+                "ns/obs".into(),
+                weir_model::AccessLogPolicy {
+                    disabled: false,
+                    fields: Some(weir_model::access_log_field_bits(["status", "route"]).unwrap()),
+                    errors_only: true,
+                },
+            )))
+            .with_tracing(Some((
+                "ns/obs".into(),
+                weir_model::TracingPolicy {
+                    disabled: false,
+                    sampling: Some(250_000),
+                },
+            )));
+        assert_ne!(set.hash(), limited.hash());
+        let r = Resource::Policy(Arc::new(set.clone()));
+        let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+        let Resource::Policy(b) = &back else {
+            unreachable!()
+        };
+        assert_eq!(b.access_log, set.access_log);
+        assert_eq!(b.tracing, set.tracing);
+        assert_eq!(b.hash(), set.hash());
+        assert_eq!(for_version(&r, crate::PROTOCOL_VERSION).as_ref(), &r);
+        for version in [4, 3] {
+            let sent = for_version(&r, version);
+            let Resource::Policy(p) = sent.as_ref() else {
+                unreachable!()
+            };
+            assert!(
+                p.access_log.is_none() && p.tracing.is_none(),
+                "version {version}"
+            );
+            assert!(
+                p.request_limits.is_some(),
+                "version {version}: the rest kept"
+            );
+            let mut wire = resource_to_wire(sent.as_ref());
+            if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+                p.access_log = None;
+                p.tracing = None;
+            }
+            resource_from_wire_as(&wire, version).unwrap();
+        }
+        assert_eq!(
+            for_version(&r, 4).as_ref(),
+            &Resource::Policy(Arc::new(limited.clone()))
+        );
+        // A version-4 reader of the full message ignores fields 17 and 18 and computes
+        // the version-4 hash, which is what a version-4 data plane is sent.
+        let stripped = resource_to_wire(for_version(&r, 4).as_ref());
+        assert_eq!(stripped.version, limited.hash().0);
+        let untouched = Resource::Policy(Arc::new(limited));
+        assert!(matches!(
+            for_version(&untouched, 4),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Bad values are refused on the wire, naming the field.
+        let mut wire = resource_to_wire(&r);
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            p.tracing.as_mut().unwrap().sampling_ppm = Some(1_000_001);
+        }
+        let e = resource_from_wire(&wire).unwrap_err().to_string();
+        assert!(e.contains("tracing.sampling_ppm"), "{e}");
+        let mut wire = resource_to_wire(&r);
+        if let Some(wire::resource::Resource::Policy(p)) = wire.resource.as_mut() {
+            p.access_log.as_mut().unwrap().fields.push("bogus".into());
+        }
+        let e = resource_from_wire(&wire).unwrap_err().to_string();
+        assert!(e.contains("access_log.fields"), "{e}");
     }
 }

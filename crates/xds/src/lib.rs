@@ -34,6 +34,11 @@ mod tests {
         assert!(super::serves(6, 2));
         assert!(!super::serves(6, 1), "five versions back is refused");
         assert!(!super::serves(5, 0));
+        assert!(
+            !super::serves(super::PROTOCOL_VERSION, 0),
+            "version-0 data planes are no longer served"
+        );
+        assert!(super::serves(super::PROTOCOL_VERSION, 1));
     }
 }
 
@@ -53,8 +58,11 @@ pub use crate::hub::{Hub, Refused, Session};
 /// `weir_model::Policy::as_version_2` for the list), which reach older data planes
 /// without them, or closed where they guard access; 4: TLS towards clients and backends
 /// (client certificate validation on listeners, upstream TLS), withheld from or adapted
-/// for older data planes by `convert::sent_to_version` and `convert::for_version`.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// for older data planes by `convert::sent_to_version` and `convert::for_version`; 5:
+/// per-Gateway, per-route and per-rule access-log and trace settings (`Policy.access_log`,
+/// `Policy.tracing`), which reach older data planes without them
+/// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
 /// data plane up to four versions older (the last releases' message sets, adapted by

@@ -194,7 +194,7 @@ impl ConfigDiscovery for XdsService {
         }
         if !crate::serves(crate::PROTOCOL_VERSION, sub.protocol_version) {
             return Err(Status::failed_precondition(format!(
-                "data plane speaks push protocol version {}, this controller {} and serves two versions back: upgrade the data plane",
+                "data plane speaks push protocol version {}, this controller {} and serves four versions back: upgrade the data plane",
                 sub.protocol_version,
                 crate::PROTOCOL_VERSION
             )));

@@ -1,7 +1,15 @@
-//! The OTLP/gRPC exporter: one task that batches ended requests into spans and sends
-//! them to the collector, each call bounded by the timeout. A collector that is down or
-//! slow costs spans (counted), never a request's time: the request side only `try_send`s.
+//! The OTLP exporter: one task that batches ended requests into spans and sends them to
+//! the collector over gRPC or HTTP (protobuf bodies), plain or TLS, each call bounded by
+//! the timeout. A collector that is down or slow costs spans (counted), never a
+//! request's time: the request side only `try_send`s.
 
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
@@ -9,29 +17,120 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     ResourceSpans, ScopeSpans, Span, Status, span, status,
 };
+use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 use weir_model::EndpointAddr;
 
-use super::{Ended, TraceMetrics, TraceSettings};
+use super::{Ended, OtlpProtocol, TraceMetrics, TraceSettings};
+use crate::outbound::{self, Connector};
 
-/// The collector's endpoint, checked.
-pub(super) fn endpoint(settings: &TraceSettings) -> Result<Endpoint, String> {
-    let e = Endpoint::from_shared(settings.endpoint.clone())
-        .map_err(|e| format!("--otlp-endpoint {:?}: {e}", settings.endpoint))?;
-    Ok(e.connect_timeout(settings.timeout)
-        .timeout(settings.timeout))
+/// The client of the collector, by protocol (hyper-util's client boxed: it is several
+/// times the size of the gRPC one).
+pub(super) enum Exporter {
+    Grpc(TraceServiceClient<Channel>),
+    Http {
+        client: Box<Client<Connector, Full<Bytes>>>,
+        /// `{endpoint}/v1/traces`.
+        uri: Uri,
+    },
+}
+
+impl Exporter {
+    /// The client of `settings`' collector, checked (URL, CA bundle); connects lazily.
+    /// Needs a runtime (the gRPC channel spawns its worker).
+    pub(super) fn new(settings: &TraceSettings) -> Result<Exporter, String> {
+        let url = settings.endpoint.trim_end_matches('/');
+        let parsed: Uri = url
+            .parse()
+            .map_err(|e| format!("--otlp-endpoint {:?}: {e}", settings.endpoint))?;
+        let https = match parsed.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(format!(
+                    "--otlp-endpoint {:?}: expected an http:// or https:// URL",
+                    settings.endpoint
+                ));
+            }
+        };
+        if parsed.host().is_none() {
+            return Err(format!("--otlp-endpoint {:?}: no host", settings.endpoint));
+        }
+        let roots = if https {
+            outbound::roots(settings.ca_pem.as_deref())
+                .map_err(|e| format!("--otlp-ca-file: {e}"))?
+        } else {
+            rustls::RootCertStore::empty()
+        };
+        match settings.protocol {
+            OtlpProtocol::Grpc => {
+                // gRPC needs HTTP/2: over TLS it must be agreed by ALPN.
+                let connector = outbound::connector(roots, settings.timeout, &[b"h2"]);
+                let endpoint = Endpoint::from_shared(url.to_owned())
+                    .map_err(|e| format!("--otlp-endpoint {:?}: {e}", settings.endpoint))?
+                    .connect_timeout(settings.timeout)
+                    .timeout(settings.timeout);
+                let channel = endpoint.connect_with_connector_lazy(connector);
+                Ok(Exporter::Grpc(TraceServiceClient::new(channel)))
+            }
+            OtlpProtocol::Http => {
+                let uri = format!("{url}/v1/traces")
+                    .parse()
+                    .map_err(|e| format!("--otlp-endpoint {:?}: {e}", settings.endpoint))?;
+                let connector = outbound::connector(roots, settings.timeout, &[b"http/1.1"]);
+                let client = Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(std::time::Duration::from_secs(60))
+                    .pool_max_idle_per_host(2)
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .build(connector);
+                Ok(Exporter::Http {
+                    client: Box::new(client),
+                    uri,
+                })
+            }
+        }
+    }
+
+    /// One export call (the caller bounds its time).
+    async fn export(&mut self, request: ExportTraceServiceRequest) -> Result<(), String> {
+        match self {
+            Exporter::Grpc(client) => client
+                .export(request)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Exporter::Http { client, uri } => {
+                let body = Full::new(Bytes::from(request.encode_to_vec()));
+                let req = http::Request::post(uri.clone())
+                    .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+                    .body(body)
+                    .map_err(|e| e.to_string())?;
+                let resp = client.request(req).await.map_err(|e| e.to_string())?;
+                let status = resp.status();
+                // Read the answer whole, so that the connection is kept for the next call.
+                resp.into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("the collector answered {status}"))
+                }
+            }
+        }
+    }
 }
 
 /// Gathers ended requests into batches (full, or `interval` after the first span of a
 /// batch) and exports them; ends when every sender is gone and the queue is exported.
 pub(super) async fn run(
-    endpoint: Endpoint,
+    mut exporter: Exporter,
     mut rx: tokio::sync::mpsc::Receiver<Ended>,
     settings: TraceSettings,
     metrics: TraceMetrics,
 ) {
-    let channel: Channel = endpoint.connect_lazy();
-    let mut client = TraceServiceClient::new(channel);
     let resource = Resource {
         attributes: vec![text("service.name", settings.service_name.clone())],
         ..Default::default()
@@ -68,7 +167,7 @@ pub(super) async fn run(
                 ..Default::default()
             }],
         };
-        let sent = tokio::time::timeout(settings.timeout, client.export(request)).await;
+        let sent = tokio::time::timeout(settings.timeout, exporter.export(request)).await;
         match sent {
             Ok(Ok(_)) => {
                 metrics.exported.inc_by(n);
@@ -153,7 +252,8 @@ fn route_text(r: &weir_model::RouteRef) -> String {
     )
 }
 
-/// The server span of an ended request, and its client span when it was forwarded.
+/// The server span of an ended request, and a client span per attempt when it was
+/// forwarded.
 /// Attributes follow the OpenTelemetry HTTP semantic conventions (stable names), plus
 /// `weir.route`, `weir.upstream` and `weir.attempts`.
 fn spans_of(e: Ended) -> Vec<Span> {
@@ -226,7 +326,7 @@ fn spans_of(e: Ended) -> Vec<Span> {
     } else {
         0x101
     };
-    let mut out = Vec::with_capacity(2);
+    let mut out = Vec::with_capacity(1 + e.attempt_spans.len().max(1));
     out.push(Span {
         trace_id: ids.trace_id.to_vec(),
         span_id: ids.span_id.to_vec(),
@@ -241,28 +341,70 @@ fn spans_of(e: Ended) -> Vec<Span> {
         status: span_status(error),
         ..Default::default()
     });
-    if let (Some(upstream), Some(at)) = (&e.upstream, e.forwarded_at) {
-        let (address, port) = endpoint_parts(upstream);
-        out.push(Span {
+    let client_span = |span_id: [u8; 8],
+                       number: u32,
+                       start: SystemTime,
+                       end: SystemTime,
+                       endpoint: &EndpointAddr,
+                       outcome: Result<u16, &'static str>| {
+        let (address, port) = endpoint_parts(endpoint);
+        let mut attributes = vec![
+            text("http.request.method", method.clone()),
+            text("server.address", address),
+            int("server.port", i64::from(port)),
+            text("weir.upstream", endpoint.to_string()),
+            int("weir.attempt", i64::from(number)),
+        ];
+        let error = match outcome {
+            Ok(code) => {
+                attributes.push(int("http.response.status_code", i64::from(code)));
+                if code >= 500 {
+                    attributes.push(text("error.type", code.to_string()));
+                }
+                code >= 500
+            }
+            Err(kind) => {
+                attributes.push(text("error.type", kind));
+                true
+            }
+        };
+        Span {
             trace_id: ids.trace_id.to_vec(),
-            span_id: ids.client_id.to_vec(),
-            trace_state: tracestate,
+            span_id: span_id.to_vec(),
+            trace_state: tracestate.clone(),
             parent_span_id: ids.span_id.to_vec(),
             flags: 1 | 0x100,
             name: method.clone(),
             kind: span::SpanKind::Client as i32,
-            start_time_unix_nano: nanos(at),
-            end_time_unix_nano: nanos(e.end),
-            attributes: vec![
-                text("http.request.method", method),
-                text("server.address", address),
-                int("server.port", i64::from(port)),
-                int("http.response.status_code", status_code),
-                int("weir.attempts", i64::from(e.attempts)),
-            ],
+            start_time_unix_nano: nanos(start),
+            end_time_unix_nano: nanos(end),
+            attributes,
             status: span_status(error),
             ..Default::default()
-        });
+        }
+    };
+    if !e.attempt_spans.is_empty() {
+        // A retried request: one client span per attempt, each with its own outcome.
+        for a in &e.attempt_spans {
+            out.push(client_span(
+                a.span_id,
+                a.number,
+                a.start,
+                a.end,
+                &a.endpoint,
+                a.outcome,
+            ));
+        }
+    } else if let (Some(upstream), Some(at)) = (&e.upstream, e.forwarded_at) {
+        // One attempt: from the choice of the endpoint to the response head.
+        out.push(client_span(
+            ids.client_id,
+            e.attempts.max(1),
+            at,
+            e.end,
+            upstream,
+            Ok(e.status),
+        ));
     }
     out
 }

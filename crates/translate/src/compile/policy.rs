@@ -55,6 +55,8 @@ pub(crate) struct PolicySettings {
     pub(crate) request_limits: Option<weir_model::RequestLimits>,
     pub(crate) concurrency_limit: Option<weir_model::ConcurrencyLimit>,
     pub(crate) outlier_detection: Option<weir_model::OutlierDetection>,
+    pub(crate) access_log: Option<weir_model::AccessLogPolicy>,
+    pub(crate) tracing: Option<weir_model::TracingPolicy>,
 }
 
 /// The fields of a policy, for per-field merging.
@@ -78,10 +80,12 @@ pub(crate) enum Field {
     RequestLimits,
     ConcurrencyLimit,
     OutlierDetection,
+    AccessLog,
+    Tracing,
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 18] = [
+    pub(crate) const ALL: [Field; 20] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
         Field::Retry,
@@ -100,6 +104,8 @@ impl Field {
         Field::RequestLimits,
         Field::ConcurrencyLimit,
         Field::OutlierDetection,
+        Field::AccessLog,
+        Field::Tracing,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -122,6 +128,8 @@ impl Field {
             Field::RequestLimits => "requestLimits",
             Field::ConcurrencyLimit => "concurrencyLimit",
             Field::OutlierDetection => "outlierDetection",
+            Field::AccessLog => "accessLog",
+            Field::Tracing => "tracing",
         }
     }
 
@@ -160,6 +168,8 @@ impl PolicySettings {
             Field::RequestLimits => self.request_limits.is_some(),
             Field::ConcurrencyLimit => self.concurrency_limit.is_some(),
             Field::OutlierDetection => self.outlier_detection.is_some(),
+            Field::AccessLog => self.access_log.is_some(),
+            Field::Tracing => self.tracing.is_some(),
         }
     }
 
@@ -432,8 +442,20 @@ fn settings(
         }
         Some(None) => return Err("spec.concurrencyLimit.perClient: required".into()),
     };
+    let access_log = spec
+        .access_log
+        .as_deref()
+        .map(|l| access_log(l, "spec.accessLog"))
+        .transpose()?;
+    let tracing = spec
+        .tracing
+        .as_ref()
+        .map(|t| tracing(t, "spec.tracing"))
+        .transpose()?;
     let s = PolicySettings {
         name,
+        access_log,
+        tracing,
         authorization,
         cors,
         request_limits,
@@ -454,7 +476,7 @@ fn settings(
     };
     if !Field::ALL.iter().any(|f| s.sets(*f)) {
         return Err(
-            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, healthCheck, circuitBreaker, loadBalancer or outlierDetection)"
+            "spec: sets nothing (timeouts, retry, rateLimit, apiKeyAuth, basicAuth, ipRules, jwtAuth, extAuth, authorization, cors, requestLimits, concurrencyLimit, accessLog, tracing, healthCheck, circuitBreaker, loadBalancer or outlierDetection)"
                 .into(),
         );
     }
@@ -845,6 +867,47 @@ fn global_rate_limit(g: &GlobalRateLimitSpec, field: &str) -> Result<GlobalRateL
     })
 }
 
+/// `accessLog`: the field names checked (an unknown one is named), an empty list refused.
+fn access_log(
+    l: &weir_api::AccessLogPolicySpec,
+    at: &str,
+) -> Result<weir_model::AccessLogPolicy, String> {
+    let fields = match &l.fields {
+        None => None,
+        Some(names) if names.is_empty() => {
+            return Err(format!(
+                "{at}.fields: names no field (leave it out for the process's list)"
+            ));
+        }
+        Some(names) => Some(
+            weir_model::access_log_field_bits(names.iter().map(|n| n.trim()))
+                .map_err(|e| format!("{at}.fields: {e}"))?,
+        ),
+    };
+    Ok(weir_model::AccessLogPolicy {
+        disabled: l.disabled.unwrap_or(false),
+        fields,
+        errors_only: l.errors_only.unwrap_or(false),
+    })
+}
+
+/// `tracing`: the ratio checked (0 to 1) and kept in parts per million.
+fn tracing(t: &weir_api::TracingPolicySpec, at: &str) -> Result<weir_model::TracingPolicy, String> {
+    let sampling = match t.sampling_ratio {
+        None => None,
+        Some(weir_api::Ratio(r)) if (0.0..=1.0).contains(&r) => {
+            Some((r * f64::from(weir_model::SAMPLING_SCALE)).round() as u32)
+        }
+        Some(weir_api::Ratio(r)) => {
+            return Err(format!("{at}.samplingRatio: {r} is not between 0 and 1"));
+        }
+    };
+    Ok(weir_model::TracingPolicy {
+        disabled: t.disabled.unwrap_or(false),
+        sampling,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -859,6 +922,17 @@ mod tests {
 
     const HEAD: &str =
         "apiVersion: weir.dev/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, namespace: ns}\n";
+
+    /// The CRD's enum of `accessLog.fields` (from `weir-api`) is `all` and the model's
+    /// field names: a field added to one list and not the other fails here.
+    #[test]
+    fn the_crd_names_the_access_log_fields_of_the_model() {
+        let (all, names) = weir_api::ACCESS_LOG_FIELD_NAMES
+            .split_first()
+            .expect("the list is not empty");
+        assert_eq!(*all, "all");
+        assert_eq!(names, &weir_model::ACCESS_LOG_FIELDS[..]);
+    }
 
     #[test]
     fn reads_every_field() {

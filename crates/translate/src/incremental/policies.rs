@@ -399,6 +399,7 @@ fn merged<'a>(
     let (mut ext_auth, mut load_balancer, mut global_rate_limit) = (None, None, None);
     let (mut authorization, mut cors, mut request_limits) = (None, None, None);
     let (mut concurrency_limit, mut outlier_detection) = (None, None);
+    let (mut access_log, mut tracing) = (None, None);
     for s in settings {
         if timeouts.request.is_none() {
             timeouts.request = s.timeouts.request;
@@ -454,6 +455,12 @@ fn merged<'a>(
         if outlier_detection.is_none() {
             outlier_detection = s.outlier_detection;
         }
+        if access_log.is_none() {
+            access_log = s.access_log.map(|l| (s.name.clone(), l));
+        }
+        if tracing.is_none() {
+            tracing = s.tracing.map(|t| (s.name.clone(), t));
+        }
     }
     let p = Policy::new(target.clone(), timeouts, retry, rate_limit)
         .with_api_key_auth(api_key_auth)
@@ -469,7 +476,9 @@ fn merged<'a>(
         .with_cors(cors)
         .with_request_limits(request_limits)
         .with_concurrency_limit(concurrency_limit)
-        .with_outlier_detection(outlier_detection);
+        .with_outlier_detection(outlier_detection)
+        .with_access_log(access_log)
+        .with_tracing(tracing);
     (!p.is_empty()).then_some(p)
 }
 

@@ -81,6 +81,7 @@ async fn records_name_the_policy_and_the_file_rotates() {
         output: AccessLogOutput::File {
             path: path.clone(),
             max_bytes: 4096,
+            every: None,
             keep,
         },
         fields: AccessLogFields::all(),
@@ -204,6 +205,7 @@ async fn records_carry_only_the_fields_asked_for() {
         output: AccessLogOutput::File {
             path: path.clone(),
             max_bytes: 0,
+            every: None,
             keep: 0,
         },
         fields: AccessLogFields::parse("request_id,status,route").unwrap(),

@@ -17,6 +17,7 @@ mod ingress_nginx_answers;
 mod l4;
 mod listener_sets;
 mod migrate;
+mod observability_policy;
 mod outlier;
 mod policies;
 mod policy_cors;

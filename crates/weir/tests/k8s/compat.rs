@@ -1,20 +1,18 @@
 //! Data planes older than their controller keep working, against a real `weir controller`
 //! process of this release: earlier releases' `weir proxy` binaries themselves (built from
 //! their commits by `scripts/previous-release`: the last landed release, and the last one
-//! of each earlier protocol version still served), and an in-process client of the frozen version-0 messages
-//! (`weir_xds::v0`: no protocol version in its Subscribe) applying what it receives to a
-//! data plane of this release. Each is configured, serves a route, follows a change made in
-//! the API, and is reported at its protocol version; the binaries also get a JWT policy as
-//! what they can enforce.
+//! of each earlier protocol version still served: 1 to 4), each configured, serving a
+//! route, following a change made in the API, reported at its protocol version and getting
+//! a JWT policy as what it can enforce; and an in-process client of the frozen version-0
+//! messages (`weir_xds::v0`: no protocol version in its Subscribe), which this release
+//! (push protocol version 5, serving four versions back) refuses.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prost::Message;
 use serde_json::json;
-use weir_model::{Delta, DeltaBatch};
 use weir_xds::v0;
 
 use crate::build::{self, until_http};
@@ -33,9 +31,9 @@ impl Drop for Proc {
     }
 }
 
-/// The previous release's client loop: subscribe, decode each update with the v0
-/// messages, rebuild, apply, ack. Runs until the stream ends.
-async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_proxy::DataPlane>) {
+/// A data plane of the frozen version-0 messages subscribes; returns how the controller
+/// answered (this release no longer serves version 0, so: the refusal).
+async fn v0_subscribe(xds: SocketAddr, gateway: String) -> Result<(), tonic::Status> {
     let (ns, name) = gateway.split_once('/').unwrap();
     let mut client =
         v0::config_discovery_client::ConfigDiscoveryClient::connect(format!("http://{xds}"))
@@ -54,47 +52,9 @@ async fn v0_data_plane(xds: SocketAddr, gateway: String, dataplane: Arc<weir_pro
     .unwrap();
     let outbound =
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
-    let mut updates = client.stream(outbound).await.unwrap().into_inner();
-    while let Ok(Some(update)) = updates.message().await {
-        let mut deltas = Vec::new();
-        let mut rejected = Vec::new();
-        for r in &update.upserts {
-            // The bytes as this release's decoder (the previous release's conversion code
-            // is unchanged) sees what a v0 reader kept of them.
-            let wire = weir_xds::proto::Resource::decode(r.encode_to_vec().as_slice()).unwrap();
-            match weir_xds::convert::resource_from_wire_as(&wire, 0) {
-                Ok(r) => deltas.push(Delta::Upsert(r)),
-                Err(e) => rejected.push(v0::Rejection {
-                    key: None,
-                    error: e.to_string(),
-                }),
-            }
-        }
-        for k in &update.removes {
-            let wire = weir_xds::proto::ResourceKey::decode(k.encode_to_vec().as_slice()).unwrap();
-            deltas.push(Delta::Remove(
-                weir_xds::convert::key_from_wire(&wire).unwrap(),
-            ));
-        }
-        assert!(
-            rejected.is_empty(),
-            "the v0 data plane refused: {rejected:?}"
-        );
-        let report = dataplane.apply(&DeltaBatch { deltas }).await;
-        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-        if update.complete {
-            dataplane.set_ready();
-        }
-        let ack = v0::DataPlaneMessage {
-            message: Some(v0::data_plane_message::Message::Ack(v0::Ack {
-                nonce: update.nonce,
-                rejected,
-            })),
-        };
-        if tx.send(ack).await.is_err() {
-            return;
-        }
-    }
+    let mut updates = client.stream(outbound).await?.into_inner();
+    updates.message().await?;
+    Ok(())
 }
 
 /// The cluster side shared by both tests: a namespace with two Services, a Gateway of the
@@ -207,23 +167,27 @@ async fn assert_seen_at(admin: SocketAddr, node: &str, version: u32) {
     );
 }
 
-pub async fn previous_release_data_plane_is_served(ctx: Arc<Ctx>) {
+/// A data plane of protocol version 0 is no longer served (push protocol version 5
+/// serves four versions back): the controller refuses it with `FAILED_PRECONDITION`
+/// naming both versions, rather than sending it messages it would misread, and the
+/// release binaries of every served version keep working
+/// ([`previous_release_binary_is_served`]).
+pub async fn version_0_data_plane_is_refused(ctx: Arc<Ctx>) {
     let s = setup(&ctx, "t-compat").await;
-    let mut registry = prometheus_client::registry::Registry::default();
-    let dataplane =
-        weir_proxy::DataPlane::new(weir_proxy::ProxyConfig::default(), &mut registry).unwrap();
-    let client = tokio::spawn(v0_data_plane(
-        s.xds,
-        format!("{}/gw", s.ns),
-        dataplane.clone(),
-    ));
-    until_http(s.addr, "compat.test", "/", Ok("echo-a")).await;
-    // A change made in the API reaches the old data plane as a delta.
-    cluster::apply(&ctx.client, &[route(s.ns, "svc-b")]).await;
-    until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
-    assert_seen_at(s.admin, "v0", 0).await;
-    client.abort();
-    dataplane.shutdown().await;
+    let refused = v0_subscribe(s.xds, format!("{}/gw", s.ns))
+        .await
+        .expect_err("a version-0 data plane is refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let why = refused.message();
+    assert!(
+        why.contains("version 0")
+            && why.contains(&format!("this controller {}", weir_xds::PROTOCOL_VERSION)),
+        "{why}"
+    );
 }
 
 /// A TrafficPolicy with a TCP health check and a circuit breaker on Service `svc-b`.
@@ -323,8 +287,8 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
 
         // A check the data plane cannot make closes the route rather than opening it.
         cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;
-        let refused = if version == 0 { 403 } else { 401 };
-        until_http(s.addr, "compat.test", "/", Err(refused)).await;
+        // Every served release knows JWTs (version 1 and later).
+        until_http(s.addr, "compat.test", "/", Err(401)).await;
         cluster::delete(
             &ctx.client,
             "weir.dev/v1alpha1",

@@ -116,7 +116,7 @@ const TESTS: &[(&str, Test)] = tests![
     split::two_proxies_fed_by_a_controller,
     infrastructure::invalid_parameters_ref_until_the_config_map_exists,
     infrastructure::gateway_service_carries_infrastructure_metadata,
-    compat::previous_release_data_plane_is_served,
+    compat::version_0_data_plane_is_refused,
     compat::previous_release_binary_is_served,
     ha::lease_election_among_three_candidates,
     ha::leader_failover_keeps_serving,
