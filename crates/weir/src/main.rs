@@ -802,7 +802,9 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3h").is_err());
+        assert_eq!(parse_duration("3h"), Ok(Duration::from_secs(3 * 3600)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86400)));
+        assert!(parse_duration("3y").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("-1s").is_err());
     }
