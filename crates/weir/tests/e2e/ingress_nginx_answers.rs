@@ -32,19 +32,6 @@ metadata:
     )
 }
 
-fn header<'a>(r: &'a Resp, name: &str) -> &'a str {
-    r.headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-}
-
-async fn send(addr: SocketAddr, req: http::request::Builder) -> Resp {
-    send_http1(addr, req.body(Default::default()).unwrap())
-        .await
-        .unwrap()
-}
-
 /// Each annotation's documented answer: `temporal-redirect` 302 (307 with
 /// `temporal-redirect-code`); `auth-url` answered 200 lets the request through with the
 /// `auth-response-headers` of the answer set on it, answered 401 refuses it, and with
@@ -154,7 +141,7 @@ async fn ingress_nginx_answer_annotations() {
     ] {
         let r = http1(addr, host, "/old").await.unwrap();
         assert_eq!(r.status, code, "{host}: {r:?}");
-        assert_eq!(header(&r, "location"), location);
+        assert_eq!(r.header("location"), location);
         assert!(r.echo_name().is_none());
     }
 
@@ -172,64 +159,17 @@ async fn ingress_nginx_answer_annotations() {
     assert!(r.echo_name().is_none(), "the backend is not reached");
     let r = http1(addr, "signin.test", "/page?q=1").await.unwrap();
     assert_eq!(r.status, 302, "{r:?}");
-    let location = header(&r, "location");
+    let location = r.header("location");
     assert!(
         location.starts_with("https://login.test/start?rd="),
         "{location}"
     );
     assert!(location.contains("signin.test"), "{location}");
 
-    let preflight = |origin: &str| {
-        http::Request::options("/api")
-            .header("host", "cors.test")
-            .header("origin", origin)
-            .header("access-control-request-method", "PUT")
-            .header("access-control-request-headers", "x-custom-header")
-    };
-    let r = send(addr, preflight("https://two.test")).await;
-    assert_eq!(r.status, 204, "{r:?}");
-    assert!(r.echo_name().is_none(), "answered by weir");
-    assert_eq!(
-        header(&r, "access-control-allow-origin"),
-        "https://two.test"
-    );
-    let methods = header(&r, "access-control-allow-methods");
-    assert!(
-        methods.contains("PUT") && methods.contains("GET") && !methods.contains("DELETE"),
-        "{methods:?}"
-    );
-    assert!(
-        header(&r, "access-control-allow-headers")
-            .to_ascii_lowercase()
-            .contains("x-custom-header"),
-        "{r:?}"
-    );
-    assert_eq!(header(&r, "access-control-allow-credentials"), "true");
-    assert_eq!(header(&r, "access-control-max-age"), "600");
-    let r = send(addr, preflight("https://three.test")).await;
-    assert!(
-        r.headers.get("access-control-allow-origin").is_none() && r.echo_name().is_none(),
-        "an origin not listed is not allowed: {r:?}"
-    );
-    let r = send(
-        addr,
-        get("cors.test", "/api").header("origin", "https://one.test"),
-    )
-    .await;
-    assert_eq!(r.echo_name(), Some("a"));
-    assert_eq!(
-        header(&r, "access-control-allow-origin"),
-        "https://one.test"
-    );
-    assert!(
-        header(&r, "access-control-expose-headers")
-            .to_ascii_lowercase()
-            .contains("x-trace"),
-        "{r:?}"
-    );
+    check_ingress_nginx_cors(addr, "test", "a").await;
 
     let r = http1(addr, "expiring.test", "/").await.unwrap();
-    let set = header(&r, "set-cookie");
+    let set = r.header("set-cookie");
     assert!(
         set.starts_with("INGRESSCOOKIE="),
         "the default name: {set:?}"

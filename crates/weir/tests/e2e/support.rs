@@ -344,6 +344,14 @@ impl Resp {
             .get("x-echo-name")
             .and_then(|v| v.to_str().ok())
     }
+
+    /// The value of response header `name`, or "".
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
 }
 
 async fn read(resp: http::Response<hyper::body::Incoming>) -> Result<Resp, hyper::Error> {
@@ -355,6 +363,64 @@ async fn read(resp: http::Response<hyper::body::Incoming>) -> Result<Resp, hyper
         body: String::from_utf8_lossy(&body).into_owned(),
         version: parts.version,
     })
+}
+
+/// The request `req` (no body) over HTTP/1.1 on a new connection; panics on failure.
+pub async fn send(addr: SocketAddr, req: http::request::Builder) -> Resp {
+    send_http1(addr, req.body(Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// The ingress-nginx `cors-*` annotations' answers, as both tiers configure them on host
+/// `cors.{domain}` (allowed origins `https://one.{domain}` and `https://two.{domain}`,
+/// methods GET and PUT, header `X-Custom-Header`, credentials, max age 600, exposed
+/// `X-Trace`): a preflight from a listed origin answered by weir with those, one from
+/// another origin without them, and an actual request relayed to echo backend `echo`
+/// with the origin and the exposed headers. Returns the actual request's response.
+pub async fn check_ingress_nginx_cors(addr: SocketAddr, domain: &str, echo: &str) -> Resp {
+    let host = format!("cors.{domain}");
+    let preflight = |origin: &str| {
+        Request::options("/api")
+            .header("host", host.as_str())
+            .header("origin", origin)
+            .header("access-control-request-method", "PUT")
+            .header("access-control-request-headers", "x-custom-header")
+    };
+    let two = format!("https://two.{domain}");
+    let r = send(addr, preflight(&two)).await;
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.echo_name().is_none(), "the preflight is answered by weir");
+    assert_eq!(r.header("access-control-allow-origin"), two);
+    let methods = r.header("access-control-allow-methods");
+    assert!(
+        methods.contains("PUT") && methods.contains("GET") && !methods.contains("DELETE"),
+        "{methods:?}"
+    );
+    assert!(
+        r.header("access-control-allow-headers")
+            .to_ascii_lowercase()
+            .contains("x-custom-header"),
+        "{r:?}"
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), "true");
+    assert_eq!(r.header("access-control-max-age"), "600");
+    let r = send(addr, preflight(&format!("https://three.{domain}"))).await;
+    assert!(
+        r.headers.get("access-control-allow-origin").is_none() && r.echo_name().is_none(),
+        "an origin not listed is not allowed: {r:?}"
+    );
+    let one = format!("https://one.{domain}");
+    let r = send(addr, get(&host, "/api").header("origin", one.as_str())).await;
+    assert_eq!(r.echo_name(), Some(echo));
+    assert_eq!(r.header("access-control-allow-origin"), one);
+    assert!(
+        r.header("access-control-expose-headers")
+            .to_ascii_lowercase()
+            .contains("x-trace"),
+        "{r:?}"
+    );
+    r
 }
 
 /// An HTTP/1.1 request builder for `path` with `Host: host`.

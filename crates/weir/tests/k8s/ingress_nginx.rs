@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::Ctx;
 use crate::build::{self, until_http};
 use crate::cluster;
-use crate::support::{self, BoxError, Pki, der_of, eventually};
+use crate::support::{self, BoxError, Pki, der_of, eventually, send};
 
 pub const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
 
@@ -288,12 +288,6 @@ pub fn ingress_paths(
 }
 
 /// One HTTP/1.1 request to `addr` built by `req`.
-pub async fn send(addr: SocketAddr, req: http::request::Builder) -> support::Resp {
-    support::send_http1(addr, req.body(http_body_util::Empty::new()).unwrap())
-        .await
-        .unwrap()
-}
-
 /// The ingress-nginx annotations that change one request, read from Ingresses stored by
 /// the API server (the standalone tests read the same from files): `rewrite-target`
 /// with capture groups on an `ImplementationSpecific` regex path, `use-regex`,

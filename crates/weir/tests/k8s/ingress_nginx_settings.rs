@@ -12,8 +12,8 @@ use serde_json::json;
 use crate::Ctx;
 use crate::build::{self, until_http};
 use crate::cluster;
-use crate::ingress_nginx::{ING, get_from, ingress, send};
-use crate::support::{self, eventually};
+use crate::ingress_nginx::{ING, get_from, ingress};
+use crate::support::{self, eventually, send};
 
 /// A Service (port 80) whose one EndpointSlice holds both echo backends (both listen on
 /// the same port in their namespaces).
@@ -29,14 +29,6 @@ fn service_of_both(ctx: &Ctx, ns: &str, name: &str) -> [serde_json::Value; 2] {
                              {"addresses": [ctx.b.addr.to_string()], "conditions": {"ready": true}}],
                "ports": [{"name": "http", "port": ctx.a.port, "protocol": "TCP"}]}),
     ]
-}
-
-/// The value of response header `name`, or "".
-fn header<'a>(r: &'a support::Resp, name: &str) -> &'a str {
-    r.headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
 }
 
 /// The annotations that shape one answer, through the API server: a CORS preflight from
@@ -131,62 +123,15 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     until_http(addr, "notls.t7h.test", "/", Ok("echo-a")).await;
 
     // CORS: the listed origins, methods, headers, credentials and max age.
-    let preflight = |origin: &str| {
-        http::Request::options("/api")
-            .header("host", "cors.t7h.test")
-            .header("origin", origin)
-            .header("access-control-request-method", "PUT")
-            .header("access-control-request-headers", "x-custom-header")
-    };
-    let r = send(addr, preflight("https://two.t7h.test")).await;
-    assert_eq!(r.status, 204, "{r:?}");
-    assert!(r.echo_name().is_none(), "the preflight is answered by weir");
-    assert_eq!(
-        header(&r, "access-control-allow-origin"),
-        "https://two.t7h.test"
-    );
-    let methods = header(&r, "access-control-allow-methods");
-    assert!(
-        methods.contains("PUT") && methods.contains("GET") && !methods.contains("DELETE"),
-        "{methods:?}"
-    );
-    assert!(
-        header(&r, "access-control-allow-headers")
-            .to_ascii_lowercase()
-            .contains("x-custom-header"),
-        "{r:?}"
-    );
-    assert_eq!(header(&r, "access-control-allow-credentials"), "true");
-    assert_eq!(header(&r, "access-control-max-age"), "600");
-    let r = send(addr, preflight("https://three.t7h.test")).await;
-    assert!(
-        r.headers.get("access-control-allow-origin").is_none() && r.echo_name().is_none(),
-        "an origin not listed is not allowed: {r:?}"
-    );
-    let r = send(
-        addr,
-        support::get("cors.t7h.test", "/api").header("origin", "https://one.t7h.test"),
-    )
-    .await;
-    assert_eq!(r.echo_name(), Some("echo-a"));
-    assert_eq!(
-        header(&r, "access-control-allow-origin"),
-        "https://one.t7h.test"
-    );
-    assert_eq!(header(&r, "access-control-allow-credentials"), "true");
-    assert!(
-        header(&r, "access-control-expose-headers")
-            .to_ascii_lowercase()
-            .contains("x-trace"),
-        "{r:?}"
-    );
+    let r = support::check_ingress_nginx_cors(addr, "t7h.test", "echo-a").await;
+    assert_eq!(r.header("access-control-allow-credentials"), "true");
 
     // Cookie affinity: the cookie's attributes, then one endpoint for every request
     // sending it (the Service has two).
     let r = support::http1(addr, "sticky.t7h.test", "/app/x")
         .await
         .unwrap();
-    let set = header(&r, "set-cookie").to_owned();
+    let set = r.header("set-cookie").to_owned();
     assert!(set.starts_with("SESS="), "{set:?}");
     assert!(set.contains("Path=/app"), "{set:?}");
     assert!(set.contains("Max-Age=3600"), "{set:?}");
@@ -203,7 +148,7 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     let r = support::http1(addr, "expiring.t7h.test", "/")
         .await
         .unwrap();
-    let set = header(&r, "set-cookie");
+    let set = r.header("set-cookie");
     assert!(
         set.starts_with("INGRESSCOOKIE="),
         "the default name: {set:?}"
@@ -237,7 +182,7 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
         .unwrap();
     assert_eq!(r.status, 308, "{r:?}");
     assert_eq!(
-        header(&r, "location"),
+        r.header("location"),
         format!(
             "https://secure.t7h.test:{}/page?q=1",
             ctx.ingress_https.port()
