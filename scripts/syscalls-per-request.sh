@@ -18,73 +18,22 @@ shift
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(plain retry)
 bench=${WEIR_BENCH:-target/release/weir-bench}
-out=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$out"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-backend_port=$(port)
-taskset -c 1 "$bench" backend --listen "127.0.0.1:$backend_port" >"$out/backend.log" 2>&1 &
-pids+=($!)
+. "$(dirname "$0")/per-request-site.sh"
+start_backend taskset -c 1
 
 for variant in "${variants[@]}"; do
-    case $variant in
-        plain) annotations="{}" ;;
-        retry) annotations='{nginx.ingress.kubernetes.io/proxy-next-upstream: "error timeout http_503"}' ;;
-        limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
-        *) echo "unknown variant $variant" >&2; exit 2 ;;
-    esac
-    dir="$out/$variant"
-    mkdir -p "$dir/manifests"
-    cat >"$dir/manifests/site.yaml" <<EOF
-apiVersion: weir.dev/v1alpha1
-kind: Backend
-metadata: {name: be, namespace: default}
-spec:
-  endpoints: ["127.0.0.1:$backend_port"]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: site, namespace: default, annotations: $annotations}
-spec:
-  rules:
-  - host: site.test
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: be}}}
-EOF
-    http=$(port)
-    https=$(port)
-    while [ "$https" = "$http" ]; do https=$(port); done
-    admin=$(port)
-    taskset -c 0 "$weir" run -c "$dir/manifests" --admin "127.0.0.1:$admin" \
-        --ingress-http "127.0.0.1:$http" --ingress-https "127.0.0.1:$https" --no-access-log \
-        >"$dir/weir.log" 2>&1 &
+    site "$variant"
+    # shellcheck disable=SC2046 # weir_args is a word list
+    taskset -c 0 "$weir" $(weir_args) >"$dir/weir.log" 2>&1 &
     w=$!
     pids+=("$w")
-    for _ in $(seq 1 300); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'host: site.test' "http://127.0.0.1:$http/")" = 200 ] && break
-        sleep 0.1
-    done
-    requests() { curl -s "http://127.0.0.1:$admin/metrics" | awk '/^weir_requests_total.*class="2xx"/ {s += $2} END {print s + 0}'; }
-    taskset -c 1 wrk -t1 -c16 -d2s -H 'Host: site.test' "http://127.0.0.1:$http/" >/dev/null
+    wait_served
+    wrk_load taskset -c 1 -- -d2s
     timeout 20 strace -c -f -p "$w" -o "$dir/strace.txt" 2>/dev/null &
     st=$!
     sleep 1
     r0=$(requests)
-    taskset -c 1 wrk -t1 -c16 -d5s -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
-    # Only proxied 2xx answers count. (wrk adds its own Host header unless the one given
-    # is spelled `Host`; weir answers a request with two Host headers 400, which is how
-    # an earlier version of this script measured 400s.)
-    if grep -q 'Non-2xx' "$dir/wrk.txt"; then
-        cat "$dir/wrk.txt" >&2
-        echo "$variant: wrk saw answers other than 2xx/3xx" >&2
-        exit 1
-    fi
+    wrk_load taskset -c 1 -- -d5s
     r1=$(requests)
     kill -INT "$st" 2>/dev/null || true
     wait "$st" 2>/dev/null || true

@@ -1,0 +1,92 @@
+# Sourced by scripts/instructions-callgrind.sh and scripts/syscalls-per-request.sh: one
+# plaintext Ingress host in front of `weir-bench backend`, per configuration variant, and
+# the count of the requests weir proxied. Expects `bench` (the weir-bench binary) set;
+# sets `out` (a temporary directory, removed at exit) and `pids` (killed at exit).
+
+out=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$out"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_backend [LAUNCHER ...]: the backend on a free port (in `backend_port`), run
+# through LAUNCHER (e.g. `taskset -c 1`) when given.
+start_backend() {
+    backend_port=$(port)
+    "$@" "$bench" backend --listen "127.0.0.1:$backend_port" >"$out/backend.log" 2>&1 &
+    pids+=($!)
+}
+
+# site VARIANT: writes $out/VARIANT/manifests (the Ingress with the variant's
+# annotations: plain none, retry `proxy-next-upstream: error timeout http_503` — the
+# retry path, no retry made — and limit `limit-rps` far above the load) and picks the
+# ports `http`, `https` and `admin`; sets `dir`.
+site() {
+    local annotations
+    case $1 in
+        plain) annotations="{}" ;;
+        retry) annotations='{nginx.ingress.kubernetes.io/proxy-next-upstream: "error timeout http_503"}' ;;
+        limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
+        *) echo "unknown variant $1" >&2; exit 2 ;;
+    esac
+    dir="$out/$1"
+    mkdir -p "$dir/manifests"
+    cat >"$dir/manifests/site.yaml" <<EOF
+apiVersion: weir.dev/v1alpha1
+kind: Backend
+metadata: {name: be, namespace: default}
+spec:
+  endpoints: ["127.0.0.1:$backend_port"]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: site, namespace: default, annotations: $annotations}
+spec:
+  rules:
+  - host: site.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {resource: {apiGroup: weir.dev, kind: Backend, name: be}}}
+EOF
+    http=$(port)
+    https=$(port)
+    while [ "$https" = "$http" ]; do https=$(port); done
+    admin=$(port)
+}
+
+# The arguments of `weir run` for the site.
+weir_args() {
+    echo run -c "$dir/manifests" --admin "127.0.0.1:$admin" \
+        --ingress-http "127.0.0.1:$http" --ingress-https "127.0.0.1:$https" --no-access-log
+}
+
+# Waits (up to 60 s) for the site to answer 200.
+wait_served() {
+    for _ in $(seq 1 300); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'host: site.test' "http://127.0.0.1:$http/")" = 200 ] && return
+        sleep 0.2
+    done
+}
+
+# The 2xx answers weir counted (weir_requests_total).
+requests() { curl -s "http://127.0.0.1:$admin/metrics" | awk '/^weir_requests_total.*class="2xx"/ {s += $2} END {print s + 0}'; }
+
+# wrk_load [LAUNCHER ...] -- WRK_ARGS: wrk against the site. Only proxied 2xx answers
+# count: it stops the script when wrk saw any other. (wrk adds its own Host header unless
+# the one given is spelled `Host`; weir answers a request with two Host headers 400,
+# which is how an earlier version of these scripts measured 400s.)
+wrk_load() {
+    local launcher=()
+    while [ "$1" != -- ]; do launcher+=("$1"); shift; done
+    shift
+    "${launcher[@]}" wrk -t1 -c16 "$@" -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
+    if grep -q 'Non-2xx' "$dir/wrk.txt"; then
+        cat "$dir/wrk.txt" >&2
+        echo "$variant: wrk saw answers other than 2xx/3xx" >&2
+        exit 1
+    fi
+}
