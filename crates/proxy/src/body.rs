@@ -205,6 +205,11 @@ struct Tee {
 }
 
 impl Replay {
+    /// The body of a request without one: every attempt sends an empty body.
+    pub(crate) fn nothing() -> Replay {
+        Replay(None)
+    }
+
     /// The body of the next attempt.
     pub(crate) fn body(&self) -> RequestBody {
         let tee = match &self.0 {

@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
-use weir_model::{Action, EndpointAddr, RouteRule, Timeouts};
+use weir_model::{Action, EndpointAddr, Retry, RouteRule, Timeouts};
 
-use crate::body::RequestBody;
+use crate::body::{Replay, RequestBody};
+use crate::endpoints::ClusterHealth;
 use crate::error::ProxyError;
 use crate::policy::Applied;
 use crate::router;
@@ -45,7 +46,103 @@ pub(crate) type Retried = (Result<Response<ProxyBody>, ProxyError>, u32, Endpoin
 /// The boxed future of a request with retries.
 pub(crate) type Forward = dyn Future<Output = Retried> + Send;
 
-/// Sends `head` and `body` to `first`, then retries as the rule says (see the module docs).
+/// What a retried request without a body keeps while its first attempt runs on the
+/// inline request future, as a request without retries does (`server::Forwarding`):
+/// a copy of its head, made before the head is addressed to the endpoint, and what the
+/// decision to retry needs. Only a retryable outcome moves the request to the boxed
+/// attempts ([`resume`]), so a retry policy costs the common request a head copy, not a
+/// boxed future of a few KiB moved and polled through.
+pub(crate) struct Kept {
+    ctx: Arc<ConnContext>,
+    applied: Applied,
+    head: http::request::Parts,
+    start: Instant,
+    health: Option<Arc<ClusterHealth>>,
+    /// The first attempt's endpoint.
+    addr: EndpointAddr,
+}
+
+impl Kept {
+    /// Keeps `head` (rewritten, not yet addressed) for retries of a request whose first
+    /// attempt goes to `first`, and counts the request into the cluster's retry budget.
+    pub(crate) fn new(
+        ctx: &Arc<ConnContext>,
+        applied: Applied,
+        head: &http::request::Parts,
+        start: Instant,
+        first: &Target,
+    ) -> Kept {
+        let health = first.in_flight.cluster();
+        if let Some(h) = &health {
+            h.deposit();
+        }
+        Kept {
+            ctx: Arc::clone(ctx),
+            applied,
+            head: clone_head(head),
+            start,
+            health,
+            addr: first.addr.clone(),
+        }
+    }
+
+    /// After the first attempt: the wait before the second, or `None` when `result` is
+    /// the answer.
+    pub(crate) fn retry_after(
+        &self,
+        rule: &RouteRule,
+        result: &UpstreamResult,
+    ) -> Option<Duration> {
+        let retry = self.applied.retry(rule);
+        let idempotent =
+            retry.is_some_and(|r| r.non_idempotent) || is_idempotent(&self.head.method);
+        let timeouts = &self.applied.timeouts;
+        wait_before(
+            retry,
+            idempotent,
+            result,
+            1,
+            timeouts,
+            self.start,
+            true,
+            self.health.as_ref(),
+        )
+    }
+}
+
+/// The attempts after a kept request's first (see [`Kept`]): `wait`, then a newly
+/// chosen endpoint, and on as the rule says. The response is relayed with
+/// `cors_origin`'s headers; the caller adds the rest (a generated cookie, a held place).
+pub(crate) fn resume(
+    kept: Kept,
+    rule: Arc<RouteRule>,
+    wait: Duration,
+    cors_origin: Option<crate::cors::Allowed>,
+) -> impl Future<Output = Retried> + Send {
+    let Kept {
+        ctx,
+        applied,
+        head,
+        start,
+        health,
+        addr,
+    } = kept;
+    let attempts = Attempts {
+        ctx,
+        rule,
+        applied,
+        head,
+        body: Replay::nothing(),
+        start,
+        cors_origin,
+        trace: None,
+        health,
+    };
+    run(attempts, Next::After { wait, failed: addr }, 1)
+}
+
+/// Sends `head` and `body` to `first`, then retries as the rule says (see the module
+/// docs): the boxed path, for requests with a body, traced attempts or an error page.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     ctx: Arc<ConnContext>,
@@ -58,25 +155,116 @@ pub(crate) async fn forward(
     start: Instant,
     trace: Option<crate::trace::AttemptTrace>,
 ) -> Retried {
-    let timeouts = &applied.timeouts;
-    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(applied.max_body());
     let mut first = first;
     let set_header = first.set_header.take();
-    let with_cookie = |r: Result<Response<ProxyBody>, ProxyError>| {
-        r.map(|mut resp| {
-            if let Some(h) = &set_header {
-                resp.headers_mut().append(h.0.clone(), h.1.clone());
-            }
-            resp
-        })
+    let replay_limit = applied.retry(&rule).map_or(0, |r| r.replay_body as usize);
+    let body = RequestBody::new(body, ctx.timeouts.body_idle)
+        .capped(applied.max_body())
+        .replayable(replay_limit);
+    let health = first.in_flight.cluster();
+    if let Some(h) = &health {
+        h.deposit();
+    }
+    let attempts = Attempts {
+        ctx,
+        rule,
+        applied,
+        head,
+        body,
+        start,
+        cors_origin,
+        trace,
+        health,
     };
-    let Some(retry) = applied.retry(&rule) else {
-        // Not reached: the caller checked. One attempt, as without retries.
-        let addr = first.addr.clone();
-        let backend = first.backend;
-        let result = attempt(&ctx, &rule, timeouts, first, clone_head(&head), body, start)
-            .await
-            .map(|(resp, lease)| {
+    let (result, made, addr) = run(attempts, Next::First(first), 0).await;
+    let result = result.map(|mut resp| {
+        if let Some(h) = set_header {
+            resp.headers_mut().append(h.0, h.1);
+        }
+        resp
+    });
+    (result, made, addr)
+}
+
+/// What every attempt of a request needs.
+struct Attempts {
+    ctx: Arc<ConnContext>,
+    rule: Arc<RouteRule>,
+    applied: Applied,
+    /// The head as rewritten, before it is addressed to an endpoint.
+    head: http::request::Parts,
+    body: Replay,
+    start: Instant,
+    cors_origin: Option<crate::cors::Allowed>,
+    trace: Option<crate::trace::AttemptTrace>,
+    health: Option<Arc<ClusterHealth>>,
+}
+
+/// Where the next attempt goes.
+enum Next {
+    First(Target),
+    /// After `wait`, to an endpoint chosen again (another than `failed` if it can).
+    After {
+        wait: Duration,
+        failed: EndpointAddr,
+    },
+}
+
+/// The attempts from `next` on, `made` having been made: each one's outcome decides
+/// whether another follows (see the module docs).
+async fn run(a: Attempts, mut next: Next, mut made: u32) -> Retried {
+    let Attempts {
+        ctx,
+        rule,
+        applied,
+        head,
+        body,
+        start,
+        cors_origin,
+        trace,
+        health,
+    } = a;
+    let retry = applied.retry(&rule);
+    let idempotent = retry.is_some_and(|r| r.non_idempotent) || is_idempotent(&head.method);
+    let timeouts = &applied.timeouts;
+    loop {
+        let target = match next {
+            Next::First(t) => t,
+            Next::After { wait, failed } => {
+                tokio::time::sleep(wait).await;
+                match choose_again(&ctx, &rule, &failed, applied.client_certificate()) {
+                    Ok(t) => t,
+                    Err(e) => return (Err(e), made, failed),
+                }
+            }
+        };
+        made += 1;
+        let addr = target.addr.clone();
+        let backend = target.backend;
+        let mut parts = clone_head(&head);
+        let span = trace
+            .as_ref()
+            .map(|t| (t.start(made, &mut parts.headers), SystemTime::now()));
+        let result = attempt(&ctx, &rule, timeouts, target, parts, body.body(), start).await;
+        if let (Some(t), Some((id, at))) = (&trace, span) {
+            let outcome = match &result {
+                Ok((resp, _)) => Ok(resp.status().as_u16()),
+                Err(e) => Err(error_type(e)),
+            };
+            t.ended(id, made, at, addr.clone(), outcome);
+        }
+        let wait = wait_before(
+            retry,
+            idempotent,
+            &result,
+            made,
+            timeouts,
+            start,
+            body.can_replay(),
+            health.as_ref(),
+        );
+        let Some(wait) = wait else {
+            let result = result.map(|(resp, lease)| {
                 relay(
                     &rule,
                     backend_filters(&rule, backend),
@@ -86,68 +274,43 @@ pub(crate) async fn forward(
                     lease,
                 )
             });
-        return (with_cookie(result), 1, addr);
-    };
-    let body = body.replayable(retry.replay_body as usize);
-    let health = first.in_flight.cluster();
-    if let Some(h) = &health {
-        h.deposit();
-    }
-    let idempotent = retry.non_idempotent || is_idempotent(&head.method);
-    let mut target = first;
-    let mut attempts = 1u32;
-    loop {
-        let addr = target.addr.clone();
-        let backend = target.backend;
-        let mut parts = clone_head(&head);
-        let span = trace
-            .as_ref()
-            .map(|t| (t.start(attempts, &mut parts.headers), SystemTime::now()));
-        let result = attempt(&ctx, &rule, timeouts, target, parts, body.body(), start).await;
-        if let (Some(t), Some((id, at))) = (&trace, span) {
-            let outcome = match &result {
-                Ok((resp, _)) => Ok(resp.status().as_u16()),
-                Err(e) => Err(error_type(e)),
-            };
-            t.ended(id, attempts, at, addr.clone(), outcome);
-        }
-        let retryable = match &result {
-            Ok((resp, _)) => idempotent && retry.retries_status(resp.status().as_u16()),
-            Err(ProxyError::Connect(_)) => true,
-            Err(ProxyError::Upstream(_) | ProxyError::Timeout) => idempotent,
-            Err(_) => false,
+            return (result, made, addr);
         };
-        let wait = backoff(retry.backoff, attempts);
-        let time_left = timeouts
-            .request_limit()
-            .is_none_or(|limit| start.elapsed() + wait < limit);
-        let again = retryable
-            && attempts <= retry.attempts
-            && body.can_replay()
-            && time_left
-            && health.as_ref().is_none_or(|h| h.retry(Instant::now()));
-        if !again {
-            let result = match result {
-                Ok((resp, lease)) => Ok(relay(
-                    &rule,
-                    backend_filters(&rule, backend),
-                    cors_origin.as_ref(),
-                    None,
-                    resp,
-                    lease,
-                )),
-                Err(e) => Err(e),
-            };
-            return (with_cookie(result), attempts, addr);
-        }
         drop(result);
-        tokio::time::sleep(wait).await;
-        attempts += 1;
-        target = match choose_again(&ctx, &rule, &addr, applied.client_certificate()) {
-            Ok(t) => t,
-            Err(e) => return (Err(e), attempts - 1, addr),
-        };
+        next = Next::After { wait, failed: addr };
     }
+}
+
+/// After attempt number `made` ended with `result`: the wait before the next, or
+/// `None` when `result` is the answer. A retry needs a retryable outcome (see the module
+/// docs), attempts left, a body that can be sent again, room in the request timeout for
+/// the wait, and the cluster's retry budget (taken last: only a retry made spends it).
+#[allow(clippy::too_many_arguments)]
+fn wait_before(
+    retry: Option<&Retry>,
+    idempotent: bool,
+    result: &UpstreamResult,
+    made: u32,
+    timeouts: &Timeouts,
+    start: Instant,
+    can_replay: bool,
+    health: Option<&Arc<ClusterHealth>>,
+) -> Option<Duration> {
+    let retry = retry?;
+    let retryable = match result {
+        Ok((resp, _)) => idempotent && retry.retries_status(resp.status().as_u16()),
+        Err(ProxyError::Connect(_)) => true,
+        Err(ProxyError::Upstream(_) | ProxyError::Timeout) => idempotent,
+        Err(_) => false,
+    };
+    if !retryable || made > retry.attempts || !can_replay {
+        return None;
+    }
+    let wait = backoff(retry.backoff, made);
+    let time_left = timeouts
+        .request_limit()
+        .is_none_or(|limit| start.elapsed() + wait < limit);
+    (time_left && health.is_none_or(|h| h.retry(Instant::now()))).then_some(wait)
 }
 
 /// The `error.type` of an attempt's client span that got no response.
@@ -240,15 +403,12 @@ fn backoff(base: Duration, n: u32) -> Duration {
 /// A copy of the request head (method, URI, version, headers; extensions are not
 /// needed upstream).
 fn clone_head(head: &http::request::Parts) -> http::request::Parts {
-    let mut b = Request::builder()
-        .method(head.method.clone())
-        .uri(head.uri.clone())
-        .version(head.version);
-    if let Some(h) = b.headers_mut() {
-        *h = head.headers.clone();
-    }
-    let (parts, ()) = b.body(()).unwrap_or_default().into_parts();
-    parts
+    let mut req = Request::new(());
+    *req.method_mut() = head.method.clone();
+    *req.uri_mut() = head.uri.clone();
+    *req.version_mut() = head.version;
+    *req.headers_mut() = head.headers.clone();
+    req.into_parts().0
 }
 
 #[cfg(test)]

@@ -273,7 +273,16 @@ impl<S: Future<Output = UpstreamResult>> Future for Handling<S> {
             StateProj::Done { result } => result.take().unwrap_or(Err(ProxyError::BadRequest(
                 "request polled after its response",
             ))),
-            StateProj::Forwarding { fwd } => std::task::ready!(fwd.poll(cx)),
+            StateProj::Forwarding { mut fwd } => {
+                let result = std::task::ready!(fwd.as_mut().poll(cx));
+                if let (Some(log), Some((attempts, upstream))) =
+                    (this.log.as_deref_mut(), fwd.retried())
+                {
+                    log.attempts = attempts;
+                    log.upstream = Some(upstream);
+                }
+                result
+            }
             StateProj::Intercepting { fut } => std::task::ready!(fut.as_mut().poll(cx)),
             StateProj::Verifying { fut } => {
                 let (result, second) = std::task::ready!(fut.as_mut().poll(cx));
@@ -447,7 +456,15 @@ fn verify_then_forward(
         }
         let logged = ctx.shared.access_log.is_some() || ctx.shared.tracer.is_some();
         match phases(&ctx, req, start, logged.then_some(&mut log)) {
-            Ok(Routed::Forward(fwd)) => (fwd.await, log),
+            Ok(Routed::Forward(fwd)) => {
+                let mut fwd = std::pin::pin!(fwd);
+                let result = fwd.as_mut().await;
+                if let Some((attempts, upstream)) = fwd.retried() {
+                    log.attempts = attempts;
+                    log.upstream = Some(upstream);
+                }
+                (result, log)
+            }
             Ok(Routed::Retrying(fut)) => {
                 let (result, attempts, upstream) = fut.await;
                 log.attempts = attempts;
@@ -661,7 +678,12 @@ fn phases(
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
     rewritten.max_body = applied.max_body();
-    if retried {
+    // A retried request without a body (not traced per attempt, no error page) sends its
+    // first attempt on the inline future, as any request does, with a copy of its head
+    // kept (`retry::Kept`); only a retryable outcome moves it to the boxed attempts.
+    let inline_retry =
+        retried && attempt_trace.is_none() && pending.is_none() && rewritten.body.is_end_stream();
+    if retried && !inline_retry {
         // The head is kept for the retries; the attempts run in one boxed future, so
         // requests without retries keep the small inline one.
         let fut = retry::forward(
@@ -691,12 +713,14 @@ fn phases(
             }),
         }));
     }
-    address(&mut rewritten.parts, &rule, &target)?;
     let limit = attempt_limit(ctx, &applied.timeouts, start);
+    let kept =
+        inline_retry.then(|| retry::Kept::new(ctx, applied, &rewritten.parts, start, &target));
+    address(&mut rewritten.parts, &rule, &target)?;
     if let Some(p) = pending {
         // Boxed, as retries are: only rules with the filter pay for it.
         let upstream = target.addr.clone();
-        let fwd = send(ctx, rule, target, rewritten, limit, held);
+        let fwd = send(ctx, rule, target, rewritten, limit, held, None);
         let ctx = Arc::clone(ctx);
         return Ok(Routed::Retrying(Box::pin(async move {
             let result = intercept::after(ctx, p, fwd.await).await;
@@ -704,7 +728,7 @@ fn phases(
         })));
     }
     Ok(Routed::Forward(send(
-        ctx, rule, target, rewritten, limit, held,
+        ctx, rule, target, rewritten, limit, held, kept,
     )))
 }
 
@@ -1055,6 +1079,7 @@ fn send(
     rewritten: Rewritten,
     limit: Option<Duration>,
     held: Option<Box<InProgress>>,
+    kept: Option<retry::Kept>,
 ) -> Forwarding<impl Future<Output = UpstreamResult> + Send + use<>> {
     let Rewritten {
         parts,
@@ -1077,15 +1102,20 @@ fn send(
         rule,
         backend: target.backend,
         client_upgrade,
-        extra: (cors_origin.is_some() || target.set_header.is_some() || held.is_some()).then(
-            || {
-                Box::new(Extra {
-                    cors_origin,
-                    set_header: target.set_header.map(|h| *h),
-                    held,
-                })
-            },
-        ),
+        extra: (cors_origin.is_some()
+            || target.set_header.is_some()
+            || held.is_some()
+            || kept.is_some())
+        .then(|| {
+            Box::new(Extra {
+                cors_origin,
+                set_header: target.set_header.map(|h| *h),
+                held,
+                kept,
+                retrying: None,
+                retried: None,
+            })
+        }),
         in_flight: Some(target.in_flight),
     }
 }
@@ -1114,6 +1144,30 @@ struct Extra {
     set_header: Option<(HeaderName, HeaderValue)>,
     /// The request's place under a concurrency limit, moved to the response body.
     held: Option<Box<InProgress>>,
+    /// A retried request's head and settings while its first attempt is sent.
+    kept: Option<retry::Kept>,
+    /// The attempts after the first, once its outcome was retryable.
+    retrying: Option<Pin<Box<retry::Forward>>>,
+    /// The attempts made and the last one's endpoint, once `retrying` ended.
+    retried: Option<(u32, EndpointAddr)>,
+}
+
+impl Extra {
+    /// Adds the generated header and hands the held place to the response.
+    fn finish(&mut self, mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        if let Some((name, value)) = self.set_header.take() {
+            resp.headers_mut().append(name, value);
+        }
+        holding(resp, self.held.take())
+    }
+}
+
+impl<S> Forwarding<S> {
+    /// The attempts made and the last one's endpoint, when the request was retried (once,
+    /// after it is ready).
+    fn retried(self: Pin<&mut Self>) -> Option<(u32, EndpointAddr)> {
+        self.project().extra.as_mut()?.retried.take()
+    }
 }
 
 impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
@@ -1121,14 +1175,42 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        if let Some(extra) = this.extra.as_deref_mut()
+            && let Some(rest) = &mut extra.retrying
+        {
+            let (result, attempts, upstream) = std::task::ready!(rest.as_mut().poll(cx));
+            extra.retrying = None;
+            extra.retried = Some((attempts, upstream));
+            return Poll::Ready(result.map(|resp| extra.finish(resp)));
+        }
         let result = std::task::ready!(this.send.poll(cx));
         if let Some(in_flight) = this.in_flight.take() {
             in_flight.finish(outcome(&result));
         }
+        if let Some(extra) = this.extra.as_deref_mut()
+            && let Some(kept) = extra.kept.take()
+            && let Some(wait) = kept.retry_after(this.rule, &result)
+        {
+            drop(result);
+            let cors_origin = extra.cors_origin.take();
+            let mut rest: Pin<Box<retry::Forward>> = Box::pin(retry::resume(
+                kept,
+                Arc::clone(this.rule),
+                wait,
+                cors_origin,
+            ));
+            let polled = rest.as_mut().poll(cx);
+            let Poll::Ready((result, attempts, upstream)) = polled else {
+                extra.retrying = Some(rest);
+                return Poll::Pending;
+            };
+            extra.retried = Some((attempts, upstream));
+            return Poll::Ready(result.map(|resp| extra.finish(resp)));
+        }
         let (resp, lease) = result?;
         let rule = &**this.rule;
-        let extra = this.extra.take();
-        let mut resp = relay(
+        let extra = this.extra.as_deref_mut();
+        let resp = relay(
             rule,
             backend_filters(rule, *this.backend),
             extra.as_ref().and_then(|e| e.cors_origin.as_ref()),
@@ -1136,13 +1218,10 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
             resp,
             lease,
         );
-        if let Some(extra) = extra {
-            if let Some((name, value)) = extra.set_header {
-                resp.headers_mut().append(name, value);
-            }
-            resp = holding(resp, extra.held);
-        }
-        Poll::Ready(Ok(resp))
+        Poll::Ready(Ok(match extra {
+            Some(extra) => extra.finish(resp),
+            None => resp,
+        }))
     }
 }
 

@@ -246,3 +246,67 @@ async fn the_retry_budget_bounds_retries() {
     );
     assert!(p.metric("weir_upstream_retry_budget_exhausted_total") > 0);
 }
+
+/// A retried request keeps what its first attempt was sent with: an actual CORS request
+/// whose first endpoint answers 503 gets the other's answer with the CORS headers.
+#[tokio::test]
+async fn a_retried_answer_keeps_its_cors_headers() {
+    use weir_model::{Cors, CorsNames, CorsOrigin, Filter, RouteKind, RouteRef, Timeouts};
+    let good = Switchable::start("good").await;
+    let bad = Switchable::start("bad").await;
+    bad.fail(true);
+    let cors = Cors {
+        allow_origins: vec![CorsOrigin::Exact("https://app.test".into())],
+        allow_methods: CorsNames::Any,
+        allow_headers: CorsNames::Any,
+        expose_headers: CorsNames::Listed(vec!["x-trace".into()]),
+        allow_credentials: false,
+        max_age: 5,
+    };
+    let with_cors = Arc::new(RouteRule::new(
+        RouteRef {
+            kind: RouteKind::HttpRoute,
+            namespace: "default".into(),
+            name: "cors".into(),
+            rule: 0,
+        },
+        weir_model::RequestMatch {
+            path: weir_model::PathMatch::Prefix("/".into()),
+            headers: vec![],
+            query: vec![],
+            method: None,
+        },
+        vec![Filter::Cors(Arc::new(cors))],
+        forward(&[("c", 1)]),
+        Timeouts::default(),
+    ));
+    let p = Proxy::start(vec![
+        listener(Protocol::Http),
+        vhost(Some("r.test"), vec![with_retry(with_cors, 2, &[503])]),
+        cluster("c", &[bad.addr, good.addr], UpstreamProtocol::Http1),
+    ])
+    .await;
+    let mut c = Conn::h1(p.addr).await;
+    for i in 0..6 {
+        let r = c
+            .request(
+                Method::GET,
+                "r.test",
+                "/",
+                &[("origin", "https://app.test")],
+            )
+            .await;
+        assert_eq!(r.status, 200, "#{i}");
+        assert_eq!(
+            r.headers.get("access-control-allow-origin").unwrap(),
+            "https://app.test",
+            "#{i}"
+        );
+        assert_eq!(
+            r.headers.get("access-control-expose-headers").unwrap(),
+            "x-trace",
+            "#{i}"
+        );
+    }
+    assert!(bad.served() >= 1, "some first attempts were answered 503");
+}

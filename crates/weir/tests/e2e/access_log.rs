@@ -243,3 +243,91 @@ async fn records_carry_only_the_fields_asked_for() {
     assert_eq!(r["status"], 200);
     assert_eq!(r["route"], "HTTPRoute/default/app#0");
 }
+
+/// A retried request's record counts its attempts and names the endpoint that answered,
+/// whether its first attempt was sent on the request's own future (a request without a
+/// body) or by the retry loop from the start (a body kept for replay): with one endpoint
+/// refusing connections, every request is answered by the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_count_the_attempts_of_a_retried_request() {
+    let port = free_port();
+    let a = echo("a").await;
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let settings = AccessLogSettings {
+        output: AccessLogOutput::File {
+            path: path.clone(),
+            max_bytes: 0,
+            every: None,
+            keep: 0,
+        },
+        fields: AccessLogFields::parse("request_id,method,status,upstream,attempts").unwrap(),
+        queue: 64,
+    };
+    let retry = "apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: retry, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: app}]
+  retry: {attempts: 2, codes: [503], backoff: 1ms}
+";
+    let manifests = format!(
+        "{}---\n{retry}",
+        crate::policies::manifests(port, &backend("default", "a", &[refused, a]))
+    );
+    let _gw = Gateway::start_edited(&[("app.yaml", manifests)], |o| {
+        o.access_log = Some(settings)
+    })
+    .await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            call(addr, None, "warmup").await.status == 200
+        })
+        .await,
+        "the route is live"
+    );
+    // Round robin over two endpoints: of four requests of each kind, some start on the
+    // refusing one (before outlier detection ejects it after five failures).
+    for i in 0..4 {
+        assert_eq!(call(addr, None, &format!("get-{i}")).await.status, 200);
+        let req = http::Request::post("http://app.test/logged")
+            .header("host", "app.test")
+            .header("x-request-id", format!("post-{i}"))
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"kept",
+            )))
+            .unwrap();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(tcp);
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        assert_eq!(tx.send_request(req).await.unwrap().status(), 200);
+    }
+    let mut all = Vec::new();
+    for _ in 0..500 {
+        all = records(&path, 0);
+        if of(&all, "get-").len() == 4 && of(&all, "post-").len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for prefix in ["get-", "post-"] {
+        let recs = of(&all, prefix);
+        assert_eq!(recs.len(), 4, "records: {all:#?}");
+        for r in &recs {
+            assert_eq!(r["status"], 200, "{r}");
+            assert_eq!(r["upstream"], a.to_string(), "the answering endpoint: {r}");
+            let n = r["attempts"].as_u64().unwrap();
+            assert!((1..=2).contains(&n), "{r}");
+        }
+        assert!(
+            recs.iter().any(|r| r["attempts"] == 2),
+            "a {prefix} request was retried: {recs:#?}"
+        );
+    }
+}
