@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
+    ListenerSection,
     Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker,
     ClientValidation, ClientValidationMode, Cluster, ClusterKey, ConnectionLimits,
     ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Ejection,
@@ -130,6 +131,21 @@ fn target_to_wire(t: &PolicyTarget) -> wire::PolicyTarget {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             }),
+            PolicyTarget::Listener {
+                gateway,
+                set,
+                section,
+            } => Target::Listener(wire::ListenerTarget {
+                gateway: gateway.to_string(),
+                set: set.as_deref().unwrap_or_default().to_owned(),
+                section: section.to_string(),
+            }),
+            PolicyTarget::ListenerSet { gateway, set } => {
+                Target::ListenerSet(wire::ListenerSetTarget {
+                    gateway: gateway.to_string(),
+                    set: set.to_string(),
+                })
+            }
         }),
     }
 }
@@ -151,6 +167,25 @@ fn target_from_wire(t: &wire::PolicyTarget) -> Result<PolicyTarget, InvalidResou
             namespace: b.namespace.as_str().into(),
             name: b.name.as_str().into(),
         },
+        Target::Listener(l) => {
+            if l.section.is_empty() {
+                return Err(missing("listener.section"));
+            }
+            PolicyTarget::Listener {
+                gateway: l.gateway.as_str().into(),
+                set: (!l.set.is_empty()).then(|| l.set.as_str().into()),
+                section: l.section.as_str().into(),
+            }
+        }
+        Target::ListenerSet(l) => {
+            if l.set.is_empty() {
+                return Err(missing("listener_set.set"));
+            }
+            PolicyTarget::ListenerSet {
+                gateway: l.gateway.as_str().into(),
+                set: l.set.as_str().into(),
+            }
+        }
     })
 }
 
@@ -1353,11 +1388,18 @@ fn policy_name(p: &Policy) -> Arc<str> {
 /// the listener at all (the hub logs it, and withholds what lies under the listener);
 /// a listener validating client certificates (version 4) — an older data plane would
 /// serve it without asking for one, opening what the CAs guard.
+///
+/// A listener with sections (version 6: a policy targets a listener or ListenerSet of
+/// its Gateway) is withheld from data planes of version 5 or older: they cannot be sent
+/// those policies (`sent_to_version`), and serving the listener without them could open
+/// what an authentication, address or rate-limit policy guards. Its traffic fails there
+/// (the socket is not bound) until the data plane is upgraded.
 pub fn withheld(r: &Resource, version: u32) -> bool {
     match r {
         Resource::Listener(l) => {
             (version < 3 && l.settings.proxy_protocol.is_some())
                 || (version < 4 && l.settings.client_validation.is_some())
+                || (version < 6 && !l.sections.is_empty())
         }
         _ => false,
     }
@@ -1367,8 +1409,15 @@ pub fn withheld(r: &Resource, version: u32) -> bool {
 /// on a Service or Backend ([`PolicyTarget::Backend`]; health checks, circuit breaking)
 /// came with version 2: data planes of versions 0 and 1 cannot decode its key, and are
 /// not sent one; they serve as their releases did (no probes, no limits).
+///
+/// A policy on a listener or a ListenerSet came with version 6: older data planes cannot
+/// decode its key and are not sent one (nor the listeners it covers: `withheld`).
 pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
-    version >= 2 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
+    match k {
+        ResourceKey::Policy(PolicyTarget::Backend { .. }) => version >= 2,
+        ResourceKey::Policy(t) if t.is_listener() => version >= 6,
+        _ => true,
+    }
 }
 
 /// A key from the wire.
@@ -1432,6 +1481,15 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             gateway: l.gateway.to_string(),
             name: l.name.to_string(),
             settings: (!l.settings.is_default()).then(|| settings_to_wire(&l.settings)),
+            sections: l
+                .sections
+                .iter()
+                .map(|s| wire::ListenerSection {
+                    hostname: Some(host_to_wire(&s.hostname)),
+                    set: s.set.as_deref().unwrap_or_default().to_owned(),
+                    name: s.name.to_string(),
+                })
+                .collect(),
         }),
         Resource::VirtualHost(v) => R::VirtualHost(wire::VirtualHost {
             listener: v.listener.0.to_string(),
@@ -1668,6 +1726,19 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                     Some(s) => settings_from_wire(s)?,
                     None => ListenerSettings::default(),
                 },
+            )
+            .with_sections(
+                l.sections
+                    .iter()
+                    .map(|s| {
+                        Ok(ListenerSection {
+                            hostname: host_from_wire("sections.hostname", s.hostname.as_ref())?,
+                            set: (!s.set.is_empty()).then(|| s.set.as_str().into()),
+                            name: s.name.as_str().into(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, InvalidResource>>()?
+                    .into(),
             ))),
             R::VirtualHost(v) => {
                 let rules = v
