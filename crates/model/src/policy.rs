@@ -22,26 +22,6 @@ pub enum PolicyTarget {
     /// Every request on the listeners whose [`crate::Listener::gateway`] is this
     /// (`namespace/name`).
     Gateway(Arc<str>),
-    /// Every request one Gateway listener serves (a Gateway's by `sectionName`, or one
-    /// of a ListenerSet's): the data plane finds it through the socket's
-    /// [`crate::ListenerSection`] serving the request's host.
-    Listener {
-        /// The Gateway the listener belongs to, directly or through its ListenerSet
-        /// (`namespace/name`, as [`crate::Listener::gateway`]).
-        gateway: Arc<str>,
-        /// The ListenerSet (`namespace/name`) the listener is part of; `None` for the
-        /// Gateway's own listeners.
-        set: Option<Arc<str>>,
-        /// The listener's name.
-        section: Arc<str>,
-    },
-    /// Every request on the listeners of one ListenerSet (attached to `gateway`).
-    ListenerSet {
-        /// The Gateway the set is attached to (`namespace/name`).
-        gateway: Arc<str>,
-        /// The ListenerSet (`namespace/name`).
-        set: Arc<str>,
-    },
     /// Every rule of one route object.
     Route {
         /// Object kind.
@@ -64,6 +44,28 @@ pub enum PolicyTarget {
         namespace: Arc<str>,
         /// Object name.
         name: Arc<str>,
+    },
+    // Variants are only appended: the derived `Hash` writes the variant's index, which
+    // every policy's content hash covers (older data planes check it).
+    /// Every request one Gateway listener serves (a Gateway's by `sectionName`, or one
+    /// of a ListenerSet's): the data plane finds it through the socket's
+    /// [`crate::ListenerSection`] serving the request's host.
+    Listener {
+        /// The Gateway the listener belongs to, directly or through its ListenerSet
+        /// (`namespace/name`, as [`crate::Listener::gateway`]).
+        gateway: Arc<str>,
+        /// The ListenerSet (`namespace/name`) the listener is part of; `None` for the
+        /// Gateway's own listeners.
+        set: Option<Arc<str>>,
+        /// The listener's name.
+        section: Arc<str>,
+    },
+    /// Every request on the listeners of one ListenerSet (attached to `gateway`).
+    ListenerSet {
+        /// The Gateway the set is attached to (`namespace/name`).
+        gateway: Arc<str>,
+        /// The ListenerSet (`namespace/name`).
+        set: Arc<str>,
     },
 }
 

@@ -2564,4 +2564,112 @@ mod tests {
         let e = resource_from_wire(&wire).unwrap_err().to_string();
         assert!(e.contains("access_log.fields"), "{e}");
     }
+
+    /// Listener and ListenerSet targets (version 6) and a listener's sections cross the
+    /// wire; a listener without sections keeps the hash a version-5 data plane computes.
+    #[test]
+    fn listener_targets_and_sections_round_trip() {
+        for target in [
+            PolicyTarget::Listener {
+                gateway: "ns/gw".into(),
+                set: None,
+                section: "http".into(),
+            },
+            PolicyTarget::Listener {
+                gateway: "ns/gw".into(),
+                set: Some("ns/set".into()),
+                section: "a".into(),
+            },
+            PolicyTarget::ListenerSet {
+                gateway: "ns/gw".into(),
+                set: "ns/set".into(),
+            },
+        ] {
+            let p = Policy::new(
+                target.clone(),
+                Timeouts {
+                    request: Some(Duration::from_secs(2)),
+                    backend_request: None,
+                },
+                None,
+                None,
+            );
+            let r = Resource::Policy(Arc::new(p));
+            let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+            assert_eq!(back, r);
+            let k = ResourceKey::Policy(target);
+            assert_eq!(key_from_wire(&key_to_wire(&k)).unwrap(), k);
+        }
+        let plain = Listener::new(
+            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            Protocol::Http,
+            "ns/gw".into(),
+            "http,a".into(),
+        );
+        let sectioned = plain.clone().with_sections(Arc::from([
+            ListenerSection {
+                hostname: HostMatch::Any,
+                set: None,
+                name: "http".into(),
+            },
+            ListenerSection {
+                hostname: HostMatch::Exact("a.test".into()),
+                set: Some("ns/set".into()),
+                name: "a".into(),
+            },
+        ]));
+        assert_ne!(sectioned.hash(), plain.hash());
+        assert_eq!(
+            plain.clone().with_sections(Arc::from([])).hash(),
+            plain.hash(),
+            "no sections: the version-5 hash"
+        );
+        let r = Resource::Listener(Arc::new(sectioned.clone()));
+        let Resource::Listener(back) = resource_from_wire(&resource_to_wire(&r)).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!((back.hash(), &back.sections), (sectioned.hash(), &sectioned.sections));
+    }
+
+    /// A data plane of version 5 or older is sent no listener or ListenerSet policy, and
+    /// not the listeners such policies cover (it would serve them unchecked); listeners
+    /// without sections and other policies reach it as before.
+    #[test]
+    fn listener_policies_and_their_listeners_are_withheld_from_version_5() {
+        let listener_policy = ResourceKey::Policy(PolicyTarget::Listener {
+            gateway: "ns/gw".into(),
+            set: None,
+            section: "http".into(),
+        });
+        let set_policy = ResourceKey::Policy(PolicyTarget::ListenerSet {
+            gateway: "ns/gw".into(),
+            set: "ns/set".into(),
+        });
+        let gateway_policy = ResourceKey::Policy(PolicyTarget::Gateway("ns/gw".into()));
+        for k in [&listener_policy, &set_policy] {
+            assert!(sent_to_version(k, crate::PROTOCOL_VERSION));
+            assert!(sent_to_version(k, 6));
+            assert!(!sent_to_version(k, 5));
+            assert!(!sent_to_version(k, 2));
+        }
+        assert!(sent_to_version(&gateway_policy, 5));
+        let plain = Listener::new(
+            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            Protocol::Http,
+            "ns/gw".into(),
+            "http".into(),
+        );
+        let sectioned = plain.clone().with_sections(Arc::from([ListenerSection {
+            hostname: HostMatch::Any,
+            set: None,
+            name: "http".into(),
+        }]));
+        let plain = Resource::Listener(Arc::new(plain));
+        let sectioned = Resource::Listener(Arc::new(sectioned));
+        assert!(!withheld(&sectioned, 6));
+        assert!(withheld(&sectioned, 5));
+        assert!(withheld(&sectioned, 2));
+        assert!(!withheld(&plain, 5));
+        assert_eq!(for_version(&plain, 5).as_ref(), &plain);
+    }
 }
