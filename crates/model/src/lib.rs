@@ -55,9 +55,8 @@ pub use host::{HostMatch, InvalidHostname};
 pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
-    ListenerSection,
     ClientValidation, ClientValidationMode, ConnectionLimits, ConnectionTimeouts, Listener,
-    ListenerKey, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
+    ListenerKey, ListenerSection, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
 };
 pub use observability::{
     ACCESS_LOG_FIELDS, AccessLogPolicy, InvalidAccessLogField, SAMPLING_SCALE, TracingPolicy,

@@ -863,7 +863,12 @@ mod tests {
             set: "ns/set".into(),
         };
         let mut s = snapshot(vec![
-            Policy::new(PolicyTarget::route_of(&r.route), secs(Some(1), None), None, None),
+            Policy::new(
+                PolicyTarget::route_of(&r.route),
+                secs(Some(1), None),
+                None,
+                None,
+            ),
             Policy::new(listener.clone(), secs(Some(2), Some(2)), None, None),
             Policy::new(set.clone(), secs(Some(3), Some(3)), Some(retry(3)), None),
             Policy::new(

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_model::{
-    ListenerSection,
     Action, ApiKeyAuth, BackendKind, BackendTls, BasicAuth, Certificate, CircuitBreaker,
     ClientValidation, ClientValidationMode, Cluster, ClusterKey, ConnectionLimits,
     ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Ejection,
     Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
     GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
     IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
-    Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit,
+    Limits, Listener, ListenerKey, ListenerSection, ListenerSettings, LoadBalancer, LocalRateLimit,
     OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
     PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
     RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
@@ -1709,37 +1708,39 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
     use wire::resource::Resource as R;
     Ok(
         match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
-            R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
-                ListenerKey(addr("address", &l.address)?),
-                match wire::ListenerProtocol::try_from(l.protocol) {
-                    Ok(wire::ListenerProtocol::Http) => Protocol::Http,
-                    Ok(wire::ListenerProtocol::Https) => Protocol::Https,
-                    Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
-                    Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
-                    Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
-                    Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
-                    Err(_) => return Err(invalid("protocol", l.protocol)),
-                },
-                l.gateway.as_str().into(),
-                l.name.as_str().into(),
-                match &l.settings {
-                    Some(s) => settings_from_wire(s)?,
-                    None => ListenerSettings::default(),
-                },
-            )
-            .with_sections(
-                l.sections
-                    .iter()
-                    .map(|s| {
-                        Ok(ListenerSection {
-                            hostname: host_from_wire("sections.hostname", s.hostname.as_ref())?,
-                            set: (!s.set.is_empty()).then(|| s.set.as_str().into()),
-                            name: s.name.as_str().into(),
+            R::Listener(l) => Resource::Listener(Arc::new(
+                Listener::with_settings(
+                    ListenerKey(addr("address", &l.address)?),
+                    match wire::ListenerProtocol::try_from(l.protocol) {
+                        Ok(wire::ListenerProtocol::Http) => Protocol::Http,
+                        Ok(wire::ListenerProtocol::Https) => Protocol::Https,
+                        Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                        Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
+                        Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
+                        Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
+                        Err(_) => return Err(invalid("protocol", l.protocol)),
+                    },
+                    l.gateway.as_str().into(),
+                    l.name.as_str().into(),
+                    match &l.settings {
+                        Some(s) => settings_from_wire(s)?,
+                        None => ListenerSettings::default(),
+                    },
+                )
+                .with_sections(
+                    l.sections
+                        .iter()
+                        .map(|s| {
+                            Ok(ListenerSection {
+                                hostname: host_from_wire("sections.hostname", s.hostname.as_ref())?,
+                                set: (!s.set.is_empty()).then(|| s.set.as_str().into()),
+                                name: s.name.as_str().into(),
+                            })
                         })
-                    })
-                    .collect::<Result<Vec<_>, InvalidResource>>()?
-                    .into(),
-            ))),
+                        .collect::<Result<Vec<_>, InvalidResource>>()?
+                        .into(),
+                ),
+            )),
             R::VirtualHost(v) => {
                 let rules = v
                     .rules
@@ -2628,7 +2629,10 @@ mod tests {
         let Resource::Listener(back) = resource_from_wire(&resource_to_wire(&r)).unwrap() else {
             unreachable!()
         };
-        assert_eq!((back.hash(), &back.sections), (sectioned.hash(), &sectioned.sections));
+        assert_eq!(
+            (back.hash(), &back.sections),
+            (sectioned.hash(), &sectioned.sections)
+        );
     }
 
     /// A data plane of version 5 or older is sent no listener or ListenerSet policy, and

@@ -26,12 +26,12 @@ pub(crate) use deps::DepIndex;
 pub(crate) use emitter::{Desired, Emitter};
 pub(crate) use gateway_index::{GatewayIndex, GatewayOutputs};
 pub(crate) use hosts::{HostKey, HostTable, SniOwner};
-pub(crate) use sockets::SectionOrder;
 pub(crate) use index::{MultiIndex, OrdIndex};
 pub(crate) use kind_claims::{Claim, KindClaims};
 pub(crate) use l4::L4Table;
 pub(crate) use policies::PolicyIndex;
 pub(crate) use refcount::RefCount;
+pub(crate) use sockets::SectionOrder;
 pub(crate) use sockets::Sockets;
 
 /// IR resources whose desired version may have changed in this batch: the emitter

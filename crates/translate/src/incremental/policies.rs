@@ -374,7 +374,10 @@ impl PolicyIndex {
             return (false, Reason::Invalid, why);
         }
         if !self.resolved.contains_key(t) {
-            let part = if t.kind.is_some_and(|k| k == Kind::Gateway || k.is_listener_set()) {
+            let part = if t
+                .kind
+                .is_some_and(|k| k == Kind::Gateway || k.is_listener_set())
+            {
                 "listener"
             } else {
                 "rule"
@@ -561,7 +564,11 @@ fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
         // One listener of the Gateway, by name.
         Object::Gateway(g) => {
             let section = t.section.clone()?;
-            g.spec.listeners.iter().any(|l| *l.name == *section).then_some(())?;
+            g.spec
+                .listeners
+                .iter()
+                .any(|l| *l.name == *section)
+                .then_some(())?;
             return Some(PolicyTarget::Listener {
                 gateway: format!("{}/{}", t.namespace, t.name).into(),
                 set: None,
@@ -578,7 +585,10 @@ fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
             return match &t.section {
                 None => Some(PolicyTarget::ListenerSet { gateway, set }),
                 Some(section) => {
-                    spec.listeners.iter().any(|l| *l.name == **section).then_some(())?;
+                    spec.listeners
+                        .iter()
+                        .any(|l| *l.name == **section)
+                        .then_some(())?;
                     Some(PolicyTarget::Listener {
                         gateway,
                         set: Some(set),

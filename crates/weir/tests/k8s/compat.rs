@@ -305,7 +305,10 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
                 support::http1(s.addr, "compat.test", "/").await.is_err()
             })
             .await;
-            assert!(closed, "a version-{version} data plane still serves the listener");
+            assert!(
+                closed,
+                "a version-{version} data plane still serves the listener"
+            );
         } else {
             until_http(s.addr, "compat.test", "/", Err(403)).await;
         }

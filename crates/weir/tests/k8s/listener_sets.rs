@@ -219,16 +219,17 @@ async fn set_status_and_traffic(ctx: Arc<Ctx>, kind: (&'static str, &'static str
         ],
     )
     .await;
-    let entry = |s: &serde_json::Value, name: &str, section: Option<&str>, status: &str, reason: &str| {
-        s["ancestors"].as_array().is_some_and(|a| {
-            a.iter().any(|e| {
-                e["controllerName"] == CONTROLLER
-                    && e["ancestorRef"]["name"] == name
-                    && e["ancestorRef"]["sectionName"].as_str() == section
-                    && has(&e["conditions"], "Accepted", status, reason)
+    let entry =
+        |s: &serde_json::Value, name: &str, section: Option<&str>, status: &str, reason: &str| {
+            s["ancestors"].as_array().is_some_and(|a| {
+                a.iter().any(|e| {
+                    e["controllerName"] == CONTROLLER
+                        && e["ancestorRef"]["name"] == name
+                        && e["ancestorRef"]["sectionName"].as_str() == section
+                        && has(&e["conditions"], "Accepted", status, reason)
+                })
             })
-        })
-    };
+        };
     wait_status(c, POLICY_V1, ns, "on-listener", "listener targets", |s| {
         entry(s, "gw", Some("http"), "True", "Accepted")
             && entry(s, "gw", Some("nope"), "False", "TargetNotFound")
