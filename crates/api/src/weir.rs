@@ -88,9 +88,11 @@ pub struct TrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 #[schemars(extend("required" = ["targetRefs"]))]
 pub struct TrafficPolicySpec {
-    /// What the policy applies to, in its own namespace: a `Gateway`, an `HTTPRoute` or a
-    /// `GRPCRoute` (`sectionName`: one rule, by its `name`), or a core `Service` or a
-    /// weir.dev `Backend` (for `healthCheck` and `circuitBreaker`, which only they take).
+    /// What the policy applies to, in its own namespace: a `Gateway` or a `ListenerSet`
+    /// (`sectionName`: one listener, by its `name`), an `HTTPRoute` or a `GRPCRoute`
+    /// (`sectionName`: one rule, by its `name`), or a core `Service` or a weir.dev
+    /// `Backend` (for `healthCheck` and `circuitBreaker`, which only they take). Per
+    /// field, the most specific wins: rule, route, listener, ListenerSet, Gateway.
     #[schemars(length(min = 1, max = 16))]
     pub target_refs: Vec<PolicyTargetReference>,
     /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
@@ -819,8 +821,8 @@ pub struct PolicyTargetReference {
     /// Name of the target (in the policy's namespace).
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// A part of the target: a route rule's `name` (TrafficPolicy), a Service port's
-    /// `name` (BackendTLSPolicy).
+    /// A part of the target: a route rule's or a Gateway or ListenerSet listener's
+    /// `name` (TrafficPolicy), a Service port's `name` (BackendTLSPolicy).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub section_name: Option<String>,

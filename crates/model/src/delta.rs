@@ -56,11 +56,16 @@ impl ResourceKey {
 
     /// The Gateway (`namespace/name`, as in [`Listener::gateway`]) a resource that hangs
     /// under no single listener belongs to: a Gateway-wide policy, which applies to every
-    /// listener of its Gateway. A split data plane receives its Gateway's. `None` for
+    /// listener of its Gateway, or a listener or ListenerSet policy, which applies to
+    /// listeners of that Gateway. A split data plane receives its Gateway's. `None` for
     /// everything else (under a listener, or shared and sent while referenced).
     pub fn gateway(&self) -> Option<&Arc<str>> {
         match self {
-            ResourceKey::Policy(PolicyTarget::Gateway(g)) => Some(g),
+            ResourceKey::Policy(
+                PolicyTarget::Gateway(g)
+                | PolicyTarget::Listener { gateway: g, .. }
+                | PolicyTarget::ListenerSet { gateway: g, .. },
+            ) => Some(g),
             _ => None,
         }
     }

@@ -56,7 +56,7 @@ pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{
     ClientValidation, ClientValidationMode, ConnectionLimits, ConnectionTimeouts, Listener,
-    ListenerKey, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
+    ListenerKey, ListenerSection, ListenerSettings, PathNormalization, Protocol, ProxyProtocol,
 };
 pub use observability::{
     ACCESS_LOG_FIELDS, AccessLogPolicy, InvalidAccessLogField, SAMPLING_SCALE, TracingPolicy,

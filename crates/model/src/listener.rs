@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
+use crate::host::HostMatch;
 
 /// The address a data-plane listener binds. Gateway listeners that share an address and
 /// port (e.g. several HTTPS hostnames on :443) share one key and one socket.
@@ -62,7 +63,26 @@ pub struct Listener {
     /// Limits, timeouts and request normalization for this socket's clients.
     #[serde(skip_serializing_if = "ListenerSettings::is_default")]
     pub settings: ListenerSettings,
+    /// The Gateway listeners on this socket by hostname, present only while a policy
+    /// targets a listener or ListenerSet of its Gateway (push protocol version 6): the
+    /// data plane picks the section serving a request's host (exact, longest wildcard,
+    /// catch-all, as Gateway API matches listeners) and looks its policies up.
+    #[serde(skip_serializing_if = "<[ListenerSection]>::is_empty")]
+    pub sections: Arc<[ListenerSection]>,
     hash: ContentHash,
+}
+
+/// One Gateway listener on a socket, as listener-targeted policies name it
+/// ([`crate::PolicyTarget::Listener`], [`crate::PolicyTarget::ListenerSet`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ListenerSection {
+    /// The listener's hostname ([`HostMatch::Any`] without one).
+    pub hostname: HostMatch,
+    /// The ListenerSet (`namespace/name`) the listener comes from; `None`: the Gateway's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<Arc<str>>,
+    /// The listener's name.
+    pub name: Arc<str>,
 }
 eq_by_content_hash!(Listener);
 
@@ -95,8 +115,29 @@ impl Listener {
             gateway,
             name,
             settings,
+            sections: Arc::from([]),
             hash,
         }
+    }
+
+    /// This listener with its sections (see [`Listener::sections`]). The sections are
+    /// folded into the hash only when there are some, so a listener without them keeps
+    /// the hash of push protocol version 5.
+    pub fn with_sections(mut self, sections: Arc<[ListenerSection]>) -> Self {
+        let base = Listener::with_settings(
+            self.key,
+            self.protocol,
+            self.gateway.clone(),
+            self.name.clone(),
+            self.settings.clone(),
+        );
+        self.hash = if sections.is_empty() {
+            base.hash
+        } else {
+            content_hash(&(base.hash.0, 6u8, &*sections))
+        };
+        self.sections = sections;
+        self
     }
 
     /// The content hash computed at construction.

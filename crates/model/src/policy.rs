@@ -45,6 +45,28 @@ pub enum PolicyTarget {
         /// Object name.
         name: Arc<str>,
     },
+    // Variants are only appended: the derived `Hash` writes the variant's index, which
+    // every policy's content hash covers (older data planes check it).
+    /// Every request one Gateway listener serves (a Gateway's by `sectionName`, or one
+    /// of a ListenerSet's): the data plane finds it through the socket's
+    /// [`crate::ListenerSection`] serving the request's host.
+    Listener {
+        /// The Gateway the listener belongs to, directly or through its ListenerSet
+        /// (`namespace/name`, as [`crate::Listener::gateway`]).
+        gateway: Arc<str>,
+        /// The ListenerSet (`namespace/name`) the listener is part of; `None` for the
+        /// Gateway's own listeners.
+        set: Option<Arc<str>>,
+        /// The listener's name.
+        section: Arc<str>,
+    },
+    /// Every request on the listeners of one ListenerSet (attached to `gateway`).
+    ListenerSet {
+        /// The Gateway the set is attached to (`namespace/name`).
+        gateway: Arc<str>,
+        /// The ListenerSet (`namespace/name`).
+        set: Arc<str>,
+    },
 }
 
 /// The kinds of object a cluster is built from.
@@ -95,6 +117,14 @@ impl ClusterKey {
 }
 
 impl PolicyTarget {
+    /// Whether this target is a listener or a ListenerSet (push protocol version 6).
+    pub fn is_listener(&self) -> bool {
+        matches!(
+            self,
+            PolicyTarget::Listener { .. } | PolicyTarget::ListenerSet { .. }
+        )
+    }
+
     /// The route-wide target of a rule's origin.
     pub fn route_of(r: &RouteRef) -> PolicyTarget {
         PolicyTarget::Route {
@@ -109,6 +139,17 @@ impl std::fmt::Display for PolicyTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PolicyTarget::Gateway(g) => write!(f, "gateway {g}"),
+            PolicyTarget::Listener {
+                gateway,
+                set: None,
+                section,
+            } => write!(f, "gateway {gateway} listener {section}"),
+            PolicyTarget::Listener {
+                set: Some(set),
+                section,
+                ..
+            } => write!(f, "listenerset {set} listener {section}"),
+            PolicyTarget::ListenerSet { set, .. } => write!(f, "listenerset {set}"),
             PolicyTarget::Route {
                 kind,
                 namespace,

@@ -27,7 +27,7 @@ use crate::ext_auth::{self, Decided, ExtAuthState};
 use crate::global_ratelimit::{self, GlobalLimiter};
 use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{SectionKeys, Snapshot};
 
 /// What the policies (and the rule itself) set for one request.
 #[derive(Clone, Debug, Default)]
@@ -215,7 +215,13 @@ impl Applied {
     }
 }
 
-/// The settings for a request of `rule` on a listener of `gateway`.
+/// The settings for a request of `rule` on a listener of `gateway`, served by the
+/// Gateway listener `section` (when its socket carries sections and a policy targets a
+/// listener: [`crate::snapshot::ListenerState::section`]).
+///
+/// Each field comes from the most specific target that sets it: rule, route, the
+/// listener (a Gateway's by `sectionName`, or a ListenerSet's), its ListenerSet, then the
+/// Gateway.
 ///
 /// An Ingress rule that redirects (ingress-nginx's `ssl-redirect`, `force-ssl-redirect`,
 /// `permanent-redirect`, `temporal-redirect`, `app-root`) is answered before any policy
@@ -223,13 +229,22 @@ impl Applied {
 /// `limit-rps`, the source ranges, `auth-url` and `auth-type`, so a plaintext request
 /// to a TLS host with Basic auth is sent to https rather than asked for credentials.
 /// Gateway API rules keep every check first.
-pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule) -> Applied {
+pub(crate) fn resolve(
+    snapshot: &Snapshot,
+    gateway: &Arc<str>,
+    section: Option<&SectionKeys>,
+    rule: &RouteRule,
+) -> Applied {
     if !snapshot.has_policies() || redirects_first(rule) {
         return Applied::of_rule(rule);
     }
     let chain = [
         snapshot.policy(&PolicyTarget::Rule(rule.route.clone())),
         snapshot.policy(&PolicyTarget::route_of(&rule.route)),
+        section.and_then(|s| snapshot.policy(&s.listener)),
+        section
+            .and_then(|s| s.set.as_ref())
+            .and_then(|t| snapshot.policy(t)),
         snapshot.policy(&PolicyTarget::Gateway(gateway.clone())),
     ];
     let first = |has: fn(&Policy) -> bool| {
@@ -279,7 +294,7 @@ pub(crate) fn resolve(snapshot: &Snapshot, gateway: &Arc<str>, rule: &RouteRule)
     applied.access_log = first(|p| p.access_log.is_some());
     applied.tracing = first(|p| p.tracing.is_some());
     // A Gateway's own setting: no route or rule policy carries it.
-    applied.client_certificate = chain[2]
+    applied.client_certificate = chain[4]
         .filter(|p| p.client_certificate.is_some())
         .map(Arc::clone);
     applied
@@ -807,7 +822,7 @@ mod tests {
                 Some(limit(7)),
             ),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         assert_eq!(a.timeouts, secs(Some(20), Some(1)));
         assert_eq!(a.retry(&r).map(|r| r.attempts), Some(2));
         let rl = a.rate_limit.as_ref().and_then(|p| p.rate_limit.as_ref());
@@ -815,19 +830,105 @@ mod tests {
 
         // The rule's own retry and timeouts win.
         let own = rule(Some(retry(9)), secs(Some(3), None));
-        let a = resolve(&s, &gw, &own);
+        let a = resolve(&s, &gw, None, &own);
         assert_eq!(a.retry(&own).map(|r| r.attempts), Some(9));
         assert_eq!(a.timeouts, secs(Some(3), Some(1)));
 
         // Another Gateway's listener sees none of the Gateway's settings.
-        let a = resolve(&s, &"ns/other".into(), &r);
+        let a = resolve(&s, &"ns/other".into(), None, &r);
         assert_eq!(a.timeouts, secs(Some(20), Some(1)));
         assert!(a.rate_limit.is_none());
 
         // No policies: the rule alone.
-        let a = resolve(&Snapshot::empty(), &gw, &own);
+        let a = resolve(&Snapshot::empty(), &gw, None, &own);
         assert_eq!(a.timeouts, own.timeouts);
         assert!(a.retry.is_none() && a.rate_limit.is_none());
+    }
+
+    /// The listener levels sit between the route and the Gateway: rule > route >
+    /// listener > ListenerSet > Gateway, per field; a request on another listener (no
+    /// section, or another one) sees none of them.
+    #[test]
+    fn listener_levels_sit_between_route_and_gateway() {
+        use weir_model::{HostMatch, Listener, ListenerKey, ListenerSection, Protocol};
+        let r = rule(None, secs(None, None));
+        let gw: Arc<str> = "ns/gw".into();
+        let listener = PolicyTarget::Listener {
+            gateway: gw.clone(),
+            set: Some("ns/set".into()),
+            section: "a".into(),
+        };
+        let set = PolicyTarget::ListenerSet {
+            gateway: gw.clone(),
+            set: "ns/set".into(),
+        };
+        let mut s = snapshot(vec![
+            Policy::new(
+                PolicyTarget::route_of(&r.route),
+                secs(Some(1), None),
+                None,
+                None,
+            ),
+            Policy::new(listener.clone(), secs(Some(2), Some(2)), None, None),
+            Policy::new(set.clone(), secs(Some(3), Some(3)), Some(retry(3)), None),
+            Policy::new(
+                PolicyTarget::Gateway(gw.clone()),
+                secs(Some(4), Some(4)),
+                Some(retry(4)),
+                Some(limit(4)),
+            ),
+        ]);
+        assert!(s.has_listener_policies());
+        // The socket: the set's listener `a` on a.example.com, the Gateway's own `b` on
+        // every other host.
+        let l = Listener::new(
+            ListenerKey("127.0.0.1:80".parse().unwrap()),
+            Protocol::Http,
+            gw.clone(),
+            "b".into(),
+        )
+        .with_sections(Arc::from([
+            ListenerSection {
+                hostname: HostMatch::Exact("a.example.com".into()),
+                set: Some("ns/set".into()),
+                name: "a".into(),
+            },
+            ListenerSection {
+                hostname: HostMatch::Any,
+                set: None,
+                name: "b".into(),
+            },
+        ]));
+        let batch = DeltaBatch {
+            deltas: vec![Delta::Upsert(Resource::Listener(Arc::new(l.clone())))],
+        };
+        s = s.apply(&batch).0;
+        let state = s.listener(&l.key).unwrap();
+        let a_section = state.section("a.example.com").unwrap();
+        assert_eq!(a_section.listener, listener);
+        assert_eq!(a_section.set.as_ref(), Some(&set));
+        let a = resolve(&s, &gw, Some(a_section), &r);
+        assert_eq!(a.timeouts, secs(Some(1), Some(2)));
+        assert_eq!(a.retry(&r).map(|r| r.attempts), Some(3));
+        let rl = a.rate_limit.as_ref().and_then(|p| p.rate_limit.as_ref());
+        assert_eq!(rl.map(|(_, l)| l.requests), Some(4));
+
+        // Listener `b` (the Gateway's own, no policy of its own): the Gateway's.
+        let b_section = state.section("other.example.com").unwrap();
+        assert!(b_section.set.is_none());
+        let a = resolve(&s, &gw, Some(b_section), &r);
+        assert_eq!(a.timeouts, secs(Some(1), Some(4)));
+        assert_eq!(a.retry(&r).map(|r| r.attempts), Some(4));
+
+        // Removing the listener policies turns the lookups off.
+        let batch = DeltaBatch {
+            deltas: vec![
+                Delta::Remove(weir_model::ResourceKey::Policy(listener)),
+                Delta::Remove(weir_model::ResourceKey::Policy(set)),
+            ],
+        };
+        s = s.apply(&batch).0;
+        assert!(!s.has_listener_policies());
     }
 
     /// Access-log and trace settings: the rule's policy over the route's over the
@@ -867,7 +968,7 @@ mod tests {
             )
             .with_access_log(Some(("ns/rule".into(), on))),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         assert_eq!(a.access_log(), Some(on), "the rule's policy wins");
         assert_eq!(
             a.tracing(),
@@ -879,9 +980,9 @@ mod tests {
             rule: 2,
             ..r.route.clone()
         };
-        let a = resolve(&s, &gw, &other);
+        let a = resolve(&s, &gw, None, &other);
         assert_eq!(a.access_log(), Some(off), "another rule: the Gateway's");
-        let a = resolve(&s, &"ns/elsewhere".into(), &r);
+        let a = resolve(&s, &"ns/elsewhere".into(), None, &r);
         assert_eq!(a.tracing(), None);
     }
 
@@ -916,7 +1017,7 @@ mod tests {
             )
             .with_request_limits(Some(("ns/gw".into(), limits(Some(99), Some(3), Some(1))))),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         assert_eq!(
             a.size_limits.merged(),
             limits(Some(10), Some(3), Some(4096))
@@ -967,7 +1068,7 @@ mod tests {
             }))
         ));
         // Another Gateway: only the route's limits.
-        let a = resolve(&s, &"ns/other".into(), &r);
+        let a = resolve(&s, &"ns/other".into(), None, &r);
         assert_eq!(a.size_limits.merged(), limits(Some(10), None, Some(4096)));
     }
 
@@ -1006,7 +1107,7 @@ mod tests {
             )
             .with_global_rate_limit(global(FailMode::Open)),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         let state = CheckState::new();
         let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
@@ -1024,7 +1125,7 @@ mod tests {
         ));
         assert_eq!(state.global.metrics.failed_closed.get(), 1);
         // On another Gateway the route's limit still applies (most specific target).
-        let other = resolve(&s, &"ns/other".into(), &r);
+        let other = resolve(&s, &"ns/other".into(), None, &r);
         assert!(matches!(
             check(&checkers, &other, remote, &mut h, None, now),
             Err(Refusal::Refused(ProxyError::RateLimitUnavailable { .. }))
@@ -1069,7 +1170,7 @@ mod tests {
             )
             .with_api_key_auth(auth(true)),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         let state = CheckState::new();
         let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
@@ -1116,7 +1217,7 @@ mod tests {
         let other = rule(None, secs(None, None));
         let mut other = other;
         other.route.rule = 2;
-        let a = resolve(&s, &gw, &other);
+        let a = resolve(&s, &gw, None, &other);
         let mut h = headers(&["alice-key-1234"]);
         // A new rate limiter: the budget spent above does not count here.
         let fresh = CheckState::new();
@@ -1152,7 +1253,7 @@ mod tests {
             )
             .with_basic_auth(Some(("ns/basic".into(), Arc::new(auth)))),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         let state = CheckState::new();
         let checkers = state.checkers();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
@@ -1226,7 +1327,7 @@ mod tests {
             )
             .with_authorization(Some(("ns/authz".into(), Arc::new(rules)))),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         assert!(a.reads_head());
         let state = CheckState::new();
         let remote: IpAddr = "127.0.0.1".parse().unwrap();
@@ -1245,7 +1346,7 @@ mod tests {
             run(Some(&get)),
             Err(Refusal::Refused(ProxyError::RateLimited { .. }))
         ));
-        assert!(!resolve(&Snapshot::empty(), &gw, &r).reads_head());
+        assert!(!resolve(&Snapshot::empty(), &gw, None, &r).reads_head());
     }
 
     /// Client address rules come first: a refused client gets 403 before any credential
@@ -1271,7 +1372,7 @@ mod tests {
                 Arc::new(ApiKeyAuth::new("x-key".into(), vec![], false)),
             ))),
         ]);
-        let a = resolve(&s, &gw, &r);
+        let a = resolve(&s, &gw, None, &r);
         let state = CheckState::new();
         let checkers = state.checkers();
         let now = Instant::now();

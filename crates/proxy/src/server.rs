@@ -791,8 +791,14 @@ fn route(
         RouteOutcome::NoHost | RouteOutcome::NoRoute => return Err(ProxyError::NoRoute),
         RouteOutcome::Matched(rule) => Arc::clone(rule),
     };
+    // The Gateway listener serving the host, only while a policy targets one.
+    let section = if snapshot.has_listener_policies() {
+        listener.section(&host)
+    } else {
+        None
+    };
     drop(host);
-    let applied = policy::resolve(snapshot, &listener.listener.gateway, &rule);
+    let applied = policy::resolve(snapshot, &listener.listener.gateway, section, &rule);
     let client = listener.listener.settings.client_ip(
         ctx.remote.ip(),
         req.headers()

@@ -67,6 +67,9 @@ pub struct Snapshot {
     certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
     /// Policies by target, looked up per request (see [`crate::policy`]).
     policies: ShardedMap<PolicyTarget, Arc<Policy>>,
+    /// How many of them target a listener or a ListenerSet: without any, a request looks
+    /// no listener section up.
+    listener_policies: usize,
     /// The clusters built from each Service or Backend ([`PolicyTarget::Backend`], from
     /// the cluster key), so that a change of its policy rebuilds only their states.
     backend_clusters: ShardedMap<PolicyTarget, Arc<[ClusterKey]>>,
@@ -98,6 +101,7 @@ impl Snapshot {
             clusters: ShardedMap::new(),
             certificates: ShardedMap::new(),
             policies: ShardedMap::new(),
+            listener_policies: 0,
             backend_clusters: ShardedMap::new(),
             endpoints,
         }
@@ -166,13 +170,20 @@ impl Snapshot {
                 let listeners = Arc::make_mut(&mut self.listeners);
                 match listeners.get_mut(&l.key) {
                     Some(state) if state.listener == *l => {}
-                    Some(state) => Arc::make_mut(state).listener = l.clone(),
+                    Some(state) => {
+                        let state = Arc::make_mut(state);
+                        if state.listener.sections != l.sections {
+                            state.sections = sections_of(l);
+                        }
+                        state.listener = l.clone();
+                    }
                     None => {
                         let state = ListenerState {
                             listener: l.clone(),
                             hosts: HostTable::new(),
                             sni: HostTable::new(),
                             l4: HostTable::new(),
+                            sections: sections_of(l),
                         };
                         listeners.insert(l.key, Arc::new(state));
                     }
@@ -244,7 +255,10 @@ impl Snapshot {
             }
             Resource::Policy(p) => {
                 if self.policies.get(&p.target) != Some(p) {
-                    self.policies.insert(p.target.clone(), p.clone());
+                    let old = self.policies.insert(p.target.clone(), p.clone());
+                    if old.is_none() && p.target.is_listener() {
+                        self.listener_policies += 1;
+                    }
                     self.backend_policy_changed(&p.target);
                 }
             }
@@ -302,6 +316,9 @@ impl Snapshot {
             }
             ResourceKey::Policy(t) => {
                 if self.policies.remove(t).is_some() {
+                    if t.is_listener() {
+                        self.listener_policies -= 1;
+                    }
                     self.backend_policy_changed(t);
                 }
             }
@@ -394,6 +411,12 @@ impl Snapshot {
     /// Whether any policy is attached to anything (requests skip the lookups when not).
     pub fn has_policies(&self) -> bool {
         !self.policies.is_empty()
+    }
+
+    /// Whether any policy targets a listener or a ListenerSet (requests look their
+    /// listener section up only then).
+    pub fn has_listener_policies(&self) -> bool {
+        self.listener_policies > 0
     }
 
     /// Counts of each kind of resource.
@@ -527,9 +550,58 @@ pub struct ListenerState {
     hosts: HostTable<Arc<VirtualHost>>,
     sni: HostTable<SniEntry>,
     l4: HostTable<Arc<L4Route>>,
+    /// The listener's sections by hostname, with their policy keys built once per
+    /// Listener version; `None` when it has none.
+    sections: Sections,
+}
+
+/// The policy keys of one Gateway listener ([`weir_model::ListenerSection`]): its own,
+/// and its ListenerSet's when it comes from one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SectionKeys {
+    /// [`PolicyTarget::Listener`].
+    pub(crate) listener: PolicyTarget,
+    /// [`PolicyTarget::ListenerSet`], for a listener of a ListenerSet.
+    pub(crate) set: Option<PolicyTarget>,
+}
+
+/// A socket's Gateway listeners by hostname.
+type Sections = Option<Arc<HostTable<Arc<SectionKeys>>>>;
+
+/// The sections of `l`, keyed as policies target them.
+fn sections_of(l: &Listener) -> Sections {
+    if l.sections.is_empty() {
+        return None;
+    }
+    let mut table = HostTable::new();
+    for s in l.sections.iter() {
+        let keys = SectionKeys {
+            listener: PolicyTarget::Listener {
+                gateway: l.gateway.clone(),
+                set: s.set.clone(),
+                section: s.name.clone(),
+            },
+            set: s.set.as_ref().map(|set| PolicyTarget::ListenerSet {
+                gateway: l.gateway.clone(),
+                set: set.clone(),
+            }),
+        };
+        // Hostnames are unique on a socket; should two come, the first serves.
+        if table.get(&s.hostname).is_none() {
+            table.insert(&s.hostname, Arc::new(keys));
+        }
+    }
+    Some(Arc::new(table))
 }
 
 impl ListenerState {
+    /// The Gateway listener serving `host` (normalized as for [`ListenerState::route`]):
+    /// the most specific listener hostname matching it, as Gateway API matches a request
+    /// to a listener. `None` when the listener carries no sections.
+    pub(crate) fn section(&self, host: &str) -> Option<&SectionKeys> {
+        self.sections.as_ref()?.lookup(host).map(|k| &**k)
+    }
+
     /// Finds the rule for a request (host normalized by [`router::normalize_host`]): the
     /// best virtual host (exact, longest wildcard, catch-all), then its first rule whose
     /// conditions all hold. No fallback to a less specific virtual host.

@@ -506,6 +506,11 @@ impl Translator {
             self.recompute_ingress(&ik, d);
         }
         self.update_ingress_listeners(d);
+        // A Gateway's first or last listener policy adds or removes its sockets' sections.
+        for label in self.policies.take_flipped() {
+            let on = self.policies.has_listener_targets(&label);
+            self.sockets.set_sectioned(label, on, &mut d.resources);
+        }
         for gk in std::mem::take(&mut d.gateway_status) {
             let st = self.gateways.status(&gk);
             self.set_status(&gk, st, d);

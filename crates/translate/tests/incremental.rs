@@ -188,6 +188,34 @@ spec:
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: pl, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: http}]
+  rateLimit: {local: {requests: 3, unit: Second}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: pl, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: missing}]
+  timeouts: {request: 4s}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: ps, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1}]
+  timeouts: {request: 5s}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
+metadata: {name: ps, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1, sectionName: a}]
+  retry: {attempts: 3}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: p2, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r1}]

@@ -243,6 +243,54 @@ fn one_gateway_policy_over_many_routes() {
     assert!(matches!(&out.batch.deltas[0], Delta::Remove(_)));
 }
 
+/// A policy on one Gateway listener (`sectionName`) over every route: attaching it is
+/// the policy plus the listener resource (its sections appear, once per socket),
+/// editing it is one delta, and removing it is the policy plus the listener again;
+/// no route or virtual host is re-sent.
+#[test]
+fn one_listener_policy_over_many_routes() {
+    let mut t = Translator::new(options(true));
+    t.apply(gateway_service_and_routes());
+    let http = serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                  "name": "gw", "sectionName": "http"});
+    let limit =
+        |n: u32| serde_json::json!({"rateLimit": {"local": {"requests": n, "unit": "Second"}}});
+    let kinds = |out: &weir_translate::TranslateOutput| {
+        let mut k: Vec<&str> = out
+            .batch
+            .deltas
+            .iter()
+            .map(|d| match d.key() {
+                ResourceKey::Policy(_) => "policy",
+                ResourceKey::Listener(_) => "listener",
+                _ => "other",
+            })
+            .collect();
+        k.sort();
+        k
+    };
+    let out = t.apply([ObjectChange::Upsert(policy("l", http.clone(), limit(100)))]);
+    assert_eq!(
+        kinds(&out),
+        ["listener", "policy"],
+        "{:?}",
+        out.batch.deltas
+    );
+    let out = t.apply([ObjectChange::Upsert(policy("l", http.clone(), limit(50)))]);
+    assert_eq!(kinds(&out), ["policy"], "{:?}", out.batch.deltas);
+    let out = t.apply([ObjectChange::Delete(ObjectKey::new(
+        Kind::TrafficPolicy,
+        "default",
+        "l",
+    ))]);
+    assert_eq!(
+        kinds(&out),
+        ["listener", "policy"],
+        "{:?}",
+        out.batch.deltas
+    );
+}
+
 /// A policy on a Service used by every route is one delta too: the data plane derives
 /// the Service target from the cluster's key, so no route, virtual host or cluster is
 /// re-sent when the health check or circuit breaker is attached, edited or removed.

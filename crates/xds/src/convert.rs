@@ -13,7 +13,7 @@ use weir_model::{
     Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
     GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
     IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
-    Limits, Listener, ListenerKey, ListenerSettings, LoadBalancer, LocalRateLimit,
+    Limits, Listener, ListenerKey, ListenerSection, ListenerSettings, LoadBalancer, LocalRateLimit,
     OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
     PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
     RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
@@ -130,6 +130,21 @@ fn target_to_wire(t: &PolicyTarget) -> wire::PolicyTarget {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             }),
+            PolicyTarget::Listener {
+                gateway,
+                set,
+                section,
+            } => Target::Listener(wire::ListenerTarget {
+                gateway: gateway.to_string(),
+                set: set.as_deref().unwrap_or_default().to_owned(),
+                section: section.to_string(),
+            }),
+            PolicyTarget::ListenerSet { gateway, set } => {
+                Target::ListenerSet(wire::ListenerSetTarget {
+                    gateway: gateway.to_string(),
+                    set: set.to_string(),
+                })
+            }
         }),
     }
 }
@@ -151,6 +166,25 @@ fn target_from_wire(t: &wire::PolicyTarget) -> Result<PolicyTarget, InvalidResou
             namespace: b.namespace.as_str().into(),
             name: b.name.as_str().into(),
         },
+        Target::Listener(l) => {
+            if l.section.is_empty() {
+                return Err(missing("listener.section"));
+            }
+            PolicyTarget::Listener {
+                gateway: l.gateway.as_str().into(),
+                set: (!l.set.is_empty()).then(|| l.set.as_str().into()),
+                section: l.section.as_str().into(),
+            }
+        }
+        Target::ListenerSet(l) => {
+            if l.set.is_empty() {
+                return Err(missing("listener_set.set"));
+            }
+            PolicyTarget::ListenerSet {
+                gateway: l.gateway.as_str().into(),
+                set: l.set.as_str().into(),
+            }
+        }
     })
 }
 
@@ -1353,11 +1387,18 @@ fn policy_name(p: &Policy) -> Arc<str> {
 /// the listener at all (the hub logs it, and withholds what lies under the listener);
 /// a listener validating client certificates (version 4) — an older data plane would
 /// serve it without asking for one, opening what the CAs guard.
+///
+/// A listener with sections (version 6: a policy targets a listener or ListenerSet of
+/// its Gateway) is withheld from data planes of version 5 or older: they cannot be sent
+/// those policies (`sent_to_version`), and serving the listener without them could open
+/// what an authentication, address or rate-limit policy guards. Its traffic fails there
+/// (the socket is not bound) until the data plane is upgraded.
 pub fn withheld(r: &Resource, version: u32) -> bool {
     match r {
         Resource::Listener(l) => {
             (version < 3 && l.settings.proxy_protocol.is_some())
                 || (version < 4 && l.settings.client_validation.is_some())
+                || (version < 6 && !l.sections.is_empty())
         }
         _ => false,
     }
@@ -1367,8 +1408,15 @@ pub fn withheld(r: &Resource, version: u32) -> bool {
 /// on a Service or Backend ([`PolicyTarget::Backend`]; health checks, circuit breaking)
 /// came with version 2: data planes of versions 0 and 1 cannot decode its key, and are
 /// not sent one; they serve as their releases did (no probes, no limits).
+///
+/// A policy on a listener or a ListenerSet came with version 6: older data planes cannot
+/// decode its key and are not sent one (nor the listeners it covers: `withheld`).
 pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
-    version >= 2 || !matches!(k, ResourceKey::Policy(PolicyTarget::Backend { .. }))
+    match k {
+        ResourceKey::Policy(PolicyTarget::Backend { .. }) => version >= 2,
+        ResourceKey::Policy(t) if t.is_listener() => version >= 6,
+        _ => true,
+    }
 }
 
 /// A key from the wire.
@@ -1432,6 +1480,15 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             gateway: l.gateway.to_string(),
             name: l.name.to_string(),
             settings: (!l.settings.is_default()).then(|| settings_to_wire(&l.settings)),
+            sections: l
+                .sections
+                .iter()
+                .map(|s| wire::ListenerSection {
+                    hostname: Some(host_to_wire(&s.hostname)),
+                    set: s.set.as_deref().unwrap_or_default().to_owned(),
+                    name: s.name.to_string(),
+                })
+                .collect(),
         }),
         Resource::VirtualHost(v) => R::VirtualHost(wire::VirtualHost {
             listener: v.listener.0.to_string(),
@@ -1651,24 +1708,39 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
     use wire::resource::Resource as R;
     Ok(
         match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
-            R::Listener(l) => Resource::Listener(Arc::new(Listener::with_settings(
-                ListenerKey(addr("address", &l.address)?),
-                match wire::ListenerProtocol::try_from(l.protocol) {
-                    Ok(wire::ListenerProtocol::Http) => Protocol::Http,
-                    Ok(wire::ListenerProtocol::Https) => Protocol::Https,
-                    Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
-                    Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
-                    Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
-                    Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
-                    Err(_) => return Err(invalid("protocol", l.protocol)),
-                },
-                l.gateway.as_str().into(),
-                l.name.as_str().into(),
-                match &l.settings {
-                    Some(s) => settings_from_wire(s)?,
-                    None => ListenerSettings::default(),
-                },
-            ))),
+            R::Listener(l) => Resource::Listener(Arc::new(
+                Listener::with_settings(
+                    ListenerKey(addr("address", &l.address)?),
+                    match wire::ListenerProtocol::try_from(l.protocol) {
+                        Ok(wire::ListenerProtocol::Http) => Protocol::Http,
+                        Ok(wire::ListenerProtocol::Https) => Protocol::Https,
+                        Ok(wire::ListenerProtocol::TlsPassthrough) => Protocol::TlsPassthrough,
+                        Ok(wire::ListenerProtocol::TlsTerminate) => Protocol::TlsTerminate,
+                        Ok(wire::ListenerProtocol::Tcp) => Protocol::Tcp,
+                        Ok(wire::ListenerProtocol::Udp) => Protocol::Udp,
+                        Err(_) => return Err(invalid("protocol", l.protocol)),
+                    },
+                    l.gateway.as_str().into(),
+                    l.name.as_str().into(),
+                    match &l.settings {
+                        Some(s) => settings_from_wire(s)?,
+                        None => ListenerSettings::default(),
+                    },
+                )
+                .with_sections(
+                    l.sections
+                        .iter()
+                        .map(|s| {
+                            Ok(ListenerSection {
+                                hostname: host_from_wire("sections.hostname", s.hostname.as_ref())?,
+                                set: (!s.set.is_empty()).then(|| s.set.as_str().into()),
+                                name: s.name.as_str().into(),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, InvalidResource>>()?
+                        .into(),
+                ),
+            )),
             R::VirtualHost(v) => {
                 let rules = v
                     .rules
@@ -2492,5 +2564,116 @@ mod tests {
         }
         let e = resource_from_wire(&wire).unwrap_err().to_string();
         assert!(e.contains("access_log.fields"), "{e}");
+    }
+
+    /// Listener and ListenerSet targets (version 6) and a listener's sections cross the
+    /// wire; a listener without sections keeps the hash a version-5 data plane computes.
+    #[test]
+    fn listener_targets_and_sections_round_trip() {
+        for target in [
+            PolicyTarget::Listener {
+                gateway: "ns/gw".into(),
+                set: None,
+                section: "http".into(),
+            },
+            PolicyTarget::Listener {
+                gateway: "ns/gw".into(),
+                set: Some("ns/set".into()),
+                section: "a".into(),
+            },
+            PolicyTarget::ListenerSet {
+                gateway: "ns/gw".into(),
+                set: "ns/set".into(),
+            },
+        ] {
+            let p = Policy::new(
+                target.clone(),
+                Timeouts {
+                    request: Some(Duration::from_secs(2)),
+                    backend_request: None,
+                },
+                None,
+                None,
+            );
+            let r = Resource::Policy(Arc::new(p));
+            let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
+            assert_eq!(back, r);
+            let k = ResourceKey::Policy(target);
+            assert_eq!(key_from_wire(&key_to_wire(&k)).unwrap(), k);
+        }
+        let plain = Listener::new(
+            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            Protocol::Http,
+            "ns/gw".into(),
+            "http,a".into(),
+        );
+        let sectioned = plain.clone().with_sections(Arc::from([
+            ListenerSection {
+                hostname: HostMatch::Any,
+                set: None,
+                name: "http".into(),
+            },
+            ListenerSection {
+                hostname: HostMatch::Exact("a.test".into()),
+                set: Some("ns/set".into()),
+                name: "a".into(),
+            },
+        ]));
+        assert_ne!(sectioned.hash(), plain.hash());
+        assert_eq!(
+            plain.clone().with_sections(Arc::from([])).hash(),
+            plain.hash(),
+            "no sections: the version-5 hash"
+        );
+        let r = Resource::Listener(Arc::new(sectioned.clone()));
+        let Resource::Listener(back) = resource_from_wire(&resource_to_wire(&r)).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(
+            (back.hash(), &back.sections),
+            (sectioned.hash(), &sectioned.sections)
+        );
+    }
+
+    /// A data plane of version 5 or older is sent no listener or ListenerSet policy, and
+    /// not the listeners such policies cover (it would serve them unchecked); listeners
+    /// without sections and other policies reach it as before.
+    #[test]
+    fn listener_policies_and_their_listeners_are_withheld_from_version_5() {
+        let listener_policy = ResourceKey::Policy(PolicyTarget::Listener {
+            gateway: "ns/gw".into(),
+            set: None,
+            section: "http".into(),
+        });
+        let set_policy = ResourceKey::Policy(PolicyTarget::ListenerSet {
+            gateway: "ns/gw".into(),
+            set: "ns/set".into(),
+        });
+        let gateway_policy = ResourceKey::Policy(PolicyTarget::Gateway("ns/gw".into()));
+        for k in [&listener_policy, &set_policy] {
+            assert!(sent_to_version(k, crate::PROTOCOL_VERSION));
+            assert!(sent_to_version(k, 6));
+            assert!(!sent_to_version(k, 5));
+            assert!(!sent_to_version(k, 2));
+        }
+        assert!(sent_to_version(&gateway_policy, 5));
+        let plain = Listener::new(
+            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            Protocol::Http,
+            "ns/gw".into(),
+            "http".into(),
+        );
+        let sectioned = plain.clone().with_sections(Arc::from([ListenerSection {
+            hostname: HostMatch::Any,
+            set: None,
+            name: "http".into(),
+        }]));
+        let plain = Resource::Listener(Arc::new(plain));
+        let sectioned = Resource::Listener(Arc::new(sectioned));
+        assert!(!withheld(&sectioned, 6));
+        assert!(withheld(&sectioned, 5));
+        assert!(withheld(&sectioned, 2));
+        assert!(!withheld(&plain, 5));
+        assert_eq!(for_version(&plain, 5).as_ref(), &plain);
     }
 }

@@ -93,8 +93,9 @@ impl Hub {
                                 Resource::Listener(l) => (
                                     l.settings.proxy_protocol.is_some(),
                                     l.settings.client_validation.is_some(),
+                                    !l.sections.is_empty(),
                                 ),
-                                _ => (false, false),
+                                _ => (false, false, false),
                             };
                             let before = inner.resources.get(&key).map(guards);
                             if before.is_some_and(|b| b != guards(r))
@@ -417,7 +418,7 @@ impl Session {
                             gateway = %self.gateway,
                             listener = ?k,
                             version = self.protocol_version,
-                            "not sending a PROXY protocol listener to a data plane of push protocol version < 3 (upgrade it to serve the listener)"
+                            "not sending a listener this data plane's push protocol version cannot serve (PROXY protocol: < 3, client certificates: < 4, listener policies: < 6); upgrade it to serve the listener"
                         );
                     }
                     !held

@@ -38,7 +38,11 @@ mod tests {
             !super::serves(super::PROTOCOL_VERSION, 0),
             "version-0 data planes are no longer served"
         );
-        assert!(super::serves(super::PROTOCOL_VERSION, 1));
+        assert!(super::serves(super::PROTOCOL_VERSION, 2));
+        assert!(
+            !super::serves(super::PROTOCOL_VERSION, 1),
+            "version-1 data planes are no longer served"
+        );
     }
 }
 
@@ -61,8 +65,11 @@ pub use crate::hub::{Hub, Refused, Session};
 /// for older data planes by `convert::sent_to_version` and `convert::for_version`; 5:
 /// per-Gateway, per-route and per-rule access-log and trace settings (`Policy.access_log`,
 /// `Policy.tracing`), which reach older data planes without them
-/// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on; 6:
+/// policies on a Gateway listener or a ListenerSet (`PolicyTarget.listener`,
+/// `PolicyTarget.listener_set`, `Listener.sections`), withheld from older data planes
+/// with the listeners they cover (`convert::withheld`). Version 1 is no longer served.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
 /// data plane up to four versions older (the last releases' message sets, adapted by

@@ -459,3 +459,89 @@ fn a_client_validating_listener_is_withheld_from_version_3() {
     assert!(up.is_empty(), "{up:?}");
     assert_eq!(rm.len(), 3, "{rm:?}");
 }
+
+/// A listener carrying sections (a policy targets one of its Gateway's listeners, push
+/// protocol version 6) and the listener policies are not sent to a data plane of
+/// version 5, which could not read the policies and would serve the listener without
+/// them; a data plane of version 6 gets both (the policies by Gateway ownership). Once
+/// the sections go (the last listener policy removed), the older data plane gets the
+/// listener and what is under it again.
+#[test]
+fn a_sectioned_listener_and_listener_policies_are_withheld_from_version_5() {
+    let hub = Arc::new(Hub::default());
+    let Resource::Listener(plain) = listener(8003, "ns/a") else {
+        unreachable!()
+    };
+    let sectioned = Resource::Listener(Arc::new((*plain).clone().with_sections(Arc::from([
+        ListenerSection {
+            hostname: HostMatch::Any,
+            set: None,
+            name: "http".into(),
+        },
+    ]))));
+    let on_listener = policy(
+        PolicyTarget::Listener {
+            gateway: "ns/a".into(),
+            set: None,
+            section: "http".into(),
+        },
+        3,
+    );
+    let on_set = policy(
+        PolicyTarget::ListenerSet {
+            gateway: "ns/a".into(),
+            set: "ns/set".into(),
+        },
+        4,
+    );
+    hub.apply(&batch(
+        vec![
+            listener(8001, "ns/a"),
+            sectioned.clone(),
+            cluster("shared", 80),
+            cluster("only-sectioned", 80),
+            vhost(8001, "a.test", "shared"),
+            vhost(8003, "s.test", "only-sectioned"),
+            on_listener.clone(),
+            on_set.clone(),
+        ],
+        vec![],
+    ));
+    hub.set_synced();
+    let mut old = hub.subscribe_as("ns/a", "old", HashMap::default(), 5);
+    let first = old.next_update().unwrap();
+    let (up, _) = keys(&first);
+    assert_eq!(up.len(), 3, "{up:?}");
+    assert!(!up.contains(&sectioned.key()));
+    assert!(!up.contains(&on_listener.key()) && !up.contains(&on_set.key()));
+    assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-sectioned".into()))));
+    let mut new = hub.subscribe_as("ns/a", "new", HashMap::default(), 6);
+    let update = new.next_update().unwrap();
+    let (up, _) = keys(&update);
+    assert_eq!(up.len(), 8, "{up:?}");
+    assert!(up.contains(&on_listener.key()) && up.contains(&on_set.key()));
+    // The sections cross the wire.
+    let wire = update
+        .upserts
+        .iter()
+        .find_map(|r| {
+            let r = resource_from_wire(r).ok()?;
+            matches!(&r, Resource::Listener(l) if !l.sections.is_empty()).then_some(r)
+        })
+        .expect("the sectioned listener");
+    assert_eq!(wire, sectioned);
+
+    old.ack(first.nonce, vec![]);
+    let ack = |s: &mut weir_xds::Session| {
+        let u = s.next_update().unwrap();
+        s.ack(u.nonce, vec![]);
+        keys(&u)
+    };
+    hub.apply(&batch(
+        vec![listener(8003, "ns/a")],
+        vec![on_listener.key(), on_set.key()],
+    ));
+    let (up, rm) = ack(&mut old);
+    assert!(rm.is_empty(), "{rm:?}");
+    assert_eq!(up.len(), 3, "{up:?}");
+}

@@ -250,6 +250,8 @@ pub(crate) fn compile(p: &TrafficPolicy, store: &Store) -> CompiledPolicy {
 fn target_kind(group: &str, kind: &str) -> Option<Kind> {
     match (group, kind) {
         ("gateway.networking.k8s.io", "Gateway") => Some(Kind::Gateway),
+        ("gateway.networking.k8s.io", "ListenerSet") => Some(Kind::ListenerSet),
+        ("gateway.networking.x-k8s.io", "XListenerSet") => Some(Kind::XListenerSet),
         ("gateway.networking.k8s.io", "HTTPRoute") => Some(Kind::HttpRoute),
         ("gateway.networking.k8s.io", "GRPCRoute") => Some(Kind::GrpcRoute),
         ("", "Service") => Some(Kind::Service),

@@ -26,6 +26,8 @@ pub(crate) struct GatewayOutputs {
     pub(crate) sni: Vec<(HostKey, SniOwner)>,
     /// Virtual hosts that exist even without routes (listener isolation).
     pub(crate) isolated: Vec<HostKey>,
+    /// Its listeners' sections on their sockets (`Sockets::add_section`).
+    pub(crate) sections: Vec<(weir_model::ListenerKey, crate::incremental::SectionOrder)>,
 }
 
 /// Per Gateway and listener set of ours: state, listener views, outputs, and the counts

@@ -31,6 +31,7 @@ pub(crate) use kind_claims::{Claim, KindClaims};
 pub(crate) use l4::L4Table;
 pub(crate) use policies::PolicyIndex;
 pub(crate) use refcount::RefCount;
+pub(crate) use sockets::SectionOrder;
 pub(crate) use sockets::Sockets;
 
 /// IR resources whose desired version may have changed in this batch: the emitter

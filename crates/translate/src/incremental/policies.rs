@@ -58,6 +58,14 @@ pub(crate) struct PolicyIndex {
     /// The backend client certificates of Gateways (`spec.tls.backend`), a field of
     /// their `Policy` resource beside what TrafficPolicies set.
     client_certs: HashMap<PolicyTarget, Arc<weir_model::Certificate>>,
+    /// TargetRefs naming a ListenerSet: they resolve only while its parent Gateway
+    /// exists, so a Gateway change settles them again (few: policies on sets).
+    set_refs: HashSet<TargetRef>,
+    /// Per Gateway (`namespace/name`), how many resolved targetRefs name one of its
+    /// listeners or ListenerSets: its sockets carry sections while there are some.
+    listener_targets: HashMap<Arc<str>, usize>,
+    /// Gateways whose count went from or to zero since [`PolicyIndex::take_flipped`].
+    flipped: Vec<Arc<str>>,
 }
 
 impl PolicyIndex {
@@ -94,6 +102,9 @@ impl PolicyIndex {
                 }
                 self.by_object
                     .insert(object_of(t), (t.clone(), key.clone()));
+                if t.kind.is_some_and(Kind::is_listener_set) {
+                    self.set_refs.insert(t.clone());
+                }
                 touched.push(t.clone());
             }
             self.policies.insert(
@@ -123,6 +134,9 @@ impl PolicyIndex {
         statuses: &mut HashSet<ObjectKey>,
     ) {
         let mut refs: Vec<TargetRef> = self.by_object.get(object).map(|(t, _)| t.clone()).collect();
+        if object.kind == Kind::Gateway {
+            refs.extend(self.set_refs.iter().cloned());
+        }
         refs.sort();
         refs.dedup();
         for t in refs {
@@ -140,11 +154,18 @@ impl PolicyIndex {
         statuses: &mut HashSet<ObjectKey>,
     ) {
         let named = self.by_object.get(&object_of(t)).any(|(r, _)| r == t);
+        if !named {
+            self.set_refs.remove(t);
+        }
         let now = if named { resolve(t, store) } else { None };
         let before = match &now {
             Some(m) => self.resolved.insert(t.clone(), m.clone()),
             None => self.resolved.remove(t),
         };
+        if before != now {
+            self.count_listener_target(before.as_ref(), -1);
+            self.count_listener_target(now.as_ref(), 1);
+        }
         if let Some(b) = &before {
             if self.by_model.get(b) == Some(t) {
                 self.by_model.remove(b);
@@ -158,6 +179,36 @@ impl PolicyIndex {
             dirty.insert(ResourceKey::Policy(m));
         }
         statuses.extend(self.attached.keys(t).map(|(_, k)| k.clone()));
+    }
+
+    /// Counts a listener or ListenerSet target in or out of its Gateway's.
+    fn count_listener_target(&mut self, t: Option<&PolicyTarget>, delta: isize) {
+        let Some(
+            PolicyTarget::Listener { gateway, .. } | PolicyTarget::ListenerSet { gateway, .. },
+        ) = t
+        else {
+            return;
+        };
+        let n = self.listener_targets.entry(gateway.clone()).or_default();
+        let was = *n;
+        *n = n.saturating_add_signed(delta);
+        if (was == 0) != (*n == 0) {
+            self.flipped.push(gateway.clone());
+        }
+        if *n == 0 {
+            self.listener_targets.remove(gateway);
+        }
+    }
+
+    /// The Gateways that gained their first or lost their last listener-targeted
+    /// targetRef since the last call (their sockets' sections come or go).
+    pub(crate) fn take_flipped(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.flipped)
+    }
+
+    /// Whether a targetRef names a listener or ListenerSet of Gateway `label`.
+    pub(crate) fn has_listener_targets(&self, label: &str) -> bool {
+        self.listener_targets.contains_key(label)
     }
 
     /// Sets (or, with `None`, removes) the implicit policy of `target`, marking its
@@ -300,18 +351,11 @@ impl PolicyIndex {
                     false,
                     Reason::Invalid,
                     format!(
-                        "{}{}{}: TrafficPolicies attach to a Gateway, an HTTPRoute or a GRPCRoute (and one of its rules by sectionName), a Service or a weir.dev Backend",
+                        "{}{}{}: TrafficPolicies attach to a Gateway or a ListenerSet (and one of its listeners by sectionName), an HTTPRoute or a GRPCRoute (and one of its rules by sectionName), a Service or a weir.dev Backend",
                         t.kind_name,
                         if t.group.is_empty() { "" } else { "." },
                         t.group
                     ),
-                );
-            }
-            (Some(Kind::Gateway), Some(_)) => {
-                return (
-                    false,
-                    Reason::Invalid,
-                    "sectionName on a Gateway (one listener) is not supported; target the Gateway or its routes".into(),
                 );
             }
             (Some(Kind::Service | Kind::Backend), Some(_)) => {
@@ -330,9 +374,22 @@ impl PolicyIndex {
             return (false, Reason::Invalid, why);
         }
         if !self.resolved.contains_key(t) {
+            let part = if t
+                .kind
+                .is_some_and(|k| k == Kind::Gateway || k.is_listener_set())
+            {
+                "listener"
+            } else {
+                "rule"
+            };
             let what = match &t.section {
-                Some(s) => format!("{} {}/{} rule {s:?}", t.kind_name, t.namespace, t.name),
+                Some(s) => format!("{} {}/{} {part} {s:?}", t.kind_name, t.namespace, t.name),
                 None => format!("{} {}/{}", t.kind_name, t.namespace, t.name),
+            };
+            let what = if t.kind.is_some_and(Kind::is_listener_set) {
+                format!("{what}, or its parent Gateway,")
+            } else {
+                what
             };
             return (false, Reason::TargetNotFound, format!("{what} not found"));
         }
@@ -503,6 +560,42 @@ fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
             return Some(PolicyTarget::Gateway(
                 format!("{}/{}", t.namespace, t.name).into(),
             ));
+        }
+        // One listener of the Gateway, by name.
+        Object::Gateway(g) => {
+            let section = t.section.clone()?;
+            g.spec
+                .listeners
+                .iter()
+                .any(|l| *l.name == *section)
+                .then_some(())?;
+            return Some(PolicyTarget::Listener {
+                gateway: format!("{}/{}", t.namespace, t.name).into(),
+                set: None,
+                section,
+            });
+        }
+        // A ListenerSet (or one of its listeners) whose parent Gateway exists.
+        o if o.as_listener_set().is_some() => {
+            let (_, spec) = o.as_listener_set()?;
+            let parent = spec.parent(&t.namespace);
+            store.gateway(&parent)?;
+            let gateway: Arc<str> = format!("{}/{}", parent.namespace, parent.name).into();
+            let set: Arc<str> = format!("{}/{}", t.namespace, t.name).into();
+            return match &t.section {
+                None => Some(PolicyTarget::ListenerSet { gateway, set }),
+                Some(section) => {
+                    spec.listeners
+                        .iter()
+                        .any(|l| *l.name == **section)
+                        .then_some(())?;
+                    Some(PolicyTarget::Listener {
+                        gateway,
+                        set: Some(set),
+                        section: section.clone(),
+                    })
+                }
+            };
         }
         Object::HttpRoute(r) => (
             RouteKind::HttpRoute,

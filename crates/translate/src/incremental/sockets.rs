@@ -6,10 +6,17 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashSet};
 
 use weir_api::ObjectKey;
-use weir_model::{Listener, ListenerKey, ListenerSettings, Protocol, Resource, ResourceKey};
+use weir_model::{
+    HostMatch, Listener, ListenerKey, ListenerSection, ListenerSettings, Protocol, Resource,
+    ResourceKey,
+};
 
 use crate::compile::order::Age;
 use crate::incremental::{DirtyResources, HostKey, MultiIndex, OrdIndex, RefCount};
+
+/// Where a Gateway listener's section sorts on its socket: by hostname, the Gateway's
+/// own listeners before its sets', then by age (the first of a hostname serves it).
+pub(crate) type SectionOrder = (HostMatch, bool, Age, ObjectKey, Arc<str>);
 
 /// The sockets one Gateway or XListenerSet claims, with the age and key of its group
 /// (the Gateway that owns them: itself, or a set's parent).
@@ -40,6 +47,12 @@ pub(crate) struct Sockets {
     /// label of the first and the settings of the newest. The Listener resource comes from the Gateway's own listener
     /// there if it has one.
     set_sockets: RefCount<ListenerKey, (Protocol, Arc<str>, ListenerSettings)>,
+    /// The Gateway listeners programmed on each socket (HTTP and HTTPS), for the
+    /// Listener resource's sections.
+    sections: HashMap<ListenerKey, std::collections::BTreeMap<SectionOrder, ListenerSection>>,
+    /// Gateways (`namespace/name`) with a policy on one of their listeners or
+    /// ListenerSets: only their sockets' Listener resources carry sections.
+    sectioned: HashSet<Arc<str>>,
 }
 
 impl Sockets {
@@ -185,6 +198,75 @@ impl Sockets {
         dirty.insert(ResourceKey::Listener(k));
     }
 
+    /// Records a Gateway listener on socket `k` (marks the Listener resource dirty).
+    pub(crate) fn add_section(
+        &mut self,
+        k: ListenerKey,
+        order: SectionOrder,
+        section: ListenerSection,
+        dirty: &mut DirtyResources,
+    ) {
+        self.sections.entry(k).or_default().insert(order, section);
+        dirty.insert(ResourceKey::Listener(k));
+    }
+
+    /// Forgets a Gateway listener on socket `k`.
+    pub(crate) fn remove_section(
+        &mut self,
+        k: ListenerKey,
+        order: &SectionOrder,
+        dirty: &mut DirtyResources,
+    ) {
+        if let Some(m) = self.sections.get_mut(&k) {
+            m.remove(order);
+            if m.is_empty() {
+                self.sections.remove(&k);
+            }
+        }
+        dirty.insert(ResourceKey::Listener(k));
+    }
+
+    /// Whether the sockets of Gateway `label` carry sections; marks the Listener
+    /// resources of its sockets dirty when that changes. Rare (a Gateway's first or last
+    /// listener policy), so it looks at every socket with sections.
+    pub(crate) fn set_sectioned(&mut self, label: Arc<str>, on: bool, dirty: &mut DirtyResources) {
+        let changed = if on {
+            self.sectioned.insert(label.clone())
+        } else {
+            self.sectioned.remove(&label)
+        };
+        if !changed {
+            return;
+        }
+        for k in self.sections.keys() {
+            if self.label_on(k) == Some(&label) {
+                dirty.insert(ResourceKey::Listener(*k));
+            }
+        }
+    }
+
+    /// The Gateway label of the Listener resource of socket `k`.
+    fn label_on(&self, k: &ListenerKey) -> Option<&Arc<str>> {
+        match self.listeners.get(k) {
+            Some(l) => Some(&l.gateway),
+            None => self.set_sockets.get(k).map(|(_, label, _)| label),
+        }
+    }
+
+    /// The sections of socket `k` when its Gateway is sectioned, one per hostname.
+    fn sections_of(&self, k: &ListenerKey, gateway: &Arc<str>) -> Arc<[ListenerSection]> {
+        if !self.sectioned.contains(gateway) {
+            return Arc::from([]);
+        }
+        let mut out: Vec<ListenerSection> = Vec::new();
+        for s in self.sections.get(k).into_iter().flat_map(|m| m.values()) {
+            if out.last().is_none_or(|l| l.hostname != s.hostname) {
+                out.push(s.clone());
+            }
+        }
+        out.into()
+    }
+
     /// The Listener resource a Gateway (or the Ingress listeners) put on socket `k`.
     pub(crate) fn listener(&self, k: &ListenerKey) -> Option<&Arc<Listener>> {
         self.listeners.get(k)
@@ -192,17 +274,23 @@ impl Sockets {
 
     /// The Listener resource of socket `k`, if it should exist.
     pub(crate) fn listener_resource(&self, k: &ListenerKey) -> Option<Resource> {
-        match self.listeners.get(k) {
-            Some(l) => Some(Resource::Listener(l.clone())),
+        let l = match self.listeners.get(k) {
+            Some(l) => l.clone(),
             None => self.set_sockets.get(k).map(|(protocol, label, settings)| {
-                Resource::Listener(Arc::new(Listener::with_settings(
+                Arc::new(Listener::with_settings(
                     *k,
                     *protocol,
                     label.clone(),
                     "xlistenersets".into(),
                     settings.clone(),
-                )))
-            }),
-        }
+                ))
+            })?,
+        };
+        let sections = self.sections_of(k, &l.gateway);
+        Some(Resource::Listener(if sections.is_empty() {
+            l
+        } else {
+            Arc::new((*l).clone().with_sections(sections))
+        }))
     }
 }

@@ -3,7 +3,9 @@
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use weir_api::{Kind, ObjectKey};
-use weir_model::{HostMatch, Listener, ListenerKey, ListenerSettings, PolicyTarget, Protocol};
+use weir_model::{
+    HostMatch, Listener, ListenerKey, ListenerSection, ListenerSettings, PolicyTarget, Protocol,
+};
 
 use super::{Dirty, Translator};
 use crate::compile::listener::{self, ListenerState};
@@ -92,6 +94,9 @@ impl Translator {
                 }
                 for hk in out.isolated {
                     self.hosts.unisolate(hk, &mut d.resources);
+                }
+                for (k, order) in out.sections {
+                    self.sockets.remove_section(k, &order, &mut d.resources);
                 }
             }
         }
@@ -253,6 +258,26 @@ impl Translator {
             // Only among HTTP listeners: a passthrough or TCP listener has no virtual hosts.
             let http =
                 |l: &&&ListenerState| matches!(l.protocol, Some(Protocol::Http | Protocol::Https));
+            // Sections: which Gateway listener serves a host, for listener policies.
+            let set: Option<std::sync::Arc<str>> =
+                shared.then(|| format!("{}/{}", gk.namespace, gk.name).into());
+            for l in on_key.iter().filter(http) {
+                let order = (
+                    l.hostname.clone(),
+                    shared,
+                    state.age.clone(),
+                    gk.clone(),
+                    l.name.clone(),
+                );
+                let section = ListenerSection {
+                    hostname: l.hostname.clone(),
+                    set: set.clone(),
+                    name: l.name.clone(),
+                };
+                self.sockets
+                    .add_section(k, order.clone(), section, &mut d.resources);
+                out.sections.push((k, order));
+            }
             for l in on_key.iter().filter(http) {
                 let shadows = on_key
                     .iter()

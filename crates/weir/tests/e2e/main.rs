@@ -15,6 +15,7 @@ mod ingress;
 mod ingress_nginx;
 mod ingress_nginx_answers;
 mod l4;
+mod listener_policies;
 mod listener_sets;
 mod migrate;
 mod observability_policy;

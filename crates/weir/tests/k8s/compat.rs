@@ -1,11 +1,12 @@
 //! Data planes older than their controller keep working, against a real `weir controller`
 //! process of this release: earlier releases' `weir proxy` binaries themselves (built from
 //! their commits by `scripts/previous-release`: the last landed release, and the last one
-//! of each earlier protocol version still served: 1 to 4), each configured, serving a
-//! route, following a change made in the API, reported at its protocol version and getting
-//! a JWT policy as what it can enforce; and an in-process client of the frozen version-0
-//! messages (`weir_xds::v0`: no protocol version in its Subscribe), which this release
-//! (push protocol version 5, serving four versions back) refuses.
+//! of each earlier protocol version still served: 2 to 5), each configured, serving a
+//! route, following a change made in the API, reported at its protocol version, getting
+//! a JWT policy as what it can enforce and not getting a listener a listener policy
+//! covers; and an in-process client of the frozen version-0 messages (`weir_xds::v0`: no
+//! protocol version in its Subscribe), which this release (push protocol version 6,
+//! serving four versions back) refuses.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -167,7 +168,7 @@ async fn assert_seen_at(admin: SocketAddr, node: &str, version: u32) {
     );
 }
 
-/// A data plane of protocol version 0 is no longer served (push protocol version 5
+/// A data plane of protocol version 0 is no longer served (push protocol version 6
 /// serves four versions back): the controller refuses it with `FAILED_PRECONDITION`
 /// naming both versions, rather than sending it messages it would misread, and the
 /// release binaries of every served version keep working
@@ -201,6 +202,16 @@ fn service_policy(ns: &str) -> serde_json::Value {
 }
 
 /// A TrafficPolicy checking JWTs on route `r` (an inline Ed25519 key).
+/// Every client refused on the Gateway's listener `http` (push protocol version 6).
+fn listener_policy(ns: &str) -> serde_json::Value {
+    json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
+    "metadata": {"name": "listener", "namespace": ns},
+    "spec": {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                        "name": "gw", "sectionName": "http"}],
+        "ipRules": {"allow": ["192.0.2.1/32"]}}})
+}
+
 fn jwt_policy(ns: &str) -> serde_json::Value {
     json!({"apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
     "metadata": {"name": "jwt", "namespace": ns},
@@ -284,6 +295,33 @@ pub async fn previous_release_binary_is_served(ctx: Arc<Ctx>) {
             "svc",
         )
         .await;
+
+        // A policy on the Gateway's listener (version 6): an older data plane is sent
+        // neither it nor the listener it covers (it would serve it unchecked), so the
+        // listener stops answering there until the policy goes.
+        cluster::apply(&ctx.client, &[listener_policy(s.ns)]).await;
+        if version < 6 {
+            let closed = support::eventually(Duration::from_secs(20), || async {
+                support::http1(s.addr, "compat.test", "/").await.is_err()
+            })
+            .await;
+            assert!(
+                closed,
+                "a version-{version} data plane still serves the listener"
+            );
+        } else {
+            until_http(s.addr, "compat.test", "/", Err(403)).await;
+        }
+        cluster::delete(
+            &ctx.client,
+            "weir.dev/v1alpha1",
+            "TrafficPolicy",
+            s.ns,
+            "listener",
+        )
+        .await;
+        until_http(s.addr, "compat.test", "/", Ok("echo-b")).await;
+        assert_seen_at(s.admin, &node, version).await;
 
         // A check the data plane cannot make closes the route rather than opening it.
         cluster::apply(&ctx.client, &[jwt_policy(s.ns)]).await;

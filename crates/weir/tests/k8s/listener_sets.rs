@@ -1,7 +1,8 @@
 //! ListenerSet (gateway.networking.k8s.io/v1, Gateway API v1.5+) and XListenerSet (v1.4's
 //! experimental channel; the test cluster has both CRDs, see scripts/k8s-env): status
 //! written by the controller and traffic through a set's listener on its parent Gateway's
-//! address. One scenario, run once per kind.
+//! address, and TrafficPolicies on a set, one of its listeners and a Gateway listener
+//! (status and a rate limit). One scenario, run once per kind.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +12,9 @@ use serde_json::json;
 
 use crate::build;
 use crate::cluster::{self, has, our_parent, wait_status};
-use crate::{Ctx, GW_V1, ROUTE_V1, support};
+use crate::{CONTROLLER, Ctx, GW_V1, ROUTE_V1, support};
+
+const POLICY_V1: (&str, &str) = ("weir.dev/v1alpha1", "TrafficPolicy");
 
 const SET_V1: (&str, &str) = ("gateway.networking.k8s.io/v1", "ListenerSet");
 const SET_V1A1: (&str, &str) = ("gateway.networking.x-k8s.io/v1alpha1", "XListenerSet");
@@ -178,6 +181,79 @@ async fn set_status_and_traffic(ctx: Arc<Ctx>, kind: (&'static str, &'static str
         .await
         .is_err()
     );
+
+    // Policies on a Gateway listener (`sectionName`) and on the set (whole, and one of
+    // its listeners): Accepted where the listener exists, TargetNotFound where it does
+    // not; the set's rate limit answers its hostname.
+    let gw_ref = |section: &str| {
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw",
+               "sectionName": section})
+    };
+    let set_ref = |section: Option<&str>| {
+        let mut r = json!({"group": group, "kind": kind.1, "name": "set"});
+        if let Some(s) = section {
+            r["sectionName"] = s.into();
+        }
+        r
+    };
+    let traffic_policy = |name: &str, targets: serde_json::Value, spec: serde_json::Value| {
+        let mut spec = spec;
+        spec["targetRefs"] = targets;
+        json!({"apiVersion": POLICY_V1.0, "kind": POLICY_V1.1,
+               "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    cluster::apply(
+        c,
+        &[
+            traffic_policy(
+                "on-listener",
+                json!([gw_ref("http"), gw_ref("nope")]),
+                json!({"timeouts": {"request": "30s"}}),
+            ),
+            traffic_policy(
+                "on-set",
+                json!([set_ref(None), set_ref(Some("https")), set_ref(Some("nope"))]),
+                json!({"rateLimit": {"local": {"requests": 1, "unit": "Hour", "burst": 1,
+                                               "key": {"type": "Target"}}}}),
+            ),
+        ],
+    )
+    .await;
+    let entry =
+        |s: &serde_json::Value, name: &str, section: Option<&str>, status: &str, reason: &str| {
+            s["ancestors"].as_array().is_some_and(|a| {
+                a.iter().any(|e| {
+                    e["controllerName"] == CONTROLLER
+                        && e["ancestorRef"]["name"] == name
+                        && e["ancestorRef"]["sectionName"].as_str() == section
+                        && has(&e["conditions"], "Accepted", status, reason)
+                })
+            })
+        };
+    wait_status(c, POLICY_V1, ns, "on-listener", "listener targets", |s| {
+        entry(s, "gw", Some("http"), "True", "Accepted")
+            && entry(s, "gw", Some("nope"), "False", "TargetNotFound")
+    })
+    .await;
+    wait_status(c, POLICY_V1, ns, "on-set", "set targets", |s| {
+        entry(s, "set", None, "True", "Accepted")
+            && entry(s, "set", Some("https"), "True", "Accepted")
+            && entry(s, "set", Some("nope"), "False", "TargetNotFound")
+    })
+    .await;
+    let limited = support::eventually(Duration::from_secs(20), || {
+        let tls = ctx.pki.client_config(&[b"http/1.1"]);
+        let h = set_host.clone();
+        async move {
+            support::https(addr, tls, &h, "/")
+                .await
+                .is_ok_and(|r| r.resp.status == 429)
+        }
+    })
+    .await;
+    assert!(limited, "the set's rate limit never answered {set_host}");
+    cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "on-set").await;
+    cluster::delete(c, POLICY_V1.0, POLICY_V1.1, ns, "on-listener").await;
 
     // Deleting the set takes its hostname away and detaches it from the Gateway.
     cluster::delete(c, kind.0, kind.1, ns, "set").await;
