@@ -27,7 +27,7 @@ use crate::ext_auth::{self, Decided, ExtAuthState};
 use crate::global_ratelimit::{self, GlobalLimiter};
 use crate::jwt;
 use crate::ratelimit::{Decision, RateLimiter};
-use crate::snapshot::{SectionKeys, Snapshot};
+use crate::snapshot::{PolicyKind, SectionKeys, Snapshot};
 
 /// What the policies (and the rule itself) set for one request.
 #[derive(Clone, Debug, Default)]
@@ -118,7 +118,41 @@ impl SizeLimits {
     }
 }
 
+/// What the attempts of a retried request need of its [`Applied`] settings, kept while
+/// they run (`retry.rs`): a fifth of its size.
+pub(crate) struct ForAttempts {
+    pub(crate) timeouts: Timeouts,
+    retry: Option<Arc<Policy>>,
+    client_certificate: Option<Arc<Policy>>,
+}
+
+impl ForAttempts {
+    /// The retry that applies to `rule` (see [`Applied::retry`]).
+    pub(crate) fn retry<'a>(&'a self, rule: &'a RouteRule) -> Option<&'a Retry> {
+        rule.retry
+            .as_ref()
+            .or_else(|| self.retry.as_ref().and_then(|p| p.retry.as_ref()))
+    }
+
+    /// See [`Applied::client_certificate`].
+    pub(crate) fn client_certificate(&self) -> Option<&Arc<weir_model::Certificate>> {
+        self.client_certificate
+            .as_ref()?
+            .client_certificate
+            .as_ref()
+    }
+}
+
 impl Applied {
+    /// What the attempts of a retried request keep of these settings.
+    pub(crate) fn for_attempts(&self) -> ForAttempts {
+        ForAttempts {
+            timeouts: self.timeouts.clone(),
+            retry: self.retry.clone(),
+            client_certificate: self.client_certificate.clone(),
+        }
+    }
+
     /// The rule's settings alone (no policy applies).
     pub(crate) fn of_rule(rule: &RouteRule) -> Applied {
         Applied {
@@ -238,14 +272,26 @@ pub(crate) fn resolve(
     if !snapshot.has_policies() || redirects_first(rule) {
         return Applied::of_rule(rule);
     }
+    // Only the levels some policy targets are looked up: each lookup builds and hashes
+    // its key.
+    let kinds = snapshot.policy_kinds();
     let chain = [
-        snapshot.policy(&PolicyTarget::Rule(rule.route.clone())),
-        snapshot.policy(&PolicyTarget::route_of(&rule.route)),
+        kinds
+            .has(PolicyKind::Rule)
+            .then(|| snapshot.policy(&PolicyTarget::Rule(rule.route.clone())))
+            .flatten(),
+        kinds
+            .has(PolicyKind::Route)
+            .then(|| snapshot.policy(&PolicyTarget::route_of(&rule.route)))
+            .flatten(),
         section.and_then(|s| snapshot.policy(&s.listener)),
         section
             .and_then(|s| s.set.as_ref())
             .and_then(|t| snapshot.policy(t)),
-        snapshot.policy(&PolicyTarget::Gateway(gateway.clone())),
+        kinds
+            .has(PolicyKind::Gateway)
+            .then(|| snapshot.policy(&PolicyTarget::Gateway(gateway.clone())))
+            .flatten(),
     ];
     let first = |has: fn(&Policy) -> bool| {
         chain

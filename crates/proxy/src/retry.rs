@@ -32,7 +32,7 @@ use weir_model::{Action, EndpointAddr, Retry, RouteRule, Timeouts};
 use crate::body::{Replay, RequestBody};
 use crate::endpoints::ClusterHealth;
 use crate::error::ProxyError;
-use crate::policy::Applied;
+use crate::policy::{Applied, ForAttempts};
 use crate::router;
 use crate::server::{
     Bounded, ConnContext, ProxyBody, Target, UpstreamResult, address, attempt_limit,
@@ -54,7 +54,7 @@ pub(crate) type Forward = dyn Future<Output = Retried> + Send;
 /// boxed future of a few KiB moved and polled through.
 pub(crate) struct Kept {
     ctx: Arc<ConnContext>,
-    applied: Applied,
+    applied: ForAttempts,
     head: http::request::Parts,
     start: Instant,
     health: Option<Arc<ClusterHealth>>,
@@ -67,7 +67,7 @@ impl Kept {
     /// attempt goes to `first`, and counts the request into the cluster's retry budget.
     pub(crate) fn new(
         ctx: &Arc<ConnContext>,
-        applied: Applied,
+        applied: &Applied,
         head: &http::request::Parts,
         start: Instant,
         first: &Target,
@@ -78,7 +78,7 @@ impl Kept {
         }
         Kept {
             ctx: Arc::clone(ctx),
-            applied,
+            applied: applied.for_attempts(),
             head: clone_head(head),
             start,
             health,
@@ -168,7 +168,7 @@ pub(crate) async fn forward(
     let attempts = Attempts {
         ctx,
         rule,
-        applied,
+        applied: applied.for_attempts(),
         head,
         body,
         start,
@@ -190,7 +190,7 @@ pub(crate) async fn forward(
 struct Attempts {
     ctx: Arc<ConnContext>,
     rule: Arc<RouteRule>,
-    applied: Applied,
+    applied: ForAttempts,
     /// The head as rewritten, before it is addressed to an endpoint.
     head: http::request::Parts,
     body: Replay,

@@ -715,7 +715,7 @@ fn phases(
     }
     let limit = attempt_limit(ctx, &applied.timeouts, start);
     let kept =
-        inline_retry.then(|| retry::Kept::new(ctx, applied, &rewritten.parts, start, &target));
+        inline_retry.then(|| retry::Kept::new(ctx, &applied, &rewritten.parts, start, &target));
     address(&mut rewritten.parts, &rule, &target)?;
     if let Some(p) = pending {
         // Boxed, as retries are: only rules with the filter pay for it.

@@ -57,6 +57,48 @@ pub struct SnapshotStats {
     pub policies: usize,
 }
 
+/// The kinds of object a policy targets ([`PolicyTarget`]'s variants).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PolicyKind {
+    Gateway,
+    Route,
+    Rule,
+    Backend,
+    Listener,
+    ListenerSet,
+}
+
+impl PolicyKind {
+    fn of(t: &PolicyTarget) -> PolicyKind {
+        match t {
+            PolicyTarget::Gateway(_) => PolicyKind::Gateway,
+            PolicyTarget::Route { .. } => PolicyKind::Route,
+            PolicyTarget::Rule(_) => PolicyKind::Rule,
+            PolicyTarget::Backend { .. } => PolicyKind::Backend,
+            PolicyTarget::Listener { .. } => PolicyKind::Listener,
+            PolicyTarget::ListenerSet { .. } => PolicyKind::ListenerSet,
+        }
+    }
+}
+
+/// The number of policies per [`PolicyKind`]: a request's settings are looked up only
+/// at the levels some policy targets (an Ingress's annotations are one route policy:
+/// one lookup, not one per level).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PolicyKinds([u32; 6]);
+
+impl PolicyKinds {
+    /// Whether some policy targets an object of `kind`.
+    pub(crate) fn has(&self, kind: PolicyKind) -> bool {
+        self.0[kind as usize] > 0
+    }
+
+    fn count(&mut self, t: &PolicyTarget, by: i32) {
+        let n = &mut self.0[PolicyKind::of(t) as usize];
+        *n = n.saturating_add_signed(by);
+    }
+}
+
 /// Immutable data-plane configuration. Cheap to clone (all parts behind `Arc`s or
 /// sharded `Arc`s); versions built from one another share their unchanged parts.
 #[derive(Clone)]
@@ -67,9 +109,9 @@ pub struct Snapshot {
     certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
     /// Policies by target, looked up per request (see [`crate::policy`]).
     policies: ShardedMap<PolicyTarget, Arc<Policy>>,
-    /// How many of them target a listener or a ListenerSet: without any, a request looks
-    /// no listener section up.
-    listener_policies: usize,
+    /// How many of them target each kind of object: a request looks up only the kinds
+    /// some policy targets (and its listener section only when one targets a listener).
+    policy_kinds: PolicyKinds,
     /// The clusters built from each Service or Backend ([`PolicyTarget::Backend`], from
     /// the cluster key), so that a change of its policy rebuilds only their states.
     backend_clusters: ShardedMap<PolicyTarget, Arc<[ClusterKey]>>,
@@ -101,7 +143,7 @@ impl Snapshot {
             clusters: ShardedMap::new(),
             certificates: ShardedMap::new(),
             policies: ShardedMap::new(),
-            listener_policies: 0,
+            policy_kinds: PolicyKinds::default(),
             backend_clusters: ShardedMap::new(),
             endpoints,
         }
@@ -256,8 +298,8 @@ impl Snapshot {
             Resource::Policy(p) => {
                 if self.policies.get(&p.target) != Some(p) {
                     let old = self.policies.insert(p.target.clone(), p.clone());
-                    if old.is_none() && p.target.is_listener() {
-                        self.listener_policies += 1;
+                    if old.is_none() {
+                        self.policy_kinds.count(&p.target, 1);
                     }
                     self.backend_policy_changed(&p.target);
                 }
@@ -316,9 +358,7 @@ impl Snapshot {
             }
             ResourceKey::Policy(t) => {
                 if self.policies.remove(t).is_some() {
-                    if t.is_listener() {
-                        self.listener_policies -= 1;
-                    }
+                    self.policy_kinds.count(t, -1);
                     self.backend_policy_changed(t);
                 }
             }
@@ -416,7 +456,13 @@ impl Snapshot {
     /// Whether any policy targets a listener or a ListenerSet (requests look their
     /// listener section up only then).
     pub fn has_listener_policies(&self) -> bool {
-        self.listener_policies > 0
+        self.policy_kinds.has(PolicyKind::Listener)
+            || self.policy_kinds.has(PolicyKind::ListenerSet)
+    }
+
+    /// How many policies target each kind of object.
+    pub(crate) fn policy_kinds(&self) -> PolicyKinds {
+        self.policy_kinds
     }
 
     /// Counts of each kind of resource.
