@@ -35,10 +35,10 @@ mod tests {
         assert!(!super::serves(6, 1), "five versions back is refused");
         assert!(!super::serves(5, 0));
         assert!(
-            !super::serves(super::PROTOCOL_VERSION, 0),
-            "version-0 data planes are no longer served"
+            !super::serves(super::PROTOCOL_VERSION, 1),
+            "version-1 data planes are no longer served"
         );
-        assert!(super::serves(super::PROTOCOL_VERSION, 1));
+        assert!(super::serves(super::PROTOCOL_VERSION, 2));
     }
 }
 
@@ -61,8 +61,11 @@ pub use crate::hub::{Hub, Refused, Session};
 /// for older data planes by `convert::sent_to_version` and `convert::for_version`; 5:
 /// per-Gateway, per-route and per-rule access-log and trace settings (`Policy.access_log`,
 /// `Policy.tracing`), which reach older data planes without them
-/// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on; 6:
+/// settings inside fields older releases know, the send timeout (`Timeouts.backend_send_ns`)
+/// and a generated affinity cookie's `SameSite`, which reach older data planes without them
+/// (`weir_model::Policy::as_version_5`). Version 1 is no longer served from here on.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a
 /// data plane up to four versions older (the last releases' message sets, adapted by

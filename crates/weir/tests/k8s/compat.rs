@@ -1,11 +1,11 @@
 //! Data planes older than their controller keep working, against a real `weir controller`
 //! process of this release: earlier releases' `weir proxy` binaries themselves (built from
 //! their commits by `scripts/previous-release`: the last landed release, and the last one
-//! of each earlier protocol version still served: 1 to 4), each configured, serving a
+//! of each earlier protocol version still served: 2 to 5), each configured, serving a
 //! route, following a change made in the API, reported at its protocol version and getting
 //! a JWT policy as what it can enforce; and an in-process client of the frozen version-0
 //! messages (`weir_xds::v0`: no protocol version in its Subscribe), which this release
-//! (push protocol version 5, serving four versions back) refuses.
+//! (push protocol version 6, serving four versions back) refuses.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -167,7 +167,7 @@ async fn assert_seen_at(admin: SocketAddr, node: &str, version: u32) {
     );
 }
 
-/// A data plane of protocol version 0 is no longer served (push protocol version 5
+/// A data plane of protocol version 0 is no longer served (push protocol version 6
 /// serves four versions back): the controller refuses it with `FAILED_PRECONDITION`
 /// naming both versions, rather than sending it messages it would misread, and the
 /// release binaries of every served version keep working
