@@ -21,9 +21,11 @@
 //! one ([`SendClock`]); the attempt waiting for the response head ([`SendWatch`]) fails
 //! with a timeout once a frame has been owed for longer than the limit. The upstream
 //! client asks for the next frame only when it could write (or buffer) the last one, so
-//! the time in between is the time a write to the upstream stays pending. Waiting for the
-//! client's data, and waiting for the response once the body is handed over, are not
-//! counted.
+//! the time in between is the time a write to the upstream stays pending. A watched body
+//! hands its data in slices of at most [`SEND_SLICE`] bytes (a client's frame can be
+//! hundreds of KiB, which a slow but steady reader would take seconds to make room for),
+//! so progress is seen per slice. Waiting for the client's data, and waiting for the
+//! response once the body is handed over, are not counted.
 //!
 //! A body may also be capped (a policy's `requestLimits.maxBodyBytes`, for bodies whose
 //! size was not declared up front): past the cap it fails the same way, and the request
@@ -51,8 +53,19 @@ pub(crate) struct RequestBody {
     /// Made the first time the body had to wait; boxed because most bodies never wait.
     wait: Option<Pin<Box<IdleWait>>>,
     stall: Option<Stall>,
-    /// The send timeout's clock, when the attempt is watched ([`RequestBody::watch_sends`]).
-    send: Option<Arc<SendClock>>,
+    /// The send timeout's state, when the attempt is watched ([`RequestBody::watch_sends`]);
+    /// boxed: most requests have none, and this body is part of every request future.
+    send: Option<Box<Sending>>,
+}
+
+/// The largest data frame a body watched by a send timeout hands the upstream connection.
+pub(crate) const SEND_SLICE: usize = 16 * 1024;
+
+/// A watched body's side of its send timeout.
+struct Sending {
+    clock: Arc<SendClock>,
+    /// The rest of the source's last data frame, handed before the source is read again.
+    rest: Bytes,
 }
 
 pin_project_lite::pin_project! {
@@ -229,10 +242,13 @@ impl RequestBody {
     /// has data to send.
     pub(crate) fn watch_sends(mut self, limit: Option<Duration>) -> RequestBody {
         self.send = match limit {
-            Some(limit) if !self.is_end_stream() => Some(Arc::new(SendClock {
-                limit,
-                base: Instant::now(),
-                handed: AtomicU64::new(0),
+            Some(limit) if !self.is_end_stream() => Some(Box::new(Sending {
+                clock: Arc::new(SendClock {
+                    limit,
+                    base: Instant::now(),
+                    handed: AtomicU64::new(0),
+                }),
+                rest: Bytes::new(),
             })),
             _ => None,
         };
@@ -241,7 +257,7 @@ impl RequestBody {
 
     /// The watch of this body's send timeout (none without one).
     pub(crate) fn send_watch(&self) -> Option<Box<SendWatch>> {
-        let clock = Arc::clone(self.send.as_ref()?);
+        let clock = Arc::clone(&self.send.as_ref()?.clock);
         let timer = Box::pin(tokio::time::sleep(clock.limit));
         Some(Box::new(SendWatch { clock, timer }))
     }
@@ -463,20 +479,43 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
+        let Some(send) = &mut this.send else {
+            return this.poll_source(cx);
+        };
+        // Asked again: the last slice was taken. A slice handed now is owed, unless it
+        // ends the body: the connection does not ask after the last one (what it still
+        // holds to write is bounded by the attempt's timeout, as a body that fits in the
+        // socket's buffers is).
+        if !send.rest.is_empty() {
+            let n = send.rest.len().min(SEND_SLICE);
+            let slice = send.rest.split_to(n);
+            this.note_handed();
+            return Poll::Ready(Some(Ok(Frame::data(slice))));
+        }
         let polled = this.poll_source(cx);
-        if let Some(clock) = &this.send {
-            // Asked again: the last frame was taken. A data frame handed now is owed.
-            match &polled {
-                Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| !d.is_empty()) => {
-                    clock.handed();
+        let Some(send) = &mut this.send else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| !d.is_empty()) => {
+                let mut data = f.into_data().unwrap_or_default();
+                if data.len() > SEND_SLICE {
+                    send.rest = data.split_off(SEND_SLICE);
                 }
-                _ => clock.taken(),
+                this.note_handed();
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            other => {
+                send.clock.taken();
+                other
             }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.send.as_ref().is_some_and(|s| !s.rest.is_empty()) {
+            return false;
+        }
         match &self.inner {
             None => true,
             Some(Source::Tee(tee)) => tee.is_end_stream(),
@@ -486,16 +525,39 @@ impl Body for RequestBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.inner {
+        let hint = match &self.inner {
             None => SizeHint::with_exact(0),
             Some(Source::Tee(tee)) => tee.size_hint(),
             Some(Source::Client(inner)) => inner.size_hint(),
             Some(Source::Capped(c)) => c.body.size_hint(),
+        };
+        match self.send.as_ref().map(|s| s.rest.len() as u64) {
+            None | Some(0) => hint,
+            Some(rest) => {
+                let mut more = SizeHint::new();
+                more.set_lower(hint.lower() + rest);
+                if let Some(upper) = hint.upper() {
+                    more.set_upper(upper + rest);
+                }
+                more
+            }
         }
     }
 }
 
 impl RequestBody {
+    /// A slice was handed to the upstream connection: owed until it asks for the next,
+    /// unless the body ends with it.
+    fn note_handed(&self) {
+        if let Some(send) = &self.send {
+            if self.is_end_stream() {
+                send.clock.taken();
+            } else {
+                send.clock.handed();
+            }
+        }
+    }
+
     /// The next frame from the source, with the idle limit and the cap applied.
     fn poll_source(
         &mut self,
@@ -556,5 +618,58 @@ impl RequestBody {
             // Set for an earlier wait.
             w.timer.as_mut().reset(deadline.into());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(limit: Duration) -> (Arc<SendClock>, SendWatch) {
+        let clock = Arc::new(SendClock {
+            limit,
+            base: Instant::now(),
+            handed: AtomicU64::new(0),
+        });
+        let timer = Box::pin(tokio::time::sleep(limit));
+        let w = SendWatch {
+            clock: Arc::clone(&clock),
+            timer,
+        };
+        (clock, w)
+    }
+
+    /// Whether the watch has expired, polled once.
+    async fn expired(w: &mut SendWatch) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(w.poll_expired(cx).is_ready())).await
+    }
+
+    /// Nothing owed never expires, however long; a frame owed past the limit does (and
+    /// wakes the waiting task); a frame taken in time does not.
+    #[tokio::test]
+    async fn the_watch_expires_only_for_a_frame_owed_past_the_limit() {
+        let limit = Duration::from_millis(300);
+        let (clock, mut w) = watch(limit);
+        assert!(!expired(&mut w).await);
+        tokio::time::sleep(limit * 2).await;
+        assert!(!expired(&mut w).await, "idle: nothing owed");
+
+        clock.handed();
+        tokio::time::sleep(limit / 3).await;
+        clock.taken();
+        tokio::time::sleep(limit).await;
+        assert!(!expired(&mut w).await, "taken in time");
+
+        clock.handed();
+        let fired = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| w.poll_expired(cx)),
+        )
+        .await;
+        assert!(
+            fired.is_ok(),
+            "a frame owed past the limit expires the watch"
+        );
+        assert!(clock.deadline().is_some_and(|d| d <= Instant::now()));
     }
 }
