@@ -151,12 +151,12 @@ pub async fn echo(name: &str) -> SocketAddr {
 /// certificate and key); every request is answered 200 with `sni=<the server name the
 /// client sent, empty without one>`.
 pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(LOCALHOST, cert, false, None).await
+    https_backend_on(LOCALHOST, cert, false).await
 }
 
 /// As [`https_backend`], speaking HTTP/2 (ALPN `h2`) as a gRPC server over TLS does.
 pub async fn https_backend_h2(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(LOCALHOST, cert, true, None).await
+    https_backend_on(LOCALHOST, cert, true).await
 }
 
 /// As [`https_backend`] (`h2`: [`https_backend_h2`]) on `ip`. Every answer also carries
