@@ -136,13 +136,48 @@ pub enum HashOn {
 }
 
 /// The attributes of a cookie weir sets for consistent hashing.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GeneratedCookie {
     /// `Max-Age` (none: a session cookie).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl: Option<Duration>,
     /// `Path` (starts with `/`).
     pub path: Arc<str>,
+    /// `SameSite` (none: the attribute is left out, the browser's default applies). Push
+    /// protocol version 6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_site: Option<SameSite>,
+}
+
+/// Hashed as push protocol version 5 and earlier hash it (`ttl`, `path`), with
+/// `same_site` folded in only when set, so that a cookie without it keeps the hash older
+/// releases compute.
+impl std::hash::Hash for GeneratedCookie {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.ttl.hash(state);
+        self.path.hash(state);
+        if let Some(same_site) = &self.same_site {
+            (3u32, same_site).hash(state);
+        }
+    }
+}
+
+/// The `SameSite` attribute of a generated cookie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None`, always with `Secure` (browsers refuse `None` without it). With
+    /// `unless_incompatible`, a client whose `User-Agent` names a browser known to
+    /// mishandle `None` (some treat it as `Strict`, some refuse the cookie) gets the
+    /// cookie without the attribute (ingress-nginx's
+    /// `session-cookie-conditional-samesite-none`).
+    None {
+        /// Leave the attribute out for clients known not to support it.
+        unless_incompatible: bool,
+    },
 }
 
 impl LoadBalancer {

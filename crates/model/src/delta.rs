@@ -478,6 +478,7 @@ mod tests {
             Timeouts {
                 request: Some(std::time::Duration::from_secs(1)),
                 backend_request: None,
+                backend_send: None,
             },
             None,
             None,

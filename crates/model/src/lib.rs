@@ -44,7 +44,7 @@ mod upstream_tls;
 pub use authz::{Authorization, AuthzAction, AuthzHeader, AuthzRule, ClaimMatch};
 pub use backend_policy::{
     CircuitBreaker, Ejection, GeneratedCookie, HashOn, HealthCheck, HealthProbe, Limits,
-    LoadBalancer, OutlierDetection, is_cookie_name, is_cookie_path,
+    LoadBalancer, OutlierDetection, SameSite, is_cookie_name, is_cookie_path,
 };
 pub use cluster::{Cluster, ClusterKey, Endpoint, EndpointAddr, UpstreamProtocol};
 pub use cors::{Cors, CorsNames, CorsOrigin};

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::authz::Authorization;
-use crate::backend_policy::{CircuitBreaker, HealthCheck, LoadBalancer, OutlierDetection};
+use crate::backend_policy::{
+    CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, LoadBalancer, OutlierDetection,
+};
 use crate::cluster::ClusterKey;
 use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
@@ -721,7 +723,7 @@ pub struct ConcurrencyLimit {
 eq_by_content_hash!(Policy);
 
 fn timeouts_unset(t: &Timeouts) -> bool {
-    !t.is_set()
+    !t.is_set() && t.backend_send.is_none()
 }
 
 impl Policy {
@@ -853,6 +855,43 @@ impl Policy {
             self.rehash();
         }
         self
+    }
+
+    /// The policy as a data plane of push protocol version 5 or older rebuilds it: without
+    /// the settings added in version 6, so with the hash those releases compute
+    /// (`weir_xds::convert::for_version` applies the older strippings after it). Added in
+    /// version 6, inside fields older releases know: `timeouts.backend_send` and the
+    /// `SameSite` of a generated affinity cookie (`load_balancer`). Neither guards
+    /// access: an older data plane bounds sending by the attempt's timeout alone and sets
+    /// the cookie without the attribute.
+    pub fn as_version_5(mut self) -> Self {
+        if self.has_version_6_settings() {
+            self.timeouts.backend_send = None;
+            if let Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
+                generate: Some(g), ..
+            })) = &mut self.load_balancer
+            {
+                g.same_site = None;
+            }
+            self.rehash();
+        }
+        self
+    }
+
+    /// Whether the policy has a setting a data plane of push protocol version 5 or older
+    /// does not know ([`Policy::as_version_5`]).
+    pub fn has_version_6_settings(&self) -> bool {
+        self.timeouts.backend_send.is_some()
+            || matches!(
+                &self.load_balancer,
+                Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
+                    generate: Some(GeneratedCookie {
+                        same_site: Some(_),
+                        ..
+                    }),
+                    ..
+                }))
+            )
     }
 
     /// This policy with access-log settings.
@@ -1122,6 +1161,7 @@ impl Policy {
     /// Whether it sets nothing (such a policy is not emitted).
     pub fn is_empty(&self) -> bool {
         !self.timeouts.is_set()
+            && self.timeouts.backend_send.is_none()
             && self.retry.is_none()
             && self.rate_limit.is_none()
             && self.api_key_auth.is_none()
@@ -1171,11 +1211,58 @@ mod tests {
         let timeouts = Timeouts {
             request: Some(Duration::from_secs(1)),
             backend_request: None,
+            backend_send: None,
         };
         let a = Policy::new(t("ns/a"), timeouts.clone(), None, None);
         assert_eq!(a, Policy::new(t("ns/a"), timeouts.clone(), None, None));
         assert_ne!(a, Policy::new(t("ns/b"), timeouts, None, None));
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
+    }
+
+    /// Version 6's settings (`timeouts.backend_send`, a generated cookie's `SameSite`)
+    /// change the hash only when set, and the version-5 form drops them, back to the hash
+    /// of the policy without them.
+    #[test]
+    fn version_6_settings_fold_in_only_when_set() {
+        let target = PolicyTarget::Gateway("ns/gw".into());
+        let cookie = |same_site| {
+            Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
+                name: "sid".into(),
+                generate: Some(GeneratedCookie {
+                    ttl: Some(Duration::from_secs(60)),
+                    path: "/".into(),
+                    same_site,
+                }),
+            }))
+        };
+        let timeouts = |send| Timeouts {
+            request: None,
+            backend_request: Some(Duration::from_secs(65)),
+            backend_send: send,
+        };
+        let plain = Policy::new(target.clone(), timeouts(None), None, None)
+            .with_load_balancer(cookie(None));
+        assert!(!plain.has_version_6_settings());
+        assert_eq!(plain.clone().as_version_5().hash(), plain.hash());
+        let sending = Policy::new(
+            target.clone(),
+            timeouts(Some(Duration::from_secs(3))),
+            None,
+            None,
+        )
+        .with_load_balancer(cookie(None));
+        let same_site = Policy::new(target, timeouts(None), None, None).with_load_balancer(cookie(
+            Some(crate::SameSite::None {
+                unless_incompatible: true,
+            }),
+        ));
+        for p in [&sending, &same_site] {
+            assert!(p.has_version_6_settings());
+            assert_ne!(p.hash(), plain.hash());
+            let old = p.clone().as_version_5();
+            assert_eq!(old, plain);
+            assert_eq!(old.hash(), plain.hash());
+        }
     }
 
     /// What data planes of earlier releases compute for the policy `for_version` sends

@@ -304,12 +304,32 @@ pub enum Action {
 /// Per-rule timeouts (Gateway API `HTTPRouteTimeouts`). `None` is unset (the listener's
 /// upstream-response timeout applies when both are); `Some(ZERO)` is the Gateway API's
 /// `0s`, which disables the timeout.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Timeouts {
     /// Whole request, from the gateway receiving it to the response headers.
     pub request: Option<Duration>,
     /// One attempt to a backend.
     pub backend_request: Option<Duration>,
+    /// How long sending the request to a backend may make no progress: from handing the
+    /// upstream connection a piece of the request body until it takes the next one
+    /// (ingress-nginx's `proxy-send-timeout`, nginx's time "between two successive write
+    /// operations"). A request whose body is all sent, and so an attempt that only waits
+    /// for the response, is not bounded by it. Push protocol version 6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_send: Option<Duration>,
+}
+
+/// Hashed as push protocol version 5 and earlier hash it (`request`, `backend_request`),
+/// with `backend_send` folded in only when set: timeouts without it keep the hash older
+/// releases compute (ARCHITECTURE.md, "Push protocol versions").
+impl std::hash::Hash for Timeouts {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.request.hash(state);
+        self.backend_request.hash(state);
+        if let Some(send) = &self.backend_send {
+            (3u32, send).hash(state);
+        }
+    }
 }
 
 impl Timeouts {
@@ -326,6 +346,11 @@ impl Timeouts {
     /// Whether the route sets either timeout (even to `0s`).
     pub fn is_set(&self) -> bool {
         self.request.is_some() || self.backend_request.is_some()
+    }
+
+    /// The backend-send timeout if it is set and not disabled.
+    pub fn backend_send_limit(&self) -> Option<Duration> {
+        self.backend_send.filter(|d| !d.is_zero())
     }
 }
 

@@ -15,10 +15,10 @@ use std::net::IpAddr;
 
 use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
-use weir_model::{GeneratedCookie, HashOn};
+use weir_model::{GeneratedCookie, HashOn, SameSite};
 
 use crate::ring::key_hash;
-use crate::router;
+use crate::{router, same_site};
 
 /// A request's key, and the cookie to set when the key was generated.
 #[derive(Debug, Default)]
@@ -67,7 +67,8 @@ pub(crate) fn of_request(on: &HashOn, headers: &HeaderMap, client: IpAddr) -> Af
                     let value = format!("{:016x}", router::next_random());
                     Affinity {
                         key: Some(key_hash(value.as_bytes())),
-                        set_header: set_cookie(name, &value, g).map(|v| (header::SET_COOKIE, v)),
+                        set_header: set_cookie(name, &value, g, headers)
+                            .map(|v| (header::SET_COOKIE, v)),
                     }
                 }
             },
@@ -138,13 +139,36 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]>
         .filter(|v| !v.is_empty())
 }
 
-/// The `Set-Cookie` value of a generated cookie.
-fn set_cookie(name: &str, value: &str, g: &GeneratedCookie) -> Option<HeaderValue> {
+/// The `Set-Cookie` value of a generated cookie, for a request with `headers` (its
+/// `User-Agent` decides whether a conditional `SameSite=None` is written).
+fn set_cookie(
+    name: &str,
+    value: &str,
+    g: &GeneratedCookie,
+    headers: &HeaderMap,
+) -> Option<HeaderValue> {
     let mut s = format!("{name}={value}; Path={}", g.path);
     if let Some(ttl) = g.ttl {
         s += &format!("; Max-Age={}", ttl.as_secs().max(1));
     }
     s += "; HttpOnly";
+    match g.same_site {
+        None => {}
+        Some(SameSite::Strict) => s += "; SameSite=Strict",
+        Some(SameSite::Lax) => s += "; SameSite=Lax",
+        Some(SameSite::None {
+            unless_incompatible,
+        }) => {
+            let agent = headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !(unless_incompatible && same_site::rejects_none(agent)) {
+                // Browsers drop a `SameSite=None` cookie that is not `Secure`.
+                s += "; SameSite=None; Secure";
+            }
+        }
+    }
     HeaderValue::try_from(s).ok()
 }
 
@@ -209,6 +233,7 @@ mod tests {
             generate: Some(GeneratedCookie {
                 ttl: Some(Duration::from_secs(3600)),
                 path: "/app".into(),
+                same_site: None,
             }),
         };
         let first = of_request(&generated, &HeaderMap::new(), ip);
@@ -234,6 +259,55 @@ mod tests {
         let again = of_request(&session, &headers(&[("x-session", &value)]), ip);
         assert_eq!(again.key, first.key);
         assert!(again.set_header.is_none());
+    }
+
+    #[test]
+    fn generated_cookies_carry_same_site() {
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let with = |same_site| HashOn::Cookie {
+            name: "sid".into(),
+            generate: Some(GeneratedCookie {
+                ttl: None,
+                path: "/".into(),
+                same_site,
+            }),
+        };
+        let set = |on: &HashOn, agent: &str| {
+            let h = headers(&[("user-agent", agent)]);
+            let (_, v) = of_request(on, &h, ip).set_header.expect("a cookie is set");
+            v.to_str().unwrap().to_owned()
+        };
+        let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+        let old_chrome = "Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/60.0.3112.90 Safari/537.36";
+        let none = set(&with(None), firefox);
+        assert!(none.ends_with("; Path=/; HttpOnly"), "{none}");
+        let strict = set(&with(Some(SameSite::Strict)), firefox);
+        assert!(strict.ends_with("; HttpOnly; SameSite=Strict"), "{strict}");
+        let lax = set(&with(Some(SameSite::Lax)), old_chrome);
+        assert!(lax.ends_with("; HttpOnly; SameSite=Lax"), "{lax}");
+        // `None` always comes with `Secure`, unless left out for a browser that mishandles it.
+        let always = with(Some(SameSite::None {
+            unless_incompatible: false,
+        }));
+        let conditional = with(Some(SameSite::None {
+            unless_incompatible: true,
+        }));
+        for (on, agent, expect) in [
+            (&always, firefox, true),
+            (&always, old_chrome, true),
+            (&conditional, firefox, true),
+            (&conditional, old_chrome, false),
+        ] {
+            let v = set(on, agent);
+            assert_eq!(
+                v.ends_with("; HttpOnly; SameSite=None; Secure"),
+                expect,
+                "{agent}: {v}"
+            );
+            if !expect {
+                assert!(v.ends_with("; HttpOnly"), "{v}");
+            }
+        }
     }
 
     #[test]

@@ -15,12 +15,24 @@
 //! and a request without a body, never arm one), and it is not reset per frame: a wait
 //! records its start, and a timer that fires early is moved to the real deadline.
 //!
+//! A body may also be watched for an upstream that stops taking it (a policy's
+//! `timeouts.backend_send`, ingress-nginx's `proxy-send-timeout`): the body notes when it
+//! hands the upstream connection a data frame and when the connection asks for the next
+//! one ([`SendClock`]); the attempt waiting for the response head ([`SendWatch`]) fails
+//! with a timeout once a frame has been owed for longer than the limit. The upstream
+//! client asks for the next frame only when it could write (or buffer) the last one, so
+//! the time in between is the time a write to the upstream stays pending. A watched body
+//! hands its data in slices of at most [`SEND_SLICE`] bytes (a client's frame can be
+//! hundreds of KiB, which a slow but steady reader would take seconds to make room for),
+//! so progress is seen per slice. Waiting for the client's data, and waiting for the
+//! response once the body is handed over, are not counted.
+//!
 //! A body may also be capped (a policy's `requestLimits.maxBodyBytes`, for bodies whose
 //! size was not declared up front): past the cap it fails the same way, and the request
 //! is answered 413.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -38,11 +50,91 @@ pub(crate) struct RequestBody {
     inner: Option<Source>,
     /// `None`: no limit, or the limit already fired.
     idle: Option<Duration>,
-    /// Armed the first time the body had to wait; boxed because most bodies never wait.
-    timer: Option<Pin<Box<Sleep>>>,
-    /// When the current wait for data began, if the last poll found none.
-    waiting_since: Option<Instant>,
+    /// Made the first time the body had to wait; boxed because most bodies never wait.
+    wait: Option<Pin<Box<IdleWait>>>,
     stall: Option<Stall>,
+    /// The send timeout's state, when the attempt is watched ([`RequestBody::watch_sends`]);
+    /// boxed: most requests have none, and this body is part of every request future.
+    send: Option<Box<Sending>>,
+}
+
+/// The largest data frame a body watched by a send timeout hands the upstream connection.
+pub(crate) const SEND_SLICE: usize = 16 * 1024;
+
+/// A watched body's side of its send timeout.
+struct Sending {
+    clock: Arc<SendClock>,
+    /// The rest of the source's last data frame, handed before the source is read again.
+    rest: Bytes,
+}
+
+pin_project_lite::pin_project! {
+    /// The idle timer of a [`RequestBody`] that had to wait for data.
+    struct IdleWait {
+        #[pin]
+        timer: Sleep,
+        // When the current wait for data began, if the last poll found none.
+        since: Option<Instant>,
+    }
+}
+
+/// When a [`RequestBody`] last handed its upstream connection a data frame the
+/// connection has not asked past yet; shared with the attempt's [`SendWatch`].
+#[derive(Debug)]
+pub(crate) struct SendClock {
+    limit: Duration,
+    base: Instant,
+    /// 0: nothing owed; else the nanoseconds from `base` to the hand-over, plus one.
+    handed: AtomicU64,
+}
+
+impl SendClock {
+    fn handed(&self) {
+        let since = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.handed.store(since + 1, Ordering::Release);
+    }
+
+    fn taken(&self) {
+        self.handed.store(0, Ordering::Release);
+    }
+
+    /// When the owed frame's time runs out (`None`: nothing is owed).
+    fn deadline(&self) -> Option<Instant> {
+        match self.handed.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(self.base + Duration::from_nanos(n - 1) + self.limit),
+        }
+    }
+}
+
+/// The attempt's side of a [`SendClock`]: a timer that looks at the clock at the
+/// deadline of the frame owed, or a limit from now when none is (a frame handed
+/// meanwhile is then owed for less than the limit when the timer fires, and the timer
+/// moves to its deadline), so a stalled write is noticed at its deadline.
+pub(crate) struct SendWatch {
+    clock: Arc<SendClock>,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl SendWatch {
+    /// Ready once a frame has been owed for longer than the limit.
+    pub(crate) fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // Bounded: each turn returns, or moves the timer past now.
+        loop {
+            let now = Instant::now();
+            let next = match self.clock.deadline() {
+                Some(deadline) if deadline <= now => return Poll::Ready(()),
+                Some(deadline) => deadline,
+                None => now + self.clock.limit,
+            };
+            if self.timer.deadline() != next.into() {
+                self.timer.as_mut().reset(next.into());
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
 }
 
 /// Where a [`RequestBody`]'s frames come from (one field: it is part of every request
@@ -104,9 +196,9 @@ impl RequestBody {
         RequestBody {
             inner: None,
             idle: None,
-            timer: None,
-            waiting_since: None,
+            wait: None,
             stall: None,
+            send: None,
         }
     }
 
@@ -117,9 +209,9 @@ impl RequestBody {
         RequestBody {
             inner: Some(Source::Client(inner)),
             idle: limited.then_some(idle),
-            timer: None,
-            waiting_since: None,
+            wait: None,
             stall: limited.then(Stall::new),
+            send: None,
         }
     }
 
@@ -143,6 +235,31 @@ impl RequestBody {
     #[cfg(test)]
     pub(crate) fn unlimited(inner: Incoming) -> RequestBody {
         RequestBody::new(inner, Duration::ZERO)
+    }
+
+    /// This body, noting for the attempt's [`SendWatch`] how long its upstream connection
+    /// takes to ask for the next frame, when `limit` is set (the send timeout) and the body
+    /// has data to send.
+    pub(crate) fn watch_sends(mut self, limit: Option<Duration>) -> RequestBody {
+        self.send = match limit {
+            Some(limit) if !self.is_end_stream() => Some(Box::new(Sending {
+                clock: Arc::new(SendClock {
+                    limit,
+                    base: Instant::now(),
+                    handed: AtomicU64::new(0),
+                }),
+                rest: Bytes::new(),
+            })),
+            _ => None,
+        };
+        self
+    }
+
+    /// The watch of this body's send timeout (none without one).
+    pub(crate) fn send_watch(&self) -> Option<Box<SendWatch>> {
+        let clock = Arc::clone(&self.send.as_ref()?.clock);
+        let timer = Box::pin(tokio::time::sleep(clock.limit));
+        Some(Box::new(SendWatch { clock, timer }))
     }
 
     /// The flag set if this body stalls (none when it cannot).
@@ -231,9 +348,9 @@ impl Replay {
                 attempt,
             }))),
             idle: None,
-            timer: None,
-            waiting_since: None,
+            wait: None,
             stall,
+            send: None,
         }
     }
 
@@ -367,6 +484,91 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is Unpin (the timer is boxed).
         let this = self.get_mut();
+        let Some(send) = &mut this.send else {
+            return this.poll_source(cx);
+        };
+        // Asked again: the last slice was taken. A slice handed now is owed, unless it
+        // ends the body: the connection does not ask after the last one (what it still
+        // holds to write is bounded by the attempt's timeout, as a body that fits in the
+        // socket's buffers is).
+        if !send.rest.is_empty() {
+            let n = send.rest.len().min(SEND_SLICE);
+            let slice = send.rest.split_to(n);
+            this.note_handed();
+            return Poll::Ready(Some(Ok(Frame::data(slice))));
+        }
+        let polled = this.poll_source(cx);
+        let Some(send) = &mut this.send else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| !d.is_empty()) => {
+                let mut data = f.into_data().unwrap_or_default();
+                if data.len() > SEND_SLICE {
+                    send.rest = data.split_off(SEND_SLICE);
+                }
+                this.note_handed();
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            other => {
+                send.clock.taken();
+                other
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        if self.send.as_ref().is_some_and(|s| !s.rest.is_empty()) {
+            return false;
+        }
+        match &self.inner {
+            None => true,
+            Some(Source::Tee(tee)) => tee.is_end_stream(),
+            Some(Source::Client(inner)) => inner.is_end_stream(),
+            Some(Source::Capped(c)) => c.body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let hint = match &self.inner {
+            None => SizeHint::with_exact(0),
+            Some(Source::Tee(tee)) => tee.size_hint(),
+            Some(Source::Client(inner)) => inner.size_hint(),
+            Some(Source::Capped(c)) => c.body.size_hint(),
+        };
+        match self.send.as_ref().map(|s| s.rest.len() as u64) {
+            None | Some(0) => hint,
+            Some(rest) => {
+                let mut more = SizeHint::new();
+                more.set_lower(hint.lower() + rest);
+                if let Some(upper) = hint.upper() {
+                    more.set_upper(upper + rest);
+                }
+                more
+            }
+        }
+    }
+}
+
+impl RequestBody {
+    /// A slice was handed to the upstream connection: owed until it asks for the next,
+    /// unless the body ends with it.
+    fn note_handed(&self) {
+        if let Some(send) = &self.send {
+            if self.is_end_stream() {
+                send.clock.taken();
+            } else {
+                send.clock.handed();
+            }
+        }
+    }
+
+    /// The next frame from the source, with the idle limit and the cap applied.
+    fn poll_source(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self;
         let (inner, left) = match &mut this.inner {
             None => return Poll::Ready(None),
             Some(Source::Tee(tee)) => return tee.poll_frame(cx),
@@ -374,7 +576,9 @@ impl Body for RequestBody {
             Some(Source::Capped(c)) => (&mut c.body, Some(&mut c.left)),
         };
         if let Poll::Ready(frame) = Pin::new(inner).poll_frame(cx) {
-            this.waiting_since = None;
+            if let Some(wait) = &mut this.wait {
+                *wait.as_mut().project().since = None;
+            }
             if let (Some(left), Some(Ok(f))) = (left, &frame)
                 && let Some(data) = f.data_ref()
             {
@@ -393,44 +597,84 @@ impl Body for RequestBody {
         let Some(idle) = this.idle else {
             return Poll::Pending;
         };
-        let deadline = *this.waiting_since.get_or_insert_with(Instant::now) + idle;
+        let wait = this.wait.get_or_insert_with(|| {
+            let now = Instant::now();
+            Box::pin(IdleWait {
+                timer: tokio::time::sleep_until((now + idle).into()),
+                since: Some(now),
+            })
+        });
+        let mut w = wait.as_mut().project();
+        let deadline = *w.since.get_or_insert_with(Instant::now) + idle;
         // Bounded: each turn returns, or moves the timer to `deadline` (then it is not
         // ready until the deadline has passed).
         loop {
-            let timer = this
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
-            if timer.as_mut().poll(cx).is_pending() {
+            if w.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             if Instant::now() >= deadline {
                 this.idle = None;
-                this.timer = None;
+                this.wait = None;
                 if let Some(stall) = &this.stall {
                     stall.0.store(STALLED, Ordering::Release);
                 }
                 return Poll::Ready(Some(Err(Box::new(BodyIdle))));
             }
             // Set for an earlier wait.
-            timer.as_mut().reset(deadline.into());
+            w.timer.as_mut().reset(deadline.into());
         }
     }
+}
 
-    fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            None => true,
-            Some(Source::Tee(tee)) => tee.is_end_stream(),
-            Some(Source::Client(inner)) => inner.is_end_stream(),
-            Some(Source::Capped(c)) => c.body.is_end_stream(),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(limit: Duration) -> (Arc<SendClock>, SendWatch) {
+        let clock = Arc::new(SendClock {
+            limit,
+            base: Instant::now(),
+            handed: AtomicU64::new(0),
+        });
+        let timer = Box::pin(tokio::time::sleep(limit));
+        let w = SendWatch {
+            clock: Arc::clone(&clock),
+            timer,
+        };
+        (clock, w)
     }
 
-    fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            None => SizeHint::with_exact(0),
-            Some(Source::Tee(tee)) => tee.size_hint(),
-            Some(Source::Client(inner)) => inner.size_hint(),
-            Some(Source::Capped(c)) => c.body.size_hint(),
-        }
+    /// Whether the watch has expired, polled once.
+    async fn expired(w: &mut SendWatch) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(w.poll_expired(cx).is_ready())).await
+    }
+
+    /// Nothing owed never expires, however long; a frame owed past the limit does (and
+    /// wakes the waiting task); a frame taken in time does not.
+    #[tokio::test]
+    async fn the_watch_expires_only_for_a_frame_owed_past_the_limit() {
+        let limit = Duration::from_millis(300);
+        let (clock, mut w) = watch(limit);
+        assert!(!expired(&mut w).await);
+        tokio::time::sleep(limit * 2).await;
+        assert!(!expired(&mut w).await, "idle: nothing owed");
+
+        clock.handed();
+        tokio::time::sleep(limit / 3).await;
+        clock.taken();
+        tokio::time::sleep(limit).await;
+        assert!(!expired(&mut w).await, "taken in time");
+
+        clock.handed();
+        let fired = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| w.poll_expired(cx)),
+        )
+        .await;
+        assert!(
+            fired.is_ok(),
+            "a frame owed past the limit expires the watch"
+        );
+        assert!(clock.deadline().is_some_and(|d| d <= Instant::now()));
     }
 }

@@ -50,6 +50,7 @@ mod protocol;
 mod proxy_protocol;
 mod ratelimit;
 mod retry;
+mod same_site;
 mod server;
 pub mod status;
 mod upgrade;

@@ -311,6 +311,9 @@ pub(crate) fn resolve(
             .flatten()
             .find_map(|p| p.timeouts.backend_request);
     }
+    if t.backend_send.is_none() {
+        t.backend_send = chain.iter().flatten().find_map(|p| p.timeouts.backend_send);
+    }
     if rule.retry.is_none() {
         applied.retry = first(|p| p.retry.is_some());
     }
@@ -825,6 +828,7 @@ mod tests {
         Timeouts {
             request: request.map(Duration::from_secs),
             backend_request: backend.map(Duration::from_secs),
+            backend_send: None,
         }
     }
 

@@ -351,7 +351,7 @@ async fn attempt(
 ) -> UpstreamResult {
     address(&mut parts, rule, &target)?;
     let limit = attempt_limit(ctx, timeouts, start);
-    let req = Request::from_parts(parts, body);
+    let req = Request::from_parts(parts, body.watch_sends(timeouts.backend_send_limit()));
     let send = ctx.shared.upstreams.send(
         target.protocol,
         &target.addr,

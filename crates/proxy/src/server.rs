@@ -678,6 +678,7 @@ fn phases(
     let mut rewritten = rewrite(ctx, &rule, &applied.timeouts, &mut target, req, raw_host)?;
     rewritten.cors_origin = cors_origin;
     rewritten.max_body = applied.max_body();
+    rewritten.send_limit = applied.timeouts.backend_send_limit();
     // A retried request without a body (not traced per attempt, no error page) sends its
     // first attempt on the inline future, as any request does, with a copy of its head
     // kept (`retry::Kept`); only a retryable outcome moves it to the boxed attempts.
@@ -965,6 +966,8 @@ struct Rewritten {
     cors_origin: Option<cors::Allowed>,
     /// A policy's body size limit, for a body without a declared length.
     max_body: Option<u64>,
+    /// The send timeout (`timeouts.backend_send`).
+    send_limit: Option<Duration>,
 }
 
 /// Phase 4: rewrites the request head for the upstream (and sends the mirrors' copies).
@@ -1010,6 +1013,7 @@ fn rewrite(
         client_upgrade,
         cors_origin: None,
         max_body: None,
+        send_limit: None,
     })
 }
 
@@ -1093,8 +1097,11 @@ fn send(
         client_upgrade,
         cors_origin,
         max_body,
+        send_limit,
     } = rewritten;
-    let body = RequestBody::new(body, ctx.timeouts.body_idle).capped(max_body);
+    let body = RequestBody::new(body, ctx.timeouts.body_idle)
+        .capped(max_body)
+        .watch_sends(send_limit);
     let req = Request::from_parts(parts, body);
     let send = ctx.shared.upstreams.send(
         target.protocol,

@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
 use weir_model::{EndpointAddr, UpstreamProtocol};
 
-use crate::body::{RequestBody, Stall};
+use crate::body::{RequestBody, SendWatch, Stall};
 use crate::dataplane::ProxyConfig;
 use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
@@ -125,6 +125,7 @@ impl Upstreams {
         impl Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send + use<>,
     > {
         let stall = req.body().stall();
+        let send_watch = req.body().send_watch();
         let sending = match protocol {
             UpstreamProtocol::Http1 => Sending::Http1 {
                 fut: self.http1.send(addr, tls, req, gate),
@@ -145,7 +146,11 @@ impl Upstreams {
                 },
             },
         };
-        UpstreamResponse { sending, stall }
+        UpstreamResponse {
+            sending,
+            stall,
+            send_watch,
+        }
     }
 }
 
@@ -155,6 +160,8 @@ pin_project_lite::pin_project! {
         #[pin]
         sending: Sending<F>,
         stall: Option<Stall>,
+        // Boxed: only requests with a body under a send timeout have one.
+        send_watch: Option<Box<SendWatch>>,
     }
 }
 
@@ -181,17 +188,26 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let out = match this.sending.project() {
-            SendingProj::Http1 { fut } => {
-                std::task::ready!(fut.poll(cx)).map(|(r, l)| (r, Some(l)))
-            }
-            SendingProj::H2c { fut } => match std::task::ready!(fut.poll(cx)) {
+        let polled = match this.sending.project() {
+            SendingProj::Http1 { fut } => fut.poll(cx).map(|r| r.map(|(r, l)| (r, Some(l)))),
+            SendingProj::H2c { fut } => fut.poll(cx).map(|r| match r {
                 Ok(resp) => Ok((resp, None)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
                 Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
-            },
-            SendingProj::H2Tls { fut } => {
-                std::task::ready!(fut.as_mut().poll(cx)).map(|r| (r, None))
+            }),
+            SendingProj::H2Tls { fut } => fut.as_mut().poll(cx).map(|r| r.map(|r| (r, None))),
+        };
+        let out = match polled {
+            Poll::Ready(out) => out,
+            Poll::Pending => {
+                // The upstream connection took none of the body for the send timeout.
+                if let Some(watch) = this.send_watch
+                    && watch.poll_expired(cx).is_ready()
+                {
+                    *this.send_watch = None;
+                    return Poll::Ready(Err(ProxyError::Timeout));
+                }
+                return Poll::Pending;
             }
         };
         Poll::Ready(match this.stall {

@@ -561,6 +561,7 @@ async fn a_zero_route_timeout_disables_the_default() {
     let disabled = weir_model::Timeouts {
         request: Some(Duration::ZERO),
         backend_request: None,
+        backend_send: None,
     };
     let p = Proxy::start(vec![
         listener_with(

@@ -300,10 +300,12 @@ async fn timeouts_answer_504() {
     let short = Timeouts {
         request: Some(Duration::from_millis(200)),
         backend_request: None,
+        backend_send: None,
     };
     let short_backend = Timeouts {
         request: None,
         backend_request: Some(Duration::from_millis(200)),
+        backend_send: None,
     };
     let p = Proxy::start(vec![
         listener(Protocol::Http),

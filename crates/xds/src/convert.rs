@@ -16,7 +16,7 @@ use weir_model::{
     Limits, Listener, ListenerKey, ListenerSection, ListenerSettings, LoadBalancer, LocalRateLimit,
     OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
     PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
-    RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SniCert,
+    RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SameSite, SniCert,
     StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls, VirtualHost,
     WeightedBackend, is_cookie_name, is_cookie_path,
 };
@@ -192,6 +192,7 @@ fn timeouts_to_wire(t: &Timeouts) -> wire::Timeouts {
     wire::Timeouts {
         request_ns: t.request.map(|d| d.as_nanos() as u64),
         backend_request_ns: t.backend_request.map(|d| d.as_nanos() as u64),
+        backend_send_ns: t.backend_send.map(|d| d.as_nanos() as u64),
     }
 }
 
@@ -200,6 +201,7 @@ fn timeouts_from_wire(t: Option<wire::Timeouts>) -> Timeouts {
     Timeouts {
         request: t.request_ns.map(Duration::from_nanos),
         backend_request: t.backend_request_ns.map(Duration::from_nanos),
+        backend_send: t.backend_send_ns.map(Duration::from_nanos),
     }
 }
 
@@ -419,6 +421,20 @@ fn load_balancer_to_wire(lb: &LoadBalancer) -> wire::LoadBalancer {
                     generate: generate.as_ref().map(|g| wire::GeneratedCookie {
                         ttl_ns: g.ttl.map(|t| t.as_nanos() as u64),
                         path: g.path.to_string(),
+                        same_site: g.same_site.map(|s| {
+                            match s {
+                                SameSite::Strict => wire::SameSite::Strict,
+                                SameSite::Lax => wire::SameSite::Lax,
+                                SameSite::None { .. } => wire::SameSite::None,
+                            }
+                            .into()
+                        }),
+                        same_site_none_unless_incompatible: matches!(
+                            g.same_site,
+                            Some(SameSite::None {
+                                unless_incompatible: true
+                            })
+                        ),
                     }),
                 }),
                 HashOn::SourceIp => On::SourceIp(true),
@@ -469,9 +485,24 @@ fn load_balancer_from_wire(lb: &wire::LoadBalancer) -> Result<LoadBalancer, Inva
                                         "must be positive",
                                     ));
                                 }
+                                let same_site = match g.same_site.map(wire::SameSite::try_from) {
+                                    None => None,
+                                    Some(Ok(wire::SameSite::Strict)) => Some(SameSite::Strict),
+                                    Some(Ok(wire::SameSite::Lax)) => Some(SameSite::Lax),
+                                    Some(Ok(wire::SameSite::None)) => Some(SameSite::None {
+                                        unless_incompatible: g.same_site_none_unless_incompatible,
+                                    }),
+                                    Some(Ok(wire::SameSite::Unspecified) | Err(_)) => {
+                                        return Err(invalid(
+                                            "consistent_hash.cookie.same_site",
+                                            "not a SameSite value",
+                                        ));
+                                    }
+                                };
                                 Some(GeneratedCookie {
                                     ttl: g.ttl_ns.map(Duration::from_nanos),
                                     path: g.path.as_str().into(),
+                                    same_site,
                                 })
                             }
                         };
@@ -1224,7 +1255,10 @@ fn global_rate_limit_from_wire(
     ))
 }
 
-/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 4
+/// `r` as a data plane of push protocol `version` is sent it. A data plane of version 5
+/// or older does not know the settings of version 6 (`Policy::as_version_5`: the send
+/// timeout, a generated cookie's `SameSite`) and is sent the policy without them. A data
+/// plane of version 4
 /// or older does not know the fields of version 5 (`Policy::as_version_4`: access-log and
 /// trace settings) and is sent the policy without them. A data plane of version 3
 /// or older does not know the fields of version 4 (`Policy::as_version_3`: upstream TLS,
@@ -1237,15 +1271,26 @@ fn global_rate_limit_from_wire(
 /// (`Policy::as_version_2`, `Policy::as_version_0`), which it checks.
 pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource> {
     match r {
-        Resource::Policy(p) if version == 4 && (p.access_log.is_some() || p.tracing.is_some()) => {
+        Resource::Policy(p) if version == 5 && p.has_version_6_settings() => {
             std::borrow::Cow::Owned(Resource::Policy(Arc::new(
-                p.as_ref().clone().as_version_4(),
+                p.as_ref().clone().as_version_5(),
+            )))
+        }
+        Resource::Policy(p)
+            if version == 4
+                && (p.access_log.is_some()
+                    || p.tracing.is_some()
+                    || p.has_version_6_settings()) =>
+        {
+            std::borrow::Cow::Owned(Resource::Policy(Arc::new(
+                p.as_ref().clone().as_version_5().as_version_4(),
             )))
         }
         Resource::Policy(p)
             if version == 3
                 && p.access_log.is_none()
                 && p.tracing.is_none()
+                && !p.has_version_6_settings()
                 && p.outlier_detection.is_none()
                 && p.backend_tls.is_none()
                 && p.client_certificate.is_none()
@@ -1255,7 +1300,12 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
         }
         Resource::Policy(p) if version < 4 => {
             let name = || policy_name(p);
-            let mut p = p.as_ref().clone().as_version_4().as_version_3();
+            let mut p = p
+                .as_ref()
+                .clone()
+                .as_version_5()
+                .as_version_4()
+                .as_version_3();
             if version == 3 {
                 return std::borrow::Cow::Owned(Resource::Policy(Arc::new(p)));
             }
@@ -1662,6 +1712,7 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version == 0 => {
             p.as_ref()
                 .clone()
+                .as_version_5()
                 .as_version_4()
                 .as_version_3()
                 .as_version_2()
@@ -1673,6 +1724,7 @@ pub fn resource_from_wire_as(
         Resource::Policy(p) if version < 3 => {
             p.as_ref()
                 .clone()
+                .as_version_5()
                 .as_version_4()
                 .as_version_3()
                 .as_version_2()
@@ -1680,9 +1732,18 @@ pub fn resource_from_wire_as(
                 .0
         }
         Resource::Policy(p) if version < 4 => {
-            p.as_ref().clone().as_version_4().as_version_3().hash().0
+            p.as_ref()
+                .clone()
+                .as_version_5()
+                .as_version_4()
+                .as_version_3()
+                .hash()
+                .0
         }
-        Resource::Policy(p) if version < 5 => p.as_ref().clone().as_version_4().hash().0,
+        Resource::Policy(p) if version < 5 => {
+            p.as_ref().clone().as_version_5().as_version_4().hash().0
+        }
+        Resource::Policy(p) if version < 6 => p.as_ref().clone().as_version_5().hash().0,
         _ => version_of(&built),
     };
     if rebuilt != r.version {

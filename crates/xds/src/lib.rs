@@ -35,14 +35,10 @@ mod tests {
         assert!(!super::serves(6, 1), "five versions back is refused");
         assert!(!super::serves(5, 0));
         assert!(
-            !super::serves(super::PROTOCOL_VERSION, 0),
-            "version-0 data planes are no longer served"
-        );
-        assert!(super::serves(super::PROTOCOL_VERSION, 2));
-        assert!(
             !super::serves(super::PROTOCOL_VERSION, 1),
             "version-1 data planes are no longer served"
         );
+        assert!(super::serves(super::PROTOCOL_VERSION, 2));
     }
 }
 
@@ -68,7 +64,10 @@ pub use crate::hub::{Hub, Refused, Session};
 /// (`weir_model::Policy::as_version_4`). Version 0 is no longer served from here on; 6:
 /// policies on a Gateway listener or a ListenerSet (`PolicyTarget.listener`,
 /// `PolicyTarget.listener_set`, `Listener.sections`), withheld from older data planes
-/// with the listeners they cover (`convert::withheld`). Version 1 is no longer served.
+/// with the listeners they cover (`convert::withheld`), and settings inside fields older
+/// releases know, the send timeout (`Timeouts.backend_send_ns`) and a generated affinity
+/// cookie's `SameSite`, which reach older data planes without them
+/// (`weir_model::Policy::as_version_5`). Version 1 is no longer served.
 pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Whether a controller speaking version `ours` serves a data plane announcing `peer`: a

@@ -1,6 +1,6 @@
 //! The frozen message set of protocol version 0 (`tests/proto/v0`, the release before
 //! versions): a client speaking it subscribes to this build's push server over real gRPC
-//! and is refused, naming both versions (version 5 serves four versions back; the served
+//! and is refused, naming both versions (version 6 serves four versions back; the served
 //! versions' own release binaries are run by the Kubernetes test
 //! `compat::previous_release_binary_is_served`). And the other way round: what this build
 //! sends in `Subscribe` reads as a version-0 `Subscribe`.
@@ -70,7 +70,7 @@ async fn subscribe_v0(addr: SocketAddr, gateway: &str) -> Result<v0::Update, ton
     first.ok_or_else(|| tonic::Status::unknown("the stream ended without an update"))
 }
 
-/// Push protocol version 5 serves four versions back: a version-0 data plane is refused
+/// Push protocol version 6 serves four versions back: a version-0 data plane is refused
 /// with `FAILED_PRECONDITION` naming both versions, rather than sent messages it would
 /// misread (its policies' hashes, fields it does not know), and is counted at its version
 /// nowhere.

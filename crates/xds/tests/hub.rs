@@ -265,6 +265,7 @@ fn policy(target: PolicyTarget, secs: u64) -> Resource {
         Timeouts {
             request: Some(std::time::Duration::from_secs(secs)),
             backend_request: None,
+            backend_send: None,
         },
         None,
         None,

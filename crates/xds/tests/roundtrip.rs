@@ -257,7 +257,8 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
     use std::sync::Arc;
     use std::time::Duration;
     use weir_model::{
-        BackendKind, GeneratedCookie, HashOn, LoadBalancer, Policy, PolicyTarget, Timeouts,
+        BackendKind, GeneratedCookie, HashOn, LoadBalancer, Policy, PolicyTarget, SameSite,
+        Timeouts,
     };
     let base = Policy::new(
         PolicyTarget::Backend {
@@ -285,6 +286,25 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
             generate: Some(GeneratedCookie {
                 ttl: Some(Duration::from_secs(3600)),
                 path: "/app".into(),
+                same_site: None,
+            }),
+        }),
+        LoadBalancer::ConsistentHash(HashOn::Cookie {
+            name: "sid".into(),
+            generate: Some(GeneratedCookie {
+                ttl: None,
+                path: "/".into(),
+                same_site: Some(SameSite::Lax),
+            }),
+        }),
+        LoadBalancer::ConsistentHash(HashOn::Cookie {
+            name: "sid".into(),
+            generate: Some(GeneratedCookie {
+                ttl: None,
+                path: "/".into(),
+                same_site: Some(SameSite::None {
+                    unless_incompatible: true,
+                }),
             }),
         }),
     ];

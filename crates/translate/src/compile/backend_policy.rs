@@ -304,6 +304,7 @@ fn hash_on(h: &ConsistentHashSpec, field: &str) -> Result<HashOn, String> {
                 Some(GeneratedCookie {
                     ttl,
                     path: path.into(),
+                    same_site: None,
                 })
             } else {
                 None
@@ -411,7 +412,8 @@ mod tests {
                 name: "weir-session".into(),
                 generate: Some(GeneratedCookie {
                     ttl: Some(Duration::from_secs(3600)),
-                    path: "/".into()
+                    path: "/".into(),
+                    same_site: None,
                 }),
             })
         );

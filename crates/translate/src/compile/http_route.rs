@@ -287,6 +287,7 @@ pub(crate) fn session_persistence(
                 generate: Some(GeneratedCookie {
                     ttl: if permanent { absolute } else { None },
                     path: "/".into(),
+                    same_site: None,
                 }),
             }
         }
@@ -330,6 +331,7 @@ pub(crate) fn compile_timeouts(
     Ok(Timeouts {
         request: one(&t.request, "request")?,
         backend_request: one(&t.backend_request, "backendRequest")?,
+        backend_send: None,
     })
 }
 

@@ -22,8 +22,8 @@
 //! | `rewrite-target` | the path rewrite filter (the whole path, as nginx's `rewrite` does); with `$1`…`$9`, a template filled with the groups of the rule's path regex (`PathRewrite::RegexCaptures`) |
 //! | `use-regex` (and `rewrite-target`) | `Prefix`/`ImplementationSpecific` paths become regex path matches: case-insensitive, from the start of the path (nginx's `location ~*`); `Exact` stays exact; only this Ingress's paths (ingress-nginx: every path of the host) |
 //! | `proxy-connect-timeout`, `proxy-read-timeout` | the policy's `backendRequest` timeout = connect + read (ingress-nginx's 5 s / 60 s fill in the one not set): how long one attempt may wait for the response headers; weir's connect timeout stays the data plane's 5 s (a shorter one is named as partly applied) |
-//! | `proxy-send-timeout` | no counterpart (no timeout between two writes): named as partly applied; the attempt timeout bounds sending too |
-//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`), as `sessionPersistence` is; `persistent` is named as not served |
+//! | `proxy-send-timeout` | the policy's `backend_send` timeout: an attempt whose request body the upstream connection takes no more of for that long fails (504), as nginx's timeout between two writes; waiting for the response is not bounded by it |
+//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `-samesite` (`None`, `Lax`, `Strict`), `-conditional-samesite-none`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`; `SameSite` as annotated, `None` with `Secure`, and left out for browsers known to mishandle `None` with `-conditional-samesite-none: "true"`), as `sessionPersistence` is; `persistent` is named as not served |
 //! | `server-alias` | every rule of a named host is served under each alias as well |
 //! | `service-upstream` | a Service backend's cluster is one endpoint, the Service's cluster IP and port (`/cluster-ip` cluster key), not its endpoints; a headless Service then has none (503) |
 //! | `canary: "true"`, `canary-by-header` (`-value`, `-pattern`), `canary-by-cookie`, `canary-weight` (`-total`, default 100) | for each host and path of the canary that the oldest main Ingress (ours, not a canary, same namespace) serves with the same path type: rules of the canary, before the main one's, with the main one's annotations (filters, policy, TLS hosts, as ingress-nginx ignores a canary's own): the header (`always`, or the value / pattern) and the cookie (`always`) send to the canary backend, `never` to the main one, and the rest is split by weight (no weight: the main rule serves it). A canary path no main Ingress serves is named and not served |
@@ -45,7 +45,7 @@ use std::time::Duration;
 use weir_api::{HttpCorsFilter, Ingress};
 use weir_model::{
     Filter, GeneratedCookie, HashOn, HeaderModifier, IpRules, LoadBalancer, LocalRateLimit,
-    PathRewrite, Pattern, RateLimitKey, Redirect, Retry, StringMatch, Timeouts,
+    PathRewrite, Pattern, RateLimitKey, Redirect, Retry, SameSite, StringMatch, Timeouts,
 };
 
 use crate::compile::backend::WantProtocol;
@@ -180,6 +180,8 @@ const SUPPORTED: &[&str] = &[
     "session-cookie-path",
     "session-cookie-max-age",
     "session-cookie-expires",
+    "session-cookie-samesite",
+    "session-cookie-conditional-samesite-none",
     "server-alias",
     "service-upstream",
     "canary",
@@ -566,6 +568,7 @@ pub(crate) fn compile(store: &Store, ing: &Ingress) -> Annotations {
         || settings.request_limits.is_some()
         || settings.concurrency_limit.is_some()
         || settings.timeouts.is_set()
+        || settings.timeouts.backend_send.is_some()
         || settings.load_balancer.is_some()
         || settings.retry.is_some()
         || settings.basic_auth.is_some()
@@ -934,13 +937,15 @@ fn default_backend(
 const DEFAULT_CONNECT: Duration = Duration::from_secs(5);
 const DEFAULT_READ: Duration = Duration::from_secs(60);
 
-/// `proxy-connect-timeout`, `proxy-read-timeout` and `proxy-send-timeout` (seconds), as
-/// the policy's `backendRequest` timeout: one attempt, from connecting to the response
-/// headers, may take the connect timeout plus the read timeout (the longest nginx waits
-/// for a backend that does not answer; ingress-nginx's defaults fill in the one not
-/// set). weir has no timeout of its own for connecting (the data plane's, 5 s, like
-/// nginx's default) nor between two writes of the request: those two are named as
-/// partly applied when they change anything.
+/// `proxy-connect-timeout`, `proxy-read-timeout` and `proxy-send-timeout` (seconds): the
+/// first two as the policy's `backendRequest` timeout: one attempt, from connecting to
+/// the response headers, may take the connect timeout plus the read timeout (the longest
+/// nginx waits for a backend that does not answer; ingress-nginx's defaults fill in the
+/// one not set). weir has no timeout of its own for connecting (the data plane's, 5 s,
+/// like nginx's default): a shorter one is named as partly applied. `proxy-send-timeout`
+/// is the policy's `backend_send` timeout, nginx's between two writes of the request
+/// (unset: none, where ingress-nginx's default is 60 s; the attempt's timeout bounds
+/// sending then).
 fn proxy_timeouts(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Timeouts {
     let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
     let seconds = |k: &str, problems: &mut Vec<String>| -> Option<Duration> {
@@ -958,24 +963,19 @@ fn proxy_timeouts(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Ti
     };
     let connect = seconds("proxy-connect-timeout", problems);
     let read = seconds("proxy-read-timeout", problems);
-    if seconds("proxy-send-timeout", problems).is_some() {
-        problems.push(format!(
-            "{}: partly applied: weir has no timeout between two writes to a backend; the attempt's timeout (connect + read) bounds sending too",
-            field("proxy-send-timeout")
-        ));
-    }
+    let send = seconds("proxy-send-timeout", problems);
     if connect.is_some_and(|c| c < DEFAULT_CONNECT) {
         problems.push(format!(
             "{}: partly applied: weir gives up connecting after 5 s whatever it says; it is part of the attempt's timeout (connect + read)",
             field("proxy-connect-timeout")
         ));
     }
-    if connect.is_none() && read.is_none() {
-        return Timeouts::default();
-    }
+    let backend_request = (connect.is_some() || read.is_some())
+        .then(|| connect.unwrap_or(DEFAULT_CONNECT) + read.unwrap_or(DEFAULT_READ));
     Timeouts {
         request: None,
-        backend_request: Some(connect.unwrap_or(DEFAULT_CONNECT) + read.unwrap_or(DEFAULT_READ)),
+        backend_request,
+        backend_send: send,
     }
 }
 
@@ -998,6 +998,8 @@ fn affinity(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<L
                 "session-cookie-path",
                 "session-cookie-max-age",
                 "session-cookie-expires",
+                "session-cookie-samesite",
+                "session-cookie-conditional-samesite-none",
             ] {
                 if ours.contains_key(k) {
                     problems.push(format!(
@@ -1061,8 +1063,53 @@ fn affinity(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<L
         generate: Some(GeneratedCookie {
             ttl,
             path: path.into(),
+            same_site: same_site(ours, problems),
         }),
     }))
+}
+
+/// `session-cookie-samesite` (`None`, `Lax` or `Strict`, any case) and
+/// `session-cookie-conditional-samesite-none` (`"true"`: `None` is left out for browsers
+/// known to mishandle it), as the generated cookie's `SameSite`.
+fn same_site(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<SameSite> {
+    let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
+    let conditional = match ours
+        .get("session-cookie-conditional-samesite-none")
+        .map(|v| v.trim())
+    {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            problems.push(format!(
+                "{}: {other:?} is not true or false; ignored",
+                field("session-cookie-conditional-samesite-none")
+            ));
+            false
+        }
+    };
+    let same_site = match ours.get("session-cookie-samesite").map(|v| v.trim()) {
+        None => None,
+        Some(v) if v.eq_ignore_ascii_case("none") => Some(SameSite::None {
+            unless_incompatible: conditional,
+        }),
+        Some(v) if v.eq_ignore_ascii_case("lax") => Some(SameSite::Lax),
+        Some(v) if v.eq_ignore_ascii_case("strict") => Some(SameSite::Strict),
+        Some(other) => {
+            problems.push(format!(
+                "{}: {other:?} is not None, Lax or Strict; the cookie is set without SameSite",
+                field("session-cookie-samesite")
+            ));
+            None
+        }
+    };
+    if conditional && !matches!(same_site, Some(SameSite::None { .. })) {
+        problems.push(format!(
+            "{}: ignored without {}: None",
+            field("session-cookie-conditional-samesite-none"),
+            field("session-cookie-samesite")
+        ));
+    }
+    same_site
 }
 
 /// `server-alias`: more host names (comma-separated) served as the Ingress's hosts are.

@@ -64,6 +64,7 @@ pub(crate) struct PolicySettings {
 pub(crate) enum Field {
     RequestTimeout,
     BackendRequestTimeout,
+    BackendSendTimeout,
     Retry,
     RateLimit,
     ApiKeyAuth,
@@ -85,9 +86,10 @@ pub(crate) enum Field {
 }
 
 impl Field {
-    pub(crate) const ALL: [Field; 20] = [
+    pub(crate) const ALL: [Field; 21] = [
         Field::RequestTimeout,
         Field::BackendRequestTimeout,
+        Field::BackendSendTimeout,
         Field::Retry,
         Field::RateLimit,
         Field::ApiKeyAuth,
@@ -112,6 +114,7 @@ impl Field {
         match self {
             Field::RequestTimeout => "timeouts.request",
             Field::BackendRequestTimeout => "timeouts.backendRequest",
+            Field::BackendSendTimeout => "timeouts.backendSend",
             Field::Retry => "retry",
             Field::RateLimit => "rateLimit.local",
             Field::ApiKeyAuth => "apiKeyAuth",
@@ -152,6 +155,7 @@ impl PolicySettings {
         match field {
             Field::RequestTimeout => self.timeouts.request.is_some(),
             Field::BackendRequestTimeout => self.timeouts.backend_request.is_some(),
+            Field::BackendSendTimeout => self.timeouts.backend_send.is_some(),
             Field::Retry => self.retry.is_some(),
             Field::RateLimit => self.rate_limit.is_some(),
             Field::ApiKeyAuth => self.api_key_auth.is_some(),

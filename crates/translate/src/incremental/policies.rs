@@ -464,6 +464,9 @@ fn merged<'a>(
         if timeouts.backend_request.is_none() {
             timeouts.backend_request = s.timeouts.backend_request;
         }
+        if timeouts.backend_send.is_none() {
+            timeouts.backend_send = s.timeouts.backend_send;
+        }
         if retry.is_none() {
             retry = s.retry.clone();
         }

@@ -801,4 +801,5 @@ spec:
     let r = h2c(http_addr, "grpcs.test", "/pkg.Svc/Call").await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body, "sni=");
+    assert_eq!(r.header("x-request-version"), "HTTP/2.0");
 }

@@ -1,6 +1,7 @@
 //! ingress-nginx annotations through `weir run` that the other standalone tests leave
 //! out: `temporal-redirect` (and its `-code`), `auth-url` with `auth-response-headers`
 //! and `auth-signin`, the `cors-*` settings, `session-cookie-expires`,
+//! `session-cookie-samesite` (and `-conditional-samesite-none`),
 //! `canary-by-header-value`, `backend-protocol: GRPC` and `enable-websockets`.
 
 use std::net::SocketAddr;
@@ -39,7 +40,8 @@ metadata:
 /// from an origin of the `cors-allow-origin` list gets it back with the configured
 /// methods, headers, credentials and max age, another origin none, and an actual request
 /// the `cors-expose-headers`; `session-cookie-expires` gives the cookie its lifetime
-/// (`Max-Age`); `canary-by-header-value` sends only that value to the canary;
+/// (`Max-Age`); `session-cookie-samesite` its `SameSite` (`None` with `Secure`, left out
+/// for an old Chrome with `session-cookie-conditional-samesite-none`); `canary-by-header-value` sends only that value to the canary;
 /// `backend-protocol: GRPC` speaks h2c to the backend (the echo backend sees HTTP/2,
 /// where the same backend without it sees HTTP/1.1); and a WebSocket upgrade with
 /// `enable-websockets` reaches a WebSocket server, whose accept key and frames come back.
@@ -100,6 +102,20 @@ async fn ingress_nginx_answer_annotations() {
             "expiring.test",
             "a",
             &format!("{n}/affinity: cookie\n{n}/session-cookie-expires: \"120\"\n"),
+        ),
+        ingress(
+            "cross-site",
+            "cross.test",
+            "a",
+            &format!(
+                "{n}/affinity: cookie\n{n}/session-cookie-samesite: None\n{n}/session-cookie-conditional-samesite-none: \"true\"\n"
+            ),
+        ),
+        ingress(
+            "same-site",
+            "samesite.test",
+            "a",
+            &format!("{n}/affinity: cookie\n{n}/session-cookie-samesite: Strict\n"),
         ),
         ingress("valued", "valued.test", "a", ""),
         ingress(
@@ -175,6 +191,26 @@ async fn ingress_nginx_answer_annotations() {
         "the default name: {set:?}"
     );
     assert!(set.contains("Max-Age=120"), "{set:?}");
+    assert!(!set.contains("SameSite"), "{set:?}");
+
+    // `session-cookie-samesite`: as annotated, `None` with `Secure`, and left out for a
+    // browser known to mishandle `None` with `session-cookie-conditional-samesite-none`.
+    let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+    let chrome_60 = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/60.0.3112.90 Safari/537.36";
+    for (host, agent, want) in [
+        ("cross.test", firefox, Some("; SameSite=None; Secure")),
+        ("cross.test", chrome_60, None),
+        ("samesite.test", chrome_60, Some("; SameSite=Strict")),
+    ] {
+        let r = send(addr, get(host, "/").header("user-agent", agent)).await;
+        assert_eq!(r.status, 200, "{host}: {}", r.body);
+        let set = r.header("set-cookie");
+        assert!(set.starts_with("INGRESSCOOKIE="), "{host}: {set:?}");
+        match want {
+            Some(tail) => assert!(set.ends_with(tail), "{host}, {agent}: {set:?}"),
+            None => assert!(!set.contains("SameSite"), "{host}, {agent}: {set:?}"),
+        }
+    }
 
     for (value, want) in [("eu-west", "b"), ("us-east", "a")] {
         let r = send(addr, get("valued.test", "/").header("x-region", value)).await;

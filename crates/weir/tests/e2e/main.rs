@@ -14,6 +14,7 @@ mod grpc;
 mod ingress;
 mod ingress_nginx;
 mod ingress_nginx_answers;
+mod ingress_nginx_send;
 mod l4;
 mod listener_policies;
 mod listener_sets;

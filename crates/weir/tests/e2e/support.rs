@@ -151,21 +151,34 @@ pub async fn echo(name: &str) -> SocketAddr {
 /// certificate and key); every request is answered 200 with `sni=<the server name the
 /// client sent, empty without one>`.
 pub async fn https_backend(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(cert, false, None).await
+    https_backend_on(LOCALHOST, cert, false).await
 }
 
 /// As [`https_backend`], speaking HTTP/2 (ALPN `h2`) as a gRPC server over TLS does.
 pub async fn https_backend_h2(cert: (&str, &str)) -> SocketAddr {
-    tls_backend(cert, true, None).await
+    https_backend_on(LOCALHOST, cert, true).await
+}
+
+/// As [`https_backend`] (`h2`: [`https_backend_h2`]) on `ip`. Every answer also carries
+/// the request's HTTP version in `x-request-version`.
+pub async fn https_backend_on(ip: std::net::IpAddr, cert: (&str, &str), h2: bool) -> SocketAddr {
+    tls_backend(ip, cert, h2, None).await
 }
 
 /// As [`https_backend`], refusing the handshake of a client without a certificate of
 /// the CA `client_ca` (PEM).
 pub async fn https_backend_mtls(cert: (&str, &str), client_ca: &str) -> SocketAddr {
-    tls_backend(cert, false, Some(client_ca)).await
+    tls_backend(LOCALHOST, cert, false, Some(client_ca)).await
 }
 
-async fn tls_backend(cert: (&str, &str), h2: bool, client_ca: Option<&str>) -> SocketAddr {
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+async fn tls_backend(
+    ip: std::net::IpAddr,
+    cert: (&str, &str),
+    h2: bool,
+    client_ca: Option<&str>,
+) -> SocketAddr {
     let chain = vec![der_of(cert.0)];
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap();
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -189,7 +202,7 @@ async fn tls_backend(cert: (&str, &str), h2: bool, client_ca: Option<&str>) -> S
         cfg.alpn_protocols = vec![b"h2".to_vec()];
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
@@ -199,12 +212,16 @@ async fn tls_backend(cert: (&str, &str), h2: bool, client_ca: Option<&str>) -> S
                     return;
                 };
                 let sni = tls.get_ref().1.server_name().unwrap_or("").to_owned();
-                let svc = hyper::service::service_fn(move |_req| {
+                let svc = hyper::service::service_fn(move |req: http::Request<_>| {
                     let body = format!("sni={sni}");
+                    let version = format!("{:?}", req.version());
                     async move {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(
-                            http_body_util::Full::new(Bytes::from(body)),
-                        ))
+                        let mut resp =
+                            http::Response::new(http_body_util::Full::new(Bytes::from(body)));
+                        if let Ok(v) = http::HeaderValue::from_str(&version) {
+                            resp.headers_mut().insert("x-request-version", v);
+                        }
+                        Ok::<_, std::convert::Infallible>(resp)
                     }
                 });
                 if h2 {

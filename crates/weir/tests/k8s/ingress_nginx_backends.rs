@@ -1,11 +1,14 @@
 //! ingress-nginx annotations whose behaviour needs a backend the echo server is not:
-//! `proxy-next-upstream` (an endpoint answering 503) and `enable-websockets` (a WebSocket
-//! server). The test backends run in this process on the host side of backend `a`'s veth
+//! `proxy-next-upstream` (an endpoint answering 503), `enable-websockets` (a WebSocket
+//! server) and `backend-protocol: HTTPS`/`GRPCS` (TLS servers, HTTP/1.1 and h2). The test backends run in this process on the host side of backend `a`'s veth
 //! pair (the API server refuses loopback endpoints), as the ssl-passthrough one does.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::Engine;
 
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -15,7 +18,7 @@ use crate::Ctx;
 use crate::build::{self, until_http};
 use crate::cluster;
 use crate::ingress_nginx::{ING, ingress};
-use crate::support;
+use crate::support::{self, eventually};
 
 /// The host side of backend `a`'s veth pair.
 fn host_side(ctx: &Ctx) -> Ipv4Addr {
@@ -149,4 +152,91 @@ pub async fn ingress_nginx_websockets(ctx: Arc<Ctx>) {
     );
     assert_eq!(frame, b"\x81\x05HELLO", "the server's frame comes back");
     cluster::delete(c, ING.0, ING.1, ns, "chat").await;
+}
+
+/// `backend-protocol: HTTPS` and `GRPCS` through the API server, each to a TLS server of
+/// its own on the host side of the veth pair: the HTTPS Ingress's request reaches its
+/// server over TLS as HTTP/1.1 (the server answers only after a handshake; unverified and
+/// without SNI, ingress-nginx's defaults) and the answer comes back; the GRPCS one reaches
+/// an h2 server (ALPN `h2`) as HTTP/2. With `proxy-ssl-verify: "on"` and the test CA in
+/// `proxy-ssl-secret`, the certificate is checked for `<service>.<namespace>.svc`, sent
+/// as SNI with `proxy-ssl-server-name: "on"`; the same Service without `backend-protocol`
+/// is spoken to in plaintext, which the TLS server refuses (502).
+pub async fn ingress_nginx_tls_backends(ctx: Arc<Ctx>) {
+    let c = &ctx.client;
+    let ns = "t7m";
+    let (crt, key) = ctx.pki.leaf(&["web.t7m.svc"]);
+    let ip = host_side(&ctx).into();
+    let https = support::https_backend_on(ip, (&crt, &key), false).await;
+    let grpcs = support::https_backend_on(ip, (&crt, &key), true).await;
+    cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
+    cluster::apply(c, &service(ns, "web", &[https])).await;
+    cluster::apply(c, &service(ns, "grpc", &[grpcs])).await;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let ca = json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "backend-ca", "namespace": ns},
+                    "data": {"ca.crt": b64(&ctx.pki.ca_pem())}});
+    let n = "nginx.ingress.kubernetes.io";
+    let ingresses = [
+        ingress(
+            ns,
+            "https",
+            "https.t7m.test",
+            "web",
+            json!({format!("{n}/backend-protocol"): "HTTPS"}),
+        ),
+        ingress(
+            ns,
+            "grpcs",
+            "grpcs.t7m.test",
+            "grpc",
+            json!({format!("{n}/backend-protocol"): "GRPCS"}),
+        ),
+        ingress(
+            ns,
+            "verified",
+            "verified.t7m.test",
+            "web",
+            json!({format!("{n}/backend-protocol"): "HTTPS",
+                   format!("{n}/proxy-ssl-verify"): "on",
+                   format!("{n}/proxy-ssl-secret"): format!("{ns}/backend-ca"),
+                   format!("{n}/proxy-ssl-server-name"): "on"}),
+        ),
+        ingress(ns, "plaintext", "plaintext.t7m.test", "web", json!({})),
+    ];
+    cluster::apply(c, &[vec![ca], ingresses.to_vec()].concat()).await;
+    let addr = ctx.ingress_http;
+    let served = |host: &'static str, want: &'static str| async move {
+        eventually(Duration::from_secs(20), || async {
+            support::http1(addr, host, "/")
+                .await
+                .is_ok_and(|r| r.status == 200 && r.body == want)
+        })
+        .await
+    };
+    assert!(
+        served("https.t7m.test", "sni=").await,
+        "HTTPS: answered by the TLS server, no SNI"
+    );
+    let r = support::http1(addr, "https.t7m.test", "/").await.unwrap();
+    assert_eq!(r.header("x-request-version"), "HTTP/1.1", "{r:?}");
+    assert!(
+        served("verified.t7m.test", "sni=web.t7m.svc").await,
+        "verified for, and SNI of, <service>.<namespace>.svc"
+    );
+    let grpc = eventually(Duration::from_secs(20), || async {
+        support::h2c(addr, "grpcs.t7m.test", "/pkg.Svc/Call")
+            .await
+            .is_ok_and(|r| r.status == 200 && r.body == "sni=")
+    })
+    .await;
+    assert!(grpc, "GRPCS: answered by the h2 TLS server");
+    let r = support::h2c(addr, "grpcs.t7m.test", "/pkg.Svc/Call")
+        .await
+        .unwrap();
+    assert_eq!(r.header("x-request-version"), "HTTP/2.0", "{r:?}");
+    until_http(addr, "plaintext.t7m.test", "/", Err(502)).await;
+    for name in ["https", "grpcs", "verified", "plaintext"] {
+        cluster::delete(c, ING.0, ING.1, ns, name).await;
+    }
 }

@@ -35,8 +35,9 @@ fn service_of_both(ctx: &Ctx, ns: &str, name: &str) -> [serde_json::Value; 2] {
 /// one of the `cors-allow-origin` list answered with that origin, the configured
 /// methods, headers, credentials and max age, another origin refused, and an actual
 /// request given the origin and `cors-expose-headers`; cookie affinity with
-/// `session-cookie-name`/`-path`/`-max-age` over a Service of two endpoints (the cookie's
-/// attributes, and every request carrying it answered by one endpoint) and
+/// `session-cookie-name`/`-path`/`-max-age`/`-samesite` over a Service of two endpoints
+/// (the cookie's attributes, `SameSite=None` with `Secure`, and every request carrying it
+/// answered by one endpoint) and
 /// `session-cookie-expires` alone (weir writes it as `Max-Age`);
 /// `canary-by-header-value` (the value sends to the canary, any other value stays);
 /// `backend-protocol: GRPC` (the backend is spoken to over h2c: the echo backend reports
@@ -81,7 +82,8 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
             json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
                    "nginx.ingress.kubernetes.io/session-cookie-name": "SESS",
                    "nginx.ingress.kubernetes.io/session-cookie-path": "/app",
-                   "nginx.ingress.kubernetes.io/session-cookie-max-age": "3600"}),
+                   "nginx.ingress.kubernetes.io/session-cookie-max-age": "3600",
+                   "nginx.ingress.kubernetes.io/session-cookie-samesite": "None"}),
         ),
         a(
             "expiring",
@@ -135,6 +137,7 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     assert!(set.starts_with("SESS="), "{set:?}");
     assert!(set.contains("Path=/app"), "{set:?}");
     assert!(set.contains("Max-Age=3600"), "{set:?}");
+    assert!(set.ends_with("; SameSite=None; Secure"), "{set:?}");
     let cookie = set.split(';').next().unwrap().to_owned();
     let first = r.echo_name().unwrap().to_owned();
     for _ in 0..12 {
@@ -154,6 +157,7 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
         "the default name: {set:?}"
     );
     assert!(set.contains("Max-Age=120"), "{set:?}");
+    assert!(!set.contains("SameSite"), "{set:?}");
 
     // canary-by-header-value: only that value goes to the canary.
     until_http(addr, "valued.t7h.test", "/", Ok("echo-a")).await;

@@ -106,6 +106,7 @@ const TESTS: &[(&str, Test)] = tests![
     ingress_nginx_settings::ingress_nginx_limit_rps,
     ingress_nginx_backends::ingress_nginx_next_upstream,
     ingress_nginx_backends::ingress_nginx_websockets,
+    ingress_nginx_backends::ingress_nginx_tls_backends,
     rbac::deploy_manifest_rbac_is_sufficient,
     helm::chart_lints_and_applies,
     monitoring::dashboard_and_rules_use_exported_metrics,
