@@ -2651,7 +2651,7 @@ mod tests {
                 target.clone(),
                 Timeouts {
                     request: Some(Duration::from_secs(2)),
-                    backend_request: None,
+                    ..Timeouts::default()
                 },
                 None,
                 None,
