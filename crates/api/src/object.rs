@@ -265,26 +265,45 @@ impl Object {
     /// A field whose value is `null` reads as absent: the API server writes an emptied
     /// list (an EndpointSlice's `endpoints` after a scale to zero, its `ports`) as `null`,
     /// and Kubernetes treats `null` as unset for every optional field of every kind.
-    pub fn from_value(mut value: Value) -> Result<Object, InvalidObject> {
+    pub fn from_value(value: Value) -> Result<Object, InvalidObject> {
+        Self::read(value, true).map_err(|e| {
+            e.unwrap_or_else(|| InvalidObject::NotAnObject("unreadable document".into()))
+        })
+    }
+
+    /// [`from_value`](Self::from_value) without tracking what only a field error needs
+    /// (the path of every value read, the object's display name), for bulk loads where
+    /// nearly every document is valid: the same object when `from_value` succeeds, the
+    /// same error when it is not about a field, and `Err(None)` when it is (call
+    /// `from_value` on the same value for that error).
+    pub fn from_value_quick(value: Value) -> Result<Object, Option<InvalidObject>> {
+        Self::read(value, false)
+    }
+
+    /// Reads the object; `precise`: report a field error with its path (without it, a
+    /// field error is `None`).
+    fn read(mut value: Value, precise: bool) -> Result<Object, Option<InvalidObject>> {
         drop_null_fields(&mut value);
         let Value::Object(map) = &value else {
-            return Err(InvalidObject::NotAnObject(
+            return Err(Some(InvalidObject::NotAnObject(
                 "document is not a mapping".into(),
-            ));
+            )));
         };
-        let field = |f: &str| map.get(f).and_then(Value::as_str).map(str::to_owned);
+        let field = |f: &str| map.get(f).and_then(Value::as_str);
         let (Some(api_version), Some(kind_name)) = (field("apiVersion"), field("kind")) else {
-            return Err(InvalidObject::NotAnObject(
+            return Err(Some(InvalidObject::NotAnObject(
                 "missing apiVersion or kind".into(),
-            ));
+            )));
         };
-        let Some(kind) = Kind::from_type(&api_version, &kind_name) else {
-            return Err(InvalidObject::UnsupportedKind {
-                api_version,
-                kind: kind_name,
-            });
+        let Some(kind) = Kind::from_type(api_version, kind_name) else {
+            return Err(Some(InvalidObject::UnsupportedKind {
+                api_version: api_version.to_owned(),
+                kind: kind_name.to_owned(),
+            }));
         };
-        let display_name = {
+        let display_name = if !precise {
+            String::new()
+        } else {
             let meta = map.get("metadata");
             let get = |f| {
                 meta.and_then(|m| m.get(f))
@@ -301,53 +320,67 @@ impl Object {
             v: Value,
             kind: Kind,
             name: &str,
-        ) -> Result<T, InvalidObject> {
-            serde_path_to_error::deserialize(v).map_err(|e| InvalidObject::Field {
-                kind,
-                name: name.to_string(),
-                field: e.path().to_string(),
-                message: e.into_inner().to_string(),
+            precise: bool,
+        ) -> Result<T, Option<InvalidObject>> {
+            if !precise {
+                return T::deserialize(v).map_err(|_| None);
+            }
+            serde_path_to_error::deserialize(v).map_err(|e| {
+                Some(InvalidObject::Field {
+                    kind,
+                    name: name.to_string(),
+                    field: e.path().to_string(),
+                    message: e.into_inner().to_string(),
+                })
             })
         }
         let mut obj = match kind {
             Kind::GatewayClass => {
-                Object::GatewayClass(Box::new(typed(value, kind, &display_name)?))
+                Object::GatewayClass(Box::new(typed(value, kind, &display_name, precise)?))
             }
-            Kind::Gateway => Object::Gateway(Box::new(typed(value, kind, &display_name)?)),
-            Kind::HttpRoute => Object::HttpRoute(typed(value, kind, &display_name)?),
-            Kind::ReferenceGrant => Object::ReferenceGrant(typed(value, kind, &display_name)?),
-            Kind::Ingress => Object::Ingress(Box::new(typed(value, kind, &display_name)?)),
-            Kind::IngressClass => Object::IngressClass(typed(value, kind, &display_name)?),
-            Kind::Secret => Object::Secret(typed(value, kind, &display_name)?),
-            Kind::Service => Object::Service(typed(value, kind, &display_name)?),
-            Kind::EndpointSlice => Object::EndpointSlice(typed(value, kind, &display_name)?),
-            Kind::Namespace => Object::Namespace(typed(value, kind, &display_name)?),
-            Kind::Backend => Object::Backend(typed(value, kind, &display_name)?),
-            Kind::DirectResponse => Object::DirectResponse(typed(value, kind, &display_name)?),
+            Kind::Gateway => Object::Gateway(Box::new(typed(value, kind, &display_name, precise)?)),
+            Kind::HttpRoute => Object::HttpRoute(typed(value, kind, &display_name, precise)?),
+            Kind::ReferenceGrant => {
+                Object::ReferenceGrant(typed(value, kind, &display_name, precise)?)
+            }
+            Kind::Ingress => Object::Ingress(Box::new(typed(value, kind, &display_name, precise)?)),
+            Kind::IngressClass => Object::IngressClass(typed(value, kind, &display_name, precise)?),
+            Kind::Secret => Object::Secret(typed(value, kind, &display_name, precise)?),
+            Kind::Service => Object::Service(typed(value, kind, &display_name, precise)?),
+            Kind::EndpointSlice => {
+                Object::EndpointSlice(typed(value, kind, &display_name, precise)?)
+            }
+            Kind::Namespace => Object::Namespace(typed(value, kind, &display_name, precise)?),
+            Kind::Backend => Object::Backend(typed(value, kind, &display_name, precise)?),
+            Kind::DirectResponse => {
+                Object::DirectResponse(typed(value, kind, &display_name, precise)?)
+            }
             Kind::XListenerSet => {
-                Object::XListenerSet(Box::new(typed(value, kind, &display_name)?))
+                Object::XListenerSet(Box::new(typed(value, kind, &display_name, precise)?))
             }
-            Kind::ListenerSet => Object::ListenerSet(Box::new(typed(value, kind, &display_name)?)),
-            Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name)?),
-            Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name)?),
+            Kind::ListenerSet => {
+                Object::ListenerSet(Box::new(typed(value, kind, &display_name, precise)?))
+            }
+            Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name, precise)?),
+            Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name, precise)?),
             Kind::TrafficPolicy => {
-                Object::TrafficPolicy(Box::new(typed(value, kind, &display_name)?))
+                Object::TrafficPolicy(Box::new(typed(value, kind, &display_name, precise)?))
             }
-            Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name)?),
-            Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name)?),
-            Kind::ConfigMap => Object::ConfigMap(typed(value, kind, &display_name)?),
+            Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name, precise)?),
+            Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name, precise)?),
+            Kind::ConfigMap => Object::ConfigMap(typed(value, kind, &display_name, precise)?),
             Kind::BackendTlsPolicy => {
-                Object::BackendTlsPolicy(Box::new(typed(value, kind, &display_name)?))
+                Object::BackendTlsPolicy(Box::new(typed(value, kind, &display_name, precise)?))
             }
         };
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
-            return Err(InvalidObject::Field {
+            return Err(precise.then(|| InvalidObject::Field {
                 kind,
                 name: display_name,
                 field: "metadata.name".into(),
                 message: "required".into(),
-            });
+            }));
         }
         normalize_namespace(kind, meta);
         Ok(obj)

@@ -36,30 +36,45 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let mut docs = Vec::new();
     for (index, chunk) in split_documents(text).into_iter().enumerate() {
-        let options = serde_saphyr::options! { with_snippet: false };
-        match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
-            Ok(value) => push_objects(index, value, &mut docs),
-            Err(e) => {
-                let render = serde_saphyr::render_options! {
-                    snippets: serde_saphyr::SnippetMode::Off,
-                    line_offset: chunk.first_line as u64,
-                };
-                docs.push(ParsedDoc {
-                    index,
-                    result: Err(DocError {
-                        key: None,
-                        error: InvalidObject::Syntax(e.render_with_options(render).to_string()),
-                    }),
-                });
-            }
+        let start = docs.len();
+        // Nearly every document is valid: read it without tracking field paths, and only
+        // when a typed read fails, read it again for the error's field path.
+        if !read_document(index, &chunk, true, &mut docs) {
+            docs.truncate(start);
+            read_document(index, &chunk, false, &mut docs);
         }
     }
     Ok(docs)
 }
 
-fn push_objects(index: usize, value: Value, out: &mut Vec<ParsedDoc>) {
+/// Parses one document and appends its objects (or its error) to `out`. With `quick`,
+/// returns `false` (and leaves `out` partly filled) when the typed read of an object
+/// failed, as that error has no field path yet.
+fn read_document(index: usize, chunk: &Chunk<'_>, quick: bool, out: &mut Vec<ParsedDoc>) -> bool {
+    let options = serde_saphyr::options! { with_snippet: false };
+    match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
+        Ok(value) => push_objects(index, value, quick, out),
+        Err(e) => {
+            let render = serde_saphyr::render_options! {
+                snippets: serde_saphyr::SnippetMode::Off,
+                line_offset: chunk.first_line as u64,
+            };
+            out.push(ParsedDoc {
+                index,
+                result: Err(DocError {
+                    key: None,
+                    error: InvalidObject::Syntax(e.render_with_options(render).to_string()),
+                }),
+            });
+            true
+        }
+    }
+}
+
+/// Appends the objects of one document; `false` when a quick typed read failed.
+fn push_objects(index: usize, value: Value, quick: bool, out: &mut Vec<ParsedDoc>) -> bool {
     if value.is_null() {
-        return;
+        return true;
     }
     if is_list(&value) {
         if let Value::Object(mut map) = value
@@ -67,19 +82,20 @@ fn push_objects(index: usize, value: Value, out: &mut Vec<ParsedDoc>) {
         {
             for item in items {
                 if !item.is_null() {
-                    out.push(ParsedDoc {
-                        index,
-                        result: to_object(item),
-                    });
+                    let Some(result) = to_object(item, quick) else {
+                        return false;
+                    };
+                    out.push(ParsedDoc { index, result });
                 }
             }
         }
-        return;
+        return true;
     }
-    out.push(ParsedDoc {
-        index,
-        result: to_object(value),
-    });
+    let Some(result) = to_object(value, quick) else {
+        return false;
+    };
+    out.push(ParsedDoc { index, result });
+    true
 }
 
 /// `apiVersion: v1, kind: List` (what `kubectl get -o yaml` writes) holds objects in `items`.
@@ -91,7 +107,10 @@ fn is_list(value: &Value) -> bool {
 
 /// Validates the document as the API server would on create (which also prunes unknown
 /// fields and fills in defaults, as the API server stores them), then reads it.
-fn to_object(mut value: Value) -> Result<Object, DocError> {
+///
+/// With `quick`, a document that validates but fails the typed read gives `None` (read it
+/// again without `quick` for the error's field path).
+fn to_object(mut value: Value, quick: bool) -> Option<Result<Object, DocError>> {
     if let Err(errors) = weir_validate::validate(&mut value) {
         let key = probe(&value)
             .and_then(|p| Object::from_value(p).ok())
@@ -104,21 +123,31 @@ fn to_object(mut value: Value) -> Result<Object, DocError> {
                 value["metadata"]["name"].as_str().unwrap_or("?")
             ),
         };
-        return Err(DocError {
+        return Some(Err(DocError {
             key,
             error: InvalidObject::Rejected {
                 object,
                 errors: errors.iter().map(ToString::to_string).collect(),
             },
-        });
+        }));
+    }
+    if quick {
+        return match Object::from_value_quick(value) {
+            Ok(object) => Some(Ok(object)),
+            // Not an object, or a kind weir does not read: nothing names it.
+            Err(Some(error)) => Some(Err(DocError { key: None, error })),
+            Err(None) => None,
+        };
     }
     let probe = probe(&value);
-    Object::from_value(value).map_err(|error| DocError {
-        key: probe
-            .and_then(|p| Object::from_value(p).ok())
-            .map(|o| o.key()),
-        error,
-    })
+    Some(Object::from_value(value).map_err(|error| {
+        DocError {
+            key: probe
+                .and_then(|p| Object::from_value(p).ok())
+                .map(|o| o.key()),
+            error,
+        }
+    }))
 }
 
 /// The identifying fields of an object (`apiVersion`, `kind`, `metadata.name` and
@@ -333,6 +362,25 @@ mod tests {
         );
         let docs = parse_file(b"apiVersion: v1\nkind: Namespace\nmetadata: {name: 5}\n").unwrap();
         assert!(matches!(&docs[0].result, Err(DocError { key: None, .. })));
+    }
+
+    /// A field error in one item of a `List` is found by the quick read and reported with
+    /// its field path and key by the second, precise read; the other items are read once.
+    #[test]
+    fn list_item_with_a_field_error_keeps_its_path() {
+        let yaml = b"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: gateway.networking.k8s.io/v1, kind: HTTPRoute, metadata: {name: r, namespace: ns}, spec: {rules: [{matches: [{path: {type: [1]}}]}]}}\n";
+        let docs = parse_file(yaml).unwrap();
+        assert_eq!(docs.len(), 2, "{docs:?}");
+        assert!(matches!(&docs[0].result, Ok(Object::Namespace(_))));
+        let Err(e) = &docs[1].result else {
+            panic!("{docs:?}")
+        };
+        assert_eq!(e.key, Some(ObjectKey::new(Kind::HttpRoute, "ns", "r")));
+        assert!(
+            e.error
+                .to_string()
+                .contains("spec.rules[0].matches[0].path.type")
+        );
     }
 
     #[test]

@@ -390,7 +390,9 @@ pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
             continue;
         };
         for (k, v) in map {
-            check(&format!("{field}[{k}]"), k, names::config_map_key(k), errs);
+            if let Some(p) = names::config_map_key(k) {
+                errs.push(FieldError::invalid(&format!("{field}[{k}]"), k, p));
+            }
             if field == "data" && !v.is_string() {
                 errs.push(FieldError::invalid(
                     &format!("data[{k}]"),
@@ -448,7 +450,9 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
             continue;
         };
         for (k, v) in map {
-            check(&format!("{field}[{k}]"), k, names::config_map_key(k), errs);
+            if let Some(p) = names::config_map_key(k) {
+                errs.push(FieldError::invalid(&format!("{field}[{k}]"), k, p));
+            }
             let text = v.as_str().unwrap_or("");
             size += if field == "data" {
                 match decoded_len(text) {
