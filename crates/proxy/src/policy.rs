@@ -293,26 +293,24 @@ pub(crate) fn resolve(
             .then(|| snapshot.policy(&PolicyTarget::Gateway(gateway.clone())))
             .flatten(),
     ];
-    let first = |has: fn(&Policy) -> bool| {
-        chain
-            .iter()
-            .flatten()
-            .find(|p| has(p))
-            .map(|p| Arc::clone(p))
-    };
+    // The policies found, most specific first, packed at the front: each field below
+    // scans up to the first gap (usually one policy) instead of all five levels.
+    let mut packed: [Option<&Arc<Policy>>; 5] = [None; 5];
+    for (slot, p) in packed.iter_mut().zip(chain.iter().flatten()) {
+        *slot = Some(*p);
+    }
+    let found = || packed.iter().map_while(|p| *p);
+    let first = |has: fn(&Policy) -> bool| found().find(|p| has(p)).map(Arc::clone);
     let mut applied = Applied::of_rule(rule);
     let t = &mut applied.timeouts;
     if t.request.is_none() {
-        t.request = chain.iter().flatten().find_map(|p| p.timeouts.request);
+        t.request = found().find_map(|p| p.timeouts.request);
     }
     if t.backend_request.is_none() {
-        t.backend_request = chain
-            .iter()
-            .flatten()
-            .find_map(|p| p.timeouts.backend_request);
+        t.backend_request = found().find_map(|p| p.timeouts.backend_request);
     }
     if t.backend_send.is_none() {
-        t.backend_send = chain.iter().flatten().find_map(|p| p.timeouts.backend_send);
+        t.backend_send = found().find_map(|p| p.timeouts.backend_send);
     }
     if rule.retry.is_none() {
         applied.retry = first(|p| p.retry.is_some());
@@ -328,11 +326,9 @@ pub(crate) fn resolve(
     applied.authorization = first(|p| p.authorization.is_some());
     applied.cors = first(|p| p.cors.is_some());
     let limits = |field: fn(&RequestLimits) -> bool| {
-        chain
-            .iter()
-            .flatten()
+        found()
             .find(|p| p.request_limits.as_ref().is_some_and(|(_, l)| field(l)))
-            .map(|p| Arc::clone(p))
+            .map(Arc::clone)
     };
     applied.size_limits = SizeLimits {
         body: limits(|l| l.max_body_bytes.is_some()),

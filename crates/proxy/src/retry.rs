@@ -55,7 +55,7 @@ pub(crate) type Forward = dyn Future<Output = Retried> + Send;
 pub(crate) struct Kept {
     ctx: Arc<ConnContext>,
     applied: ForAttempts,
-    head: http::request::Parts,
+    head: Head,
     start: Instant,
     health: Option<Arc<ClusterHealth>>,
     /// The first attempt's endpoint.
@@ -79,7 +79,7 @@ impl Kept {
         Kept {
             ctx: Arc::clone(ctx),
             applied: applied.for_attempts(),
-            head: clone_head(head),
+            head: Head::of(head),
             start,
             health,
             addr: first.addr.clone(),
@@ -155,6 +155,7 @@ pub(crate) async fn forward(
     start: Instant,
     trace: Option<crate::trace::AttemptTrace>,
 ) -> Retried {
+    let head = Head::of(&head);
     let mut first = first;
     let set_header = first.set_header.take();
     let replay_limit = applied.retry(&rule).map_or(0, |r| r.replay_body as usize);
@@ -192,7 +193,7 @@ struct Attempts {
     rule: Arc<RouteRule>,
     applied: ForAttempts,
     /// The head as rewritten, before it is addressed to an endpoint.
-    head: http::request::Parts,
+    head: Head,
     body: Replay,
     start: Instant,
     cors_origin: Option<crate::cors::Allowed>,
@@ -241,7 +242,7 @@ async fn run(a: Attempts, mut next: Next, mut made: u32) -> Retried {
         made += 1;
         let addr = target.addr.clone();
         let backend = target.backend;
-        let mut parts = clone_head(&head);
+        let mut parts = head.parts();
         let span = trace
             .as_ref()
             .map(|t| (t.start(made, &mut parts.headers), SystemTime::now()));
@@ -400,15 +401,42 @@ fn backoff(base: Duration, n: u32) -> Duration {
     capped + Duration::from_nanos(jitter)
 }
 
-/// A copy of the request head (method, URI, version, headers; extensions are not
-/// needed upstream).
-fn clone_head(head: &http::request::Parts) -> http::request::Parts {
-    let mut req = Request::new(());
-    *req.method_mut() = head.method.clone();
-    *req.uri_mut() = head.uri.clone();
-    *req.version_mut() = head.version;
-    *req.headers_mut() = head.headers.clone();
-    req.into_parts().0
+/// A copy of a request head (method, URI, version, headers; extensions are not needed
+/// upstream), kept for the attempts after the first. The headers are a list in one
+/// allocation rather than a `HeaderMap` (two, and its index): most requests are never
+/// retried, and a retry rebuilds the map.
+struct Head {
+    method: http::Method,
+    uri: http::Uri,
+    version: http::Version,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+}
+
+impl Head {
+    fn of(head: &http::request::Parts) -> Head {
+        let mut headers = Vec::with_capacity(head.headers.len());
+        headers.extend(head.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
+        Head {
+            method: head.method.clone(),
+            uri: head.uri.clone(),
+            version: head.version,
+            headers,
+        }
+    }
+
+    /// The head of another attempt.
+    fn parts(&self) -> http::request::Parts {
+        let mut req = Request::new(());
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = self.version;
+        let headers = req.headers_mut();
+        headers.reserve(self.headers.len());
+        for (n, v) in &self.headers {
+            headers.append(n.clone(), v.clone());
+        }
+        req.into_parts().0
+    }
 }
 
 #[cfg(test)]
@@ -434,12 +462,17 @@ mod tests {
     #[test]
     fn heads_are_copied_whole() {
         let (head, ()) = Request::post("/a?b=c")
+            .version(http::Version::HTTP_10)
             .header("x-one", "1")
             .header("x-two", "2")
+            .header("x-one", "3")
             .body(())
             .unwrap()
             .into_parts();
-        let copy = clone_head(&head);
+        let copy = Head::of(&head).parts();
+        assert_eq!(copy.version, http::Version::HTTP_10);
+        let ones: Vec<_> = copy.headers.get_all("x-one").iter().collect();
+        assert_eq!(ones, ["1", "3"], "repeated names keep their order");
         assert_eq!(copy.method, head.method);
         assert_eq!(copy.uri, head.uri);
         assert_eq!(copy.headers, head.headers);

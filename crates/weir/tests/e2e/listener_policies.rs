@@ -154,9 +154,16 @@ async fn listener_and_listener_set_policies_take_their_place_in_the_precedence()
     ])
     .await;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // A new client per probe: one whose burst straddles the load spends budgets of
+    // both configurations.
+    let probe = std::sync::atomic::AtomicU32::new(0);
+    let next = || {
+        let n = probe.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("probe-{n}")
+    };
     assert!(
         eventually(Duration::from_secs(5), || async {
-            burst(addr, "t.test", "/", "probe").await == 6
+            burst(addr, "t.test", "/", &next()).await == 6
         })
         .await,
         "the policies apply"
@@ -180,11 +187,12 @@ async fn listener_and_listener_set_policies_take_their_place_in_the_precedence()
     gw.write("policy.yaml", &without.join("---\n"));
     assert!(
         eventually(Duration::from_secs(5), || async {
-            burst(addr, "a.test", "/", "c2").await == 1
+            burst(addr, "a.test", "/", &next()).await == 1
         })
         .await,
         "listener a falls back to the Gateway's policy"
     );
-    assert_eq!(burst(addr, "a.test", "/route", "c2").await, 3, "route");
-    assert_eq!(burst(addr, "s.test", "/", "c2").await, 5, "set on s");
+    assert_eq!(burst(addr, "a.test", "/", "c3").await, 1, "Gateway on a");
+    assert_eq!(burst(addr, "a.test", "/route", "c3").await, 3, "route");
+    assert_eq!(burst(addr, "s.test", "/", "c3").await, 5, "set on s");
 }
