@@ -147,17 +147,25 @@ pub struct GeneratedCookie {
     /// protocol version 6.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_site: Option<SameSite>,
+    /// `Secure` on every response (ingress-nginx's `session-cookie-secure: "true"`).
+    /// Without it the cookie is `Secure` when the request came over TLS, and with
+    /// `SameSite=None`. Push protocol version 6.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub secure: bool,
 }
 
 /// Hashed as push protocol version 5 and earlier hash it (`ttl`, `path`), with
-/// `same_site` folded in only when set, so that a cookie without it keeps the hash older
-/// releases compute.
+/// `same_site` and `secure` folded in only when set, so that a cookie without them keeps
+/// the hash older releases compute.
 impl std::hash::Hash for GeneratedCookie {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.ttl.hash(state);
         self.path.hash(state);
         if let Some(same_site) = &self.same_site {
             (3u32, same_site).hash(state);
+        }
+        if self.secure {
+            5u32.hash(state);
         }
     }
 }

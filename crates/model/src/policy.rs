@@ -8,9 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::authz::Authorization;
-use crate::backend_policy::{
-    CircuitBreaker, GeneratedCookie, HashOn, HealthCheck, LoadBalancer, OutlierDetection,
-};
+use crate::backend_policy::{CircuitBreaker, HashOn, HealthCheck, LoadBalancer, OutlierDetection};
 use crate::cluster::ClusterKey;
 use crate::ext_auth::ExtAuth;
 use crate::hash::{ContentHash, content_hash, eq_by_content_hash};
@@ -861,9 +859,9 @@ impl Policy {
     /// the settings added in version 6, so with the hash those releases compute
     /// (`weir_xds::convert::for_version` applies the older strippings after it). Added in
     /// version 6, inside fields older releases know: `timeouts.backend_send` and the
-    /// `SameSite` of a generated affinity cookie (`load_balancer`). Neither guards
-    /// access: an older data plane bounds sending by the attempt's timeout alone and sets
-    /// the cookie without the attribute.
+    /// `SameSite` and `Secure` of a generated affinity cookie (`load_balancer`). None
+    /// guards access: an older data plane bounds sending by the attempt's timeout alone
+    /// and sets the cookie without the attributes.
     pub fn as_version_5(mut self) -> Self {
         if self.has_version_6_settings() {
             self.timeouts.backend_send = None;
@@ -872,6 +870,7 @@ impl Policy {
             })) = &mut self.load_balancer
             {
                 g.same_site = None;
+                g.secure = false;
             }
             self.rehash();
         }
@@ -885,12 +884,9 @@ impl Policy {
             || matches!(
                 &self.load_balancer,
                 Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
-                    generate: Some(GeneratedCookie {
-                        same_site: Some(_),
-                        ..
-                    }),
+                    generate: Some(g),
                     ..
-                }))
+                })) if g.same_site.is_some() || g.secure
             )
     }
 
@@ -1193,6 +1189,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend_policy::GeneratedCookie;
 
     #[test]
     fn interval_divides_the_window() {
@@ -1219,19 +1216,21 @@ mod tests {
         assert!(Policy::new(t("ns/a"), Timeouts::default(), None, None).is_empty());
     }
 
-    /// Version 6's settings (`timeouts.backend_send`, a generated cookie's `SameSite`)
+    /// Version 6's settings (`timeouts.backend_send`, a generated cookie's `SameSite` and
+    /// `Secure`)
     /// change the hash only when set, and the version-5 form drops them, back to the hash
     /// of the policy without them.
     #[test]
     fn version_6_settings_fold_in_only_when_set() {
         let target = PolicyTarget::Gateway("ns/gw".into());
-        let cookie = |same_site| {
+        let cookie = |same_site, secure| {
             Some(LoadBalancer::ConsistentHash(HashOn::Cookie {
                 name: "sid".into(),
                 generate: Some(GeneratedCookie {
                     ttl: Some(Duration::from_secs(60)),
                     path: "/".into(),
                     same_site,
+                    secure,
                 }),
             }))
         };
@@ -1241,7 +1240,7 @@ mod tests {
             backend_send: send,
         };
         let plain = Policy::new(target.clone(), timeouts(None), None, None)
-            .with_load_balancer(cookie(None));
+            .with_load_balancer(cookie(None, false));
         assert!(!plain.has_version_6_settings());
         assert_eq!(plain.clone().as_version_5().hash(), plain.hash());
         let sending = Policy::new(
@@ -1250,13 +1249,18 @@ mod tests {
             None,
             None,
         )
-        .with_load_balancer(cookie(None));
-        let same_site = Policy::new(target, timeouts(None), None, None).with_load_balancer(cookie(
-            Some(crate::SameSite::None {
-                unless_incompatible: true,
-            }),
-        ));
-        for p in [&sending, &same_site] {
+        .with_load_balancer(cookie(None, false));
+        let same_site =
+            Policy::new(target.clone(), timeouts(None), None, None).with_load_balancer(cookie(
+                Some(crate::SameSite::None {
+                    unless_incompatible: true,
+                }),
+                false,
+            ));
+        let secure =
+            Policy::new(target, timeouts(None), None, None).with_load_balancer(cookie(None, true));
+        assert_ne!(secure.hash(), same_site.hash());
+        for p in [&sending, &same_site, &secure] {
             assert!(p.has_version_6_settings());
             assert_ne!(p.hash(), plain.hash());
             let old = p.clone().as_version_5();

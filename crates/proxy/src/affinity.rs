@@ -7,7 +7,10 @@
 //! request without the header or cookie has no key (the default balancer takes it),
 //! unless the cookie is generated: then it gets a random value, hashed like any other, and
 //! the response sets it (`Set-Cookie: <name>=<16 hex digits>; Path=…[; Max-Age=…];
-//! HttpOnly`), so the client's next requests carry it and stay on the endpoint. A
+//! HttpOnly[; SameSite=…][; Secure]`), so the client's next requests carry it and stay on
+//! the endpoint. The cookie is `Secure` when the request came over TLS (a client that
+//! reached weir over HTTPS keeps the cookie to HTTPS), when the policy asks for it on
+//! every response (ingress-nginx's `session-cookie-secure`), and with `SameSite=None`. A
 //! generated header (Gateway API `sessionPersistence` of type `Header`) works the same
 //! way, the value coming back in the same response header.
 
@@ -30,8 +33,9 @@ pub(crate) struct Affinity {
     pub(crate) set_header: Option<(HeaderName, HeaderValue)>,
 }
 
-/// The key of a request with `headers` from `client`, by `on`.
-pub(crate) fn of_request(on: &HashOn, headers: &HeaderMap, client: IpAddr) -> Affinity {
+/// The key of a request with `headers` from `client`, by `on`; `tls`: the request came
+/// over TLS (a generated cookie is then `Secure`).
+pub(crate) fn of_request(on: &HashOn, headers: &HeaderMap, client: IpAddr, tls: bool) -> Affinity {
     match on {
         HashOn::SourceIp => Affinity {
             key: Some(ip_key(client)),
@@ -67,7 +71,7 @@ pub(crate) fn of_request(on: &HashOn, headers: &HeaderMap, client: IpAddr) -> Af
                     let value = format!("{:016x}", router::next_random());
                     Affinity {
                         key: Some(key_hash(value.as_bytes())),
-                        set_header: set_cookie(name, &value, g, headers)
+                        set_header: set_cookie(name, &value, g, headers, tls)
                             .map(|v| (header::SET_COOKIE, v)),
                     }
                 }
@@ -140,18 +144,21 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]>
 }
 
 /// The `Set-Cookie` value of a generated cookie, for a request with `headers` (its
-/// `User-Agent` decides whether a conditional `SameSite=None` is written).
+/// `User-Agent` decides whether a conditional `SameSite=None` is written) that came over
+/// TLS or not (`tls`).
 fn set_cookie(
     name: &str,
     value: &str,
     g: &GeneratedCookie,
     headers: &HeaderMap,
+    tls: bool,
 ) -> Option<HeaderValue> {
     let mut s = format!("{name}={value}; Path={}", g.path);
     if let Some(ttl) = g.ttl {
         s += &format!("; Max-Age={}", ttl.as_secs().max(1));
     }
     s += "; HttpOnly";
+    let mut secure = g.secure || tls;
     match g.same_site {
         None => {}
         Some(SameSite::Strict) => s += "; SameSite=Strict",
@@ -164,10 +171,14 @@ fn set_cookie(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             if !(unless_incompatible && same_site::rejects_none(agent)) {
+                s += "; SameSite=None";
                 // Browsers drop a `SameSite=None` cookie that is not `Secure`.
-                s += "; SameSite=None; Secure";
+                secure = true;
             }
         }
+    }
+    if secure {
+        s += "; Secure";
     }
     HeaderValue::try_from(s).ok()
 }
@@ -206,20 +217,26 @@ mod tests {
     fn keys_by_header_cookie_and_address() {
         let ip: IpAddr = "192.0.2.7".parse().unwrap();
         let by_header = HashOn::Header("x-user".into());
-        let a = of_request(&by_header, &headers(&[("x-user", "alice")]), ip);
+        let a = of_request(&by_header, &headers(&[("x-user", "alice")]), ip, false);
         let b = of_request(
             &by_header,
             &headers(&[("x-user", "alice")]),
             "::1".parse().unwrap(),
+            false,
         );
         assert_eq!(a.key, b.key, "the header alone decides");
         assert!(a.key.is_some() && a.set_header.is_none());
-        assert!(of_request(&by_header, &HeaderMap::new(), ip).key.is_none());
-        let by_ip = of_request(&HashOn::SourceIp, &HeaderMap::new(), ip);
+        assert!(
+            of_request(&by_header, &HeaderMap::new(), ip, false)
+                .key
+                .is_none()
+        );
+        let by_ip = of_request(&HashOn::SourceIp, &HeaderMap::new(), ip, false);
         let mapped = of_request(
             &HashOn::SourceIp,
             &HeaderMap::new(),
             "::ffff:192.0.2.7".parse().unwrap(),
+            false,
         );
         assert_eq!(by_ip.key, mapped.key);
         // A cookie: read when present, generated (and set) when absent if asked.
@@ -227,16 +244,21 @@ mod tests {
             name: "sid".into(),
             generate: None,
         };
-        assert!(of_request(&plain, &HeaderMap::new(), ip).key.is_none());
+        assert!(
+            of_request(&plain, &HeaderMap::new(), ip, false)
+                .key
+                .is_none()
+        );
         let generated = HashOn::Cookie {
             name: "sid".into(),
             generate: Some(GeneratedCookie {
                 ttl: Some(Duration::from_secs(3600)),
                 path: "/app".into(),
                 same_site: None,
+                secure: false,
             }),
         };
-        let first = of_request(&generated, &HeaderMap::new(), ip);
+        let first = of_request(&generated, &HeaderMap::new(), ip, false);
         let (name, set) = first.set_header.expect("a cookie is set");
         assert_eq!(name, header::SET_COOKIE);
         let set = set.to_str().unwrap();
@@ -247,16 +269,16 @@ mod tests {
         );
         // The client sends it back: same key, no new cookie.
         let value = set.split(';').next().unwrap();
-        let again = of_request(&generated, &headers(&[("cookie", value)]), ip);
+        let again = of_request(&generated, &headers(&[("cookie", value)]), ip, false);
         assert_eq!(again.key, first.key);
         assert!(again.set_header.is_none());
         // A generated header: the value comes back in the response's same header.
         let session = HashOn::GeneratedHeader("x-session".into());
-        let first = of_request(&session, &HeaderMap::new(), ip);
+        let first = of_request(&session, &HeaderMap::new(), ip, false);
         let (name, value) = first.set_header.expect("a header is set");
         assert_eq!(name, "x-session");
         let value = value.to_str().unwrap().to_owned();
-        let again = of_request(&session, &headers(&[("x-session", &value)]), ip);
+        let again = of_request(&session, &headers(&[("x-session", &value)]), ip, false);
         assert_eq!(again.key, first.key);
         assert!(again.set_header.is_none());
     }
@@ -270,11 +292,14 @@ mod tests {
                 ttl: None,
                 path: "/".into(),
                 same_site,
+                secure: false,
             }),
         };
         let set = |on: &HashOn, agent: &str| {
             let h = headers(&[("user-agent", agent)]);
-            let (_, v) = of_request(on, &h, ip).set_header.expect("a cookie is set");
+            let (_, v) = of_request(on, &h, ip, false)
+                .set_header
+                .expect("a cookie is set");
             v.to_str().unwrap().to_owned()
         };
         let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
@@ -308,6 +333,62 @@ mod tests {
                 assert!(v.ends_with("; HttpOnly"), "{v}");
             }
         }
+    }
+
+    /// `Secure`: over TLS, on every response when the policy asks (`session-cookie-secure`),
+    /// and with `SameSite=None`; never otherwise over plain HTTP.
+    #[test]
+    fn generated_cookies_are_secure_over_tls_or_when_asked() {
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let with = |same_site, secure| HashOn::Cookie {
+            name: "sid".into(),
+            generate: Some(GeneratedCookie {
+                ttl: Some(Duration::from_secs(60)),
+                path: "/".into(),
+                same_site,
+                secure,
+            }),
+        };
+        let set = |on: &HashOn, tls: bool| {
+            let (_, v) = of_request(on, &HeaderMap::new(), ip, tls)
+                .set_header
+                .expect("a cookie is set");
+            v.to_str().unwrap().to_owned()
+        };
+        let lax = Some(SameSite::Lax);
+        let none = Some(SameSite::None {
+            unless_incompatible: false,
+        });
+        for (same_site, secure, tls, expect) in [
+            (None, false, false, "; Max-Age=60; HttpOnly"),
+            (None, false, true, "; Max-Age=60; HttpOnly; Secure"),
+            (None, true, false, "; Max-Age=60; HttpOnly; Secure"),
+            (None, true, true, "; Max-Age=60; HttpOnly; Secure"),
+            (lax, false, false, "; HttpOnly; SameSite=Lax"),
+            (lax, false, true, "; HttpOnly; SameSite=Lax; Secure"),
+            (lax, true, false, "; HttpOnly; SameSite=Lax; Secure"),
+            (none, false, false, "; HttpOnly; SameSite=None; Secure"),
+            (none, true, true, "; HttpOnly; SameSite=None; Secure"),
+        ] {
+            let v = set(&with(same_site, secure), tls);
+            assert!(v.ends_with(expect), "{same_site:?} {secure} {tls}: {v}");
+            assert_eq!(
+                v.matches("Secure").count(),
+                usize::from(expect.ends_with("Secure")),
+                "{v}"
+            );
+        }
+        // An old browser given no `SameSite=None` still gets `Secure` when asked for or over TLS.
+        let conditional = with(
+            Some(SameSite::None {
+                unless_incompatible: true,
+            }),
+            true,
+        );
+        let old_chrome = "Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/60.0.3112.90 Safari/537.36";
+        let h = headers(&[("user-agent", old_chrome)]);
+        let (_, v) = of_request(&conditional, &h, ip, false).set_header.unwrap();
+        assert!(v.to_str().unwrap().ends_with("; HttpOnly; Secure"), "{v:?}");
     }
 
     #[test]

@@ -627,7 +627,7 @@ fn phases(
     let intercept = intercept::of(&rule)
         .filter(|_| ResponseShape::of(req.headers()) == ResponseShape::Http)
         .cloned();
-    let from = Some((req.headers(), client, &applied));
+    let from = Some((req.headers(), client, &applied, ctx.tls));
     let mut target = match choose(
         &snapshot,
         &rule,
@@ -820,7 +820,8 @@ fn route(
 /// With the request's headers, client and settings (`from`), a consistent-hash key
 /// ([`affinity`]) is read when the rule's policies balance by one (Gateway API
 /// `sessionPersistence`: the key also chooses the backend, so a session keeps it) or the
-/// chosen cluster's Service does. A retry chooses without `from` (another endpoint than
+/// chosen cluster's Service does; whether the request came over TLS makes a generated
+/// cookie `Secure`. A retry chooses without `from` (another endpoint than
 /// the key's is what it wants). `client_cert` is the request's Gateway's backend client
 /// certificate, presented when the endpoint is reached over TLS.
 pub(crate) fn choose(
@@ -828,12 +829,14 @@ pub(crate) fn choose(
     rule: &RouteRule,
     backends: &[WeightedBackend],
     now: Instant,
-    from: Option<(&HeaderMap, std::net::IpAddr, &Applied)>,
+    from: Option<(&HeaderMap, std::net::IpAddr, &Applied, bool)>,
     client_cert: Option<&Arc<weir_model::Certificate>>,
 ) -> Result<Target, ProxyError> {
-    let route_on = from.and_then(|(_, _, applied)| applied.hash_on());
+    let route_on = from.and_then(|(_, _, applied, _)| applied.hash_on());
     let mut affinity = match (route_on, from) {
-        (Some(on), Some((headers, client, _))) => affinity::of_request(on, headers, client),
+        (Some(on), Some((headers, client, _, tls))) => {
+            affinity::of_request(on, headers, client, tls)
+        }
         _ => affinity::Affinity::default(),
     };
     let backend = match affinity.key {
@@ -845,9 +848,9 @@ pub(crate) fn choose(
         .cluster(&backends[backend].cluster)
         .ok_or(ProxyError::BackendNotFound)?;
     if route_on.is_none()
-        && let (Some(on), Some((headers, client, _))) = (cluster.hash_on(), from)
+        && let (Some(on), Some((headers, client, _, tls))) = (cluster.hash_on(), from)
     {
-        affinity = affinity::of_request(on, headers, client);
+        affinity = affinity::of_request(on, headers, client, tls);
     }
     let tls = match cluster.tls_for(client_cert) {
         None => None,

@@ -435,6 +435,7 @@ fn load_balancer_to_wire(lb: &LoadBalancer) -> wire::LoadBalancer {
                                 unless_incompatible: true
                             })
                         ),
+                        secure: g.secure,
                     }),
                 }),
                 HashOn::SourceIp => On::SourceIp(true),
@@ -503,6 +504,7 @@ fn load_balancer_from_wire(lb: &wire::LoadBalancer) -> Result<LoadBalancer, Inva
                                     ttl: g.ttl_ns.map(Duration::from_nanos),
                                     path: g.path.as_str().into(),
                                     same_site,
+                                    secure: g.secure,
                                 })
                             }
                         };
@@ -1257,7 +1259,7 @@ fn global_rate_limit_from_wire(
 
 /// `r` as a data plane of push protocol `version` is sent it. A data plane of version 5
 /// or older does not know the settings of version 6 (`Policy::as_version_5`: the send
-/// timeout, a generated cookie's `SameSite`) and is sent the policy without them. A data
+/// timeout, a generated cookie's `SameSite` and `Secure`) and is sent the policy without them. A data
 /// plane of version 4
 /// or older does not know the fields of version 5 (`Policy::as_version_4`: access-log and
 /// trace settings) and is sent the policy without them. A data plane of version 3

@@ -66,7 +66,7 @@ pub use crate::hub::{Hub, Refused, Session};
 /// `PolicyTarget.listener_set`, `Listener.sections`), withheld from older data planes
 /// with the listeners they cover (`convert::withheld`), and settings inside fields older
 /// releases know, the send timeout (`Timeouts.backend_send_ns`) and a generated affinity
-/// cookie's `SameSite`, which reach older data planes without them
+/// cookie's `SameSite` and `Secure`, which reach older data planes without them
 /// (`weir_model::Policy::as_version_5`). Version 1 is no longer served.
 pub const PROTOCOL_VERSION: u32 = 6;
 

@@ -287,6 +287,7 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
                 ttl: Some(Duration::from_secs(3600)),
                 path: "/app".into(),
                 same_site: None,
+                secure: false,
             }),
         }),
         LoadBalancer::ConsistentHash(HashOn::Cookie {
@@ -295,6 +296,7 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
                 ttl: None,
                 path: "/".into(),
                 same_site: Some(SameSite::Lax),
+                secure: true,
             }),
         }),
         LoadBalancer::ConsistentHash(HashOn::Cookie {
@@ -305,6 +307,7 @@ fn load_balancers_round_trip_and_stay_away_from_version_2() {
                 same_site: Some(SameSite::None {
                     unless_incompatible: true,
                 }),
+                secure: false,
             }),
         }),
     ];

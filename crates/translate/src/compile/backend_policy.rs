@@ -305,6 +305,7 @@ fn hash_on(h: &ConsistentHashSpec, field: &str) -> Result<HashOn, String> {
                     ttl,
                     path: path.into(),
                     same_site: None,
+                    secure: false,
                 })
             } else {
                 None
@@ -414,6 +415,7 @@ mod tests {
                     ttl: Some(Duration::from_secs(3600)),
                     path: "/".into(),
                     same_site: None,
+                    secure: false,
                 }),
             })
         );

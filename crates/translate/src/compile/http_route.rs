@@ -288,6 +288,7 @@ pub(crate) fn session_persistence(
                     ttl: if permanent { absolute } else { None },
                     path: "/".into(),
                     same_site: None,
+                    secure: false,
                 }),
             }
         }

@@ -23,7 +23,7 @@
 //! | `use-regex` (and `rewrite-target`) | `Prefix`/`ImplementationSpecific` paths become regex path matches: case-insensitive, from the start of the path (nginx's `location ~*`); `Exact` stays exact; only this Ingress's paths (ingress-nginx: every path of the host) |
 //! | `proxy-connect-timeout`, `proxy-read-timeout` | the policy's `backendRequest` timeout = connect + read (ingress-nginx's 5 s / 60 s fill in the one not set): how long one attempt may wait for the response headers; weir's connect timeout stays the data plane's 5 s (a shorter one is named as partly applied) |
 //! | `proxy-send-timeout` | the policy's `backend_send` timeout: an attempt whose request body the upstream connection takes no more of for that long fails (504), as nginx's timeout between two writes; waiting for the response is not bounded by it |
-//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `-samesite` (`None`, `Lax`, `Strict`), `-conditional-samesite-none`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`; `SameSite` as annotated, `None` with `Secure`, and left out for browsers known to mishandle `None` with `-conditional-samesite-none: "true"`), as `sessionPersistence` is; `persistent` is named as not served |
+//! | `affinity: cookie`, `session-cookie-name` (default `INGRESSCOOKIE`), `-path` (default `/`), `-max-age`, `-expires`, `-samesite` (`None`, `Lax`, `Strict`), `-conditional-samesite-none`, `-secure`, `affinity-mode: balanced` | the policy's load balancer: a consistent hash on a cookie weir generates (`Max-Age` from `-max-age`, else `-expires`; `SameSite` as annotated, `None` with `Secure`, and left out for browsers known to mishandle `None` with `-conditional-samesite-none: "true"`; `Secure` over TLS, and on every response with `-secure: "true"`), as `sessionPersistence` is; `persistent` is named as not served |
 //! | `server-alias` | every rule of a named host is served under each alias as well |
 //! | `service-upstream` | a Service backend's cluster is one endpoint, the Service's cluster IP and port (`/cluster-ip` cluster key), not its endpoints; a headless Service then has none (503) |
 //! | `canary: "true"`, `canary-by-header` (`-value`, `-pattern`), `canary-by-cookie`, `canary-weight` (`-total`, default 100) | for each host and path of the canary that the oldest main Ingress (ours, not a canary, same namespace) serves with the same path type: rules of the canary, before the main one's, with the main one's annotations (filters, policy, TLS hosts, as ingress-nginx ignores a canary's own): the header (`always`, or the value / pattern) and the cookie (`always`) send to the canary backend, `never` to the main one, and the rest is split by weight (no weight: the main rule serves it). A canary path no main Ingress serves is named and not served |
@@ -182,6 +182,7 @@ const SUPPORTED: &[&str] = &[
     "session-cookie-expires",
     "session-cookie-samesite",
     "session-cookie-conditional-samesite-none",
+    "session-cookie-secure",
     "server-alias",
     "service-upstream",
     "canary",
@@ -1000,6 +1001,7 @@ fn affinity(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<L
                 "session-cookie-expires",
                 "session-cookie-samesite",
                 "session-cookie-conditional-samesite-none",
+                "session-cookie-secure",
             ] {
                 if ours.contains_key(k) {
                     problems.push(format!(
@@ -1064,6 +1066,17 @@ fn affinity(ours: &BTreeMap<&str, &str>, problems: &mut Vec<String>) -> Option<L
             ttl,
             path: path.into(),
             same_site: same_site(ours, problems),
+            secure: match ours.get("session-cookie-secure").map(|v| v.trim()) {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    problems.push(format!(
+                        "{}: {other:?} is not true or false; ignored (the cookie is Secure over TLS)",
+                        field("session-cookie-secure")
+                    ));
+                    false
+                }
+            },
         }),
     }))
 }

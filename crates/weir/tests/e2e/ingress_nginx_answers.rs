@@ -1,7 +1,7 @@
 //! ingress-nginx annotations through `weir run` that the other standalone tests leave
 //! out: `temporal-redirect` (and its `-code`), `auth-url` with `auth-response-headers`
 //! and `auth-signin`, the `cors-*` settings, `session-cookie-expires`,
-//! `session-cookie-samesite` (and `-conditional-samesite-none`),
+//! `session-cookie-samesite` (and `-conditional-samesite-none`), `session-cookie-secure`,
 //! `canary-by-header-value`, `backend-protocol: GRPC` and `enable-websockets`.
 
 use std::net::SocketAddr;
@@ -41,7 +41,9 @@ metadata:
 /// methods, headers, credentials and max age, another origin none, and an actual request
 /// the `cors-expose-headers`; `session-cookie-expires` gives the cookie its lifetime
 /// (`Max-Age`); `session-cookie-samesite` its `SameSite` (`None` with `Secure`, left out
-/// for an old Chrome with `session-cookie-conditional-samesite-none`); `canary-by-header-value` sends only that value to the canary;
+/// for an old Chrome with `session-cookie-conditional-samesite-none`);
+/// `session-cookie-secure` makes it `Secure` over plain HTTP (without it, and without
+/// `SameSite=None`, a cookie set over plain HTTP is not); `canary-by-header-value` sends only that value to the canary;
 /// `backend-protocol: GRPC` speaks h2c to the backend (the echo backend sees HTTP/2,
 /// where the same backend without it sees HTTP/1.1); and a WebSocket upgrade with
 /// `enable-websockets` reaches a WebSocket server, whose accept key and frames come back.
@@ -116,6 +118,12 @@ async fn ingress_nginx_answer_annotations() {
             "samesite.test",
             "a",
             &format!("{n}/affinity: cookie\n{n}/session-cookie-samesite: Strict\n"),
+        ),
+        ingress(
+            "secure-cookie",
+            "secure.test",
+            "a",
+            &format!("{n}/affinity: cookie\n{n}/session-cookie-secure: \"true\"\n"),
         ),
         ingress("valued", "valued.test", "a", ""),
         ingress(
@@ -192,6 +200,10 @@ async fn ingress_nginx_answer_annotations() {
     );
     assert!(set.contains("Max-Age=120"), "{set:?}");
     assert!(!set.contains("SameSite"), "{set:?}");
+    assert!(
+        !set.contains("Secure"),
+        "not asked for, over plain HTTP: {set:?}"
+    );
 
     // `session-cookie-samesite`: as annotated, `None` with `Secure`, and left out for a
     // browser known to mishandle `None` with `session-cookie-conditional-samesite-none`.
@@ -210,7 +222,16 @@ async fn ingress_nginx_answer_annotations() {
             Some(tail) => assert!(set.ends_with(tail), "{host}, {agent}: {set:?}"),
             None => assert!(!set.contains("SameSite"), "{host}, {agent}: {set:?}"),
         }
+        if host != "cross.test" || agent == chrome_60 {
+            assert!(!set.contains("Secure"), "{host}, {agent}: {set:?}");
+        }
     }
+    // `session-cookie-secure: "true"`: `Secure` over plain HTTP as well.
+    let r = http1(addr, "secure.test", "/").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let set = r.header("set-cookie");
+    assert!(set.starts_with("INGRESSCOOKIE="), "{set:?}");
+    assert!(set.ends_with("; Path=/; HttpOnly; Secure"), "{set:?}");
 
     for (value, want) in [("eu-west", "b"), ("us-east", "a")] {
         let r = send(addr, get("valued.test", "/").header("x-region", value)).await;

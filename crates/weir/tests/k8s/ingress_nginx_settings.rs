@@ -37,8 +37,10 @@ fn service_of_both(ctx: &Ctx, ns: &str, name: &str) -> [serde_json::Value; 2] {
 /// request given the origin and `cors-expose-headers`; cookie affinity with
 /// `session-cookie-name`/`-path`/`-max-age`/`-samesite` over a Service of two endpoints
 /// (the cookie's attributes, `SameSite=None` with `Secure`, and every request carrying it
-/// answered by one endpoint) and
-/// `session-cookie-expires` alone (weir writes it as `Max-Age`);
+/// answered by one endpoint),
+/// `session-cookie-expires` alone (weir writes it as `Max-Age`; not `Secure` over
+/// plaintext) and `session-cookie-secure` (`Secure` over plaintext too); the cookie of
+/// an Ingress served over TLS is `Secure`;
 /// `canary-by-header-value` (the value sends to the canary, any other value stays);
 /// `backend-protocol: GRPC` (the backend is spoken to over h2c: the echo backend reports
 /// HTTP/2 where the same Service without it sees HTTP/1.1); `ssl-redirect` (plaintext
@@ -59,7 +61,8 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     let (crt, key) = ctx.pki.leaf(&["secure.t7h.test"]);
     let mut secure = a(
         "secure",
-        json!({"nginx.ingress.kubernetes.io/ssl-redirect": "true"}),
+        json!({"nginx.ingress.kubernetes.io/ssl-redirect": "true",
+               "nginx.ingress.kubernetes.io/affinity": "cookie"}),
     );
     secure["spec"]["tls"] = json!([{"hosts": ["secure.t7h.test"], "secretName": "secure-cert"}]);
     let objects = [
@@ -89,6 +92,11 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
             "expiring",
             json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
                    "nginx.ingress.kubernetes.io/session-cookie-expires": "120"}),
+        ),
+        a(
+            "securecookie",
+            json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
+                   "nginx.ingress.kubernetes.io/session-cookie-secure": "true"}),
         ),
         a("valued", json!({})),
         ingress(
@@ -158,6 +166,18 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     );
     assert!(set.contains("Max-Age=120"), "{set:?}");
     assert!(!set.contains("SameSite"), "{set:?}");
+    assert!(
+        !set.contains("Secure"),
+        "not asked for, over plaintext: {set:?}"
+    );
+    // session-cookie-secure: `Secure` over plaintext as well.
+    let r = support::http1(addr, "securecookie.t7h.test", "/")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let set = r.header("set-cookie");
+    assert!(set.starts_with("INGRESSCOOKIE="), "{set:?}");
+    assert!(set.ends_with("; Path=/; HttpOnly; Secure"), "{set:?}");
 
     // canary-by-header-value: only that value goes to the canary.
     until_http(addr, "valued.t7h.test", "/", Ok("echo-a")).await;
@@ -205,6 +225,21 @@ pub async fn ingress_nginx_answer_settings(ctx: Arc<Ctx>) {
     })
     .await;
     assert!(served, "secure.t7h.test is served over https");
+    // Its affinity cookie, set over TLS, is `Secure` (ingress-nginx's default there).
+    let r = support::https(
+        ctx.ingress_https,
+        ctx.pki.client_config(&[]),
+        "secure.t7h.test",
+        "/page",
+    )
+    .await
+    .unwrap();
+    let set = r.resp.header("set-cookie");
+    assert!(set.starts_with("INGRESSCOOKIE="), "{set:?}");
+    assert!(
+        set.ends_with("; Path=/; HttpOnly; Secure"),
+        "over TLS: {set:?}"
+    );
     let r = support::http1(addr, "notls.t7h.test", "/page")
         .await
         .unwrap();
