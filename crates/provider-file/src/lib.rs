@@ -18,6 +18,7 @@ mod parse;
 mod provider;
 mod scan;
 mod watch;
+mod yaml;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -40,6 +41,15 @@ pub fn read_manifest(bytes: &[u8]) -> Result<Vec<ManifestDocument>, String> {
         .collect())
 }
 pub use crate::watch::{WatchError, Watcher, watch};
+
+/// Checks the YAML fast path against serde-saphyr on one document's text: `Ok(true)` when
+/// the fast path read it and serde-saphyr gives the identical value, `Ok(false)` when the
+/// fast path left it to serde-saphyr, `Err` (what differs) otherwise. For the
+/// `yaml_value` fuzz target.
+#[doc(hidden)]
+pub fn check_yaml_fast_path(text: &str) -> Result<bool, String> {
+    yaml::check_fast_path(text)
+}
 
 /// Where an object was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -51,8 +51,13 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
 /// returns `false` (and leaves `out` partly filled) when the typed read of an object
 /// failed, as that error has no field path yet.
 fn read_document(index: usize, chunk: &Chunk<'_>, quick: bool, out: &mut Vec<ParsedDoc>) -> bool {
-    let options = serde_saphyr::options! { with_snippet: false };
-    match serde_saphyr::from_str_with_options::<Value>(chunk.text, options) {
+    // The fast path reads the common subset of YAML; anything else, and every error, is
+    // serde-saphyr's to read and report.
+    let value = match crate::yaml::fast_value(chunk.text) {
+        Some(value) => Ok(value),
+        None => crate::yaml::full_value(chunk.text),
+    };
+    match value {
         Ok(value) => push_objects(index, value, quick, out),
         Err(e) => {
             let render = serde_saphyr::render_options! {
