@@ -13,11 +13,11 @@
 //! 4,096 pointers. Two levels of 64 keep both copies small at any size.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use foldhash::quality::FixedState;
+use hashbrown::hash_table::{Entry, HashTable};
 
 /// Fan-out of each spine level (a power of two).
 const FANOUT: usize = 64;
@@ -33,12 +33,14 @@ const SEED: u64 = 0x7765_6972_5f73_6864;
 /// The hasher of both the shard choice and the shards themselves.
 const HASHER: FixedState = FixedState::with_seed(SEED);
 
-type Shard<K, V> = HashMap<K, V, FixedState>;
+/// A shard is a table told the key's hash: the hash that chose the shard is the one its
+/// table probes with, so a lookup hashes its key once.
+type Shard<K, V> = HashTable<(K, V)>;
 type Group<K, V> = Arc<[Arc<Shard<K, V>>]>;
 
 /// A persistent hash map made of `FANOUT × FANOUT` copy-on-write shards.
 ///
-/// Reads are one hash, two indexed loads and one lookup in one shard. Writes go through
+/// Reads are one hash, two indexed loads and one probe of one shard with the same hash. Writes go through
 /// [`Arc::make_mut`], so they copy only data still shared with another version.
 pub(crate) struct ShardedMap<K, V> {
     groups: Arc<[Group<K, V>]>,
@@ -58,7 +60,7 @@ impl<K, V> Default for ShardedMap<K, V> {
     fn default() -> Self {
         // One empty shard and one group of it, shared by every slot: an empty map costs
         // three allocations.
-        let empty: Arc<Shard<K, V>> = Arc::new(HashMap::with_hasher(HASHER));
+        let empty: Arc<Shard<K, V>> = Arc::new(HashTable::new());
         let group: Group<K, V> = (0..FANOUT).map(|_| empty.clone()).collect();
         ShardedMap {
             groups: (0..FANOUT).map(|_| group.clone()).collect(),
@@ -100,22 +102,17 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         self.len == 0
     }
 
-    fn position_of<Q: Hash + ?Sized>(key: &Q) -> (usize, usize) {
-        position(HASHER.hash_one(key))
-    }
-
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Shard<K, V> {
-        let (g, s) = Self::position_of(key);
-        &self.groups[g][s]
-    }
-
     /// The value stored under `key`.
     pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shard(key).get(key)
+        let hash = HASHER.hash_one(key);
+        let (g, s) = position(hash);
+        self.groups[g][s]
+            .find(hash, |(k, _)| k.borrow() == key)
+            .map(|(_, v)| v)
     }
 
     /// Whether `key` is present.
@@ -132,7 +129,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         self.groups
             .iter()
             .flat_map(|g| g.iter())
-            .flat_map(|s| s.iter())
+            .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
     }
 }
 
@@ -146,12 +143,16 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 
     /// Inserts or replaces; returns the previous value.
     pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
-        let pos = Self::position_of(&key);
-        let old = self.shard_mut(pos).insert(key, value);
-        if old.is_none() {
-            self.len += 1;
+        let hash = HASHER.hash_one(&key);
+        let shard = self.shard_mut(position(hash));
+        match shard.entry(hash, |(k, _)| *k == key, |(k, _)| HASHER.hash_one(k)) {
+            Entry::Occupied(mut entry) => Some(std::mem::replace(&mut entry.get_mut().1, value)),
+            Entry::Vacant(entry) => {
+                entry.insert((key, value));
+                self.len += 1;
+                None
+            }
         }
-        old
     }
 
     /// Removes `key`; returns its value. Absent keys copy nothing.
@@ -163,11 +164,12 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         if !self.contains_key(key) {
             return None;
         }
-        let old = self.shard_mut(Self::position_of(key)).remove(key);
-        if old.is_some() {
-            self.len -= 1;
-        }
-        old
+        let hash = HASHER.hash_one(key);
+        let shard = self.shard_mut(position(hash));
+        let entry = shard.find_entry(hash, |(k, _)| k.borrow() == key).ok()?;
+        let ((_, old), _) = entry.remove();
+        self.len -= 1;
+        Some(old)
     }
 }
 
