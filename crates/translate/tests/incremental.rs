@@ -202,6 +202,18 @@ spec:
 ---
 apiVersion: weir.dev/v1alpha1
 kind: TrafficPolicy
+metadata: {name: pl, namespace: default}
+spec:
+  # Listeners that are TCP or TLS in some of the Gateways above and absent in others:
+  # Invalid (no HTTP) / TargetNotFound / resolved as the Gateway changes.
+  targetRefs:
+  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: tcp}
+  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: pass}
+  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}
+  rateLimit: {local: {requests: 3, unit: Second}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: TrafficPolicy
 metadata: {name: ps, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.x-k8s.io, kind: XListenerSet, name: s1}]

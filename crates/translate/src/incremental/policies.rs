@@ -66,6 +66,10 @@ pub(crate) struct PolicyIndex {
     listener_targets: HashMap<Arc<str>, usize>,
     /// Gateways whose count went from or to zero since [`PolicyIndex::take_flipped`].
     flipped: Vec<Arc<str>>,
+    /// TargetRefs naming a listener that carries no HTTP (TCP, UDP, TLS), with its
+    /// protocol: a TrafficPolicy has nothing to act on there, so they stay unresolved
+    /// (no `Policy` resource) and their status says why.
+    not_http: HashMap<TargetRef, String>,
 }
 
 impl PolicyIndex {
@@ -157,7 +161,20 @@ impl PolicyIndex {
         if !named {
             self.set_refs.remove(t);
         }
-        let now = if named { resolve(t, store) } else { None };
+        let protocol = if named {
+            not_http_listener(t, store)
+        } else {
+            None
+        };
+        let now = match &protocol {
+            Some(_) => None,
+            None if named => resolve(t, store),
+            None => None,
+        };
+        match protocol {
+            Some(p) => self.not_http.insert(t.clone(), p),
+            None => self.not_http.remove(t),
+        };
         let before = match &now {
             Some(m) => self.resolved.insert(t.clone(), m.clone()),
             None => self.resolved.remove(t),
@@ -373,6 +390,19 @@ impl PolicyIndex {
         if let Err(why) = settings.fits(t) {
             return (false, Reason::Invalid, why);
         }
+        if let Some(protocol) = self.not_http.get(t) {
+            return (
+                false,
+                Reason::Invalid,
+                format!(
+                    "{} {}/{} listener {:?} is a {protocol} listener: a TrafficPolicy acts on HTTP and HTTPS listeners (and on the routes, Services and Backends behind them)",
+                    t.kind_name,
+                    t.namespace,
+                    t.name,
+                    t.section.as_deref().unwrap_or_default()
+                ),
+            );
+        }
         if !self.resolved.contains_key(t) {
             let part = if t
                 .kind
@@ -554,6 +584,33 @@ fn object_of(t: &TargetRef) -> ObjectKey {
 }
 
 /// What `t` names in the IR, if its object (and section) exists.
+/// The protocol of the listener `t` names (by `sectionName`, on a Gateway or a
+/// ListenerSet) when that listener carries no HTTP: `TCP`, `UDP`, `TLS`
+/// (`TLS (Passthrough)`). `None` for any other target, or a listener not found.
+fn not_http_listener(t: &TargetRef, store: &Store) -> Option<String> {
+    t.kind?;
+    let section = t.section.as_deref()?;
+    let obj = store.get(&object_of(t))?;
+    let listeners = match &**obj {
+        Object::Gateway(g) => &g.spec.listeners,
+        o => &o.as_listener_set()?.1.listeners,
+    };
+    let l = listeners.iter().find(|l| l.name == section)?;
+    if matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+        return None;
+    }
+    let passthrough = l
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.mode.as_deref())
+        .is_some_and(|m| m == "Passthrough");
+    Some(if passthrough {
+        format!("{} (Passthrough)", l.protocol)
+    } else {
+        l.protocol.clone()
+    })
+}
+
 fn resolve(t: &TargetRef, store: &Store) -> Option<PolicyTarget> {
     t.kind?;
     let obj = store.get(&object_of(t))?;
