@@ -44,9 +44,9 @@ pub use crate::weir::{
     GlobalRateLimitSpec, GrpcHealthCheckSpec, HeaderValue, HealthCheckSpec, HealthCheckType,
     HttpHealthCheckSpec, IpRulesSpec, JwksSpec, JwtAuthSpec, JwtProviderSpec,
     LocalConfigMapReference, LocalRateLimitSpec, LocalSecretReference, PolicyRetry,
-    PolicyTargetReference, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType, RateLimitSpec,
-    RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference, TrafficPolicy,
-    TrafficPolicySpec,
+    PolicyTargetReference, PolicyTimeouts, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType,
+    RateLimitSpec, RateLimitUnit, RemoteJwksSpec, RequiredClaim, RetryOn, SecretKeyReference,
+    TrafficPolicy, TrafficPolicySpec,
 };
 pub use crate::weir::{
     AuthorizationAction, AuthorizationClaimSpec, AuthorizationHeaderMatchType,

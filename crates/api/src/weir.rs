@@ -95,10 +95,10 @@ pub struct TrafficPolicySpec {
     /// field, the most specific wins: rule, route, listener, ListenerSet, Gateway.
     #[schemars(length(min = 1, max = 16))]
     pub target_refs: Vec<PolicyTargetReference>,
-    /// Request and per-attempt timeouts (as HTTPRoute `timeouts`).
+    /// Request and per-attempt timeouts (HTTPRoute `timeouts`), and a send timeout.
     /// (Boxed with the other rarely set fields: `Object` holds every kind inline, and its
     /// largest variant sets its size.)
-    pub timeouts: Option<Box<crate::gateway::HttpRouteTimeouts>>,
+    pub timeouts: Option<Box<PolicyTimeouts>>,
     /// Retries of failed attempts.
     pub retry: Option<Box<PolicyRetry>>,
     /// Rate limits.
@@ -497,6 +497,25 @@ pub struct HashHeaderSpec {
     /// Its name (required).
     #[schemars(length(min = 1, max = 256))]
     pub name: String,
+}
+
+/// A TrafficPolicy's timeouts (Gateway API durations such as `10s`, `500ms`, `1h`; `0s`
+/// disables one).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyTimeouts {
+    /// Whole request (as HTTPRoute `timeouts.request`).
+    #[schemars(regex(pattern = crate::crd::DURATION))]
+    pub request: Option<String>,
+    /// One backend attempt, until the response headers (as HTTPRoute
+    /// `timeouts.backendRequest`).
+    #[schemars(regex(pattern = crate::crd::DURATION))]
+    pub backend_request: Option<String>,
+    /// Longest time the backend connection may take none of the request body while some
+    /// is left to send (ingress-nginx's `proxy-send-timeout`): the attempt then fails
+    /// with 504. Waiting for the response is not bounded by it.
+    #[schemars(regex(pattern = crate::crd::DURATION))]
+    pub backend_send: Option<String>,
 }
 
 /// The cookie a consistent hash reads.

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_api::{
-    ApiKeyAuthSpec, BasicAuthSpec, GlobalRateLimitSpec, HttpRouteRetry, Kind, LocalRateLimitSpec,
-    Object, ObjectKey, PolicyRetry, RateLimitFailMode, RateLimitKeySpec, RateLimitKeyType,
-    RateLimitUnit, RetryOn, Secret, TrafficPolicy,
+    ApiKeyAuthSpec, BasicAuthSpec, GlobalRateLimitSpec, HttpRouteRetry, HttpRouteTimeouts, Kind,
+    LocalRateLimitSpec, Object, ObjectKey, PolicyRetry, PolicyTimeouts, RateLimitFailMode,
+    RateLimitKeySpec, RateLimitKeyType, RateLimitUnit, RetryOn, Secret, TrafficPolicy,
 };
 use weir_model::{
     ApiKeyAuth, Authorization, BasicAuth, CircuitBreaker, ExtAuth, FailMode, GlobalRateLimit,
@@ -16,6 +16,7 @@ use weir_model::{
 };
 
 use crate::compile::backend_policy;
+use crate::compile::duration;
 use crate::compile::http_route::{compile_retry, compile_timeouts};
 use crate::compile::jwt;
 use crate::store::{Dep, Store};
@@ -336,7 +337,7 @@ fn settings(
         return Err("spec.targetRefs: at least one target is required".into());
     }
     let timeouts = match &spec.timeouts {
-        Some(t) => compile_timeouts(t, "spec.timeouts")?,
+        Some(t) => policy_timeouts(t, "spec.timeouts")?,
         None => Timeouts::default(),
     };
     let retry = spec
@@ -755,6 +756,27 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
+/// A TrafficPolicy's `timeouts`: HTTPRoute's two, and `backendSend`.
+fn policy_timeouts(t: &PolicyTimeouts, field: &str) -> Result<Timeouts, String> {
+    let route = HttpRouteTimeouts {
+        request: t.request.clone(),
+        backend_request: t.backend_request.clone(),
+    };
+    let backend_send = t
+        .backend_send
+        .as_deref()
+        .map(|s| {
+            duration::parse(s)
+                .map(|d| d.unwrap_or(Duration::ZERO))
+                .map_err(|e| format!("{field}.backendSend: {e}"))
+        })
+        .transpose()?;
+    Ok(Timeouts {
+        backend_send,
+        ..compile_timeouts(&route, field)?
+    })
+}
+
 /// The longest request body a retry may keep (16 MiB).
 const MAX_REPLAY_BODY: i64 = 16 * 1024 * 1024;
 
@@ -944,7 +966,7 @@ mod tests {
     fn reads_every_field() {
         let p = policy(&format!(
             "{HEAD}spec:\n  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]\n  \
-             timeouts: {{request: 10s, backendRequest: 0s}}\n  \
+             timeouts: {{request: 10s, backendRequest: 0s, backendSend: 3s}}\n  \
              retry: {{attempts: 3, codes: [429], retryOn: [gateway-error], backoff: 100ms}}\n  \
              rateLimit: {{local: {{requests: 5, unit: Minute, key: {{type: Header, header: X-Api-Key}}}}}}\n"
         ));
@@ -955,6 +977,7 @@ mod tests {
         assert_eq!(&*s.name, "ns/p");
         assert_eq!(s.timeouts.request, Some(Duration::from_secs(10)));
         assert_eq!(s.timeouts.backend_request, Some(Duration::ZERO));
+        assert_eq!(s.timeouts.backend_send, Some(Duration::from_secs(3)));
         let r = s.retry.as_ref().unwrap();
         assert_eq!((r.attempts, &r.codes[..]), (3, &[429, 502, 503, 504][..]));
         assert_eq!(r.backoff, Duration::from_millis(100));
@@ -999,6 +1022,10 @@ mod tests {
                 "spec.retry.replayBodyBytes",
             ),
             ("  timeouts: {request: 1x}\n", "spec.timeouts.request"),
+            (
+                "  timeouts: {backendSend: 5x}\n",
+                "spec.timeouts.backendSend",
+            ),
             (
                 "  rateLimit: {local: {requests: 0, unit: Second}}\n",
                 "spec.rateLimit.local.requests",

@@ -52,6 +52,9 @@ pub(super) fn policy(
     if let Some(t) = reading.timeouts.backend_request {
         spec["timeouts"] = json!({"backendRequest": format!("{}s", t.as_secs())});
     }
+    if let Some(t) = reading.timeouts.backend_send {
+        spec["timeouts"]["backendSend"] = json!(format!("{}s", t.as_secs()));
+    }
     if let Some(t) = reading.timeouts.request {
         spec["timeouts"]["request"] = json!(format!("{}s", t.as_secs()));
     }

@@ -53,6 +53,7 @@ const CARRIED: &[&str] = &[
     "limit-connections",
     "proxy-connect-timeout",
     "proxy-read-timeout",
+    "proxy-send-timeout",
     "affinity",
     "affinity-mode",
     "session-cookie-name",

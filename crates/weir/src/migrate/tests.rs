@@ -123,6 +123,7 @@ fn legacy_class_policy_fields_and_the_redirect_twin() {
                 "nginx.ingress.kubernetes.io/ssl-redirect": "true",
                 "nginx.ingress.kubernetes.io/limit-rps": "5",
                 "nginx.ingress.kubernetes.io/proxy-read-timeout": "30",
+                "nginx.ingress.kubernetes.io/proxy-send-timeout": "20",
                 "nginx.ingress.kubernetes.io/proxy-body-size": "2m",
                 "nginx.ingress.kubernetes.io/affinity": "cookie",
                 "nginx.ingress.kubernetes.io/session-cookie-max-age": "60",
@@ -149,7 +150,10 @@ fn legacy_class_policy_fields_and_the_redirect_twin() {
         spec["targetRefs"],
         json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web"}])
     );
-    assert_eq!(spec["timeouts"], json!({"backendRequest": "35s"}));
+    assert_eq!(
+        spec["timeouts"],
+        json!({"backendRequest": "35s", "backendSend": "20s"})
+    );
     assert_eq!(spec["requestLimits"], json!({"maxBodyBytes": 2 << 20}));
     assert_eq!(spec["concurrencyLimit"], json!({"perClient": 3}));
     assert!(spec.get("loadBalancer").is_none(), "{spec:#}");

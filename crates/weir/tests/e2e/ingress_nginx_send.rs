@@ -175,8 +175,35 @@ spec:
             .join("---\n"),
         ),
     ];
-    let _gw = Gateway::start_with(&files, Some(http_addr), None).await;
-    // The Ingress is served (a request without a body is not bounded by the send timeout
+    let gw = Gateway::start_with(&files, Some(http_addr), None).await;
+    send_timeout_probes(http_addr).await;
+
+    // `weir migrate` carries the annotation over as the TrafficPolicy's
+    // `timeouts.backendSend`: its output, served without the Ingresses, answers alike.
+    let port = free_port();
+    let migration = weir::migrate::migrate(&weir::migrate::MigrateOptions {
+        config: gw.dir.path().to_path_buf(),
+        gateway_name: "weir".into(),
+        gateway_namespace: "default".into(),
+        gateway_class: "weir".into(),
+        http_port: port,
+        https_port: free_port(),
+        address: Some("127.0.0.1".into()),
+        ingress_classes: vec!["weir".into()],
+    });
+    let report = migration.report();
+    assert!(!report.contains("not carried over:"), "{report}");
+    let yaml = migration.yaml().unwrap();
+    assert!(yaml.contains("backendSend: 1s"), "{yaml}");
+    drop(gw);
+    let migrated = [("migrated.yaml", yaml), files[1].clone()];
+    let _gw = Gateway::start(&migrated).await;
+    send_timeout_probes(([127, 0, 0, 1], port).into()).await;
+}
+
+/// The answers `proxy-send-timeout` asks for, from weir at `http_addr`.
+async fn send_timeout_probes(http_addr: SocketAddr) {
+    // The route is served (a request without a body is not bounded by the send timeout
     // and reaches the slow backend, which answers it at once).
     let (status, body) = post(http_addr, "slow.test", 0).await;
     assert_eq!(status, 200, "{body}");
