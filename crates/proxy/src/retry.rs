@@ -402,20 +402,38 @@ fn backoff(base: Duration, n: u32) -> Duration {
 }
 
 /// A copy of a request head (method, URI, version, headers; extensions are not needed
-/// upstream), kept for the attempts after the first. The headers are a list in one
-/// allocation rather than a `HeaderMap` (two, and its index): most requests are never
-/// retried, and a retry rebuilds the map.
+/// upstream), kept for the attempts after the first. Most requests are never retried, so
+/// the copy is made for the cheapest keeping, not the cheapest use: the headers' bytes
+/// back to back in one allocation (copying a `HeaderValue` takes a reference to its
+/// buffer, and dropping it releases one, per header; a value weir made itself is even
+/// moved to a shared buffer by its first copy), and a retry parses them into a map again.
 struct Head {
     method: http::Method,
     uri: http::Uri,
     version: http::Version,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Per header, in order: the name's length (u16, little-endian), the value's length
+    /// (u32), whether the value is sensitive (1) or not (0), the name, the value.
+    headers: Vec<u8>,
 }
+
+/// Bytes of an entry of [`Head::headers`] before its name.
+const ENTRY_HEAD: usize = 7;
 
 impl Head {
     fn of(head: &http::request::Parts) -> Head {
-        let mut headers = Vec::with_capacity(head.headers.len());
-        headers.extend(head.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
+        let mut headers = Vec::with_capacity(head.headers.len() * 48);
+        for (n, v) in &head.headers {
+            let (name, value) = (n.as_str().as_bytes(), v.as_bytes());
+            // A header name is at most 64 KiB (`http` refuses longer ones); a value
+            // longer than 4 GiB cannot be in a request weir read.
+            let name_len = u16::try_from(name.len()).unwrap_or(u16::MAX);
+            let value_len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+            headers.extend_from_slice(&name_len.to_le_bytes());
+            headers.extend_from_slice(&value_len.to_le_bytes());
+            headers.push(u8::from(v.is_sensitive()));
+            headers.extend_from_slice(&name[..usize::from(name_len)]);
+            headers.extend_from_slice(&value[..value_len as usize]);
+        }
         Head {
             method: head.method.clone(),
             uri: head.uri.clone(),
@@ -431,9 +449,33 @@ impl Head {
         *req.uri_mut() = self.uri.clone();
         *req.version_mut() = self.version;
         let headers = req.headers_mut();
-        headers.reserve(self.headers.len());
-        for (n, v) in &self.headers {
-            headers.append(n.clone(), v.clone());
+        let mut rest = &self.headers[..];
+        while let Some((entry, tail)) = rest.split_first_chunk::<ENTRY_HEAD>() {
+            let name_len = usize::from(u16::from_le_bytes([entry[0], entry[1]]));
+            let value_len = u32::from_le_bytes([entry[2], entry[3], entry[4], entry[5]]) as usize;
+            let Some((name, tail)) = tail.split_at_checked(name_len) else {
+                break;
+            };
+            let Some((value, tail)) = tail.split_at_checked(value_len) else {
+                break;
+            };
+            rest = tail;
+            // Both were a valid name and value when copied, so they parse again; a
+            // header that did not would be left out of the retry, not the request's
+            // first attempt.
+            match (
+                http::HeaderName::from_bytes(name),
+                http::HeaderValue::from_bytes(value),
+            ) {
+                (Ok(n), Ok(mut v)) => {
+                    v.set_sensitive(entry[6] == 1);
+                    headers.append(n, v);
+                }
+                _ => tracing::warn!(
+                    header = %String::from_utf8_lossy(name),
+                    "a request header did not survive its copy for a retry; the retry goes without it"
+                ),
+            }
         }
         req.into_parts().0
     }
@@ -466,11 +508,17 @@ mod tests {
             .header("x-one", "1")
             .header("x-two", "2")
             .header("x-one", "3")
+            .header("x-binary", &b"\x80\xfe obs-text\t"[..])
+            .header("x-empty", "")
             .body(())
             .unwrap()
             .into_parts();
+        let mut head = head;
+        head.headers.get_mut("x-two").unwrap().set_sensitive(true);
         let copy = Head::of(&head).parts();
         assert_eq!(copy.version, http::Version::HTTP_10);
+        assert!(copy.headers["x-two"].is_sensitive(), "sensitivity is kept");
+        assert!(!copy.headers["x-one"].is_sensitive());
         let ones: Vec<_> = copy.headers.get_all("x-one").iter().collect();
         assert_eq!(ones, ["1", "3"], "repeated names keep their order");
         assert_eq!(copy.method, head.method);
