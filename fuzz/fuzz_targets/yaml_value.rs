@@ -1,8 +1,9 @@
-//! Fuzzes the YAML fast path of `weir_provider_file` (the `Value` built straight from the
-//! granit parser's events) against serde-saphyr, the full reader it falls back to: on any
-//! document the fast path reads, serde-saphyr must give the identical `serde_json::Value`
-//! (so the fast path never accepts what serde-saphyr refuses, and never resolves a scalar
-//! differently). Documents the fast path leaves to serde-saphyr are not compared.
+//! Fuzzes the YAML fast path of `weir_provider_file` against serde-saphyr, the full reader
+//! it falls back to. Each of its two readers — weir's own scanner of block-style YAML and
+//! the `Value` built from the granit parser's events — is checked on its own: on any
+//! document it reads, serde-saphyr must give the identical `serde_json::Value` (so it
+//! never accepts what serde-saphyr refuses, and never resolves a scalar differently).
+//! Documents both leave to serde-saphyr are not compared.
 
 #![no_main]
 

@@ -42,10 +42,10 @@ pub fn read_manifest(bytes: &[u8]) -> Result<Vec<ManifestDocument>, String> {
 }
 pub use crate::watch::{WatchError, Watcher, watch};
 
-/// Checks the YAML fast path against serde-saphyr on one document's text: `Ok(true)` when
-/// the fast path read it and serde-saphyr gives the identical value, `Ok(false)` when the
-/// fast path left it to serde-saphyr, `Err` (what differs) otherwise. For the
-/// `yaml_value` fuzz target.
+/// Checks each reader of the YAML fast path (weir's scanner, the granit event path) against
+/// serde-saphyr on one document's text: `Ok(true)` when either read it (and serde-saphyr
+/// gives the identical value), `Ok(false)` when both left it to serde-saphyr, `Err` (what
+/// differs) otherwise. For the `yaml_value` fuzz target.
 #[doc(hidden)]
 pub fn check_yaml_fast_path(text: &str) -> Result<bool, String> {
     yaml::check_fast_path(text)

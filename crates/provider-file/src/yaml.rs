@@ -1,19 +1,25 @@
-//! A YAML document → `serde_json::Value` fast path, built straight from the parser's
-//! event stream.
+//! A YAML document → `serde_json::Value` fast path: two readers of the common subset of
+//! YAML, each giving up (`None`) on anything it is not sure of, before serde-saphyr.
 //!
-//! serde-saphyr (the full reader) costs about twice its parser's events when it builds a
-//! `Value`: its event layer, serde's visitor plumbing, budget accounting and snippet
-//! bookkeeping. Nearly every Kubernetes manifest uses a small part of YAML — block and
-//! flow collections, plain and quoted strings, small integers, booleans, nulls — so this
-//! module reads exactly that part, with the same granit parser and parser options the
-//! full reader uses, and gives up (`None`) on anything else: anchors, aliases, tags, merge
-//! keys, a duplicate key, a non-string key, a scalar it cannot resolve with certainty to
-//! what serde-saphyr would give (floats, hex or octal ints, `.inf`, anything
-//! number-shaped), deep nesting, a parse error. The caller then reads the document with
-//! serde-saphyr, so values, refusals and error texts stay serde-saphyr's.
+//! 1. [`scan`]: weir's own one-pass scanner for the block-style, line-oriented YAML that
+//!    Kubernetes manifests are written in (about 10× cheaper than the parser's events).
+//! 2. The event path below: the `Value` built straight from the granit parser's event
+//!    stream. serde-saphyr (the full reader) costs about twice its parser's events when it
+//!    builds a `Value`: its event layer, serde's visitor plumbing, budget accounting and
+//!    snippet bookkeeping. Nearly every Kubernetes manifest uses a small part of YAML —
+//!    block and flow collections, plain and quoted strings, small integers, booleans,
+//!    nulls — so this path reads exactly that part, with the same granit parser and parser
+//!    options the full reader uses, and gives up on anything else: anchors, aliases, tags,
+//!    merge keys, a duplicate key, a non-string key, a scalar it cannot resolve with
+//!    certainty to what serde-saphyr would give (floats, hex or octal ints, `.inf`,
+//!    anything number-shaped), deep nesting, a parse error.
 //!
-//! The differential tests below and the `yaml_value` fuzz target check that whenever
-//! this path answers, serde-saphyr gives the identical `Value`.
+//! When both give up, the caller reads the document with serde-saphyr, so values, refusals
+//! and error texts stay serde-saphyr's. The differential tests (`yaml/tests.rs`) and the
+//! `yaml_value` fuzz target check each reader on its own: whenever it answers,
+//! serde-saphyr gives the identical `Value`.
+
+mod scan;
 
 use serde_json::{Map, Number, Value};
 use serde_saphyr::granit_parser::{self as granit, Event, Parser, ScalarStyle, StrInput};
@@ -46,6 +52,12 @@ enum Frame {
 
 /// The `Value` of one YAML document, or `None` when the full reader must decide.
 pub(crate) fn fast_value(text: &str) -> Option<Value> {
+    scan::scan_value(text).or_else(|| event_value(text))
+}
+
+/// The `Value` of one YAML document built from granit's events, or `None` when the full
+/// reader must decide.
+fn event_value(text: &str) -> Option<Value> {
     if text.len() > MAX_BYTES {
         return None;
     }
@@ -221,187 +233,30 @@ pub(crate) fn full_value(text: &str) -> Result<Value, serde_saphyr::Error> {
     serde_saphyr::from_str_with_options::<Value>(text, options)
 }
 
-/// Checks that the fast path agrees with the full reader on `text` (one document): when
-/// the fast path answers, the full reader gives the identical value. For the tests and the
-/// `yaml_value` fuzz target.
+/// Checks that each reader of the fast path agrees with the full reader on `text` (one
+/// document): when the scanner or the event path answers, the full reader gives the
+/// identical value. `Ok(true)` when either answered. For the tests and the `yaml_value`
+/// fuzz target.
 pub(crate) fn check_fast_path(text: &str) -> Result<bool, String> {
-    let Some(fast) = fast_value(text) else {
+    Ok(check_reader("scanner", scan::scan_value(text), text)?
+        | check_reader("event path", event_value(text), text)?)
+}
+
+/// Whether `fast` (one reader's answer) is there, or how it differs from the full reader.
+fn check_reader(reader: &str, fast: Option<Value>, text: &str) -> Result<bool, String> {
+    let Some(fast) = fast else {
         return Ok(false);
     };
     match full_value(text) {
         Ok(full) if full == fast => Ok(true),
         Ok(full) => Err(format!(
-            "fast path {fast:?} but serde-saphyr {full:?} for {text:?}"
+            "{reader} {fast:?} but serde-saphyr {full:?} for {text:?}"
         )),
         Err(e) => Err(format!(
-            "fast path {fast:?} but serde-saphyr refuses ({e}) {text:?}"
+            "{reader} {fast:?} but serde-saphyr refuses ({e}) {text:?}"
         )),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::parse::split_documents;
-
-    /// Checks one file's documents; returns (fast, total).
-    fn check_file(text: &str) -> (usize, usize) {
-        let chunks = split_documents(text);
-        let mut fast = 0;
-        for chunk in &chunks {
-            match check_fast_path(chunk.text) {
-                Ok(true) => fast += 1,
-                Ok(false) => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-        (fast, chunks.len())
-    }
-
-    fn yaml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                yaml_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                out.push(path);
-            }
-        }
-    }
-
-    /// Every manifest in the repository (examples, deploy, the translator's golden inputs,
-    /// the tests' manifests): where the fast path answers, serde-saphyr agrees, and the fast
-    /// path answers for most documents.
-    #[test]
-    fn repository_manifests_agree() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let mut files = Vec::new();
-        for dir in ["examples", "deploy", "crates"] {
-            yaml_files(&root.join(dir), &mut files);
-        }
-        assert!(files.len() > 100, "{}", files.len());
-        let (mut fast, mut total) = (0, 0);
-        for file in &files {
-            let text = std::fs::read_to_string(file).unwrap();
-            let (f, t) = check_file(&text);
-            fast += f;
-            total += t;
-        }
-        assert!(fast * 10 >= total * 8, "fast path read {fast} of {total}");
-    }
-
-    /// Tricky YAML: where the fast path answers, serde-saphyr agrees; some must fall back.
-    #[test]
-    fn tricky_documents_agree() {
-        let fast_ok = [
-            "a: 1\nb: -2\nc: 0\nd: 123456789012345678\n",
-            "a: yes\nb: No\nc: ON\nd: off\ne: y\nf: N\ng: True\nh: FALSE\n",
-            "a: ~\nb: null\nc: Null\nd: NULL\ne:\nf: ''\ng: \"\"\n",
-            "a: '1'\nb: \"2\"\nc: 'yes'\nd: \"null\"\ne: '~'\n",
-            "a: |\n  line 1\n  line 2\nb: >\n  folded\n  text\n\n  para\nc: |-\n  x\nd: >+\n  y\n\n",
-            "# comment\na: 1 # trailing\n# another\nb: [1, 'x', {c: d}]\n",
-            "---\na: b\n...\n",
-            "---\n",
-            "",
-            "# only a comment\n",
-            "a: 1\r\nb:\r\n  - x\r\n  - y\r\n",
-            "a: 5s\nb: 1Gi\nc: 10.0.0.1/8\nd: 3q2+7w==\ne: /api/v1\n",
-            "a: hello world\nb: \"esc\\n\\t\\u00e9\"\nc: 'it''s'\n",
-            "- a\n- - b\n  - c\n- {x: 1}\n- []\n- {}\n",
-            "scalar at the top",
-            "42",
-            "a:\n  b:\n    c:\n      d: [e, {f: g}]\n",
-            "key with spaces: value\n\"quoted key\": 1\n'single': 2\n",
-            "b: -z\nc: +z\nd: .z\n",
-            "a: infinite\nb: nano\nc: information\n",
-            "? a\n: b\n",
-            "a: {b, c: d}\n",
-            "a: [b, c,]\n",
-            "a: \"multi\n  line\"\nb: plain\n  continued\n",
-            "metadata:\n  annotations:\n    weir.io/x: \"1\"\n    example.com/y: 'on'\n",
-            "%YAML 1.2\n---\na: 1\n",
-        ];
-        for text in fast_ok {
-            assert!(
-                check_fast_path(text).unwrap() || text.is_empty() || text.starts_with('#'),
-                "not fast: {text:?}"
-            );
-        }
-        let fallback = [
-            "a: &x 1\nb: *x\n",
-            "base: &b {x: 1}\nderived:\n  <<: *b\n  y: 2\n",
-            "a: !!str 1\n",
-            "a: !custom x\n",
-            "a: 1.5\nb: 1e3\nc: .inf\nd: -.inf\ne: .nan\nf: .5\n",
-            "a: 0x1F\n",
-            "a: 0o17\n",
-            "a: 017\n",
-            "a: 1_000\n",
-            "a: +1\n",
-            "a: -0\n",
-            "a: 1234567890123456789\n",
-            "a: 99999999999999999999999\n",
-            "a: inf\n",
-            "a: NaN\n",
-            "a: 1:30\n",
-            "a: 1\na: 2\n",
-            "a: 1\n'a': 2\n",
-            "1: x\n",
-            "true: x\n",
-            "~: x\n",
-            "[a]: x\n",
-            "{a: b}: x\n",
-            "a: [1\n",
-            "a: b: c\n",
-            "a:\n- b\n  c: d\n",
-            "a: 1\n---\nb: 2\n",
-            "a: 2024-01-01\n",
-            "a: 0.0.0.0:80\n",
-            "a: -\n",
-        ];
-        for text in fallback {
-            check_fast_path(text).unwrap();
-        }
-        for text in [&fallback[..2], &fallback[4..]].concat() {
-            assert!(!check_fast_path(text).unwrap(), "fast: {text:?}");
-        }
-        let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
-        assert!(!check_fast_path(&deep).unwrap());
-    }
-
-    /// Random plain and quoted scalars, as values and as keys, against serde-saphyr.
-    #[test]
-    fn random_scalars_agree() {
-        let alphabet: &[u8] = b"0123456789+-._:,xobeEinfatyINFATYsSgG/= ~";
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let (mut fast, mut total) = (0, 0);
-        for _ in 0..20_000 {
-            let len = 1 + (next() % 6) as usize;
-            let s: String = (0..len)
-                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize] as char)
-                .collect();
-            for text in [
-                format!("k: {s}\n"),
-                format!("{s}: v\n"),
-                format!("- {s}\n"),
-                format!("k: [{s}]\n"),
-                format!("k: '{s}'\n"),
-            ] {
-                total += 1;
-                if check_fast_path(&text).unwrap_or_else(|e| panic!("{e}")) {
-                    fast += 1;
-                }
-            }
-        }
-        assert!(fast > total / 10, "{fast} of {total}");
-    }
-}
+mod tests;
