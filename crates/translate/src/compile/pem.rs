@@ -78,6 +78,14 @@ impl Base64 {
         if self.bad {
             return true;
         }
+        // The usual line, symbols only with no pad pending: only the count in the group
+        // of eight moves (a full group starts a new one at the next symbol).
+        if self.pad_mask == 0 && line.iter().all(|&b| CLASS[usize::from(b)] == Class::Value) {
+            if !line.is_empty() {
+                self.used = ((self.used as usize + line.len() - 1) % 8 + 1) as u32;
+            }
+            return true;
+        }
         for &b in line {
             let pad = match CLASS[usize::from(b)] {
                 Class::Value => 0,
