@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+mod file_key;
 mod parse;
 mod provider;
 mod scan;

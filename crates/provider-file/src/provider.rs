@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use weir_api::{InvalidObject, Object, ObjectKey};
 
+use crate::file_key::FileKey;
 use crate::parse::{DocError, ParsedDoc};
 use crate::scan::{self, FileRead, WalkError};
 use crate::{FileError, FileErrorKind, Origin, Update};
@@ -37,8 +38,8 @@ const K8S_DATA_LINK: &str = "..data";
 #[derive(Debug)]
 pub struct FileProvider {
     root: PathBuf,
-    /// Every file read at least once, in path order.
-    files: BTreeMap<PathBuf, FileState>,
+    /// Every file read at least once, in path order (also searchable by `&Path`).
+    files: BTreeMap<FileKey, FileState>,
     /// Every definition of every key, sorted by (file, position in file); the first wins.
     defs: HashMap<ObjectKey, Vec<Def>>,
     /// Counts operations; a definition remembers the one that (re)read it.
@@ -236,7 +237,7 @@ impl FileProvider {
             Ok(_) => {
                 // A single file. Anything known under it as a directory is gone.
                 self.remove_below(&root, tx);
-                self.read_and_apply(vec![root], tx);
+                self.read_and_apply(vec![FileKey::new(root)], tx);
             }
             Err(e) => {
                 let missing = e.kind() == io::ErrorKind::NotFound;
@@ -291,6 +292,8 @@ impl FileProvider {
                 self.remove_file(&p, tx);
             }
         }
+        // Sorted as paths, at the cost of byte comparisons (see `FileKey`).
+        let mut to_read: Vec<FileKey> = to_read.into_iter().map(FileKey::new).collect();
         to_read.sort();
         to_read.dedup();
         self.read_and_apply(to_read, tx);
@@ -299,11 +302,11 @@ impl FileProvider {
     fn files_under<'a>(&'a self, prefix: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {
         self.files
             .range::<Path, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(move |(p, _)| p.starts_with(prefix))
-            .map(|(p, _)| p.clone())
+            .take_while(move |(p, _)| p.path().starts_with(prefix))
+            .map(|(p, _)| p.path().to_path_buf())
     }
 
-    fn read_and_apply(&mut self, paths: Vec<PathBuf>, tx: &mut Tx) {
+    fn read_and_apply(&mut self, paths: Vec<FileKey>, tx: &mut Tx) {
         let files = &self.files;
         let reads = scan::read_files(&paths, |p| files.get(p).and_then(|f| f.hash));
         for (path, read) in paths.into_iter().zip(reads) {
@@ -311,14 +314,14 @@ impl FileProvider {
         }
     }
 
-    fn apply_read(&mut self, path: PathBuf, read: FileRead, tx: &mut Tx) {
+    fn apply_read(&mut self, path: FileKey, read: FileRead, tx: &mut Tx) {
         match read {
             FileRead::Unchanged => {}
-            FileRead::Missing => self.remove_file(&path, tx),
+            FileRead::Missing => self.remove_file(path.path(), tx),
             FileRead::Unreadable(e) => {
-                let message = format!("cannot read: {e}{}", self.keeping(&path));
+                let message = format!("cannot read: {e}{}", self.keeping(path.path()));
                 tx.errors.push(FileError {
-                    file: path,
+                    file: path.into_path(),
                     document: None,
                     kind: FileErrorKind::Unreadable,
                     object: None,
@@ -326,10 +329,10 @@ impl FileProvider {
                 });
             }
             FileRead::Syntax { hash, message } => {
-                let message = format!("{message}{}", self.keeping(&path));
+                let message = format!("{message}{}", self.keeping(path.path()));
                 self.files.entry(path.clone()).or_default().hash = Some(hash);
                 tx.errors.push(FileError {
-                    file: path,
+                    file: path.into_path(),
                     document: None,
                     kind: FileErrorKind::Syntax,
                     object: None,
@@ -365,11 +368,12 @@ impl FileProvider {
         self.defs.get(key)?.iter().find(|d| d.origin.file == path)
     }
 
-    fn apply_docs(&mut self, path: PathBuf, hash: u64, docs: Vec<ParsedDoc>, tx: &mut Tx) {
+    fn apply_docs(&mut self, file: FileKey, hash: u64, docs: Vec<ParsedDoc>, tx: &mut Tx) {
+        let path = file.path();
         let mut new_defs: Vec<(ObjectKey, Def)> = Vec::with_capacity(docs.len());
         for (seq, doc) in docs.into_iter().enumerate() {
             let origin = Origin {
-                file: path.clone(),
+                file: path.to_path_buf(),
                 document: doc.index,
             };
             match doc.result {
@@ -377,7 +381,7 @@ impl FileProvider {
                     let key = object.key();
                     // Keep the previous Arc when nothing changed: cheap to compare later,
                     // and shared with whoever holds it.
-                    let object = match self.def_in(&path, &key) {
+                    let object = match self.def_in(path, &key) {
                         Some(prev) if *prev.object == object => prev.object.clone(),
                         _ => Arc::new(object),
                     };
@@ -402,12 +406,12 @@ impl FileProvider {
                     // had at the same position keeps its previous version.
                     let key = key.or_else(|| {
                         matches!(error, InvalidObject::Syntax(_))
-                            .then(|| self.key_at(&path, doc.index))
+                            .then(|| self.key_at(path, doc.index))
                             .flatten()
                     });
                     let object = key.as_ref().map(ToString::to_string);
                     if let Some(key) = key
-                        && let Some(prev) = self.def_in(&path, &key)
+                        && let Some(prev) = self.def_in(path, &key)
                     {
                         message.push_str("; keeping its previous version");
                         let object = prev.object.clone();
@@ -422,7 +426,7 @@ impl FileProvider {
                         ));
                     }
                     tx.errors.push(FileError {
-                        file: path.clone(),
+                        file: path.to_path_buf(),
                         document: Some(doc.index),
                         kind,
                         object,
@@ -434,7 +438,7 @@ impl FileProvider {
 
         let old_keys = self
             .files
-            .get(&path)
+            .get(&file)
             .map(|f| f.keys.clone())
             .unwrap_or_default();
         for key in &old_keys {
@@ -458,7 +462,7 @@ impl FileProvider {
             }
         }
         self.files.insert(
-            path,
+            file,
             FileState {
                 hash: Some(hash),
                 keys,

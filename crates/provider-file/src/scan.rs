@@ -132,12 +132,16 @@ pub(crate) fn read_file(path: &Path, known: Option<u64>) -> FileRead {
 
 /// Reads every path (see [`read_file`]), on several threads when there are many. The
 /// results are in the order of `paths`.
-pub(crate) fn read_files<F>(paths: &[PathBuf], known: F) -> Vec<FileRead>
+pub(crate) fn read_files<P, F>(paths: &[P], known: F) -> Vec<FileRead>
 where
-    F: Fn(&Path) -> Option<u64> + Sync,
+    P: AsRef<Path> + Sync,
+    F: Fn(&P) -> Option<u64> + Sync,
 {
     if paths.len() < PARALLEL_MIN_FILES {
-        return paths.iter().map(|p| read_file(p, known(p))).collect();
+        return paths
+            .iter()
+            .map(|p| read_file(p.as_ref(), known(p)))
+            .collect();
     }
     // Not cheap on Linux (it reads cgroup limits), hence only for large batches. Two
     // threads per core: reading a file also waits on open/read (and on the disk when the
@@ -147,7 +151,10 @@ where
         .saturating_mul(2)
         .min(MAX_THREADS);
     if threads < 2 {
-        return paths.iter().map(|p| read_file(p, known(p))).collect();
+        return paths
+            .iter()
+            .map(|p| read_file(p.as_ref(), known(p)))
+            .collect();
     }
     // Work is handed out one file at a time so that a few large files do not leave the
     // other threads idle.
@@ -162,7 +169,7 @@ where
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(path) = paths.get(i) else { break };
-                        mine.push((i, read_file(path, known(path))));
+                        mine.push((i, read_file(path.as_ref(), known(path))));
                     }
                     mine
                 })

@@ -35,9 +35,10 @@ pub(crate) struct Store {
     certs: HashMap<NsName, Result<Arc<Certificate>, String>>,
     /// CA bundles of ConfigMaps (`ca.crt`, checked once per ConfigMap version).
     cas: HashMap<NsName, Result<Arc<[u8]>, String>>,
-    /// Ingress names by (namespace, host of one of their rules; `""`: none), for canary
-    /// Ingresses to find their main Ingress.
-    ingress_hosts: HashMap<NsName, BTreeSet<Arc<str>>>,
+    /// Ingress names by (namespace, host of one of their rules; `""`: none), sorted, for
+    /// canary Ingresses to find their main Ingress. Nearly every host has one Ingress: a
+    /// sorted `Vec` holds it in one small allocation (a `BTreeSet` allocates a node of 11).
+    ingress_hosts: HashMap<NsName, Vec<Arc<str>>>,
 }
 
 impl Store {
@@ -62,7 +63,7 @@ impl Store {
         if let Some(o) = &old {
             self.unindex(o);
         }
-        self.index(&obj);
+        self.index(key, &obj);
         Ok(old)
     }
 
@@ -79,10 +80,10 @@ impl Store {
         Some(old)
     }
 
-    fn index(&mut self, obj: &Arc<Object>) {
-        let m = obj.metadata();
-        let ns: Arc<str> = m.namespace.as_str().into();
-        let name: Arc<str> = m.name.as_str().into();
+    /// Indexes `obj`, whose key is `key` (the indexes share its namespace and name).
+    fn index(&mut self, key: &ObjectKey, obj: &Arc<Object>) {
+        let ns = key.namespace.clone();
+        let name = key.name.clone();
         match &**obj {
             Object::ReferenceGrant(_) => {
                 self.grants.entry(ns).or_default().insert(name, obj.clone());
@@ -104,10 +105,10 @@ impl Store {
             }
             Object::Ingress(i) => {
                 for host in ingress_hosts(i) {
-                    self.ingress_hosts
-                        .entry((ns.clone(), host))
-                        .or_default()
-                        .insert(name.clone());
+                    let names = self.ingress_hosts.entry((ns.clone(), host)).or_default();
+                    if let Err(at) = names.binary_search(&name) {
+                        names.insert(at, name.clone());
+                    }
                 }
             }
             _ => {}
@@ -147,7 +148,9 @@ impl Store {
                 for host in ingress_hosts(i) {
                     let k: NsName = (ns.clone(), host);
                     if let Some(set) = self.ingress_hosts.get_mut(&k) {
-                        set.remove(m.name.as_str());
+                        if let Ok(at) = set.binary_search_by(|n| (**n).cmp(m.name.as_str())) {
+                            set.remove(at);
+                        }
                         if set.is_empty() {
                             self.ingress_hosts.remove(&k);
                         }

@@ -501,8 +501,9 @@ impl Translator {
                 self.recompute_route(&rk, d);
             }
         }
-        let ingresses: Vec<ObjectKey> = d.ingresses.drain().collect();
-        for ik in ingresses {
+        // Taken, not drained: the set (sized for the whole initial load) is freed here
+        // rather than held, empty, through the emission.
+        for ik in std::mem::take(&mut d.ingresses) {
             self.recompute_ingress(&ik, d);
         }
         self.update_ingress_listeners(d);

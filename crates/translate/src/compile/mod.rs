@@ -29,6 +29,7 @@ pub(crate) mod l4_route;
 pub(crate) mod listener;
 pub(crate) mod order;
 pub(crate) mod outlier;
+pub(crate) mod pem;
 pub(crate) mod policy;
 pub(crate) mod route_kind;
 pub(crate) mod rules;

@@ -16,28 +16,35 @@ pub(crate) struct Age {
 
 impl Age {
     pub(crate) fn new(timestamp: Option<&str>, seq: u64) -> Self {
+        // Objects without a timestamp (most files of `weir run`) share one empty string
+        // rather than allocate one each.
+        static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| "".into());
         Age {
             no_timestamp: timestamp.is_none(),
-            timestamp: timestamp.unwrap_or("").into(),
+            timestamp: match timestamp {
+                Some(t) if !t.is_empty() => t.into(),
+                _ => EMPTY.clone(),
+            },
             seq,
         }
     }
 }
 
 /// The sort key of one rule (one match of one route rule) within a virtual host;
-/// smaller sorts first (higher precedence).
+/// smaller sorts first (higher precedence). Lengths and counts are `u32` (saturating):
+/// one is kept per rule twice (the host table and the route's contribution).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct RuleOrder {
     /// 0 for ordinary rules; 1 for an Ingress default backend (always last).
     tier: u8,
     /// Exact, then regular expression, then prefix.
     path_class: u8,
-    path_len: Reverse<usize>,
+    path_len: Reverse<u32>,
     /// GRPCRoute: the characters of the method condition (0 for every other rule).
-    grpc_method_len: Reverse<usize>,
+    grpc_method_len: Reverse<u32>,
     no_method: bool,
-    headers: Reverse<usize>,
-    query: Reverse<usize>,
+    headers: Reverse<u32>,
+    query: Reverse<u32>,
     /// `false` for a canary Ingress's rule, which goes before its main Ingress's rule of
     /// the same match whatever their ages.
     not_canary: bool,
@@ -47,6 +54,11 @@ pub(crate) struct RuleOrder {
     name: Arc<str>,
     rule: u32,
     matcher: u32,
+}
+
+/// A length or count as stored in a [`RuleOrder`] (no rule comes near `u32::MAX`).
+fn small(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Where a rule comes from, for [`RuleOrder::new`].
@@ -73,11 +85,11 @@ impl RuleOrder {
         RuleOrder {
             tier: u8::from(default_backend),
             path_class,
-            path_len: Reverse(path_len),
+            path_len: Reverse(small(path_len)),
             grpc_method_len: Reverse(0),
             no_method: m.method.is_none(),
-            headers: Reverse(m.headers.len()),
-            query: Reverse(m.query.len()),
+            headers: Reverse(small(m.headers.len())),
+            query: Reverse(small(m.query.len())),
             not_canary: true,
             age: origin.age.clone(),
             kind: origin.kind,
@@ -105,8 +117,8 @@ impl RuleOrder {
         let mut order = RuleOrder::new(origin, m, false, rule, matcher);
         if !matches!(m.path, PathMatch::Exact(_)) {
             order.path_class = 2;
-            order.path_len = Reverse(if service == 0 { 1 } else { service + 2 });
-            order.grpc_method_len = Reverse(method);
+            order.path_len = Reverse(small(if service == 0 { 1 } else { service + 2 }));
+            order.grpc_method_len = Reverse(small(method));
         }
         order
     }

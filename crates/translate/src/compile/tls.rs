@@ -8,6 +8,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use weir_api::Secret;
 use weir_model::Certificate;
 
+use crate::compile::pem;
+
 /// Why a Secret cannot serve as a TLS certificate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum InvalidSecret {
@@ -63,6 +65,11 @@ fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
     }
     let chain = value(s, CRT)?;
     let key = value(s, KEY)?;
+    // The quick check decodes nothing and accepts exactly what the reader below does;
+    // only a chain or key it refuses is read again, for the reader's own error.
+    if pem::accepts_chain(&chain) && pem::accepts_key(&key) {
+        return Ok(Arc::new(Certificate::new(chain, key)));
+    }
     let mut count = 0;
     for c in CertificateDer::pem_slice_iter(&chain) {
         c.map_err(|e| InvalidSecret::Chain(format!("malformed PEM: {e}")))?;
@@ -87,6 +94,9 @@ pub(crate) const CA_CRT: &str = "ca.crt";
 /// Checks a PEM CA bundle: at least one `CERTIFICATE` block, each well-formed (framing
 /// and base64; the data plane reads the DER).
 pub(crate) fn ca_bundle(pem: &[u8]) -> Result<Arc<[u8]>, String> {
+    if pem::accepts_chain(pem) {
+        return Ok(Arc::from(pem));
+    }
     let mut count = 0;
     for c in CertificateDer::pem_slice_iter(pem) {
         c.map_err(|e| format!("{CA_CRT}: malformed PEM: {e}"))?;

@@ -2,15 +2,16 @@
 
 use std::hash::Hash;
 
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 
-use crate::incremental::small::SmallOrdMap;
+use crate::incremental::small::{SmallOrdMap, SmallSet};
 
 /// Per key, a set of values (e.g. which routes depend on a Service). A key is present
-/// exactly while it has a value.
+/// exactly while it has a value; a key with one value (most: a Secret and the Ingress
+/// that uses it) holds it inline.
 #[derive(Debug)]
 pub(crate) struct MultiIndex<K, V> {
-    map: HashMap<K, HashSet<V>>,
+    map: HashMap<K, SmallSet<V>>,
 }
 
 impl<K, V> Default for MultiIndex<K, V> {
@@ -24,7 +25,13 @@ impl<K, V> Default for MultiIndex<K, V> {
 impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
     /// Adds `value` under `key`; returns whether it was new.
     pub(crate) fn insert(&mut self, key: K, value: V) -> bool {
-        self.map.entry(key).or_default().insert(value)
+        match self.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().insert(value),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(SmallSet::One(value));
+                true
+            }
+        }
     }
 
     /// Removes `value` from `key` (and `key` with its last value); returns whether it was
@@ -33,8 +40,8 @@ impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
         let Some(set) = self.map.get_mut(key) else {
             return false;
         };
-        let removed = set.remove(value);
-        if set.is_empty() {
+        let (removed, empty) = set.remove(value);
+        if empty {
             self.map.remove(key);
         }
         removed
@@ -42,7 +49,7 @@ impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
 
     /// The values under `key`, in no particular order.
     pub(crate) fn get<'a>(&'a self, key: &K) -> impl Iterator<Item = &'a V> + use<'a, K, V> {
-        self.map.get(key).into_iter().flatten()
+        self.map.get(key).into_iter().flat_map(SmallSet::iter)
     }
 
     /// Makes room for `additional` more keys.

@@ -1,11 +1,77 @@
-//! A sorted map that keeps a single entry inline.
+//! A sorted map and a set that keep a single entry inline.
 //!
 //! Almost every host has exactly one rule and one SNI owner. A `BTreeMap` allocates a
 //! whole node (room for 11 entries) even for one entry, which at 20,000 hosts costs tens of
 //! megabytes; this map allocates nothing for one entry and becomes a `BTreeMap` from the
-//! second on, so a host with many rules keeps logarithmic inserts and removals.
+//! second on, so a host with many rules keeps logarithmic inserts and removals. Likewise
+//! almost every Secret has one dependent Ingress: a `HashSet` of one value allocates a
+//! table of four slots, [`SmallSet`] nothing.
 
 use std::collections::BTreeMap;
+use std::hash::Hash;
+
+use foldhash::HashSet;
+
+/// A set, inline while it holds one value. Never empty (its owner drops it with its last
+/// value).
+#[derive(Debug)]
+pub(crate) enum SmallSet<V> {
+    /// Exactly one value, stored inline.
+    One(V),
+    /// Two or more values.
+    Many(HashSet<V>),
+}
+
+impl<V: Eq + Hash> SmallSet<V> {
+    /// Adds `value`; returns whether it was new.
+    pub(crate) fn insert(&mut self, value: V) -> bool {
+        match self {
+            SmallSet::One(v) if *v == value => false,
+            SmallSet::One(_) => {
+                let mut set = HashSet::default();
+                set.insert(value);
+                let SmallSet::One(old) = std::mem::replace(self, SmallSet::Many(set)) else {
+                    unreachable!("matched One above")
+                };
+                if let SmallSet::Many(set) = self {
+                    set.insert(old);
+                }
+                true
+            }
+            SmallSet::Many(set) => set.insert(value),
+        }
+    }
+
+    /// Removes `value`. Returns whether it was there, and whether the set is now empty
+    /// (then it must be dropped: a `SmallSet` is never empty).
+    pub(crate) fn remove(&mut self, value: &V) -> (bool, bool) {
+        match self {
+            SmallSet::One(v) => {
+                let there = v == value;
+                (there, there)
+            }
+            SmallSet::Many(set) => {
+                let there = set.remove(value);
+                if set.len() == 1 {
+                    // Back to the inline form, freeing the table.
+                    if let Some(last) = std::mem::take(set).into_iter().next() {
+                        *self = SmallSet::One(last);
+                    }
+                }
+                (there, false)
+            }
+        }
+    }
+
+    /// The values, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &V> {
+        let (one, many) = match self {
+            SmallSet::One(v) => (Some(v), None),
+            SmallSet::Many(set) => (None, Some(set.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
 
 /// An ordered map, inline while it holds at most one entry.
 #[derive(Debug, Default)]
@@ -124,6 +190,23 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_set_behaves_like_a_set() {
+        let mut s = SmallSet::One(1);
+        assert!(!s.insert(1));
+        assert!(s.insert(2));
+        assert!(s.insert(3));
+        let mut v: Vec<_> = s.iter().copied().collect();
+        v.sort();
+        assert_eq!(v, [1, 2, 3]);
+        assert_eq!(s.remove(&2), (true, false));
+        assert_eq!(s.remove(&2), (false, false));
+        assert_eq!(s.remove(&3), (true, false));
+        assert!(matches!(s, SmallSet::One(1)));
+        assert_eq!(s.remove(&7), (false, false));
+        assert_eq!(s.remove(&1), (true, true));
+    }
 
     #[test]
     fn behaves_like_a_sorted_map() {
