@@ -132,6 +132,14 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Moves past the rest of a line that holds nothing more than a comment, if that.
+    fn skip_comment_line(&mut self) {
+        if self.at(self.pos) == b'#' {
+            self.comment();
+        }
+        self.skip_line();
+    }
+
     /// Moves past the end of the current line.
     fn skip_line(&mut self) {
         self.pos = match self.src[self.pos..].iter().position(|&b| b == b'\n') {
@@ -360,10 +368,7 @@ impl<'a> Scanner<'a> {
         self.skip_spaces();
         match self.at(self.pos) {
             0 | b'\n' | b'#' => {
-                if self.at(self.pos) == b'#' {
-                    self.comment();
-                }
-                self.skip_line();
+                self.skip_comment_line();
                 match self.content_line() {
                     Some(i) if i > col => {
                         self.pos += i;
@@ -401,10 +406,7 @@ impl<'a> Scanner<'a> {
             self.skip_spaces();
             let item = match self.at(self.pos) {
                 0 | b'\n' | b'#' => {
-                    if self.at(self.pos) == b'#' {
-                        self.comment();
-                    }
-                    self.skip_line();
+                    self.skip_comment_line();
                     match self.content_line() {
                         Some(i) if i > col => {
                             self.pos += i;
