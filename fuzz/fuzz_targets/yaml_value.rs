@@ -3,7 +3,9 @@
 //! the `Value` built from the granit parser's events — is checked on its own: on any
 //! document it reads, serde-saphyr must give the identical `serde_json::Value` (so it
 //! never accepts what serde-saphyr refuses, and never resolves a scalar differently).
-//! Documents both leave to serde-saphyr are not compared.
+//! Documents both leave to serde-saphyr are not compared. A Secret or Ingress the scanner
+//! reads straight into its typed object must be the object the usual path (`Value`,
+//! validation, typed read) gives, and valid.
 
 #![no_main]
 

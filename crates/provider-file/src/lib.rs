@@ -18,6 +18,7 @@ mod file_key;
 mod parse;
 mod provider;
 mod scan;
+mod typed;
 mod watch;
 mod yaml;
 
@@ -46,7 +47,8 @@ pub use crate::watch::{WatchError, Watcher, watch};
 /// Checks each reader of the YAML fast path (weir's scanner, the granit event path) against
 /// serde-saphyr on one document's text: `Ok(true)` when either read it (and serde-saphyr
 /// gives the identical value), `Ok(false)` when both left it to serde-saphyr, `Err` (what
-/// differs) otherwise. For the `yaml_value` fuzz target.
+/// differs) otherwise; and the typed read of a Secret or Ingress from the scanner's tree
+/// against the usual path. For the `yaml_value` fuzz target.
 #[doc(hidden)]
 pub fn check_yaml_fast_path(text: &str) -> Result<bool, String> {
     yaml::check_fast_path(text)

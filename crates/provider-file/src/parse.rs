@@ -52,8 +52,26 @@ pub(crate) fn parse_file(bytes: &[u8]) -> Result<Vec<ParsedDoc>, String> {
 /// failed, as that error has no field path yet.
 fn read_document(index: usize, chunk: &Chunk<'_>, quick: bool, out: &mut Vec<ParsedDoc>) -> bool {
     // The fast path reads the common subset of YAML; anything else, and every error, is
-    // serde-saphyr's to read and report.
-    let value = match crate::yaml::fast_value(chunk.text) {
+    // serde-saphyr's to read and report. A valid Secret or Ingress the scanner reads goes
+    // straight to its typed object.
+    let fast = if quick {
+        match crate::yaml::scan_node(chunk.text) {
+            Some(node) => match crate::typed::read(&node) {
+                Some(object) => {
+                    out.push(ParsedDoc {
+                        index,
+                        result: Ok(object),
+                    });
+                    return true;
+                }
+                None => Some(node.into_value()),
+            },
+            None => crate::yaml::event_value(chunk.text),
+        }
+    } else {
+        crate::yaml::fast_value(chunk.text)
+    };
+    let value = match fast {
         Some(value) => Ok(value),
         None => crate::yaml::full_value(chunk.text),
     };
@@ -115,7 +133,7 @@ fn is_list(value: &Value) -> bool {
 ///
 /// With `quick`, a document that validates but fails the typed read gives `None` (read it
 /// again without `quick` for the error's field path).
-fn to_object(mut value: Value, quick: bool) -> Option<Result<Object, DocError>> {
+pub(crate) fn to_object(mut value: Value, quick: bool) -> Option<Result<Object, DocError>> {
     if let Err(errors) = weir_validate::validate(&mut value) {
         let key = probe(&value)
             .and_then(|p| Object::from_value(p).ok())

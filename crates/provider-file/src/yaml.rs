@@ -19,7 +19,12 @@
 //! `yaml_value` fuzz target check each reader on its own: whenever it answers,
 //! serde-saphyr gives the identical `Value`.
 
+mod node;
 mod scan;
+
+use std::borrow::Cow;
+
+pub(crate) use node::Node;
 
 use serde_json::{Map, Number, Value};
 use serde_saphyr::granit_parser::{self as granit, Event, Parser, ScalarStyle, StrInput};
@@ -55,9 +60,15 @@ pub(crate) fn fast_value(text: &str) -> Option<Value> {
     scan::scan_value(text).or_else(|| event_value(text))
 }
 
+/// The scanner's tree of one YAML document (see [`fast_value`]), or `None` when the other
+/// readers must decide: [`Node::into_value`] is the `Value` `fast_value` gives.
+pub(crate) fn scan_node(text: &str) -> Option<Node<'_>> {
+    scan::scan_node(text)
+}
+
 /// The `Value` of one YAML document built from granit's events, or `None` when the full
 /// reader must decide.
-fn event_value(text: &str) -> Option<Value> {
+pub(crate) fn event_value(text: &str) -> Option<Value> {
     if text.len() > MAX_BYTES {
         return None;
     }
@@ -150,9 +161,14 @@ fn event_value(text: &str) -> Option<Value> {
 /// the spellings whose resolution is certain; `None` for the rest (floats, other integer
 /// forms, `.inf`, number-shaped text).
 fn resolve_plain(s: &str) -> Option<Value> {
+    resolve_scalar(s).map(Node::into_value)
+}
+
+/// [`resolve_plain`] as a [`Node`], borrowing a string's text.
+fn resolve_scalar(s: &str) -> Option<Node<'_>> {
     // serde-saphyr's null spellings, then its YAML 1.1 booleans (case-insensitive).
     if matches!(s, "" | "~" | "null" | "Null" | "NULL") {
-        return Some(Value::Null);
+        return Some(Node::Null);
     }
     for (word, b) in [
         ("true", true),
@@ -165,7 +181,7 @@ fn resolve_plain(s: &str) -> Option<Value> {
         ("n", false),
     ] {
         if s.eq_ignore_ascii_case(word) {
-            return Some(Value::Bool(b));
+            return Some(Node::Bool(b));
         }
     }
     let bytes = s.as_bytes();
@@ -178,11 +194,11 @@ fn resolve_plain(s: &str) -> Option<Value> {
         {
             return None;
         }
-        return Some(Value::String(s.to_owned()));
+        return Some(Node::Str(Cow::Borrowed(s)));
     }
     if first.is_ascii_digit() || matches!(first, b'+' | b'-' | b'.') {
         if let Some(n) = small_int(s) {
-            return Some(Value::Number(n));
+            return Some(Node::Int(n));
         }
         // Text that no number syntax reads: it holds a byte that no integer (decimal,
         // `0x`, `0o`, `0b`, underscores, sexagesimal) or float (exponent, `inf`, `nan`)
@@ -193,7 +209,7 @@ fn resolve_plain(s: &str) -> Option<Value> {
                 || b.is_ascii_whitespace()
         };
         if bytes.iter().any(|&b| !numeric(b)) {
-            return Some(Value::String(s.to_owned()));
+            return Some(Node::Str(Cow::Borrowed(s)));
         }
         return None;
     }
@@ -202,7 +218,7 @@ fn resolve_plain(s: &str) -> Option<Value> {
     if s == "<<" || first == b'<' {
         return None;
     }
-    Some(Value::String(s.to_owned()))
+    Some(Node::Str(Cow::Borrowed(s)))
 }
 
 /// `0`, or a decimal integer without leading zeros, sign `-` only, of at most 18 digits
@@ -237,9 +253,14 @@ pub(crate) fn full_value(text: &str) -> Result<Value, serde_saphyr::Error> {
 /// document): when the scanner or the event path answers, the full reader gives the
 /// identical value. `Ok(true)` when either answered. For the tests and the `yaml_value`
 /// fuzz target.
+///
+/// Also checks the typed read of Secrets and Ingresses from the scanner's tree against the
+/// usual path (`crate::typed::check`).
 pub(crate) fn check_fast_path(text: &str) -> Result<bool, String> {
-    Ok(check_reader("scanner", scan::scan_value(text), text)?
-        | check_reader("event path", event_value(text), text)?)
+    let answered = check_reader("scanner", scan::scan_value(text), text)?
+        | check_reader("event path", event_value(text), text)?;
+    crate::typed::check(text)?;
+    Ok(answered)
 }
 
 /// Whether `fast` (one reader's answer) is there, or how it differs from the full reader.

@@ -4,19 +4,18 @@
 
 use serde_json::Value;
 
+use crate::doc::Doc;
 use crate::error::{ErrorType, FieldError, quote};
 use crate::names;
 
 type Errs = Vec<FieldError>;
 
-fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
+fn str_of<'a, D: Doc>(v: &'a D, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(D::as_str)
 }
 
-fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+fn list<'a, D: Doc>(v: &'a D, key: &str) -> &'a [D] {
+    v.get(key).and_then(D::as_array).unwrap_or(&[])
 }
 
 fn unsupported(field: &str, value: &str, supported: &[&str], errs: &mut Errs) {
@@ -34,12 +33,12 @@ fn check(field: &str, value: &str, problem: Option<String>, errs: &mut Errs) {
     }
 }
 
-fn port_number(field: &str, v: &Value, errs: &mut Errs) {
+fn port_number<D: Doc>(field: &str, v: &D, errs: &mut Errs) {
     match v.as_i64() {
         Some(1..=65535) => {}
         _ => errs.push(FieldError::invalid(
             field,
-            &v.to_string(),
+            &v.to_json(),
             "must be between 1 and 65535, inclusive",
         )),
     }
@@ -60,7 +59,7 @@ fn ingress_host(field: &str, host: &str, errs: &mut Errs) {
     }
 }
 
-fn ingress_backend(field: &str, b: &Value, errs: &mut Errs) {
+fn ingress_backend<D: Doc>(field: &str, b: &D, errs: &mut Errs) {
     let service = b.get("service");
     match (service, b.get("resource")) {
         (Some(_), Some(_)) => errs.push(FieldError::invalid(
@@ -88,11 +87,12 @@ fn ingress_backend(field: &str, b: &Value, errs: &mut Errs) {
                 names::dns1035_label(name),
                 errs,
             );
-            let port = s.get("port").unwrap_or(&Value::Null);
+            let port = s.get("port");
             let pf = format!("{field}.service.port");
             match (
-                str_of(port, "name").filter(|n| !n.is_empty()),
-                port.get("number"),
+                port.and_then(|p| str_of(p, "name"))
+                    .filter(|n| !n.is_empty()),
+                port.and_then(|p| p.get("number")),
             ) {
                 (Some(_), Some(n)) if n.as_i64() != Some(0) => errs.push(FieldError::invalid(
                     &pf,
@@ -113,7 +113,7 @@ fn ingress_backend(field: &str, b: &Value, errs: &mut Errs) {
 
 const BAD_PATH_PARTS: [&str; 5] = ["//", "/./", "/../", "%2f", "%2F"];
 
-fn ingress_path(field: &str, p: &Value, errs: &mut Errs) {
+fn ingress_path<D: Doc>(field: &str, p: &D, errs: &mut Errs) {
     let path = str_of(p, "path").unwrap_or("");
     let pf = format!("{field}.path");
     match str_of(p, "pathType") {
@@ -163,10 +163,10 @@ fn ingress_path(field: &str, p: &Value, errs: &mut Errs) {
 }
 
 /// networking.k8s.io/v1 Ingress.
-pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
-    let spec = &doc["spec"];
-    let rules = list(spec, "rules");
-    if let Some(b) = spec.get("defaultBackend") {
+pub(crate) fn ingress<D: Doc>(doc: &D, errs: &mut Errs) {
+    let spec = doc.get("spec");
+    let rules = spec.map_or(&[][..], |s| list(s, "rules"));
+    if let Some(b) = spec.and_then(|s| s.get("defaultBackend")) {
         ingress_backend("spec.defaultBackend", b, errs);
     } else if rules.is_empty() {
         errs.push(FieldError::invalid(
@@ -175,7 +175,7 @@ pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
             "either `defaultBackend` or `rules` must be specified",
         ));
     }
-    if let Some(class) = str_of(spec, "ingressClassName") {
+    if let Some(class) = spec.and_then(|s| str_of(s, "ingressClassName")) {
         check(
             "spec.ingressClassName",
             class,
@@ -200,7 +200,7 @@ pub(crate) fn ingress(doc: &Value, errs: &mut Errs) {
             }
         }
     }
-    for (i, tls) in list(spec, "tls").iter().enumerate() {
+    for (i, tls) in spec.map_or(&[][..], |s| list(s, "tls")).iter().enumerate() {
         for (j, host) in list(tls, "hosts").iter().enumerate() {
             let host = host.as_str().unwrap_or("");
             let field = format!("spec.tls[{i}].hosts[{j}]");
@@ -439,14 +439,14 @@ pub(crate) fn config_map(doc: &Value, errs: &mut Errs) {
 /// v1 Secret. `data` values must be base64 (the API server cannot decode the object
 /// otherwise); the keys of `data` and `stringData` together must be valid config keys, be
 /// at most 1 MiB, and include what the Secret's type requires.
-pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
+pub(crate) fn secret<D: Doc>(doc: &D, errs: &mut Errs) {
     let mut keys: Vec<&str> = Vec::new();
     let mut size = 0;
     for (field, map) in [
         ("data", doc.get("data")),
         ("stringData", doc.get("stringData")),
     ] {
-        let Some(map) = map.and_then(Value::as_object) else {
+        let Some(map) = map.and_then(D::entries) else {
             continue;
         };
         for (k, v) in map {
@@ -481,9 +481,10 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
     }
     let has = |k: &str| keys.contains(&k);
     let data_of = |k: &str| {
-        str_of(&doc["stringData"], k)
+        let value = |field: &str| doc.get(field).and_then(|m| str_of(m, k));
+        value("stringData")
             .map(str::to_owned)
-            .or_else(|| str_of(&doc["data"], k).and_then(decode))
+            .or_else(|| value("data").and_then(decode))
     };
     match str_of(doc, "type").unwrap_or("Opaque") {
         "kubernetes.io/tls" => {
@@ -503,11 +504,11 @@ pub(crate) fn secret(doc: &Value, errs: &mut Errs) {
             errs.push(FieldError::required("data[ssh-privatekey]", ""));
         }
         "kubernetes.io/service-account-token"
-            if str_of(
-                &doc["metadata"]["annotations"],
-                "kubernetes.io/service-account.name",
-            )
-            .is_none_or(str::is_empty) =>
+            if doc
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| str_of(a, "kubernetes.io/service-account.name"))
+                .is_none_or(str::is_empty) =>
         {
             errs.push(FieldError::required(
                 "metadata.annotations[kubernetes.io/service-account.name]",

@@ -18,6 +18,7 @@
 
 mod cel;
 mod core;
+mod doc;
 mod error;
 mod meta;
 mod names;
@@ -30,6 +31,7 @@ use std::sync::{LazyLock, OnceLock};
 use serde_json::Value;
 
 pub use crate::cel::InvalidRule;
+pub use crate::doc::Doc;
 use crate::error::Path;
 pub use crate::error::{ErrorType, FieldError};
 use crate::meta::NameRule;
@@ -126,7 +128,7 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
         _ => None,
     };
     if let Some((check, names, namespaced)) = core {
-        meta::validate(doc, names, namespaced, &mut errs);
+        meta::validate(&*doc, names, namespaced, &mut errs);
         check(doc, &mut errs);
     } else if let Some(schema) = CATALOG.schema(&api_version, &kind) {
         let namespaced = !matches!(kind.as_str(), "GatewayClass");
@@ -158,6 +160,28 @@ pub fn validate(doc: &mut Value) -> Result<(), Vec<FieldError>> {
         });
     }
     if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
+/// The verdict of [`validate`] on a `v1` Secret or a `networking.k8s.io/v1` Ingress read
+/// into another document tree than `serde_json::Value`: `Some(true)` exactly when
+/// `validate` accepts the `Value` that `doc` stands for (these kinds are not changed by
+/// validation), `Some(false)` when it refuses it, `None` for every other kind. The same
+/// rules run; for the error messages, call `validate` on the `Value`.
+pub fn core_verdict<D: Doc>(doc: &D) -> Option<bool> {
+    let field = |f: &str| doc.get(f).and_then(D::as_str);
+    let mut errs = Vec::new();
+    match (field("apiVersion")?, field("kind")?) {
+        ("v1", "Secret") => {
+            meta::validate(doc, NameRule::Subdomain, true, &mut errs);
+            core::secret(doc, &mut errs);
+        }
+        ("networking.k8s.io/v1", "Ingress") => {
+            meta::validate(doc, NameRule::Subdomain, true, &mut errs);
+            core::ingress(doc, &mut errs);
+        }
+        _ => return None,
+    }
+    Some(errs.is_empty())
 }
 
 /// Runs a CRD schema over the object, leaving `metadata` to [`meta::validate`]: the API

@@ -1,7 +1,6 @@
 //! `metadata` as the API server validates it for every kind (`ValidateObjectMeta`).
 
-use serde_json::Value;
-
+use crate::doc::Doc;
 use crate::error::FieldError;
 use crate::names;
 
@@ -21,9 +20,15 @@ const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 /// Checks `metadata`: the name, the namespace (for namespaced kinds), label and annotation
 /// keys and values.
-pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut Vec<FieldError>) {
-    let meta = &doc["metadata"];
-    match meta.get("name").and_then(Value::as_str) {
+pub(crate) fn validate<D: Doc>(
+    doc: &D,
+    rule: NameRule,
+    namespaced: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    let meta = doc.get("metadata");
+    let field = |f: &str| meta.and_then(|m| m.get(f));
+    match field("name").and_then(D::as_str) {
         None | Some("") => errs.push(FieldError::required(
             "metadata.name",
             "name or generateName is required",
@@ -40,12 +45,12 @@ pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut
         }
     }
     if namespaced
-        && let Some(ns) = meta.get("namespace").and_then(Value::as_str)
+        && let Some(ns) = field("namespace").and_then(D::as_str)
         && let Some(p) = names::dns1123_label(ns)
     {
         errs.push(FieldError::invalid("metadata.namespace", ns, p));
     }
-    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
+    if let Some(labels) = field("labels").and_then(D::entries) {
         for (k, v) in labels {
             let field = "metadata.labels";
             if let Some(p) = names::qualified_name(k) {
@@ -57,15 +62,11 @@ pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut
                         errs.push(FieldError::invalid(field, v, p));
                     }
                 }
-                None => errs.push(FieldError::invalid(
-                    field,
-                    &v.to_string(),
-                    "must be a string",
-                )),
+                None => errs.push(FieldError::invalid(field, &v.to_json(), "must be a string")),
             }
         }
     }
-    if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
+    if let Some(annotations) = field("annotations").and_then(D::entries) {
         let mut total = 0;
         for (k, v) in annotations {
             if let Some(p) = names::qualified_name(&k.to_ascii_lowercase()) {
@@ -75,7 +76,7 @@ pub(crate) fn validate(doc: &Value, rule: NameRule, namespaced: bool, errs: &mut
                 Some(v) => total += k.len() + v.len(),
                 None => errs.push(FieldError::invalid(
                     "metadata.annotations",
-                    &v.to_string(),
+                    &v.to_json(),
                     "must be a string",
                 )),
             }

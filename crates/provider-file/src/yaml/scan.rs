@@ -1,5 +1,5 @@
 //! weir's own scanner for the block-style YAML that Kubernetes manifests are written in:
-//! one pass over the bytes, building the `serde_json::Value` as it goes.
+//! one pass over the bytes, building the document's tree (`Node`) as it goes.
 //!
 //! granit's event stream costs about 170 instructions per byte of a manifest (tokens and
 //! events are queued, moved and copied). Nearly every manifest uses a small, line-oriented
@@ -27,9 +27,12 @@
 //! `MAX_DEPTH`, more than [`MAX_NODES`] nodes, long runs of comments, and anything it
 //! does not recognise (which includes every syntax error).
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
-use super::{MAX_BYTES, MAX_DEPTH, resolve_plain};
+use serde_json::Value;
+
+use super::node::{Node, distinct_keys};
+use super::{MAX_BYTES, MAX_DEPTH, resolve_scalar};
 
 /// Past this many nodes the other paths decide (serde-saphyr's budget: 250,000).
 const MAX_NODES: usize = 100_000;
@@ -42,6 +45,11 @@ const MAX_COMMENT_RUN: usize = 16;
 /// The `Value` of one document (as `parse::split_documents` cuts them), or `None` when
 /// the scanner is not sure: then the event path (and serde-saphyr) must decide.
 pub(super) fn scan_value(text: &str) -> Option<Value> {
+    scan_node(text).map(Node::into_value)
+}
+
+/// The tree of one document (see [`scan_value`]).
+pub(super) fn scan_node(text: &str) -> Option<Node<'_>> {
     let src = text.as_bytes();
     // Branch-free passes (they vectorise) instead of checks in every loop below.
     let control = src.iter().fold(false, |acc, &b| {
@@ -206,7 +214,7 @@ impl<'a> Scanner<'a> {
         (rest.starts_with(b"---") || rest.starts_with(b"...")) && is_blank(self.at(self.pos + 3))
     }
 
-    fn document(&mut self) -> Option<Value> {
+    fn document(&mut self) -> Option<Node<'a>> {
         let mut indent = self.content_line()?;
         let mut explicit = false;
         if indent == 0
@@ -218,7 +226,7 @@ impl<'a> Scanner<'a> {
             explicit = true;
             match self.content_line() {
                 Some(i) => indent = i,
-                None => return Some(Value::Null),
+                None => return Some(Node::Null),
             }
         }
         if indent != 0 {
@@ -226,12 +234,12 @@ impl<'a> Scanner<'a> {
         }
         let root = if self.at_marker() {
             // Only `...` can end the document here; `---` would start another.
-            (explicit && self.at(self.pos) == b'.').then_some(Value::Null)?
+            (explicit && self.at(self.pos) == b'.').then_some(Node::Null)?
         } else if matches!(self.at(self.pos), b'[' | b'{') {
             return None;
         } else {
             let root = self.node(0, 0, true)?;
-            if !root.is_object() && !root.is_array() {
+            if !matches!(root, Node::Map(_) | Node::Seq(_)) {
                 return None;
             }
             match self.content_line() {
@@ -249,7 +257,7 @@ impl<'a> Scanner<'a> {
     /// The node at `pos`, of column `col`. With `block`, it may be a block sequence or
     /// mapping (it is the first thing on its line or follows `- `); otherwise it is the
     /// value of a key on the key's line.
-    fn node(&mut self, col: usize, depth: usize, block: bool) -> Option<Value> {
+    fn node(&mut self, col: usize, depth: usize, block: bool) -> Option<Node<'a>> {
         self.count()?;
         let (b, next) = (self.at(self.pos), self.at(self.pos + 1));
         match b {
@@ -271,10 +279,10 @@ impl<'a> Scanner<'a> {
                     return self.block_map(col, s, depth + 1);
                 }
                 self.end_line()?;
-                Some(Value::String(s))
+                Some(Node::Str(s))
             }
             _ if plain_start(b, next, false) => match self.plain_block()? {
-                Plain::Scalar(s) => resolve_plain(s),
+                Plain::Scalar(s) => resolve_scalar(s),
                 Plain::Key(k) if block => {
                     let key = plain_key(k)?;
                     self.block_map(col, key, depth + 1)
@@ -313,7 +321,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A key of a block mapping at `pos`, which must be one; `pos` moves past its `:`.
-    fn block_key(&mut self) -> Option<String> {
+    fn block_key(&mut self) -> Option<Cow<'a, str>> {
         let (b, next) = (self.at(self.pos), self.at(self.pos + 1));
         if b == b'"' || b == b'\'' {
             let start = self.pos;
@@ -340,31 +348,28 @@ impl<'a> Scanner<'a> {
 
     /// A block mapping at column `col` whose first key has been read (`pos` is past its
     /// `:`).
-    fn block_map(&mut self, col: usize, first: String, depth: usize) -> Option<Value> {
+    fn block_map(&mut self, col: usize, first: Cow<'a, str>, depth: usize) -> Option<Node<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
-        let mut map = Map::new();
+        let mut map = Vec::new();
         let mut key = first;
         loop {
             self.count()?;
             let value = self.map_value(col, depth)?;
-            map.insert(key, value);
+            map.push((key, value));
             match self.content_line() {
                 Some(i) if i == col && !(i == 0 && self.at_marker()) => {}
                 Some(i) if i > col => return None,
-                _ => return Some(Value::Object(map)),
+                _ => return distinct_keys(&map).then_some(Node::Map(map)),
             }
             self.pos += col;
             key = self.block_key()?;
-            if map.contains_key(&key) {
-                return None;
-            }
         }
     }
 
     /// The value of a key of a block mapping at column `col`; `pos` is past the `:`.
-    fn map_value(&mut self, col: usize, depth: usize) -> Option<Value> {
+    fn map_value(&mut self, col: usize, depth: usize) -> Option<Node<'a>> {
         self.skip_spaces();
         match self.at(self.pos) {
             0 | b'\n' | b'#' => {
@@ -386,7 +391,7 @@ impl<'a> Scanner<'a> {
                     }
                     _ => {
                         self.count()?;
-                        Some(Value::Null)
+                        Some(Node::Null)
                     }
                 }
             }
@@ -396,7 +401,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A block sequence at column `col`; `pos` is at its first `-`.
-    fn block_seq(&mut self, col: usize, depth: usize) -> Option<Value> {
+    fn block_seq(&mut self, col: usize, depth: usize) -> Option<Node<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -414,7 +419,7 @@ impl<'a> Scanner<'a> {
                         }
                         _ => {
                             self.count()?;
-                            Value::Null
+                            Node::Null
                         }
                     }
                 }
@@ -431,14 +436,14 @@ impl<'a> Scanner<'a> {
                     self.pos += i;
                 }
                 Some(i) if i > col => return None,
-                _ => return Some(Value::Array(items)),
+                _ => return Some(Node::Seq(items)),
             }
         }
     }
 
     /// A `|` or `>` block scalar (with `-` chomping or none) inside a collection at column
     /// `parent`; `pos` is at the indicator.
-    fn block_scalar(&mut self, parent: usize) -> Option<Value> {
+    fn block_scalar(&mut self, parent: usize) -> Option<Node<'a>> {
         self.count()?;
         let folded = self.at(self.pos) == b'>';
         self.pos += 1;
@@ -472,7 +477,7 @@ impl<'a> Scanner<'a> {
         if indent <= parent {
             // No content line: the scalar is empty (its blank lines are chomped).
             self.pos = probe;
-            return Some(Value::String(String::new()));
+            return Some(Node::Str(Cow::Borrowed("")));
         }
         if widest_blank > indent {
             return None;
@@ -521,43 +526,49 @@ impl<'a> Scanner<'a> {
         if !strip {
             out.push('\n');
         }
-        Some(Value::String(out))
+        Some(Node::Str(Cow::Owned(out)))
     }
 
-    /// A quoted scalar on one line at `pos`; `pos` moves past its closing quote.
-    fn quoted(&mut self) -> Option<String> {
+    /// A quoted scalar on one line at `pos`; `pos` moves past its closing quote. Borrowed
+    /// from the text unless it holds an escape (or `''`).
+    fn quoted(&mut self) -> Option<Cow<'a, str>> {
         let quote = self.src[self.pos];
-        let mut out = String::new();
+        // Only built once an escape is met.
+        let mut out: Option<String> = None;
         let mut i = self.pos + 1;
         let mut run = i;
         loop {
             match self.at(i) {
                 0 | b'\n' => return None,
                 b'\'' if quote == b'\'' => {
-                    out.push_str(&self.text[run..i]);
                     if self.at(i + 1) != b'\'' {
-                        i += 1;
                         break;
                     }
+                    let out = out.get_or_insert_default();
+                    out.push_str(&self.text[run..i]);
                     out.push('\'');
                     i += 2;
                     run = i;
                 }
-                b'"' if quote == b'"' => {
-                    out.push_str(&self.text[run..i]);
-                    i += 1;
-                    break;
-                }
+                b'"' if quote == b'"' => break,
                 b'\\' if quote == b'"' => {
+                    let out = out.get_or_insert_default();
                     out.push_str(&self.text[run..i]);
-                    i = self.escape(i + 1, &mut out)?;
+                    i = self.escape(i + 1, out)?;
                     run = i;
                 }
                 _ => i += 1,
             }
         }
-        self.pos = i;
-        Some(out)
+        // `i` is at the closing quote.
+        self.pos = i + 1;
+        Some(match out {
+            Some(mut out) => {
+                out.push_str(&self.text[run..i]);
+                Cow::Owned(out)
+            }
+            None => Cow::Borrowed(&self.text[run..i]),
+        })
     }
 
     /// The escape whose letter is at `i` in a double-quoted scalar: pushes its character
@@ -602,7 +613,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A flow sequence or mapping on one line at `pos`; `pos` moves past its end.
-    fn flow(&mut self, depth: usize) -> Option<Value> {
+    fn flow(&mut self, depth: usize) -> Option<Node<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -613,7 +624,7 @@ impl<'a> Scanner<'a> {
         };
         self.pos += 1;
         let mut items = Vec::new();
-        let mut map = Map::new();
+        let mut map = Vec::new();
         loop {
             self.skip_spaces();
             if self.at(self.pos) == close {
@@ -622,12 +633,9 @@ impl<'a> Scanner<'a> {
             }
             if close == b'}' {
                 let key = self.flow_key()?;
-                if map.contains_key(&key) {
-                    return None;
-                }
                 self.skip_spaces();
                 let value = self.flow_node(depth)?;
-                map.insert(key, value);
+                map.push((key, value));
             } else {
                 items.push(self.flow_node(depth)?);
             }
@@ -641,20 +649,20 @@ impl<'a> Scanner<'a> {
                 _ => return None,
             }
         }
-        Some(if close == b'}' {
-            Value::Object(map)
+        if close == b'}' {
+            distinct_keys(&map).then_some(Node::Map(map))
         } else {
-            Value::Array(items)
-        })
+            Some(Node::Seq(items))
+        }
     }
 
     /// A node inside a flow collection.
-    fn flow_node(&mut self, depth: usize) -> Option<Value> {
+    fn flow_node(&mut self, depth: usize) -> Option<Node<'a>> {
         self.count()?;
         match self.at(self.pos) {
             b'[' | b'{' => self.flow(depth + 1),
-            b'"' | b'\'' => self.quoted().map(Value::String),
-            b if plain_start(b, self.at(self.pos + 1), true) => resolve_plain(self.plain_flow()),
+            b'"' | b'\'' => self.quoted().map(Node::Str),
+            b if plain_start(b, self.at(self.pos + 1), true) => resolve_scalar(self.plain_flow()),
             _ => None,
         }
     }
@@ -674,7 +682,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A key of a flow mapping at `pos`, with its `: `; `pos` moves past them.
-    fn flow_key(&mut self) -> Option<String> {
+    fn flow_key(&mut self) -> Option<Cow<'a, str>> {
         self.count()?;
         let start = self.pos;
         let (b, next) = (self.at(self.pos), self.at(self.pos + 1));
@@ -699,9 +707,9 @@ impl<'a> Scanner<'a> {
 }
 
 /// A plain key as the other paths read it: a string (never `<<`, a merge key).
-fn plain_key(text: &str) -> Option<String> {
-    match resolve_plain(text)? {
-        Value::String(s) if s != "<<" => Some(s),
+fn plain_key(text: &str) -> Option<Cow<'_, str>> {
+    match resolve_scalar(text)? {
+        Node::Str(s) if s != "<<" => Some(s),
         _ => None,
     }
 }
