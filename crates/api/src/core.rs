@@ -4,6 +4,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::ObjectMeta;
+use crate::str_map::StrMap;
 
 /// v1 Namespace (only its labels matter, for `allowedRoutes` selectors).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -23,11 +24,11 @@ pub struct Secret {
     #[serde(rename = "type")]
     pub type_: String,
     /// Base64-encoded values (as stored by Kubernetes).
-    pub data: BTreeMap<String, String>,
+    pub data: StrMap<String>,
     /// Plain values; take precedence over `data` for the same key. Shared buffers, so
     /// that a certificate built from a value (`tls.crt`, `tls.key`) holds the same bytes
     /// instead of a copy.
-    pub string_data: BTreeMap<String, Arc<str>>,
+    pub string_data: StrMap<Arc<str>>,
 }
 
 /// v1 ConfigMap.

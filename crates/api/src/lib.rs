@@ -17,6 +17,7 @@ mod listenerset;
 mod meta;
 mod object;
 mod status;
+mod str_map;
 mod weir;
 
 pub use crate::core::{
@@ -37,6 +38,7 @@ pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
+pub use crate::str_map::StrMap;
 pub use crate::weir::{ACCESS_LOG_FIELD_NAMES, AccessLogPolicySpec, Ratio, TracingPolicySpec};
 pub use crate::weir::{
     ApiKeyAuthSpec, Backend, BackendSpec, BasicAuthSpec, CircuitBreakerSpec, ClaimToHeader,

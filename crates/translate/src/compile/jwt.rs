@@ -210,10 +210,7 @@ fn secret_keys(name: &str, key: &str, f: &str, refs: &mut Refs<'_>) -> Vec<JwtKe
             .push(format!("{f}.jwks.secretRef: Secret {ns}/{name} not found"));
         return Vec::new();
     };
-    let Some((_, value)) = secret_entries(secret)
-        .into_iter()
-        .find(|(k, _)| k.as_str() == key)
-    else {
+    let Some((_, value)) = secret_entries(secret).into_iter().find(|(k, _)| *k == key) else {
         refs.unresolved.push(format!(
             "{f}.jwks.secretRef: Secret {ns}/{name} has no key {key:?}"
         ));

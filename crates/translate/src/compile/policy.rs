@@ -585,7 +585,7 @@ fn api_key_auth(
         for (client, value) in secret_entries(secret) {
             match value {
                 Some(v) if v.len() >= MIN_KEY_LEN => {
-                    keys.push((sha256(&v), client.as_str().into()));
+                    keys.push((sha256(&v), client.into()));
                 }
                 Some(_) => refs.warnings.push(format!(
                     "{f}: the key of client {client:?} is shorter than {MIN_KEY_LEN} bytes; ignored"
@@ -669,7 +669,7 @@ pub(crate) fn htpasswd_users(
         HtpasswdLayout::File => {
             let lines = secret_entries(secret)
                 .into_iter()
-                .find(|(k, _)| k.as_str() == HTPASSWD_KEY)
+                .find(|(k, _)| *k == HTPASSWD_KEY)
                 .map(|(_, v)| v);
             let text = match lines {
                 Some(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -704,9 +704,10 @@ pub(crate) fn htpasswd_users(
         HtpasswdLayout::Map => {
             for (user, value) in secret_entries(secret) {
                 match value {
-                    Some(v) => {
-                        entries.push((user.clone(), String::from_utf8_lossy(&v).trim().to_owned()))
-                    }
+                    Some(v) => entries.push((
+                        user.to_owned(),
+                        String::from_utf8_lossy(&v).trim().to_owned(),
+                    )),
                     None => refs
                         .warnings
                         .push(format!("{f}: user {user:?}: not valid base64; ignored")),
@@ -726,9 +727,9 @@ pub(crate) fn htpasswd_users(
 }
 
 /// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.
-pub(crate) fn secret_entries(s: &Secret) -> Vec<(&String, Option<Vec<u8>>)> {
+pub(crate) fn secret_entries(s: &Secret) -> Vec<(&str, Option<Vec<u8>>)> {
     use base64::Engine;
-    let mut out: Vec<(&String, Option<Vec<u8>>)> = s
+    let mut out: Vec<(&str, Option<Vec<u8>>)> = s
         .string_data
         .iter()
         .map(|(k, v)| (k, Some(v.as_bytes().to_vec())))
