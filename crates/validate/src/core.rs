@@ -33,6 +33,17 @@ fn check(field: &str, value: &str, problem: Option<String>, errs: &mut Errs) {
     }
 }
 
+/// A field path built only when an error names it: valid objects are read by the ten
+/// thousand.
+type Field<'a> = &'a dyn Fn() -> String;
+
+/// [`check`] with a field path built on error.
+fn check_at(field: Field<'_>, value: &str, problem: Option<String>, errs: &mut Errs) {
+    if let Some(p) = problem {
+        errs.push(FieldError::invalid(&field(), value, p));
+    }
+}
+
 fn port_number<D: Doc>(field: &str, v: &D, errs: &mut Errs) {
     match v.as_i64() {
         Some(1..=65535) => {}
@@ -45,64 +56,76 @@ fn port_number<D: Doc>(field: &str, v: &D, errs: &mut Errs) {
 }
 
 /// A host of an Ingress rule or TLS entry: a DNS subdomain or a wildcard one, never an IP.
-fn ingress_host(field: &str, host: &str, errs: &mut Errs) {
+fn ingress_host(field: Field<'_>, host: &str, errs: &mut Errs) {
     if names::is_ip(host) {
         errs.push(FieldError::invalid(
-            field,
+            &field(),
             host,
             "must be a DNS name, not an IP address",
         ));
     } else if host.contains('*') {
-        check(field, host, names::wildcard_subdomain(host), errs);
+        check_at(field, host, names::wildcard_subdomain(host), errs);
     } else {
-        check(field, host, names::dns1123_subdomain(host), errs);
+        check_at(field, host, names::dns1123_subdomain(host), errs);
     }
 }
 
-fn ingress_backend<D: Doc>(field: &str, b: &D, errs: &mut Errs) {
+fn ingress_backend<D: Doc>(field: Field<'_>, b: &D, errs: &mut Errs) {
     let service = b.get("service");
     match (service, b.get("resource")) {
         (Some(_), Some(_)) => errs.push(FieldError::invalid(
-            field,
+            &field(),
             "",
             "cannot set both resource and service backends",
         )),
         (None, None) => errs.push(FieldError::invalid(
-            field,
+            &field(),
             "",
             "resource or service backend is required",
         )),
         (None, Some(r)) => {
             for key in ["kind", "name"] {
                 if str_of(r, key).is_none_or(str::is_empty) {
-                    errs.push(FieldError::required(&format!("{field}.resource.{key}"), ""));
+                    errs.push(FieldError::required(
+                        &format!("{}.resource.{key}", field()),
+                        "",
+                    ));
                 }
             }
         }
         (Some(s), None) => {
             let name = str_of(s, "name").unwrap_or("");
-            check(
-                &format!("{field}.service.name"),
+            check_at(
+                &|| format!("{}.service.name", field()),
                 name,
                 names::dns1035_label(name),
                 errs,
             );
             let port = s.get("port");
-            let pf = format!("{field}.service.port");
+            let pf = || format!("{}.service.port", field());
             match (
                 port.and_then(|p| str_of(p, "name"))
                     .filter(|n| !n.is_empty()),
                 port.and_then(|p| p.get("number")),
             ) {
                 (Some(_), Some(n)) if n.as_i64() != Some(0) => errs.push(FieldError::invalid(
-                    &pf,
+                    &pf(),
                     "",
                     "cannot set both port name & port number",
                 )),
-                (Some(n), _) => check(&format!("{pf}.name"), n, names::iana_svc_name(n), errs),
-                (None, Some(n)) => port_number(&format!("{pf}.number"), n, errs),
+                (Some(n), _) => check_at(
+                    &|| format!("{}.name", pf()),
+                    n,
+                    names::iana_svc_name(n),
+                    errs,
+                ),
+                (None, Some(n)) => {
+                    if !matches!(n.as_i64(), Some(1..=65535)) {
+                        port_number(&format!("{}.number", pf()), n, errs);
+                    }
+                }
                 (None, None) => errs.push(FieldError::invalid(
-                    &pf,
+                    &pf(),
                     "",
                     "port name or number is required",
                 )),
@@ -113,22 +136,22 @@ fn ingress_backend<D: Doc>(field: &str, b: &D, errs: &mut Errs) {
 
 const BAD_PATH_PARTS: [&str; 5] = ["//", "/./", "/../", "%2f", "%2F"];
 
-fn ingress_path<D: Doc>(field: &str, p: &D, errs: &mut Errs) {
+fn ingress_path<D: Doc>(field: Field<'_>, p: &D, errs: &mut Errs) {
     let path = str_of(p, "path").unwrap_or("");
-    let pf = format!("{field}.path");
+    let pf = || format!("{}.path", field());
     match str_of(p, "pathType") {
         None => errs.push(FieldError::required(
-            &format!("{field}.pathType"),
+            &format!("{}.pathType", field()),
             "pathType must be specified",
         )),
         Some("Exact" | "Prefix") => {
             if !path.starts_with('/') {
-                errs.push(FieldError::invalid(&pf, path, "must be an absolute path"));
+                errs.push(FieldError::invalid(&pf(), path, "must be an absolute path"));
             }
             for bad in BAD_PATH_PARTS {
                 if path.contains(bad) {
                     errs.push(FieldError::invalid(
-                        &pf,
+                        &pf(),
                         path,
                         format!("must not contain '{bad}'"),
                     ));
@@ -137,7 +160,7 @@ fn ingress_path<D: Doc>(field: &str, p: &D, errs: &mut Errs) {
             for bad in ["/..", "/."] {
                 if path.ends_with(bad) {
                     errs.push(FieldError::invalid(
-                        &pf,
+                        &pf(),
                         path,
                         format!("cannot end with '{bad}'"),
                     ));
@@ -146,19 +169,19 @@ fn ingress_path<D: Doc>(field: &str, p: &D, errs: &mut Errs) {
         }
         Some("ImplementationSpecific") => {
             if !path.is_empty() && !path.starts_with('/') {
-                errs.push(FieldError::invalid(&pf, path, "must be an absolute path"));
+                errs.push(FieldError::invalid(&pf(), path, "must be an absolute path"));
             }
         }
         Some(other) => unsupported(
-            &format!("{field}.pathType"),
+            &format!("{}.pathType", field()),
             other,
             &["Exact", "ImplementationSpecific", "Prefix"],
             errs,
         ),
     }
     match p.get("backend") {
-        Some(b) => ingress_backend(&format!("{field}.backend"), b, errs),
-        None => errs.push(FieldError::required(&format!("{field}.backend"), "")),
+        Some(b) => ingress_backend(&|| format!("{}.backend", field()), b, errs),
+        None => errs.push(FieldError::required(&format!("{}.backend", field()), "")),
     }
 }
 
@@ -167,7 +190,7 @@ pub(crate) fn ingress<D: Doc>(doc: &D, errs: &mut Errs) {
     let spec = doc.get("spec");
     let rules = spec.map_or(&[][..], |s| list(s, "rules"));
     if let Some(b) = spec.and_then(|s| s.get("defaultBackend")) {
-        ingress_backend("spec.defaultBackend", b, errs);
+        ingress_backend(&|| "spec.defaultBackend".to_owned(), b, errs);
     } else if rules.is_empty() {
         errs.push(FieldError::invalid(
             "spec",
@@ -185,7 +208,7 @@ pub(crate) fn ingress<D: Doc>(doc: &D, errs: &mut Errs) {
     }
     for (i, rule) in rules.iter().enumerate() {
         if let Some(host) = str_of(rule, "host").filter(|h| !h.is_empty()) {
-            ingress_host(&format!("spec.rules[{i}].host"), host, errs);
+            ingress_host(&|| format!("spec.rules[{i}].host"), host, errs);
         }
         if let Some(http) = rule.get("http") {
             let paths = list(http, "paths");
@@ -196,18 +219,18 @@ pub(crate) fn ingress<D: Doc>(doc: &D, errs: &mut Errs) {
                 ));
             }
             for (j, p) in paths.iter().enumerate() {
-                ingress_path(&format!("spec.rules[{i}].http.paths[{j}]"), p, errs);
+                ingress_path(&|| format!("spec.rules[{i}].http.paths[{j}]"), p, errs);
             }
         }
     }
     for (i, tls) in spec.map_or(&[][..], |s| list(s, "tls")).iter().enumerate() {
         for (j, host) in list(tls, "hosts").iter().enumerate() {
             let host = host.as_str().unwrap_or("");
-            let field = format!("spec.tls[{i}].hosts[{j}]");
+            let field = || format!("spec.tls[{i}].hosts[{j}]");
             if host.contains('*') {
-                check(&field, host, names::wildcard_subdomain(host), errs);
+                check_at(&field, host, names::wildcard_subdomain(host), errs);
             } else {
-                check(&field, host, names::dns1123_subdomain(host), errs);
+                check_at(&field, host, names::dns1123_subdomain(host), errs);
             }
         }
     }
