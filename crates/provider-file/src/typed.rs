@@ -48,8 +48,7 @@ fn entries<'n, 'a>(node: &'n Node<'a>) -> Option<impl Iterator<Item = (&'n str, 
     }
 }
 
-/// A field of a mapping; a `null` one is absent. `None` inside `Some` never happens: the
-/// outer `Option` is "not a mapping".
+/// A field of a mapping: `None` when it is absent or `null`, or `node` is not a mapping.
 fn field<'n, 'a>(node: &'n Node<'a>, key: &str) -> Option<&'n Node<'a>> {
     node.get(key).filter(|v| !matches!(v, Node::Null))
 }
