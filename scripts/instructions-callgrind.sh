@@ -12,6 +12,8 @@
 # HTTP/1.1 keep-alive load (16 connections) for 10 s, the counters are dumped, and the
 # instructions are divided by the requests weir counted in that window (its
 # weir_requests_total). Needs valgrind, wrk and curl; target/release/weir-bench built.
+# WEIR_CALLGRIND_KEEP=DIR keeps each variant's profile of the window as DIR/VARIANT.out
+# (for `callgrind_annotate --inclusive=yes`; per function, as the binary's symbols allow).
 set -euo pipefail
 weir=$(realpath "${1:?usage: $0 WEIR_BINARY [plain|retry|limit ...]}")
 shift
@@ -44,6 +46,14 @@ for variant in "${variants[@]}"; do
         awk '/^summary:/ {print $2}' "$f"
     done | sort -n | tail -1)
     [ "$n" -gt 0 ] && [ -n "$ir" ] || { echo "$variant: no measurement (see $dir)" >&2; exit 1; }
+    if [ -n "${WEIR_CALLGRIND_KEEP:-}" ]; then
+        mkdir -p "$WEIR_CALLGRIND_KEEP"
+        for f in "$dir"/callgrind.out.*; do
+            if [ "$(awk '/^summary:/ {print $2}' "$f")" = "$ir" ]; then
+                cp "$f" "$WEIR_CALLGRIND_KEEP/$variant.out"
+            fi
+        done
+    fi
     awk -v v="$variant" -v n="$n" -v ir="$ir" \
         'BEGIN {printf "%-6s %8d requests  %12.0f instructions  %8.0f per request\n", v, n, ir, ir / n}'
 done

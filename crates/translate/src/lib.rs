@@ -49,6 +49,17 @@ pub use translator::Translator;
 /// translator reads it; `weir check` parses its key too.
 pub use compile::tls::certificate_from_secret;
 
+/// What the translator's check of a TLS Secret's PEM (`compile/pem.rs`, which replays
+/// rustls-pki-types' reader without decoding) says of `pem`: (read as a certificate chain,
+/// a private key found). The translator relies on it answering `true` only when the reader
+/// would. Public for the `pem` fuzz target, which compares it with the reader.
+pub fn pem_accepts(pem: &[u8]) -> (bool, bool) {
+    (
+        compile::pem::accepts_chain(pem),
+        compile::pem::accepts_key(pem),
+    )
+}
+
 /// The ingress-nginx annotations of an Ingress as the translator serves them (for
 /// `weir migrate`).
 pub use compile::ingress_nginx_reading::{

@@ -20,9 +20,9 @@ use crate::compile::route_kind::RouteKind;
 use crate::compile::status;
 use crate::incremental::{
     BtlsIndex, ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey,
-    HostTable, KindClaims, L4Table, PolicyIndex, SniOwner, Sockets,
+    HostTable, KindClaims, L4Table, PolicyIndex, ServiceGateways, SniOwner, Sockets,
 };
-use crate::store::{Dep, Store};
+use crate::store::{Dep, NsName, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
 
 mod attach;
@@ -94,6 +94,8 @@ pub struct Translator {
     policies: PolicyIndex,
     /// BackendTLSPolicies by Service.
     backend_tls: BtlsIndex,
+    /// The Gateways routing to each Service (BackendTLSPolicy ancestors).
+    service_gateways: ServiceGateways,
     /// The rules of each route whose `sessionPersistence` is their implicit policy.
     sessions: HashMap<ObjectKey, Vec<PolicyTarget>>,
     /// The IR and statuses emitted so far.
@@ -159,6 +161,7 @@ impl Translator {
             ingress: IngressState::default(),
             policies: PolicyIndex::default(),
             backend_tls: BtlsIndex::default(),
+            service_gateways: ServiceGateways::default(),
             sessions: HashMap::new(),
             emitter: Emitter::default(),
         }
@@ -447,45 +450,28 @@ impl Translator {
         }
     }
 
-    /// Marks the statuses of the BackendTLSPolicies on the Services route `rk` depends
-    /// on: they list the Gateways the route attaches to among their ancestors. Called
-    /// with the route's old dependencies and again with its new ones.
-    fn mark_tls_ancestors(&self, rk: &ObjectKey, d: &mut Dirty) {
-        if self.backend_tls.is_empty() {
-            return;
-        }
-        for dep in self.deps.of(rk) {
-            if let Dep::Object(k) = dep
-                && k.kind == Kind::Service
-            {
-                let svc = (k.namespace.clone(), k.name.clone());
-                d.backend_tls_status
-                    .extend(self.backend_tls.policies_on(&svc).cloned());
-            }
+    /// Replaces one route's part in the BackendTLSPolicy ancestors (the Gateways it
+    /// attaches to, for each Service it sends to): `old` before the change, `new` after
+    /// (see [`tls_ancestry`]). Marks the statuses of the policies on a Service only when
+    /// its set of Gateways changed.
+    fn set_tls_ancestry(
+        &mut self,
+        old: (Vec<NsName>, Vec<ObjectKey>),
+        new: (Vec<NsName>, Vec<ObjectKey>),
+        d: &mut Dirty,
+    ) {
+        for svc in self
+            .service_gateways
+            .replace(&old.0, &old.1, &new.0, &new.1)
+        {
+            d.backend_tls_status
+                .extend(self.backend_tls.policies_on(&svc).cloned());
         }
     }
 
     /// The Gateways with a route to Service `svc` (for BackendTLSPolicy statuses).
-    fn gateways_of(&self, svc: &crate::store::NsName) -> Vec<ObjectKey> {
-        let dep = Dep::Object(ObjectKey {
-            kind: Kind::Service,
-            namespace: svc.0.clone(),
-            name: svc.1.clone(),
-        });
-        let mut out: Vec<ObjectKey> = Vec::new();
-        for rk in self.deps.dependents(&dep) {
-            if let Some(c) = self.routes.get(rk) {
-                out.extend(
-                    c.attachments
-                        .iter()
-                        .filter(|(g, _)| g.kind == Kind::Gateway)
-                        .map(|(g, _)| g.clone()),
-                );
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
+    fn gateways_of(&self, svc: &NsName) -> Vec<ObjectKey> {
+        self.service_gateways.of(svc).cloned().collect()
     }
 
     fn recompute(&mut self, d: &mut Dirty) {
@@ -596,4 +582,34 @@ impl Translator {
         }
         new
     }
+}
+
+/// A route's part in the BackendTLSPolicy ancestors: the Services among its dependencies
+/// `deps` and the Gateways among its `attachments`, each sorted and without duplicates.
+fn tls_ancestry(
+    deps: &[Dep],
+    attachments: &[(ObjectKey, Arc<str>)],
+) -> (Vec<NsName>, Vec<ObjectKey>) {
+    let mut services: Vec<NsName> = deps
+        .iter()
+        .filter_map(|dep| match dep {
+            Dep::Object(k) if k.kind == Kind::Service => {
+                Some((k.namespace.clone(), k.name.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    services.sort();
+    services.dedup();
+    if services.is_empty() {
+        return (services, Vec::new());
+    }
+    let mut gateways: Vec<ObjectKey> = attachments
+        .iter()
+        .filter(|(g, _)| g.kind == Kind::Gateway)
+        .map(|(g, _)| g.clone())
+        .collect();
+    gateways.sort();
+    gateways.dedup();
+    (services, gateways)
 }

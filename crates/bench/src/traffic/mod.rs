@@ -545,6 +545,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
                 r,
                 after.cpu_seconds - before.cpu_seconds,
                 secs,
+                before,
                 after,
                 cpus_after.busy_percent_since(&cpus, PROXY_CPU),
                 cpus_after.busy_percent_since(&cpus, LOAD_CPU),
@@ -704,7 +705,17 @@ mod tests {
                 errors: 0,
                 latency: None,
             };
-            Measured::new(sc, proxy, load, 1.0, 1.0, Default::default(), None, None)
+            Measured::new(
+                sc,
+                proxy,
+                load,
+                1.0,
+                1.0,
+                Default::default(),
+                Default::default(),
+                None,
+                None,
+            )
         };
         let raw = vec![
             run(ProxyKind::Weir, 30.0),

@@ -99,6 +99,9 @@ pub(crate) struct Measured {
     pub(crate) error: Option<String>,
     /// Rounds measured; this one had the median requests/s.
     pub(crate) rounds: usize,
+    /// Context switches of the proxy's threads per request (or connection) during the
+    /// measurement: (voluntary, involuntary).
+    pub(crate) switches_per_request: Option<(f64, f64)>,
 }
 
 impl Measured {
@@ -110,6 +113,7 @@ impl Measured {
         load: LoadResult,
         cpu: f64,
         wall: f64,
+        start: TreeStats,
         end: TreeStats,
         proxy_busy: Option<f64>,
         load_busy: Option<f64>,
@@ -127,6 +131,13 @@ impl Measured {
             load_cpu_busy_percent: load_busy,
             error: None,
             rounds: 1,
+            switches_per_request: (ok > 0).then(|| {
+                let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / ok as f64;
+                (
+                    per(end.voluntary_switches, start.voluntary_switches),
+                    per(end.involuntary_switches, start.involuntary_switches),
+                )
+            }),
         }
     }
 
@@ -144,6 +155,7 @@ impl Measured {
             load_cpu_busy_percent: None,
             error: Some(error),
             rounds: 1,
+            switches_per_request: None,
         }
     }
 
@@ -159,7 +171,7 @@ impl Measured {
     pub(crate) fn one_line(&self) -> String {
         match (&self.load, &self.error) {
             (Some(l), _) => format!(
-                "  {:<14} {:<8} {:>9.0} req/s  p50 {}  p99 {}  errors {}  CPU {:.2} s/100k  load CPU {:.0} %",
+                "  {:<14} {:<8} {:>9.0} req/s  p50 {}  p99 {}  errors {}  CPU {:.2} s/100k  load CPU {:.0} %  switches/req {:.2} + {:.2}",
                 self.scenario,
                 self.proxy.name(),
                 l.rps,
@@ -167,7 +179,9 @@ impl Measured {
                 ms_opt(l.latency.map(|x| x.p99_ms)),
                 l.errors,
                 self.cpu_s_per_100k.unwrap_or(0.0),
-                self.load_cpu_busy_percent.unwrap_or(0.0)
+                self.load_cpu_busy_percent.unwrap_or(0.0),
+                self.switches_per_request.map_or(0.0, |s| s.0),
+                self.switches_per_request.map_or(0.0, |s| s.1),
             ),
             (None, e) => format!(
                 "  {:<14} {:<8} failed: {}",
@@ -383,9 +397,9 @@ impl TrafficReport {
         let _ = writeln!(s, "{NOTES}");
         let _ = writeln!(
             s,
-            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req | proxy CPU | proxy PSS / RSS | errors | load CPU busy |"
+            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req | proxy CPU | proxy PSS / RSS | errors | load CPU busy | context switches / req (voluntary + involuntary) |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (id, _) in &p.scenarios {
             for px in &proxies {
                 let Some(m) = self.get(id, *px) else { continue };
@@ -394,7 +408,7 @@ impl TrafficReport {
                         let lat = m.latency();
                         let _ = writeln!(
                             s,
-                            "| `{id}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {:.1} MiB | {} | {} |",
+                            "| `{id}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {:.1} MiB | {} | {} | {} |",
                             px.name(),
                             num(l.rps),
                             ms_opt(lat.map(|x| x.p50_ms)),
@@ -409,12 +423,14 @@ impl TrafficReport {
                             l.errors,
                             m.load_cpu_busy_percent
                                 .map_or("–".into(), |c| format!("{c:.0} %")),
+                            m.switches_per_request
+                                .map_or("–".into(), |(v, i)| format!("{v:.2} + {i:.2}")),
                         );
                     }
                     None => {
                         let _ = writeln!(
                             s,
-                            "| `{id}` | {} | failed: {} |  |  |  |  |  |  |  |  |  |",
+                            "| `{id}` | {} | failed: {} |  |  |  |  |  |  |  |  |  |  |",
                             px.name(),
                             m.error.as_deref().unwrap_or("?").replace(['\n', '|'], " ")
                         );
@@ -564,6 +580,11 @@ mod tests {
                 1.5,
                 3.0,
                 TreeStats::default(),
+                TreeStats {
+                    voluntary_switches: 3 * rps as u64,
+                    involuntary_switches: 0,
+                    ..TreeStats::default()
+                },
                 Some(99.0),
                 Some(60.0),
             )
@@ -623,7 +644,7 @@ mod tests {
         ));
         assert!(md.contains("| 30,000* | 40,000* (2 err) | 0.75 | 1.67 | 1.25 | 1.33 |"));
         assert!(md.contains(
-            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 | 50 % | 0.0 / 0.0 MiB | 0 | 60 % |"
+            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | 1.00 + 0.00 |"
         ));
         assert!(md.contains("failed: broken   pipe"));
         assert!(md.contains("| haproxy | 1 | failed |"));

@@ -88,11 +88,6 @@ impl BtlsIndex {
             .map(|(_, k)| k)
     }
 
-    /// Whether no policy names any Service.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_service.is_empty()
-    }
-
     /// Whether any policy names a Service of namespace `ns` called `name`.
     pub(crate) fn names_service(&self, ns: &str, name: &str) -> bool {
         self.by_service
@@ -320,4 +315,94 @@ fn services(ns: &Arc<str>, c: &CompiledBtls) -> Vec<NsName> {
     v.sort();
     v.dedup();
     v
+}
+
+/// For each Service, the Gateways that the routes sending to it attach to, each counted
+/// once per route: a BackendTLSPolicy's ancestors. Kept as routes change (one route's
+/// Services × Gateways, both few), so that a policy's status never walks the routes of its
+/// Service (which made a policy edit, a CA rotation and every route change on a shared
+/// Service cost O(routes)).
+#[derive(Default)]
+pub(crate) struct ServiceGateways {
+    /// Service → (Gateway, routes to the Service attached to it), sorted by Gateway.
+    by_service: HashMap<NsName, Vec<(ObjectKey, u32)>>,
+}
+
+impl ServiceGateways {
+    /// Replaces one route's pairs: it sent to `old_services` through `old_gateways` and
+    /// now sends to `new_services` through `new_gateways` (each without duplicates).
+    /// Returns the Services whose set of Gateways changed.
+    pub(crate) fn replace(
+        &mut self,
+        old_services: &[NsName],
+        old_gateways: &[ObjectKey],
+        new_services: &[NsName],
+        new_gateways: &[ObjectKey],
+    ) -> Vec<NsName> {
+        let mut changed = Vec::new();
+        let unchanged = old_services == new_services && old_gateways == new_gateways;
+        if unchanged {
+            return changed;
+        }
+        for svc in new_services {
+            for g in new_gateways {
+                if self.add(svc, g) {
+                    changed.push(svc.clone());
+                }
+            }
+        }
+        for svc in old_services {
+            for g in old_gateways {
+                if self.remove(svc, g) {
+                    changed.push(svc.clone());
+                }
+            }
+        }
+        changed.sort();
+        changed.dedup();
+        changed
+    }
+
+    /// Counts one more route from `svc` to `g`; whether `g` is new for `svc`.
+    fn add(&mut self, svc: &NsName, g: &ObjectKey) -> bool {
+        let list = self.by_service.entry(svc.clone()).or_default();
+        match list.binary_search_by(|(k, _)| k.cmp(g)) {
+            Ok(i) => {
+                list[i].1 += 1;
+                false
+            }
+            Err(i) => {
+                list.insert(i, (g.clone(), 1));
+                true
+            }
+        }
+    }
+
+    /// Counts one route fewer from `svc` to `g`; whether `g` is gone for `svc`.
+    fn remove(&mut self, svc: &NsName, g: &ObjectKey) -> bool {
+        let Some(list) = self.by_service.get_mut(svc) else {
+            return false;
+        };
+        let Ok(i) = list.binary_search_by(|(k, _)| k.cmp(g)) else {
+            return false;
+        };
+        list[i].1 -= 1;
+        if list[i].1 > 0 {
+            return false;
+        }
+        list.remove(i);
+        if list.is_empty() {
+            self.by_service.remove(svc);
+        }
+        true
+    }
+
+    /// The Gateways with a route to `svc`, in key order.
+    pub(crate) fn of(&self, svc: &NsName) -> impl Iterator<Item = &ObjectKey> {
+        self.by_service
+            .get(svc)
+            .into_iter()
+            .flatten()
+            .map(|(g, _)| g)
+    }
 }

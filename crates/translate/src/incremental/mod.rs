@@ -20,7 +20,7 @@ mod refcount;
 pub(crate) mod small;
 mod sockets;
 
-pub(crate) use backend_tls::BtlsIndex;
+pub(crate) use backend_tls::{BtlsIndex, ServiceGateways};
 pub(crate) use clusters::ClusterRefs;
 pub(crate) use deps::DepIndex;
 pub(crate) use emitter::{Desired, Emitter};

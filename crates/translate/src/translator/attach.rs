@@ -9,7 +9,7 @@ use weir_api::{
 };
 use weir_model::{HostMatch, L4Mode, PolicyTarget};
 
-use super::{Dirty, Translator};
+use super::{Dirty, Translator, tls_ancestry};
 use crate::compile::listener::Allowed;
 use crate::compile::policy::PolicySettings;
 use crate::compile::route_kind::{
@@ -74,7 +74,11 @@ impl Translator {
     /// Undoes everything a deleted route contributed.
     fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
         let old = self.routes.remove(rk);
-        self.mark_tls_ancestors(rk, d);
+        let ancestry = tls_ancestry(
+            self.deps.of(rk),
+            old.as_ref().map_or(&[][..], |o| &o.attachments),
+        );
+        self.set_tls_ancestry(ancestry, Default::default(), d);
         self.deps.set(rk, Vec::new());
         let mut affected = Vec::new();
         self.kind_claims.remove(rk, &mut affected);
@@ -152,9 +156,13 @@ impl Translator {
         );
         let mut deps = compiled.deps;
         deps.extend(att.deps);
-        self.mark_tls_ancestors(rk, d);
+        let old_ancestry = tls_ancestry(
+            self.deps.of(rk),
+            old.as_ref().map_or(&[][..], |o| &o.attachments),
+        );
+        let new_ancestry = tls_ancestry(&deps, &att.listeners);
         self.deps.set(rk, deps);
-        self.mark_tls_ancestors(rk, d);
+        self.set_tls_ancestry(old_ancestry, new_ancestry, d);
         let mut rules = Vec::with_capacity(att.hosts.len() * compiled.rules.len());
         for hk in &att.hosts {
             for (order, rule) in &compiled.rules {

@@ -1,0 +1,36 @@
+//! Fuzzes the translator's check of a TLS Secret's PEM (`weir_translate::pem_accepts`,
+//! `compile/pem.rs`) on untrusted bytes: a Secret's `tls.crt` / `tls.key` as a user or a
+//! cluster wrote them. The check replays rustls-pki-types' reader without decoding, and the
+//! translator trusts a `true` without running the reader, so it must never accept what the
+//! reader refuses. Properties:
+//! - it never panics and ends, whatever the bytes;
+//! - it gives the reader's answer for the chain (no error, at least one `CERTIFICATE`, as
+//!   `CertificateDer::pem_slice_iter` reads it) and for the key (`PrivateKeyDer::from_pem_slice`
+//!   finds one): the same answer both ways, so a refusal it adds (a slower path, not a
+//!   wrong one) fails here too.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+fn reader_chain(pem: &[u8]) -> bool {
+    let mut certs = 0usize;
+    for c in CertificateDer::pem_slice_iter(pem) {
+        if c.is_err() {
+            return false;
+        }
+        certs += 1;
+    }
+    certs > 0
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (chain, key) = weir_translate::pem_accepts(data);
+    let reader_key = PrivateKeyDer::from_pem_slice(data).is_ok();
+    assert!(!chain || reader_chain(data), "a chain the reader refuses was accepted");
+    assert!(!key || reader_key, "a key the reader does not find was accepted");
+    assert_eq!(chain, reader_chain(data), "chain: refused what the reader reads");
+    assert_eq!(key, reader_key, "key: refused what the reader finds");
+});
