@@ -29,13 +29,7 @@ ticks() { awk '{s = substr($0, index($0, ")") + 2); split(s, f, " "); print f[12
 results="$out/results"
 for round in $(seq 1 "$rounds"); do
     for variant in "${variants[@]}"; do
-        site "$variant"
-        # shellcheck disable=SC2046 # weir_args is a word list
-        taskset -c 0 "$weir" $(weir_args) >"$dir/weir.log" 2>&1 &
-        w=$!
-        pids+=("$w")
-        wait_served
-        wrk_load taskset -c 1 -- -d2s
+        serve_pinned "$variant"
         read -r u0 s0 < <(ticks "$w")
         r0=$(requests)
         wrk_load taskset -c 1 -- -d8s

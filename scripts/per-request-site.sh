@@ -1,4 +1,5 @@
-# Sourced by scripts/instructions-callgrind.sh and scripts/syscalls-per-request.sh: one
+# Sourced by scripts/instructions-callgrind.sh, scripts/syscalls-per-request.sh and
+# scripts/cpu-per-request.sh: one
 # plaintext Ingress host in front of `weir-bench backend`, per configuration variant, and
 # the count of the requests weir proxied. Expects `bench` (the weir-bench binary) set;
 # sets `out` (a temporary directory, removed at exit) and `pids` (killed at exit).
@@ -62,6 +63,18 @@ EOF
 weir_args() {
     echo run -c "$dir/manifests" --admin "127.0.0.1:$admin" \
         --ingress-http "127.0.0.1:$http" --ingress-https "127.0.0.1:$https" --no-access-log
+}
+
+# serve_pinned VARIANT: writes the variant's site, starts `$weir` on it pinned to CPU 0
+# (its pid in `w`), waits until it serves and warms it up with 2 s of wrk from CPU 1.
+serve_pinned() {
+    site "$1"
+    # shellcheck disable=SC2046 # weir_args is a word list
+    taskset -c 0 "$weir" $(weir_args) >"$dir/weir.log" 2>&1 &
+    w=$!
+    pids+=("$w")
+    wait_served
+    wrk_load taskset -c 1 -- -d2s
 }
 
 # Waits (up to 60 s) for the site to answer 200.

@@ -22,13 +22,7 @@ bench=${WEIR_BENCH:-target/release/weir-bench}
 start_backend taskset -c 1
 
 for variant in "${variants[@]}"; do
-    site "$variant"
-    # shellcheck disable=SC2046 # weir_args is a word list
-    taskset -c 0 "$weir" $(weir_args) >"$dir/weir.log" 2>&1 &
-    w=$!
-    pids+=("$w")
-    wait_served
-    wrk_load taskset -c 1 -- -d2s
+    serve_pinned "$variant"
     timeout 20 strace -c -f -p "$w" -o "$dir/strace.txt" 2>/dev/null &
     st=$!
     sleep 1

@@ -280,4 +280,4 @@ fn check_reader(reader: &str, fast: Option<Value>, text: &str) -> Result<bool, S
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

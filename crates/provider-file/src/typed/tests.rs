@@ -1,14 +1,6 @@
 use super::*;
 
-/// A small xorshift generator: `next(n)` is in `0..n`.
-fn rng(mut state: u64) -> impl FnMut(usize) -> usize {
-    move |n| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    }
-}
+use crate::yaml::tests::rng;
 
 /// Fills each `{slot}` of `template`'s lines with the first value of its pool (a valid
 /// one), except for up to two random slot occurrences, which get a random value of their

@@ -342,8 +342,8 @@ fn comment_runs_agree() {
     }
 }
 
-/// A small xorshift generator: `next(n)` is in `0..n`.
-fn rng(mut state: u64) -> impl FnMut(usize) -> usize {
+/// A small xorshift generator: `next(n)` is in `0..n` (the typed read's tests use it too).
+pub(crate) fn rng(mut state: u64) -> impl FnMut(usize) -> usize {
     move |n| {
         state ^= state << 13;
         state ^= state >> 7;
