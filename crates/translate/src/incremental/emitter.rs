@@ -34,13 +34,18 @@ impl Emitter {
     /// Rebuilds every `dirty` resource from `source` and returns the changes, ordered so
     /// that a data plane never sees a dangling reference.
     pub(crate) fn emit(&mut self, dirty: &DirtyResources, source: &impl Desired) -> DeltaBatch {
+        // What changed, as (apply rank, key, new version): 32 bytes per change, sorted, and
+        // only then turned into the batch's deltas. Collecting `(key, delta)` pairs (128
+        // bytes each) and copying them into the batch held both vectors at the initial
+        // load's peak (10 + 5 MiB at 20,000 TLS domains).
         // Room for a certificate per dirty SNI entry as well: growing this vector at the
-        // initial load (tens of thousands of deltas) would hold both buffers at the peak.
+        // initial load would hold both buffers.
         let snis = dirty
             .iter()
             .filter(|k| matches!(k, ResourceKey::Sni(..)))
             .count();
-        let mut deltas: Vec<(ResourceKey, Delta)> = Vec::with_capacity(dirty.len() + snis);
+        let mut changed: Vec<(u8, &ResourceKey, Option<Resource>)> =
+            Vec::with_capacity(dirty.len() + snis);
         // Certificates touched by SNI changes, with whether they were emitted before.
         let mut certs: HashMap<ContentHash, bool> = HashMap::new();
         for key in dirty {
@@ -66,40 +71,49 @@ impl Emitter {
                     self.cert_refs.inc(h, cert);
                 }
             }
-            match new {
+            match &new {
                 Some(r) => {
                     self.emitted.insert(key.clone(), r.clone());
-                    deltas.push((key.clone(), Delta::Upsert(r)));
                 }
                 None => {
                     self.emitted.remove(key);
-                    deltas.push((key.clone(), Delta::Remove(key.clone())));
                 }
             }
+            changed.push((key.apply_rank(new.is_some()), key, new));
         }
+        let mut cert_changes: Vec<(ResourceKey, Option<Resource>)> = Vec::new();
         for (h, was) in certs {
             let key = ResourceKey::Certificate(h);
             match self.cert_refs.get(&h) {
                 Some(c) if !was => {
                     let r = Resource::Certificate(c.clone());
                     self.emitted.insert(key.clone(), r.clone());
-                    deltas.push((key, Delta::Upsert(r)));
+                    cert_changes.push((key, Some(r)));
                 }
                 None if was => {
                     self.emitted.remove(&key);
-                    deltas.push((key.clone(), Delta::Remove(key)));
+                    cert_changes.push((key, None));
                 }
                 _ => {}
             }
         }
+        changed.extend(
+            cert_changes
+                .iter_mut()
+                .map(|(k, r)| (k.apply_rank(r.is_some()), &*k, r.take())),
+        );
         // In the order a data plane applies without dangling references (the model's one
-        // list of relations). Each delta carries its key, so sorting builds no key. The
-        // keys are distinct, so an unstable sort gives the same order, without the stable
-        // sort's scratch buffer (half the deltas at the initial load).
-        let rank = |k: &ResourceKey, d: &Delta| k.apply_rank(matches!(d, Delta::Upsert(_)));
-        deltas.sort_unstable_by(|(ka, a), (kb, b)| (rank(ka, a), ka).cmp(&(rank(kb, b), kb)));
+        // list of relations). The keys are distinct, so an unstable sort gives one order,
+        // without a stable sort's scratch buffer.
+        changed.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         DeltaBatch {
-            deltas: deltas.into_iter().map(|(_, d)| d).collect(),
+            deltas: changed
+                .into_iter()
+                .map(|(_, k, r)| match r {
+                    Some(r) => Delta::Upsert(r),
+                    None => Delta::Remove(k.clone()),
+                })
+                .collect(),
         }
     }
 
