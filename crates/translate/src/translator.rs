@@ -38,11 +38,12 @@ const BULK: usize = 1024;
 /// exactly (and only where it applied).
 #[derive(Default)]
 struct Contribution {
-    entries: Vec<(HostKey, RuleOrder)>,
+    entries: Vec<(HostKey, Arc<RuleOrder>)>,
     sni: Vec<(HostKey, SniOwner)>,
     /// L4 routes (TLSRoute, TCPRoute): the hosts whose `L4Route` it asks for.
     l4: Vec<(HostKey, SniOwner)>,
-    clusters: Vec<(ClusterKey, ClusterSource)>,
+    /// The clusters it uses (the keys [`ClusterRefs`] holds, shared).
+    clusters: Vec<ClusterKey>,
     attachments: Vec<(ObjectKey, Arc<str>)>,
 }
 
@@ -540,15 +541,18 @@ impl Translator {
     fn program(
         &mut self,
         old: Option<Contribution>,
-        rules: Vec<(HostKey, RuleOrder, Arc<RouteRule>)>,
+        rules: Vec<(HostKey, Arc<RuleOrder>, Arc<RouteRule>)>,
         sni: Vec<(HostKey, SniOwner, Arc<Certificate>)>,
         clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
     ) -> Contribution {
-        // New references first, so that a cluster both contributions use stays.
-        for (ck, src) in &clusters {
-            self.clusters.acquire(ck, src, &mut d.resources);
-        }
+        // New references first, so that a cluster both contributions use stays. The
+        // contribution keeps only the table's key, not the compiled key and source (an
+        // Ingress's vector of them had room for four).
+        let clusters: Vec<ClusterKey> = clusters
+            .iter()
+            .map(|(ck, src)| self.clusters.acquire(ck, src, &mut d.resources))
+            .collect();
         if let Some(old) = old {
             for (hk, order) in old.entries {
                 self.hosts.remove_rule(hk, &order, &mut d.resources);
@@ -559,7 +563,7 @@ impl Translator {
             for (hk, owner) in old.l4 {
                 self.l4.remove(hk, &owner, &mut d.resources);
             }
-            for (ck, _) in old.clusters {
+            for ck in old.clusters {
                 self.clusters.release(ck, &mut d.resources);
             }
         }

@@ -22,7 +22,7 @@ use crate::store::{Dep, Store};
 #[derive(Default)]
 pub(crate) struct CompiledIngress {
     /// Rules by host, with their precedence.
-    pub(crate) rules: Vec<(HostMatch, RuleOrder, Arc<RouteRule>)>,
+    pub(crate) rules: Vec<(HostMatch, Arc<RuleOrder>, Arc<RouteRule>)>,
     /// Valid TLS hosts and their certificates.
     pub(crate) tls: Vec<(HostMatch, Arc<Certificate>)>,
     /// Problems, each naming its field.
@@ -118,7 +118,7 @@ pub(crate) fn compile(
             query: vec![],
             method: None,
         };
-        let order = RuleOrder::new(&origin, &m, default, flat, 0);
+        let order = Arc::new(RuleOrder::new(&origin, &m, default, flat, 0));
         let r = RouteRef {
             kind: RouteKind::Ingress,
             namespace: key.namespace.clone(),

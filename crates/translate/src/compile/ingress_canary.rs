@@ -123,7 +123,8 @@ pub(crate) fn compile(
                     query: vec![],
                     method: None,
                 };
-                let order = RuleOrder::new(&origin, &m, false, flat, 0).canary();
+                let order =
+                    std::sync::Arc::new(RuleOrder::new(&origin, &m, false, flat, 0).canary());
                 let r = RouteRef {
                     kind: RouteKind::Ingress,
                     namespace: key.namespace.clone(),

@@ -184,7 +184,7 @@ pub(crate) struct CompiledRoute {
     /// `None` when the route has no hostnames (it takes the listener's).
     pub(crate) hostnames: Option<Vec<HostMatch>>,
     /// One entry per (rule × match), with its precedence.
-    pub(crate) rules: Vec<(RuleOrder, Arc<RouteRule>)>,
+    pub(crate) rules: Vec<(Arc<RuleOrder>, Arc<RouteRule>)>,
     /// Where an L4 route sends connections, programmed as one `L4Route` per host it
     /// attaches to.
     pub(crate) l4: Option<Arc<L4Target>>,

@@ -107,7 +107,7 @@ pub(crate) fn compile_rules<R: Default, M: RuleMatch>(
                         c.timeouts.clone(),
                     )
                     .with_retry(c.retry.clone());
-                    out.rules.push((order, Arc::new(rr)));
+                    out.rules.push((Arc::new(order), Arc::new(rr)));
                 }
                 if let Some(lb) = c.session {
                     out.sessions.push((route_ref, lb));

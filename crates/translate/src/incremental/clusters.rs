@@ -18,19 +18,24 @@ pub(crate) struct ClusterRefs {
 
 impl ClusterRefs {
     /// One more user of cluster `ck` (built from `src`); the first one creates it.
+    /// Returns the table's own key, for the user to keep (one shared string per
+    /// cluster rather than one per user).
     pub(crate) fn acquire(
         &mut self,
         ck: &ClusterKey,
         src: &ClusterSource,
         dirty: &mut DirtyResources,
-    ) {
-        if self.refs.inc(ck.clone(), src.clone()) {
-            dirty.insert(ResourceKey::Cluster(ck.clone()));
-            if let ClusterSource::Service { ns, name, .. } = src {
-                self.by_service
-                    .insert((ns.clone(), name.clone()), ck.clone());
-            }
+    ) -> ClusterKey {
+        if let Some(key) = self.refs.inc_existing(ck) {
+            return key.clone();
         }
+        self.refs.inc(ck.clone(), src.clone());
+        dirty.insert(ResourceKey::Cluster(ck.clone()));
+        if let ClusterSource::Service { ns, name, .. } = src {
+            self.by_service
+                .insert((ns.clone(), name.clone()), ck.clone());
+        }
+        ck.clone()
     }
 
     /// One user fewer of cluster `ck`; the last one removes it.

@@ -20,7 +20,7 @@ pub(crate) type SniOwner = (Age, ObjectKey);
 #[derive(Default)]
 pub(crate) struct HostTable {
     /// Rules by precedence, from every route and Ingress serving the host.
-    rules: OrdIndex<HostKey, RuleOrder, Arc<RouteRule>>,
+    rules: OrdIndex<HostKey, Arc<RuleOrder>, Arc<RouteRule>>,
     /// Listener hostnames that shadow a less specific listener on the same socket, with
     /// how many Gateways ask for them: their virtual host exists even with no routes, so
     /// that their hosts never fall through to the less specific listener's routes.
@@ -34,7 +34,7 @@ impl HostTable {
     pub(crate) fn add_rule(
         &mut self,
         hk: HostKey,
-        order: RuleOrder,
+        order: Arc<RuleOrder>,
         rule: Arc<RouteRule>,
         dirty: &mut DirtyResources,
     ) {
@@ -46,7 +46,7 @@ impl HostTable {
     pub(crate) fn remove_rule(
         &mut self,
         hk: HostKey,
-        order: &RuleOrder,
+        order: &Arc<RuleOrder>,
         dirty: &mut DirtyResources,
     ) {
         self.rules.remove(&hk, order);

@@ -29,6 +29,13 @@ impl<K: Eq + Hash, V> RefCount<K, V> {
         e.0 == 1
     }
 
+    /// Adds a reference to `key` if it has one already, returning the stored key (`None`:
+    /// unknown, nothing changed).
+    pub(crate) fn inc_existing(&mut self, key: &K) -> Option<&K> {
+        self.map.get_mut(key)?.0 += 1;
+        self.map.get_key_value(key).map(|(k, _)| k)
+    }
+
     /// Adds a reference to `key` and makes `value` its value (the newest reference
     /// wins, e.g. a Gateway's changed settings reaching the sockets its sets share).
     pub(crate) fn inc_replace(&mut self, key: K, value: V) {
