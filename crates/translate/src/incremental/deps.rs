@@ -32,6 +32,8 @@ impl DepIndex {
         for dep in &deps {
             self.dependents.insert(dep.clone(), key.clone());
         }
+        // Kept for as long as `key` exists: without the spare room it was collected with.
+        deps.shrink_to_fit();
         self.of.insert(key.clone(), deps);
     }
 

@@ -29,6 +29,9 @@ pub(super) struct IngressState {
     tls_hosts: usize,
     /// A Gateway claims an Ingress listener's socket: no Ingress is served.
     blocked: bool,
+    /// What a class-less Ingress depends on: our IngressClass (built once, shared by
+    /// every such Ingress's dependencies).
+    class_dep: Option<Dep>,
 }
 
 impl IngressState {
@@ -112,11 +115,12 @@ impl Translator {
         let ing = self.store.ingress(ik);
         if ing.is_some_and(|i| i.class().is_none()) {
             // A class-less Ingress is ours while our IngressClass is the default one.
-            deps.push(Dep::Object(ObjectKey::new(
-                Kind::IngressClass,
-                "",
-                &self.opts.ingress_class,
-            )));
+            let class = &self.opts.ingress_class;
+            let dep = self
+                .ingress
+                .class_dep
+                .get_or_insert_with(|| Dep::Object(ObjectKey::new(Kind::IngressClass, "", class)));
+            deps.push(dep.clone());
         }
         if let Some(ing) =
             ing.filter(|i| crate::compile::ingress::is_ours(&self.store, &self.opts, i))
