@@ -201,7 +201,7 @@ impl Translator {
             clusters: &self.clusters,
             policies: &self.policies,
         };
-        let batch = self.emitter.emit(&d.resources, &sources);
+        let batch = self.emitter.emit(&mut d.resources, &sources);
         let mut statuses = std::mem::take(&mut d.statuses);
         statuses.sort_by(|a, b| a.0.cmp(&b.0));
         TranslateOutput { batch, statuses }
@@ -227,9 +227,6 @@ impl Translator {
         d.ingresses.reserve(ingresses);
         d.routes.reserve(routes);
         d.plain_status.reserve(other);
-        // An Ingress host yields a virtual host per listener (HTTP and HTTPS) and an SNI
-        // entry; a route yields at least one virtual host.
-        d.resources.reserve(3 * ingresses + routes);
         self.ingress.reserve(ingresses);
         self.routes.reserve(routes);
         self.deps.reserve(derived, other);
