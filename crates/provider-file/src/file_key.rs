@@ -12,12 +12,14 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A path ordered and compared exactly as [`Path`] (so a map keyed by it can also be
-/// searched by `&Path`), quickly when both paths are clean.
+/// searched by `&Path`), quickly when both paths are clean. The path is shared: the
+/// origin of every object read from the file holds the same one.
 #[derive(Clone, Debug)]
 pub(crate) struct FileKey {
-    path: PathBuf,
+    path: Arc<Path>,
     /// Absolute, with no empty, `.` or `..` component and no trailing `/`.
     clean: bool,
 }
@@ -25,15 +27,23 @@ pub(crate) struct FileKey {
 impl FileKey {
     pub(crate) fn new(path: PathBuf) -> Self {
         let clean = is_clean(path.as_os_str().as_encoded_bytes());
-        FileKey { path, clean }
+        FileKey {
+            path: path.into(),
+            clean,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The path, shared.
+    pub(crate) fn shared(&self) -> &Arc<Path> {
+        &self.path
+    }
+
     pub(crate) fn into_path(self) -> PathBuf {
-        self.path
+        self.path.to_path_buf()
     }
 }
 

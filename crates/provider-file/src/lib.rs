@@ -23,7 +23,7 @@ mod watch;
 mod yaml;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use crate::provider::FileProvider;
@@ -57,8 +57,9 @@ pub fn check_yaml_fast_path(text: &str) -> Result<bool, String> {
 /// Where an object was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
-    /// The file, as found under the provider's root (symlinks not resolved).
-    pub file: PathBuf,
+    /// The file, as found under the provider's root (symlinks not resolved); one
+    /// buffer shared by every object of the file and the provider's file table.
+    pub file: Arc<Path>,
     /// 0-based index of the YAML document in the file (empty documents count).
     pub document: usize,
 }

@@ -72,7 +72,7 @@ impl Def {
 
 /// A key's winning definition before the current operation touched it.
 struct Before {
-    file: PathBuf,
+    file: Arc<Path>,
     seq: usize,
     object: Arc<Object>,
 }
@@ -365,7 +365,7 @@ impl FileProvider {
 
     /// The definition `path` currently holds for `key`.
     fn def_in(&self, path: &Path, key: &ObjectKey) -> Option<&Def> {
-        self.defs.get(key)?.iter().find(|d| d.origin.file == path)
+        self.defs.get(key)?.iter().find(|d| &*d.origin.file == path)
     }
 
     fn apply_docs(&mut self, file: FileKey, hash: u64, docs: Vec<ParsedDoc>, tx: &mut Tx) {
@@ -373,7 +373,7 @@ impl FileProvider {
         let mut new_defs: Vec<(ObjectKey, Def)> = Vec::with_capacity(docs.len());
         for (seq, doc) in docs.into_iter().enumerate() {
             let origin = Origin {
-                file: path.to_path_buf(),
+                file: file.shared().clone(),
                 document: doc.index,
             };
             match doc.result {
@@ -444,7 +444,7 @@ impl FileProvider {
         for key in &old_keys {
             self.touch(key, tx);
             if let Some(v) = self.defs.get_mut(key) {
-                v.retain(|d| d.origin.file != path);
+                v.retain(|d| &*d.origin.file != path);
             }
         }
         let mut keys = Vec::with_capacity(new_defs.len());
@@ -492,7 +492,7 @@ impl FileProvider {
         for key in &state.keys {
             self.touch(key, tx);
             if let Some(v) = self.defs.get_mut(key) {
-                v.retain(|d| d.origin.file != path);
+                v.retain(|d| &*d.origin.file != path);
             }
         }
     }
@@ -533,7 +533,7 @@ impl FileProvider {
                 for loser in losers {
                     if winner_changed || loser.generation == self.generation {
                         errors.push(FileError {
-                            file: loser.origin.file.clone(),
+                            file: loser.origin.file.to_path_buf(),
                             document: Some(loser.origin.document),
                             kind: FileErrorKind::Duplicate,
                             object: Some(key.to_string()),

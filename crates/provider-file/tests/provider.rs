@@ -59,7 +59,7 @@ fn reads_multi_document_files_with_document_indexes() {
     assert_eq!(upserted(&u), vec![route_key("r"), ns_key("a")]);
     assert_eq!(p.origin(&ns_key("a")).unwrap().document, 0);
     let o = p.origin(&route_key("r")).unwrap();
-    assert_eq!((o.file.as_path(), o.document), (file.as_path(), 2));
+    assert_eq!((&*o.file, o.document), (file.as_path(), 2));
     assert_eq!(p.len(), 2);
 }
 
@@ -318,7 +318,7 @@ fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
     assert_eq!(u.upserts.len(), 1);
     assert_eq!(label(&u.upserts[0]), "from-b2");
     assert!(u.deletes.is_empty() && u.errors.is_empty(), "{u:?}");
-    assert_eq!(p.origin(&ns_key("same")).unwrap().file, b);
+    assert_eq!(*p.origin(&ns_key("same")).unwrap().file, *b);
 
     // And back.
     write(&a, &ns("same", "from-a"));
@@ -370,7 +370,10 @@ fn follows_the_kubernetes_data_symlink_swap() {
     let mut p = FileProvider::new(root);
     let u = p.load_all();
     assert_eq!(upserted(&u), vec![ns_key("a")]);
-    assert_eq!(p.origin(&ns_key("a")).unwrap().file, root.join("cfg.yaml"));
+    assert_eq!(
+        *p.origin(&ns_key("a")).unwrap().file,
+        *root.join("cfg.yaml")
+    );
 
     // What the kubelet does: new directory, new link, rename over `..data`.
     write(&root.join("..2026_02/cfg.yaml"), &ns("a", "v2"));
@@ -417,8 +420,8 @@ fn loads_many_files_in_parallel() {
     assert_eq!(u.errors.len(), 1);
     assert!(u.errors[0].file.ends_with("r0250.yaml"));
     assert_eq!(
-        p.origin(&route_key("r7")).unwrap().file,
-        dir.path().join("r0007.yaml")
+        *p.origin(&route_key("r7")).unwrap().file,
+        *dir.path().join("r0007.yaml")
     );
 }
 
