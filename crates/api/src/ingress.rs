@@ -32,13 +32,17 @@ impl Ingress {
 }
 
 /// Ingress spec.
+///
+/// The class and the default backend are boxed (rare, and the backend is 128 bytes), so
+/// that an [`Ingress`] is no larger than a Secret and sits inline in its
+/// [`crate::Object`] (see there).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IngressSpec {
     /// Class; weir serves `weir` and (in standalone mode) Ingresses without a class.
-    pub ingress_class_name: Option<String>,
+    pub ingress_class_name: Option<Box<str>>,
     /// Backend for requests no rule matches.
-    pub default_backend: Option<IngressBackend>,
+    pub default_backend: Option<Box<IngressBackend>>,
     /// TLS hosts and their Secrets.
     pub tls: Vec<IngressTls>,
     /// Host rules.

@@ -27,7 +27,7 @@ use crate::yaml::Node;
 pub(crate) fn read(doc: &Node<'_>) -> Option<Object> {
     let object = match (field_str(doc, "apiVersion")?, field_str(doc, "kind")?) {
         ("v1", "Secret") => Object::Secret(secret(doc)?),
-        ("networking.k8s.io/v1", "Ingress") => Object::Ingress(Box::new(ingress(doc)?)),
+        ("networking.k8s.io/v1", "Ingress") => Object::Ingress(ingress(doc)?),
         _ => return None,
     };
     weir_validate::core_verdict(doc)
@@ -185,8 +185,8 @@ fn ingress(doc: &Node<'_>) -> Option<Ingress> {
 fn ingress_spec(node: &Node<'_>) -> Result<IngressSpec, ()> {
     let spec = map(node)?;
     Ok(IngressSpec {
-        ingress_class_name: opt(spec, "ingressClassName", string)?,
-        default_backend: opt(spec, "defaultBackend", backend)?,
+        ingress_class_name: opt(spec, "ingressClassName", |n| string(n).map(Box::from))?,
+        default_backend: opt(spec, "defaultBackend", |n| backend(n).map(Box::new))?,
         tls: or_default(spec, "tls", |n| list(n, tls))?,
         rules: or_default(spec, "rules", |n| list(n, rule))?,
     })

@@ -93,7 +93,7 @@ async fn list(
     let mut ingresses = Vec::new();
     for o in api.list(&ListParams::default()).await?.items {
         if let Some(Object::Ingress(i)) = push(resource, o, objects, out).as_deref() {
-            ingresses.push((**i).clone());
+            ingresses.push(i.clone());
         }
     }
     Ok(ingresses)
