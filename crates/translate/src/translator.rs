@@ -230,8 +230,10 @@ impl Translator {
         self.ingress.reserve(ingresses);
         self.routes.reserve(routes);
         self.deps.reserve(derived, other);
+        // An Ingress host is a (listener, host) on the HTTP and on the HTTPS listener,
+        // with a virtual host each and an SNI entry on one; a route is at least one.
         self.hosts.reserve(2 * ingresses + routes, ingresses);
-        self.emitter.reserve(3 * ingresses + routes);
+        self.emitter.reserve(2 * ingresses + routes);
     }
 
     /// The complete current IR, sorted by [`ResourceKey`].

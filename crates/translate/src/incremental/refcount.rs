@@ -72,6 +72,11 @@ impl<K: Eq + Hash, V> RefCount<K, V> {
         self.map.get(key).map(|e| &e.1)
     }
 
+    /// Every referenced key with its value, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter().map(|(k, e)| (k, &e.1))
+    }
+
     /// Whether `key` has at least one reference.
     pub(crate) fn contains_key(&self, key: &K) -> bool {
         self.map.contains_key(key)
