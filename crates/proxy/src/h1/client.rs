@@ -117,6 +117,8 @@ pub(crate) struct Conn {
     buf: BytesMut,
     /// The last request head's buffer, kept for the next one.
     out: Vec<u8>,
+    /// Scratch space of the response head's parser.
+    spans: Vec<parse::FieldSpan>,
     /// Exchanges this connection finished.
     used: u32,
     pool: Weak<Http1Pool>,
@@ -132,6 +134,7 @@ impl Conn {
             io,
             buf: BytesMut::with_capacity(READ_MIN),
             out: Vec::new(),
+            spans: Vec::new(),
             used: 0,
             pool,
             key,
@@ -539,6 +542,11 @@ impl Exchange {
                 }
             }
             if !self.body_done {
+                // Waiting for the client's body: what was written goes out now (a TLS
+                // stream may hold a record back until flushed).
+                if let Poll::Ready(Err(e)) = Pin::new(&mut conn.io).poll_flush(cx) {
+                    return Poll::Ready(Err(self.lost(e.into())));
+                }
                 return Poll::Pending;
             }
             return match Pin::new(&mut conn.io).poll_flush(cx) {
@@ -564,7 +572,7 @@ impl Exchange {
         loop {
             let conn = self.conn.as_deref_mut().unwrap_or_else(|| unreachable!());
             if !conn.buf.is_empty() {
-                match parse::parse_response(&mut conn.buf, self.head_request) {
+                match parse::parse_response(&mut conn.buf, self.head_request, &mut conn.spans) {
                     Err(e) => {
                         return Poll::Ready(Err(Failed::Error(ProxyError::Upstream(Box::new(e)))));
                     }

@@ -76,17 +76,27 @@ pub(crate) struct Head {
     pub(crate) keep_alive: bool,
 }
 
+/// Where a header field's name and value lie in a head: (offset, length) of each.
+pub(crate) type FieldSpan = ((usize, usize), (usize, usize));
+
 /// Parses the response head at the start of `buf`, for a request whose method was HEAD
 /// when `head_request`, and splits it off `buf`. `Ok(None)`: incomplete (read more into
 /// `buf`; past [`MAX_HEAD`] bytes it is an error). The header values share the head's
-/// memory (one frozen buffer, as hyper does); names are parsed once.
+/// memory (one frozen buffer, as hyper does); names are parsed once. `spans` is scratch
+/// space (kept by the connection: no per-response table is zeroed or allocated).
 pub(crate) fn parse_response(
     buf: &mut BytesMut,
     head_request: bool,
+    spans: &mut Vec<FieldSpan>,
 ) -> Result<Option<Head>, Invalid> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let len = match resp.parse(buf) {
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        buf,
+        &mut fields,
+    ) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
             return Err(Invalid::HeadTooLarge);
@@ -117,15 +127,16 @@ pub(crate) fn parse_response(
         .reason
         .filter(|r| status.canonical_reason() != Some(*r))
         .map(|r| span(r.as_bytes()));
-    let count = resp.headers.len();
-    let mut spans = [((0, 0), (0, 0)); MAX_HEADERS];
-    for (slot, f) in spans.iter_mut().zip(resp.headers.iter()) {
-        *slot = (span(f.name.as_bytes()), span(f.value));
-    }
+    spans.clear();
+    spans.extend(
+        resp.headers
+            .iter()
+            .map(|f| (span(f.name.as_bytes()), span(f.value))),
+    );
     let head = buf.split_to(len).freeze();
     let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
-    let mut headers = HeaderMap::with_capacity(count);
-    for &(name, value) in &spans[..count] {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for &(name, value) in spans.iter() {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
             .map_err(|_| Invalid::Head("field name"))?;
         let value = HeaderValue::from_maybe_shared(slice(value))
@@ -146,9 +157,7 @@ pub(crate) fn parse_response(
 
 /// Whether a line of `head` ends in a bare LF (one not preceded by CR).
 fn has_bare_lf(head: &[u8]) -> bool {
-    head.iter()
-        .enumerate()
-        .any(|(i, b)| *b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
 }
 
 /// The text of an httparse error (the ones a response can raise).
@@ -479,6 +488,7 @@ pub enum Read {
 pub fn read(bytes: &[u8], head_request: bool, step: usize) -> Read {
     let step = step.max(1);
     let mut buf = BytesMut::new();
+    let mut spans = Vec::new();
     let mut fed = 0;
     let mut feed = |buf: &mut BytesMut| {
         let n = step.min(bytes.len() - fed);
@@ -487,7 +497,7 @@ pub fn read(bytes: &[u8], head_request: bool, step: usize) -> Read {
         n > 0
     };
     let head = loop {
-        match parse_response(&mut buf, head_request) {
+        match parse_response(&mut buf, head_request, &mut spans) {
             Err(e) => return Read::Invalid(e.to_string()),
             Ok(Some(h))
                 if h.status.is_informational() && h.status != StatusCode::SWITCHING_PROTOCOLS => {}

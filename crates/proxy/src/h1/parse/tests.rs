@@ -1,7 +1,7 @@
 use super::*;
 
 fn head(bytes: &[u8]) -> Result<Option<Head>, Invalid> {
-    parse_response(&mut BytesMut::from(bytes), false)
+    parse_response(&mut BytesMut::from(bytes), false, &mut Vec::new())
 }
 
 fn complete(bytes: &[u8]) -> Head {
@@ -13,7 +13,9 @@ fn a_head_is_split_off_and_its_values_share_the_buffer() {
     let mut buf = BytesMut::from(
         &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-One: a\r\nx-one: b\r\n\r\nhello"[..],
     );
-    let h = parse_response(&mut buf, false).unwrap().unwrap();
+    let h = parse_response(&mut buf, false, &mut Vec::new())
+        .unwrap()
+        .unwrap();
     assert_eq!(&buf[..], b"hello");
     assert_eq!(h.status, StatusCode::OK);
     assert_eq!(h.version, Version::HTTP_11);
@@ -54,7 +56,7 @@ fn a_custom_reason_phrase_is_kept() {
 #[test]
 fn framing_follows_rfc_9112() {
     let f = |bytes: &[u8], head_request: bool| {
-        let h = parse_response(&mut BytesMut::from(bytes), head_request)
+        let h = parse_response(&mut BytesMut::from(bytes), head_request, &mut Vec::new())
             .unwrap()
             .unwrap();
         (h.framing, h.keep_alive)
