@@ -120,12 +120,17 @@ pub(crate) fn parse_response(
     } else {
         Version::HTTP_11
     };
-    // Where each part lies in `buf`, to slice them from the frozen head.
+    // Where each part lies in `buf`, to slice them from the frozen head. An empty part
+    // may be a static empty slice rather than one of `buf` (httparse gives `""` for a
+    // reason phrase that is not UTF-8): it is (0, 0).
     let base = buf.as_ptr() as usize;
-    let span = |part: &[u8]| (part.as_ptr() as usize - base, part.len());
+    let span = |part: &[u8]| match part.len() {
+        0 => (0, 0),
+        n => ((part.as_ptr() as usize).wrapping_sub(base).min(len - n), n),
+    };
     let reason = resp
         .reason
-        .filter(|r| status.canonical_reason() != Some(*r))
+        .filter(|r| !r.is_empty() && status.canonical_reason() != Some(*r))
         .map(|r| span(r.as_bytes()));
     spans.clear();
     spans.extend(

@@ -54,6 +54,18 @@ fn a_custom_reason_phrase_is_kept() {
 }
 
 #[test]
+fn a_reason_phrase_that_is_not_utf8_is_dropped_and_empty_values_are_kept() {
+    // Found by the h1_response fuzz target: httparse reads such a phrase as a static "",
+    // which is no part of the buffer.
+    let h = complete(b"HTTP/1.1 100 \xff\xffinue\r\n\r\n");
+    assert_eq!((h.status, h.reason), (StatusCode::CONTINUE, None));
+    let h = complete(b"HTTP/1.1 200 \xffOK\r\nx-empty:\r\nx-b: \r\ncontent-length: 0\r\n\r\n");
+    assert_eq!(h.headers["x-empty"], "");
+    assert_eq!(h.headers["x-b"], "");
+    assert_eq!(h.reason, None);
+}
+
+#[test]
 fn framing_follows_rfc_9112() {
     let f = |bytes: &[u8], head_request: bool| {
         let h = parse_response(&mut BytesMut::from(bytes), head_request, &mut Vec::new())
