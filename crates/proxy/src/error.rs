@@ -159,6 +159,21 @@ impl ProxyError {
             ProxyError::Upstream(err)
         }
     }
+    /// The failure of the request body while weir's HTTP/1.1 client sent it: the
+    /// client's fault when its connection failed (a `hyper::Error` of the client's
+    /// connection, as [`ProxyError::upstream_send`] finds through hyper's clients); else
+    /// (a body weir itself ended: idle, over its cap, taken by a retry) an upstream error,
+    /// which the body's [`crate::body::Stall`] flag explains when it gave up.
+    pub(crate) fn request_body(err: BoxError) -> ProxyError {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
+        while let Some(e) = next {
+            if e.is::<hyper::Error>() {
+                return ProxyError::ClientBody(err);
+            }
+            next = e.source();
+        }
+        ProxyError::Upstream(err)
+    }
 }
 
 /// Whether `err`'s chain shows the request body failing (see [`ProxyError::upstream_send`]).

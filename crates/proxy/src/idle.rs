@@ -227,12 +227,12 @@ pub(crate) struct TrackedBody {
 
 impl Body for TrackedBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = crate::error::BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         // ProxyBody is Unpin.
         Pin::new(&mut self.get_mut().inner).poll_frame(cx)
     }

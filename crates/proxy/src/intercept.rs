@@ -172,11 +172,8 @@ pub(crate) async fn after(
         .send(protocol, &addr, tls.as_ref(), req, gate);
     let sent = Bounded::new((!limit.is_zero()).then_some(limit), send).await;
     in_flight.finish(crate::server::outcome(&sent));
-    let (resp, lease) = sent?;
+    let resp = sent?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::upstream(body, lease),
-    ))
+    Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
 }

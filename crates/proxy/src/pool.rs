@@ -1,24 +1,19 @@
-//! The HTTP/1.1 upstream pool: idle keep-alive connections per endpoint, on
-//! `hyper::client::conn::http1`.
+//! The HTTP/1.1 upstream pool: idle keep-alive connections per endpoint and worker, for
+//! weir's own HTTP/1.1 client ([`crate::h1`]).
 //!
-//! Written instead of hyper-util's legacy client because the profile of the keep-alive
-//! bench showed that client's per-request work (pool key hashing with SipHash, a boxed
-//! connect future built per request, an extra task spawned per response to put the
-//! connection back) at several percent of the proxy's CPU, and because its pool has no
-//! bound. Here a request takes the most recently used idle sender of its endpoint (one
-//! short lock), and the response body gives it back when it ends: no task, no timer.
+//! A request takes the most recently used idle connection of its endpoint made on its own
+//! worker thread (one short lock), and its response body gives it back when it ends: no
+//! task, no timer, no channel. Connections stay with the worker that made them, whose
+//! runtime watches their sockets: an exchange on another worker's connection would be
+//! woken by that worker's reactor, which runs only between that worker's tasks. An idle
+//! connection that the upstream closed (or that received bytes nobody asked for) is seen
+//! from the runtime's readiness when it is taken, without a system call, and dropped.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http::Request;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::TcpStream;
@@ -27,38 +22,32 @@ use weir_model::EndpointAddr;
 use crate::body::RequestBody;
 use crate::endpoints::ConnectGate;
 use crate::error::ProxyError;
+use crate::h1::{Conn, Exchange, Io};
 use crate::upstream_tls::TlsTarget;
 
-/// Idle connections kept per endpoint; more are closed when they come back.
+/// Idle connections kept per endpoint and worker; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 
-type Sender = http1::SendRequest<RequestBody>;
-
-/// A connection's task: plaintext or over TLS (the TLS one boxed: its stream is large).
-/// Built once per connection and moved into its task, so the plaintext variant's size
-/// costs nothing per request.
-#[allow(clippy::large_enum_variant)]
-enum Connection {
-    Plain(http1::Connection<TokioIo<TcpStream>, RequestBody>),
-    Tls(Box<http1::Connection<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, RequestBody>>),
-}
-
 struct Idle {
-    sender: Sender,
+    conn: Box<Conn>,
     since: Instant,
 }
 
-/// A pool's key: the endpoint, and the identity of the TLS settings its connections
-/// were made with (0: plaintext), so that connections of a BackendTLSPolicy are not
-/// shared with plaintext ones (or others') to the same address.
-type PoolKey = (EndpointAddr, u64);
+/// A pool's key: the endpoint; the identity of the TLS settings its connections were
+/// made with (0: plaintext), so that connections of a BackendTLSPolicy are not shared with
+/// plaintext ones (or others') to the same address; and the worker thread that made them.
+pub(crate) type PoolKey = (EndpointAddr, u64, usize);
 
-/// The key of `addr` reached with `tls`.
+/// The key of `addr` reached with `tls` from the current worker.
 fn pool_key(addr: &EndpointAddr, tls: Option<&Arc<TlsTarget>>) -> PoolKey {
-    (addr.clone(), tls.map_or(0, |t| t.id))
+    (
+        addr.clone(),
+        tls.map_or(0, |t| t.id),
+        crate::workers::current().unwrap_or(usize::MAX),
+    )
 }
 
-/// Idle HTTP/1.1 connections by endpoint.
+/// Idle HTTP/1.1 connections by endpoint and worker.
 pub(crate) struct Http1Pool {
     idle: Mutex<HashMap<PoolKey, Vec<Idle>, foldhash::fast::FixedState>>,
     connect_timeout: Duration,
@@ -68,104 +57,6 @@ pub(crate) struct Http1Pool {
     /// Set once the idle sweeper runs (it is started by the first connection, inside
     /// the runtime).
     sweeper: std::sync::Once,
-}
-
-/// A connection lent to one request; the response body returns it with [`Lease::release`].
-pub(crate) struct Lease {
-    pool: Weak<Http1Pool>,
-    addr: PoolKey,
-    /// The TLS settings of its connection, to make another if it closed unused.
-    tls: Option<Arc<TlsTarget>>,
-    sender: Sender,
-}
-
-impl Lease {
-    /// Gives the connection back once the response has been read to its end. Usually
-    /// the connection task has already finished the exchange; when it has not (another
-    /// worker thread runs it), a small task waits for it, as hyper-util does for every
-    /// request. A closed connection is dropped.
-    pub(crate) fn release(mut self) {
-        if self.sender.is_closed() {
-            return;
-        }
-        let Some(pool) = self.pool.upgrade() else {
-            return;
-        };
-        if self.sender.is_ready() {
-            pool.put(self.addr, self.sender);
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let limit = pool.idle_timeout;
-        drop(pool);
-        rt.spawn(async move {
-            if let Ok(Ok(())) = tokio::time::timeout(limit, self.sender.ready()).await
-                && let Some(pool) = self.pool.upgrade()
-            {
-                pool.put(self.addr, self.sender);
-            }
-        });
-    }
-}
-
-type TrySendError = hyper::client::conn::TrySendError<Request<RequestBody>>;
-
-/// The boxed general case of [`Http1Pool::send`].
-type SlowSend =
-    Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send>>;
-
-pin_project_lite::pin_project! {
-    /// The response head of a request sent with [`Http1Pool::send`], with the lease of
-    /// its connection.
-    #[project = SendingProj]
-    pub(crate) enum Sending<F> {
-        /// Handed to a ready idle connection; `lease` is taken when the answer comes.
-        Sent {
-            #[pin]
-            response: F,
-            lease: Option<Lease>,
-        },
-        /// Anything else, including a retry after the idle connection closed.
-        Slow { fut: SlowSend },
-    }
-}
-
-impl<F> Future for Sending<F>
-where
-    F: Future<Output = Result<Response<Incoming>, TrySendError>>,
-{
-    type Output = Result<(Response<Incoming>, Lease), ProxyError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (sent, lease) = match self.as_mut().project() {
-            SendingProj::Slow { fut } => return fut.as_mut().poll(cx),
-            SendingProj::Sent { response, lease } => {
-                let sent = ready!(response.poll(cx));
-                (sent, lease.take())
-            }
-        };
-        let Some(lease) = lease else {
-            return Poll::Ready(Err(ProxyError::Upstream("polled after completion".into())));
-        };
-        match sent {
-            Ok(resp) => Poll::Ready(Ok((resp, lease))),
-            Err(mut e) => match (e.take_message(), lease.pool.upgrade()) {
-                // Closed before the request was written: it never reached the upstream,
-                // so it goes again (the closed connection is dropped with the lease).
-                (Some(req), Some(pool)) => {
-                    let fut = Box::pin(pool.send_slow(lease.addr, lease.tls, req, None, None));
-                    self.set(Sending::Slow { fut });
-                    self.poll(cx)
-                }
-                (Some(_), None) => {
-                    Poll::Ready(Err(ProxyError::Connect("upstream pool closed".into())))
-                }
-                (None, _) => Poll::Ready(Err(ProxyError::upstream_send(Box::new(e.into_error())))),
-            },
-        }
-    }
 }
 
 impl Http1Pool {
@@ -186,134 +77,65 @@ impl Http1Pool {
     }
 
     /// Sends `req` (origin-form URI, Host set) to `addr` on an idle connection, or on a
-    /// new one. A request that a reused connection closed before sending it is sent
-    /// again on a new connection (it never reached the upstream).
-    ///
-    /// The usual case (an idle connection ready for the next request) hands the request
-    /// over right here and returns a future that only waits for the response head; the
-    /// rest (waiting for a connection, retrying, connecting) is one boxed future. The
-    /// returned future is moved with the request's (see `server::handle`), so it is
-    /// kept small.
+    /// new one: the returned exchange resolves to the response head. The head is encoded
+    /// here, into the taken connection's buffer; the exchange is moved with the request's
+    /// future (see `server::handle`), so it is kept small.
     pub(crate) fn send(
         self: &Arc<Self>,
         addr: &EndpointAddr,
         tls: Option<&Arc<TlsTarget>>,
         req: Request<RequestBody>,
         gate: Option<ConnectGate>,
-    ) -> Sending<impl Future<Output = Result<Response<Incoming>, TrySendError>> + Send + use<>>
-    {
+    ) -> Exchange {
         let key = pool_key(addr, tls);
-        match self.take(&key) {
-            Some(mut sender) if sender.is_ready() => {
-                let response = sender.try_send_request(req);
-                Sending::Sent {
-                    response,
-                    lease: Some(self.lease(key, tls.cloned(), sender)),
-                }
-            }
-            taken => Sending::Slow {
-                fut: Box::pin(Arc::clone(self).send_slow(key, tls.cloned(), req, taken, gate)),
-            },
-        }
+        let conn = self.take(&key);
+        Exchange::new(Arc::clone(self), key, tls.cloned(), gate, conn, req)
     }
 
-    /// The general case of [`Http1Pool::send`], starting with `first` (an idle sender
-    /// that was not ready yet), if any.
-    async fn send_slow(
-        self: Arc<Self>,
-        addr: PoolKey,
-        tls: Option<Arc<TlsTarget>>,
-        req: Request<RequestBody>,
-        first: Option<Sender>,
-        gate: Option<ConnectGate>,
-    ) -> Result<(Response<Incoming>, Lease), ProxyError> {
-        let mut req = req;
-        let mut next = first;
-        while let Some(mut sender) = next.take().or_else(|| self.take(&addr)) {
-            if !sender.is_ready() && sender.ready().await.is_err() {
-                continue;
-            }
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, self.lease(addr.clone(), tls.clone(), sender))),
-                Err(mut e) => match e.take_message() {
-                    Some(back) => req = back,
-                    None => return Err(ProxyError::upstream_send(Box::new(e.into_error()))),
-                },
-            }
-        }
-        // A pending request from here until its connection is up: a circuit breaker may
-        // refuse one more.
-        let pending = gate
-            .map(ConnectGate::enter)
-            .transpose()
-            .map_err(ProxyError::Overloaded)?;
-        let mut sender = self.connect(&addr.0, tls.as_deref()).await?;
-        drop(pending);
-        match sender.send_request(req).await {
-            Ok(resp) => Ok((resp, self.lease(addr, tls, sender))),
-            Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
-        }
-    }
-
-    fn lease(
-        self: &Arc<Self>,
-        addr: PoolKey,
-        tls: Option<Arc<TlsTarget>>,
-        sender: Sender,
-    ) -> Lease {
-        Lease {
-            pool: Arc::downgrade(self),
-            addr,
-            tls,
-            sender,
-        }
-    }
-
-    /// The most recently used idle sender of `addr` that is still open and fresh.
-    fn take(&self, addr: &PoolKey) -> Option<Sender> {
+    /// The most recently used idle connection of `key` that is still open and fresh.
+    pub(crate) fn take(&self, key: &PoolKey) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let stack = idle.get_mut(addr)?;
-        while let Some(entry) = stack.pop() {
-            if !entry.sender.is_closed() && entry.since.elapsed() < self.idle_timeout {
-                return Some(entry.sender);
+        let stack = idle.get_mut(key)?;
+        while let Some(mut entry) = stack.pop() {
+            if entry.since.elapsed() < self.idle_timeout && entry.conn.still_open() {
+                return Some(entry.conn);
             }
         }
         None
     }
 
-    fn put(&self, addr: PoolKey, sender: Sender) {
+    /// Keeps `conn` (its exchange ended cleanly) for the next request of its key.
+    pub(crate) fn put(&self, conn: Box<Conn>) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let stack = idle.entry(addr).or_default();
+        let stack = idle.entry(conn.key().clone()).or_default();
         if stack.len() < MAX_IDLE_PER_ENDPOINT {
             stack.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
     }
 
-    /// Opens a connection (TCP_NODELAY, then the TLS handshake when `tls` is given) and
-    /// starts its task; bounded by the connect timeout.
-    async fn connect(
-        self: &Arc<Self>,
-        addr: &EndpointAddr,
+    /// Opens a connection for `key` (TCP_NODELAY, then the TLS handshake when `tls` is
+    /// given), bounded by the connect timeout.
+    pub(crate) async fn connect(
+        self: Arc<Self>,
+        key: PoolKey,
         tls: Option<&TlsTarget>,
-    ) -> Result<Sender, ProxyError> {
+    ) -> Result<Box<Conn>, ProxyError> {
         self.start_sweeper();
-        let stream = connect_tcp(addr, self.connect_timeout)
+        let stream = connect_tcp(&key.0, self.connect_timeout)
             .await
             .inspect_err(|_| {
                 self.connect_errors.inc();
             })?;
-        let (sender, conn) = match tls {
-            None => http1::handshake(TokioIo::new(stream))
-                .await
-                .map(|(s, c)| (s, Connection::Plain(c))),
+        let io = match tls {
+            None => Io::Plain(stream),
             Some(tls) => {
                 let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
                 let handshake = connector.connect(tls.server_name.clone(), stream);
-                let stream = match tokio::time::timeout(self.connect_timeout, handshake).await {
-                    Ok(Ok(s)) => s,
+                match tokio::time::timeout(self.connect_timeout, handshake).await {
+                    Ok(Ok(s)) => Io::Tls(Box::new(s)),
                     Ok(Err(e)) => {
                         self.connect_errors.inc();
                         tracing::debug!(policy = %tls.policy, error = %e, "upstream TLS handshake");
@@ -323,29 +145,15 @@ impl Http1Pool {
                         self.connect_errors.inc();
                         return Err(ProxyError::Connect("upstream TLS handshake timeout".into()));
                     }
-                };
-                http1::handshake(TokioIo::new(stream))
-                    .await
-                    .map(|(s, c)| (s, Connection::Tls(Box::new(c))))
+                }
             }
-        }
-        .map_err(|e| ProxyError::Connect(Box::new(e)))?;
-        let open = self.open.clone();
-        open.inc();
-        tokio::spawn(async move {
-            // With upgrades: after a 101 (WebSocket) the connection is handed to the
-            // tunnel instead of being closed; its sender is closed then, so the lease is
-            // not returned to the pool.
-            let ended = match conn {
-                Connection::Plain(c) => c.with_upgrades().await,
-                Connection::Tls(c) => c.with_upgrades().await,
-            };
-            if let Err(e) = ended {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-            open.dec();
-        });
-        Ok(sender)
+        };
+        Ok(Box::new(Conn::new(
+            io,
+            Arc::downgrade(&self),
+            key,
+            self.open.clone(),
+        )))
     }
 
     /// Closes connections idle for longer than the idle timeout, also for endpoints that
@@ -358,17 +166,18 @@ impl Http1Pool {
         });
     }
 
-    /// Drops idle connections older than the idle timeout and empty endpoint entries.
+    /// Drops idle connections older than the idle timeout or closed by their upstream,
+    /// and empty endpoint entries.
     fn sweep_now(&self) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.retain(|_, stack| {
-            stack.retain(|e| !e.sender.is_closed() && e.since.elapsed() < self.idle_timeout);
+            stack.retain_mut(|e| e.since.elapsed() < self.idle_timeout && e.conn.still_open());
             !stack.is_empty()
         });
     }
 
     #[cfg(test)]
-    fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.values().map(Vec::len).sum()
     }
@@ -409,7 +218,11 @@ pub(crate) async fn connect_tcp(
 mod tests {
     use std::net::SocketAddr;
 
+    use http::Response;
     use http_body_util::BodyExt;
+    use hyper::body::Incoming;
+    use hyper::client::conn::http1;
+    use hyper_util::rt::TokioIo;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -462,7 +275,7 @@ mod tests {
                 async move {
                     *req.uri_mut() = http::Uri::from_static("/");
                     let req = req.map(RequestBody::unlimited);
-                    let (resp, lease) = pool
+                    let resp = pool
                         .send(&target, None, req, None)
                         .await
                         .map_err(|e| e.to_string())?;
@@ -471,7 +284,6 @@ mod tests {
                         .collect()
                         .await
                         .map_err(|e| e.to_string())?;
-                    lease.release();
                     Ok::<_, String>(Response::new(http_body_util::Full::new(body.to_bytes())))
                 }
             });
@@ -538,7 +350,8 @@ mod tests {
             Gauge::default(),
             errors.clone(),
         ));
-        let err = p.connect(&EndpointAddr::Socket(addr), None).await.err();
+        let key = pool_key(&EndpointAddr::Socket(addr), None);
+        let err = Arc::clone(&p).connect(key, None).await.err();
         assert!(matches!(err, Some(ProxyError::Connect(_))));
         assert_eq!(errors.get(), 1);
     }

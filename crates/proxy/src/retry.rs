@@ -249,7 +249,7 @@ async fn run(a: Attempts, mut next: Next, mut made: u32) -> Retried {
         let result = attempt(&ctx, &rule, timeouts, target, parts, body.body(), start).await;
         if let (Some(t), Some((id, at))) = (&trace, span) {
             let outcome = match &result {
-                Ok((resp, _)) => Ok(resp.status().as_u16()),
+                Ok(resp) => Ok(resp.status().as_u16()),
                 Err(e) => Err(error_type(e)),
             };
             t.ended(id, made, at, addr.clone(), outcome);
@@ -265,14 +265,13 @@ async fn run(a: Attempts, mut next: Next, mut made: u32) -> Retried {
             health.as_ref(),
         );
         let Some(wait) = wait else {
-            let result = result.map(|(resp, lease)| {
+            let result = result.map(|resp| {
                 relay(
                     &rule,
                     backend_filters(&rule, backend),
                     cors_origin.as_ref(),
                     None,
                     resp,
-                    lease,
                 )
             });
             return (result, made, addr);
@@ -299,7 +298,7 @@ fn wait_before(
 ) -> Option<Duration> {
     let retry = retry?;
     let retryable = match result {
-        Ok((resp, _)) => idempotent && retry.retries_status(resp.status().as_u16()),
+        Ok(resp) => idempotent && retry.retries_status(resp.status().as_u16()),
         Err(ProxyError::Connect(_)) => true,
         Err(ProxyError::Upstream(_) | ProxyError::Timeout) => idempotent,
         Err(_) => false,

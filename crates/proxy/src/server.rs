@@ -30,7 +30,7 @@ use crate::concurrency::InProgress;
 use crate::cors;
 use crate::dataplane::Shared;
 use crate::endpoints::{ConnectGate, InFlight, Outcome};
-use crate::error::{ProxyError, ResponseShape, error_response, text_response};
+use crate::error::{BoxError, ProxyError, ResponseShape, error_response, text_response};
 use crate::ext_auth;
 use crate::filters;
 use crate::intercept;
@@ -38,11 +38,11 @@ use crate::metrics::ListenerMetrics;
 use crate::mirror;
 use crate::normalize;
 use crate::policy::{self, Applied, Refusal};
-use crate::pool::Lease;
 use crate::retry;
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::upgrade;
+use crate::upstream::UpstreamBody;
 
 /// The response body: a small body produced here, or an upstream body streamed through.
 pub(crate) struct ProxyBody {
@@ -54,9 +54,9 @@ pub(crate) struct ProxyBody {
 
 enum BodyKind {
     Full(Option<Bytes>),
-    /// An upstream body; for HTTP/1.1 with the lease of its connection, given back to
-    /// the pool when the body has been read to its end.
-    Upstream(Incoming, Option<Lease>),
+    /// An upstream body (an HTTP/1.1 one gives its connection back to the pool at its
+    /// end).
+    Upstream(UpstreamBody),
 }
 
 impl ProxyBody {
@@ -69,9 +69,9 @@ impl ProxyBody {
         }
     }
 
-    pub(crate) fn upstream(body: Incoming, lease: Option<Lease>) -> ProxyBody {
+    pub(crate) fn upstream(body: UpstreamBody) -> ProxyBody {
         ProxyBody {
-            kind: BodyKind::Upstream(body, lease),
+            kind: BodyKind::Upstream(body),
             held: None,
         }
     }
@@ -88,49 +88,25 @@ fn holding(resp: Response<ProxyBody>, held: Option<Box<InProgress>>) -> Response
     }
 }
 
-impl Drop for ProxyBody {
-    /// A body dropped after its end (the server stops polling once it has written the
-    /// announced length) gives its connection back; one dropped before closes it.
-    fn drop(&mut self) {
-        if let BodyKind::Upstream(body, lease) = &mut self.kind
-            && body.is_end_stream()
-            && let Some(lease) = lease.take()
-        {
-            lease.release();
-        }
-    }
-}
-
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Both variants are Unpin, so the body can be re-pinned freely.
         match &mut self.get_mut().kind {
             BodyKind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            BodyKind::Upstream(body, lease) => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                let done = match &polled {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                    _ => false,
-                };
-                if done && let Some(lease) = lease.take() {
-                    lease.release();
-                }
-                polled
-            }
+            BodyKind::Upstream(body) => Pin::new(body).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             BodyKind::Full(data) => data.is_none(),
-            BodyKind::Upstream(body, _) => body.is_end_stream(),
+            BodyKind::Upstream(body) => body.is_end_stream(),
         }
     }
 
@@ -139,7 +115,7 @@ impl Body for ProxyBody {
             BodyKind::Full(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            BodyKind::Upstream(body, _) => body.size_hint(),
+            BodyKind::Upstream(body) => body.size_hint(),
         }
     }
 }
@@ -165,9 +141,8 @@ pub(crate) struct ConnContext {
     pub(crate) timeouts: ConnectionTimeouts,
 }
 
-/// The result of waiting for an upstream: the response head and, for HTTP/1.1, the
-/// lease of the connection it came on.
-pub(crate) type UpstreamResult = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
+/// The result of waiting for an upstream: the response head.
+pub(crate) type UpstreamResult = Result<Response<UpstreamBody>, ProxyError>;
 
 /// Serves one request. Never fails: every error becomes a response.
 ///
@@ -1223,7 +1198,7 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
             extra.retried = Some((attempts, upstream));
             return Poll::Ready(result.map(|resp| extra.finish(resp)));
         }
-        let (resp, lease) = result?;
+        let resp = result?;
         let rule = &**this.rule;
         let extra = this.extra.as_deref_mut();
         let resp = relay(
@@ -1232,7 +1207,6 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
             extra.as_ref().and_then(|e| e.cors_origin.as_ref()),
             this.client_upgrade.take(),
             resp,
-            lease,
         );
         Poll::Ready(Ok(match extra {
             Some(extra) => extra.finish(resp),
@@ -1244,7 +1218,7 @@ impl<S: Future<Output = UpstreamResult>> Future for Forwarding<S> {
 /// What an upstream result says about its endpoint (for outlier detection).
 pub(crate) fn outcome(result: &UpstreamResult) -> Outcome {
     match result {
-        Ok((resp, _)) => Outcome::of_status(resp.status().as_u16()),
+        Ok(resp) => Outcome::of_status(resp.status().as_u16()),
         Err(ProxyError::Connect(_)) => Outcome::ConnectFailure,
         Err(ProxyError::Upstream(_) | ProxyError::Timeout) => Outcome::GatewayFailure,
         Err(_) => Outcome::Neutral,
@@ -1257,26 +1231,27 @@ pub(crate) fn relay(
     backend_filters: &[Filter],
     cors_origin: Option<&cors::Allowed>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    mut resp: Response<Incoming>,
-    mut lease: Option<Lease>,
+    mut resp: Response<UpstreamBody>,
 ) -> Response<ProxyBody> {
     let switched = match client_upgrade {
         Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            let upstream = hyper::upgrade::on(&mut resp);
-            tokio::spawn(upgrade::tunnel(client, upstream));
-            resp.headers().get(header::UPGRADE).cloned()
+            match resp.body_mut().upgrade() {
+                Some(upstream) => {
+                    tokio::spawn(upgrade::tunnel(client, upstream));
+                    resp.headers().get(header::UPGRADE).cloned()
+                }
+                None => None,
+            }
         }
         _ => None,
     };
     let (mut parts, body) = resp.into_parts();
     // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an intermediary must
     // drop the Content-Length before forwarding: relayed, the stale length would cut the
-    // body short and look complete. Such a response hints at a confused or hostile
-    // upstream, so its connection is not reused either.
-    if parts.headers.contains_key(header::TRANSFER_ENCODING)
-        && parts.headers.remove(header::CONTENT_LENGTH).is_some()
-    {
-        lease = None;
+    // body short and look complete. (Such a response hints at a confused or hostile
+    // upstream: the HTTP/1.1 client does not reuse its connection.)
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        parts.headers.remove(header::CONTENT_LENGTH);
     }
     strip_hop_by_hop(&mut parts.headers, false);
     if let Some(u) = switched {
@@ -1291,7 +1266,7 @@ pub(crate) fn relay(
     }
     filters::apply_response_filters(rule, &mut parts.headers);
     filters::apply_response_header_filters(backend_filters, &mut parts.headers);
-    Response::from_parts(parts, ProxyBody::upstream(body, lease))
+    Response::from_parts(parts, ProxyBody::upstream(body))
 }
 
 fn origin_form(uri: &Uri) -> PathAndQuery {

@@ -23,16 +23,15 @@ pub(crate) fn requested(parts: &http::request::Parts) -> Option<HeaderValue> {
 
 /// Joins an upgraded client connection and the upgraded upstream connection, copying
 /// both ways until either side closes.
-pub(crate) async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(both) => both,
+pub(crate) async fn tunnel(client: hyper::upgrade::OnUpgrade, mut upstream: crate::h1::Upgraded) {
+    let client = match client.await {
+        Ok(client) => client,
         Err(e) => {
             tracing::debug!(error = %e, "upgrade failed");
             return;
         }
     };
     let mut client = hyper_util::rt::TokioIo::new(client);
-    let mut upstream = hyper_util::rt::TokioIo::new(upstream);
     if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         tracing::debug!(error = %e, "upgraded connection closed with an error");
     }

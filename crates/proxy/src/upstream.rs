@@ -24,8 +24,9 @@ use crate::body::{RequestBody, SendWatch, Stall};
 use crate::dataplane::ProxyConfig;
 use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
+use crate::h1;
 use crate::h2_tls::H2TlsPool;
-use crate::pool::{Http1Pool, Lease};
+use crate::pool::Http1Pool;
 use crate::upstream_tls::TlsTarget;
 
 /// The pools for both upstream protocols.
@@ -93,11 +94,8 @@ impl Upstreams {
     ) -> Result<(), BoxError> {
         if let Some(tls) = tls {
             let req = req.map(|_| RequestBody::empty());
-            let (resp, lease) = self.send(protocol, addr, Some(tls), req, None).await?;
+            let resp = self.send(protocol, addr, Some(tls), req, None).await?;
             resp.into_body().collect().await?;
-            if let Some(lease) = lease {
-                lease.release();
-            }
             return Ok(());
         }
         let client = match protocol {
@@ -110,10 +108,10 @@ impl Upstreams {
     }
 
     /// Sends one request to `addr`; the returned future waits for the response head.
-    /// HTTP/1.1 requests carry an origin-form URI and come back with the [`Lease`] of
-    /// their connection, which the response body returns to the pool at its end; h2c
-    /// requests carry an absolute URI naming the endpoint. A request whose body stalls
-    /// before the answer fails with [`ProxyError::BodyTimeout`].
+    /// HTTP/1.1 requests carry an origin-form URI, and their response body returns the
+    /// connection to the pool at its end; h2c requests carry an absolute URI naming the
+    /// endpoint. A request whose body stalls before the answer fails with
+    /// [`ProxyError::BodyTimeout`].
     pub(crate) fn send(
         &self,
         protocol: UpstreamProtocol,
@@ -121,9 +119,7 @@ impl Upstreams {
         tls: Option<&Arc<TlsTarget>>,
         req: Request<RequestBody>,
         gate: Option<ConnectGate>,
-    ) -> UpstreamResponse<
-        impl Future<Output = Result<(Response<Incoming>, Lease), ProxyError>> + Send + use<>,
-    > {
+    ) -> UpstreamResponse {
         let stall = req.body().stall();
         let send_watch = req.body().send_watch();
         let sending = match protocol {
@@ -134,8 +130,6 @@ impl Upstreams {
                 None => Sending::H2c {
                     fut: self.h2c.request(req),
                 },
-                // Boxed: a request of its own kind, whose connection is made the first
-                // time anyway; the common variants stay as small as they were.
                 Some(tls) => Sending::H2Tls {
                     fut: Box::pin(Arc::clone(&self.h2_tls).send(
                         addr.clone(),
@@ -155,24 +149,21 @@ impl Upstreams {
 }
 
 pin_project_lite::pin_project! {
-    /// See [`Upstreams::send`].
-    pub(crate) struct UpstreamResponse<F> {
+    /// An upstream's response head, bounded by the body's send timeout when it has one.
+    pub(crate) struct UpstreamResponse {
         #[pin]
-        sending: Sending<F>,
+        sending: Sending,
         stall: Option<Stall>,
-        // Boxed: only requests with a body under a send timeout have one.
+        // Boxed: most requests have no send timeout.
         send_watch: Option<Box<SendWatch>>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = SendingProj]
-    enum Sending<F> {
-        /// From the HTTP/1.1 pool.
-        Http1 { #[pin] fut: F },
-        /// From the h2c client.
+    enum Sending {
+        Http1 { fut: h1::Exchange },
         H2c { #[pin] fut: ResponseFuture },
-        /// From the HTTP/2-over-TLS pool.
         H2Tls { fut: H2TlsSend },
     }
 }
@@ -180,22 +171,24 @@ pin_project_lite::pin_project! {
 /// A request to the HTTP/2-over-TLS pool.
 type H2TlsSend = Pin<Box<dyn Future<Output = Result<Response<Incoming>, ProxyError>> + Send>>;
 
-impl<F> Future for UpstreamResponse<F>
-where
-    F: Future<Output = Result<(Response<Incoming>, Lease), ProxyError>>,
-{
-    type Output = Result<(Response<Incoming>, Option<Lease>), ProxyError>;
+impl Future for UpstreamResponse {
+    type Output = Result<Response<UpstreamBody>, ProxyError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let polled = match this.sending.project() {
-            SendingProj::Http1 { fut } => fut.poll(cx).map(|r| r.map(|(r, l)| (r, Some(l)))),
+            SendingProj::Http1 { fut } => Pin::new(fut)
+                .poll(cx)
+                .map(|r| r.map(|r| r.map(UpstreamBody::H1))),
             SendingProj::H2c { fut } => fut.poll(cx).map(|r| match r {
-                Ok(resp) => Ok((resp, None)),
+                Ok(resp) => Ok(resp.map(UpstreamBody::H2)),
                 Err(e) if e.is_connect() => Err(ProxyError::Connect(Box::new(e))),
                 Err(e) => Err(ProxyError::upstream_send(Box::new(e))),
             }),
-            SendingProj::H2Tls { fut } => fut.as_mut().poll(cx).map(|r| r.map(|r| (r, None))),
+            SendingProj::H2Tls { fut } => fut
+                .as_mut()
+                .poll(cx)
+                .map(|r| r.map(|r| r.map(UpstreamBody::H2))),
         };
         let out = match polled {
             Poll::Ready(out) => out,
@@ -214,6 +207,53 @@ where
             Some(stall) => out.map_err(|e| stall.explain(e)),
             None => out,
         })
+    }
+}
+
+/// An upstream's response body: from weir's HTTP/1.1 client (which gives the connection
+/// back at its end), or from hyper's HTTP/2 clients.
+pub(crate) enum UpstreamBody {
+    H1(h1::ResponseBody),
+    H2(Incoming),
+}
+
+impl UpstreamBody {
+    /// The upstream connection after a `101 Switching Protocols` (HTTP/1.1 only).
+    pub(crate) fn upgrade(&mut self) -> Option<h1::Upgraded> {
+        match self {
+            UpstreamBody::H1(b) => b.upgrade(),
+            UpstreamBody::H2(_) => None,
+        }
+    }
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        // Both variants are Unpin.
+        match self.get_mut() {
+            UpstreamBody::H1(b) => Pin::new(b).poll_frame(cx),
+            UpstreamBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::H1(b) => b.is_end_stream(),
+            UpstreamBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            UpstreamBody::H1(b) => b.size_hint(),
+            UpstreamBody::H2(b) => b.size_hint(),
+        }
     }
 }
 

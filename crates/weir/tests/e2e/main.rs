@@ -28,6 +28,7 @@ mod reload;
 mod remote_jwks;
 mod request_limits;
 mod routing;
+mod smuggling;
 mod status_page;
 mod tls;
 mod traces;
