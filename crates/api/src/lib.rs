@@ -35,7 +35,7 @@ pub use crate::l4route::{
     UdpRouteSpec,
 };
 pub use crate::listenerset::ListenerSet;
-pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta, shared_str};
 pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::str_map::StrMap;

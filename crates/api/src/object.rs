@@ -177,6 +177,19 @@ impl ObjectKey {
     }
 }
 
+impl ObjectKey {
+    /// A key in namespace `ns` that shares its buffer: the key of an object another one
+    /// refers to in its own namespace (an Ingress's Secret, Service or Backend), kept in
+    /// the translator's dependency index for as long as the referrer exists.
+    pub fn in_namespace(kind: Kind, ns: &Arc<str>, name: &str) -> Self {
+        ObjectKey {
+            kind,
+            namespace: ns.clone(),
+            name: name.into(),
+        }
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.namespace.is_empty() {
@@ -471,7 +484,11 @@ impl Object {
     /// The object's key.
     pub fn key(&self) -> ObjectKey {
         let m = self.metadata();
-        ObjectKey::new(self.kind(), &m.namespace, &m.name)
+        ObjectKey {
+            kind: self.kind(),
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+        }
     }
 }
 
@@ -492,10 +509,10 @@ fn drop_null_fields(value: &mut Value) {
 pub(crate) fn normalize_namespace(kind: Kind, meta: &mut ObjectMeta) {
     if kind.namespaced() {
         if meta.namespace.is_empty() {
-            meta.namespace = "default".into();
+            meta.namespace = crate::meta::shared_str("default");
         }
-    } else {
-        meta.namespace.clear();
+    } else if !meta.namespace.is_empty() {
+        meta.namespace = crate::meta::shared_str("");
     }
 }
 

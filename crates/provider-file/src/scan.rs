@@ -234,7 +234,7 @@ mod tests {
                 panic!("{r:?}")
             };
             assert_eq!(
-                docs[0].result.as_ref().unwrap().metadata().name,
+                &*docs[0].result.as_ref().unwrap().metadata().name,
                 format!("n{i}")
             );
         }

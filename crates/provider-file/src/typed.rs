@@ -68,6 +68,23 @@ fn string(node: &Node<'_>) -> Result<String, ()> {
     }
 }
 
+/// A string as serde reads it, into an `Arc<str>`.
+fn arc_str(node: &Node<'_>) -> Result<Arc<str>, ()> {
+    match node {
+        Node::Str(s) => Ok(Arc::from(&**s)),
+        _ => Err(()),
+    }
+}
+
+/// A namespace: a string shared with the reader's recent equal ones
+/// ([`weir_api::shared_str`]).
+fn namespace(node: &Node<'_>) -> Result<Arc<str>, ()> {
+    match node {
+        Node::Str(s) => Ok(weir_api::shared_str(s)),
+        _ => Err(()),
+    }
+}
+
 /// An optional field read with `read` (absent or `null`: `None`).
 fn opt<T>(
     node: &Node<'_>,
@@ -140,8 +157,8 @@ fn map<'n, 'a>(node: &'n Node<'a>) -> Result<&'n Node<'a>, ()> {
 fn metadata(doc: &Node<'_>) -> Result<ObjectMeta, ()> {
     let m = map(field(doc, "metadata").ok_or(())?)?;
     let mut meta = ObjectMeta {
-        name: or_default(m, "name", string)?,
-        namespace: or_default(m, "namespace", string)?,
+        name: or_default(m, "name", arc_str)?,
+        namespace: or_default(m, "namespace", namespace)?,
         labels: or_default(m, "labels", |n| string_map(n, str::to_owned))?,
         annotations: or_default(m, "annotations", |n| string_map(n, str::to_owned))?,
         creation_timestamp: opt(m, "creationTimestamp", string)?,
@@ -153,7 +170,7 @@ fn metadata(doc: &Node<'_>) -> Result<ObjectMeta, ()> {
         return Err(());
     }
     if meta.namespace.is_empty() {
-        meta.namespace = "default".into();
+        meta.namespace = weir_api::shared_str("default");
     }
     Ok(meta)
 }

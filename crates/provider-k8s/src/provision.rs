@@ -84,7 +84,7 @@ fn labels(gw: &Gateway, component: &str) -> Map<String, Value> {
         .unwrap_or_default();
     m.insert("app.kubernetes.io/name".into(), component.into());
     m.insert("app.kubernetes.io/managed-by".into(), "weir".into());
-    m.insert(GATEWAY_NAME_LABEL.into(), gw.metadata.name.clone().into());
+    m.insert(GATEWAY_NAME_LABEL.into(), Value::from(&*gw.metadata.name));
     m
 }
 
@@ -307,7 +307,7 @@ impl Provisioner {
             .as_ref()
             .and_then(|i| i.parameters_ref.as_ref())
             .filter(|r| r.group.is_empty() && r.kind == "ConfigMap")
-            .map(|r| (gw.metadata.namespace.clone(), r.name.clone()));
+            .map(|r| (gw.metadata.namespace.to_string(), r.name.clone()));
         for (ns, name) in [class_ref, gw_ref].into_iter().flatten() {
             self.overlay(&mut provision, &ns, &name).await;
         }

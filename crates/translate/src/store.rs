@@ -117,11 +117,11 @@ impl Store {
 
     fn unindex(&mut self, obj: &Object) {
         let m = obj.metadata();
-        let ns: Arc<str> = m.namespace.as_str().into();
+        let ns: Arc<str> = m.namespace.as_ref().into();
         match obj {
             Object::ReferenceGrant(_) => {
                 if let Some(g) = self.grants.get_mut(&ns) {
-                    g.remove(m.name.as_str());
+                    g.remove(m.name.as_ref());
                     if g.is_empty() {
                         self.grants.remove(&ns);
                     }
@@ -131,7 +131,7 @@ impl Store {
                 if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
                     let k: NsName = (ns, svc.as_str().into());
                     if let Some(set) = self.slices.get_mut(&k) {
-                        set.remove(m.name.as_str());
+                        set.remove(m.name.as_ref());
                         if set.is_empty() {
                             self.slices.remove(&k);
                         }
@@ -139,16 +139,16 @@ impl Store {
                 }
             }
             Object::Secret(_) => {
-                self.certs.remove(&(ns, m.name.as_str().into()));
+                self.certs.remove(&(ns, m.name.as_ref().into()));
             }
             Object::ConfigMap(_) => {
-                self.cas.remove(&(ns, m.name.as_str().into()));
+                self.cas.remove(&(ns, m.name.as_ref().into()));
             }
             Object::Ingress(i) => {
                 for host in ingress_hosts(i) {
                     let k: NsName = (ns.clone(), host);
                     if let Some(set) = self.ingress_hosts.get_mut(&k) {
-                        if let Ok(at) = set.binary_search_by(|n| (**n).cmp(m.name.as_str())) {
+                        if let Ok(at) = set.binary_search_by(|n| (**n).cmp(m.name.as_ref())) {
                             set.remove(at);
                         }
                         if set.is_empty() {

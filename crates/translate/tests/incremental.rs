@@ -1106,7 +1106,7 @@ fn pool() -> Vec<Vec<Arc<Object>>> {
     let secrets: Vec<weir_api::Secret> = tls
         .iter()
         .filter_map(|o| match &**o {
-            Object::Secret(s) if ["a", "b", "wild"].contains(&s.metadata.name.as_str()) => {
+            Object::Secret(s) if ["a", "b", "wild"].contains(&s.metadata.name.as_ref()) => {
                 Some(s.clone())
             }
             _ => None,

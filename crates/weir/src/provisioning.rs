@@ -186,7 +186,7 @@ impl Provisioning {
                 }
                 Object::GatewayClass(_) => {
                     let mut c = self.classes.lock().unwrap_or_else(|p| p.into_inner());
-                    c.insert(o.metadata().name.clone(), o.clone());
+                    c.insert(o.metadata().name.to_string(), o.clone());
                 }
                 Object::XListenerSet(_) | Object::ListenerSet(_) => {
                     let Some((meta, set)) = o.as_listener_set() else {

@@ -93,7 +93,7 @@ pub(crate) fn compile(
         .iter()
         .filter_map(|a| HostMatch::parse(Some(a)).ok())
         .collect();
-    let ns = &*key.namespace;
+    let ns = &key.namespace;
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
         Some(r) => Action::Redirect(r.clone()),
@@ -298,15 +298,18 @@ pub(crate) fn path_match(
 }
 
 /// The TLS hosts of `ing` and their certificates, into `out`.
-pub(crate) fn tls(store: &Store, ns: &str, ing: &Ingress, out: &mut CompiledIngress) {
+pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut CompiledIngress) {
     for (i, t) in ing.spec.tls.iter().enumerate() {
         let field = format!("spec.tls[{i}]");
         let Some(secret) = t.secret_name.as_deref().filter(|s| !s.is_empty()) else {
             out.problems.push(format!("{field}.secretName: required"));
             continue;
         };
-        out.deps
-            .push(Dep::Object(ObjectKey::new(Kind::Secret, ns, secret)));
+        out.deps.push(Dep::Object(ObjectKey::in_namespace(
+            Kind::Secret,
+            ns,
+            secret,
+        )));
         let cert = match store.certificate(ns, secret) {
             None => {
                 out.problems.push(format!("{field}.secretName: Secret {ns}/{secret} not found; its hosts get no certificate"));
@@ -368,7 +371,7 @@ pub(crate) struct Reach {
 /// found (named).
 pub(crate) fn default_backend(
     store: &Store,
-    ns: &str,
+    ns: &Arc<str>,
     ann: &mut ingress_nginx::Annotations,
     out: &mut CompiledIngress,
 ) -> Option<ClusterKey> {
@@ -378,8 +381,11 @@ pub(crate) fn default_backend(
         "metadata.annotations[{}default-backend]",
         ingress_nginx::PREFIX
     );
-    out.deps
-        .push(Dep::Object(ObjectKey::new(Kind::Service, ns, &name)));
+    out.deps.push(Dep::Object(ObjectKey::in_namespace(
+        Kind::Service,
+        ns,
+        &name,
+    )));
     let port = store
         .service(ns, &name)
         .and_then(|s| s.spec.ports.first())
@@ -437,7 +443,7 @@ impl Reach {
 
 pub(crate) fn action(
     store: &Store,
-    ns: &str,
+    ns: &Arc<str>,
     b: &IngressBackend,
     field: &str,
     out: &mut CompiledIngress,
@@ -514,14 +520,18 @@ pub(crate) fn action(
 
 fn resolve(
     store: &Store,
-    ns: &str,
+    ns: &Arc<str>,
     b: &IngressBackend,
     field: &str,
     deps: &mut Vec<Dep>,
     want: WantProtocol,
 ) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
-        deps.push(Dep::Object(ObjectKey::new(Kind::Service, ns, &s.name)));
+        deps.push(Dep::Object(ObjectKey::in_namespace(
+            Kind::Service,
+            ns,
+            &s.name,
+        )));
         let fs = format!("{field}.service");
         let port = match (&s.port.number, &s.port.name) {
             (Some(n), _) => *n,
@@ -561,7 +571,11 @@ fn resolve(
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && r.kind == "Backend" {
-            deps.push(Dep::Object(ObjectKey::new(Kind::Backend, ns, &r.name)));
+            deps.push(Dep::Object(ObjectKey::in_namespace(
+                Kind::Backend,
+                ns,
+                &r.name,
+            )));
             return backend::resolve_backend(
                 store,
                 ns,

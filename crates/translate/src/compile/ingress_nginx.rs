@@ -589,7 +589,7 @@ fn basic_auth(
     out: &mut Annotations,
 ) {
     let field = |k: &str| format!("metadata.annotations[{PREFIX}{k}]");
-    let ns = ing.metadata.namespace.as_str();
+    let ns = ing.metadata.namespace.as_ref();
     let realm = ours
         .get("auth-realm")
         .copied()

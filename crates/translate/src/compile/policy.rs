@@ -217,7 +217,7 @@ pub(crate) struct CompiledPolicy {
 
 /// Compiles a TrafficPolicy (Secrets it references are read from `store`).
 pub(crate) fn compile(p: &TrafficPolicy, store: &Store) -> CompiledPolicy {
-    let ns: Arc<str> = p.metadata.namespace.as_str().into();
+    let ns: Arc<str> = p.metadata.namespace.as_ref().into();
     let mut targets: Vec<TargetRef> = p
         .spec
         .target_refs

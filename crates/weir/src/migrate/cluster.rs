@@ -33,7 +33,7 @@ pub async fn migrate_cluster(
     .await?;
     let namespaces: BTreeSet<String> = ingresses
         .iter()
-        .map(|i| i.metadata.namespace.clone())
+        .map(|i| i.metadata.namespace.to_string())
         .collect();
     for ns in &namespaces {
         list_in(
@@ -67,10 +67,10 @@ pub async fn migrate_cluster(
 fn named_secrets(ingresses: &[Ingress]) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for ing in ingresses {
-        let ns = &ing.metadata.namespace;
+        let ns: &str = &ing.metadata.namespace;
         for t in &ing.spec.tls {
             if let Some(s) = t.secret_name.as_deref().filter(|s| !s.is_empty()) {
-                out.insert((ns.clone(), s.to_owned()));
+                out.insert((ns.to_owned(), s.to_owned()));
             }
         }
         let key = format!("{INGRESS_NGINX_PREFIX}auth-secret");

@@ -83,7 +83,7 @@ impl<'o> GatewayBuilder<'o> {
             let Some(secret) = t.secret_name.as_deref().filter(|s| !s.is_empty()) else {
                 continue;
             };
-            if !inputs.secrets.contains_key(&(ns.as_str(), secret)) {
+            if !inputs.secrets.contains_key(&(ns.as_ref(), secret)) {
                 notes.push(Note {
                     object: ingress_name(ing),
                     severity: Severity::Info,
@@ -101,7 +101,7 @@ impl<'o> GatewayBuilder<'o> {
                 let h = h.map(str::to_ascii_lowercase);
                 if let Some(other) = self.tls.iter().find(|l| l.host == h) {
                     if (other.secret_namespace.as_str(), other.secret.as_str())
-                        != (ns.as_str(), secret)
+                        != (ns.as_ref(), secret)
                     {
                         notes.push(Note {
                             object: ingress_name(ing),
@@ -119,7 +119,7 @@ impl<'o> GatewayBuilder<'o> {
                 self.tls.push(TlsListener {
                     name: format!("https-{}", self.tls.len()),
                     host: h,
-                    secret_namespace: ns.clone(),
+                    secret_namespace: ns.to_string(),
                     secret: secret.to_owned(),
                 });
             }

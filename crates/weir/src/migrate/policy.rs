@@ -18,7 +18,7 @@ pub(super) fn policy(
     routes: &[String],
     out: &mut Migration,
 ) {
-    let ns = ing.metadata.namespace.as_str();
+    let ns = ing.metadata.namespace.as_ref();
     let name = &ing.metadata.name;
     let mut spec = json!({});
     if let Some(l) = &reading.rate_limit {

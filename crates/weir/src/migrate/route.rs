@@ -95,7 +95,7 @@ pub(super) fn migrate_ingress(
         list: Vec::new(),
     };
     report_annotations(ing, reading, &mut notes);
-    let ns = ing.metadata.namespace.as_str();
+    let ns = ing.metadata.namespace.as_ref();
     let filters = filters(reading, &mut notes);
     let mut refs = BackendRefs {
         ns,
@@ -262,7 +262,7 @@ pub(super) fn migrate_ingress(
 
     // Routes: one per host; with an HTTPS redirect, the plaintext listener gets a twin
     // whose rules answer with it.
-    let base = ing.metadata.name.as_str();
+    let base = ing.metadata.name.as_ref();
     let several = hosts.len() > 1;
     let mut route_names = Vec::new();
     for (k, h) in hosts.iter().enumerate() {
@@ -466,7 +466,7 @@ fn passthrough(
     notes: &mut Notes,
     out: &mut Migration,
 ) {
-    let ns = ing.metadata.namespace.as_str();
+    let ns = ing.metadata.namespace.as_ref();
     let mut done: Vec<String> = Vec::new();
     for (i, rule) in ing.spec.rules.iter().enumerate() {
         let Some(host) = rule.host.as_deref().map(str::to_ascii_lowercase) else {
@@ -529,7 +529,7 @@ fn backend_tls(
     notes: &mut Notes,
     out: &mut Migration,
 ) {
-    let ns = ing.metadata.namespace.as_str();
+    let ns = ing.metadata.namespace.as_ref();
     if reading.h2c {
         notes.add(
             Severity::NotCarried,
