@@ -1,7 +1,7 @@
 //! [`FileProvider`]: what every file defines, and the object-level difference of each
 //! (re)read.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::ffi::OsStr;
@@ -499,15 +499,14 @@ impl FileProvider {
 
     /// Records the key's winner before the operation changes it (first touch only).
     fn touch(&self, key: &ObjectKey, tx: &mut Tx) {
-        if tx.before.contains_key(key) {
-            return;
+        // One search: cloning a key is two reference counts (its strings are the object's).
+        if let btree_map::Entry::Vacant(slot) = tx.before.entry(key.clone()) {
+            slot.insert(self.winner(key).map(|d| Before {
+                file: d.origin.file.clone(),
+                seq: d.seq,
+                object: d.object.clone(),
+            }));
         }
-        let before = self.winner(key).map(|d| Before {
-            file: d.origin.file.clone(),
-            seq: d.seq,
-            object: d.object.clone(),
-        });
-        tx.before.insert(key.clone(), before);
     }
 
     /// Compares every touched key's winner with the one before, and reports duplicates.

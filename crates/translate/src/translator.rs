@@ -233,7 +233,9 @@ impl Translator {
         // An Ingress host is a (listener, host) on the HTTP and on the HTTPS listener,
         // with a virtual host each and an SNI entry on one; a route is at least one.
         self.hosts.reserve(2 * ingresses + routes, ingresses);
-        self.emitter.reserve(2 * ingresses + routes);
+        // Routes and Ingresses have a status each; of the other kinds, some do (a
+        // Gateway, a TLS Secret with problems): an overestimate only costs room.
+        self.emitter.reserve(2 * ingresses + routes, derived);
     }
 
     /// The complete current IR, sorted by [`ResourceKey`].
