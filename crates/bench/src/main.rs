@@ -17,6 +17,7 @@ mod progress;
 mod propagation;
 mod ratelimit;
 mod report;
+mod scale;
 mod side;
 mod soak;
 mod stats;
@@ -68,6 +69,9 @@ enum Command {
     /// processes sharing one redis-server) offered 3× their limit, and a Redis outage
     /// mid-run with a fail-open and a fail-closed limit.
     Ratelimit(RatelimitArgs),
+    /// Propagation reports of several sizes side by side: one change's latency and
+    /// startup by number of domains, as a markdown table and two PNG charts.
+    Scale(ScaleArgs),
     /// The fixed-response backend the traffic bench runs behind the proxies.
     #[command(hide = true)]
     Backend(BackendArgs),
@@ -330,6 +334,17 @@ struct BackendArgs {
 }
 
 #[derive(clap::Args)]
+struct ScaleArgs {
+    /// `propagation-<N>.json` reports (from `weir-bench propagation`), one per size.
+    #[arg(required = true)]
+    reports: Vec<PathBuf>,
+    /// Directory for `scale-changes.png` and `scale-startup.png`
+    /// [default: <workspace>/target/weir-bench/results].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
 struct PropagationArgs {
     /// Number of domains d<i>.bench.test served from the start, each with its own
     /// certificate and manifest file.
@@ -577,6 +592,25 @@ fn main() -> ExitCode {
         }
         Command::Handshakes(args) => run_client(&runtime, traffic::clients::handshakes(&args)),
         Command::FixedRate(args) => run_client(&runtime, traffic::clients::fixed_rate(&args)),
+        Command::Scale(a) => {
+            let out = a
+                .out
+                .unwrap_or_else(|| workspace_path("target/weir-bench/results"));
+            match scale::run(&a.reports, &out) {
+                Ok(md) => {
+                    println!("{md}");
+                    println!(
+                        "plots:   {}/scale-changes.png, scale-startup.png",
+                        out.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir-bench: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Propagation(args) => {
             let opts = args.options();
             runtime.block_on(async {
