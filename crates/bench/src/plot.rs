@@ -139,9 +139,15 @@ fn draw_categories(
         .y_label_formatter(&|y| match scale {
             YScale::Linear => format!("{y:.0}"),
             YScale::Log => {
+                // Three significant digits: ticks between powers of ten (1.58, 2.51, ...)
+                // rounded to whole numbers read as 2, 3, ... and misplaced every point.
                 let v = 10f64.powf(*y);
-                if v >= 1.0 {
+                if v >= 100.0 {
                     format!("{v:.0}")
+                } else if v >= 10.0 {
+                    format!("{v:.1}")
+                } else if v >= 1.0 {
+                    format!("{v:.2}")
                 } else {
                     format!("{v:.3}")
                 }
@@ -176,11 +182,16 @@ fn draw_categories(
     Ok(())
 }
 
-const COLORS: [RGBColor; 4] = [
+// Eight distinct colours: `weir-bench scale` draws six series on one chart.
+const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
 ];
 
 fn draw(
