@@ -175,9 +175,7 @@ impl ObjectKey {
             name: name.into(),
         }
     }
-}
 
-impl ObjectKey {
     /// A key in namespace `ns` that shares its buffer: the key of an object another one
     /// refers to in its own namespace (an Ingress's Secret, Service or Backend), kept in
     /// the translator's dependency index for as long as the referrer exists.
