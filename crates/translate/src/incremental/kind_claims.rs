@@ -9,7 +9,6 @@
 //! on the same listeners whose hostnames intersect the old or new ones: on a listener
 //! with routes of one kind only, nothing.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use foldhash::HashMap;
@@ -18,6 +17,7 @@ use weir_model::HostMatch;
 
 use crate::compile::route_kind::RouteKind;
 use crate::incremental::SniOwner;
+use crate::incremental::small::SmallOrdMap;
 
 /// A listener: its Gateway or listener set, and its name.
 pub(crate) type ListenerId = (ObjectKey, Arc<str>);
@@ -25,10 +25,13 @@ pub(crate) type ListenerId = (ObjectKey, Arc<str>);
 /// The hostnames a route would serve on one listener (before this rule is applied).
 pub(crate) type Claim = (ListenerId, Vec<HostMatch>);
 
-/// Claims per listener, per side (HTTPRoute, GRPCRoute), oldest first.
+/// Claims per listener, per side (HTTPRoute, GRPCRoute), oldest first. Most listeners
+/// hold one route (a ListenerSet's listener per domain): a side keeps one claim inline,
+/// where a `BTreeMap` allocated a node for eleven (1 KiB per listener, 21 MiB at 20,000
+/// ListenerSets), and becomes a `BTreeMap` from its second claim on.
 #[derive(Default)]
 pub(crate) struct KindClaims {
-    by_listener: HashMap<ListenerId, [BTreeMap<SniOwner, Vec<HostMatch>>; 2]>,
+    by_listener: HashMap<ListenerId, [SmallOrdMap<SniOwner, Vec<HostMatch>>; 2]>,
     by_route: HashMap<ObjectKey, (SniOwner, usize, Vec<Claim>)>,
 }
 
@@ -102,7 +105,7 @@ impl KindClaims {
             };
             sides[side].remove(&owner);
             younger_rivals(&sides[1 - side], &owner, &hosts, affected);
-            if sides.iter().all(BTreeMap::is_empty) {
+            if sides.iter().all(SmallOrdMap::is_empty) {
                 self.by_listener.remove(&l);
             }
         }
@@ -115,7 +118,7 @@ fn intersects(a: &[HostMatch], b: &[HostMatch]) -> bool {
 
 /// The routes of `other` younger than `owner` whose hostnames intersect `hosts`.
 fn younger_rivals(
-    other: &BTreeMap<SniOwner, Vec<HostMatch>>,
+    other: &SmallOrdMap<SniOwner, Vec<HostMatch>>,
     owner: &SniOwner,
     hosts: &[HostMatch],
     affected: &mut Vec<ObjectKey>,

@@ -166,6 +166,19 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
         one.into_iter().chain(many.into_iter().flatten())
     }
 
+    /// The entries whose keys lie in `range`, in key order.
+    pub(crate) fn range<R: std::ops::RangeBounds<K>>(
+        &self,
+        range: R,
+    ) -> impl Iterator<Item = (&K, &V)> {
+        let (one, many) = match self {
+            SmallOrdMap::Empty => (None, None),
+            SmallOrdMap::One(k, v) => (range.contains(k).then_some((k, v)), None),
+            SmallOrdMap::Many(map) => (None, Some(map.range(range))),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
     /// The keys in order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         let (one, many) = match self {
@@ -232,5 +245,35 @@ mod tests {
         m.remove(&9);
         assert!(m.is_empty());
         assert_eq!(m.values().count(), 0);
+    }
+
+    #[test]
+    fn small_ord_map_ranges_like_a_btree_map() {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut m = SmallOrdMap::default();
+        let mut b = BTreeMap::new();
+        let ranges = |m: &SmallOrdMap<i32, i32>, b: &BTreeMap<i32, i32>| {
+            for x in 0..8 {
+                let below: Vec<_> = m.range(..x).collect();
+                assert_eq!(below, b.range(..x).collect::<Vec<_>>(), "..{x}");
+                let above: Vec<_> = m.range((Excluded(x), Unbounded)).collect();
+                assert_eq!(
+                    above,
+                    b.range((Excluded(x), Unbounded)).collect::<Vec<_>>(),
+                    "{x}.."
+                );
+            }
+        };
+        ranges(&m, &b);
+        for (k, v) in [(4, 40), (2, 20), (6, 60)] {
+            m.insert(k, v);
+            b.insert(k, v);
+            ranges(&m, &b);
+        }
+        for k in [2, 6, 4] {
+            m.remove(&k);
+            b.remove(&k);
+            ranges(&m, &b);
+        }
     }
 }
