@@ -34,7 +34,10 @@ pub(crate) struct GatewayOutputs {
 /// its status reports (attached routes per listener, attached sets).
 #[derive(Default)]
 pub(crate) struct GatewayIndex {
-    states: HashMap<ObjectKey, GatewayState>,
+    /// Boxed: a `GatewayState` is hundreds of bytes, and a table at hashbrown's
+    /// power-of-two sizes holds room for up to twice as many as it has (20,000
+    /// ListenerSets: a 20 MiB table, most of it empty slots of that size).
+    states: HashMap<ObjectKey, Box<GatewayState>>,
     /// What routes are matched against; a change recomputes the attached routes.
     views: HashMap<ObjectKey, Vec<ListenerView>>,
     outputs: HashMap<ObjectKey, GatewayOutputs>,
@@ -49,20 +52,20 @@ pub(crate) struct GatewayIndex {
 impl GatewayIndex {
     /// The state of Gateway or listener set `gk`, if it is ours.
     pub(crate) fn state(&self, gk: &ObjectKey) -> Option<&GatewayState> {
-        self.states.get(gk)
+        self.states.get(gk).map(|s| &**s)
     }
 
     /// Sets (or, with `None`, removes) the state of `gk`.
     pub(crate) fn set_state(&mut self, gk: &ObjectKey, state: Option<GatewayState>) {
         match state {
-            Some(s) => self.states.insert(gk.clone(), s),
+            Some(s) => self.states.insert(gk.clone(), Box::new(s)),
             None => self.states.remove(gk),
         };
     }
 
     /// Takes the state of `gk` out (to settle it; [`Self::set_state`] puts it back).
     pub(crate) fn take_state(&mut self, gk: &ObjectKey) -> Option<GatewayState> {
-        self.states.remove(gk)
+        self.states.remove(gk).map(|s| *s)
     }
 
     /// The listener views of `gk`, if it is ours.
