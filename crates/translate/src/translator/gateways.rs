@@ -325,6 +325,12 @@ impl Translator {
             .then(|| state.group.clone());
             self.gateways.set_parent(gk, parent, &mut d.gateway_status);
         }
+        // Kept until the next settle: a listener set's lists hold one entry each, and the
+        // first push leaves room for four (12 + 10 MiB at 20,000 ListenerSets).
+        out.listeners.shrink_to_fit();
+        out.sni.shrink_to_fit();
+        out.isolated.shrink_to_fit();
+        out.sections.shrink_to_fit();
         self.gateways.set_outputs(gk, out);
         if self.gateways.set_views(gk, Some(gateway::views(&state))) {
             self.mark_dependents(&Dep::Object(gk.clone()), d);
