@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Startup cost of `weir run` on a manifest directory, read the moment /ready answers 200:
+# CPU seconds (user + system, all threads), RSS and peak RSS (VmHWM), wall time.
+#
+#   scripts/startup-at-ready.sh WEIR DIR [CPU]      # pinned to CPU (default 1) with taskset
+#   scripts/startup-at-ready.sh WEIR DIR [CPU] --callgrind OUT
+#                                 # instead: valgrind --tool=callgrind until /ready (count
+#                                 # instructions with callgrind_annotate OUT | grep TOTALS)
+#
+# DIR: e.g. the directory `weir-bench propagation --domains 20000 --changes 0 --keep-work`
+# leaves under target/weir-bench/work. weir is stopped (TERM) once the figures are read.
+# Ports: WEIR_ADMIN (default 127.0.0.1:19901), 127.0.0.1:18080 and :18443 for Ingresses.
+set -euo pipefail
+weir=${1:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
+dir=${2:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
+cpu=${3:-1}
+admin=${WEIR_ADMIN:-127.0.0.1:19901}
+args=(run -c "$dir" --admin "$admin" --ingress-http 127.0.0.1:18080
+  --ingress-https 127.0.0.1:18443 --no-access-log --no-watch)
+log=$(mktemp)
+if [ "${4:-}" = "--callgrind" ]; then
+  out=${5:?--callgrind needs an output file}
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$weir" "${args[@]}" >"$log" 2>&1 &
+else
+  taskset -c "$cpu" "$weir" "${args[@]}" >"$log" 2>&1 &
+fi
+pid=$!
+start=$(date +%s.%N)
+deadline=$((SECONDS + 3600))
+until curl -sf -o /dev/null "http://$admin/ready"; do
+  if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+    echo "weir did not become ready; last log lines:" >&2
+    tail -20 "$log" >&2
+    kill "$pid" 2>/dev/null || true
+    exit 1
+  fi
+  sleep 0.02
+done
+ready=$(date +%s.%N)
+read -r -a stat <"/proc/$pid/stat"
+tck=$(getconf CLK_TCK)
+rss=$(awk '/VmRSS/{printf "%.1f", $2/1024}' "/proc/$pid/status")
+hwm=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$pid/status")
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null || true
+rm -f "$log"
+# Fields 14 and 15 of /proc/PID/stat (user, system), in clock ticks. Under valgrind they
+# are valgrind's own: only the instruction count is meant.
+awk -v u="${stat[13]}" -v s="${stat[14]}" -v t="$tck" -v r="$rss" -v h="$hwm" \
+  -v w="$(awk -v a="$start" -v b="$ready" 'BEGIN{printf "%.3f", b - a}')" \
+  'BEGIN{printf "cpu_s=%.2f rss_mib=%s hwm_mib=%s wall_s=%s\n", (u + s) / t, r, h, w}'
