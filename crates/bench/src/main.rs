@@ -596,20 +596,9 @@ fn main() -> ExitCode {
             let out = a
                 .out
                 .unwrap_or_else(|| workspace_path("target/weir-bench/results"));
-            match scale::run(&a.reports, &out) {
-                Ok(md) => {
-                    println!("{md}");
-                    println!(
-                        "plots:   {}/scale-changes.png, scale-startup.png",
-                        out.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("weir-bench: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            run_with_files(&runtime, async { scale::run(&a.reports, &out) }, |md| {
+                md.clone()
+            })
         }
         Command::Propagation(args) => {
             let opts = args.options();

@@ -75,8 +75,8 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 }
 
 /// Reads `reports`, writes `scale-changes.png` and `scale-startup.png` to `out`, and
-/// returns the markdown table (sorted by size).
-pub(crate) fn run(reports: &[PathBuf], out: &Path) -> Result<String> {
+/// returns the markdown table (sorted by size) and the charts written.
+pub(crate) fn run(reports: &[PathBuf], out: &Path) -> Result<(String, Vec<PathBuf>)> {
     let mut points: Vec<Point> = reports.iter().map(|p| point(p)).collect::<Result<_>>()?;
     if points.is_empty() {
         bail!("no reports given");
@@ -123,8 +123,9 @@ pub(crate) fn run(reports: &[PathBuf], out: &Path) -> Result<String> {
             values: points.iter().map(|p| p.inside[i]).collect(),
         });
     }
+    let charts = [out.join("scale-changes.png"), out.join("scale-startup.png")];
     category_png(
-        &out.join("scale-changes.png"),
+        &charts[0],
         "one change live over HTTPS, by number of TLS domains loaded",
         ("domains", "ms (log)", YScale::Log),
         &labels,
@@ -148,13 +149,13 @@ pub(crate) fn run(reports: &[PathBuf], out: &Path) -> Result<String> {
         },
     ];
     category_png(
-        &out.join("scale-startup.png"),
+        &charts[1],
         "startup by number of TLS domains",
         ("domains", "s / GiB (log)", YScale::Log),
         &labels,
         &startup,
     )?;
-    Ok(md)
+    Ok((md, charts.into()))
 }
 
 #[cfg(test)]
@@ -183,7 +184,8 @@ mod tests {
             std::fs::write(&p, report(n, add).to_string()).unwrap();
             paths.push(p);
         }
-        let md = run(&paths, dir.path()).unwrap();
+        let (md, charts) = run(&paths, dir.path()).unwrap();
+        assert_eq!(charts.len(), 2);
         let rows: Vec<&str> = md.lines().skip(2).collect();
         assert_eq!(rows.len(), 2);
         // Sorted by size; missing figures shown as a dash, present ones as read.
