@@ -44,6 +44,49 @@ use tokio::time::Sleep;
 
 use crate::error::{BoxError, ProxyError};
 
+/// A client's request body as the server read it: hyper's (HTTP/2, and HTTP/1.1
+/// connections hyper serves), or none (a request weir's own HTTP/1.1 server read
+/// without a body, see [`crate::h1::server`]).
+pub(crate) enum ClientBody {
+    Hyper(Incoming),
+    Empty,
+}
+
+impl From<Incoming> for ClientBody {
+    fn from(body: Incoming) -> ClientBody {
+        ClientBody::Hyper(body)
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx),
+            ClientBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Hyper(b) => b.is_end_stream(),
+            ClientBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Hyper(b) => b.size_hint(),
+            ClientBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
 /// A client's request body on its way upstream, failing after `body_idle` without data.
 pub(crate) struct RequestBody {
     /// `None`: an empty body.
@@ -141,7 +184,7 @@ impl SendWatch {
 /// future, which has a size budget).
 enum Source {
     /// The client.
-    Client(Incoming),
+    Client(ClientBody),
     /// An attempt of a retried request: a [`Replay`]'s (boxed: most bodies are not
     /// retried).
     Tee(Box<TeeReader>),
@@ -151,7 +194,7 @@ enum Source {
 
 /// A client body with a cap on the bytes it may still send.
 struct Capped {
-    body: Incoming,
+    body: ClientBody,
     left: u64,
 }
 
@@ -203,7 +246,8 @@ impl RequestBody {
     }
 
     /// Wraps `inner`; `idle` of zero means no limit.
-    pub(crate) fn new(inner: Incoming, idle: Duration) -> RequestBody {
+    pub(crate) fn new(inner: impl Into<ClientBody>, idle: Duration) -> RequestBody {
+        let inner = inner.into();
         // A body that is already complete is never polled for data: no flag, no timer.
         let limited = !idle.is_zero() && !inner.is_end_stream();
         RequestBody {
@@ -220,7 +264,7 @@ impl RequestBody {
     pub(crate) fn capped(mut self, max: Option<u64>) -> RequestBody {
         // A body whose declared length fits (checked in phase 2) needs no cap.
         let declared_fits =
-            |b: &Incoming, max: u64| b.size_hint().upper().is_some_and(|u| u <= max);
+            |b: &ClientBody, max: u64| b.size_hint().upper().is_some_and(|u| u <= max);
         if let (Some(max), Some(Source::Client(b))) = (max, &self.inner)
             && !declared_fits(b, max)
             && let Some(Source::Client(body)) = self.inner.take()

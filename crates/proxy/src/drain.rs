@@ -82,6 +82,19 @@ impl Drain {
 }
 
 /// One connection's membership in a [`Drain`].
+/// A served connection that can be asked to finish gracefully: hyper's, or weir's own
+/// HTTP/1.1 server's ([`crate::h1::server::Conn`]).
+pub(crate) trait Shutdown: Future {
+    /// HTTP/1.1: close after the current response (at once when idle); HTTP/2: GOAWAY.
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<C: GracefulConnection> Shutdown for C {
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        GracefulConnection::graceful_shutdown(self);
+    }
+}
+
 pub(crate) struct Ticket {
     inner: Arc<Inner>,
     id: u64,
@@ -112,7 +125,7 @@ impl Ticket {
     }
 
     /// Serves `conn`: shut down gracefully once draining, dropped when closing (`None`).
-    pub(crate) fn serve<C: GracefulConnection>(&mut self, conn: C) -> Serve<'_, C> {
+    pub(crate) fn serve<C: Shutdown>(&mut self, conn: C) -> Serve<'_, C> {
         Serve {
             ticket: self,
             conn: Box::pin(conn),
@@ -157,7 +170,7 @@ pub(crate) struct Serve<'a, C> {
     shutting_down: bool,
 }
 
-impl<C: GracefulConnection> Serve<'_, C> {
+impl<C: Shutdown> Serve<'_, C> {
     /// Asks the connection to finish as a drain does (HTTP/1.1: after the current
     /// response; HTTP/2: GOAWAY), once.
     pub(crate) fn shut_down(&mut self) {
@@ -168,7 +181,7 @@ impl<C: GracefulConnection> Serve<'_, C> {
     }
 }
 
-impl<C: GracefulConnection> Future for Serve<'_, C> {
+impl<C: Shutdown> Future for Serve<'_, C> {
     type Output = Option<C::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -33,7 +33,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
-use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 use weir_model::ConnectionTimeouts;
@@ -254,7 +253,7 @@ pub(crate) trait Graceful: Future + Unpin {
     fn shut_down(&mut self);
 }
 
-impl<C: GracefulConnection> Graceful for Serve<'_, C> {
+impl<C: crate::drain::Shutdown> Graceful for Serve<'_, C> {
     fn shut_down(&mut self) {
         Serve::shut_down(self);
     }

@@ -36,12 +36,18 @@ const HYPER_MIN_BUF: usize = 8192;
 /// request ([`too_many_headers`]), since h2 has no such limit.
 pub(crate) fn configure(b: &mut auto::Builder<TokioExecutor>, limits: &ConnectionLimits) {
     let mut h1 = b.http1();
-    h1.max_buf_size((limits.max_header_bytes as usize).max(HYPER_MIN_BUF));
+    h1.max_buf_size(h1_max_buf(limits));
     let fields = limits.max_headers as usize;
     if fields != HYPER_STACK_HEADERS {
         h1.max_headers(fields);
     }
     b.http2().max_header_list_size(limits.max_header_bytes);
+}
+
+/// The most bytes an HTTP/1.1 request head may take (hyper's read buffer limit, and
+/// weir's own server's).
+pub(crate) fn h1_max_buf(limits: &ConnectionLimits) -> usize {
+    (limits.max_header_bytes as usize).max(HYPER_MIN_BUF)
 }
 
 /// Whether a request has more header fields than `max` (HTTP/2; HTTP/1.1 heads over the

@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,9 +24,11 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use weir_model::{Listener, ListenerKey, Protocol};
 
+use crate::body::ClientBody;
 use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::error::{ProxyError, ResponseShape, error_response};
+use crate::h1::{self, server::Fallback};
 use crate::idle::{ConnState, Tracked, Watch, Watched};
 use crate::l4::udp::{UdpLoop, UdpMetrics};
 use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
@@ -403,7 +406,7 @@ fn hand_over(shared: &Shared, stream: TcpStream, conn: Conn) {
 
 /// The response of the per-request service: served by `server::handle`, or refused
 /// here (an HTTP/2 head over the field limit).
-type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
+pub(crate) type Served<F> = Tracked<Either<Ready<Result<Response<ProxyBody>, Infallible>>, F>>;
 
 async fn serve_connection(mut stream: TcpStream, mut c: Conn) {
     let rt = Arc::clone(&c.runtime);
@@ -523,19 +526,26 @@ where
     };
     let max_headers = settings.limits.max_headers;
     let service = |state: Arc<ConnState>, ctx: Arc<ConnContext>| {
-        hyper::service::service_fn(move |req: Request<Incoming>| -> Served<_> {
-            let fut = if limits::too_many_headers(&req, max_headers) {
-                Either::Left(ready(Ok(too_many_headers(
-                    &ctx,
-                    ResponseShape::of(req.headers()),
-                ))))
-            } else {
-                Either::Right(server::handle(Arc::clone(&ctx), req))
-            };
-            Tracked::new(&state, fut)
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            serve_request(&state, &ctx, max_headers, req.map(ClientBody::from))
         })
     };
     let result = match tls {
+        None if lean_http1() => {
+            let state = ConnState::new(false);
+            let io = FirstBytes::new(stream, Speaks::Http1OrH2);
+            let io = Watch::new(io, Arc::clone(&state), true);
+            let ctx = context(None);
+            let svc = service(Arc::clone(&state), Arc::clone(&ctx));
+            let handler = lean_handler(&state, ctx, &settings.limits, true);
+            let auto = &servers.auto;
+            let conn =
+                h1::server::Conn::new(io, handler, move |io| -> Pin<Box<dyn Fallback + '_>> {
+                    Box::pin(auto.serve_connection_with_upgrades(TokioIo::new(io), svc))
+                });
+            let conn = ticket.serve(conn);
+            Watched::new(conn, state, timeouts, bounds, c.accepted_at).await
+        }
         None => {
             let state = ConnState::new(false);
             let io = FirstBytes::new(stream, Speaks::Http1OrH2);
@@ -579,6 +589,18 @@ where
                     .serve_connection(io, service(Arc::clone(&state), ctx));
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
+            } else if lean_http1() {
+                let io = FirstBytes::new(tls, Speaks::Http1);
+                let io = Watch::new(io, Arc::clone(&state), false);
+                let svc = service(Arc::clone(&state), Arc::clone(&ctx));
+                let handler = lean_handler(&state, ctx, &settings.limits, false);
+                let h1 = &servers.h1;
+                let conn =
+                    h1::server::Conn::new(io, handler, move |io| -> Pin<Box<dyn Fallback + '_>> {
+                        Box::pin(h1.serve_connection_with_upgrades(TokioIo::new(io), svc))
+                    });
+                let conn = ticket.serve(conn);
+                Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {
                 let io = FirstBytes::new(tls, Speaks::Http1);
                 let io = TokioIo::new(Watch::new(io, Arc::clone(&state), false));
@@ -597,6 +619,48 @@ where
         None => tracing::debug!(listener = %c.key, remote = %c.remote, "connection timed out"),
         _ => {}
     }
+}
+
+/// Whether HTTP/1.1 connections are served by weir's own server ([`h1::server`]), the
+/// default; `WEIR_HTTP1_SERVER=hyper` serves them with hyper's, as before (a way to
+/// compare the two, and a way back should a client meet a difference).
+fn lean_http1() -> bool {
+    static LEAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LEAN.get_or_init(|| std::env::var("WEIR_HTTP1_SERVER").map_or(true, |v| v != "hyper"))
+}
+
+/// What weir's own HTTP/1.1 server serves a connection's requests with.
+fn lean_handler(
+    state: &Arc<ConnState>,
+    ctx: Arc<ConnContext>,
+    limits: &weir_model::ConnectionLimits,
+    h2_preface: bool,
+) -> h1::server::Handler {
+    h1::server::Handler {
+        state: Arc::clone(state),
+        ctx,
+        max_headers: limits.max_headers,
+        max_head: limits::h1_max_buf(limits),
+        h2_preface,
+    }
+}
+
+/// Serves one request of a connection (hyper's service, or weir's own HTTP/1.1 server).
+pub(crate) fn serve_request(
+    state: &Arc<ConnState>,
+    ctx: &Arc<ConnContext>,
+    max_headers: u32,
+    req: Request<ClientBody>,
+) -> Served<impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + use<>> {
+    let fut = if limits::too_many_headers(&req, max_headers) {
+        Either::Left(ready(Ok(too_many_headers(
+            ctx,
+            ResponseShape::of(req.headers()),
+        ))))
+    } else {
+        Either::Right(server::handle(Arc::clone(ctx), req))
+    };
+    Tracked::new(state, fut)
 }
 
 /// The answer to an HTTP/2 request with more header fields than the listener allows

@@ -150,7 +150,7 @@ pub(crate) async fn forward(
     applied: Applied,
     first: Target,
     head: http::request::Parts,
-    body: hyper::body::Incoming,
+    body: crate::body::ClientBody,
     cors_origin: Option<crate::cors::Allowed>,
     start: Instant,
     trace: Option<crate::trace::AttemptTrace>,

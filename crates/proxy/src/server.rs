@@ -15,7 +15,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use weir_model::{
     Action, ConnectionTimeouts, EndpointAddr, Filter, ListenerKey, RouteRule, Timeouts,
     UpstreamProtocol, WeightedBackend,
@@ -25,7 +24,7 @@ use crate::access_log::{self, Record};
 use crate::affinity;
 use crate::authority;
 use crate::basic_auth;
-use crate::body::RequestBody;
+use crate::body::{ClientBody, RequestBody};
 use crate::concurrency::InProgress;
 use crate::cors;
 use crate::dataplane::Shared;
@@ -174,7 +173,7 @@ pub(crate) type UpstreamResult = Result<Response<UpstreamBody>, ProxyError>;
 /// were a quarter of the user-space instructions of an HTTP/2 request).
 pub(crate) fn handle(
     ctx: Arc<ConnContext>,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
 ) -> Handling<impl Future<Output = UpstreamResult> + Send + use<>> {
     let start = Instant::now();
     let shape = ResponseShape::of(req.headers());
@@ -342,7 +341,7 @@ fn finish(
 
 /// The request's host as sent: the URI authority for HTTP/2 (and absolute-form HTTP/1.1
 /// requests), else the Host header.
-fn raw_host(req: &Request<Incoming>) -> Option<HeaderValue> {
+fn raw_host(req: &Request<ClientBody>) -> Option<HeaderValue> {
     let from_uri = || {
         req.uri()
             .authority()
@@ -401,7 +400,7 @@ struct Passes(u8);
 /// first request of a credential comes here; the others find the result in a cache.
 fn verify_then_forward(
     ctx: &Arc<ConnContext>,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     job: Job,
     start: Instant,
 ) -> Verifying {
@@ -475,7 +474,7 @@ impl<S> Routed<S> {
 /// Phases 1–5 (see [`handle`]).
 fn phases(
     ctx: &Arc<ConnContext>,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     start: Instant,
     mut log: Option<&mut Record>,
 ) -> Result<Routed<impl Future<Output = UpstreamResult> + Send + use<>>, ProxyError> {
@@ -735,7 +734,7 @@ struct Matched {
 fn route(
     ctx: &ConnContext,
     snapshot: &Snapshot,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
 ) -> Result<Matched, ProxyError> {
     let listener = snapshot.listener(&ctx.key).ok_or(ProxyError::NoRoute)?;
     let raw_host = authority::canonical_host(req)?;
@@ -852,7 +851,7 @@ fn answer(
     ctx: &ConnContext,
     rule: &RouteRule,
     host: &str,
-    req: &Request<Incoming>,
+    req: &Request<ClientBody>,
 ) -> Response<ProxyBody> {
     match &rule.action {
         Action::DirectResponse(d) => {
@@ -936,7 +935,7 @@ pub(crate) fn backend_filters(rule: &RouteRule, backend: usize) -> &[Filter] {
 /// The request as it goes upstream, from [`rewrite`].
 struct Rewritten {
     parts: http::request::Parts,
-    body: Incoming,
+    body: ClientBody,
     /// The client side of an HTTP/1.1 upgrade passed on to the upstream.
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// The request's origin, allowed by the rule's CORS filter (or a policy's): the
@@ -954,7 +953,7 @@ fn rewrite(
     rule: &RouteRule,
     timeouts: &Timeouts,
     target: &mut Target,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     raw_host: Option<HeaderValue>,
 ) -> Result<Rewritten, ProxyError> {
     let protocol = target.protocol;

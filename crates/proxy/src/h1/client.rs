@@ -6,8 +6,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker, ready};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName};
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderName};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
 use super::parse::{self, Chunked, Decoded, Framing};
+use super::write::{Outgoing, decimal, encode_trailers, hex_line};
 use crate::body::RequestBody;
 use crate::endpoints::ConnectGate;
 use crate::error::{BoxError, ProxyError};
@@ -282,91 +283,6 @@ fn encode_head(
 enum Added {
     Length(u64),
     Chunked,
-}
-
-/// `n` in decimal, in `digits`.
-fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &digits[at..];
-        }
-    }
-}
-
-/// What is left to write of a request: the rest of its head, then a body part (a chunk's
-/// size line, its data, its CRLF). Written with one `writev` where the transport has it.
-#[derive(Default)]
-struct Outgoing {
-    /// Bytes of the head already written.
-    head_at: usize,
-    prefix: [u8; 24],
-    prefix_at: u8,
-    prefix_len: u8,
-    data: Bytes,
-    suffix: &'static [u8],
-}
-
-impl Outgoing {
-    /// Whether a body part is staged.
-    fn has_body_part(&self) -> bool {
-        self.prefix_at < self.prefix_len || !self.data.is_empty() || !self.suffix.is_empty()
-    }
-
-    fn is_empty(&self, head: &[u8]) -> bool {
-        self.head_at >= head.len() && !self.has_body_part()
-    }
-
-    /// Stages a body part.
-    fn stage(&mut self, prefix: &[u8], data: Bytes, suffix: &'static [u8]) {
-        self.prefix[..prefix.len()].copy_from_slice(prefix);
-        self.prefix_at = 0;
-        self.prefix_len = prefix.len() as u8;
-        self.data = data;
-        self.suffix = suffix;
-    }
-
-    /// Writes until everything staged is written.
-    fn poll_write(
-        &mut self,
-        head: &[u8],
-        io: &mut Io,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        while !self.is_empty(head) {
-            let parts = [
-                &head[self.head_at.min(head.len())..],
-                &self.prefix[usize::from(self.prefix_at)..usize::from(self.prefix_len)],
-                &self.data[..],
-                self.suffix,
-            ];
-            let slices = parts.map(IoSlice::new);
-            let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.advance(head.len(), n);
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    fn advance(&mut self, head_len: usize, mut n: usize) {
-        let head_left = head_len.saturating_sub(self.head_at);
-        let k = n.min(head_left);
-        self.head_at += k;
-        n -= k;
-        let prefix_left = usize::from(self.prefix_len - self.prefix_at);
-        let k = n.min(prefix_left);
-        self.prefix_at += k as u8;
-        n -= k;
-        let k = n.min(self.data.len());
-        self.data.advance(k);
-        n -= k;
-        self.suffix = &self.suffix[n.min(self.suffix.len())..];
-    }
 }
 
 /// Why an exchange stopped before its response head.
@@ -636,35 +552,6 @@ impl Exchange {
         }
         Ok(resp)
     }
-}
-
-/// A chunk-size line for `n` bytes (hex digits, CRLF) in `line`; its length.
-fn hex_line(n: usize, line: &mut [u8; 24]) -> usize {
-    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1) as usize;
-    for (i, slot) in line[..digits].iter_mut().enumerate() {
-        let shift = 4 * (digits - 1 - i);
-        *slot = b"0123456789abcdef"[(n >> shift) & 0xf];
-    }
-    line[digits..digits + 2].copy_from_slice(b"\r\n");
-    digits + 2
-}
-
-/// A chunked body's trailer section (the fields its `Trailer` header named), without
-/// the final CRLF.
-fn encode_trailers(trailers: &HeaderMap, allowed: Option<&[HeaderName]>) -> Bytes {
-    let Some(allowed) = allowed else {
-        return Bytes::new();
-    };
-    let mut out = Vec::new();
-    for (name, value) in trailers {
-        if allowed.contains(name) {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    Bytes::from(out)
 }
 
 impl Future for Exchange {

@@ -20,6 +20,8 @@
 //! - [`Upgraded`]: the connection after a `101 Switching Protocols`.
 
 pub(crate) mod parse;
+pub(crate) mod server;
+mod write;
 
 mod client;
 

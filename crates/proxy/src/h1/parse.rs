@@ -235,6 +235,27 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Invalid
     Ok(found)
 }
 
+/// One `Content-Length` field value: a decimal number, or a list of the same one.
+pub(crate) fn content_length_value(value: &[u8]) -> Option<u64> {
+    let mut found = None;
+    for element in value.split(|b| *b == b',') {
+        let n = decimal(element.trim_ascii())?;
+        if found.is_some_and(|f| f != n) {
+            return None;
+        }
+        found = Some(n);
+    }
+    found
+}
+
+/// Whether the last transfer coding of one `Transfer-Encoding` field value is `chunked`.
+pub(crate) fn ends_in_chunked_value(value: &[u8]) -> bool {
+    value
+        .rsplit(|b| *b == b',')
+        .next()
+        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
 /// A decimal number of at most 19 digits (no sign, no spaces, not empty).
 fn decimal(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {

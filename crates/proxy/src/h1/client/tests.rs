@@ -15,6 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use weir_model::EndpointAddr;
 
+use http::HeaderMap;
+
 use super::*;
 
 /// What a scripted upstream does with the `n`th request (from 0, over all connections) it

@@ -1,0 +1,760 @@
+//! weir's own HTTP/1.1 server: the downstream half of the lean HTTP/1.1 path.
+//!
+//! hyper's server runs a dispatcher per connection: every request head is parsed into a
+//! buffer split off the connection's read buffer (so the next read allocates a new one),
+//! the request and the service's future are moved into the dispatcher, and the response
+//! is moved again into its encoder. In a profile of the plaintext keep-alive path that
+//! machinery was most of what remained of weir's user-space instructions per request
+//! once the upstream side was weir's own (`super::client`). Here the connection's own
+//! future reads the head with `httparse` into one reused buffer, copies the head once
+//! into a right-sized buffer the request's fields share, calls the same service as
+//! hyper does ([`crate::listeners::serve_request`]), writes the response head with its
+//! first body frame in one `writev`, and relays the rest of the body as it comes.
+//!
+//! **What it serves, and what it hands over.** It serves HTTP/1.1 requests without a
+//! body: no `Transfer-Encoding`, no `Content-Length` other than `0`, no `Expect`, no
+//! `Upgrade`, no `TE`, not `CONNECT`, a request target of at most [`MAX_URI`] bytes, no
+//! more fields than the listener allows. That is what keep-alive traffic mostly is
+//! (GET, HEAD, DELETE, OPTIONS). At the first request it does not serve (a body, an
+//! upgrade, HTTP/1.0, a head it cannot parse, a head longer than the listener's limit,
+//! the HTTP/2 preface on a plaintext listener), the connection, with the bytes read and
+//! not yet served, goes to hyper's server for the rest of its life ([`Conn`]): every
+//! such request, and every error answer to a malformed one, is exactly hyper's. So is
+//! the response framing here: `Content-Length` and `Transfer-Encoding` as hyper chooses
+//! them (the body's size, the upstream's fields, HEAD, 204 and 304), its `Date` field,
+//! `Connection: close` when the connection will close, and a client that closes its end
+//! while its request is in flight cancels the request (hyper's default, no half-close).
+//!
+//! The connection-state timeouts ([`crate::idle`]), the drain ([`crate::drain`]) and the
+//! per-request path are the same as on hyper's connections: the IO is the same
+//! [`crate::idle::Watch`], requests are counted by the same [`crate::idle::Tracked`], and
+//! a graceful shut-down closes an idle connection at once and a busy one after its
+//! response.
+
+use std::future::{Future, poll_fn};
+use std::mem::MaybeUninit;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri, Version};
+use http_body::Body;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::io::poll_read_buf;
+
+use super::write::{Outgoing, decimal, hex_line};
+use crate::body::ClientBody;
+use crate::error::BoxError;
+use crate::idle::ConnState;
+use crate::l4::Rewind;
+use crate::server::ConnContext;
+
+/// The longest request target served here (hyper's limit: a longer one is handed over,
+/// and hyper answers 414).
+pub(crate) const MAX_URI: usize = (u16::MAX - 1) as usize;
+/// Header fields parsed on the stack (hyper's default limit; a listener that allows more
+/// has longer heads handed over).
+const FIELDS: usize = 100;
+/// The least free room for a read.
+const READ_MIN: usize = 8 * 1024;
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A served connection that can be asked to finish: hyper's, once a connection is handed
+/// over to it.
+pub(crate) trait Fallback: Send {
+    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
+    fn shut_down(self: Pin<&mut Self>);
+}
+
+impl<C, E> Fallback for C
+where
+    C: hyper_util::server::graceful::GracefulConnection<Error = E> + Send,
+    E: Into<BoxError>,
+{
+    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.poll(cx).map_err(Into::into)
+    }
+
+    fn shut_down(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// What the requests of one connection are served with.
+pub(crate) struct Handler {
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) ctx: Arc<ConnContext>,
+    /// The listener's limit on header fields.
+    pub(crate) max_headers: u32,
+    /// The largest request head (hyper's read buffer limit, the same for both).
+    pub(crate) max_head: usize,
+    /// A plaintext listener: the HTTP/2 preface hands the connection over (h2c).
+    pub(crate) h2_preface: bool,
+}
+
+/// How the lean loop ended.
+enum Ended<IO> {
+    Closed,
+    /// The connection goes to hyper, with the bytes read and not served.
+    HandOver(IO, Vec<u8>),
+}
+
+type Lean<'a, IO> = Pin<Box<dyn Future<Output = Result<Ended<IO>, BoxError>> + Send + 'a>>;
+
+enum Stage<'a, IO> {
+    Lean(Lean<'a, IO>),
+    Hyper(Pin<Box<dyn Fallback + 'a>>),
+    Done,
+}
+
+/// A client connection served here until a request needs hyper's server, then by it
+/// (`hand_over` makes hyper's connection).
+pub(crate) struct Conn<'a, IO, F> {
+    stage: Stage<'a, IO>,
+    hand_over: Option<F>,
+    closing: Arc<AtomicBool>,
+}
+
+impl<'a, IO, F> Conn<'a, IO, F>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
+    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+{
+    pub(crate) fn new(io: IO, handler: Handler, hand_over: F) -> Conn<'a, IO, F> {
+        let closing = Arc::new(AtomicBool::new(false));
+        Conn {
+            stage: Stage::Lean(Box::pin(serve(io, handler, Arc::clone(&closing)))),
+            hand_over: Some(hand_over),
+            closing,
+        }
+    }
+}
+
+impl<'a, IO, F> Future for Conn<'a, IO, F>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
+    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+{
+    type Output = Result<(), BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.stage {
+                Stage::Lean(lean) => match ready!(lean.as_mut().poll(cx)) {
+                    Ok(Ended::Closed) => {
+                        this.stage = Stage::Done;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(Ended::HandOver(io, read)) => {
+                        let Some(hand_over) = this.hand_over.take() else {
+                            this.stage = Stage::Done;
+                            return Poll::Ready(Err("connection handed over twice".into()));
+                        };
+                        let mut conn = hand_over(Rewind::new(read, io));
+                        if this.closing.load(Ordering::Relaxed) {
+                            conn.as_mut().shut_down();
+                        }
+                        this.stage = Stage::Hyper(conn);
+                    }
+                    Err(e) => {
+                        this.stage = Stage::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                },
+                Stage::Hyper(conn) => return conn.as_mut().poll_served(cx),
+                Stage::Done => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
+impl<'a, IO, F> crate::drain::Shutdown for Conn<'a, IO, F>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
+    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        let this = self.get_mut();
+        this.closing.store(true, Ordering::Relaxed);
+        if let Stage::Hyper(conn) = &mut this.stage {
+            conn.as_mut().shut_down();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the request head
+
+/// A request head read from the start of a buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A request served here: the head's length, the request target's place in it.
+    Complete {
+        /// The head's length, its blank line included.
+        len: usize,
+        /// The request method.
+        method: Method,
+        /// Where the request target is in the head.
+        target: (usize, usize),
+        /// No `Connection: close`.
+        keep_alive: bool,
+    },
+    /// More bytes are needed.
+    Partial,
+    /// Not a request served here (hyper's server decides what it is).
+    Other,
+}
+
+/// One header field of a parsed head: its name, and its value's place in the head.
+pub type Field = (HeaderName, usize, usize);
+
+/// Reads the request head at the start of `buf` (`fields` gets its header fields, after
+/// a `Complete`). Pure: the fuzz target `h1_request` checks it.
+pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) -> Parsed {
+    fields.clear();
+    let mut table = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; FIELDS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, buf, &mut table)
+    {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    let (Some(method), Some(path), Some(1)) = (req.method, req.path, req.version) else {
+        return Parsed::Other;
+    };
+    if path.len() > MAX_URI || req.headers.len() > max_headers {
+        return Parsed::Other;
+    }
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::Other;
+    };
+    if method == Method::CONNECT {
+        return Parsed::Other;
+    }
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| s.as_ptr() as usize - base;
+    let mut keep_alive = true;
+    let mut length_zero = false;
+    for h in req.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
+            return Parsed::Other;
+        };
+        match name {
+            header::TRANSFER_ENCODING | header::EXPECT | header::UPGRADE | header::TE => {
+                return Parsed::Other;
+            }
+            header::CONTENT_LENGTH => {
+                // One `Content-Length: 0` is a request without a body; any other is
+                // hyper's to read (or refuse).
+                if h.value != b"0" || length_zero {
+                    return Parsed::Other;
+                }
+                length_zero = true;
+            }
+            header::CONNECTION if has_token(h.value, b"close") => keep_alive = false,
+            _ => {}
+        }
+        let start = at(h.value);
+        fields.push((name, start, start + h.value.len()));
+    }
+    let start = at(path.as_bytes());
+    Parsed::Complete {
+        len,
+        method,
+        target: (start, start + path.len()),
+        keep_alive,
+    }
+}
+
+/// Whether a comma-separated field value lists `token` (case-insensitive).
+fn has_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|b| *b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// Builds the request of a `Complete` head, moved out of `buf` (`None`: a target or a
+/// field value the `http` types refuse; the head stays in `buf`).
+fn build_request(
+    buf: &mut BytesMut,
+    fields: &mut Vec<Field>,
+    len: usize,
+    method: Method,
+    target: (usize, usize),
+) -> Option<Request<ClientBody>> {
+    let head = Bytes::copy_from_slice(&buf[..len]);
+    let uri = Uri::from_maybe_shared(head.slice(target.0..target.1)).ok()?;
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, start, end) in fields.drain(..) {
+        let value = HeaderValue::from_maybe_shared(head.slice(start..end)).ok()?;
+        headers.append(name, value);
+    }
+    buf.advance(len);
+    let mut req = Request::new(ClientBody::Empty);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = Version::HTTP_11;
+    *req.headers_mut() = headers;
+    Some(req)
+}
+
+// ---------------------------------------------------------------- the connection loop
+
+/// What reading the next request head gave.
+// Returned once per request and taken apart at once: a box would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// A request, and whether the connection may be kept after it.
+    Request(Request<ClientBody>, bool),
+    Closed,
+    HandOver,
+}
+
+async fn serve<IO>(mut io: IO, h: Handler, closing: Arc<AtomicBool>) -> Result<Ended<IO>, BoxError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let mut buf = BytesMut::with_capacity(READ_MIN);
+    let mut fields: Vec<Field> = Vec::with_capacity(16);
+    let mut out: Vec<u8> = Vec::with_capacity(512);
+    let mut first = true;
+    loop {
+        let (req, keep_alive) =
+            match next_request(&mut io, &mut buf, &mut fields, &h, first, &closing).await? {
+                Next::Request(req, keep_alive) => (req, keep_alive),
+                Next::Closed => return Ok(Ended::Closed),
+                Next::HandOver => return Ok(Ended::HandOver(io, buf.to_vec())),
+            };
+        first = false;
+        let head_request = req.method() == Method::HEAD;
+        let served = crate::listeners::serve_request(&h.state, &h.ctx, h.max_headers, req);
+        let mut served = pin!(served);
+        // The response, or `None` when the client closed its end first (the request is
+        // dropped, as hyper does without half-close).
+        let resp = poll_fn(|cx| {
+            if let Poll::Ready(r) = served.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            if buf.is_empty() {
+                buf.reserve(READ_MIN);
+                if let Poll::Ready(Ok(0) | Err(_)) = poll_read_buf(Pin::new(&mut io), cx, &mut buf)
+                {
+                    return Poll::Ready(None);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let Some(Ok(resp)) = resp else {
+            return Ok(Ended::Closed);
+        };
+        let keep_alive = keep_alive && !closing.load(Ordering::Relaxed);
+        let (mut parts, mut body) = resp.into_parts();
+        let length = if body.is_end_stream() {
+            None
+        } else {
+            Some(body.size_hint().exact())
+        };
+        let framing = encode_head(&mut out, &mut parts, length, head_request, keep_alive)?;
+        drop(parts);
+        write_body(&mut io, &out, &mut body, framing.body).await?;
+        drop(body);
+        if framing.last {
+            // Best effort: the response is written.
+            let _ = io.shutdown().await;
+            return Ok(Ended::Closed);
+        }
+    }
+}
+
+/// Reads until `buf` starts with a request head served here, or the connection ends or
+/// is handed over.
+async fn next_request<IO: AsyncRead + Unpin>(
+    io: &mut IO,
+    buf: &mut BytesMut,
+    fields: &mut Vec<Field>,
+    h: &Handler,
+    first: bool,
+    closing: &AtomicBool,
+) -> Result<Next, BoxError> {
+    loop {
+        if !buf.is_empty() {
+            if first && h.h2_preface && H2_PREFACE.starts_with(&buf[..buf.len().min(24)]) {
+                if buf.len() >= H2_PREFACE.len() {
+                    return Ok(Next::HandOver);
+                }
+            } else {
+                match parse_request(buf, fields, h.max_headers as usize) {
+                    Parsed::Complete {
+                        len,
+                        method,
+                        target,
+                        keep_alive,
+                    } => {
+                        return Ok(match build_request(buf, fields, len, method, target) {
+                            Some(req) => Next::Request(req, keep_alive),
+                            None => Next::HandOver,
+                        });
+                    }
+                    Parsed::Other => return Ok(Next::HandOver),
+                    Parsed::Partial if buf.len() >= h.max_head => return Ok(Next::HandOver),
+                    Parsed::Partial => {}
+                }
+            }
+        }
+        let read = poll_fn(|cx| {
+            // A graceful shut-down closes a connection between requests at once.
+            if buf.is_empty() && closing.load(Ordering::Relaxed) {
+                return Poll::Ready(Ok(None));
+            }
+            buf.reserve(READ_MIN);
+            poll_read_buf(Pin::new(&mut *io), cx, buf).map(|r| r.map(Some))
+        })
+        .await?;
+        match read {
+            None => return Ok(Next::Closed),
+            Some(0) if buf.is_empty() => return Ok(Next::Closed),
+            Some(0) => return Err("connection closed within a request head".into()),
+            Some(_) => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the response
+
+/// How a response body is framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFraming {
+    /// This many bytes (0: no body is written, the body is dropped unread).
+    Length(u64),
+    Chunked,
+}
+
+/// What [`encode_head`] decided.
+#[derive(Debug, PartialEq, Eq)]
+struct Framing {
+    body: BodyFraming,
+    /// The connection closes after this response.
+    last: bool,
+}
+
+/// Encodes the response head into `out` (cleared first) as hyper's server does: the
+/// status line (`200 OK` without a custom reason phrase; else the code and the reason the
+/// upstream gave, or the canonical one), the fields, then the framing: a body of known
+/// size gets `Content-Length`, an existing `Content-Length` is kept (a body that is
+/// already complete has it dropped, except for HEAD), `Transfer-Encoding` makes it chunked
+/// (`chunked` added when it is not the last coding), a body of unknown size is chunked;
+/// none for HEAD, 204 and 304. A missing `Date` is added, and `Connection: close` when
+/// the connection will not be kept (`keep_alive` false). `length`: `None` for a body that
+/// is already complete, else its exact size if known.
+fn encode_head(
+    out: &mut Vec<u8>,
+    parts: &mut http::response::Parts,
+    length: Option<Option<u64>>,
+    head_request: bool,
+    keep_alive: bool,
+) -> Result<Framing, BoxError> {
+    out.clear();
+    let status = parts.status;
+    if status.is_informational() {
+        // hyper answers these with a 500 and closes; the proxy never makes one a final
+        // response (upgrades are hyper's).
+        return Err("an informational status as a final response".into());
+    }
+    if !keep_alive {
+        let close = parts
+            .headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .any(|v| has_token(v.as_bytes(), b"close"));
+        if !close {
+            parts
+                .headers
+                .append(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    let mut last = !keep_alive;
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    if status == StatusCode::OK && reason.is_none() {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        match reason {
+            Some(r) => out.extend_from_slice(r.as_bytes()),
+            None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    let no_content = matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
+    // A body may be written (and chunked), and `Content-Length` may be sent.
+    let can_have_body = !head_request && !no_content;
+    let can_have_length = !no_content;
+
+    let mut framing = BodyFraming::Length(0);
+    let mut wrote_len = false;
+    let mut wrote_date = false;
+    let mut prev_len: Option<u64> = None;
+    // A line whose values are being joined (`Content-Length`, `Transfer-Encoding`,
+    // `Connection`, `Trailer`), and whether `chunked` must end it.
+    let mut open = false;
+    let mut add_chunked = false;
+    let mut current: Option<&HeaderName> = None;
+    let end_line = |out: &mut Vec<u8>, add_chunked: bool| {
+        out.extend_from_slice(if add_chunked {
+            b", chunked\r\n"
+        } else {
+            b"\r\n"
+        });
+    };
+    for (name, value) in parts.headers.iter() {
+        if current != Some(name) {
+            if open {
+                end_line(out, add_chunked);
+            }
+            open = false;
+            add_chunked = false;
+            current = Some(name);
+        }
+        let joined = |out: &mut Vec<u8>, open: &mut bool, label: &[u8]| {
+            if *open {
+                out.extend_from_slice(b", ");
+            } else {
+                *open = true;
+                out.extend_from_slice(label);
+            }
+            out.extend_from_slice(value.as_bytes());
+        };
+        match *name {
+            header::CONTENT_LENGTH => {
+                if wrote_len && !open {
+                    return Err("content-length after the framing was chosen".into());
+                }
+                match length {
+                    Some(Some(n)) => {
+                        if !open {
+                            framing = BodyFraming::Length(n);
+                            joined(out, &mut open, b"content-length: ");
+                            wrote_len = true;
+                        }
+                        continue;
+                    }
+                    Some(None) => {
+                        let n = super::parse::content_length_value(value.as_bytes())
+                            .ok_or("invalid content-length in a response")?;
+                        match prev_len {
+                            Some(prev) if prev != n => {
+                                return Err("several content-length values".into());
+                            }
+                            Some(_) => {}
+                            None => {
+                                framing = BodyFraming::Length(n);
+                                joined(out, &mut open, b"content-length: ");
+                                wrote_len = true;
+                                prev_len = Some(n);
+                            }
+                        }
+                        continue;
+                    }
+                    None if !head_request => continue,
+                    None => wrote_len = true,
+                }
+            }
+            header::TRANSFER_ENCODING => {
+                if wrote_len && !open {
+                    return Err("transfer-encoding after the framing was chosen".into());
+                }
+                if !can_have_body {
+                    continue;
+                }
+                wrote_len = true;
+                add_chunked = !super::parse::ends_in_chunked_value(value.as_bytes());
+                if !open {
+                    framing = BodyFraming::Chunked;
+                }
+                joined(out, &mut open, b"transfer-encoding: ");
+                continue;
+            }
+            header::CONNECTION => {
+                if has_token(value.as_bytes(), b"close") {
+                    last = true;
+                }
+                joined(out, &mut open, b"connection: ");
+                continue;
+            }
+            header::DATE => wrote_date = true,
+            header::TRAILER => {
+                if !can_have_body {
+                    continue;
+                }
+                joined(out, &mut open, b"trailer: ");
+                continue;
+            }
+            _ => {}
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if open {
+        end_line(out, add_chunked);
+    }
+    if !wrote_len {
+        framing = match length {
+            Some(None) if can_have_body => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                BodyFraming::Chunked
+            }
+            Some(None) => BodyFraming::Length(0),
+            None | Some(Some(0)) => {
+                if can_have_length && !head_request {
+                    out.extend_from_slice(b"content-length: 0\r\n");
+                }
+                BodyFraming::Length(0)
+            }
+            Some(Some(n)) => {
+                if can_have_length {
+                    out.extend_from_slice(b"content-length: ");
+                    let mut digits = [0u8; 20];
+                    out.extend_from_slice(decimal(n, &mut digits));
+                    out.extend_from_slice(b"\r\n");
+                    BodyFraming::Length(n)
+                } else {
+                    BodyFraming::Length(0)
+                }
+            }
+        };
+    }
+    if !can_have_body {
+        framing = BodyFraming::Length(0);
+    }
+    if !wrote_date {
+        out.extend_from_slice(b"date: ");
+        date::extend(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(Framing {
+        body: framing,
+        last,
+    })
+}
+
+/// Writes `head` and the body as `framing` says: the head with the body's first frame
+/// when it is already there (one `writev`), then each frame as it comes. A body that
+/// ends short of its length, or fails, fails the connection (the client sees the
+/// response cut off, as with hyper); data past the length is not sent.
+async fn write_body<IO, B>(
+    io: &mut IO,
+    head: &[u8],
+    body: &mut B,
+    framing: BodyFraming,
+) -> Result<(), BoxError>
+where
+    IO: AsyncWrite + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let mut out = Outgoing::default();
+    let mut left = match framing {
+        BodyFraming::Length(n) => n,
+        BodyFraming::Chunked => 0,
+    };
+    let mut done = framing == BodyFraming::Length(0);
+    let mut first = true;
+    while !done {
+        // The first frame is taken if it is already there, so that it goes with the head.
+        let frame = if first {
+            first = false;
+            match poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    poll_fn(|cx| out.poll_write(head, io, cx)).await?;
+                    poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+                }
+            }
+        } else {
+            poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+        };
+        match frame {
+            None => {
+                if framing == BodyFraming::Chunked {
+                    out.stage(b"0\r\n\r\n", Bytes::new(), b"");
+                } else if left > 0 {
+                    return Err("response body ended before its content-length".into());
+                }
+                done = true;
+            }
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(frame)) => {
+                // Trailers are not sent: a request that allows them (`TE: trailers`) is
+                // served by hyper.
+                let Ok(mut data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                match framing {
+                    BodyFraming::Chunked => {
+                        let mut line = [0u8; 24];
+                        let n = hex_line(data.len(), &mut line);
+                        out.stage(&line[..n], data, b"\r\n");
+                    }
+                    BodyFraming::Length(_) => {
+                        if (data.len() as u64) >= left {
+                            data.truncate(left as usize);
+                            done = true;
+                        }
+                        left -= data.len() as u64;
+                        out.stage(&[], data, b"");
+                    }
+                }
+            }
+        }
+        poll_fn(|cx| out.poll_write(head, io, cx)).await?;
+    }
+    // A response without a body part: the head alone.
+    poll_fn(|cx| out.poll_write(head, io, cx)).await?;
+    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await?;
+    Ok(())
+}
+
+/// The `Date` field's value, formatted once per second per thread.
+mod date {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    thread_local! {
+        static CACHED: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
+    }
+
+    /// Appends the current time as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+    pub(super) fn extend(out: &mut Vec<u8>) {
+        let now = SystemTime::now();
+        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        CACHED.with_borrow_mut(|(at, text)| {
+            if *at != secs {
+                let formatted = httpdate::fmt_http_date(now);
+                if formatted.len() == text.len() {
+                    text.copy_from_slice(formatted.as_bytes());
+                    *at = secs;
+                } else {
+                    out.extend_from_slice(formatted.as_bytes());
+                    return;
+                }
+            }
+            out.extend_from_slice(&text[..]);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,42 @@
+//! weir's own HTTP/1.1 server reads a client's request head (httparse, then the rules
+//! that decide whether the request is served there or handed to hyper's server). Client
+//! bytes are untrusted. Beyond not panicking: the answer must not depend on how the bytes
+//! arrive (every prefix of a complete head is only partial, so reading in pieces finds
+//! the same head), the head, its target and its field values lie inside the bytes read,
+//! and a head served there has no body framing (no `Transfer-Encoding`, no non-zero
+//! `Content-Length`), so it can never be read differently from the backend.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weir_proxy::{ParsedRequest, parse_request};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&limit, bytes)) = data.split_first() else {
+        return;
+    };
+    let max_headers = usize::from(limit);
+    let mut fields = Vec::new();
+    let whole = parse_request(bytes, &mut fields, max_headers);
+    if let ParsedRequest::Complete { len, target, .. } = &whole {
+        assert!(*len <= bytes.len());
+        assert!(target.0 <= target.1 && target.1 <= *len);
+        assert!(fields.len() <= max_headers);
+        for (name, start, end) in &fields {
+            assert!(start <= end && *end <= *len);
+            assert_ne!(name, http::header::TRANSFER_ENCODING);
+            if name == http::header::CONTENT_LENGTH {
+                assert_eq!(&bytes[*start..*end], b"0");
+            }
+        }
+        let mut again = Vec::new();
+        for n in (0..*len).step_by((*len / 64).max(1)) {
+            assert_eq!(
+                parse_request(&bytes[..n], &mut again, max_headers),
+                ParsedRequest::Partial,
+                "a prefix of {n} bytes"
+            );
+        }
+        assert_eq!(parse_request(&bytes[..*len], &mut again, max_headers), whole);
+        assert_eq!(again, fields);
+    }
+});
