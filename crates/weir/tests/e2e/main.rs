@@ -11,6 +11,7 @@ mod client_certs;
 mod ext_auth;
 mod global_ratelimit;
 mod grpc;
+mod http1_server;
 mod ingress;
 mod ingress_nginx;
 mod ingress_nginx_answers;

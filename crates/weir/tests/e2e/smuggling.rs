@@ -16,13 +16,13 @@ use crate::support::*;
 
 /// A backend that records every byte it reads per connection, and answers each request
 /// head it sees (by path) with `answer(path)`.
-struct Recorder {
-    addr: SocketAddr,
+pub(crate) struct Recorder {
+    pub(crate) addr: SocketAddr,
     /// Bytes read, per connection.
     read: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
-async fn recorder(answer: fn(&str) -> Vec<u8>) -> Recorder {
+pub(crate) async fn recorder(answer: fn(&str) -> Vec<u8>) -> Recorder {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let read = Arc::new(Mutex::new(Vec::new()));
@@ -63,12 +63,12 @@ async fn recorder(answer: fn(&str) -> Vec<u8>) -> Recorder {
     Recorder { addr, read }
 }
 
-fn ok(_: &str) -> Vec<u8> {
+pub(crate) fn ok(_: &str) -> Vec<u8> {
     b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()
 }
 
 /// Sends `bytes` on a new connection and reads until it closes (10 s at most).
-async fn exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+pub(crate) async fn exchange(addr: SocketAddr, bytes: &[u8]) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let _ = s.write_all(bytes).await;
     let mut out = Vec::new();
@@ -76,7 +76,7 @@ async fn exchange(addr: SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn gateway(backend_addr: SocketAddr) -> (Gateway, SocketAddr) {
+pub(crate) async fn gateway(backend_addr: SocketAddr) -> (Gateway, SocketAddr) {
     let port = free_port();
     let gw = Gateway::start(&[(
         "app.yaml",
@@ -104,7 +104,7 @@ async fn gateway(backend_addr: SocketAddr) -> (Gateway, SocketAddr) {
     (gw, addr)
 }
 
-fn all_read(r: &Recorder) -> String {
+pub(crate) fn all_read(r: &Recorder) -> String {
     let all = r.read.lock().unwrap();
     all.iter()
         .map(|c| String::from_utf8_lossy(c).into_owned())
