@@ -45,11 +45,12 @@ use tokio::time::Sleep;
 use crate::error::{BoxError, ProxyError};
 
 /// A client's request body as the server read it: hyper's (HTTP/2, and HTTP/1.1
-/// connections hyper serves), or none (a request weir's own HTTP/1.1 server read
-/// without a body, see [`crate::h1::server`]).
+/// connections hyper serves), or weir's own HTTP/1.1 server's (none, or `Content-Length`
+/// bytes the connection's loop hands over, see [`crate::h1::server`]).
 pub(crate) enum ClientBody {
     Hyper(Incoming),
     Empty,
+    Lean(crate::h1::server::LeanBody),
 }
 
 impl From<Incoming> for ClientBody {
@@ -60,15 +61,16 @@ impl From<Incoming> for ClientBody {
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx),
+            ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             ClientBody::Empty => Poll::Ready(None),
+            ClientBody::Lean(b) => b.poll_frame(cx),
         }
     }
 
@@ -76,6 +78,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(b) => b.is_end_stream(),
             ClientBody::Empty => true,
+            ClientBody::Lean(b) => b.is_end_stream(),
         }
     }
 
@@ -83,6 +86,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(b) => b.size_hint(),
             ClientBody::Empty => SizeHint::with_exact(0),
+            ClientBody::Lean(b) => b.size_hint(),
         }
     }
 }
@@ -636,7 +640,7 @@ impl RequestBody {
                 }
                 *left -= n;
             }
-            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+            return Poll::Ready(frame);
         }
         let Some(idle) = this.idle else {
             return Poll::Pending;

@@ -167,7 +167,7 @@ impl ProxyError {
     pub(crate) fn request_body(err: BoxError) -> ProxyError {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
         while let Some(e) = next {
-            if e.is::<hyper::Error>() {
+            if e.is::<hyper::Error>() || e.is::<crate::h1::server::BodyCut>() {
                 return ProxyError::ClientBody(err);
             }
             next = e.source();
@@ -182,7 +182,9 @@ fn client_body_failed(err: &(dyn std::error::Error + 'static)) -> bool {
     while let Some(e) = next {
         if let Some(h) = e.downcast_ref::<hyper::Error>()
             && h.is_user()
-            && h.source().is_some_and(|cause| cause.is::<hyper::Error>())
+            && h.source().is_some_and(|cause| {
+                cause.is::<hyper::Error>() || cause.is::<crate::h1::server::BodyCut>()
+            })
         {
             return true;
         }

@@ -12,18 +12,26 @@
 //! first body frame in one `writev`, and relays the rest of the body as it comes.
 //!
 //! **What it serves, and what it hands over.** It serves HTTP/1.1 requests without a
-//! body: no `Transfer-Encoding`, no `Content-Length` other than `0`, no `Expect`, no
-//! `Upgrade`, no `TE`, not `CONNECT`, a request target of at most [`MAX_URI`] bytes, no
-//! more fields than the listener allows. That is what keep-alive traffic mostly is
-//! (GET, HEAD, DELETE, OPTIONS). At the first request it does not serve (a body, an
-//! upgrade, HTTP/1.0, a head it cannot parse, a head longer than the listener's limit,
-//! the HTTP/2 preface on a plaintext listener), the connection, with the bytes read and
-//! not yet served, goes to hyper's server for the rest of its life ([`Conn`]): every
-//! such request, and every error answer to a malformed one, is exactly hyper's. So is
-//! the response framing here: `Content-Length` and `Transfer-Encoding` as hyper chooses
-//! them (the body's size, the upstream's fields, HEAD, 204 and 304), its `Date` field,
-//! `Connection: close` when the connection will close, and a client that closes its end
-//! while its request is in flight cancels the request (hyper's default, no half-close).
+//! body or with one `Content-Length` of decimal digits: no `Transfer-Encoding`, no
+//! `Expect`, no `Upgrade`, no `TE`, not `CONNECT`, a request target of at most
+//! [`MAX_URI`] bytes, no more fields than the listener allows. That is what keep-alive
+//! traffic mostly is (GET, HEAD, DELETE, OPTIONS, and POST/PUT of a known size). At the
+//! first request it does not serve (a chunked body, an upgrade, HTTP/1.0, a head it
+//! cannot parse, a head longer than the listener's limit, the HTTP/2 preface on a
+//! plaintext listener), the connection, with the bytes read and not yet served, goes to
+//! hyper's server for the rest of its life ([`Conn`]): every such request, and every
+//! error answer to a malformed one, is exactly hyper's. So is the response framing here:
+//! `Content-Length` and `Transfer-Encoding` as hyper chooses them (the body's size, the
+//! upstream's fields, HEAD, 204 and 304), its `Date` field, `Connection: close` when the
+//! connection will close, and a client that closes its end while its request is in
+//! flight cancels the request (hyper's default, no half-close).
+//!
+//! A request body ([`LeanBody`]) is read by the connection's loop when the body asks
+//! for data, from the connection's buffer first (bytes that came with the head), at
+//! most the bytes still owed; the loop goes on reading it while it writes the response
+//! (an upstream may answer before the body's end). A body the client cuts off fails with
+//! [`BodyCut`] (the client's fault, 400); a body not read to its end when the response
+//! head is written closes the connection after the response.
 //!
 //! The connection-state timeouts ([`crate::idle`]), the drain ([`crate::drain`]) and the
 //! per-request path are the same as on hyper's connections: the IO is the same
@@ -34,9 +42,9 @@
 use std::future::{Future, poll_fn};
 use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, ready};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -206,6 +214,8 @@ pub enum Parsed {
         target: (usize, usize),
         /// No `Connection: close`.
         keep_alive: bool,
+        /// The body's length (`Content-Length`; 0: no body).
+        body: u64,
     },
     /// More bytes are needed.
     Partial,
@@ -244,7 +254,7 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| s.as_ptr() as usize - base;
     let mut keep_alive = true;
-    let mut length_zero = false;
+    let mut length: Option<u64> = None;
     for h in req.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return Parsed::Other;
@@ -254,12 +264,16 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
                 return Parsed::Other;
             }
             header::CONTENT_LENGTH => {
-                // One `Content-Length: 0` is a request without a body; any other is
-                // hyper's to read (or refuse).
-                if h.value != b"0" || length_zero {
+                // One field of 1–19 decimal digits; anything else (a list, a sign,
+                // spaces, a second field) is hyper's to read or refuse.
+                if length.is_some() {
                     return Parsed::Other;
                 }
-                length_zero = true;
+                let v = h.value;
+                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+                    return Parsed::Other;
+                }
+                length = Some(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')));
             }
             header::CONNECTION if has_token(h.value, b"close") => keep_alive = false,
             _ => {}
@@ -273,6 +287,7 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
         method,
         target: (start, start + path.len()),
         keep_alive,
+        body: length.unwrap_or(0),
     }
 }
 
@@ -292,6 +307,7 @@ fn build_request(
     len: usize,
     method: Method,
     target: (usize, usize),
+    body: ClientBody,
 ) -> Option<Request<ClientBody>> {
     let head = Bytes::copy_from_slice(&buf[..len]);
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1)).ok()?;
@@ -301,7 +317,7 @@ fn build_request(
         headers.append(name, value);
     }
     buf.advance(len);
-    let mut req = Request::new(ClientBody::Empty);
+    let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.version_mut() = Version::HTTP_11;
@@ -315,8 +331,9 @@ fn build_request(
 // Returned once per request and taken apart at once: a box would cost an allocation.
 #[allow(clippy::large_enum_variant)]
 enum Next {
-    /// A request, and whether the connection may be kept after it.
-    Request(Request<ClientBody>, bool),
+    /// A request, whether the connection may be kept after it, and its body's shared
+    /// state (a body with a length).
+    Request(Request<ClientBody>, bool, Option<Arc<Mutex<Feed>>>),
     Closed,
     HandOver,
 }
@@ -330,9 +347,9 @@ where
     let mut out: Vec<u8> = Vec::with_capacity(512);
     let mut first = true;
     loop {
-        let (req, keep_alive) =
+        let (req, keep_alive, feed) =
             match next_request(&mut io, &mut buf, &mut fields, &h, first, &closing).await? {
-                Next::Request(req, keep_alive) => (req, keep_alive),
+                Next::Request(req, keep_alive, feed) => (req, keep_alive, feed),
                 Next::Closed => return Ok(Ended::Closed),
                 Next::HandOver => return Ok(Ended::HandOver(io, buf.to_vec())),
             };
@@ -342,24 +359,44 @@ where
         let mut served = pin!(served);
         // The response, or `None` when the client closed its end first (the request is
         // dropped, as hyper does without half-close).
+        // While it waits, the request's body (if it has one) is read as it asks for it.
         let resp = poll_fn(|cx| {
-            if let Poll::Ready(r) = served.as_mut().poll(cx) {
-                return Poll::Ready(Some(r));
-            }
-            if buf.is_empty() {
-                buf.reserve(READ_MIN);
-                if let Poll::Ready(Ok(0) | Err(_)) = poll_read_buf(Pin::new(&mut io), cx, &mut buf)
-                {
-                    return Poll::Ready(None);
+            loop {
+                if let Poll::Ready(r) = served.as_mut().poll(cx) {
+                    return Poll::Ready(Some(r));
                 }
+                match &feed {
+                    Some(feed) if !finished(feed) => {
+                        match feed_body(feed, &mut io, &mut buf, cx) {
+                            // The body got data (or its end): its reader goes on.
+                            Poll::Ready(()) => continue,
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                    _ => {}
+                }
+                if buf.is_empty() {
+                    buf.reserve(READ_MIN);
+                    if let Poll::Ready(Ok(0) | Err(_)) =
+                        poll_read_buf(Pin::new(&mut io), cx, &mut buf)
+                    {
+                        return Poll::Ready(None);
+                    }
+                }
+                return Poll::Pending;
             }
-            Poll::Pending
         })
         .await;
         let Some(Ok(resp)) = resp else {
             return Ok(Ended::Closed);
         };
-        let keep_alive = keep_alive && !closing.load(Ordering::Relaxed);
+        // A body not read to its end leaves the connection where the next request cannot
+        // be found: it closes after this response.
+        let body_read = match &feed {
+            None => true,
+            Some(f) => lock(f).end_read(),
+        };
+        let keep_alive = keep_alive && body_read && !closing.load(Ordering::Relaxed);
         let (mut parts, mut body) = resp.into_parts();
         let length = if body.is_end_stream() {
             None
@@ -368,7 +405,11 @@ where
         };
         let framing = encode_head(&mut out, &mut parts, length, head_request, keep_alive)?;
         drop(parts);
-        write_body(&mut io, &out, &mut body, framing.body).await?;
+        let feeding = Feeding {
+            feed: feed.as_deref(),
+            buf: &mut buf,
+        };
+        write_body(&mut io, &out, &mut body, framing.body, feeding).await?;
         drop(body);
         if framing.last {
             // Best effort: the response is written.
@@ -401,11 +442,19 @@ async fn next_request<IO: AsyncRead + Unpin>(
                         method,
                         target,
                         keep_alive,
+                        body,
                     } => {
-                        return Ok(match build_request(buf, fields, len, method, target) {
-                            Some(req) => Next::Request(req, keep_alive),
-                            None => Next::HandOver,
-                        });
+                        let feed = (body > 0).then(|| Arc::new(Mutex::new(Feed::new(body))));
+                        let client_body = match &feed {
+                            Some(f) => ClientBody::Lean(LeanBody(Arc::clone(f))),
+                            None => ClientBody::Empty,
+                        };
+                        return Ok(
+                            match build_request(buf, fields, len, method, target, client_body) {
+                                Some(req) => Next::Request(req, keep_alive, feed),
+                                None => Next::HandOver,
+                            },
+                        );
                     }
                     Parsed::Other => return Ok(Next::HandOver),
                     Parsed::Partial if buf.len() >= h.max_head => return Ok(Next::HandOver),
@@ -427,6 +476,182 @@ async fn next_request<IO: AsyncRead + Unpin>(
             Some(0) if buf.is_empty() => return Ok(Next::Closed),
             Some(0) => return Err("connection closed within a request head".into()),
             Some(_) => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- request bodies
+
+/// A request body of `Content-Length` bytes, read by the connection's loop while the
+/// request is served: the body asks ([`Feed::want`]), the loop hands it what the
+/// connection's buffer holds (or reads more), at most the bytes still owed. The body may
+/// be polled from another task (an HTTP/2 upstream's): both sides register a waker.
+pub(crate) struct LeanBody(Arc<Mutex<Feed>>);
+
+/// The state a [`LeanBody`] shares with its connection's loop.
+pub(crate) struct Feed {
+    /// Bytes of the body not yet taken from the connection.
+    left: u64,
+    /// Data taken from the connection, not yet taken by the body.
+    data: Option<Bytes>,
+    /// The body asked for data.
+    want: bool,
+    /// The client closed (or the connection failed) before the body's end.
+    cut: bool,
+    /// The body was dropped (the request is done with it).
+    dropped: bool,
+    body_waker: Option<Waker>,
+    conn_waker: Option<Waker>,
+}
+
+/// The error of a body whose client closed before its end (the client's fault: 400).
+#[derive(Debug, thiserror::Error)]
+#[error("client closed the connection within the request body")]
+pub(crate) struct BodyCut;
+
+fn lock(feed: &Mutex<Feed>) -> std::sync::MutexGuard<'_, Feed> {
+    feed.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`Feed::finished`], the lock released before this returns (so that a condition may
+/// lock again).
+fn finished(feed: &Mutex<Feed>) -> bool {
+    lock(feed).finished()
+}
+
+impl Feed {
+    fn new(length: u64) -> Feed {
+        Feed {
+            left: length,
+            data: None,
+            want: false,
+            cut: false,
+            dropped: false,
+            body_waker: None,
+            conn_waker: None,
+        }
+    }
+
+    /// Nothing more for the loop to do: all read, cut, or no longer wanted.
+    fn finished(&self) -> bool {
+        self.left == 0 || self.cut || self.dropped
+    }
+
+    /// Whether the body's bytes were all taken from the connection.
+    fn end_read(&self) -> bool {
+        self.left == 0 && !self.cut
+    }
+
+    fn wake_body(&mut self) {
+        if let Some(w) = self.body_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// The loop's side: `Ready` when the body got data or learnt it was cut (poll the
+/// request again), `Pending` when it does not want more yet or the connection has none.
+fn feed_body<IO: AsyncRead + Unpin>(
+    feed: &Mutex<Feed>,
+    io: &mut IO,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    loop {
+        let mut f = lock(feed);
+        if !f.want || f.data.is_some() {
+            f.conn_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        if !buf.is_empty() {
+            let n = buf.len().min(usize::try_from(f.left).unwrap_or(usize::MAX));
+            f.left -= n as u64;
+            f.data = Some(buf.split_to(n).freeze());
+            f.want = false;
+            f.wake_body();
+            return Poll::Ready(());
+        }
+        drop(f);
+        buf.reserve(READ_MIN);
+        match poll_read_buf(Pin::new(&mut *io), cx, buf) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(n)) if n > 0 => {}
+            Poll::Ready(_) => {
+                let mut f = lock(feed);
+                f.cut = true;
+                f.wake_body();
+                return Poll::Ready(());
+            }
+        }
+    }
+}
+
+/// A request body the loop may still have to read while it writes the response.
+pub(crate) struct Feeding<'a> {
+    feed: Option<&'a Mutex<Feed>>,
+    buf: &'a mut BytesMut,
+}
+
+impl Feeding<'_> {
+    /// Hands the body what it asks for, as far as the connection has it now (the
+    /// connection's reads and the body's asks wake this task).
+    fn drive<IO: AsyncRead + Unpin>(&mut self, io: &mut IO, cx: &mut Context<'_>) {
+        let Some(feed) = self.feed else {
+            return;
+        };
+        // Bounded: each turn hands the body data (or its end), which it must ask for
+        // again before the next.
+        while !finished(feed) && feed_body(feed, io, self.buf, cx).is_ready() {}
+    }
+}
+
+impl LeanBody {
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let mut f = lock(&self.0);
+        if let Some(data) = f.data.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        if f.cut {
+            return Poll::Ready(Some(Err(Box::new(BodyCut))));
+        }
+        if f.left == 0 {
+            return Poll::Ready(None);
+        }
+        f.want = true;
+        if !f
+            .body_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            f.body_waker = Some(cx.waker().clone());
+        }
+        if let Some(w) = f.conn_waker.take() {
+            w.wake();
+        }
+        Poll::Pending
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        let f = lock(&self.0);
+        f.left == 0 && f.data.is_none() && !f.cut
+    }
+
+    pub(crate) fn size_hint(&self) -> http_body::SizeHint {
+        let f = lock(&self.0);
+        http_body::SizeHint::with_exact(f.left + f.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+impl Drop for LeanBody {
+    fn drop(&mut self) {
+        let mut f = lock(&self.0);
+        f.dropped = true;
+        if let Some(w) = f.conn_waker.take() {
+            w.wake();
         }
     }
 }
@@ -656,15 +881,18 @@ fn encode_head(
 /// Writes `head` and the body as `framing` says: the head with the body's first frame
 /// when it is already there (one `writev`), then each frame as it comes. A body that
 /// ends short of its length, or fails, fails the connection (the client sees the
-/// response cut off, as with hyper); data past the length is not sent.
+/// response cut off, as with hyper); data past the length is not sent. A request body
+/// still being sent goes on being read meanwhile (`feed`: an upstream may stream its
+/// answer while it reads the request).
 async fn write_body<IO, B>(
     io: &mut IO,
     head: &[u8],
     body: &mut B,
     framing: BodyFraming,
+    mut feed: Feeding<'_>,
 ) -> Result<(), BoxError>
 where
-    IO: AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin,
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
@@ -679,15 +907,32 @@ where
         // The first frame is taken if it is already there, so that it goes with the head.
         let frame = if first {
             first = false;
-            match poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await {
+            match poll_fn(|cx| {
+                feed.drive(io, cx);
+                Poll::Ready(Pin::new(&mut *body).poll_frame(cx))
+            })
+            .await
+            {
                 Poll::Ready(frame) => frame,
                 Poll::Pending => {
-                    poll_fn(|cx| out.poll_write(head, io, cx)).await?;
-                    poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+                    poll_fn(|cx| {
+                        feed.drive(io, cx);
+                        out.poll_write(head, io, cx)
+                    })
+                    .await?;
+                    poll_fn(|cx| {
+                        feed.drive(io, cx);
+                        Pin::new(&mut *body).poll_frame(cx)
+                    })
+                    .await
                 }
             }
         } else {
-            poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+            poll_fn(|cx| {
+                feed.drive(io, cx);
+                Pin::new(&mut *body).poll_frame(cx)
+            })
+            .await
         };
         match frame {
             None => {
@@ -725,10 +970,18 @@ where
                 }
             }
         }
-        poll_fn(|cx| out.poll_write(head, io, cx)).await?;
+        poll_fn(|cx| {
+            feed.drive(io, cx);
+            out.poll_write(head, io, cx)
+        })
+        .await?;
     }
     // A response without a body part: the head alone.
-    poll_fn(|cx| out.poll_write(head, io, cx)).await?;
+    poll_fn(|cx| {
+        feed.drive(io, cx);
+        out.poll_write(head, io, cx)
+    })
+    .await?;
     poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await?;
     Ok(())
 }

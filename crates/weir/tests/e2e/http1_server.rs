@@ -1,23 +1,26 @@
 //! weir's own HTTP/1.1 server and the hand-over to hyper's (ARCHITECTURE.md, "HTTP/1.1
-//! downstream"): requests without a body are served by weir's server; the first request
-//! it does not serve (here a body) moves the connection, with the bytes already read, to
-//! hyper's server, which serves the rest. Over a real socket, pipelined, so the bytes
-//! handed over include the body and the next request.
+//! downstream"): requests without a body or with a `Content-Length` body are served by
+//! weir's server; the first request it does not serve (here a chunked body) moves the
+//! connection, with the bytes already read, to hyper's server, which serves the rest.
+//! Over real sockets, pipelined, so the bytes handed over include the body and the next
+//! request; bodies sent in pieces, and cut off by the client.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::smuggling::{all_read, exchange, gateway, ok, recorder};
+use crate::support::echo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_moves_to_hypers_server_at_a_request_with_a_body() {
+async fn a_connection_moves_to_hypers_server_at_a_chunked_request() {
     let rec = recorder(ok).await;
     let (_gw, addr) = gateway(rec.addr).await;
     let requests = concat!(
         "GET /one HTTP/1.1\r\nHost: app.test\r\n\r\n",
         "HEAD /head HTTP/1.1\r\nHost: app.test\r\n\r\n",
-        "POST /two HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello",
+        "POST /two HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "5\r\nhello\r\n0\r\n\r\n",
         "GET /three HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
     );
     let answer = exchange(addr, requests.as_bytes()).await;
@@ -75,4 +78,75 @@ async fn connection_close_and_a_half_finished_head_end_the_connection() {
         .unwrap();
     assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     assert!(!all_read(&rec).contains("/cut"));
+}
+
+/// The JSON bodies of the answers in `answer` (the echo backend's).
+fn echoed(answer: &str) -> Vec<serde_json::Value> {
+    answer
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .filter_map(|a| a.split_once("\r\n\r\n"))
+        .map(|(_, body)| serde_json::from_str(body).expect(body))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_of_a_given_length_are_relayed_whole_in_any_pieces() {
+    let backend = echo("a").await;
+    let (_gw, addr) = gateway(backend).await;
+    // A large body and a request after it, pipelined: both answered on the connection,
+    // the backend counted every byte.
+    let big = 300_000;
+    let mut requests =
+        format!("POST /big HTTP/1.1\r\nHost: app.test\r\nContent-Length: {big}\r\n\r\n")
+            .into_bytes();
+    requests.extend(std::iter::repeat_n(b'x', big));
+    requests
+        .extend_from_slice(b"GET /after HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n");
+    let answer = exchange(addr, &requests).await;
+    let bodies = echoed(&answer);
+    assert_eq!(bodies.len(), 2, "{answer}");
+    assert_eq!(bodies[0]["body_bytes"], big, "{answer}");
+    assert_eq!(bodies[1]["path"], "/after", "{answer}");
+
+    // The head, then the body in pieces with pauses (the request waits for each).
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"PUT /slow HTTP/1.1\r\nHost: app.test\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhel")
+        .await
+        .unwrap();
+    for piece in [&b"lo, "[..], b"wor", b"ld"] {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.write_all(piece).await.unwrap();
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out).into_owned();
+    let bodies = echoed(&answer);
+    assert_eq!(bodies.len(), 1, "{answer}");
+    assert_eq!(bodies[0]["body_bytes"], 10, "{answer}");
+    assert_eq!(bodies[0]["method"], "PUT", "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_cut_off_by_the_client_is_the_clients_fault() {
+    let backend = echo("a").await;
+    let (_gw, addr) = gateway(backend).await;
+    // 10 of 1,000 bytes, then the client's end: answered 400 (the client's fault, not
+    // the backend's 502), and the connection closed.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"POST /cut HTTP/1.1\r\nHost: app.test\r\nContent-Length: 1000\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("closed")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
 }

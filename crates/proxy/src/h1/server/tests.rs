@@ -12,6 +12,43 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
+/// A connection that collects what is written (and has nothing to read).
+#[derive(Default)]
+struct Written(Vec<u8>);
+
+impl AsyncRead for Written {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        _: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Written {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.0.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn no_feed(buf: &mut BytesMut) -> Feeding<'_> {
+    Feeding { feed: None, buf }
+}
+
 fn parse(head: &[u8]) -> Parsed {
     parse_request(head, &mut Vec::new(), FIELDS)
 }
@@ -25,6 +62,7 @@ fn a_request_without_a_body_is_served_here() {
         method,
         target,
         keep_alive,
+        body: 0,
     } = parse_request(head, &mut fields, FIELDS)
     else {
         panic!("not complete: {:?}", parse(head));
@@ -38,12 +76,36 @@ fn a_request_without_a_body_is_served_here() {
     assert_eq!(&head[fields[0].1..fields[0].2], b"x");
 
     let mut buf = BytesMut::from(&head[..]);
-    let req = build_request(&mut buf, &mut fields, len, method, target).unwrap();
+    let req = build_request(
+        &mut buf,
+        &mut fields,
+        len,
+        method,
+        target,
+        ClientBody::Empty,
+    )
+    .unwrap();
     assert_eq!(req.uri(), "/a?b");
     assert_eq!(req.headers()["host"], "x");
     assert_eq!(req.version(), Version::HTTP_11);
     assert!(req.body().is_end_stream());
     assert_eq!(&buf[..], b"GET", "the next request's bytes stay");
+}
+
+#[test]
+fn a_body_of_a_given_length_is_read_here() {
+    for (head, n) in [
+        (&b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"[..], 5),
+        (
+            b"PUT / HTTP/1.1\r\ncontent-length: 0000000000000000042\r\n\r\n",
+            42,
+        ),
+    ] {
+        match parse(head) {
+            Parsed::Complete { body, .. } => assert_eq!(body, n),
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -65,10 +127,13 @@ fn connection_close_is_noticed_in_any_field_and_case() {
 #[test]
 fn what_hyper_serves_is_handed_over() {
     for head in [
-        // Bodies, and what comes with them.
-        &b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n"[..],
-        b"POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+        // Bodies of other framings, lengths other than one field of digits, and what
+        // comes with bodies.
+        &b"POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"[..],
         b"POST / HTTP/1.1\r\nContent-Length: +0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 12345678901234567890\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length:\r\n\r\n",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
         // Upgrades, CONNECT, trailers allowed.
@@ -282,11 +347,17 @@ async fn weir_writes(case: &Case) -> String {
         framing.last,
         case.close || case.headers.contains(&("connection", "close"))
     );
-    let mut out: Vec<u8> = Vec::new();
-    write_body(&mut out, &head, &mut body, framing.body)
-        .await
-        .unwrap();
-    without_date(&out)
+    let mut out = Written::default();
+    write_body(
+        &mut out,
+        &head,
+        &mut body,
+        framing.body,
+        no_feed(&mut BytesMut::new()),
+    )
+    .await
+    .unwrap();
+    without_date(&out.0)
 }
 
 #[tokio::test]
@@ -363,22 +434,35 @@ async fn responses_are_encoded_as_hyper_encodes_them() {
 
 #[tokio::test]
 async fn a_body_short_of_its_length_fails_and_extra_data_is_not_sent() {
-    let mut out: Vec<u8> = Vec::new();
+    let mut out = Written::default();
     let mut body = TestBody {
         frames: VecDeque::from([Bytes::from_static(b"abc")]),
         exact: None,
     };
-    let e = write_body(&mut out, b"H\r\n\r\n", &mut body, BodyFraming::Length(5)).await;
+    let e = write_body(
+        &mut out,
+        b"H\r\n\r\n",
+        &mut body,
+        BodyFraming::Length(5),
+        no_feed(&mut BytesMut::new()),
+    )
+    .await;
     assert!(e.is_err());
 
-    let mut out: Vec<u8> = Vec::new();
+    let mut out = Written::default();
     let mut body = TestBody {
         frames: VecDeque::from([Bytes::from_static(b"abcdef"), Bytes::from_static(b"gh")]),
         exact: None,
     };
-    write_body(&mut out, b"H\r\n\r\n", &mut body, BodyFraming::Length(4))
-        .await
-        .unwrap();
-    assert_eq!(out, b"H\r\n\r\nabcd");
+    write_body(
+        &mut out,
+        b"H\r\n\r\n",
+        &mut body,
+        BodyFraming::Length(4),
+        no_feed(&mut BytesMut::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.0, b"H\r\n\r\nabcd");
     assert_eq!(body.frames.len(), 1, "the body is not read past its length");
 }
