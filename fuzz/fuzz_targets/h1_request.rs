@@ -3,13 +3,13 @@
 //! bytes are untrusted. Beyond not panicking: the answer must not depend on how the bytes
 //! arrive (every prefix of a complete head is only partial, so reading in pieces finds
 //! the same head), the head, its target and its field values lie inside the bytes read,
-//! and a head served there has at most one body framing, a `Content-Length` of decimal
-//! digits whose value is the body length it reports (no `Transfer-Encoding`), so it can
-//! never be read differently from the backend.
+//! and a head served there has at most one body framing (a `Content-Length` of decimal
+//! digits whose value is the length it reports, or one `Transfer-Encoding: chunked`), so
+//! it can never be read differently from the backend.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_proxy::{ParsedRequest, parse_request};
+use weir_proxy::{ParsedRequest, RequestFraming, parse_request};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&limit, bytes)) = data.split_first() else {
@@ -30,16 +30,26 @@ fuzz_target!(|data: &[u8]| {
             .filter(|(n, ..)| n == http::header::CONTENT_LENGTH)
             .count();
         assert!(lengths <= 1);
-        if lengths == 0 {
-            assert_eq!(*body, 0);
+        let codings = fields
+            .iter()
+            .filter(|(n, ..)| n == http::header::TRANSFER_ENCODING)
+            .count();
+        // One framing at most: a length, or `chunked` alone.
+        assert!(lengths + codings <= 1);
+        assert_eq!(codings == 1, *body == RequestFraming::Chunked);
+        if lengths + codings == 0 {
+            assert_eq!(*body, RequestFraming::Length(0));
         }
         for (name, start, end) in &fields {
             assert!(start <= end && *end <= *len);
-            assert_ne!(name, http::header::TRANSFER_ENCODING);
+            if name == http::header::TRANSFER_ENCODING {
+                assert!(bytes[*start..*end].eq_ignore_ascii_case(b"chunked"));
+            }
             if name == http::header::CONTENT_LENGTH {
                 let digits = &bytes[*start..*end];
                 assert!(!digits.is_empty() && digits.iter().all(u8::is_ascii_digit));
-                assert_eq!(std::str::from_utf8(digits).unwrap().parse::<u64>().ok(), Some(*body));
+                let n = std::str::from_utf8(digits).unwrap().parse::<u64>().ok();
+                assert_eq!(n.map(RequestFraming::Length), Some(*body));
             }
         }
         let mut again = Vec::new();

@@ -12,26 +12,29 @@
 //! first body frame in one `writev`, and relays the rest of the body as it comes.
 //!
 //! **What it serves, and what it hands over.** It serves HTTP/1.1 requests without a
-//! body or with one `Content-Length` of decimal digits: no `Transfer-Encoding`, no
-//! `Expect`, no `Upgrade`, no `TE`, not `CONNECT`, a request target of at most
-//! [`MAX_URI`] bytes, no more fields than the listener allows. That is what keep-alive
-//! traffic mostly is (GET, HEAD, DELETE, OPTIONS, and POST/PUT of a known size). At the
-//! first request it does not serve (a chunked body, an upgrade, HTTP/1.0, a head it
-//! cannot parse, a head longer than the listener's limit, the HTTP/2 preface on a
-//! plaintext listener), the connection, with the bytes read and not yet served, goes to
-//! hyper's server for the rest of its life ([`Conn`]): every such request, and every
-//! error answer to a malformed one, is exactly hyper's. So is the response framing here:
-//! `Content-Length` and `Transfer-Encoding` as hyper chooses them (the body's size, the
-//! upstream's fields, HEAD, 204 and 304), its `Date` field, `Connection: close` when the
-//! connection will close, and a client that closes its end while its request is in
-//! flight cancels the request (hyper's default, no half-close).
+//! body, with one `Content-Length` of decimal digits, or with one `Transfer-Encoding:
+//! chunked` (and no `Content-Length`): no `Expect`, no `Upgrade`, no `TE`, not
+//! `CONNECT`, a request target of at most [`MAX_URI`] bytes, no more fields than the
+//! listener allows. At the first request it does not serve (both framings, another
+//! coding, `Expect: 100-continue`, an upgrade, HTTP/1.0, a head it cannot parse, a head
+//! longer than the listener's limit, the HTTP/2 preface on a plaintext listener), the
+//! connection, with the bytes read and not yet served, goes to hyper's server for the
+//! rest of its life ([`Conn`]): every such request, and every error answer to a
+//! malformed one, is exactly hyper's. So is the response framing here: `Content-Length`
+//! and `Transfer-Encoding` as hyper chooses them (the body's size, the upstream's fields,
+//! HEAD, 204 and 304), its `Date` field, `Connection: close` when the connection will
+//! close, and a client that closes its end while its request is in flight cancels the
+//! request (hyper's default, no half-close).
 //!
 //! A request body ([`LeanBody`]) is read by the connection's loop when the body asks
-//! for data, from the connection's buffer first (bytes that came with the head), at
-//! most the bytes still owed; the loop goes on reading it while it writes the response
-//! (an upstream may answer before the body's end). A body the client cuts off fails with
-//! [`BodyCut`] (the client's fault, 400); a body not read to its end when the response
-//! head is written closes the connection after the response.
+//! for data, from the connection's buffer first (bytes that came with the head): at most
+//! the bytes still owed, or the next chunk's data through the strict chunked decoder the
+//! upstream client uses (`super::parse::Chunked`: bare LF, bad sizes and oversized
+//! extensions or trailers refused; trailer fields passed on). The loop goes on reading it
+//! while it writes the response (an upstream may answer before the body's end). A body
+//! the client cuts off, or whose chunk framing is invalid, fails with [`BodyCut`] (the
+//! client's fault, 400); a body not read to its end when the response head is written
+//! closes the connection after the response.
 //!
 //! The connection-state timeouts ([`crate::idle`]), the drain ([`crate::drain`]) and the
 //! per-request path are the same as on hyper's connections: the IO is the same
@@ -214,13 +217,22 @@ pub enum Parsed {
         target: (usize, usize),
         /// No `Connection: close`.
         keep_alive: bool,
-        /// The body's length (`Content-Length`; 0: no body).
-        body: u64,
+        /// How the body is framed.
+        body: RequestFraming,
     },
     /// More bytes are needed.
     Partial,
     /// Not a request served here (hyper's server decides what it is).
     Other,
+}
+
+/// How a request head served here frames its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFraming {
+    /// `Content-Length` bytes (0: no body).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
 }
 
 /// One header field of a parsed head: its name, and its value's place in the head.
@@ -255,14 +267,21 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
     let at = |s: &[u8]| s.as_ptr() as usize - base;
     let mut keep_alive = true;
     let mut length: Option<u64> = None;
+    let mut chunked = false;
     for h in req.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return Parsed::Other;
         };
         match name {
-            header::TRANSFER_ENCODING | header::EXPECT | header::UPGRADE | header::TE => {
-                return Parsed::Other;
+            header::TRANSFER_ENCODING => {
+                // One field that is exactly `chunked`; any other coding, a list, or a
+                // second field is hyper's to read or refuse.
+                if chunked || !h.value.eq_ignore_ascii_case(b"chunked") {
+                    return Parsed::Other;
+                }
+                chunked = true;
             }
+            header::EXPECT | header::UPGRADE | header::TE => return Parsed::Other,
             header::CONTENT_LENGTH => {
                 // One field of 1–19 decimal digits; anything else (a list, a sign,
                 // spaces, a second field) is hyper's to read or refuse.
@@ -281,13 +300,20 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
         let start = at(h.value);
         fields.push((name, start, start + h.value.len()));
     }
+    let body = match (length, chunked) {
+        // Both framings: hyper's to read (as chunked, closing after the answer).
+        (Some(_), true) => return Parsed::Other,
+        (None, true) => RequestFraming::Chunked,
+        (Some(n), false) => RequestFraming::Length(n),
+        (None, false) => RequestFraming::Length(0),
+    };
     let start = at(path.as_bytes());
     Parsed::Complete {
         len,
         method,
         target: (start, start + path.len()),
         keep_alive,
-        body: length.unwrap_or(0),
+        body,
     }
 }
 
@@ -444,7 +470,12 @@ async fn next_request<IO: AsyncRead + Unpin>(
                         keep_alive,
                         body,
                     } => {
-                        let feed = (body > 0).then(|| Arc::new(Mutex::new(Feed::new(body))));
+                        let feed = match body {
+                            RequestFraming::Length(0) => None,
+                            RequestFraming::Length(n) => Some(BodyLength::Length(n)),
+                            RequestFraming::Chunked => Some(BodyLength::Chunked(Box::default())),
+                        }
+                        .map(|length| Arc::new(Mutex::new(Feed::new(length))));
                         let client_body = match &feed {
                             Some(f) => ClientBody::Lean(LeanBody(Arc::clone(f))),
                             None => ClientBody::Empty,
@@ -482,32 +513,49 @@ async fn next_request<IO: AsyncRead + Unpin>(
 
 // ---------------------------------------------------------------- request bodies
 
-/// A request body of `Content-Length` bytes, read by the connection's loop while the
-/// request is served: the body asks ([`Feed::want`]), the loop hands it what the
-/// connection's buffer holds (or reads more), at most the bytes still owed. The body may
-/// be polled from another task (an HTTP/2 upstream's): both sides register a waker.
+/// A request body (`Content-Length` bytes, or chunked), read by the connection's loop
+/// while the request is served: the body asks ([`Feed::want`]), the loop hands it what
+/// the connection's buffer holds (or reads more): at most the bytes still owed, or the
+/// next chunk's data (weir's strict chunked decoder, `super::parse::Chunked`: its trailer
+/// fields become the body's trailers). The body may be polled from another task (an
+/// HTTP/2 upstream's): both sides register a waker.
 pub(crate) struct LeanBody(Arc<Mutex<Feed>>);
+
+/// How a request body is framed.
+enum BodyLength {
+    /// This many bytes still to take from the connection.
+    Length(u64),
+    Chunked(Box<super::parse::Chunked>),
+}
 
 /// The state a [`LeanBody`] shares with its connection's loop.
 pub(crate) struct Feed {
-    /// Bytes of the body not yet taken from the connection.
-    left: u64,
-    /// Data taken from the connection, not yet taken by the body.
-    data: Option<Bytes>,
+    length: BodyLength,
+    /// The body's end was taken from the connection.
+    done: bool,
+    /// A frame taken from the connection, not yet taken by the body.
+    frame: Option<http_body::Frame<Bytes>>,
     /// The body asked for data.
     want: bool,
     /// The client closed (or the connection failed) before the body's end.
     cut: bool,
+    /// The chunked framing was invalid.
+    invalid: Option<super::parse::Invalid>,
     /// The body was dropped (the request is done with it).
     dropped: bool,
     body_waker: Option<Waker>,
     conn_waker: Option<Waker>,
 }
 
-/// The error of a body whose client closed before its end (the client's fault: 400).
+/// The error of a body whose client closed before its end, or whose chunked framing is
+/// invalid (the client's fault: 400).
 #[derive(Debug, thiserror::Error)]
-#[error("client closed the connection within the request body")]
-pub(crate) struct BodyCut;
+pub(crate) enum BodyCut {
+    #[error("client closed the connection within the request body")]
+    Closed,
+    #[error("invalid request body: {0}")]
+    Invalid(super::parse::Invalid),
+}
 
 fn lock(feed: &Mutex<Feed>) -> std::sync::MutexGuard<'_, Feed> {
     feed.lock()
@@ -521,26 +569,32 @@ fn finished(feed: &Mutex<Feed>) -> bool {
 }
 
 impl Feed {
-    fn new(length: u64) -> Feed {
+    fn new(length: BodyLength) -> Feed {
         Feed {
-            left: length,
-            data: None,
+            done: matches!(length, BodyLength::Length(0)),
+            length,
+            frame: None,
             want: false,
             cut: false,
+            invalid: None,
             dropped: false,
             body_waker: None,
             conn_waker: None,
         }
     }
 
-    /// Nothing more for the loop to do: all read, cut, or no longer wanted.
-    fn finished(&self) -> bool {
-        self.left == 0 || self.cut || self.dropped
+    fn failed(&self) -> bool {
+        self.cut || self.invalid.is_some()
     }
 
-    /// Whether the body's bytes were all taken from the connection.
+    /// Nothing more for the loop to do: all read, failed, or no longer wanted.
+    fn finished(&self) -> bool {
+        self.done || self.failed() || self.dropped
+    }
+
+    /// Whether the body was taken from the connection to its end.
     fn end_read(&self) -> bool {
-        self.left == 0 && !self.cut
+        self.done && !self.failed()
     }
 
     fn wake_body(&mut self) {
@@ -548,10 +602,44 @@ impl Feed {
             w.wake();
         }
     }
+
+    /// Takes the next frame (or the end, or a framing error) from `buf`; `false` when
+    /// `buf` holds no complete step.
+    fn take_from(&mut self, buf: &mut BytesMut) -> bool {
+        match &mut self.length {
+            BodyLength::Length(left) => {
+                if buf.is_empty() {
+                    return false;
+                }
+                let n = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= n as u64;
+                self.done = *left == 0;
+                self.frame = Some(http_body::Frame::data(buf.split_to(n).freeze()));
+                true
+            }
+            BodyLength::Chunked(decoder) => match decoder.decode(buf, usize::MAX) {
+                Ok(super::parse::Decoded::Data(data)) => {
+                    self.frame = Some(http_body::Frame::data(data));
+                    true
+                }
+                Ok(super::parse::Decoded::End(trailers)) => {
+                    self.done = true;
+                    self.frame = trailers.map(http_body::Frame::trailers);
+                    true
+                }
+                Ok(super::parse::Decoded::More) => false,
+                Err(e) => {
+                    self.invalid = Some(e);
+                    true
+                }
+            },
+        }
+    }
 }
 
-/// The loop's side: `Ready` when the body got data or learnt it was cut (poll the
-/// request again), `Pending` when it does not want more yet or the connection has none.
+/// The loop's side: `Ready` when the body got data (or its end) or learnt it failed
+/// (poll the request again), `Pending` when it does not want more yet or the connection
+/// has none.
 fn feed_body<IO: AsyncRead + Unpin>(
     feed: &Mutex<Feed>,
     io: &mut IO,
@@ -560,14 +648,11 @@ fn feed_body<IO: AsyncRead + Unpin>(
 ) -> Poll<()> {
     loop {
         let mut f = lock(feed);
-        if !f.want || f.data.is_some() {
+        if !f.want || f.frame.is_some() || f.finished() {
             f.conn_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        if !buf.is_empty() {
-            let n = buf.len().min(usize::try_from(f.left).unwrap_or(usize::MAX));
-            f.left -= n as u64;
-            f.data = Some(buf.split_to(n).freeze());
+        if f.take_from(buf) {
             f.want = false;
             f.wake_body();
             return Poll::Ready(());
@@ -612,13 +697,16 @@ impl LeanBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         let mut f = lock(&self.0);
-        if let Some(data) = f.data.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        if let Some(frame) = f.frame.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if let Some(e) = &f.invalid {
+            return Poll::Ready(Some(Err(Box::new(BodyCut::Invalid(e.clone())))));
         }
         if f.cut {
-            return Poll::Ready(Some(Err(Box::new(BodyCut))));
+            return Poll::Ready(Some(Err(Box::new(BodyCut::Closed))));
         }
-        if f.left == 0 {
+        if f.done {
             return Poll::Ready(None);
         }
         f.want = true;
@@ -637,12 +725,22 @@ impl LeanBody {
 
     pub(crate) fn is_end_stream(&self) -> bool {
         let f = lock(&self.0);
-        f.left == 0 && f.data.is_none() && !f.cut
+        f.done && f.frame.is_none() && !f.failed()
     }
 
     pub(crate) fn size_hint(&self) -> http_body::SizeHint {
         let f = lock(&self.0);
-        http_body::SizeHint::with_exact(f.left + f.data.as_ref().map_or(0, |d| d.len() as u64))
+        match &f.length {
+            BodyLength::Length(left) => {
+                let staged = f
+                    .frame
+                    .as_ref()
+                    .and_then(|fr| fr.data_ref())
+                    .map_or(0, |d| d.len() as u64);
+                http_body::SizeHint::with_exact(left + staged)
+            }
+            BodyLength::Chunked(_) => http_body::SizeHint::default(),
+        }
     }
 }
 

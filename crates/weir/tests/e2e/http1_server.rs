@@ -1,9 +1,10 @@
 //! weir's own HTTP/1.1 server and the hand-over to hyper's (ARCHITECTURE.md, "HTTP/1.1
-//! downstream"): requests without a body or with a `Content-Length` body are served by
-//! weir's server; the first request it does not serve (here a chunked body) moves the
-//! connection, with the bytes already read, to hyper's server, which serves the rest.
-//! Over real sockets, pipelined, so the bytes handed over include the body and the next
-//! request; bodies sent in pieces, and cut off by the client.
+//! downstream"): requests without a body or with a `Content-Length` or chunked body are
+//! served by weir's server; the first request it does not serve (here one with `Expect:
+//! 100-continue`) moves the connection, with the bytes already read, to hyper's server,
+//! which serves the rest. Over real sockets, pipelined, so the bytes handed over include
+//! the body and the next request; bodies sent in pieces, cut off by the client, and with
+//! invalid chunk framing.
 
 use std::time::Duration;
 
@@ -13,14 +14,13 @@ use crate::smuggling::{all_read, exchange, gateway, ok, recorder};
 use crate::support::echo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_moves_to_hypers_server_at_a_chunked_request() {
+async fn a_connection_moves_to_hypers_server_at_a_request_it_does_not_serve() {
     let rec = recorder(ok).await;
     let (_gw, addr) = gateway(rec.addr).await;
     let requests = concat!(
         "GET /one HTTP/1.1\r\nHost: app.test\r\n\r\n",
         "HEAD /head HTTP/1.1\r\nHost: app.test\r\n\r\n",
-        "POST /two HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n",
-        "5\r\nhello\r\n0\r\n\r\n",
+        "POST /two HTTP/1.1\r\nHost: app.test\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello",
         "GET /three HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
     );
     let answer = exchange(addr, requests.as_bytes()).await;
@@ -29,6 +29,7 @@ async fn a_connection_moves_to_hypers_server_at_a_chunked_request() {
         4,
         "four answers on one connection: {answer}"
     );
+    let answer = answer.replace("HTTP/1.1 100 Continue\r\n\r\n", "");
     // HEAD: the length, no body; the last answer says the connection closes, and it did
     // (`exchange` read to the end).
     let parts: Vec<&str> = answer.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
@@ -128,6 +129,46 @@ async fn bodies_of_a_given_length_are_relayed_whole_in_any_pieces() {
     assert_eq!(bodies.len(), 1, "{answer}");
     assert_eq!(bodies[0]["body_bytes"], 10, "{answer}");
     assert_eq!(bodies[0]["method"], "PUT", "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_bodies_are_relayed_whole_and_invalid_framing_refused() {
+    let backend = echo("a").await;
+    let (_gw, addr) = gateway(backend).await;
+    // Chunks in pieces (a size line split, an extension, a trailer), then a request
+    // after it on the same connection.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let pieces: [&[u8]; 5] = [
+        b"POST /chunks HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r",
+        b"\nhello\r\n1",
+        b"0;ext=1\r\n0123456789abcdef\r\n",
+        b"0\r\nx-trailer: t\r\n\r\n",
+        b"GET /after HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
+    ];
+    for piece in pieces {
+        s.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out).into_owned();
+    let bodies = echoed(&answer);
+    assert_eq!(bodies.len(), 2, "{answer}");
+    assert_eq!(bodies[0]["body_bytes"], 21, "{answer}");
+    assert_eq!(bodies[1]["path"], "/after", "{answer}");
+
+    // A chunk size that is not hexadecimal: refused as the client's fault, the
+    // connection closed, and what follows never read as a request.
+    let answer = exchange(
+        addr,
+        b"POST /bad HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nGET /never HTTP/1.1\r\nHost: app.test\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

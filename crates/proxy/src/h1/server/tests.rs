@@ -62,7 +62,7 @@ fn a_request_without_a_body_is_served_here() {
         method,
         target,
         keep_alive,
-        body: 0,
+        body: RequestFraming::Length(0),
     } = parse_request(head, &mut fields, FIELDS)
     else {
         panic!("not complete: {:?}", parse(head));
@@ -93,16 +93,23 @@ fn a_request_without_a_body_is_served_here() {
 }
 
 #[test]
-fn a_body_of_a_given_length_is_read_here() {
-    for (head, n) in [
-        (&b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"[..], 5),
+fn bodies_of_a_length_or_chunked_are_read_here() {
+    for (head, framing) in [
+        (
+            &b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"[..],
+            RequestFraming::Length(5),
+        ),
         (
             b"PUT / HTTP/1.1\r\ncontent-length: 0000000000000000042\r\n\r\n",
-            42,
+            RequestFraming::Length(42),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n",
+            RequestFraming::Chunked,
         ),
     ] {
         match parse(head) {
-            Parsed::Complete { body, .. } => assert_eq!(body, n),
+            Parsed::Complete { body, .. } => assert_eq!(body, framing),
             other => panic!("{other:?}"),
         }
     }
@@ -134,7 +141,11 @@ fn what_hyper_serves_is_handed_over() {
         b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
         b"POST / HTTP/1.1\r\nContent-Length: 12345678901234567890\r\n\r\n",
         b"POST / HTTP/1.1\r\nContent-Length:\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
         // Upgrades, CONNECT, trailers allowed.
         b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
