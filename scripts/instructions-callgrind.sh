@@ -5,7 +5,7 @@
 #
 #   scripts/instructions-callgrind.sh WEIR_BINARY [VARIANT ...]
 #
-# VARIANT: plain (no policy), retry (ingress-nginx `proxy-next-upstream: error timeout
+# VARIANT: plain (no policy), post (plain, POSTs of a 1 KiB body), retry (ingress-nginx `proxy-next-upstream: error timeout
 # http_503` — the retry path, no retry made), limit (`limit-rps` far above the load).
 # Default: all three. For each: weir serves one plaintext Ingress host in front of
 # `weir-bench backend`; wrk warms it up, callgrind's counters are zeroed, wrk sends

@@ -32,10 +32,17 @@ site() {
         plain) annotations="{}" ;;
         retry) annotations='{nginx.ingress.kubernetes.io/proxy-next-upstream: "error timeout http_503"}' ;;
         limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
+        post) annotations="{}" ;;
         *) echo "unknown variant $1" >&2; exit 2 ;;
     esac
     dir="$out/$1"
     mkdir -p "$dir/manifests"
+    # `post`: the plain site, loaded with POSTs of a 1 KiB body (Content-Length).
+    wrk_script=
+    if [ "$1" = post ]; then
+        wrk_script="$dir/post.lua"
+        printf 'wrk.method = "POST"\nwrk.body = string.rep("x", 1024)\n' >"$wrk_script"
+    fi
     cat >"$dir/manifests/site.yaml" <<EOF
 apiVersion: weir.dev/v1alpha1
 kind: Backend
@@ -96,7 +103,7 @@ wrk_load() {
     local launcher=()
     while [ "$1" != -- ]; do launcher+=("$1"); shift; done
     shift
-    "${launcher[@]}" wrk -t1 -c16 "$@" -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
+    "${launcher[@]}" wrk -t1 -c16 ${wrk_script:+-s "$wrk_script"} "$@" -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
     if grep -q 'Non-2xx' "$dir/wrk.txt"; then
         cat "$dir/wrk.txt" >&2
         echo "$variant: wrk saw answers other than 2xx/3xx" >&2

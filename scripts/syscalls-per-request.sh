@@ -6,7 +6,7 @@
 #
 #   scripts/syscalls-per-request.sh WEIR_BINARY [VARIANT ...]
 #
-# VARIANT: plain, retry, limit, as in instructions-callgrind.sh (default: plain retry).
+# VARIANT: plain, post, retry, limit, as in instructions-callgrind.sh (default: plain retry).
 # For each: weir (pinned to CPU 0) serves one plaintext Ingress host in front of
 # `weir-bench backend`; wrk warms it up, strace attaches to every weir thread, wrk (on
 # CPU 1) sends 5 s of HTTP/1.1 keep-alive load over 16 connections, and the calls are

@@ -71,6 +71,9 @@ pub(crate) const MAX_URI: usize = (u16::MAX - 1) as usize;
 const FIELDS: usize = 100;
 /// The least free room for a read.
 const READ_MIN: usize = 8 * 1024;
+/// The largest piece of a request body copied out of the connection's buffer rather
+/// than shared with it.
+const COPIED_BODY: usize = 4 * 1024;
 /// Room kept in a request's header map for the fields the proxy adds before forwarding
 /// it (`x-request-id`, `x-forwarded-for`, `-proto`, `-host`, a filter's), so that adding
 /// them does not grow the map (in a profile, growing it cost 10 % of the instructions
@@ -480,12 +483,20 @@ async fn next_request<IO: AsyncRead + Unpin>(
                             Some(f) => ClientBody::Lean(LeanBody(Arc::clone(f))),
                             None => ClientBody::Empty,
                         };
-                        return Ok(
-                            match build_request(buf, fields, len, method, target, client_body) {
-                                Some(req) => Next::Request(req, keep_alive, feed),
-                                None => Next::HandOver,
-                            },
-                        );
+                        let Some(req) =
+                            build_request(buf, fields, len, method, target, client_body)
+                        else {
+                            return Ok(Next::HandOver);
+                        };
+                        // The body's first bytes often come with the head: handed over now,
+                        // the upstream client sends them with the forwarded head (one
+                        // write) before it waits for an answer.
+                        if let Some(f) = &feed
+                            && !buf.is_empty()
+                        {
+                            lock(f).take_from(buf);
+                        }
+                        return Ok(Next::Request(req, keep_alive, feed));
                     }
                     Parsed::Other => return Ok(Next::HandOver),
                     Parsed::Partial if buf.len() >= h.max_head => return Ok(Next::HandOver),
@@ -614,7 +625,16 @@ impl Feed {
                 let n = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
                 *left -= n as u64;
                 self.done = *left == 0;
-                self.frame = Some(http_body::Frame::data(buf.split_to(n).freeze()));
+                // A small piece is copied, so that the connection's buffer stays its own
+                // (shared, the next read would need a new one); a large one is shared.
+                let data = if n <= COPIED_BODY {
+                    let data = Bytes::copy_from_slice(&buf[..n]);
+                    buf.advance(n);
+                    data
+                } else {
+                    buf.split_to(n).freeze()
+                };
+                self.frame = Some(http_body::Frame::data(data));
                 true
             }
             BodyLength::Chunked(decoder) => match decoder.decode(buf, usize::MAX) {
