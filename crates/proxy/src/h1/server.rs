@@ -361,7 +361,7 @@ fn build_request(
 #[allow(clippy::large_enum_variant)]
 enum Next {
     /// A request, whether the connection may be kept after it, and its body's shared
-    /// state (a body with a length).
+    /// state (when it has a body).
     Request(Request<ClientBody>, bool, Option<Arc<Mutex<Feed>>>),
     Closed,
     HandOver,
