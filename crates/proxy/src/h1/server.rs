@@ -440,7 +440,9 @@ where
         };
         write_body(&mut io, &out, &mut body, framing.body, feeding).await?;
         drop(body);
-        if framing.last {
+        // A graceful shut-down asked for during this response closes after it, even with
+        // a pipelined request already read (as hyper does).
+        if framing.last || closing.load(Ordering::Relaxed) {
             // Best effort: the response is written.
             let _ = io.shutdown().await;
             return Ok(Ended::Closed);
