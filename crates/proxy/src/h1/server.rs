@@ -26,8 +26,9 @@
 //! close, and a client that closes its end while its request is in flight cancels the
 //! request (hyper's default, no half-close).
 //!
-//! A request body ([`LeanBody`]) is read by the connection's loop when the body asks
-//! for data, from the connection's buffer first (bytes that came with the head): at most
+//! A request body ([`LeanBody`]) gets the bytes that came with its head at once (so the
+//! upstream client forwards them with the head, in one write), then is read by the
+//! connection's loop when the body asks for more, from the connection's buffer first: at most
 //! the bytes still owed, or the next chunk's data through the strict chunked decoder the
 //! upstream client uses (`super::parse::Chunked`: bare LF, bad sizes and oversized
 //! extensions or trailers refused; trailer fields passed on). The loop goes on reading it
