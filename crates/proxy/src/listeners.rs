@@ -6,7 +6,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -539,10 +538,9 @@ where
             let svc = service(Arc::clone(&state), Arc::clone(&ctx));
             let handler = lean_handler(&state, ctx, &settings.limits, true);
             let auto = &servers.auto;
-            let conn =
-                h1::server::Conn::new(io, handler, move |io| -> Pin<Box<dyn Fallback + '_>> {
-                    Box::pin(auto.serve_connection_with_upgrades(TokioIo::new(io), svc))
-                });
+            let conn = h1::server::Conn::new(io, handler, move |io| -> Fallback<'_> {
+                Box::pin(auto.serve_connection_with_upgrades(TokioIo::new(io), svc))
+            });
             let conn = ticket.serve(conn);
             Watched::new(conn, state, timeouts, bounds, c.accepted_at).await
         }
@@ -595,10 +593,9 @@ where
                 let svc = service(Arc::clone(&state), Arc::clone(&ctx));
                 let handler = lean_handler(&state, ctx, &settings.limits, false);
                 let h1 = &servers.h1;
-                let conn =
-                    h1::server::Conn::new(io, handler, move |io| -> Pin<Box<dyn Fallback + '_>> {
-                        Box::pin(h1.serve_connection_with_upgrades(TokioIo::new(io), svc))
-                    });
+                let conn = h1::server::Conn::new(io, handler, move |io| -> Fallback<'_> {
+                    Box::pin(h1.serve_connection_with_upgrades(TokioIo::new(io), svc))
+                });
                 let conn = ticket.serve(conn);
                 Watched::new(conn, state, timeouts, bounds, Instant::now()).await
             } else {

@@ -215,8 +215,7 @@ pub(crate) fn ends_in_chunked(headers: &HeaderMap) -> bool {
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
-        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        .is_some_and(|v| ends_in_chunked_value(v.as_bytes()))
 }
 
 /// The `Content-Length` of `headers`: `None` without one; an error unless every field
@@ -224,13 +223,11 @@ pub(crate) fn ends_in_chunked(headers: &HeaderMap) -> bool {
 pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Invalid> {
     let mut found = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        for element in value.as_bytes().split(|b| *b == b',') {
-            let n = decimal(element.trim_ascii()).ok_or(Invalid::ContentLength)?;
-            if found.is_some_and(|f| f != n) {
-                return Err(Invalid::ContentLength);
-            }
-            found = Some(n);
+        let n = content_length_value(value.as_bytes()).ok_or(Invalid::ContentLength)?;
+        if found.is_some_and(|f| f != n) {
+            return Err(Invalid::ContentLength);
         }
+        found = Some(n);
     }
     Ok(found)
 }
@@ -257,7 +254,7 @@ pub(crate) fn ends_in_chunked_value(value: &[u8]) -> bool {
 }
 
 /// A decimal number of at most 19 digits (no sign, no spaces, not empty).
-fn decimal(digits: &[u8]) -> Option<u64> {
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }

@@ -44,6 +44,7 @@
 //! response.
 
 use std::future::{Future, poll_fn};
+use std::io;
 use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +60,7 @@ use tokio_util::io::poll_read_buf;
 
 use super::write::{Outgoing, decimal, hex_line};
 use crate::body::ClientBody;
+use crate::drain::Shutdown;
 use crate::error::BoxError;
 use crate::idle::ConnState;
 use crate::l4::Rewind;
@@ -82,26 +84,8 @@ const COPIED_BODY: usize = 4 * 1024;
 const ADDED_FIELDS: usize = 8;
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// A served connection that can be asked to finish: hyper's, once a connection is handed
-/// over to it.
-pub(crate) trait Fallback: Send {
-    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
-    fn shut_down(self: Pin<&mut Self>);
-}
-
-impl<C, E> Fallback for C
-where
-    C: hyper_util::server::graceful::GracefulConnection<Error = E> + Send,
-    E: Into<BoxError>,
-{
-    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.poll(cx).map_err(Into::into)
-    }
-
-    fn shut_down(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
+/// hyper's connection, once a connection is handed over to it.
+pub(crate) type Fallback<'a> = Pin<Box<dyn Shutdown<Output = Result<(), BoxError>> + Send + 'a>>;
 
 /// What the requests of one connection are served with.
 pub(crate) struct Handler {
@@ -126,7 +110,7 @@ type Lean<'a, IO> = Pin<Box<dyn Future<Output = Result<Ended<IO>, BoxError>> + S
 
 enum Stage<'a, IO> {
     Lean(Lean<'a, IO>),
-    Hyper(Pin<Box<dyn Fallback + 'a>>),
+    Hyper(Fallback<'a>),
     Done,
 }
 
@@ -141,7 +125,7 @@ pub(crate) struct Conn<'a, IO, F> {
 impl<'a, IO, F> Conn<'a, IO, F>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
-    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+    F: FnOnce(Rewind<IO>) -> Fallback<'a> + Unpin,
 {
     pub(crate) fn new(io: IO, handler: Handler, hand_over: F) -> Conn<'a, IO, F> {
         let closing = Arc::new(AtomicBool::new(false));
@@ -156,7 +140,7 @@ where
 impl<'a, IO, F> Future for Conn<'a, IO, F>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
-    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+    F: FnOnce(Rewind<IO>) -> Fallback<'a> + Unpin,
 {
     type Output = Result<(), BoxError>;
 
@@ -176,7 +160,7 @@ where
                         };
                         let mut conn = hand_over(Rewind::new(read, io));
                         if this.closing.load(Ordering::Relaxed) {
-                            conn.as_mut().shut_down();
+                            conn.as_mut().graceful_shutdown();
                         }
                         this.stage = Stage::Hyper(conn);
                     }
@@ -185,23 +169,23 @@ where
                         return Poll::Ready(Err(e));
                     }
                 },
-                Stage::Hyper(conn) => return conn.as_mut().poll_served(cx),
+                Stage::Hyper(conn) => return conn.as_mut().poll(cx),
                 Stage::Done => return Poll::Ready(Ok(())),
             }
         }
     }
 }
 
-impl<'a, IO, F> crate::drain::Shutdown for Conn<'a, IO, F>
+impl<'a, IO, F> Shutdown for Conn<'a, IO, F>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'a,
-    F: FnOnce(Rewind<IO>) -> Pin<Box<dyn Fallback + 'a>> + Unpin,
+    F: FnOnce(Rewind<IO>) -> Fallback<'a> + Unpin,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         let this = self.get_mut();
         this.closing.store(true, Ordering::Relaxed);
         if let Stage::Hyper(conn) = &mut this.stage {
-            conn.as_mut().shut_down();
+            conn.as_mut().graceful_shutdown();
         }
     }
 }
@@ -292,11 +276,10 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
                 if length.is_some() {
                     return Parsed::Other;
                 }
-                let v = h.value;
-                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+                let Some(n) = super::parse::decimal(h.value) else {
                     return Parsed::Other;
-                }
-                length = Some(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')));
+                };
+                length = Some(n);
             }
             header::CONNECTION if has_token(h.value, b"close") => keep_alive = false,
             _ => {}
@@ -1026,34 +1009,17 @@ where
     let mut first = true;
     while !done {
         // The first frame is taken if it is already there, so that it goes with the head.
-        let frame = if first {
+        let mut frame = Poll::Pending;
+        if first {
             first = false;
-            match poll_fn(|cx| {
-                feed.drive(io, cx);
-                Poll::Ready(Pin::new(&mut *body).poll_frame(cx))
-            })
-            .await
-            {
-                Poll::Ready(frame) => frame,
-                Poll::Pending => {
-                    poll_fn(|cx| {
-                        feed.drive(io, cx);
-                        out.poll_write(head, io, cx)
-                    })
-                    .await?;
-                    poll_fn(|cx| {
-                        feed.drive(io, cx);
-                        Pin::new(&mut *body).poll_frame(cx)
-                    })
-                    .await
-                }
+            frame = frame_now(&mut feed, io, body).await;
+            if frame.is_pending() {
+                write_out(&mut feed, io, &mut out, head).await?;
             }
-        } else {
-            poll_fn(|cx| {
-                feed.drive(io, cx);
-                Pin::new(&mut *body).poll_frame(cx)
-            })
-            .await
+        }
+        let frame = match frame {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => next_frame(&mut feed, io, body).await,
         };
         match frame {
             None => {
@@ -1091,20 +1057,61 @@ where
                 }
             }
         }
-        poll_fn(|cx| {
-            feed.drive(io, cx);
-            out.poll_write(head, io, cx)
-        })
-        .await?;
+        write_out(&mut feed, io, &mut out, head).await?;
     }
     // A response without a body part: the head alone.
+    write_out(&mut feed, io, &mut out, head).await?;
+    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await?;
+    Ok(())
+}
+
+/// The body's next frame, the request body fed meanwhile.
+async fn next_frame<IO, B>(
+    feed: &mut Feeding<'_>,
+    io: &mut IO,
+    body: &mut B,
+) -> Option<Result<http_body::Frame<Bytes>, B::Error>>
+where
+    IO: AsyncRead + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+{
+    poll_fn(|cx| {
+        feed.drive(io, cx);
+        Pin::new(&mut *body).poll_frame(cx)
+    })
+    .await
+}
+
+/// As [`next_frame`], only if the frame is there already (`Pending` otherwise).
+async fn frame_now<IO, B>(
+    feed: &mut Feeding<'_>,
+    io: &mut IO,
+    body: &mut B,
+) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>>
+where
+    IO: AsyncRead + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+{
+    poll_fn(|cx| {
+        feed.drive(io, cx);
+        Poll::Ready(Pin::new(&mut *body).poll_frame(cx))
+    })
+    .await
+}
+
+/// Writes what `out` has staged (the rest of `head` first), the request body fed
+/// meanwhile.
+async fn write_out<IO: AsyncRead + AsyncWrite + Unpin>(
+    feed: &mut Feeding<'_>,
+    io: &mut IO,
+    out: &mut Outgoing,
+    head: &[u8],
+) -> io::Result<()> {
     poll_fn(|cx| {
         feed.drive(io, cx);
         out.poll_write(head, io, cx)
     })
-    .await?;
-    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await?;
-    Ok(())
+    .await
 }
 
 /// The `Date` field's value, formatted once per second per thread.

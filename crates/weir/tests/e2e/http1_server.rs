@@ -72,13 +72,19 @@ async fn connection_close_and_a_half_finished_head_end_the_connection() {
         .await
         .unwrap();
     s.shutdown().await.unwrap();
+    let out = read_all(&mut s).await;
+    assert!(out.is_empty(), "{out}");
+    assert!(!all_read(&rec).contains("/cut"));
+}
+
+/// What the connection sends until it closes (10 s at most, else the test fails).
+async fn read_all(s: &mut tokio::net::TcpStream) -> String {
     let mut out = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
         .await
-        .expect("closed")
+        .expect("the connection closes")
         .unwrap();
-    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
-    assert!(!all_read(&rec).contains("/cut"));
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The JSON bodies of the answers in `answer` (the echo backend's).
@@ -119,12 +125,7 @@ async fn bodies_of_a_given_length_are_relayed_whole_in_any_pieces() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         s.write_all(piece).await.unwrap();
     }
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answered and closed")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&out).into_owned();
+    let answer = read_all(&mut s).await;
     let bodies = echoed(&answer);
     assert_eq!(bodies.len(), 1, "{answer}");
     assert_eq!(bodies[0]["body_bytes"], 10, "{answer}");
@@ -149,12 +150,7 @@ async fn chunked_bodies_are_relayed_whole_and_invalid_framing_refused() {
         s.write_all(piece).await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answered and closed")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&out).into_owned();
+    let answer = read_all(&mut s).await;
     let bodies = echoed(&answer);
     assert_eq!(bodies.len(), 2, "{answer}");
     assert_eq!(bodies[0]["body_bytes"], 21, "{answer}");
@@ -183,11 +179,6 @@ async fn a_body_cut_off_by_the_client_is_the_clients_fault() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.shutdown().await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("closed")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&out).into_owned();
+    let answer = read_all(&mut s).await;
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
 }
