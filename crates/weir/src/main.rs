@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod allocator;
+
 #[derive(Parser)]
 #[command(
     name = "weir",
@@ -600,32 +602,7 @@ struct EchoArgs {
     name: String,
 }
 
-/// Caps glibc's malloc arenas at one per CPU (at least 2) before any thread starts.
-///
-/// glibc gives every thread that allocates its own arena, up to 8 per CPU. The parallel
-/// manifest scan at startup allocates the long-lived objects from several threads, and
-/// each arena keeps its own free holes: at 20,000 TLS domains that cost ~35 MiB of RSS
-/// (285 → 250 MiB, BENCHMARKS.md). A `MALLOC_ARENA_MAX` set by the user wins.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
-    let arenas = libc::c_int::try_from(cpus).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt only sets an allocator tunable; it is called first thing in main,
-    // before this process starts any thread, and takes no pointers.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, arenas);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
-
 fn main() -> ExitCode {
-    limit_malloc_arenas();
     let cli = Cli::parse();
     weir::logging::init(matches!(cli.log_format, LogFormat::Json));
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,97 @@
+//! The process's allocator: mimalloc (v3), set to give freed memory back at once.
+//!
+//! Why not glibc's malloc: at startup weir builds and drops millions of small objects
+//! (parsed documents, typed objects, translator tables), and glibc spent 18 % of the
+//! startup cycles in `malloc_consolidate`, `unlink_chunk` and `_int_free` (perf, 20,000
+//! TLS domains); a request, too, allocates a few dozen small blocks. mimalloc took 11 %
+//! off the startup CPU, 2–3 % off the instructions per proxied request, and 5 MiB off
+//! the RSS at 20,000 domains with the options below (BENCHMARKS.md, "Session 22").
+//!
+//! Its defaults keep freed pages for a while (`purge_delay`, 1 s, ten times that for
+//! whole arena chunks) and back its arenas with transparent huge pages where the kernel
+//! allows them (`madvise` mode here), which left the RSS at `/ready` 28 MiB above
+//! glibc's: a 2 MiB page per partly used region is RSS that holds nothing. Unless the
+//! user's environment sets them (`MIMALLOC_PURGE_DELAY`, `MIMALLOC_ALLOW_THP` win), weir
+//! purges at once and turns transparent huge pages off for the process
+//! (`PR_SET_THP_DISABLE`, and mimalloc's own option). This runs from the ELF
+//! `.init_array`, before the Rust runtime's first allocation creates mimalloc's first
+//! arena (set in `main`, the same options left 2 MiB more RSS: one huge page). Proxied
+//! requests make no more system calls with these (4.14 per request,
+//! `scripts/syscalls-per-request.sh`).
+//!
+//! C code (aws-lc) still allocates with the C library's `malloc`.
+
+// The workspace's one `unsafe`: the allocator and its options are C (see `configure`).
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_long};
+
+use libmimalloc_sys::{mi_option_set, mi_option_t};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+// Positions in mimalloc v3's `mi_option_e` (mimalloc.h). The bindings' own constants
+// are v2's numbering; the test below checks these against v3's defaults.
+const PURGE_DELAY: mi_option_t = 15;
+const ALLOW_THP: mi_option_t = 43;
+
+/// What weir sets, each with the environment variable that overrides it.
+const OPTIONS: [(mi_option_t, &CStr, c_long); 2] = [
+    (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", 0),
+    (ALLOW_THP, c"MIMALLOC_ALLOW_THP", 0),
+];
+
+/// Called by the loader before `main`, like a C constructor (not in the unit test,
+/// which reads the defaults first).
+#[cfg(all(target_os = "linux", not(test)))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONFIGURE: extern "C" fn() = configure;
+
+/// Sets weir's allocator options. Allocates nothing (it runs before the allocator's
+/// first use).
+extern "C" fn configure() {
+    for (option, env, value) in OPTIONS {
+        if !is_set(env) {
+            // SAFETY: `mi_option_set` stores a number in mimalloc's option table; the
+            // option is one of v3's (checked by the test below) and no pointer is passed.
+            unsafe { mi_option_set(option, value) };
+        }
+    }
+    #[cfg(target_os = "linux")]
+    if !is_set(c"MIMALLOC_ALLOW_THP") {
+        // SAFETY: a prctl that sets a flag of this process's memory map; no pointers.
+        // Should it fail (a kernel before 3.15), only the RSS is higher.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    }
+}
+
+/// Whether the environment has `name`, read without allocating.
+fn is_set(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; the result is only compared with null. Nothing
+    // changes the environment this early (before `main`, or in the test below).
+    !unsafe { libc::getenv(name.as_ptr()) }.is_null()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libmimalloc_sys::mi_option_get;
+
+    /// The option numbers name the options meant: mimalloc v3's defaults for them
+    /// (purge delay 1000 ms, transparent huge pages allowed) are what these positions
+    /// hold before `configure` runs. A mimalloc whose numbering
+    /// moved fails here instead of silently setting other options.
+    #[test]
+    fn option_numbers_are_mimalloc_v3s() {
+        if OPTIONS.iter().any(|(_, env, _)| is_set(env)) {
+            return; // the user's value, not the default, would be read
+        }
+        // SAFETY: reads of mimalloc's option table.
+        let get = || OPTIONS.map(|(option, _, _)| unsafe { mi_option_get(option) });
+        assert_eq!(get(), [1000, 1]);
+        configure();
+        assert_eq!(get(), [0, 0]);
+    }
+}
