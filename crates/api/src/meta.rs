@@ -20,13 +20,13 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     /// RFC 3339 creation time; absent in files (then the order objects were first seen
     /// stands in for it).
-    pub creation_timestamp: Option<String>,
+    pub creation_timestamp: Option<Box<str>>,
     /// Spec generation, echoed as `observedGeneration` in status conditions.
     pub generation: Option<i64>,
     /// Server-assigned identity.
-    pub uid: Option<String>,
+    pub uid: Option<Box<str>>,
     /// Server-assigned version.
-    pub resource_version: Option<String>,
+    pub resource_version: Option<Box<str>>,
 }
 
 /// `s` as an `Arc<str>`, shared with the last equal strings this thread asked for (it

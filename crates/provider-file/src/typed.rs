@@ -68,6 +68,11 @@ fn string(node: &Node<'_>) -> Result<String, ()> {
     }
 }
 
+/// A string as serde reads it, into a `Box<str>`.
+fn boxed_str(node: &Node<'_>) -> Result<Box<str>, ()> {
+    string(node).map(Box::from)
+}
+
 /// A string as serde reads it, into an `Arc<str>`.
 fn arc_str(node: &Node<'_>) -> Result<Arc<str>, ()> {
     match node {
@@ -161,10 +166,10 @@ fn metadata(doc: &Node<'_>) -> Result<ObjectMeta, ()> {
         namespace: or_default(m, "namespace", namespace)?,
         labels: or_default(m, "labels", |n| string_map(n, str::to_owned))?,
         annotations: or_default(m, "annotations", |n| string_map(n, str::to_owned))?,
-        creation_timestamp: opt(m, "creationTimestamp", string)?,
+        creation_timestamp: opt(m, "creationTimestamp", boxed_str)?,
         generation: opt(m, "generation", i64_of)?,
-        uid: opt(m, "uid", string)?,
-        resource_version: opt(m, "resourceVersion", string)?,
+        uid: opt(m, "uid", boxed_str)?,
+        resource_version: opt(m, "resourceVersion", boxed_str)?,
     };
     if meta.name.is_empty() {
         return Err(());
@@ -202,7 +207,7 @@ fn ingress(doc: &Node<'_>) -> Option<Ingress> {
 fn ingress_spec(node: &Node<'_>) -> Result<IngressSpec, ()> {
     let spec = map(node)?;
     Ok(IngressSpec {
-        ingress_class_name: opt(spec, "ingressClassName", |n| string(n).map(Box::from))?,
+        ingress_class_name: opt(spec, "ingressClassName", boxed_str)?,
         default_backend: opt(spec, "defaultBackend", |n| backend(n).map(Box::new))?,
         tls: or_default(spec, "tls", |n| list(n, tls))?,
         rules: or_default(spec, "rules", |n| list(n, rule))?,
