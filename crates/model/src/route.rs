@@ -9,10 +9,15 @@ use crate::host::HostMatch;
 use crate::listener::ListenerKey;
 
 /// A compiled regular expression that must match the *whole* input.
-/// Equality and hashing use the source pattern.
+/// Equality and hashing use the source pattern. One pointer (the expression is shared
+/// by clones): a path match, and so every route rule, is 32 bytes smaller than with the
+/// expression inline.
 #[derive(Clone, Debug)]
-pub struct Pattern {
-    source: Arc<str>,
+pub struct Pattern(Arc<Compiled>);
+
+#[derive(Debug)]
+struct Compiled {
+    source: Box<str>,
     regex: regex::Regex,
 }
 
@@ -22,20 +27,20 @@ impl Pattern {
         let regex = regex::RegexBuilder::new(&format!("^(?:{source})$"))
             .size_limit(1 << 20)
             .build()?;
-        Ok(Pattern {
+        Ok(Pattern(Arc::new(Compiled {
             source: source.into(),
             regex,
-        })
+        })))
     }
 
     /// The pattern as written by the user.
     pub fn source(&self) -> &str {
-        &self.source
+        &self.0.source
     }
 
     /// Whether the whole of `input` matches.
     pub fn is_match(&self, input: &str) -> bool {
-        self.regex.is_match(input)
+        self.0.regex.is_match(input)
     }
 
     /// `template` with `$1`…`$9` replaced by the groups of the expression matched
@@ -43,7 +48,7 @@ impl Pattern {
     /// `None` when `input` does not match. Only one digit follows `$`, as in nginx's
     /// `rewrite`: `$10` is group 1 followed by `0`; any other `$` is kept as it is.
     pub fn expand(&self, input: &str, template: &str) -> Option<String> {
-        let caps = self.regex.captures(input)?;
+        let caps = self.0.regex.captures(input)?;
         let mut out = String::with_capacity(template.len() + input.len());
         let mut rest = template;
         while let Some(i) = rest.find('$') {
@@ -68,18 +73,18 @@ impl Pattern {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 impl Eq for Pattern {}
 impl std::hash::Hash for Pattern {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.source.hash(state)
+        self.0.source.hash(state)
     }
 }
 impl Serialize for Pattern {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.source)
+        s.serialize_str(self.source())
     }
 }
 
@@ -493,9 +498,10 @@ pub struct RouteRule {
     pub action: Action,
     /// Timeouts.
     pub timeouts: Timeouts,
-    /// Retries of failed attempts (none when `None`).
+    /// Retries of failed attempts (none when `None`). Boxed: most rules have none, and
+    /// inline it was 56 of the rule's 360 bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry: Option<Retry>,
+    pub retry: Option<Box<Retry>>,
     hash: ContentHash,
 }
 eq_by_content_hash!(RouteRule);
@@ -541,7 +547,7 @@ impl RouteRule {
                 r,
             )),
         };
-        self.retry = retry;
+        self.retry = retry.map(Box::new);
         self
     }
 

@@ -130,7 +130,7 @@ impl ForAttempts {
     /// The retry that applies to `rule` (see [`Applied::retry`]).
     pub(crate) fn retry<'a>(&'a self, rule: &'a RouteRule) -> Option<&'a Retry> {
         rule.retry
-            .as_ref()
+            .as_deref()
             .or_else(|| self.retry.as_ref().and_then(|p| p.retry.as_ref()))
     }
 
@@ -244,7 +244,7 @@ impl Applied {
     /// The retry that applies: the rule's own, else a policy's.
     pub(crate) fn retry<'a>(&'a self, rule: &'a RouteRule) -> Option<&'a Retry> {
         rule.retry
-            .as_ref()
+            .as_deref()
             .or_else(|| self.retry.as_ref().and_then(|p| p.retry.as_ref()))
     }
 }

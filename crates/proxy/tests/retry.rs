@@ -121,7 +121,7 @@ async fn bodies_up_to_the_limit_are_sent_again() {
         let retry = rule.retry.clone().expect("a retry");
         Arc::new((*rule).clone().with_retry(Some(Retry {
             non_idempotent: true,
-            ..retry
+            ..*retry
         })))
     };
     let p = Proxy::start(vec![

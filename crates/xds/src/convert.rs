@@ -1347,7 +1347,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                             },
                             r.timeouts.clone(),
                         )
-                        .with_retry(r.retry.clone()),
+                        .with_retry(r.retry.as_deref().cloned()),
                     )
                 })
                 .collect();
@@ -1377,7 +1377,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                             r.action.clone(),
                             r.timeouts.clone(),
                         )
-                        .with_retry(r.retry.clone()),
+                        .with_retry(r.retry.as_deref().cloned()),
                     )
                 })
                 .collect();
@@ -2198,7 +2198,7 @@ fn rule_to_wire(r: &RouteRule) -> wire::RouteRule {
             }),
         }),
         timeouts: Some(timeouts_to_wire(&r.timeouts)),
-        retry: r.retry.as_ref().map(retry_to_wire),
+        retry: r.retry.as_deref().map(retry_to_wire),
     }
 }
 
