@@ -35,16 +35,18 @@ use ingresses::IngressState;
 const BULK: usize = 1024;
 
 /// What one route or Ingress currently contributes, so that a change can be undone
-/// exactly (and only where it applied).
+/// exactly (and only where it applied). Boxed slices, not vectors: a contribution is
+/// built once and only read until it is replaced, and each field is 8 bytes smaller
+/// (40 bytes in each of 20,000 entries of the Ingress table at 20,000 domains).
 #[derive(Default)]
 struct Contribution {
-    entries: Vec<(HostKey, Arc<RuleOrder>)>,
-    sni: Vec<(HostKey, SniOwner)>,
+    entries: Box<[(HostKey, Arc<RuleOrder>)]>,
+    sni: Box<[(HostKey, SniOwner)]>,
     /// L4 routes (TLSRoute, TCPRoute): the hosts whose `L4Route` it asks for.
-    l4: Vec<(HostKey, SniOwner)>,
+    l4: Box<[(HostKey, SniOwner)]>,
     /// The clusters it uses (the keys [`ClusterRefs`] holds, shared).
-    clusters: Vec<ClusterKey>,
-    attachments: Vec<(ObjectKey, Arc<str>)>,
+    clusters: Box<[ClusterKey]>,
+    attachments: Box<[(ObjectKey, Arc<str>)]>,
 }
 
 /// Things to recompute in one [`Translator::apply`].
@@ -550,7 +552,7 @@ impl Translator {
         // New references first, so that a cluster both contributions use stays. The
         // contribution keeps only the table's key, not the compiled key and source (an
         // Ingress's vector of them had room for four).
-        let clusters: Vec<ClusterKey> = clusters
+        let clusters: Box<[ClusterKey]> = clusters
             .iter()
             .map(|(ck, src)| self.clusters.acquire(ck, src, &mut d.resources))
             .collect();
@@ -568,24 +570,29 @@ impl Translator {
                 self.clusters.release(ck, &mut d.resources);
             }
         }
-        let mut new = Contribution {
-            entries: Vec::with_capacity(rules.len()),
-            sni: Vec::with_capacity(sni.len()),
-            l4: Vec::new(),
+        let entries = rules
+            .into_iter()
+            .map(|(hk, order, rule)| {
+                self.hosts
+                    .add_rule(hk.clone(), order.clone(), rule, &mut d.resources);
+                (hk, order)
+            })
+            .collect();
+        let sni = sni
+            .into_iter()
+            .map(|(hk, owner, cert)| {
+                self.hosts
+                    .add_sni(hk.clone(), owner.clone(), cert, &mut d.resources);
+                (hk, owner)
+            })
+            .collect();
+        Contribution {
+            entries,
+            sni,
+            l4: Box::default(),
             clusters,
-            attachments: Vec::new(),
-        };
-        for (hk, order, rule) in rules {
-            self.hosts
-                .add_rule(hk.clone(), order.clone(), rule, &mut d.resources);
-            new.entries.push((hk, order));
+            attachments: Box::default(),
         }
-        for (hk, owner, cert) in sni {
-            self.hosts
-                .add_sni(hk.clone(), owner.clone(), cert, &mut d.resources);
-            new.sni.push((hk, owner));
-        }
-        new
     }
 }
 

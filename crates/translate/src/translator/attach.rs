@@ -194,12 +194,15 @@ impl Translator {
         self.gateways
             .attach_route(old_attachments, &att.listeners, &mut d.gateway_status);
         let mut new = self.program(old, rules, Vec::new(), clusters, d);
-        for (hk, owner, target) in l4 {
-            self.l4
-                .add(hk.clone(), owner.clone(), target, &mut d.resources);
-            new.l4.push((hk, owner));
-        }
-        new.attachments = att.listeners;
+        new.l4 = l4
+            .into_iter()
+            .map(|(hk, owner, target)| {
+                self.l4
+                    .add(hk.clone(), owner.clone(), target, &mut d.resources);
+                (hk, owner)
+            })
+            .collect();
+        new.attachments = att.listeners.into_boxed_slice();
         self.routes.insert(rk.clone(), new);
         self.set_status(rk, Some(ObjectStatus::Route(status)), d);
     }

@@ -224,11 +224,14 @@ impl Translator {
         };
         self.policies.set_implicit(target, policy, &mut d.resources);
         let mut new = self.program(old, rules, sni, clusters, d);
-        for (hk, owner, target) in l4 {
-            self.l4
-                .add(hk.clone(), owner.clone(), target, &mut d.resources);
-            new.l4.push((hk, owner));
-        }
+        new.l4 = l4
+            .into_iter()
+            .map(|(hk, owner, target)| {
+                self.l4
+                    .add(hk.clone(), owner.clone(), target, &mut d.resources);
+                (hk, owner)
+            })
+            .collect();
         if self.store.ingress(ik).is_some() {
             self.ingress
                 .contributions
