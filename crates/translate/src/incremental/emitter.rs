@@ -33,7 +33,13 @@ pub(crate) struct Emitter {
     /// Hashed, not ordered: every status set at the initial load was two ordered searches
     /// (string comparisons down ~17 levels at 100,000 objects); [`Emitter::statuses`],
     /// which is rare (`weir check`, a new leader's resync), sorts.
-    statuses: HashMap<ObjectKey, ObjectStatus>,
+    ///
+    /// Equal statuses share one allocation (see [`SharedStatuses`]): at 20,000 Ingresses
+    /// of one class every status is the same, and an entry holds a pointer instead of
+    /// the status (48 bytes fewer per bucket, and no clone of each).
+    statuses: HashMap<ObjectKey, Arc<ObjectStatus>>,
+    /// The statuses stored last, to share.
+    recent: SharedStatuses,
 }
 
 /// The emitted resources other than certificates. The virtual host, SNI entry and L4
@@ -242,17 +248,17 @@ impl Emitter {
     ) -> Option<ObjectStatus> {
         match new {
             Some(s) => match self.statuses.get_mut(key) {
-                Some(old) if *old == s => None,
+                Some(old) if **old == s => None,
                 Some(old) => {
-                    *old = s.clone();
+                    *old = self.recent.share(&s);
                     Some(s)
                 }
                 None => {
-                    self.statuses.insert(key.clone(), s.clone());
+                    self.statuses.insert(key.clone(), self.recent.share(&s));
                     Some(s)
                 }
             },
-            None => match self.statuses.remove(key) {
+            None => match self.statuses.remove(key).as_deref() {
                 Some(ObjectStatus::Problems(_)) if exists => {
                     Some(ObjectStatus::Problems(Vec::new()))
                 }
@@ -279,7 +285,7 @@ impl Emitter {
         let mut v: Vec<(ObjectKey, ObjectStatus)> = self
             .statuses
             .iter()
-            .map(|(k, s)| (k.clone(), s.clone()))
+            .map(|(k, s)| (k.clone(), ObjectStatus::clone(s)))
             .collect();
         v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         v
@@ -289,5 +295,84 @@ impl Emitter {
     pub(crate) fn reserve(&mut self, hosts: usize, statuses: usize) {
         self.emitted.hosts.reserve(hosts);
         self.statuses.reserve(statuses);
+    }
+}
+
+/// The last few distinct statuses stored, so that an equal one is stored as the same
+/// `Arc`. Most objects of a batch have the status of the one before (all Ingresses of
+/// a class, all accepted routes of a listener); a status seen nowhere else costs one
+/// comparison per kept status.
+#[derive(Default)]
+struct SharedStatuses(Vec<Arc<ObjectStatus>>);
+
+impl SharedStatuses {
+    const KEEP: usize = 4;
+
+    /// `s` as an `Arc`, the kept one when equal.
+    fn share(&mut self, s: &ObjectStatus) -> Arc<ObjectStatus> {
+        if let Some(i) = self.0.iter().position(|r| **r == *s) {
+            // Most recent first.
+            self.0[..=i].rotate_right(1);
+            return self.0[0].clone();
+        }
+        let new = Arc::new(s.clone());
+        if self.0.len() == Self::KEEP {
+            self.0.pop();
+        }
+        self.0.insert(0, new.clone());
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(p: &str) -> ObjectStatus {
+        ObjectStatus::Problems(vec![p.to_owned()])
+    }
+
+    #[test]
+    fn equal_statuses_share_one_allocation() {
+        let mut shared = SharedStatuses::default();
+        let a = shared.share(&problems("a"));
+        let b = shared.share(&problems("b"));
+        assert!(Arc::ptr_eq(&a, &shared.share(&problems("a"))));
+        assert!(!Arc::ptr_eq(&a, &b));
+        // Four other statuses later, "b" (not asked for since) is no longer kept.
+        for p in ["c", "d", "e", "f"] {
+            shared.share(&problems(p));
+        }
+        let b2 = shared.share(&problems("b"));
+        assert_eq!(*b2, *b);
+        assert!(!Arc::ptr_eq(&b, &b2));
+    }
+
+    #[test]
+    fn a_status_is_emitted_when_it_changes_and_kept_shared() {
+        let mut e = Emitter::default();
+        let k1 = ObjectKey::new(weir_api::Kind::Secret, "ns", "one");
+        let k2 = ObjectKey::new(weir_api::Kind::Secret, "ns", "two");
+        assert_eq!(
+            e.set_status(&k1, Some(problems("x")), true),
+            Some(problems("x"))
+        );
+        assert_eq!(
+            e.set_status(&k2, Some(problems("x")), true),
+            Some(problems("x"))
+        );
+        assert_eq!(e.set_status(&k1, Some(problems("x")), true), None);
+        assert!(Arc::ptr_eq(&e.statuses[&k1], &e.statuses[&k2]));
+        assert_eq!(
+            e.set_status(&k1, Some(problems("y")), true),
+            Some(problems("y"))
+        );
+        assert_eq!(*e.statuses[&k2], problems("x"));
+        // Problems cleared on an object that still exists: an empty list is written.
+        assert_eq!(
+            e.set_status(&k1, None, true),
+            Some(ObjectStatus::Problems(Vec::new()))
+        );
+        assert_eq!(e.statuses().len(), 1);
     }
 }
