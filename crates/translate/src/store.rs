@@ -107,6 +107,9 @@ impl Store {
                 for host in ingress_hosts(i) {
                     let names = self.ingress_hosts.entry((ns.clone(), host)).or_default();
                     if let Err(at) = names.binary_search(&name) {
+                        // Nearly every host has one Ingress: no room for four (48
+                        // bytes per host held for good).
+                        names.reserve_exact(1);
                         names.insert(at, name.clone());
                     }
                 }
