@@ -1,5 +1,7 @@
 //! networking.k8s.io/v1 Ingress and IngressClass.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::meta::ObjectMeta;
@@ -84,11 +86,14 @@ pub struct ServiceBackendPort {
 #[serde(rename_all = "camelCase", default)]
 pub struct TypedLocalObjectReference {
     /// API group.
-    pub api_group: Option<String>,
+    #[serde(deserialize_with = "crate::meta::shared_opt")]
+    pub api_group: Option<Arc<str>>,
     /// Kind.
-    pub kind: String,
+    #[serde(deserialize_with = "crate::meta::shared")]
+    pub kind: Arc<str>,
     /// Name.
-    pub name: String,
+    #[serde(deserialize_with = "crate::meta::shared")]
+    pub name: Arc<str>,
 }
 
 /// Ingress TLS entry.
@@ -124,9 +129,11 @@ pub struct HttpIngressRuleValue {
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpIngressPath {
     /// Path; default `/`.
-    pub path: Option<String>,
+    #[serde(deserialize_with = "crate::meta::shared_opt")]
+    pub path: Option<Arc<str>>,
     /// `Exact`, `Prefix` or `ImplementationSpecific` (weir: same as `Prefix`).
-    pub path_type: String,
+    #[serde(deserialize_with = "crate::meta::shared")]
+    pub path_type: Arc<str>,
     /// Backend.
     pub backend: IngressBackend,
 }

@@ -57,8 +57,23 @@ pub fn shared_str(s: &str) -> Arc<str> {
 
 /// Reads a namespace into a buffer shared with the equal ones read before it.
 fn shared_namespace<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+    shared(d)
+}
+
+/// Reads a string into a buffer shared with the equal ones read before it
+/// ([`shared_str`]): for values most objects repeat (an Ingress path's type, a backend
+/// reference's kind).
+pub(crate) fn shared<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
     let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
     Ok(shared_str(&s))
+}
+
+/// [`shared`] for an optional string.
+pub(crate) fn shared_opt<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Arc<str>>, D::Error> {
+    let s = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
+    Ok(s.map(|s| shared_str(&s)))
 }
 
 /// A Kubernetes label selector.

@@ -81,9 +81,10 @@ fn arc_str(node: &Node<'_>) -> Result<Arc<str>, ()> {
     }
 }
 
-/// A namespace: a string shared with the reader's recent equal ones
-/// ([`weir_api::shared_str`]).
-fn namespace(node: &Node<'_>) -> Result<Arc<str>, ()> {
+/// A string shared with the reader's recent equal ones ([`weir_api::shared_str`]): a
+/// namespace, and the values most Ingresses repeat (a path and its type, a backend
+/// reference's group, kind and name).
+fn shared(node: &Node<'_>) -> Result<Arc<str>, ()> {
     match node {
         Node::Str(s) => Ok(weir_api::shared_str(s)),
         _ => Err(()),
@@ -163,7 +164,7 @@ fn metadata(doc: &Node<'_>) -> Result<ObjectMeta, ()> {
     let m = map(field(doc, "metadata").ok_or(())?)?;
     let mut meta = ObjectMeta {
         name: or_default(m, "name", arc_str)?,
-        namespace: or_default(m, "namespace", namespace)?,
+        namespace: or_default(m, "namespace", shared)?,
         labels: or_default(m, "labels", |n| string_map(n, str::to_owned))?,
         annotations: or_default(m, "annotations", |n| string_map(n, str::to_owned))?,
         creation_timestamp: opt(m, "creationTimestamp", boxed_str)?,
@@ -237,8 +238,8 @@ fn rule(node: &Node<'_>) -> Result<IngressRule, ()> {
 fn path(node: &Node<'_>) -> Result<HttpIngressPath, ()> {
     let path = map(node)?;
     Ok(HttpIngressPath {
-        path: opt(path, "path", string)?,
-        path_type: or_default(path, "pathType", string)?,
+        path: opt(path, "path", shared)?,
+        path_type: or_default(path, "pathType", shared)?,
         backend: or_default(path, "backend", backend)?,
     })
 }
@@ -262,9 +263,9 @@ fn backend(node: &Node<'_>) -> Result<IngressBackend, ()> {
         resource: opt(b, "resource", |n| {
             let r = map(n)?;
             Ok(TypedLocalObjectReference {
-                api_group: opt(r, "apiGroup", string)?,
-                kind: or_default(r, "kind", string)?,
-                name: or_default(r, "name", string)?,
+                api_group: opt(r, "apiGroup", shared)?,
+                kind: or_default(r, "kind", shared)?,
+                name: or_default(r, "name", shared)?,
             })
         })?,
     })

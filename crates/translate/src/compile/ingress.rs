@@ -282,7 +282,7 @@ pub(crate) fn path_match(
     if !value.starts_with('/') {
         return Err(format!("{field}.path: must start with \"/\"; path ignored"));
     }
-    Ok(match p.path_type.as_str() {
+    Ok(match &*p.path_type {
         "Exact" => PathMatch::Exact(value.into()),
         "Prefix" | "ImplementationSpecific" if regex_paths => PathMatch::Regex(
             nginx_regex(value)
@@ -570,7 +570,7 @@ fn resolve(
         return backend::resolve_service(store, ns, &s.name, Some(port), want, &fs);
     }
     if let Some(r) = &b.resource {
-        if r.api_group.as_deref() == Some("weir.dev") && r.kind == "Backend" {
+        if r.api_group.as_deref() == Some("weir.dev") && &*r.kind == "Backend" {
             deps.push(Dep::Object(ObjectKey::in_namespace(
                 Kind::Backend,
                 ns,

@@ -135,7 +135,7 @@ pub(super) fn migrate_ingress(
         for (j, p) in http.paths.iter().enumerate() {
             let field = format!("spec.rules[{i}].http.paths[{j}]");
             let value = p.path.as_deref().unwrap_or("/");
-            let path = match p.path_type.as_str() {
+            let path = match &*p.path_type {
                 "Exact" => json!({"type": "Exact", "value": value}),
                 "Prefix" | "ImplementationSpecific" => {
                     json!({"type": "PathPrefix", "value": value})
@@ -708,10 +708,10 @@ impl BackendRefs<'_, '_> {
         }
         if let Some(r) = &b.resource
             && r.api_group.as_deref() == Some("weir.dev")
-            && r.kind == "Backend"
+            && &*r.kind == "Backend"
         {
-            if h2c && !h2c_backends.contains(&r.name) {
-                let declared = inputs.backends.get(&(ns, r.name.as_str())).map(|b| {
+            if h2c && !h2c_backends.iter().any(|n| **n == *r.name) {
+                let declared = inputs.backends.get(&(ns, &*r.name)).map(|b| {
                     b.spec
                         .protocol
                         .as_deref()
@@ -719,7 +719,7 @@ impl BackendRefs<'_, '_> {
                 });
                 match declared {
                 Some(true) => {}
-                Some(false) => h2c_backends.push(r.name.clone()),
+                Some(false) => h2c_backends.push(r.name.to_string()),
                 None => notes.add(
                     Severity::Manual,
                     format!("backend-protocol: set protocol: H2C on Backend {ns}/{} (not among the input)", r.name),
