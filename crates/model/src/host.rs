@@ -66,11 +66,13 @@ impl HostMatch {
         if !wild && rest.parse::<std::net::IpAddr>().is_ok() {
             return Err(bad("an IP address is not a hostname"));
         }
-        let lower = rest.to_ascii_lowercase();
         Ok(if wild {
-            HostMatch::Wildcard(format!(".{lower}").into())
+            HostMatch::Wildcard(format!(".{}", rest.to_ascii_lowercase()).into())
+        } else if rest.bytes().any(|b| b.is_ascii_uppercase()) {
+            HostMatch::Exact(rest.to_ascii_lowercase().into())
         } else {
-            HostMatch::Exact(lower.into())
+            // Already lower-case (nearly every host): one allocation, the `Arc`'s.
+            HostMatch::Exact(rest.into())
         })
     }
 

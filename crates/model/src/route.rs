@@ -565,8 +565,9 @@ pub struct VirtualHost {
     pub listener: ListenerKey,
     /// The host pattern.
     pub host: HostMatch,
-    /// Rules, highest precedence first.
-    pub rules: Vec<Arc<RouteRule>>,
+    /// Rules, highest precedence first. A boxed slice: 8 bytes less than a vector, which
+    /// puts the `Arc` of a virtual host in a 96-byte size class instead of 112.
+    pub rules: Box<[Arc<RouteRule>]>,
     hash: ContentHash,
 }
 eq_by_content_hash!(VirtualHost);
@@ -580,7 +581,7 @@ impl VirtualHost {
         VirtualHost {
             listener,
             host,
-            rules,
+            rules: rules.into_boxed_slice(),
             hash,
         }
     }

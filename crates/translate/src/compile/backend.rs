@@ -69,8 +69,13 @@ impl WantProtocol {
 }
 
 /// The key of the cluster built from Backend `ns`/`name` for routes wanting `want`.
+/// Shared with the recent equal keys ([`weir_api::shared_str`]): the rules of 20,000
+/// Ingresses naming one Backend hold one key, not one string each.
 pub(crate) fn backend_cluster_key(ns: &str, name: &str, want: WantProtocol) -> ClusterKey {
-    ClusterKey(format!("backend/{ns}/{name}{}", want.key_suffix()).into())
+    ClusterKey(weir_api::shared_str(&format!(
+        "backend/{ns}/{name}{}",
+        want.key_suffix()
+    )))
 }
 
 /// The keys of every cluster Backend `ns`/`name` may be built into.

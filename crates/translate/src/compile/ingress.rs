@@ -332,6 +332,13 @@ pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut Compile
             match HostMatch::parse(h) {
                 Ok(m) => {
                     if !out.tls.iter().any(|(x, _)| *x == m) {
+                        // The rules' equal host, if any, so that the SNI entry's key and
+                        // the virtual hosts' share one string.
+                        let m = out
+                            .rules
+                            .iter()
+                            .find(|(r, _, _)| *r == m)
+                            .map_or(m, |(r, _, _)| r.clone());
                         out.tls.push((m, cert.clone()));
                     }
                 }
@@ -571,10 +578,10 @@ fn resolve(
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && &*r.kind == "Backend" {
-            deps.push(Dep::Object(ObjectKey::in_namespace(
+            deps.push(Dep::Object(ObjectKey::in_namespace_shared(
                 Kind::Backend,
                 ns,
-                &r.name,
+                r.name.clone(),
             )));
             return backend::resolve_backend(
                 store,
