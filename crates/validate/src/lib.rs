@@ -59,8 +59,11 @@ type CoreCheck = fn(&Value, &mut Vec<FieldError>);
 /// schemas stay the embedded JSON text until then: read into `Value`s up front they held
 /// ~1.2 MiB for good, though a configuration of Ingresses and Secrets uses one or two.
 struct Catalog {
-    kinds: HashMap<&'static str, (&'static RawValue, OnceLock<Result<Schema, String>>)>,
+    kinds: HashMap<&'static str, (&'static RawValue, Compiled)>,
 }
+
+/// A kind's schema once compiled (or why it could not be).
+type Compiled = OnceLock<Result<Schema, String>>;
 
 static CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
     let mut kinds = HashMap::new();

@@ -5,6 +5,7 @@ mod support;
 
 mod access_log;
 mod admin;
+mod allocator;
 mod authorization;
 mod balancing;
 mod client_certs;
