@@ -36,7 +36,7 @@ pub(crate) struct Emitter {
     ///
     /// Equal statuses share one allocation (see [`SharedStatuses`]): at 20,000 Ingresses
     /// of one class every status is the same, and an entry holds a pointer instead of
-    /// the status (48 bytes fewer per bucket, and no clone of each).
+    /// the status (72 bytes fewer per bucket, and no clone of each).
     statuses: HashMap<ObjectKey, Arc<ObjectStatus>>,
     /// The statuses stored last, to share.
     recent: SharedStatuses,
