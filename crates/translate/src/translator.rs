@@ -11,12 +11,12 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
-use weir_model::{Certificate, ClusterKey, PolicyTarget, Resource, ResourceKey, RouteRule};
+use weir_model::{Certificate, ClusterKey, L4Mode, PolicyTarget, Resource, ResourceKey, RouteRule};
 
 use crate::compile::backend::{self, ClusterSource};
 use crate::compile::order::RuleOrder;
 use crate::compile::policy;
-use crate::compile::route_kind::RouteKind;
+use crate::compile::route_kind::{L4Target, RouteKind};
 use crate::compile::status;
 use crate::incremental::{
     BtlsIndex, ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey,
@@ -33,6 +33,9 @@ use ingresses::IngressState;
 
 /// A batch at least this large (the initial load, a resync) pre-sizes the tables.
 const BULK: usize = 1024;
+
+/// What an L4 route asks of a host: its target and how to reach it.
+type L4Entry = (Arc<L4Target>, L4Mode);
 
 /// What one route or Ingress currently contributes, so that a change can be undone
 /// exactly (and only where it applied). Boxed slices, not vectors: a contribution is
@@ -537,15 +540,16 @@ impl Translator {
         }
     }
 
-    /// Replaces the host entries, SNI entries and cluster references of one route or
-    /// Ingress (`old`) by `rules`, `sni` and `clusters`, marking only the hosts and
-    /// clusters it touched (before or after). Returns the new contribution (without
+    /// Replaces the host entries, SNI entries, L4 routes and cluster references of one
+    /// route or Ingress (`old`) by `rules`, `sni`, `l4` and `clusters`, marking only the
+    /// hosts and clusters it touched (before or after). Returns the new contribution (without
     /// attachments, which a route adds).
     fn program(
         &mut self,
         old: Option<Contribution>,
         rules: Vec<(HostKey, Arc<RuleOrder>, Arc<RouteRule>)>,
         sni: Vec<(HostKey, SniOwner, Arc<Certificate>)>,
+        l4: Vec<(HostKey, SniOwner, L4Entry)>,
         clusters: Vec<(ClusterKey, ClusterSource)>,
         d: &mut Dirty,
     ) -> Contribution {
@@ -586,10 +590,18 @@ impl Translator {
                 (hk, owner)
             })
             .collect();
+        let l4 = l4
+            .into_iter()
+            .map(|(hk, owner, target)| {
+                self.l4
+                    .add(hk.clone(), owner.clone(), target, &mut d.resources);
+                (hk, owner)
+            })
+            .collect();
         Contribution {
             entries,
             sni,
-            l4: Box::default(),
+            l4,
             clusters,
             attachments: Box::default(),
         }

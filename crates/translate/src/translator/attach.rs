@@ -87,7 +87,7 @@ impl Translator {
             self.gateways
                 .attach_route(&o.attachments, &[], &mut d.gateway_status);
         }
-        self.program(old, Vec::new(), Vec::new(), Vec::new(), d);
+        self.program(old, Vec::new(), Vec::new(), Vec::new(), Vec::new(), d);
         self.set_sessions(rk, Vec::new(), d);
         self.set_status(rk, None, d);
     }
@@ -193,15 +193,7 @@ impl Translator {
         let old_attachments = old.as_ref().map(|o| &o.attachments[..]).unwrap_or(&[]);
         self.gateways
             .attach_route(old_attachments, &att.listeners, &mut d.gateway_status);
-        let mut new = self.program(old, rules, Vec::new(), clusters, d);
-        new.l4 = l4
-            .into_iter()
-            .map(|(hk, owner, target)| {
-                self.l4
-                    .add(hk.clone(), owner.clone(), target, &mut d.resources);
-                (hk, owner)
-            })
-            .collect();
+        let mut new = self.program(old, rules, Vec::new(), l4, clusters, d);
         new.attachments = att.listeners.into_boxed_slice();
         self.routes.insert(rk.clone(), new);
         self.set_status(rk, Some(ObjectStatus::Route(status)), d);

@@ -223,15 +223,7 @@ impl Translator {
             name: ik.name.clone(),
         };
         self.policies.set_implicit(target, policy, &mut d.resources);
-        let mut new = self.program(old, rules, sni, clusters, d);
-        new.l4 = l4
-            .into_iter()
-            .map(|(hk, owner, target)| {
-                self.l4
-                    .add(hk.clone(), owner.clone(), target, &mut d.resources);
-                (hk, owner)
-            })
-            .collect();
+        let new = self.program(old, rules, sni, l4, clusters, d);
         if self.store.ingress(ik).is_some() {
             self.ingress
                 .contributions
