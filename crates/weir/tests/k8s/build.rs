@@ -65,7 +65,7 @@ pub fn tls_secret(ns: &str, name: &str, cert: &str, key: &str) -> Value {
 }
 
 /// Polls `GET http://addr/path` with `host` until the echo backend `name` answers
-/// (`None`: until the status is `status`); bounded. Returns the last status seen.
+/// (`Err(status)`: until the status is `status`); bounded. Returns the last status seen.
 pub async fn until_http(addr: SocketAddr, host: &str, path: &str, want: Result<&str, u16>) -> u16 {
     let last = AtomicU16::new(0);
     let ok = support::eventually(Duration::from_secs(20), || async {

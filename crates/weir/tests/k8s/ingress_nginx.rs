@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::Ctx;
 use crate::build::{self, until_http};
 use crate::cluster;
+use crate::ingress_nginx_backends::{endpoint_service, host_side};
 use crate::support::{self, BoxError, Pki, der_of, eventually, send};
 
 pub const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
@@ -50,71 +51,113 @@ pub async fn get_from(from: IpAddr, to: SocketAddr, host: &str, path: &str) -> u
         .unwrap_or(0)
 }
 
+/// A backend on `ip` that answers `/hold` only once `release` is true (counting in
+/// `waiting` the requests it holds) and anything else at once, 200 `ok` each.
+async fn holding_backend(
+    ip: Ipv4Addr,
+) -> (
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (release, rx) = tokio::sync::watch::channel(false);
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let counted = waiting.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (mut rx, waiting) = (rx.clone(), counted.clone());
+            tokio::spawn(async move {
+                while let Some(head) = support::read_head(&mut s).await {
+                    if head.starts_with("get /hold ") {
+                        waiting.fetch_add(1, Ordering::SeqCst);
+                        let _ = rx.wait_for(|open| *open).await;
+                        waiting.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, release, waiting)
+}
+
 /// `limit-connections: "1"` through the API server: while a request of a client is in
-/// progress (the echo backend's `/delay/<ms>`), that client's next request is answered
-/// 503 and another client address is served; once the held request is answered the
-/// client is served again. An Ingress without the annotation serves the same client's
-/// requests side by side.
+/// progress (held by a backend the test runs on the host side of backend `a`'s veth
+/// pair), that client's next request is answered 503 and another client address is
+/// served; once the held request is answered the client is served again. An Ingress
+/// without the annotation serves the same client's requests side by side.
 pub async fn ingress_nginx_limit_connections(ctx: Arc<Ctx>) {
+    use std::sync::atomic::Ordering;
     let c = &ctx.client;
     let ns = "t7c";
+    let (held, release, waiting) = holding_backend(host_side(&ctx)).await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
-    cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
+    cluster::apply(c, &endpoint_service(ns, "held", &[held])).await;
     let limited = ingress(
         ns,
         "limited",
         "limited.t7c.test",
-        "svc-a",
+        "held",
         json!({"nginx.ingress.kubernetes.io/limit-connections": "1"}),
     );
-    let free = ingress(ns, "free", "free.t7c.test", "svc-a", json!({}));
+    let free = ingress(ns, "free", "free.t7c.test", "held", json!({}));
     cluster::apply(c, &[limited, free]).await;
     let addr = ctx.ingress_http;
-    until_http(addr, "limited.t7c.test", "/", Ok("echo-a")).await;
-    until_http(addr, "free.t7c.test", "/", Ok("echo-a")).await;
+    until_http(addr, "limited.t7c.test", "/", Err(200)).await;
+    until_http(addr, "free.t7c.test", "/", Err(200)).await;
     let me: IpAddr = [127, 0, 0, 1].into();
     let other: IpAddr = [127, 0, 0, 2].into();
 
-    // The echo backend cannot say when the held request reached it: a probe that races
-    // it may take the client's one place first (the held one is then refused at once),
-    // or the held one may be answered before a probe runs. Either way, try again.
-    let mut refused = false;
-    for _ in 0..5 {
-        let slow = tokio::spawn(get_from(me, addr, "limited.t7c.test", "/delay/4000"));
-        refused = eventually(Duration::from_secs(10), || async {
-            slow.is_finished() || get_from(me, addr, "limited.t7c.test", "/").await == 503
-        })
-        .await
-            && !slow.is_finished();
-        if refused {
+    for host in ["limited.t7c.test", "free.t7c.test"] {
+        release.send_replace(false);
+        let slow = tokio::spawn(get_from(me, addr, host, "/hold"));
+        // Probe only once the held request is in progress: a probe racing it could take
+        // the client's one place first and have the held request refused instead.
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                waiting.load(Ordering::SeqCst) == 1
+            })
+            .await,
+            "{host}: the held request reaches the backend"
+        );
+        if host == "limited.t7c.test" {
             assert_eq!(
-                get_from(other, addr, "limited.t7c.test", "/").await,
+                get_from(me, addr, host, "/").await,
+                503,
+                "a second request of one client in progress is refused 503"
+            );
+            assert_eq!(
+                get_from(other, addr, host, "/").await,
                 200,
                 "another client address is served meanwhile"
             );
-            assert_eq!(slow.await.unwrap(), 200, "the held request is served");
-            break;
+        } else {
+            // Without the annotation, the same client's requests run side by side.
+            for _ in 0..5 {
+                assert_eq!(get_from(me, addr, host, "/").await, 200);
+            }
         }
-        let _ = slow.await;
+        release.send_replace(true);
+        assert_eq!(
+            slow.await.unwrap(),
+            200,
+            "{host}: the held request is served"
+        );
+        // The place is given back when weir drops the response, just after sending it.
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                get_from(me, addr, host, "/").await == 200
+            })
+            .await,
+            "{host}: the place is given back once the held request is answered"
+        );
     }
-    assert!(
-        refused,
-        "a second request of one client in progress is refused 503"
-    );
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            get_from(me, addr, "limited.t7c.test", "/").await == 200
-        })
-        .await,
-        "the place is given back once the held request is answered"
-    );
-
-    // Without the annotation, the same client's requests run side by side.
-    let slow = tokio::spawn(get_from(me, addr, "free.t7c.test", "/delay/2000"));
-    for _ in 0..5 {
-        assert_eq!(get_from(me, addr, "free.t7c.test", "/").await, 200);
-    }
-    assert_eq!(slow.await.unwrap(), 200);
     for name in ["limited", "free"] {
         cluster::delete(c, ING.0, ING.1, ns, name).await;
     }
@@ -189,14 +232,7 @@ async fn tls_exchange(
 pub async fn ingress_nginx_ssl_passthrough(ctx: Arc<Ctx>) {
     let c = &ctx.client;
     let ns = "t7d";
-    let [o1, o2, o3, _] = ctx.a.addr.octets();
-    let backend = tls_backend(
-        Ipv4Addr::new(o1, o2, o3, 1),
-        &ctx.pki,
-        &["pass.t7d.test"],
-        "pass",
-    )
-    .await;
+    let backend = tls_backend(host_side(&ctx), &ctx.pki, &["pass.t7d.test"], "pass").await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
     cluster::apply(c, &build::service(ns, "svc-a", &ctx.a)).await;
     cluster::apply(

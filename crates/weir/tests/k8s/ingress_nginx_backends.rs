@@ -21,7 +21,7 @@ use crate::ingress_nginx::{ING, ingress};
 use crate::support::{self, eventually};
 
 /// The host side of backend `a`'s veth pair.
-fn host_side(ctx: &Ctx) -> Ipv4Addr {
+pub fn host_side(ctx: &Ctx) -> Ipv4Addr {
     let [o1, o2, o3, _] = ctx.a.addr.octets();
     Ipv4Addr::new(o1, o2, o3, 1)
 }
@@ -52,7 +52,7 @@ async fn unavailable_backend(ip: Ipv4Addr) -> (SocketAddr, Arc<AtomicUsize>) {
 
 /// A headless Service (port 80, named `http`) with one EndpointSlice per endpoint, each
 /// with that endpoint's own port.
-fn service(ns: &str, name: &str, endpoints: &[SocketAddr]) -> Vec<Value> {
+pub fn endpoint_service(ns: &str, name: &str, endpoints: &[SocketAddr]) -> Vec<Value> {
     let mut out = vec![
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
                "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}}),
@@ -83,8 +83,8 @@ pub async fn ingress_nginx_next_upstream(ctx: Arc<Ctx>) {
     let (down_too, _) = unavailable_backend(host_side(&ctx)).await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
     let healthy = SocketAddr::from((ctx.a.addr, ctx.a.port));
-    cluster::apply(c, &service(ns, "flaky", &[healthy, down])).await;
-    cluster::apply(c, &service(ns, "flaky-too", &[healthy, down_too])).await;
+    cluster::apply(c, &endpoint_service(ns, "flaky", &[healthy, down])).await;
+    cluster::apply(c, &endpoint_service(ns, "flaky-too", &[healthy, down_too])).await;
     let retrying = ingress(
         ns,
         "retrying",
@@ -126,7 +126,7 @@ pub async fn ingress_nginx_websockets(ctx: Arc<Ctx>) {
     let ns = "t7k";
     let ws = support::websocket_backend(host_side(&ctx).into()).await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
-    cluster::apply(c, &service(ns, "chat", &[ws])).await;
+    cluster::apply(c, &endpoint_service(ns, "chat", &[ws])).await;
     cluster::apply(
         c,
         &[ingress(
@@ -170,8 +170,8 @@ pub async fn ingress_nginx_tls_backends(ctx: Arc<Ctx>) {
     let https = support::https_backend_on(ip, (&crt, &key), false).await;
     let grpcs = support::https_backend_on(ip, (&crt, &key), true).await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
-    cluster::apply(c, &service(ns, "web", &[https])).await;
-    cluster::apply(c, &service(ns, "grpc", &[grpcs])).await;
+    cluster::apply(c, &endpoint_service(ns, "web", &[https])).await;
+    cluster::apply(c, &endpoint_service(ns, "grpc", &[grpcs])).await;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let ca = json!({"apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": "backend-ca", "namespace": ns},
