@@ -202,6 +202,8 @@ async fn run(
     let mut known: HashMap<ObjectKey, Arc<Object>> = HashMap::new();
     let mut relist: Option<(HashSet<ObjectKey>, KindBatch)> = None;
     let mut ever_synced = false;
+    // The resource is not served (404), and that was said.
+    let mut missing = false;
     let batch = |synced| KindBatch {
         kind: w.kind,
         watcher,
@@ -211,14 +213,25 @@ async fn run(
     };
     while let Some(ev) = stream.next().await {
         let ev = match ev {
-            Ok(ev) => ev,
+            Ok(ev) => {
+                if !matches!(ev, Event::Init) {
+                    missing = false;
+                }
+                ev
+            }
             Err(e) => {
                 // A kind whose CRD is not installed must not keep the controller from
                 // starting: it counts as synced and empty, and is retried with backoff.
                 if !ever_synced && is_not_found(&e) {
                     ever_synced = true;
+                    missing = true;
                     tracing::warn!(kind = %w.kind, "resource not served by the API server (CRD not installed?); retrying in the background");
                     let _ = tx.send(batch(true));
+                } else if is_not_found(&e) {
+                    // Said once per absence, not at every retry.
+                    if !std::mem::replace(&mut missing, true) {
+                        tracing::warn!(kind = %w.kind, "resource no longer served by the API server (CRD removed?); retrying in the background");
+                    }
                 } else {
                     tracing::warn!(kind = %w.kind, error = %e, "watch failed; retrying");
                 }
@@ -316,20 +329,30 @@ fn accept(
 }
 
 /// Retries of a failed watch: 0.8 s doubling to 8 s (each delay with up to a quarter
-/// of jitter, so that 19 watchers do not retry in step), reset after two minutes without
-/// failure. kube's default (client-go's reflector) caps at 30 s, so after an API server
-/// outage of half a minute a watcher could wait another 30 s before relisting, and changes
-/// made meanwhile would sit unseen; 8 s bounds that, at the cost of one request per
-/// watcher every 8 s against an API server that is down.
-fn backoff() -> kube::runtime::utils::ResetTimerBackoff<Backoff> {
-    kube::runtime::utils::ResetTimerBackoff::new(Backoff::default(), Duration::from_secs(120))
+/// of jitter, so that 19 watchers do not retry in step), back to 0.8 s after two minutes
+/// without failure. kube's default (client-go's reflector) caps at 30 s, so after an API
+/// server outage of half a minute a watcher could wait another 30 s before relisting, and
+/// changes made meanwhile would sit unseen; 8 s bounds that, at the cost of one request
+/// per watcher every 8 s against an API server that is down.
+///
+/// kube's stream resets a backoff on every `Ok` it passes, and a watcher passes one
+/// (`Event::Init`) before each relist attempt, failed or not: reset that way, every retry
+/// waited the first delay (a kind whose CRD is not installed was listed, and warned about,
+/// every 0.8–1 s for as long as weir ran). So the reset kube asks for is ignored, and only
+/// two quiet minutes reset.
+fn backoff() -> Backoff {
+    Backoff::default()
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(800);
 const BACKOFF_MAX: Duration = Duration::from_secs(8);
+/// Without a failure for this long, the next retry waits [`BACKOFF_MIN`] again.
+const BACKOFF_RESET: Duration = Duration::from_secs(120);
 
 struct Backoff {
     next: Duration,
+    /// When the last delay was handed out.
+    last: Option<std::time::Instant>,
     /// Jitter source (a xorshift state; quality does not matter here).
     seed: u64,
 }
@@ -342,8 +365,28 @@ impl Default for Backoff {
             | 1;
         Backoff {
             next: BACKOFF_MIN,
+            last: None,
             seed,
         }
+    }
+}
+
+impl Backoff {
+    /// The delay before the retry of a failure at `now`.
+    fn next_at(&mut self, now: std::time::Instant) -> Duration {
+        if self
+            .last
+            .is_some_and(|l| now.saturating_duration_since(l) > BACKOFF_RESET)
+        {
+            self.next = BACKOFF_MIN;
+        }
+        self.last = Some(now);
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        d + d.mul_f64((self.seed % 1000) as f64 / 4000.0)
     }
 }
 
@@ -351,19 +394,13 @@ impl Iterator for Backoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        Some(d + d.mul_f64((self.seed % 1000) as f64 / 4000.0))
+        Some(self.next_at(std::time::Instant::now()))
     }
 }
 
 impl kube::runtime::utils::Backoff for Backoff {
-    fn reset(&mut self) {
-        self.next = BACKOFF_MIN;
-    }
+    /// Ignored: see [`backoff`].
+    fn reset(&mut self) {}
 }
 
 fn is_not_found(e: &watcher::Error) -> bool {
@@ -383,12 +420,21 @@ mod tests {
     #[test]
     fn watch_retries_double_to_the_cap_with_bounded_jitter_and_reset() {
         let mut b = Backoff::default();
-        let delays: Vec<Duration> = (&mut b).take(8).collect();
+        let t0 = std::time::Instant::now();
+        let delays: Vec<Duration> = (0..8)
+            .map(|i| b.next_at(t0 + Duration::from_secs(i)))
+            .collect();
         for (d, base) in delays.iter().zip([0.8, 1.6, 3.2, 6.4, 8.0, 8.0, 8.0, 8.0]) {
             let base = Duration::from_secs_f64(base);
             assert!(*d >= base && *d <= base.mul_f64(1.25), "{d:?} for {base:?}");
         }
+        // kube asks for a reset on every Ok its stream passes, including the `Init` a
+        // watcher emits before each failing relist: that does not shorten the next wait.
         kube::runtime::utils::Backoff::reset(&mut b);
-        assert!(b.next().unwrap() <= BACKOFF_MIN.mul_f64(1.25));
+        assert!(b.next_at(t0 + Duration::from_secs(9)) >= BACKOFF_MAX);
+        // Two quiet minutes do.
+        let later = t0 + Duration::from_secs(9) + BACKOFF_RESET + Duration::from_secs(1);
+        assert!(b.next_at(later) <= BACKOFF_MIN.mul_f64(1.25));
+        assert!(b.next_at(later) >= BACKOFF_MIN * 2);
     }
 }
