@@ -202,7 +202,10 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
     let started = Instant::now();
     let mut weir = ChildGuard::spawn("weir", &opts.weir, &args, &log)?;
     progress.set_weir_pid(weir.pid());
-    let deadline = started + Duration::from_secs(300);
+    // 300 s, or 5 ms per route when more: at 100,000 routes the initial status writes
+    // alone take minutes (one PATCH per route).
+    let deadline =
+        started + Duration::from_secs(300).max(Duration::from_millis(opts.routes as u64 * 5));
     loop {
         if let Some(status) = weir.exited() {
             bail!("weir exited ({status}): {}", procs::log_tail(&log, 20));
@@ -211,7 +214,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
             break;
         }
         if Instant::now() > deadline {
-            bail!("weir not ready after 300 s: {}", procs::log_tail(&log, 20));
+            bail!("weir not ready in time: {}", procs::log_tail(&log, 20));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
