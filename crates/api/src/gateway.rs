@@ -1,6 +1,7 @@
 //! gateway.networking.k8s.io/v1 (and v1beta1 ReferenceGrant) types.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -333,24 +334,25 @@ pub struct HttpRouteSpec {
     pub rules: Vec<HttpRouteRule>,
 }
 
-/// A route's parent reference.
+/// A route's parent reference. Its strings are shared: a route's status names its
+/// parents as written, for every parent of every route.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ParentReference {
     /// Group; default `gateway.networking.k8s.io`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
+    pub group: Option<Arc<str>>,
     /// Kind; default `Gateway`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<Arc<str>>,
     /// Namespace; default the route's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    pub namespace: Option<Arc<str>>,
     /// Gateway name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Listener name.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
+    pub section_name: Option<Arc<str>>,
     /// Listener port.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,

@@ -194,7 +194,7 @@ pub(crate) fn render(
         ObjectStatus::Route(s) => {
             let ours = s.parents.iter().map(|p| {
                 let r = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
-                (r, p.controller_name.as_str(), &p.conditions[..])
+                (r, &*p.controller_name, &p.conditions[..])
             });
             json!({ "parents": merge_entries(opts, current, "parents", "parentRef", ours, now) })
         }
@@ -300,9 +300,9 @@ fn conditions(desired: &[Condition], current: Option<&Value>, now: &str) -> Vec<
                 .and_then(Value::as_array)
                 .and_then(|v| {
                     v.iter()
-                        .find(|o| o.get("type").and_then(Value::as_str) == Some(&c.type_))
+                        .find(|o| o.get("type").and_then(Value::as_str) == Some(c.type_))
                 })
-                .filter(|o| o.get("status").and_then(Value::as_str) == Some(&c.status))
+                .filter(|o| o.get("status").and_then(Value::as_str) == Some(c.status))
                 .and_then(|o| o.get("lastTransitionTime").and_then(Value::as_str))
                 .unwrap_or(now);
             let mut v = json!({

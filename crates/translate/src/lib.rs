@@ -71,7 +71,7 @@ pub use compile::ingress_nginx_reading::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TranslatorOptions {
     /// Our GatewayClass `controllerName`, also written into route status entries.
-    pub controller_name: String,
+    pub controller_name: Arc<str>,
     /// Standalone mode: a Gateway whose `gatewayClassName` has no GatewayClass object is
     /// accepted, and Ingresses without a class are ours. In Kubernetes mode (`false`) the
     /// class must exist with our controller name.

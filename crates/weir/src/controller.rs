@@ -247,7 +247,7 @@ impl Controller {
 
         let mut pipeline = Pipeline::new(
             TranslatorOptions {
-                controller_name: opts.controller_name.clone(),
+                controller_name: opts.controller_name.as_str().into(),
                 standalone: false,
                 ingress_class: opts.ingress_class.clone(),
                 more_ingress_classes: opts.more_ingress_classes.clone(),

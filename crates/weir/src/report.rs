@@ -6,7 +6,7 @@ use weir_proxy::status::Problem;
 /// Conditions that mean something is wrong: any `False` condition except `Conflicted`
 /// and the informational `AttachedListenerSets`, and `Conflicted=True`.
 fn bad(c: &Condition) -> bool {
-    match c.type_.as_str() {
+    match c.type_ {
         "Conflicted" => c.is_true(),
         "AttachedListenerSets" => false,
         _ => !c.is_true(),
@@ -17,8 +17,8 @@ fn found(scope: &str, c: &Condition) -> Problem {
     Problem {
         scope: scope.trim_end_matches(": ").to_string(),
         condition: format!("{}={}", c.type_, c.status),
-        reason: c.reason.clone(),
-        message: c.message.clone(),
+        reason: c.reason.to_owned(),
+        message: c.message.to_string(),
     }
 }
 

@@ -55,7 +55,8 @@ pub(crate) fn status(
             "{}; {}",
             accepted.message,
             state.settings_problems.join("; ")
-        );
+        )
+        .into();
     }
     // Reported by Gateways with a backend client certificate (the only reference of a
     // Gateway outside its listeners): whether it can be used. It does not touch
@@ -198,7 +199,7 @@ pub(crate) fn set_status(
     // ParentNotAccepted, ListenersNotValid), as the v1.5+ conformance tests expect.
     let programmed = if !accepted.is_true() {
         Condition {
-            type_: ConditionType::Programmed.as_str().into(),
+            type_: ConditionType::Programmed.as_str(),
             ..accepted.clone()
         }
     } else if state.listeners.iter().any(|l| l.programmed) {
@@ -268,8 +269,8 @@ fn conflicted_is_not_accepted(st: &mut ListenerStatus) {
     for t in [ConditionType::Accepted, ConditionType::Programmed] {
         if let Some(x) = st.conditions.iter_mut().find(|x| x.is(t)) {
             *x = Condition {
-                type_: t.as_str().into(),
-                status: "False".into(),
+                type_: t.as_str(),
+                status: "False",
                 ..c.clone()
             };
         }
@@ -280,7 +281,7 @@ fn outcome(
     t: ConditionType,
     o: &Outcome,
     ok_reason: Reason,
-    ok_msg: &str,
+    ok_msg: &'static str,
     g: Option<i64>,
 ) -> Condition {
     match o {

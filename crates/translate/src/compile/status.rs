@@ -79,7 +79,7 @@ pub(crate) fn standalone_status(
     opts: &TranslatorOptions,
     obj: &Object,
 ) -> Option<ObjectStatus> {
-    let controller = opts.controller_name.as_str();
+    let controller = &*opts.controller_name;
     let problems = match obj {
         Object::GatewayClass(c) => {
             if c.spec.controller_name != controller {

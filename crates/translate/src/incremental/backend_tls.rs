@@ -270,10 +270,10 @@ impl BtlsIndex {
             .into_iter()
             .map(|g| PolicyAncestorStatus {
                 ancestor_ref: ParentReference {
-                    group: Some(Kind::Gateway.group().to_owned()),
-                    kind: Some(Kind::Gateway.name().to_owned()),
-                    namespace: Some(g.namespace.to_string()),
-                    name: g.name.to_string(),
+                    group: Some(Kind::Gateway.group().into()),
+                    kind: Some(Kind::Gateway.name().into()),
+                    namespace: Some(g.namespace.to_string().into()),
+                    name: g.name.clone(),
                     section_name: None,
                     port: None,
                 },
@@ -287,10 +287,10 @@ impl BtlsIndex {
             if let Some(t) = c.targets.first() {
                 list.push(PolicyAncestorStatus {
                     ancestor_ref: ParentReference {
-                        group: Some(String::new()),
-                        kind: Some(t.kind.to_string()),
-                        namespace: Some(key.namespace.to_string()),
-                        name: t.name.to_string(),
+                        group: Some("".into()),
+                        kind: Some(t.kind.to_string().into()),
+                        namespace: Some(key.namespace.to_string().into()),
+                        name: t.name.clone(),
                         section_name: None,
                         port: None,
                     },

@@ -298,28 +298,43 @@ impl Emitter {
     }
 }
 
-/// The last few distinct statuses stored, so that an equal one is stored as the same
-/// `Arc`. Most objects of a batch have the status of the one before (all Ingresses of
-/// a class, all accepted routes of a listener); a status seen nowhere else costs one
-/// comparison per kept status.
+/// The last few distinct statuses stored of each kind of status, so that an equal one is
+/// stored as the same `Arc`. Most objects of a batch have the status of the one before of
+/// their kind (all Ingresses of a class, all accepted listener sets): kept per kind, the
+/// distinct status of each route (its parent's name) does not push out the status all
+/// the listener sets share. A status seen nowhere else costs one comparison per kept
+/// status of its kind.
 #[derive(Default)]
-struct SharedStatuses(Vec<Arc<ObjectStatus>>);
+struct SharedStatuses([Vec<Arc<ObjectStatus>>; 7]);
 
 impl SharedStatuses {
     const KEEP: usize = 4;
 
+    fn kind(s: &ObjectStatus) -> usize {
+        match s {
+            ObjectStatus::GatewayClass(_) => 0,
+            ObjectStatus::Gateway(_) => 1,
+            ObjectStatus::ListenerSet(_) => 2,
+            ObjectStatus::Route(_) => 3,
+            ObjectStatus::Policy(_) => 4,
+            ObjectStatus::Ingress { .. } => 5,
+            ObjectStatus::Problems(_) => 6,
+        }
+    }
+
     /// `s` as an `Arc`, the kept one when equal.
     fn share(&mut self, s: &ObjectStatus) -> Arc<ObjectStatus> {
-        if let Some(i) = self.0.iter().position(|r| **r == *s) {
+        let kept = &mut self.0[Self::kind(s)];
+        if let Some(i) = kept.iter().position(|r| **r == *s) {
             // Most recent first.
-            self.0[..=i].rotate_right(1);
-            return self.0[0].clone();
+            kept[..=i].rotate_right(1);
+            return kept[0].clone();
         }
         let new = Arc::new(s.clone());
-        if self.0.len() == Self::KEEP {
-            self.0.pop();
+        if kept.len() == Self::KEEP {
+            kept.pop();
         }
-        self.0.insert(0, new.clone());
+        kept.insert(0, new.clone());
         new
     }
 }
@@ -346,6 +361,22 @@ mod tests {
         let b2 = shared.share(&problems("b"));
         assert_eq!(*b2, *b);
         assert!(!Arc::ptr_eq(&b, &b2));
+        // Statuses of another kind, each distinct (routes naming their own parents), do
+        // not push it out.
+        for r in ["r1", "r2", "r3", "r4", "r5"] {
+            let parent = weir_api::ParentReference {
+                name: r.into(),
+                ..Default::default()
+            };
+            shared.share(&ObjectStatus::Route(weir_api::RouteStatus {
+                parents: vec![weir_api::RouteParentStatus {
+                    parent_ref: parent,
+                    controller_name: "c".into(),
+                    conditions: Vec::new(),
+                }],
+            }));
+        }
+        assert!(Arc::ptr_eq(&b2, &shared.share(&problems("b"))));
     }
 
     #[test]

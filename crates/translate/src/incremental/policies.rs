@@ -335,11 +335,11 @@ impl PolicyIndex {
                 let (ok, reason, message) = self.accepted(e, t);
                 PolicyAncestorStatus {
                     ancestor_ref: ParentReference {
-                        group: Some(t.group.to_string()),
-                        kind: Some(t.kind_name.to_string()),
-                        namespace: Some(t.namespace.to_string()),
-                        name: t.name.to_string(),
-                        section_name: t.section.as_deref().map(str::to_owned),
+                        group: Some(t.group.to_string().into()),
+                        kind: Some(t.kind_name.to_string().into()),
+                        namespace: Some(t.namespace.to_string().into()),
+                        name: t.name.clone(),
+                        section_name: t.section.as_deref().map(Into::into),
                         port: None,
                     },
                     controller_name: controller.to_owned(),

@@ -337,7 +337,7 @@ fn route_status(
     att: &Attachment,
     compiled: &CompiledRoute,
     generation: Option<i64>,
-    controller: &str,
+    controller: &Arc<str>,
 ) -> RouteStatus {
     let resolved = match compiled.ref_errors.first() {
         None => Condition::new(
@@ -414,7 +414,7 @@ fn route_status(
             };
             RouteParentStatus {
                 parent_ref: pr.clone(),
-                controller_name: controller.to_owned(),
+                controller_name: controller.clone(),
                 conditions: vec![accepted, resolved.clone()],
             }
         })
