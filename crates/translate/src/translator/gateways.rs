@@ -229,11 +229,11 @@ impl Translator {
                 Protocol::Https => match state.frontend.socket_validation(k.0.port()) {
                     Some(v) => ListenerSettings {
                         client_validation: Some(v),
-                        ..state.settings.clone()
+                        ..(*state.settings).clone()
                     },
-                    None => state.settings.clone(),
+                    None => (*state.settings).clone(),
                 },
-                _ => state.settings.clone(),
+                _ => (*state.settings).clone(),
             };
             if shared {
                 self.sockets
