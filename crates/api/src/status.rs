@@ -129,8 +129,7 @@ named! {
 /// A status condition (`metav1.Condition`) of weir's.
 ///
 /// Type, status and reason are always one of weir's names, and most messages are fixed
-/// text: none of them is a heap allocation of its own (a condition was four; at 20,000
-/// routes and listener sets, 3 MiB of them).
+/// text: none of them is a heap allocation of its own (a condition was four).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {

@@ -360,59 +360,13 @@ async fn get_from(from: std::net::IpAddr, to: SocketAddr, host: &str, path: &str
         .unwrap_or(0)
 }
 
-/// A backend answering 200 at once, except that requests for `/hold` wait until the
-/// returned sender says `true`; the counter says how many `/hold` requests are waiting.
-async fn holding_backend() -> (
-    SocketAddr,
-    tokio::sync::watch::Sender<bool>,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
-    use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let counter = waiting.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let mut rx = rx.clone();
-            let waiting = counter.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                loop {
-                    if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                if buf.starts_with(b"GET /hold") {
-                    waiting.fetch_add(1, Ordering::SeqCst);
-                    let _ = rx.wait_for(|go| *go).await;
-                    waiting.fetch_sub(1, Ordering::SeqCst);
-                }
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                    )
-                    .await;
-            });
-        }
-    });
-    (addr, tx, waiting)
-}
-
 /// `limit-connections: "1"`: while one request of a client is in progress, its next one
 /// is answered 503 (ingress-nginx's answer); another client address is served, and once
 /// the first request is answered the client is served again. An Ingress without the
 /// annotation serves the same client's requests side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_connections_bounds_a_clients_requests_in_progress() {
-    let (held, release, waiting) = holding_backend().await;
+    let (held, release, waiting) = holding_backend([127, 0, 0, 1].into()).await;
     let http_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let ingress = |name: &str, annotations: &str| {
         format!(

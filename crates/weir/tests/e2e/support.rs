@@ -632,6 +632,43 @@ pub async fn read_head(s: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&head).to_ascii_lowercase())
 }
 
+/// A backend on `ip` that answers `/hold` only once the returned sender says `true`
+/// (counting in the returned counter the requests it holds) and anything else at once,
+/// 200 `ok` each.
+pub async fn holding_backend(
+    ip: std::net::IpAddr,
+) -> (
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (release, rx) = tokio::sync::watch::channel(false);
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let counted = waiting.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (mut rx, waiting) = (rx.clone(), counted.clone());
+            tokio::spawn(async move {
+                while let Some(head) = read_head(&mut s).await {
+                    if head.starts_with("get /hold ") {
+                        waiting.fetch_add(1, Ordering::SeqCst);
+                        let _ = rx.wait_for(|open| *open).await;
+                        waiting.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, release, waiting)
+}
+
 /// `Sec-WebSocket-Accept` for `key` (RFC 6455 section 4.2.2).
 pub fn websocket_accept(key: &str) -> String {
     let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);

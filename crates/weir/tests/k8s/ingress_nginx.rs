@@ -16,7 +16,7 @@ use crate::Ctx;
 use crate::build::{self, until_http};
 use crate::cluster;
 use crate::ingress_nginx_backends::{endpoint_service, host_side};
-use crate::support::{self, BoxError, Pki, der_of, eventually, send};
+use crate::support::{self, BoxError, Pki, der_of, eventually, holding_backend, send};
 
 pub const ING: (&str, &str) = ("networking.k8s.io/v1", "Ingress");
 
@@ -51,42 +51,6 @@ pub async fn get_from(from: IpAddr, to: SocketAddr, host: &str, path: &str) -> u
         .unwrap_or(0)
 }
 
-/// A backend on `ip` that answers `/hold` only once `release` is true (counting in
-/// `waiting` the requests it holds) and anything else at once, 200 `ok` each.
-async fn holding_backend(
-    ip: Ipv4Addr,
-) -> (
-    SocketAddr,
-    tokio::sync::watch::Sender<bool>,
-    Arc<std::sync::atomic::AtomicUsize>,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (release, rx) = tokio::sync::watch::channel(false);
-    let waiting = Arc::new(AtomicUsize::new(0));
-    let counted = waiting.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let (mut rx, waiting) = (rx.clone(), counted.clone());
-            tokio::spawn(async move {
-                while let Some(head) = support::read_head(&mut s).await {
-                    if head.starts_with("get /hold ") {
-                        waiting.fetch_add(1, Ordering::SeqCst);
-                        let _ = rx.wait_for(|open| *open).await;
-                        waiting.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if s.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, release, waiting)
-}
-
 /// `limit-connections: "1"` through the API server: while a request of a client is in
 /// progress (held by a backend the test runs on the host side of backend `a`'s veth
 /// pair), that client's next request is answered 503 and another client address is
@@ -96,7 +60,7 @@ pub async fn ingress_nginx_limit_connections(ctx: Arc<Ctx>) {
     use std::sync::atomic::Ordering;
     let c = &ctx.client;
     let ns = "t7c";
-    let (held, release, waiting) = holding_backend(host_side(&ctx)).await;
+    let (held, release, waiting) = holding_backend(host_side(&ctx).into()).await;
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
     cluster::apply(c, &endpoint_service(ns, "held", &[held])).await;
     let limited = ingress(
