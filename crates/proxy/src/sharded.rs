@@ -1,16 +1,24 @@
 //! A hash map split into copy-on-write shards under a two-level spine.
 //!
-//! Snapshots hold tables of up to hundreds of thousands of entries (virtual hosts, SNI
-//! names, clusters, certificates). A new snapshot version must not copy them: cloning a
+//! Snapshots hold tables of up to millions of entries (virtual hosts, SNI names,
+//! clusters, certificates). A new snapshot version must not copy them: cloning a
 //! [`ShardedMap`] copies one `Arc`, and changing one key copies only the path to it — the
-//! top spine (64 pointers), one group (64 pointers) and the one shard that holds the key
+//! top spine (64 slots), one group (64 slots) and the one shard that holds the key
 //! (about 25 entries at 100,000). Every other group and shard stays shared, by pointer,
 //! with the previous version.
 //!
 //! Why two levels: with one level of 256 shards a change copied a shard of ~400 entries
 //! at 100,000 hosts, and the change path grew 3× from 1,000 to 100,000 domains
 //! (BENCHMARKS.md). A flat spine of 4,096 would make every first write of a batch copy
-//! 4,096 pointers. Two levels of 64 keep both copies small at any size.
+//! 4,096 pointers. Two levels of 64 keep both copies small up to a few hundred thousand.
+//!
+//! Past that, a shard that grows beyond [`SPLIT_AT`] entries is split into
+//! [`SPLIT_FANOUT`] shards chosen by four more bits of the hash (up to three times), so a
+//! write still copies a few dozen entries: at 1,000,000 domains the shards would hold
+//! ~244 entries each, and copying them (two reference counts per entry, each a cache miss
+//! in a heap of gigabytes) was half of the CPU of a change (BENCHMARKS.md, "Session
+//! 24"). A split is local (one shard's entries) and never undone: a map that shrinks
+//! keeps its finer shards.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -23,7 +31,20 @@ use hashbrown::hash_table::{Entry, HashTable};
 const FANOUT: usize = 64;
 const FANOUT_BITS: u32 = FANOUT.trailing_zeros();
 
-/// Number of shards (leaves).
+/// A shard holding more entries than this after an insert is split.
+const SPLIT_AT: usize = 64;
+
+/// Shards a split makes (a power of two).
+const SPLIT_FANOUT: usize = 16;
+const SPLIT_BITS: u32 = SPLIT_FANOUT.trailing_zeros();
+
+/// The hash bits the spine uses start here (see [`position`]); splits take the bits after
+/// the spine's, up to bit 56 (the shards' tables use the top seven bits as tags).
+const SPINE_SHIFT: u32 = 32;
+const FIRST_SPLIT_SHIFT: u32 = SPINE_SHIFT + 2 * FANOUT_BITS;
+const LAST_SPLIT_SHIFT: u32 = 56 - SPLIT_BITS;
+
+/// Number of shards (leaves) of a map without splits.
 #[cfg(test)]
 const SHARDS: usize = FANOUT * FANOUT;
 
@@ -36,12 +57,59 @@ const HASHER: FixedState = FixedState::with_seed(SEED);
 /// A shard is a table told the key's hash: the hash that chose the shard is the one its
 /// table probes with, so a lookup hashes its key once.
 type Shard<K, V> = HashTable<(K, V)>;
-type Group<K, V> = Arc<[Arc<Shard<K, V>>]>;
+type Group<K, V> = Arc<[Slot<K, V>]>;
 
-/// A persistent hash map made of `FANOUT × FANOUT` copy-on-write shards.
+/// A place under the spine: one shard, or a split shard's [`SPLIT_FANOUT`] places.
+enum Slot<K, V> {
+    Shard(Arc<Shard<K, V>>),
+    Split(Arc<[Slot<K, V>]>),
+}
+
+impl<K, V> Clone for Slot<K, V> {
+    fn clone(&self) -> Self {
+        match self {
+            Slot::Shard(s) => Slot::Shard(s.clone()),
+            Slot::Split(s) => Slot::Split(s.clone()),
+        }
+    }
+}
+
+impl<K, V> Slot<K, V> {
+    /// The shard that holds (or would hold) `hash`, below this slot at `shift`.
+    fn shard(&self, hash: u64) -> &Shard<K, V> {
+        let mut slot = self;
+        let mut shift = FIRST_SPLIT_SHIFT;
+        loop {
+            match slot {
+                Slot::Shard(shard) => return shard,
+                Slot::Split(places) => {
+                    slot = &places[split_index(hash, shift)];
+                    shift += SPLIT_BITS;
+                }
+            }
+        }
+    }
+
+    /// Every shard below this slot.
+    fn for_each_shard<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Shard<K, V>>)) {
+        match self {
+            Slot::Shard(shard) => f(shard),
+            Slot::Split(places) => places.iter().for_each(|p| p.for_each_shard(f)),
+        }
+    }
+}
+
+/// The place of `hash` among a split's shards, for a split at `shift`.
+fn split_index(hash: u64, shift: u32) -> usize {
+    (hash >> shift) as usize & (SPLIT_FANOUT - 1)
+}
+
+/// A persistent hash map made of `FANOUT × FANOUT` copy-on-write shards (more once some
+/// are split).
 ///
-/// Reads are one hash, two indexed loads and one probe of one shard with the same hash. Writes go through
-/// [`Arc::make_mut`], so they copy only data still shared with another version.
+/// Reads are one hash, two indexed loads (one more per split) and one probe of one shard
+/// with the same hash. Writes go through [`Arc::make_mut`], so they copy only data still
+/// shared with another version.
 pub(crate) struct ShardedMap<K, V> {
     groups: Arc<[Group<K, V>]>,
     len: usize,
@@ -61,7 +129,7 @@ impl<K, V> Default for ShardedMap<K, V> {
         // One empty shard and one group of it, shared by every slot: an empty map costs
         // three allocations.
         let empty: Arc<Shard<K, V>> = Arc::new(HashTable::new());
-        let group: Group<K, V> = (0..FANOUT).map(|_| empty.clone()).collect();
+        let group: Group<K, V> = (0..FANOUT).map(|_| Slot::Shard(empty.clone())).collect();
         ShardedMap {
             groups: (0..FANOUT).map(|_| group.clone()).collect(),
             len: 0,
@@ -77,12 +145,12 @@ impl<K, V> std::fmt::Debug for ShardedMap<K, V> {
     }
 }
 
-/// The (group, shard) of a key's hash. The shards' own tables (hashbrown) use the low
+/// The (group, slot) of a key's hash. The shards' own tables (hashbrown) use the low
 /// bits of the same hash for the bucket and the top seven bits as a tag, so the position
-/// is taken from bits 32..44, which neither uses: keys of one shard still spread over
-/// buckets and tags.
+/// is taken from bits 32..44 (and a split's from the bits after), which neither uses:
+/// keys of one shard still spread over buckets and tags.
 fn position(hash: u64) -> (usize, usize) {
-    let bits = (hash >> 32) as usize;
+    let bits = (hash >> SPINE_SHIFT) as usize;
     (bits & (FANOUT - 1), (bits >> FANOUT_BITS) & (FANOUT - 1))
 }
 
@@ -111,6 +179,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         let hash = HASHER.hash_one(key);
         let (g, s) = position(hash);
         self.groups[g][s]
+            .shard(hash)
             .find(hash, |(k, _)| k.borrow() == key)
             .map(|(_, v)| v)
     }
@@ -126,33 +195,34 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// All entries, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.groups
-            .iter()
-            .flat_map(|g| g.iter())
+        let mut shards = Vec::new();
+        for group in self.groups.iter() {
+            for slot in group.iter() {
+                slot.for_each_shard(&mut |s| shards.push(s));
+            }
+        }
+        shards
+            .into_iter()
             .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
     }
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
-    /// The shard at `(g, s)`, made unique: copies the spine, the group and the shard only
-    /// if they are shared with another version.
-    fn shard_mut(&mut self, (g, s): (usize, usize)) -> &mut Shard<K, V> {
+    /// The slot at `(g, s)`, made unique: copies the spine and the group only if they are
+    /// shared with another version.
+    fn slot_mut(&mut self, (g, s): (usize, usize)) -> &mut Slot<K, V> {
         let group = &mut Arc::make_mut(&mut self.groups)[g];
-        Arc::make_mut(&mut Arc::make_mut(group)[s])
+        &mut Arc::make_mut(group)[s]
     }
 
     /// Inserts or replaces; returns the previous value.
     pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
         let hash = HASHER.hash_one(&key);
-        let shard = self.shard_mut(position(hash));
-        match shard.entry(hash, |(k, _)| *k == key, |(k, _)| HASHER.hash_one(k)) {
-            Entry::Occupied(mut entry) => Some(std::mem::replace(&mut entry.get_mut().1, value)),
-            Entry::Vacant(entry) => {
-                entry.insert((key, value));
-                self.len += 1;
-                None
-            }
+        let old = insert_in(self.slot_mut(position(hash)), hash, key, value);
+        if old.is_none() {
+            self.len += 1;
         }
+        old
     }
 
     /// Removes `key`; returns its value. Absent keys copy nothing.
@@ -165,31 +235,97 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
             return None;
         }
         let hash = HASHER.hash_one(key);
-        let shard = self.shard_mut(position(hash));
-        let entry = shard.find_entry(hash, |(k, _)| k.borrow() == key).ok()?;
+        let (slot, _) = shard_slot(self.slot_mut(position(hash)), hash);
+        let Slot::Shard(shard) = slot else {
+            unreachable!("`shard_slot` stops at a shard")
+        };
+        let entry = Arc::make_mut(shard)
+            .find_entry(hash, |(k, _)| k.borrow() == key)
+            .ok()?;
         let ((_, old), _) = entry.remove();
         self.len -= 1;
         Some(old)
     }
 }
 
+/// The shard slot of `hash` below `slot` (made unique on the way), and the shift a split
+/// of it would use.
+fn shard_slot<K: Clone, V: Clone>(mut slot: &mut Slot<K, V>, hash: u64) -> (&mut Slot<K, V>, u32) {
+    let mut shift = FIRST_SPLIT_SHIFT;
+    while let Slot::Split(places) = slot {
+        slot = &mut Arc::make_mut(places)[split_index(hash, shift)];
+        shift += SPLIT_BITS;
+    }
+    (slot, shift)
+}
+
+/// Inserts below `slot`, splitting the shard that grows past [`SPLIT_AT`].
+fn insert_in<K: Hash + Eq + Clone, V: Clone>(
+    slot: &mut Slot<K, V>,
+    hash: u64,
+    key: K,
+    value: V,
+) -> Option<V> {
+    let (slot, shift) = shard_slot(slot, hash);
+    let Slot::Shard(shard) = &mut *slot else {
+        unreachable!("`shard_slot` stops at a shard")
+    };
+    let shard = Arc::make_mut(shard);
+    let old = match shard.entry(hash, |(k, _)| *k == key, |(k, _)| HASHER.hash_one(k)) {
+        Entry::Occupied(mut entry) => Some(std::mem::replace(&mut entry.get_mut().1, value)),
+        Entry::Vacant(entry) => {
+            entry.insert((key, value));
+            None
+        }
+    };
+    if shard.len() > SPLIT_AT && shift <= LAST_SPLIT_SHIFT {
+        let entries = std::mem::take(shard);
+        *slot = split(entries, shift);
+    }
+    old
+}
+
+/// A full shard's entries spread over [`SPLIT_FANOUT`] new shards by the hash bits at
+/// `shift`.
+fn split<K: Hash, V>(entries: Shard<K, V>, shift: u32) -> Slot<K, V> {
+    let mut shards: Vec<Shard<K, V>> = (0..SPLIT_FANOUT).map(|_| HashTable::new()).collect();
+    for (k, v) in entries {
+        let hash = HASHER.hash_one(&k);
+        shards[split_index(hash, shift)].insert_unique(hash, (k, v), |(k, _)| HASHER.hash_one(k));
+    }
+    Slot::Split(
+        shards
+            .into_iter()
+            .map(|s| Slot::Shard(Arc::new(s)))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 impl<K, V> ShardedMap<K, V> {
-    fn shards(&self) -> impl Iterator<Item = &Arc<Shard<K, V>>> {
-        self.groups.iter().flat_map(|g| g.iter())
+    fn shards(&self) -> Vec<&Arc<Shard<K, V>>> {
+        let mut shards = Vec::new();
+        for group in self.groups.iter() {
+            for slot in group.iter() {
+                slot.for_each_shard(&mut |s| shards.push(s));
+            }
+        }
+        shards
     }
 
-    /// Number of shards that are the same allocation in `self` and `other`.
+    /// Number of shards of `self` that are also (the same allocation) in `other`.
     pub(crate) fn shared_shards(&self, other: &Self) -> usize {
+        let theirs: std::collections::HashSet<*const Shard<K, V>> =
+            other.shards().into_iter().map(Arc::as_ptr).collect();
         self.shards()
-            .zip(other.shards())
-            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .into_iter()
+            .filter(|s| theirs.contains(&Arc::as_ptr(s)))
             .count()
     }
 
     /// Total number of shards.
     pub(crate) fn shard_count(&self) -> usize {
-        self.shards().count()
+        self.shards().len()
     }
 }
 
@@ -226,12 +362,67 @@ mod tests {
     #[test]
     fn keys_spread_over_shards() {
         let m = filled(100_000);
-        let used = m.shards().filter(|s| !s.is_empty()).count();
-        assert_eq!(used, SHARDS, "100,000 keys should touch every shard");
-        let max = m.shards().map(|s| s.len()).max().unwrap_or(0);
+        let slots_used = m
+            .groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter(|slot| {
+                let mut n = 0;
+                slot.for_each_shard(&mut |s| n += s.len());
+                n > 0
+            })
+            .count();
+        assert_eq!(slots_used, SHARDS, "100,000 keys should touch every slot");
+        let max = m.shards().iter().map(|s| s.len()).max().unwrap_or(0);
         assert!(
-            max < 70,
+            max <= SPLIT_AT,
             "largest shard holds {max} of 100,000 keys (mean 24)"
+        );
+    }
+
+    #[test]
+    fn large_maps_split_their_shards_and_a_write_still_copies_one() {
+        // ~73 keys per spine slot on average: most shards pass `SPLIT_AT` and split.
+        let n = 300_000;
+        let original = filled(n);
+        assert_eq!(original.len(), n as usize);
+        assert_eq!(original.iter().count(), n as usize);
+        let shards = original.shards();
+        assert!(shards.len() > 2 * SHARDS, "{} shards", shards.len());
+        let max = shards.iter().map(|s| s.len()).max().unwrap_or(0);
+        assert!(max <= SPLIT_AT, "largest shard {max}");
+        for i in (0..n).step_by(997) {
+            assert_eq!(
+                original.get(format!("host-{i}.example.com").as_str()),
+                Some(&i)
+            );
+        }
+
+        // Replacing a value copies one shard (and the slots above it), no more.
+        let total = original.shard_count();
+        let mut copy = original.clone();
+        assert_eq!(copy.insert("host-5.example.com".into(), 50), Some(5));
+        assert_eq!(copy.shared_shards(&original), total - 1);
+        assert_eq!(original.get("host-5.example.com"), Some(&5));
+        assert_eq!(copy.get("host-5.example.com"), Some(&50));
+
+        assert_eq!(copy.remove("host-6.example.com"), Some(6));
+        assert_eq!(copy.shared_shards(&original), total - 2);
+        assert_eq!(original.get("host-6.example.com"), Some(&6));
+        assert_eq!(copy.get("host-6.example.com"), None);
+        assert_eq!(copy.len(), n as usize - 1);
+
+        // Growing the copy further splits only its own shards.
+        let mut grown = copy.clone();
+        for i in n..n + 50_000 {
+            grown.insert(format!("host-{i}.example.com").into(), i);
+        }
+        assert_eq!(grown.len(), (n + 50_000) as usize - 1);
+        assert_eq!(copy.len(), n as usize - 1);
+        assert_eq!(copy.get(format!("host-{n}.example.com").as_str()), None);
+        assert_eq!(
+            grown.get(format!("host-{n}.example.com").as_str()),
+            Some(&n)
         );
     }
 
@@ -276,7 +467,7 @@ mod tests {
         let m: ShardedMap<Arc<str>, u32> = ShardedMap::new();
         assert!(m.is_empty());
         assert_eq!(m.shard_count(), SHARDS);
-        let first = m.shards().next().unwrap();
-        assert!(m.shards().all(|s| Arc::ptr_eq(s, first)));
+        let shards = m.shards();
+        assert!(shards.iter().all(|s| Arc::ptr_eq(s, shards[0])));
     }
 }

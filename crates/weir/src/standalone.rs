@@ -137,6 +137,7 @@ impl Standalone {
         let update = tokio::task::block_in_place(|| provider.load_all());
         let parse = seen.elapsed();
         let objects = update.upserts.len();
+        crate::heap::initial_load(objects);
         let changes = changes_of(update, &dataplane);
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
         let report = pipeline.process(changes, seen, parse, &origin).await;
