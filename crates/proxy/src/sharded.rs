@@ -59,61 +59,44 @@ const HASHER: FixedState = FixedState::with_seed(SEED);
 type Shard<K, V> = HashTable<(K, V)>;
 type Group<K, V> = Arc<[Slot<K, V>]>;
 
-/// A place under the spine: one pointer, to a shard or to a split shard's
-/// [`SPLIT_FANOUT`] places.
-type Slot<K, V> = Arc<Node<K, V>>;
-
-/// What a [`Slot`] points to. The split variant fits around the table's non-null control
-/// pointer, so a node is the size of its table (a unit test checks it) and the spine's
-/// slots stay one pointer each.
-enum Node<K, V> {
-    Shard(Shard<K, V>),
-    Split(Box<[Slot<K, V>]>),
+/// A place under the spine: one shard, or a split shard's [`SPLIT_FANOUT`] places.
+enum Slot<K, V> {
+    Shard(Arc<Shard<K, V>>),
+    Split(Arc<[Slot<K, V>]>),
 }
 
-impl<K: Clone, V: Clone> Clone for Node<K, V> {
+impl<K, V> Clone for Slot<K, V> {
     fn clone(&self) -> Self {
         match self {
-            Node::Shard(s) => Node::Shard(s.clone()),
-            Node::Split(s) => Node::Split(s.clone()),
+            Slot::Shard(s) => Slot::Shard(s.clone()),
+            Slot::Split(s) => Slot::Split(s.clone()),
         }
     }
 }
 
-impl<K, V> Node<K, V> {
-    /// The shard that holds (or would hold) `hash`, below this node.
+impl<K, V> Slot<K, V> {
+    /// The shard that holds (or would hold) `hash`, below this slot at `shift`.
     fn shard(&self, hash: u64) -> &Shard<K, V> {
-        let mut node = self;
+        let mut slot = self;
         let mut shift = FIRST_SPLIT_SHIFT;
         loop {
-            match node {
-                Node::Shard(shard) => return shard,
-                Node::Split(places) => {
-                    node = &places[split_index(hash, shift)];
+            match slot {
+                Slot::Shard(shard) => return shard,
+                Slot::Split(places) => {
+                    slot = &places[split_index(hash, shift)];
                     shift += SPLIT_BITS;
                 }
             }
         }
     }
-}
 
-/// Every shard below `slot` (as the slot that holds it).
-fn for_each_shard<'a, K, V>(slot: &'a Slot<K, V>, f: &mut impl FnMut(&'a Slot<K, V>)) {
-    match &**slot {
-        Node::Shard(_) => f(slot),
-        Node::Split(places) => places.iter().for_each(|p| for_each_shard(p, f)),
+    /// Every shard below this slot.
+    fn for_each_shard<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Shard<K, V>>)) {
+        match self {
+            Slot::Shard(shard) => f(shard),
+            Slot::Split(places) => places.iter().for_each(|p| p.for_each_shard(f)),
+        }
     }
-}
-
-/// The entries of a shard slot (empty for a split one).
-fn entries<K, V>(slot: &Slot<K, V>) -> impl Iterator<Item = (&K, &V)> {
-    let shard = match &**slot {
-        Node::Shard(shard) => Some(shard),
-        Node::Split(_) => None,
-    };
-    shard
-        .into_iter()
-        .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
 }
 
 /// The place of `hash` among a split's shards, for a split at `shift`.
@@ -145,8 +128,8 @@ impl<K, V> Default for ShardedMap<K, V> {
     fn default() -> Self {
         // One empty shard and one group of it, shared by every slot: an empty map costs
         // three allocations.
-        let empty: Slot<K, V> = Arc::new(Node::Shard(HashTable::new()));
-        let group: Group<K, V> = (0..FANOUT).map(|_| empty.clone()).collect();
+        let empty: Arc<Shard<K, V>> = Arc::new(HashTable::new());
+        let group: Group<K, V> = (0..FANOUT).map(|_| Slot::Shard(empty.clone())).collect();
         ShardedMap {
             groups: (0..FANOUT).map(|_| group.clone()).collect(),
             len: 0,
@@ -215,10 +198,12 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         let mut shards = Vec::new();
         for group in self.groups.iter() {
             for slot in group.iter() {
-                for_each_shard(slot, &mut |s| shards.push(s));
+                slot.for_each_shard(&mut |s| shards.push(s));
             }
         }
-        shards.into_iter().flat_map(entries)
+        shards
+            .into_iter()
+            .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
     }
 }
 
@@ -251,10 +236,12 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         }
         let hash = HASHER.hash_one(key);
         let (slot, _) = shard_slot(self.slot_mut(position(hash)), hash);
-        let Node::Shard(shard) = Arc::make_mut(slot) else {
+        let Slot::Shard(shard) = slot else {
             unreachable!("`shard_slot` stops at a shard")
         };
-        let entry = shard.find_entry(hash, |(k, _)| k.borrow() == key).ok()?;
+        let entry = Arc::make_mut(shard)
+            .find_entry(hash, |(k, _)| k.borrow() == key)
+            .ok()?;
         let ((_, old), _) = entry.remove();
         self.len -= 1;
         Some(old)
@@ -265,11 +252,8 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 /// of it would use.
 fn shard_slot<K: Clone, V: Clone>(mut slot: &mut Slot<K, V>, hash: u64) -> (&mut Slot<K, V>, u32) {
     let mut shift = FIRST_SPLIT_SHIFT;
-    while matches!(**slot, Node::Split(_)) {
-        let Node::Split(places) = Arc::make_mut(slot) else {
-            unreachable!("checked above")
-        };
-        slot = &mut places[split_index(hash, shift)];
+    while let Slot::Split(places) = slot {
+        slot = &mut Arc::make_mut(places)[split_index(hash, shift)];
         shift += SPLIT_BITS;
     }
     (slot, shift)
@@ -283,10 +267,10 @@ fn insert_in<K: Hash + Eq + Clone, V: Clone>(
     value: V,
 ) -> Option<V> {
     let (slot, shift) = shard_slot(slot, hash);
-    let node = Arc::make_mut(slot);
-    let Node::Shard(shard) = node else {
+    let Slot::Shard(shard) = &mut *slot else {
         unreachable!("`shard_slot` stops at a shard")
     };
+    let shard = Arc::make_mut(shard);
     let old = match shard.entry(hash, |(k, _)| *k == key, |(k, _)| HASHER.hash_one(k)) {
         Entry::Occupied(mut entry) => Some(std::mem::replace(&mut entry.get_mut().1, value)),
         Entry::Vacant(entry) => {
@@ -295,36 +279,35 @@ fn insert_in<K: Hash + Eq + Clone, V: Clone>(
         }
     };
     if shard.len() > SPLIT_AT && shift <= LAST_SPLIT_SHIFT {
-        let full = std::mem::take(shard);
-        *node = split(full, shift);
+        let entries = std::mem::take(shard);
+        *slot = split(entries, shift);
     }
     old
 }
 
 /// A full shard's entries spread over [`SPLIT_FANOUT`] new shards by the hash bits at
 /// `shift`.
-fn split<K: Hash, V>(full: Shard<K, V>, shift: u32) -> Node<K, V> {
+fn split<K: Hash, V>(entries: Shard<K, V>, shift: u32) -> Slot<K, V> {
     let mut shards: Vec<Shard<K, V>> = (0..SPLIT_FANOUT).map(|_| HashTable::new()).collect();
-    for (k, v) in full {
+    for (k, v) in entries {
         let hash = HASHER.hash_one(&k);
         shards[split_index(hash, shift)].insert_unique(hash, (k, v), |(k, _)| HASHER.hash_one(k));
     }
-    Node::Split(
+    Slot::Split(
         shards
             .into_iter()
-            .map(|s| Arc::new(Node::Shard(s)))
+            .map(|s| Slot::Shard(Arc::new(s)))
             .collect(),
     )
 }
 
 #[cfg(test)]
 impl<K, V> ShardedMap<K, V> {
-    /// The slots that hold shards (not splits).
-    fn shards(&self) -> Vec<&Slot<K, V>> {
+    fn shards(&self) -> Vec<&Arc<Shard<K, V>>> {
         let mut shards = Vec::new();
         for group in self.groups.iter() {
             for slot in group.iter() {
-                for_each_shard(slot, &mut |s| shards.push(s));
+                slot.for_each_shard(&mut |s| shards.push(s));
             }
         }
         shards
@@ -332,7 +315,7 @@ impl<K, V> ShardedMap<K, V> {
 
     /// Number of shards of `self` that are also (the same allocation) in `other`.
     pub(crate) fn shared_shards(&self, other: &Self) -> usize {
-        let theirs: std::collections::HashSet<*const Node<K, V>> =
+        let theirs: std::collections::HashSet<*const Shard<K, V>> =
             other.shards().into_iter().map(Arc::as_ptr).collect();
         self.shards()
             .into_iter()
@@ -385,17 +368,12 @@ mod tests {
             .flat_map(|g| g.iter())
             .filter(|slot| {
                 let mut n = 0;
-                for_each_shard(slot, &mut |s| n += entries(s).count());
+                slot.for_each_shard(&mut |s| n += s.len());
                 n > 0
             })
             .count();
         assert_eq!(slots_used, SHARDS, "100,000 keys should touch every slot");
-        let max = m
-            .shards()
-            .iter()
-            .map(|s| entries(s).count())
-            .max()
-            .unwrap_or(0);
+        let max = m.shards().iter().map(|s| s.len()).max().unwrap_or(0);
         assert!(
             max <= SPLIT_AT,
             "largest shard holds {max} of 100,000 keys (mean 24)"
@@ -411,7 +389,7 @@ mod tests {
         assert_eq!(original.iter().count(), n as usize);
         let shards = original.shards();
         assert!(shards.len() > 2 * SHARDS, "{} shards", shards.len());
-        let max = shards.iter().map(|s| entries(s).count()).max().unwrap_or(0);
+        let max = shards.iter().map(|s| s.len()).max().unwrap_or(0);
         assert!(max <= SPLIT_AT, "largest shard {max}");
         for i in (0..n).step_by(997) {
             assert_eq!(
@@ -482,15 +460,6 @@ mod tests {
         let before = copy.clone();
         copy.remove("absent.example.com");
         assert_eq!(copy.shared_shards(&before), SHARDS);
-    }
-
-    #[test]
-    fn a_slot_is_one_pointer_and_a_node_the_size_of_its_table() {
-        assert_eq!(size_of::<Slot<Arc<str>, u32>>(), size_of::<usize>());
-        assert_eq!(
-            size_of::<Node<Arc<str>, u32>>(),
-            size_of::<Shard<Arc<str>, u32>>()
-        );
     }
 
     #[test]
