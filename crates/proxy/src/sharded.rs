@@ -75,7 +75,7 @@ impl<K, V> Clone for Slot<K, V> {
 }
 
 impl<K, V> Slot<K, V> {
-    /// The shard that holds (or would hold) `hash`, below this slot at `shift`.
+    /// The shard that holds (or would hold) `hash`, below this slot.
     fn shard(&self, hash: u64) -> &Shard<K, V> {
         let mut slot = self;
         let mut shift = FIRST_SPLIT_SHIFT;
