@@ -5,7 +5,7 @@
 //! is right up to a few hundred thousand objects, where RSS is what users watch. Above
 //! that, a 4 KiB page per first touch and the TLB misses of a heap of gigabytes cost
 //! more than the memory saves: at 1,000,000 TLS domains (2,000,000 objects) huge pages
-//! and a 1 s purge delay took 13–18 % off the CPU to `/ready` for 4 % more RSS, where at
+//! and a 1 s purge delay took 10–18 % off the CPU to `/ready` for 4 % more RSS, where at
 //! 100,000 domains they saved nothing the runs could resolve and cost 12 % more RSS
 //! (BENCHMARKS.md, "Session 24").
 //!
