@@ -195,6 +195,15 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// All entries, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.shards()
+            .into_iter()
+            .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<K, V> ShardedMap<K, V> {
+    /// Every shard, split ones' included.
+    fn shards(&self) -> Vec<&Arc<Shard<K, V>>> {
         let mut shards = Vec::new();
         for group in self.groups.iter() {
             for slot in group.iter() {
@@ -202,8 +211,6 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
             }
         }
         shards
-            .into_iter()
-            .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
     }
 }
 
@@ -303,16 +310,6 @@ fn split<K: Hash, V>(entries: Shard<K, V>, shift: u32) -> Slot<K, V> {
 
 #[cfg(test)]
 impl<K, V> ShardedMap<K, V> {
-    fn shards(&self) -> Vec<&Arc<Shard<K, V>>> {
-        let mut shards = Vec::new();
-        for group in self.groups.iter() {
-            for slot in group.iter() {
-                slot.for_each_shard(&mut |s| shards.push(s));
-            }
-        }
-        shards
-    }
-
     /// Number of shards of `self` that are also (the same allocation) in `other`.
     pub(crate) fn shared_shards(&self, other: &Self) -> usize {
         let theirs: std::collections::HashSet<*const Shard<K, V>> =
