@@ -30,57 +30,89 @@ pub(crate) struct GatewayOutputs {
     pub(crate) sections: Vec<(weir_model::ListenerKey, crate::incremental::SectionOrder)>,
 }
 
+/// What the index holds for one Gateway or listener set. One boxed entry instead of a
+/// table per part: at 20,000 ListenerSets each table was a power-of-two array of keys
+/// and values, most of it empty slots (4 MiB less in one table of pointers).
+#[derive(Default)]
+struct Entry {
+    /// Its validated state (`None` while [`GatewayIndex::take_state`] has it out).
+    state: Option<GatewayState>,
+    /// What routes are matched against; a change recomputes the attached routes.
+    views: Option<Vec<ListenerView>>,
+    /// What it contributes.
+    outputs: Option<GatewayOutputs>,
+    /// A listener set's Gateway, while attached (accepted, with a valid listener).
+    parent: Option<ObjectKey>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.state.is_none()
+            && self.views.is_none()
+            && self.outputs.is_none()
+            && self.parent.is_none()
+    }
+}
+
 /// Per Gateway and listener set of ours: state, listener views, outputs, and the counts
 /// its status reports (attached routes per listener, attached sets).
 #[derive(Default)]
 pub(crate) struct GatewayIndex {
-    /// Boxed: a `GatewayState` is hundreds of bytes, and a table at hashbrown's
-    /// power-of-two sizes holds room for up to twice as many as it has (20,000
-    /// ListenerSets: a 20 MiB table, most of it empty slots of that size).
-    states: HashMap<ObjectKey, Box<GatewayState>>,
-    /// What routes are matched against; a change recomputes the attached routes.
-    views: HashMap<ObjectKey, Vec<ListenerView>>,
-    outputs: HashMap<ObjectKey, GatewayOutputs>,
-    /// Attached listener sets (accepted, with a valid listener) → their Gateway, and how
-    /// many each Gateway has.
-    set_parents: HashMap<ObjectKey, ObjectKey>,
+    entries: HashMap<ObjectKey, Box<Entry>>,
+    /// How many attached listener sets each Gateway has.
     sets_attached: RefCount<ObjectKey>,
     /// Routes attached per (Gateway or listener set, listener name).
     attached: RefCount<(ObjectKey, Arc<str>)>,
 }
 
 impl GatewayIndex {
+    fn entry(&mut self, gk: &ObjectKey) -> &mut Entry {
+        self.entries.entry(gk.clone()).or_default()
+    }
+
+    /// Applies `f` to the entry of `gk`, if any, dropping the entry once it holds nothing.
+    fn update<T>(&mut self, gk: &ObjectKey, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let e = self.entries.get_mut(gk)?;
+        let out = f(e);
+        if e.is_empty() {
+            self.entries.remove(gk);
+        }
+        Some(out)
+    }
+
     /// The state of Gateway or listener set `gk`, if it is ours.
     pub(crate) fn state(&self, gk: &ObjectKey) -> Option<&GatewayState> {
-        self.states.get(gk).map(|s| &**s)
+        self.entries.get(gk)?.state.as_ref()
     }
 
     /// Sets (or, with `None`, removes) the state of `gk`.
     pub(crate) fn set_state(&mut self, gk: &ObjectKey, state: Option<GatewayState>) {
         match state {
-            Some(s) => self.states.insert(gk.clone(), Box::new(s)),
-            None => self.states.remove(gk),
-        };
+            Some(s) => self.entry(gk).state = Some(s),
+            None => {
+                self.update(gk, |e| e.state = None);
+            }
+        }
     }
 
     /// Takes the state of `gk` out (to settle it; [`Self::set_state`] puts it back).
     pub(crate) fn take_state(&mut self, gk: &ObjectKey) -> Option<GatewayState> {
-        self.states.remove(gk).map(|s| *s)
+        self.update(gk, |e| e.state.take()).flatten()
     }
 
     /// The listener views of `gk`, if it is ours.
     pub(crate) fn views(&self, gk: &ObjectKey) -> Option<&[ListenerView]> {
-        self.views.get(gk).map(Vec::as_slice)
+        self.entries.get(gk)?.views.as_deref()
     }
 
     /// Sets (or removes) the listener views of `gk`; returns whether they changed (the
     /// routes attached to it must then be recomputed).
     pub(crate) fn set_views(&mut self, gk: &ObjectKey, views: Option<Vec<ListenerView>>) -> bool {
         match views {
-            None => self.views.remove(gk).is_some(),
-            Some(v) if self.views.get(gk) == Some(&v) => false,
+            None => self.update(gk, |e| e.views.take().is_some()) == Some(true),
+            Some(v) if self.views(gk) == Some(&v[..]) => false,
             Some(v) => {
-                self.views.insert(gk.clone(), v);
+                self.entry(gk).views = Some(v);
                 true
             }
         }
@@ -88,12 +120,12 @@ impl GatewayIndex {
 
     /// Takes out what `gk` contributed (to undo it).
     pub(crate) fn take_outputs(&mut self, gk: &ObjectKey) -> Option<GatewayOutputs> {
-        self.outputs.remove(gk)
+        self.update(gk, |e| e.outputs.take()).flatten()
     }
 
     /// Records what `gk` contributes.
     pub(crate) fn set_outputs(&mut self, gk: &ObjectKey, outputs: GatewayOutputs) {
-        self.outputs.insert(gk.clone(), outputs);
+        self.entry(gk).outputs = Some(outputs);
     }
 
     /// Records the Gateway listener set `set` is attached to (`None`: none). A Gateway
@@ -105,7 +137,7 @@ impl GatewayIndex {
         parent: Option<ObjectKey>,
         statuses: &mut HashSet<ObjectKey>,
     ) {
-        let old = self.set_parents.remove(set);
+        let old = self.update(set, |e| e.parent.take()).flatten();
         // Every change of a Gateway's count changes its status (`attachedListenerSets`),
         // not only 0 <-> 1 (the `AttachedListenerSets` condition).
         if old != parent {
@@ -119,7 +151,7 @@ impl GatewayIndex {
             }
         }
         if let Some(p) = parent {
-            self.set_parents.insert(set.clone(), p);
+            self.entry(set).parent = Some(p);
         }
     }
 
@@ -146,7 +178,7 @@ impl GatewayIndex {
 
     /// The status of Gateway or listener set `gk` (`None` when it is not ours).
     pub(crate) fn status(&self, gk: &ObjectKey) -> Option<ObjectStatus> {
-        let s = self.states.get(gk)?;
+        let s = self.state(gk)?;
         let attached = |l: &Arc<str>| self.attached.count(&(gk.clone(), l.clone()));
         Some(if gk.kind.is_listener_set() {
             ObjectStatus::ListenerSet(gateway_status::set_status(s, attached))

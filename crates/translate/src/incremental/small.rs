@@ -106,17 +106,21 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
         }
     }
 
-    /// Removes the entry for `key`, if any.
-    pub(crate) fn remove(&mut self, key: &K) {
+    /// Removes the entry for `key`, returning its value, if any.
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         match self {
-            SmallOrdMap::Empty => {}
+            SmallOrdMap::Empty => None,
             SmallOrdMap::One(k, _) => {
-                if k == key {
-                    *self = SmallOrdMap::Empty;
+                if k != key {
+                    return None;
+                }
+                match std::mem::take(self) {
+                    SmallOrdMap::One(_, v) => Some(v),
+                    _ => unreachable!("matched One above"),
                 }
             }
             SmallOrdMap::Many(map) => {
-                map.remove(key);
+                let removed = map.remove(key);
                 if map.len() <= 1 {
                     // Back to the inline form, freeing the tree's node.
                     *self = match std::mem::take(map).pop_first() {
@@ -124,7 +128,17 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
                         None => SmallOrdMap::Empty,
                     };
                 }
+                removed
             }
+        }
+    }
+
+    /// The value for `key`, if any.
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        match self {
+            SmallOrdMap::Empty => None,
+            SmallOrdMap::One(k, v) => (k == key).then_some(v),
+            SmallOrdMap::Many(map) => map.get(key),
         }
     }
 
@@ -170,7 +184,7 @@ impl<K: Ord, V> SmallOrdMap<K, V> {
     pub(crate) fn range<R: std::ops::RangeBounds<K>>(
         &self,
         range: R,
-    ) -> impl Iterator<Item = (&K, &V)> {
+    ) -> impl DoubleEndedIterator<Item = (&K, &V)> {
         let (one, many) = match self {
             SmallOrdMap::Empty => (None, None),
             SmallOrdMap::One(k, v) => (range.contains(k).then_some((k, v)), None),
