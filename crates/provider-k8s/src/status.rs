@@ -151,11 +151,11 @@ impl WriterStats {
 
 /// Hands statuses to a background task that writes them. Dropping it stops the task.
 pub struct StatusWriter {
-    tx: mpsc::UnboundedSender<Vec<(ObjectKey, ObjectStatus)>>,
+    tx: mpsc::UnboundedSender<Vec<(ObjectKey, Arc<ObjectStatus>)>>,
     /// The kinds whose status weir writes (those watched with `has_status`).
     writable: HashSet<Kind>,
     /// The last Gateway statuses submitted, for [`StatusWriter::refresh`].
-    gateways: std::sync::Mutex<HashMap<ObjectKey, ObjectStatus>>,
+    gateways: std::sync::Mutex<HashMap<ObjectKey, Arc<ObjectStatus>>>,
     /// (batches received, objects queued or in flight), published by the task.
     progress: watch::Receiver<(u64, usize)>,
     sent: AtomicU64,
@@ -225,12 +225,13 @@ impl StatusWriter {
         }
     }
 
-    /// Queues statuses; a newer status for an object replaces a queued older one.
-    pub fn submit(&self, statuses: Vec<(ObjectKey, ObjectStatus)>) {
+    /// Queues statuses; a newer status for an object replaces a queued older one. They
+    /// are the translator's own (shared, not copied).
+    pub fn submit(&self, statuses: Vec<(ObjectKey, Arc<ObjectStatus>)>) {
         let writable: Vec<_> = statuses
             .into_iter()
             .filter(|(k, s)| {
-                self.writable.contains(&k.kind) && !matches!(s, ObjectStatus::Problems(_))
+                self.writable.contains(&k.kind) && !matches!(**s, ObjectStatus::Problems(_))
             })
             .collect();
         {
@@ -249,7 +250,7 @@ impl StatusWriter {
     /// Writes the last submitted status of these Gateways again (rendered anew, e.g.
     /// because what their data planes refuse changed).
     pub fn refresh(&self, gateways: &[ObjectKey]) {
-        let again: Vec<(ObjectKey, ObjectStatus)> = {
+        let again: Vec<(ObjectKey, Arc<ObjectStatus>)> = {
             let g = self.gateways.lock().unwrap_or_else(|p| p.into_inner());
             gateways
                 .iter()
@@ -296,19 +297,19 @@ impl StatusWriter {
 
 async fn run(
     shared: Arc<Shared>,
-    mut rx: mpsc::UnboundedReceiver<Vec<(ObjectKey, ObjectStatus)>>,
+    mut rx: mpsc::UnboundedReceiver<Vec<(ObjectKey, Arc<ObjectStatus>)>>,
     mut leader: watch::Receiver<bool>,
     progress: watch::Sender<(u64, usize)>,
 ) {
     let mut received = 0u64;
-    let mut pending: HashMap<ObjectKey, ObjectStatus> = HashMap::new();
+    let mut pending: HashMap<ObjectKey, Arc<ObjectStatus>> = HashMap::new();
     let mut queue: VecDeque<ObjectKey> = VecDeque::new();
     let mut in_flight: HashSet<ObjectKey> = HashSet::new();
-    let mut writes: FuturesUnordered<BoxFuture<'static, (ObjectKey, Option<ObjectStatus>)>> =
+    let mut writes: FuturesUnordered<BoxFuture<'static, (ObjectKey, Option<Arc<ObjectStatus>>)>> =
         FuturesUnordered::new();
     // Writes that failed (API server unreachable or refusing), tried again after a
     // backoff unless a newer status replaced them.
-    let mut retry: HashMap<ObjectKey, ObjectStatus> = HashMap::new();
+    let mut retry: HashMap<ObjectKey, Arc<ObjectStatus>> = HashMap::new();
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut backoff = RETRY_MIN;
     let mut open = true;
@@ -319,7 +320,7 @@ async fn run(
                     // A follower writes nothing; it submits everything again when it
                     // becomes the leader.
                     let leads = *leader.borrow();
-                    let mut add = |batch: Vec<(ObjectKey, ObjectStatus)>| {
+                    let mut add = |batch: Vec<(ObjectKey, Arc<ObjectStatus>)>| {
                         if !leads {
                             return;
                         }

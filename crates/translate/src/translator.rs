@@ -70,7 +70,7 @@ struct Dirty {
     /// BackendTLSPolicies whose status may have changed.
     backend_tls_status: HashSet<ObjectKey>,
     resources: DirtyResources,
-    statuses: Vec<(ObjectKey, ObjectStatus)>,
+    statuses: Vec<(ObjectKey, Arc<ObjectStatus>)>,
 }
 
 /// Translates objects into IR incrementally. See the crate documentation.
@@ -249,7 +249,7 @@ impl Translator {
     }
 
     /// The current status of every object that has one, sorted by key.
-    pub fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
+    pub fn statuses(&self) -> Vec<(ObjectKey, Arc<ObjectStatus>)> {
         self.emitter.statuses()
     }
 

@@ -1199,7 +1199,7 @@ fn check_equivalent(
     for (k, s) in fresh.statuses() {
         assert_eq!(
             acc.statuses.get(&k),
-            Some(&s),
+            Some(&*s),
             "step {step}: emitted status of {k} is stale"
         );
     }
@@ -1394,7 +1394,7 @@ fn config_map_changes_reach_only_the_gateways_naming_it() {
     let accepted = |out: &weir_translate::TranslateOutput| -> Vec<(String, bool)> {
         out.statuses
             .iter()
-            .filter_map(|(k, s)| match s {
+            .filter_map(|(k, s)| match &**s {
                 weir_api::ObjectStatus::Gateway(g) => Some((
                     k.name.to_string(),
                     g.conditions

@@ -71,7 +71,7 @@ fn one_route_change_among_many() {
     let key = ObjectKey::new(Kind::HttpRoute, "default", &format!("r{changed}"));
     assert_eq!(out.statuses.len(), 1);
     assert_eq!(out.statuses[0].0, key);
-    assert!(matches!(out.statuses[0].1, ObjectStatus::Route(_)));
+    assert!(matches!(*out.statuses[0].1, ObjectStatus::Route(_)));
 
     // Deleting one route removes only its virtual host; the Gateway's attachedRoutes changes.
     let out = t.apply([ObjectChange::Delete(key.clone())]);

@@ -26,7 +26,7 @@ pub struct CycleReport {
     /// Deltas sent to the data plane.
     pub deltas: usize,
     /// Statuses that changed (to be written back by a provider that has a status API).
-    pub statuses: Vec<(ObjectKey, ObjectStatus)>,
+    pub statuses: Vec<(ObjectKey, Arc<ObjectStatus>)>,
     /// Resources the data plane rejected.
     pub rejected: usize,
     /// Data plane snapshot version after the cycle.
@@ -70,7 +70,7 @@ impl Pipeline {
     }
 
     /// The translator's current statuses (for `/status`-like reporting and tests).
-    pub fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
+    pub fn statuses(&self) -> Vec<(ObjectKey, Arc<ObjectStatus>)> {
         self.translator.statuses()
     }
 

@@ -264,9 +264,9 @@ impl Provisioning {
 
     /// Provisions accepted Gateways of ours and removes the objects of refused ones, from
     /// the statuses a change produced.
-    pub(crate) fn statuses(&mut self, statuses: &[(ObjectKey, ObjectStatus)]) {
+    pub(crate) fn statuses(&mut self, statuses: &[(ObjectKey, Arc<ObjectStatus>)]) {
         for (key, status) in statuses {
-            let ObjectStatus::Gateway(s) = status else {
+            let ObjectStatus::Gateway(s) = &**status else {
                 continue;
             };
             let accepted = s

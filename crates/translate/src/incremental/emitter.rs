@@ -245,22 +245,23 @@ impl Emitter {
         key: &ObjectKey,
         new: Option<ObjectStatus>,
         exists: bool,
-    ) -> Option<ObjectStatus> {
+    ) -> Option<Arc<ObjectStatus>> {
         match new {
             Some(s) => match self.statuses.get_mut(key) {
                 Some(old) if **old == s => None,
                 Some(old) => {
-                    *old = self.recent.share(&s);
-                    Some(s)
+                    *old = self.recent.share(s);
+                    Some(old.clone())
                 }
                 None => {
-                    self.statuses.insert(key.clone(), self.recent.share(&s));
+                    let s = self.recent.share(s);
+                    self.statuses.insert(key.clone(), s.clone());
                     Some(s)
                 }
             },
             None => match self.statuses.remove(key).as_deref() {
                 Some(ObjectStatus::Problems(_)) if exists => {
-                    Some(ObjectStatus::Problems(Vec::new()))
+                    Some(Arc::new(ObjectStatus::Problems(Vec::new())))
                 }
                 _ => None,
             },
@@ -281,11 +282,11 @@ impl Emitter {
     }
 
     /// The current status of every object that has one, sorted by key.
-    pub(crate) fn statuses(&self) -> Vec<(ObjectKey, ObjectStatus)> {
-        let mut v: Vec<(ObjectKey, ObjectStatus)> = self
+    pub(crate) fn statuses(&self) -> Vec<(ObjectKey, Arc<ObjectStatus>)> {
+        let mut v: Vec<(ObjectKey, Arc<ObjectStatus>)> = self
             .statuses
             .iter()
-            .map(|(k, s)| (k.clone(), ObjectStatus::clone(s)))
+            .map(|(k, s)| (k.clone(), s.clone()))
             .collect();
         v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         v
@@ -323,14 +324,14 @@ impl SharedStatuses {
     }
 
     /// `s` as an `Arc`, the kept one when equal.
-    fn share(&mut self, s: &ObjectStatus) -> Arc<ObjectStatus> {
-        let kept = &mut self.0[Self::kind(s)];
-        if let Some(i) = kept.iter().position(|r| **r == *s) {
+    fn share(&mut self, s: ObjectStatus) -> Arc<ObjectStatus> {
+        let kept = &mut self.0[Self::kind(&s)];
+        if let Some(i) = kept.iter().position(|r| **r == s) {
             // Most recent first.
             kept[..=i].rotate_right(1);
             return kept[0].clone();
         }
-        let new = Arc::new(s.clone());
+        let new = Arc::new(s);
         if kept.len() == Self::KEEP {
             kept.pop();
         }
@@ -350,15 +351,15 @@ mod tests {
     #[test]
     fn equal_statuses_share_one_allocation() {
         let mut shared = SharedStatuses::default();
-        let a = shared.share(&problems("a"));
-        let b = shared.share(&problems("b"));
-        assert!(Arc::ptr_eq(&a, &shared.share(&problems("a"))));
+        let a = shared.share(problems("a"));
+        let b = shared.share(problems("b"));
+        assert!(Arc::ptr_eq(&a, &shared.share(problems("a"))));
         assert!(!Arc::ptr_eq(&a, &b));
         // Four other statuses later, "b" (not asked for since) is no longer kept.
         for p in ["c", "d", "e", "f"] {
-            shared.share(&problems(p));
+            shared.share(problems(p));
         }
-        let b2 = shared.share(&problems("b"));
+        let b2 = shared.share(problems("b"));
         assert_eq!(*b2, *b);
         assert!(!Arc::ptr_eq(&b, &b2));
         // Statuses of another kind, each distinct (routes naming their own parents), do
@@ -368,7 +369,7 @@ mod tests {
                 name: r.into(),
                 ..Default::default()
             };
-            shared.share(&ObjectStatus::Route(weir_api::RouteStatus {
+            shared.share(ObjectStatus::Route(weir_api::RouteStatus {
                 parents: vec![weir_api::RouteParentStatus {
                     parent_ref: parent,
                     controller_name: "c".into(),
@@ -376,7 +377,7 @@ mod tests {
                 }],
             }));
         }
-        assert!(Arc::ptr_eq(&b2, &shared.share(&problems("b"))));
+        assert!(Arc::ptr_eq(&b2, &shared.share(problems("b"))));
     }
 
     #[test]
@@ -384,25 +385,23 @@ mod tests {
         let mut e = Emitter::default();
         let k1 = ObjectKey::new(weir_api::Kind::Secret, "ns", "one");
         let k2 = ObjectKey::new(weir_api::Kind::Secret, "ns", "two");
-        assert_eq!(
-            e.set_status(&k1, Some(problems("x")), true),
-            Some(problems("x"))
-        );
-        assert_eq!(
-            e.set_status(&k2, Some(problems("x")), true),
-            Some(problems("x"))
-        );
+        let x1 = e.set_status(&k1, Some(problems("x")), true);
+        assert_eq!(x1.as_deref(), Some(&problems("x")));
+        let x2 = e.set_status(&k2, Some(problems("x")), true);
+        // The batch's status is the one kept, and equal ones are one allocation.
+        assert!(Arc::ptr_eq(x2.as_ref().unwrap(), &e.statuses[&k2]));
+        assert!(Arc::ptr_eq(x1.as_ref().unwrap(), x2.as_ref().unwrap()));
         assert_eq!(e.set_status(&k1, Some(problems("x")), true), None);
         assert!(Arc::ptr_eq(&e.statuses[&k1], &e.statuses[&k2]));
         assert_eq!(
-            e.set_status(&k1, Some(problems("y")), true),
-            Some(problems("y"))
+            e.set_status(&k1, Some(problems("y")), true).as_deref(),
+            Some(&problems("y"))
         );
         assert_eq!(*e.statuses[&k2], problems("x"));
         // Problems cleared on an object that still exists: an empty list is written.
         assert_eq!(
-            e.set_status(&k1, None, true),
-            Some(ObjectStatus::Problems(Vec::new()))
+            e.set_status(&k1, None, true).as_deref(),
+            Some(&ObjectStatus::Problems(Vec::new()))
         );
         assert_eq!(e.statuses().len(), 1);
     }

@@ -39,7 +39,7 @@ pub(crate) fn upserts(objects: &[Arc<Object>]) -> Vec<ObjectChange> {
 /// SNI entry, and null or empty fields are skipped.
 pub(crate) fn snapshot(
     resources: &[Resource],
-    statuses: &[(ObjectKey, ObjectStatus)],
+    statuses: &[(ObjectKey, std::sync::Arc<ObjectStatus>)],
 ) -> serde_json::Value {
     // Certificates are known by content hash only: number them in SNI order (which
     // does not depend on the hashes), so that shared certificates show as shared.
@@ -164,10 +164,10 @@ impl Accumulator {
             }
         }
         for (k, s) in &out.statuses {
-            if *s == ObjectStatus::Problems(Vec::new()) {
+            if **s == ObjectStatus::Problems(Vec::new()) {
                 self.statuses.remove(k);
             } else {
-                self.statuses.insert(k.clone(), s.clone());
+                self.statuses.insert(k.clone(), ObjectStatus::clone(s));
             }
         }
     }
