@@ -36,7 +36,7 @@ pub use crate::l4route::{
 };
 pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta, shared_str};
-pub use crate::object::{InvalidObject, Kind, Object, ObjectKey};
+pub use crate::object::{InvalidObject, KeyParts, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::str_map::StrMap;
 pub use crate::weir::{ACCESS_LOG_FIELD_NAMES, AccessLogPolicySpec, Ratio, TracingPolicySpec};

@@ -156,8 +156,19 @@ impl fmt::Display for Kind {
 }
 
 /// Identity of an object: kind, namespace (empty for cluster-scoped kinds) and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
+///
+/// One pointer to the parts, which clones share: the key is in every table of the
+/// provider and the translator (objects, definitions, dependencies, attachments,
+/// statuses), most of them hash tables with up to half their slots empty, and as three
+/// inline fields it was 40 bytes in each slot. The parts are read through `Deref`
+/// (`key.kind`, `key.namespace`, `key.name`); equality first compares the pointers, and
+/// hashing and ordering use the parts.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey(Arc<KeyParts>);
+
+/// The parts of an [`ObjectKey`].
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyParts {
     /// Kind.
     pub kind: Kind,
     /// Namespace.
@@ -166,14 +177,37 @@ pub struct ObjectKey {
     pub name: Arc<str>,
 }
 
+impl std::ops::Deref for ObjectKey {
+    type Target = KeyParts;
+
+    fn deref(&self) -> &KeyParts {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectKey")
+            .field("kind", &self.kind)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
 impl ObjectKey {
     /// Builds a key.
     pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
-        ObjectKey {
+        Self::from_parts(kind, namespace.into(), name.into())
+    }
+
+    /// A key of strings already shared (an object's own name and namespace).
+    pub fn from_parts(kind: Kind, namespace: Arc<str>, name: Arc<str>) -> Self {
+        ObjectKey(Arc::new(KeyParts {
             kind,
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+            namespace,
+            name,
+        }))
     }
 
     /// A key in namespace `ns` that shares its buffer: the key of an object another one
@@ -186,11 +220,7 @@ impl ObjectKey {
     /// [`ObjectKey::in_namespace`] for a name already in an `Arc` (a reference read into
     /// a shared string): 20,000 Ingresses naming one Backend hold one name.
     pub fn in_namespace_shared(kind: Kind, ns: &Arc<str>, name: Arc<str>) -> Self {
-        ObjectKey {
-            kind,
-            namespace: ns.clone(),
-            name,
-        }
+        Self::from_parts(kind, ns.clone(), name)
     }
 }
 
@@ -488,11 +518,7 @@ impl Object {
     /// The object's key.
     pub fn key(&self) -> ObjectKey {
         let m = self.metadata();
-        ObjectKey {
-            kind: self.kind(),
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
-        }
+        ObjectKey::from_parts(self.kind(), m.namespace.clone(), m.name.clone())
     }
 }
 

@@ -576,11 +576,7 @@ fn merged<'a>(
 fn object_of(t: &TargetRef) -> ObjectKey {
     // Unsupported kinds are keyed by a kind that never changes their resolution.
     let kind = t.kind.unwrap_or(Kind::TrafficPolicy);
-    ObjectKey {
-        kind,
-        namespace: t.namespace.clone(),
-        name: t.name.clone(),
-    }
+    ObjectKey::from_parts(kind, t.namespace.clone(), t.name.clone())
 }
 
 /// What `t` names in the IR, if its object (and section) exists.
