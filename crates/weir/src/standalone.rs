@@ -140,8 +140,8 @@ impl Standalone {
         crate::heap::initial_load(objects);
         let changes = changes_of(update, &dataplane);
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
-        // Only the count is kept: the report holds the statuses of the whole first batch
-        // (the translator keeps its own, shared), 30 MiB at 20,000 ListenerSets.
+        // Only the count is kept: the report lists every status of the first batch, which
+        // nothing reads after this (it was kept for the life of the process).
         let deltas = pipeline.process(changes, seen, parse, &origin).await.deltas;
         dataplane.set_ready();
         tracing::info!(
