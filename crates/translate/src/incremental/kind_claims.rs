@@ -182,6 +182,24 @@ mod tests {
         HostMatch::parse(Some(h)).unwrap()
     }
 
+    /// Sets `o`'s claim (of `kind`) on `l` to the one host `h`.
+    fn claim(
+        c: &mut KindClaims,
+        o: &SniOwner,
+        kind: RouteKind,
+        l: &ListenerId,
+        h: &str,
+        affected: &mut Vec<ObjectKey>,
+    ) {
+        c.set(
+            &o.1,
+            kind,
+            o.clone(),
+            vec![(l.clone(), vec![host(h)])],
+            affected,
+        );
+    }
+
     #[test]
     fn older_route_of_the_other_kind_wins() {
         let l: ListenerId = (ObjectKey::new(Kind::Gateway, "ns", "gw"), "http".into());
@@ -189,21 +207,9 @@ mod tests {
         let mut affected = Vec::new();
         let h = owner(1, Kind::HttpRoute, "h");
         let g = owner(2, Kind::GrpcRoute, "g");
-        c.set(
-            &h.1,
-            RouteKind::Http,
-            h.clone(),
-            vec![(l.clone(), vec![host("*.test")])],
-            &mut affected,
-        );
+        claim(&mut c, &h, RouteKind::Http, &l, "*.test", &mut affected);
         assert!(affected.is_empty());
-        c.set(
-            &g.1,
-            RouteKind::Grpc,
-            g.clone(),
-            vec![(l.clone(), vec![host("a.test")])],
-            &mut affected,
-        );
+        claim(&mut c, &g, RouteKind::Grpc, &l, "a.test", &mut affected);
         assert!(affected.is_empty(), "an older route is not affected");
         assert_eq!(
             c.older_rival(RouteKind::Grpc, &g, &l, &[host("a.test")]),
@@ -218,13 +224,7 @@ mod tests {
             None
         );
         // The HTTPRoute moves away: the GRPCRoute is re-examined; then it is gone.
-        c.set(
-            &h.1,
-            RouteKind::Http,
-            h.clone(),
-            vec![(l.clone(), vec![host("b.other")])],
-            &mut affected,
-        );
+        claim(&mut c, &h, RouteKind::Http, &l, "b.other", &mut affected);
         assert_eq!(affected, std::slice::from_ref(&g.1));
         assert_eq!(
             c.older_rival(RouteKind::Grpc, &g, &l, &[host("a.test")]),
@@ -253,13 +253,7 @@ mod tests {
             (&g4, RouteKind::Grpc),
         ];
         for (o, kind) in all {
-            c.set(
-                &o.1,
-                kind,
-                o.clone(),
-                vec![(l.clone(), vec![host("*.test")])],
-                &mut affected,
-            );
+            claim(&mut c, &o, kind, &l, "*.test", &mut affected);
         }
         assert!(affected.is_empty(), "each arrived after its rivals");
         let a = [host("a.test")];
@@ -267,22 +261,10 @@ mod tests {
         assert_eq!(c.older_rival(RouteKind::Grpc, &g4, &l, &a), Some(&h2.1));
         assert_eq!(c.older_rival(RouteKind::Grpc, &g1, &l, &a), None);
         // Setting the same claims again changes nothing.
-        c.set(
-            &g1.1,
-            RouteKind::Grpc,
-            g1.clone(),
-            vec![(l.clone(), vec![host("*.test")])],
-            &mut affected,
-        );
+        claim(&mut c, &g1, RouteKind::Grpc, &l, "*.test", &mut affected);
         assert!(affected.is_empty());
         // g1 narrows: the younger HTTPRoutes are re-examined, not the younger GRPCRoute.
-        c.set(
-            &g1.1,
-            RouteKind::Grpc,
-            g1.clone(),
-            vec![(l.clone(), vec![host("b.test")])],
-            &mut affected,
-        );
+        claim(&mut c, &g1, RouteKind::Grpc, &l, "b.test", &mut affected);
         // (Each once per intersection, with the old hosts and with the new: the caller
         // recomputes each route once.)
         affected.sort();
