@@ -253,7 +253,7 @@ mod tests {
             (&g4, RouteKind::Grpc),
         ];
         for (o, kind) in all {
-            claim(&mut c, &o, kind, &l, "*.test", &mut affected);
+            claim(&mut c, o, kind, &l, "*.test", &mut affected);
         }
         assert!(affected.is_empty(), "each arrived after its rivals");
         let a = [host("a.test")];
