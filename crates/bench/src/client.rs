@@ -141,6 +141,11 @@ impl Conn {
     }
 }
 
+/// A client that GETs a path of one host and tells what it saw: what a timed change polls.
+pub(crate) trait Get {
+    fn get(&mut self, path: &str) -> impl Future<Output = Seen>;
+}
+
 /// A probe of one host that keeps its connection while it works and re-dials when it
 /// does not (a handshake is part of what an add or a removal waits for).
 pub(crate) struct Probe {
@@ -166,9 +171,11 @@ impl Probe {
         }
         Ok(())
     }
+}
 
+impl Get for Probe {
     /// One GET of `path`, on the kept connection or a fresh one.
-    pub(crate) async fn get(&mut self, path: &str) -> Seen {
+    async fn get(&mut self, path: &str) -> Seen {
         if let Err(seen) = self.warm().await {
             self.conn = None;
             return seen;

@@ -183,10 +183,14 @@ struct SoakArgs {
 
 #[derive(clap::Args)]
 struct K8sArgs {
-    /// HTTPRoutes attached to the Gateway before the timed changes.
+    /// What each domain is: an HTTPRoute on a Gateway's HTTP listener, or an Ingress with
+    /// its own TLS Secret (served over HTTPS).
+    #[arg(long, value_enum, default_value_t = k8s::Layout::Httproute)]
+    layout: k8s::Layout,
+    /// Domains (HTTPRoutes, or Ingresses with their Secrets) before the timed changes.
     #[arg(long, default_value_t = 1000)]
     routes: usize,
-    /// Timed creations (then as many deletions).
+    /// Timed creations (then as many modifications and deletions).
     #[arg(long, default_value_t = 100)]
     changes: usize,
     /// Side-client workers looping on the untouched routes.
@@ -575,6 +579,8 @@ fn main() -> ExitCode {
         Command::K8s(a) => {
             let bench_dir = workspace_path("target/weir-bench");
             let opts = k8s::Options {
+                layout: a.layout,
+                cache: bench_dir.join("certs"),
                 routes: a.routes.max(1),
                 changes: a.changes,
                 split: a.split,

@@ -8,7 +8,7 @@ use anyhow::Result;
 use tokio::time::Instant;
 
 use crate::certs::Leaf;
-use crate::client::{Probe, Seen, Tls};
+use crate::client::{Get, Probe, Seen, Tls};
 use crate::manifests::{ConfigDir, LISTENERS_PER_GATEWAY, domain, gateway_yaml};
 use crate::progress::Progress;
 use crate::propagation::Layout;
@@ -27,7 +27,7 @@ pub(crate) struct Pacing {
 }
 
 /// What a change waits for.
-enum Want {
+pub(crate) enum Want {
     /// `/` answers 200 (a new domain).
     Serving,
     /// `path` answers 200 and `/` answers 404: only the new rule can do both.
@@ -40,8 +40,8 @@ enum Want {
 
 /// Polls `probe` until `want` holds or the timeout passes. Returns the latency from
 /// `start`, the number of polls and the last observation.
-async fn wait_for(
-    probe: &mut Probe,
+pub(crate) async fn wait_for(
+    probe: &mut impl Get,
     want: &Want,
     start: Instant,
     pacing: Pacing,

@@ -34,7 +34,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 
 use crate::certs::Pki;
-use crate::client::{Probe, Seen, Tls, admin_get};
+use crate::client::{Get, Probe, Seen, Tls, admin_get};
 use crate::failover::serve;
 use crate::manifests::{domain, secret_yaml};
 use crate::procs::{ChildGuard, free_port, log_tail, proc_stats};

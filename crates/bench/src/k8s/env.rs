@@ -14,6 +14,8 @@ use kube::core::DynamicObject;
 use serde_json::{Value, json};
 use weir_provider_k8s::api_resource;
 
+use crate::certs::Leaf;
+use crate::manifests::domain;
 use crate::procs::ChildGuard;
 
 pub(crate) const NS: &str = "bench";
@@ -134,6 +136,24 @@ pub(crate) struct Objects {
     client: kube::Client,
     routes: Api<DynamicObject>,
     gateways: Api<DynamicObject>,
+    ingresses: Api<DynamicObject>,
+    secrets: Api<DynamicObject>,
+}
+
+/// Domain `i`'s TLS Secret (layout `ingress`).
+fn secret_name(i: usize) -> String {
+    format!("d{i}-tls")
+}
+
+/// Domain `i`'s Ingress (layout `ingress`).
+fn ingress_name(i: usize) -> String {
+    format!("d{i}")
+}
+
+/// The rules of domain `i`'s Ingress: `path` (Prefix) to the echo Service.
+fn ingress_rules(i: usize, path: &str) -> Value {
+    json!([{"host": domain(i), "http": {"paths": [{"path": path, "pathType": "Prefix",
+        "backend": {"service": {"name": "echo", "port": {"number": 80}}}}]}}])
 }
 
 impl Objects {
@@ -150,12 +170,22 @@ impl Objects {
                 NS,
                 &api_resource(gw, "v1", "Gateway", "gateways"),
             ),
+            ingresses: Api::namespaced_with(
+                client.clone(),
+                NS,
+                &api_resource("networking.k8s.io", "v1", "Ingress", "ingresses"),
+            ),
+            secrets: Api::namespaced_with(
+                client.clone(),
+                NS,
+                &api_resource("", "v1", "Secret", "secrets"),
+            ),
             client,
         }
     }
 
-    /// Namespace, GatewayClass, Service + EndpointSlice of the backend, and a Gateway with
-    /// one HTTP listener at `listen`.
+    /// Namespace, GatewayClass, IngressClass, Service + EndpointSlice of the backend, and
+    /// a Gateway with one HTTP listener at `listen`.
     pub(crate) async fn base(&self, backend: SocketAddr, listen: SocketAddr) -> Result<()> {
         let gw = "gateway.networking.k8s.io";
         let objects = [
@@ -168,6 +198,11 @@ impl Objects {
                 api_resource(gw, "v1", "GatewayClass", "gatewayclasses"),
                 false,
                 json!({"metadata": {"name": "weir"}, "spec": {"controllerName": "weir.dev/gateway-controller"}}),
+            ),
+            (
+                api_resource("networking.k8s.io", "v1", "IngressClass", "ingressclasses"),
+                false,
+                json!({"metadata": {"name": "weir"}, "spec": {"controller": "weir.dev/ingress-controller"}}),
             ),
             (
                 api_resource("", "v1", "Service", "services"),
@@ -227,6 +262,81 @@ impl Objects {
             .create(&PostParams::default(), &body)
             .await
             .with_context(|| format!("creating HTTPRoute {name}"))?;
+        Ok(())
+    }
+
+    /// Moves route `name`'s one rule to `path`.
+    pub(crate) async fn move_route(&self, name: &str, path: &str) -> Result<()> {
+        let patch = json!({"spec": {"rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                                               "backendRefs": [{"name": "echo", "port": 80}]}]}});
+        self.routes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("patching HTTPRoute {name}"))?;
+        Ok(())
+    }
+
+    /// Creates domain `i`'s TLS Secret from `leaf` (layout `ingress`).
+    pub(crate) async fn create_secret(&self, i: usize, leaf: &Leaf) -> Result<()> {
+        let body: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret_name(i), "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem}
+        }))?;
+        self.secrets
+            .create(&PostParams::default(), &body)
+            .await
+            .with_context(|| format!("creating Secret {}", secret_name(i)))?;
+        Ok(())
+    }
+
+    /// Creates domain `i`'s Ingress: its host over TLS with its Secret, `/` to the echo
+    /// Service (layout `ingress`).
+    pub(crate) async fn create_ingress(&self, i: usize) -> Result<()> {
+        let body: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": ingress_name(i), "namespace": NS},
+            "spec": {"ingressClassName": "weir",
+                     "tls": [{"hosts": [domain(i)], "secretName": secret_name(i)}],
+                     "rules": ingress_rules(i, "/")}
+        }))?;
+        self.ingresses
+            .create(&PostParams::default(), &body)
+            .await
+            .with_context(|| format!("creating Ingress {}", ingress_name(i)))?;
+        Ok(())
+    }
+
+    /// Moves domain `i`'s Ingress path to `path`.
+    pub(crate) async fn move_ingress(&self, i: usize, path: &str) -> Result<()> {
+        let patch = json!({"spec": {"rules": ingress_rules(i, path)}});
+        self.ingresses
+            .patch(
+                &ingress_name(i),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .with_context(|| format!("patching Ingress {}", ingress_name(i)))?;
+        Ok(())
+    }
+
+    /// Deletes domain `i`'s Ingress.
+    pub(crate) async fn delete_ingress(&self, i: usize) -> Result<()> {
+        self.ingresses
+            .delete(&ingress_name(i), &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting Ingress {}", ingress_name(i)))?;
+        Ok(())
+    }
+
+    /// Deletes domain `i`'s Secret.
+    pub(crate) async fn delete_secret(&self, i: usize) -> Result<()> {
+        self.secrets
+            .delete(&secret_name(i), &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting Secret {}", secret_name(i)))?;
         Ok(())
     }
 

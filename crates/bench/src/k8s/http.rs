@@ -1,13 +1,15 @@
 //! A plain HTTP/1.1 probe on a kept connection (re-dialled after an error).
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+use crate::client::{Get, Seen};
 
 /// Longest a single request may take.
 const REQUEST_LIMIT: Duration = Duration::from_secs(2);
@@ -33,7 +35,12 @@ impl Probe {
 
     /// GET / with this probe's Host: the status, or None on a connection error.
     pub(crate) async fn status(&mut self) -> Option<u16> {
-        let r = tokio::time::timeout(REQUEST_LIMIT, self.send())
+        self.status_of("/").await
+    }
+
+    /// GET `path` with this probe's Host: the status, or None on a connection error.
+    pub(crate) async fn status_of(&mut self, path: &str) -> Option<u16> {
+        let r = tokio::time::timeout(REQUEST_LIMIT, self.send(path))
             .await
             .ok()
             .flatten();
@@ -43,7 +50,7 @@ impl Probe {
         r
     }
 
-    async fn send(&mut self) -> Option<u16> {
+    async fn send(&mut self, path: &str) -> Option<u16> {
         if self.conn.as_ref().is_none_or(|c| c.is_closed()) {
             let stream = TcpStream::connect(self.addr).await.ok()?;
             let _ = stream.set_nodelay(true);
@@ -55,7 +62,7 @@ impl Probe {
         }
         let tx = self.conn.as_mut()?;
         tx.ready().await.ok()?;
-        let req = http::Request::get("/")
+        let req = http::Request::get(path)
             .header("host", &self.host)
             .body(Empty::new())
             .ok()?;
@@ -64,41 +71,13 @@ impl Probe {
         resp.into_body().collect().await.ok()?;
         Some(status)
     }
-
-    /// Polls every `poll` until the status is `want`; the time since `since`, or None after
-    /// `timeout`.
-    pub(crate) async fn until(
-        &mut self,
-        want: u16,
-        since: Instant,
-        poll: Duration,
-        timeout: Duration,
-    ) -> Option<Duration> {
-        loop {
-            if self.status().await == Some(want) {
-                return Some(since.elapsed());
-            }
-            if since.elapsed() > timeout {
-                return None;
-            }
-            tokio::time::sleep(poll).await;
-        }
-    }
 }
 
-/// Polls a fresh probe until `host` answers `want` (bounded by `timeout`).
-pub(crate) async fn until(
-    addr: SocketAddr,
-    host: &str,
-    want: u16,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let mut p = Probe::new(addr, host.to_string());
-    match p
-        .until(want, Instant::now(), Duration::from_millis(5), timeout)
-        .await
-    {
-        Some(_) => Ok(()),
-        None => anyhow::bail!("{host} did not answer {want} within {timeout:?}"),
+impl Get for Probe {
+    async fn get(&mut self, path: &str) -> Seen {
+        match self.status_of(path).await {
+            Some(status) => Seen::Status(status),
+            None => Seen::Failed("no response".into()),
+        }
     }
 }
