@@ -11,6 +11,8 @@ use weir_api::{
 };
 use weir_model::Certificate;
 
+use crate::incremental::DenseMap;
+
 use crate::compile::order::Age;
 use crate::compile::route_kind::Referrer;
 use crate::compile::tls;
@@ -32,13 +34,13 @@ pub(crate) struct Store {
     /// EndpointSlice names by (namespace, service name).
     slices: HashMap<NsName, BTreeSet<Arc<str>>>,
     /// Parsed TLS Secrets (parsed once per Secret version).
-    certs: HashMap<NsName, Result<Arc<Certificate>, String>>,
+    certs: DenseMap<NsName, Result<Arc<Certificate>, String>>,
     /// CA bundles of ConfigMaps (`ca.crt`, checked once per ConfigMap version).
     cas: HashMap<NsName, Result<Arc<[u8]>, String>>,
     /// Ingress names by (namespace, host of one of their rules; `""`: none), sorted, for
     /// canary Ingresses to find their main Ingress. Nearly every host has one Ingress: a
     /// sorted `Vec` holds it in one small allocation (a `BTreeSet` allocates a node of 11).
-    ingress_hosts: HashMap<NsName, Vec<Arc<str>>>,
+    ingress_hosts: DenseMap<NsName, Vec<Arc<str>>>,
 }
 
 impl Store {
@@ -142,7 +144,7 @@ impl Store {
                 }
             }
             Object::Secret(_) => {
-                self.certs.remove(&(ns, m.name.as_ref().into()));
+                self.certs.swap_remove(&(ns, m.name.as_ref().into()));
             }
             Object::ConfigMap(_) => {
                 self.cas.remove(&(ns, m.name.as_ref().into()));
@@ -155,7 +157,7 @@ impl Store {
                             set.remove(at);
                         }
                         if set.is_empty() {
-                            self.ingress_hosts.remove(&k);
+                            self.ingress_hosts.swap_remove(&k);
                         }
                     }
                 }

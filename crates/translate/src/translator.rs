@@ -19,8 +19,8 @@ use crate::compile::policy;
 use crate::compile::route_kind::{L4Target, RouteKind};
 use crate::compile::status;
 use crate::incremental::{
-    BtlsIndex, ClusterRefs, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex, HostKey,
-    HostTable, KindClaims, L4Table, PolicyIndex, ServiceGateways, SniOwner, Sockets,
+    BtlsIndex, ClusterRefs, DenseMap, DepIndex, Desired, DirtyResources, Emitter, GatewayIndex,
+    HostKey, HostTable, KindClaims, L4Table, PolicyIndex, ServiceGateways, SniOwner, Sockets,
 };
 use crate::store::{Dep, NsName, Store};
 use crate::{ObjectChange, TranslateOutput, TranslatorOptions};
@@ -93,7 +93,7 @@ pub struct Translator {
     /// The clusters in use and how to build them.
     clusters: ClusterRefs,
     /// What each route (of any kind) contributes.
-    routes: HashMap<ObjectKey, Contribution>,
+    routes: DenseMap<ObjectKey, Contribution>,
     /// What each Ingress contributes, and the Ingress listeners.
     ingress: IngressState,
     /// Policies, their targets and the Policy resources.
@@ -163,7 +163,7 @@ impl Translator {
             l4: L4Table::default(),
             kind_claims: KindClaims::default(),
             clusters: ClusterRefs::default(),
-            routes: HashMap::new(),
+            routes: DenseMap::default(),
             ingress: IngressState::default(),
             policies: PolicyIndex::default(),
             backend_tls: BtlsIndex::default(),

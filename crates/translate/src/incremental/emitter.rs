@@ -11,7 +11,7 @@ use weir_model::{
     VirtualHost,
 };
 
-use crate::incremental::{DirtyResources, HostKey, RefCount};
+use crate::incremental::{DenseMap, DirtyResources, HostKey, RefCount};
 
 /// Where the emitter reads the current version of a resource.
 pub(crate) trait Desired {
@@ -48,7 +48,7 @@ pub(crate) struct Emitter {
 /// 20,000 TLS domains (10.6 MiB) where this one needs 65,536 (5.2 MiB).
 #[derive(Default)]
 struct Emitted {
-    hosts: HashMap<HostKey, HostResources>,
+    hosts: DenseMap<HostKey, HostResources>,
     other: HashMap<ResourceKey, Resource>,
 }
 
@@ -114,7 +114,7 @@ impl Emitted {
             _ => e.l4 = None,
         }
         if e.vhost.is_none() && e.sni.is_none() && e.l4.is_none() {
-            self.hosts.remove(&hk);
+            self.hosts.swap_remove(&hk);
         }
     }
 

@@ -2,8 +2,7 @@
 
 use std::hash::Hash;
 
-use foldhash::HashMap;
-
+use crate::incremental::DenseMap;
 use crate::incremental::small::{SmallOrdMap, SmallSet};
 
 /// Per key, a set of values (e.g. which routes depend on a Service). A key is present
@@ -11,13 +10,13 @@ use crate::incremental::small::{SmallOrdMap, SmallSet};
 /// that uses it) holds it inline.
 #[derive(Debug)]
 pub(crate) struct MultiIndex<K, V> {
-    map: HashMap<K, SmallSet<V>>,
+    map: DenseMap<K, SmallSet<V>>,
 }
 
 impl<K, V> Default for MultiIndex<K, V> {
     fn default() -> Self {
         MultiIndex {
-            map: HashMap::default(),
+            map: DenseMap::default(),
         }
     }
 }
@@ -26,8 +25,8 @@ impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
     /// Adds `value` under `key`; returns whether it was new.
     pub(crate) fn insert(&mut self, key: K, value: V) -> bool {
         match self.map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().insert(value),
-            std::collections::hash_map::Entry::Vacant(e) => {
+            indexmap::map::Entry::Occupied(mut e) => e.get_mut().insert(value),
+            indexmap::map::Entry::Vacant(e) => {
                 e.insert(SmallSet::One(value));
                 true
             }
@@ -42,7 +41,7 @@ impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
         };
         let (removed, empty) = set.remove(value);
         if empty {
-            self.map.remove(key);
+            self.map.swap_remove(key);
         }
         removed
     }
@@ -69,13 +68,13 @@ impl<K: Eq + Hash, V: Eq + Hash> MultiIndex<K, V> {
 /// entry (see [`SmallOrdMap`]); a key is present exactly while it has an entry.
 #[derive(Debug)]
 pub(crate) struct OrdIndex<K, O, V = ()> {
-    map: HashMap<K, SmallOrdMap<O, V>>,
+    map: DenseMap<K, SmallOrdMap<O, V>>,
 }
 
 impl<K, O, V> Default for OrdIndex<K, O, V> {
     fn default() -> Self {
         OrdIndex {
-            map: HashMap::default(),
+            map: DenseMap::default(),
         }
     }
 }
@@ -91,7 +90,7 @@ impl<K: Eq + Hash, O: Ord, V> OrdIndex<K, O, V> {
         if let Some(m) = self.map.get_mut(key) {
             m.remove(order);
             if m.is_empty() {
-                self.map.remove(key);
+                self.map.swap_remove(key);
             }
         }
     }

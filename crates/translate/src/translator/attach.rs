@@ -73,7 +73,7 @@ impl Translator {
 
     /// Undoes everything a deleted route contributed.
     fn detach_route(&mut self, rk: &ObjectKey, d: &mut Dirty) {
-        let old = self.routes.remove(rk);
+        let old = self.routes.swap_remove(rk);
         let ancestry = tls_ancestry(
             self.deps.of(rk),
             old.as_ref().map_or(&[][..], |o| &o.attachments),
@@ -130,7 +130,7 @@ impl Translator {
     /// Compiles route `rk`, attaches it to its parents and programs its rules on the
     /// hosts it attached to: the one path every route kind takes.
     fn attach_route<R: RouteObject>(&mut self, rk: &ObjectKey, route: &R, d: &mut Dirty) {
-        let old = self.routes.remove(rk);
+        let old = self.routes.swap_remove(rk);
         let mut compiled = route.compile(&self.store, rk, &self.store.age(rk));
         self.set_sessions(rk, std::mem::take(&mut compiled.sessions), d);
         let mut att = self.attach_parents(

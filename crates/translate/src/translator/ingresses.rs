@@ -1,7 +1,5 @@
 //! Ingress recomputation and the synthetic Ingress listeners.
 
-use foldhash::HashMap;
-
 use std::sync::Arc;
 use weir_api::{Kind, ObjectKey, ObjectStatus};
 
@@ -12,6 +10,7 @@ use weir_model::{
 
 use super::{Contribution, Dirty, Translator};
 use crate::compile::ingress_nginx::SslRedirect;
+use crate::incremental::DenseMap;
 use crate::store::Dep;
 
 /// The `gateway` label of the Ingress listeners (Gateway labels always hold a `/`).
@@ -22,7 +21,7 @@ const INGRESS_LABEL: &str = "ingress";
 pub(super) struct IngressState {
     /// Per stored Ingress: its share of hosts and clusters, whether it is ours, and how
     /// many valid TLS hosts it has.
-    contributions: HashMap<ObjectKey, (Contribution, bool, usize)>,
+    contributions: DenseMap<ObjectKey, (Contribution, bool, usize)>,
     /// Ingresses of ours: the HTTP listener exists while there is one.
     ours: usize,
     /// Valid TLS hosts of our Ingresses: the HTTPS listener exists while there is one.
@@ -99,11 +98,15 @@ impl Translator {
     }
 
     pub(super) fn recompute_ingress(&mut self, ik: &ObjectKey, d: &mut Dirty) {
-        let old = self.ingress.contributions.remove(ik).map(|(c, ours, tls)| {
-            self.ingress.ours -= usize::from(ours);
-            self.ingress.tls_hosts -= tls;
-            c
-        });
+        let old = self
+            .ingress
+            .contributions
+            .swap_remove(ik)
+            .map(|(c, ours, tls)| {
+                self.ingress.ours -= usize::from(ours);
+                self.ingress.tls_hosts -= tls;
+                c
+            });
         let mut rules = Vec::new();
         let mut sni = Vec::new();
         let mut clusters = Vec::new();
