@@ -226,7 +226,22 @@ pub(crate) struct Live {
 /// status. The object is stripped of `status`, `managedFields` and `resourceVersion`,
 /// so that a status write (ours or another controller's) does not look like a change.
 pub(crate) fn convert(w: &Watched, obj: DynamicObject) -> (Result<Object, InvalidObject>, Live) {
-    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    // The document `DynamicObject` serializes to (its `data` flattened beside `metadata`),
+    // built by moving `data` instead of serializing a copy of it (a Secret's data, a
+    // route's spec): only the metadata is converted.
+    let DynamicObject { metadata, data, .. } = obj;
+    let mut value = match data {
+        Value::Object(map) => Value::Object(map),
+        Value::Null => Value::Object(serde_json::Map::new()),
+        // Not an object: it could not be flattened into a document either.
+        _ => Value::Null,
+    };
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "metadata".into(),
+            serde_json::to_value(metadata).unwrap_or(Value::Null),
+        );
+    }
     let mut live = Live {
         resource_version: String::new(),
         status: Value::Null,

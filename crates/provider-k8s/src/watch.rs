@@ -172,13 +172,18 @@ impl Merge {
             errors: self.errors,
             ..Update::default()
         };
+        // Sorted by the keys the changes came with: an object's `key()` builds a key,
+        // and sorting by it built two per comparison (millions for an initial list of
+        // 200,000 objects).
+        let mut upserts = Vec::with_capacity(self.changes.len());
         for (k, v) in self.changes {
             match v {
-                Some(o) => u.upserts.push(o),
+                Some(o) => upserts.push((k, o)),
                 None => u.deletes.push(k),
             }
         }
-        u.upserts.sort_by_key(|o| o.key());
+        upserts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        u.upserts = upserts.into_iter().map(|(_, o)| o).collect();
         u.deletes.sort();
         u
     }
