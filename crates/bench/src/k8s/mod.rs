@@ -606,28 +606,34 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
     let (mut add_ms, mut add_api) = (Vec::with_capacity(k), Vec::with_capacity(k));
     progress.phase("adds: create → first 200", k);
     for c in 0..k {
-        let (latency, api) = bench.add(n + c).await?;
-        progress.step(latency.map(|l| Duration::from_secs_f64(l / 1000.0)));
-        add_ms.push(latency);
-        add_api.push(api);
+        record(
+            &progress,
+            bench.add(n + c).await?,
+            &mut add_ms,
+            &mut add_api,
+        );
     }
     let after_adds = scrape().await;
     let (mut modify_ms, mut modify_api) = (Vec::with_capacity(k), Vec::with_capacity(k));
     progress.phase("modifications: path moved → served", k);
     for c in 0..k {
-        let (latency, api) = bench.modify(c, c).await?;
-        progress.step(latency.map(|l| Duration::from_secs_f64(l / 1000.0)));
-        modify_ms.push(latency);
-        modify_api.push(api);
+        record(
+            &progress,
+            bench.modify(c, c).await?,
+            &mut modify_ms,
+            &mut modify_api,
+        );
     }
     let after_modifies = scrape().await;
     let (mut remove_ms, mut remove_api) = (Vec::with_capacity(k), Vec::with_capacity(k));
     progress.phase("removals: delete → first 404", k);
     for c in 0..k {
-        let (latency, api) = bench.remove(k + c).await?;
-        progress.step(latency.map(|l| Duration::from_secs_f64(l / 1000.0)));
-        remove_ms.push(latency);
-        remove_api.push(api);
+        record(
+            &progress,
+            bench.remove(k + c).await?,
+            &mut remove_ms,
+            &mut remove_api,
+        );
     }
     let after_removals = scrape().await;
     let (side_requests, side_failures, side_report) = side.stop().await;
@@ -718,6 +724,18 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         Err(e) => eprintln!("no plot: {e:#}"),
     }
     Ok((report, files))
+}
+
+/// Keeps one timed change: its latency (None: timed out) and its API call's time.
+fn record(
+    progress: &Progress,
+    (latency, api): (Option<f64>, f64),
+    latencies: &mut Vec<Option<f64>>,
+    apis: &mut Vec<f64>,
+) {
+    progress.step(latency.map(|l| Duration::from_secs_f64(l / 1000.0)));
+    latencies.push(latency);
+    apis.push(api);
 }
 
 fn ms(d: Duration) -> f64 {
