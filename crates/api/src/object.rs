@@ -379,6 +379,56 @@ impl Object {
         Self::read(value, false)
     }
 
+    /// `kind`'s object read straight from its JSON text (an API server's response item),
+    /// without a `Value`: the same object [`from_value`](Self::from_value) reads from the
+    /// text's `Value` (with `apiVersion` and `kind` naming `kind`), or `None` when this
+    /// cannot be sure of that and the caller must take the `Value` path. It is not sure
+    /// when the text holds `null` anywhere (`from_value` reads a `null` field as absent,
+    /// serde as a type error or `None`), when a field does not read (a duplicate key, a
+    /// wrong type: the `Value` path words the error) or when the name is missing.
+    /// `apiVersion`, `kind` and `status` in the text are ignored, as the object types
+    /// have no such fields.
+    pub fn from_json_quick(kind: Kind, json: &str) -> Option<Object> {
+        if json.contains("null") {
+            return None;
+        }
+        let mut obj = Self::typed(kind, FromJson(json)).ok()?;
+        let meta = obj.metadata_mut();
+        if meta.name.is_empty() {
+            return None;
+        }
+        normalize_namespace(kind, meta);
+        Some(obj)
+    }
+
+    /// The object of `kind` that `reader` reads: the one place that maps a kind to its
+    /// type.
+    fn typed<R: ReadTyped>(kind: Kind, reader: R) -> Result<Object, Option<InvalidObject>> {
+        Ok(match kind {
+            Kind::GatewayClass => Object::GatewayClass(Box::new(reader.read()?)),
+            Kind::Gateway => Object::Gateway(Box::new(reader.read()?)),
+            Kind::HttpRoute => Object::HttpRoute(reader.read()?),
+            Kind::ReferenceGrant => Object::ReferenceGrant(reader.read()?),
+            Kind::Ingress => Object::Ingress(reader.read()?),
+            Kind::IngressClass => Object::IngressClass(reader.read()?),
+            Kind::Secret => Object::Secret(reader.read()?),
+            Kind::Service => Object::Service(reader.read()?),
+            Kind::EndpointSlice => Object::EndpointSlice(reader.read()?),
+            Kind::Namespace => Object::Namespace(reader.read()?),
+            Kind::Backend => Object::Backend(reader.read()?),
+            Kind::DirectResponse => Object::DirectResponse(reader.read()?),
+            Kind::XListenerSet => Object::XListenerSet(Box::new(reader.read()?)),
+            Kind::ListenerSet => Object::ListenerSet(Box::new(reader.read()?)),
+            Kind::TlsRoute => Object::TlsRoute(reader.read()?),
+            Kind::TcpRoute => Object::TcpRoute(reader.read()?),
+            Kind::TrafficPolicy => Object::TrafficPolicy(Box::new(reader.read()?)),
+            Kind::GrpcRoute => Object::GrpcRoute(reader.read()?),
+            Kind::UdpRoute => Object::UdpRoute(reader.read()?),
+            Kind::ConfigMap => Object::ConfigMap(reader.read()?),
+            Kind::BackendTlsPolicy => Object::BackendTlsPolicy(Box::new(reader.read()?)),
+        })
+    }
+
     /// Reads the object; `precise`: report a field error with its path (without it, a
     /// field error is `None`).
     fn read(mut value: Value, precise: bool) -> Result<Object, Option<InvalidObject>> {
@@ -415,63 +465,15 @@ impl Object {
                 (ns, n) => format!("{ns}/{n}"),
             }
         };
-        fn typed<T: DeserializeOwned>(
-            v: Value,
-            kind: Kind,
-            name: &str,
-            precise: bool,
-        ) -> Result<T, Option<InvalidObject>> {
-            if !precise {
-                return T::deserialize(v).map_err(|_| None);
-            }
-            serde_path_to_error::deserialize(v).map_err(|e| {
-                Some(InvalidObject::Field {
-                    kind,
-                    name: name.to_string(),
-                    field: e.path().to_string(),
-                    message: e.into_inner().to_string(),
-                })
-            })
-        }
-        let mut obj = match kind {
-            Kind::GatewayClass => {
-                Object::GatewayClass(Box::new(typed(value, kind, &display_name, precise)?))
-            }
-            Kind::Gateway => Object::Gateway(Box::new(typed(value, kind, &display_name, precise)?)),
-            Kind::HttpRoute => Object::HttpRoute(typed(value, kind, &display_name, precise)?),
-            Kind::ReferenceGrant => {
-                Object::ReferenceGrant(typed(value, kind, &display_name, precise)?)
-            }
-            Kind::Ingress => Object::Ingress(typed(value, kind, &display_name, precise)?),
-            Kind::IngressClass => Object::IngressClass(typed(value, kind, &display_name, precise)?),
-            Kind::Secret => Object::Secret(typed(value, kind, &display_name, precise)?),
-            Kind::Service => Object::Service(typed(value, kind, &display_name, precise)?),
-            Kind::EndpointSlice => {
-                Object::EndpointSlice(typed(value, kind, &display_name, precise)?)
-            }
-            Kind::Namespace => Object::Namespace(typed(value, kind, &display_name, precise)?),
-            Kind::Backend => Object::Backend(typed(value, kind, &display_name, precise)?),
-            Kind::DirectResponse => {
-                Object::DirectResponse(typed(value, kind, &display_name, precise)?)
-            }
-            Kind::XListenerSet => {
-                Object::XListenerSet(Box::new(typed(value, kind, &display_name, precise)?))
-            }
-            Kind::ListenerSet => {
-                Object::ListenerSet(Box::new(typed(value, kind, &display_name, precise)?))
-            }
-            Kind::TlsRoute => Object::TlsRoute(typed(value, kind, &display_name, precise)?),
-            Kind::TcpRoute => Object::TcpRoute(typed(value, kind, &display_name, precise)?),
-            Kind::TrafficPolicy => {
-                Object::TrafficPolicy(Box::new(typed(value, kind, &display_name, precise)?))
-            }
-            Kind::GrpcRoute => Object::GrpcRoute(typed(value, kind, &display_name, precise)?),
-            Kind::UdpRoute => Object::UdpRoute(typed(value, kind, &display_name, precise)?),
-            Kind::ConfigMap => Object::ConfigMap(typed(value, kind, &display_name, precise)?),
-            Kind::BackendTlsPolicy => {
-                Object::BackendTlsPolicy(Box::new(typed(value, kind, &display_name, precise)?))
-            }
-        };
+        let mut obj = Self::typed(
+            kind,
+            FromValue {
+                value,
+                kind,
+                name: &display_name,
+                precise,
+            },
+        )?;
         let meta = obj.metadata_mut();
         if meta.name.is_empty() {
             return Err(precise.then(|| InvalidObject::Field {
@@ -539,7 +541,8 @@ impl Object {
         }
     }
 
-    pub(crate) fn metadata_mut(&mut self) -> &mut ObjectMeta {
+    /// The object's metadata, to change (a reader clearing what it does not keep).
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
         match self {
             Object::GatewayClass(o) => &mut o.metadata,
             Object::Gateway(o) => &mut o.metadata,
@@ -574,6 +577,45 @@ impl Object {
 
 /// Removes every mapping entry whose value is `null`, at any depth (see
 /// [`Object::from_value`]). List items are kept as they are: a `null` item is an error.
+/// Reads one typed object (the type chosen by [`Object::typed`]).
+trait ReadTyped {
+    fn read<T: DeserializeOwned>(self) -> Result<T, Option<InvalidObject>>;
+}
+
+/// From a `Value`; `precise`: a field error names its path (else it is `None`).
+struct FromValue<'a> {
+    value: Value,
+    kind: Kind,
+    /// The object's display name, for a field error.
+    name: &'a str,
+    precise: bool,
+}
+
+impl ReadTyped for FromValue<'_> {
+    fn read<T: DeserializeOwned>(self) -> Result<T, Option<InvalidObject>> {
+        if !self.precise {
+            return T::deserialize(self.value).map_err(|_| None);
+        }
+        serde_path_to_error::deserialize(self.value).map_err(|e| {
+            Some(InvalidObject::Field {
+                kind: self.kind,
+                name: self.name.to_string(),
+                field: e.path().to_string(),
+                message: e.into_inner().to_string(),
+            })
+        })
+    }
+}
+
+/// From JSON text; any error is `None`.
+struct FromJson<'a>(&'a str);
+
+impl ReadTyped for FromJson<'_> {
+    fn read<T: DeserializeOwned>(self) -> Result<T, Option<InvalidObject>> {
+        serde_json::from_str(self.0).map_err(|_| None)
+    }
+}
+
 fn drop_null_fields(value: &mut Value) {
     match value {
         Value::Object(map) => {

@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::{Accumulator, load, options, snapshot, upserts};
+use weir_api::{Kind, Object};
 use weir_translate::Translator;
 
 #[test]
@@ -168,4 +169,89 @@ fn unified_diff_shows_changed_lines_with_context() {
         unified_diff(want, want, "x"),
         "--- x (expected)\n+++ x (got)\n"
     );
+}
+
+/// Every object of every golden input, read from its JSON text by the Kubernetes
+/// provider's fast path (`Object::from_json_quick`), is the object `Object::from_value`
+/// reads, or is left to that path (`None`); and the fast path reads most of them.
+#[test]
+fn json_text_reads_as_the_value_does() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let (mut quick, mut left) = (0, 0);
+    let mut kinds = std::collections::BTreeSet::new();
+    // Beside the golden inputs: namespaces the reader sets (a namespaced kind without
+    // one, a cluster-scoped kind with one), and documents it must leave to the Value
+    // path (a `null`, a duplicate key, a field of the wrong type, no name).
+    let extra = Path::new("(extra)").to_path_buf();
+    let extra_text = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: s}
+type: Opaque
+data: {a: YQ==}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: c, namespace: ignored}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i, namespace: ns, labels: null}
+spec: {rules: [{host: a.example}]}
+"#;
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    inputs.push(extra.clone());
+    for path in inputs {
+        if path != extra && !path.to_string_lossy().ends_with(".in.yaml") {
+            continue;
+        }
+        let text = if path == extra {
+            extra_text.to_string()
+        } else {
+            std::fs::read_to_string(&path).unwrap()
+        };
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let want = Object::from_value(doc.clone()).unwrap();
+            // As a list item: no apiVersion or kind, a status the object does not read.
+            let mut item = doc.clone();
+            let map = item.as_object_mut().unwrap();
+            map.remove("apiVersion");
+            map.remove("kind");
+            map.insert("status".into(), serde_json::json!({"conditions": []}));
+            for json in [doc.to_string(), item.to_string()] {
+                match Object::from_json_quick(want.kind(), &json) {
+                    Some(got) => {
+                        assert_eq!(got, want, "{}: {json}", path.display());
+                        quick += 1;
+                        kinds.insert(want.kind());
+                    }
+                    None => left += 1,
+                }
+            }
+        }
+    }
+    for (kind, json) in [
+        (
+            Kind::Ingress,
+            r#"{"metadata":{"name":"i","labels":null},"spec":{}}"#,
+        ),
+        (
+            Kind::Secret,
+            r#"{"metadata":{"name":"s"},"type":"Opaque","type":"kubernetes.io/tls"}"#,
+        ),
+        (Kind::Secret, r#"{"metadata":{"name":"s"},"data":{"a":1}}"#),
+        (Kind::Secret, r#"{"metadata":{"namespace":"ns"}}"#),
+    ] {
+        assert_eq!(Object::from_json_quick(kind, json), None, "{json}");
+    }
+    assert!(
+        quick > 4 * left,
+        "fast path read {quick}, left {left} to the Value path"
+    );
+    assert!(kinds.len() >= 15, "kinds read: {kinds:?}");
 }
