@@ -7,14 +7,13 @@ use std::time::{Duration, Instant};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use futures_util::StreamExt;
 use kube::Api;
-use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use weir_api::{Kind, Object, ObjectKey};
 
-use crate::kinds::{self, Live, Watched};
+use crate::kinds::{self, Live, RawObject, Watched};
 
 /// The live status of the objects whose status weir writes, kept current by the
 /// watchers and by the status writer's own responses.
@@ -198,7 +197,7 @@ async fn run(
     tx: mpsc::UnboundedSender<KindBatch>,
     live: LiveCache,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &w.resource);
+    let api: Api<RawObject> = Api::all_with(client, &w.resource);
     let mut cfg = watcher::Config::default();
     if let Some(f) = w.fields {
         cfg = cfg.fields(f);
@@ -300,15 +299,15 @@ async fn run(
 /// Returns its key.
 fn accept(
     w: &Watched,
-    obj: DynamicObject,
+    obj: RawObject,
     known: &mut HashMap<ObjectKey, Arc<Object>>,
     live: &LiveCache,
     b: &mut KindBatch,
 ) -> Option<ObjectKey> {
     let meta_key = ObjectKey::new(
         w.kind,
-        obj.metadata.namespace.as_deref().unwrap_or(""),
-        obj.metadata.name.as_deref().unwrap_or(""),
+        obj.meta.namespace.as_deref().unwrap_or(""),
+        obj.meta.name.as_deref().unwrap_or(""),
     );
     let (o, l) = kinds::convert(w, obj);
     match o {
