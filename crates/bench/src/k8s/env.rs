@@ -45,6 +45,19 @@ impl ApiServer {
     pub(crate) fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }
+
+    /// The CPU time so far of kube-apiserver and etcd together (0 for one whose pid file
+    /// cannot be read): what the cluster spends serving weir's lists is the rest of the
+    /// time to `/ready` beside weir's own.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        ["kube-apiserver.pid", "etcd.pid"]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
+            .filter_map(|pid| pid.trim().parse::<u32>().ok())
+            .filter_map(|pid| crate::procs::proc_stats(pid).ok())
+            .map(|s| s.cpu_seconds)
+            .sum()
+    }
 }
 
 impl Drop for ApiServer {

@@ -96,6 +96,8 @@ pub(crate) struct Report {
     pub(crate) ready_ms: f64,
     /// weir's RSS, peak RSS and CPU time when `/ready` first answered.
     pub(crate) weir_at_ready: ProcStats,
+    /// CPU seconds kube-apiserver and etcd spent from weir's start to `/ready`.
+    pub(crate) cluster_cpu_to_ready_s: f64,
     /// weir started → Gateway status shows N attached routes (layout `httproute`).
     pub(crate) attached_all_ms: Option<f64>,
     /// weir started → every initial status written.
@@ -149,7 +151,7 @@ impl Report {
         let mut out = format!(
             "weir controller ({} data plane), {} {what}; {} changes per operation\n\n\
              create {} domains: {:.0} ms; weir start → /ready {:.0} ms (RSS {:.0} MiB, peak {:.0} MiB, \
-             CPU {:.1} s){attached}, → all statuses written {:.0} ms\n\n\
+             CPU {:.1} s; API server + etcd CPU {:.1} s){attached}, → all statuses written {:.0} ms\n\n\
              | operation | n | timeouts | mean ms | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|\n",
             self.mode,
             self.routes,
@@ -160,6 +162,7 @@ impl Report {
             self.weir_at_ready.rss_kib as f64 / 1024.0,
             self.weir_at_ready.peak_rss_kib as f64 / 1024.0,
             self.weir_at_ready.cpu_seconds,
+            self.cluster_cpu_to_ready_s,
             self.statuses_settled_ms
         );
         out += &row("add (create → 200)", &self.add);
@@ -440,18 +443,22 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         ]);
     }
     let log = opts.work.join("k8s-weir.log");
+    let cluster_cpu_at_start = apiserver.cpu_seconds();
     let started = Instant::now();
     let mut weir = ChildGuard::spawn("weir", &opts.weir, &args, &log)?;
     progress.set_weir_pid(weir.pid());
     // 300 s, or 5 ms per domain when more: at 100,000 the initial status writes alone
     // take minutes (one PATCH per route or Ingress).
     let deadline = started + Duration::from_secs(300).max(Duration::from_millis(n as u64 * 5));
-    let weir_at_ready = loop {
+    let (weir_at_ready, cluster_cpu_to_ready_s) = loop {
         if let Some(status) = weir.exited() {
             bail!("weir exited ({status}): {}", procs::log_tail(&log, 20));
         }
         if matches!(admin_get(admin, "/ready").await, Ok((200, _))) {
-            break procs::proc_stats(weir.pid()).unwrap_or_default();
+            break (
+                procs::proc_stats(weir.pid()).unwrap_or_default(),
+                apiserver.cpu_seconds() - cluster_cpu_at_start,
+            );
         }
         if Instant::now() > deadline {
             bail!("weir not ready in time: {}", procs::log_tail(&log, 20));
@@ -669,6 +676,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Vec<PathBuf>)> {
         create_all_ms,
         ready_ms,
         weir_at_ready,
+        cluster_cpu_to_ready_s,
         attached_all_ms,
         statuses_settled_ms: settled_ms,
         add: summary(&add_ms),
