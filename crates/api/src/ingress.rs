@@ -46,8 +46,10 @@ pub struct IngressSpec {
     /// Backend for requests no rule matches.
     pub default_backend: Option<Box<IngressBackend>>,
     /// TLS hosts and their Secrets.
+    #[serde(deserialize_with = "crate::meta::exact_vec")]
     pub tls: Vec<IngressTls>,
     /// Host rules.
+    #[serde(deserialize_with = "crate::meta::exact_vec")]
     pub rules: Vec<IngressRule>,
 }
 
@@ -101,6 +103,7 @@ pub struct TypedLocalObjectReference {
 #[serde(rename_all = "camelCase", default)]
 pub struct IngressTls {
     /// Hosts the certificate serves.
+    #[serde(deserialize_with = "crate::meta::exact_vec")]
     pub hosts: Vec<String>,
     /// Secret (same namespace) with `tls.crt`/`tls.key`.
     pub secret_name: Option<String>,
@@ -121,6 +124,7 @@ pub struct IngressRule {
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpIngressRuleValue {
     /// Paths.
+    #[serde(deserialize_with = "crate::meta::exact_vec")]
     pub paths: Vec<HttpIngressPath>,
 }
 

@@ -643,6 +643,34 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// An Ingress read from JSON text holds its lists at their length, as one read
+    /// from a `Value` does (serde reads text lists without knowing their length).
+    #[test]
+    fn ingress_lists_read_from_text_hold_no_spare_room() {
+        let text = json!({
+            "metadata": {"name": "i", "namespace": "ns"},
+            "spec": {"tls": [{"hosts": ["a.example"], "secretName": "s"}],
+                     "rules": [{"host": "a.example", "http": {"paths": [
+                         {"path": "/", "pathType": "Prefix",
+                          "backend": {"service": {"name": "svc", "port": {"number": 80}}}}]}}]}
+        })
+        .to_string();
+        let Some(Object::Ingress(i)) = Object::from_json_quick(Kind::Ingress, &text) else {
+            panic!("an Ingress");
+        };
+        let spec = &i.spec;
+        let paths = &spec.rules[0].http.as_ref().unwrap().paths;
+        assert_eq!(
+            [
+                spec.tls.capacity(),
+                spec.tls[0].hosts.capacity(),
+                spec.rules.capacity(),
+                paths.capacity()
+            ],
+            [1, 1, 1, 1]
+        );
+    }
+
     /// Keys built apart are equal, hash alike and order by kind, namespace and name,
     /// whatever the pointers; a key is one pointer.
     #[test]
