@@ -575,8 +575,6 @@ impl Object {
     }
 }
 
-/// Removes every mapping entry whose value is `null`, at any depth (see
-/// [`Object::from_value`]). List items are kept as they are: a `null` item is an error.
 /// Reads one typed object (the type chosen by [`Object::typed`]).
 trait ReadTyped {
     fn read<T: DeserializeOwned>(self) -> Result<T, Option<InvalidObject>>;
@@ -616,6 +614,8 @@ impl ReadTyped for FromJson<'_> {
     }
 }
 
+/// Removes every mapping entry whose value is `null`, at any depth (see
+/// [`Object::from_value`]). List items are kept as they are: a `null` item is an error.
 fn drop_null_fields(value: &mut Value) {
     match value {
         Value::Object(map) => {
