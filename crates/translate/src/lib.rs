@@ -43,7 +43,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use pool::{AddressPool, InvalidAddressPool};
-pub use translator::Translator;
+pub use translator::{Staged, Translator};
 
 /// The certificate of a `kubernetes.io/tls` Secret (PEM checked, key not parsed), as the
 /// translator reads it; `weir check` parses its key too.

@@ -52,7 +52,7 @@ struct Contribution {
     attachments: Box<[(ObjectKey, Arc<str>)]>,
 }
 
-/// Things to recompute in one [`Translator::apply`].
+/// Things to recompute in one [`Translator::apply`] (or one staged batch, kept across its parts).
 #[derive(Default)]
 struct Dirty {
     gateways: HashSet<ObjectKey>,
@@ -71,6 +71,15 @@ struct Dirty {
     backend_tls_status: HashSet<ObjectKey>,
     resources: DirtyResources,
     statuses: Vec<(ObjectKey, Arc<ObjectStatus>)>,
+}
+
+/// A batch being translated in parts ([`Translator::stage`]): what the parts made dirty,
+/// and the statuses they set, until [`Translator::emit`].
+#[derive(Default)]
+pub struct Staged {
+    d: Dirty,
+    /// Whether the tables were sized for the batch (by its first large part).
+    sized: bool,
 }
 
 /// Translates objects into IR incrementally. See the crate documentation.
@@ -177,27 +186,46 @@ impl Translator {
     /// statuses. A delete of an unknown key, or an upsert identical to the stored object,
     /// is a no-op.
     pub fn apply(&mut self, changes: impl IntoIterator<Item = ObjectChange>) -> TranslateOutput {
-        let mut d = Dirty::default();
         let changes: Vec<ObjectChange> = changes.into_iter().collect();
-        if changes.len() >= BULK {
-            self.reserve_for(&changes, &mut d);
+        let expected = changes.len();
+        let mut staged = Staged::default();
+        self.stage(&mut staged, changes, expected);
+        self.emit(staged)
+    }
+
+    /// Applies one part of a batch that is read while it is translated (the initial
+    /// load: files are parsed on other threads meanwhile). Every part is recomputed as
+    /// it comes, as [`Translator::apply`] would; nothing is emitted until
+    /// [`Translator::emit`], which returns what the whole batch changed, as one `apply`
+    /// of all the parts would have. `expected` is how many changes the whole batch is
+    /// expected to hold: the first part large enough sizes the tables for all of it.
+    pub fn stage(&mut self, staged: &mut Staged, changes: Vec<ObjectChange>, expected: usize) {
+        let d = &mut staged.d;
+        if !staged.sized && expected >= BULK && !changes.is_empty() {
+            staged.sized = true;
+            self.reserve_for(&changes, expected.div_ceil(changes.len()).max(1), d);
         }
         for change in changes {
             match change {
                 ObjectChange::Upsert(obj) => {
                     let key = obj.key();
                     if let Ok(old) = self.store.upsert(&key, obj.clone()) {
-                        self.on_change(&key, old.as_deref(), Some(&obj), &mut d);
+                        self.on_change(&key, old.as_deref(), Some(&obj), d);
                     }
                 }
                 ObjectChange::Delete(key) => {
                     if let Some(old) = self.store.delete(&key) {
-                        self.on_change(&key, Some(&old), None, &mut d);
+                        self.on_change(&key, Some(&old), None, d);
                     }
                 }
             }
         }
-        self.recompute(&mut d);
+        self.recompute(d);
+    }
+
+    /// Emits what the parts staged in `staged` changed (see [`Translator::stage`]).
+    pub fn emit(&mut self, staged: Staged) -> TranslateOutput {
+        let mut d = staged.d;
         let sources = Sources {
             store: &self.store,
             sockets: &self.sockets,
@@ -208,14 +236,28 @@ impl Translator {
         };
         let batch = self.emitter.emit(&mut d.resources, &sources);
         let mut statuses = std::mem::take(&mut d.statuses);
+        // Stable: of a key set by several parts, the last status set is last in its run
+        // and the one kept.
         statuses.sort_by(|a, b| a.0.cmp(&b.0));
-        TranslateOutput { batch, statuses }
+        let mut last: Vec<(ObjectKey, Arc<ObjectStatus>)> = Vec::with_capacity(statuses.len());
+        for (k, s) in statuses {
+            match last.last_mut() {
+                Some(prev) if prev.0 == k => prev.1 = s,
+                _ => last.push((k, s)),
+            }
+        }
+        TranslateOutput {
+            batch,
+            statuses: last,
+        }
     }
 
     /// Sizes the tables a large batch (the initial load) will fill, so that they are
     /// allocated once instead of being rehashed at every doubling. Estimates from the kinds
     /// of the upserted objects; an overestimate only costs spare capacity.
-    fn reserve_for(&mut self, changes: &[ObjectChange], d: &mut Dirty) {
+    /// `scale`: the whole batch is about that many times `changes` (a part staged first);
+    /// the per-cycle sets of `d` are sized for `changes` alone.
+    fn reserve_for(&mut self, changes: &[ObjectChange], scale: usize, d: &mut Dirty) {
         let (mut ingresses, mut routes, mut other) = (0, 0, 0);
         for c in changes {
             match c {
@@ -227,11 +269,12 @@ impl Translator {
                 ObjectChange::Delete(_) => {}
             }
         }
-        let derived = ingresses + routes;
-        self.store.reserve(derived + other);
         d.ingresses.reserve(ingresses);
         d.routes.reserve(routes);
         d.plain_status.reserve(other);
+        let (ingresses, routes, other) = (ingresses * scale, routes * scale, other * scale);
+        let derived = ingresses + routes;
+        self.store.reserve(derived + other);
         self.ingress.reserve(ingresses);
         self.routes.reserve(routes);
         self.deps.reserve(derived, other);

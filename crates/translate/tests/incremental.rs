@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::{Accumulator, load, options};
 use weir_api::{Object, ObjectKey};
-use weir_translate::{ObjectChange, Translator};
+use weir_translate::{ObjectChange, Staged, TranslateOutput, Translator};
 
 const POOL: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -1208,6 +1208,9 @@ fn check_equivalent(
 fn run(seed: u64, standalone: bool, steps: usize) {
     let pool = pool();
     let mut rng = Rng(seed);
+    // Whether and where a step's batch is split into staged parts: its own sequence, so
+    // the steps themselves are those of the seed.
+    let mut split = Rng(seed ^ 0x5eed_5eed_5eed_5eed);
     let mut t = Translator::new(options(standalone));
     let mut acc = Accumulator::default();
     // Current objects in first-seen order (what a fresh translator must be fed).
@@ -1239,7 +1242,11 @@ fn run(seed: u64, standalone: bool, steps: usize) {
                 }
             }
         }
-        let out = t.apply(changes);
+        let out = if split.below(2) == 0 {
+            t.apply(changes)
+        } else {
+            staged_in_parts(&mut t, changes, &mut split)
+        };
         acc.apply(&out);
         check_equivalent(&t, &acc, &current, standalone, step);
     }
@@ -1253,6 +1260,63 @@ fn run(seed: u64, standalone: bool, steps: usize) {
     );
     assert!(acc.resources.is_empty());
     assert!(t.statuses().is_empty());
+}
+
+/// `changes` staged in parts of random sizes, then emitted at once.
+fn staged_in_parts(
+    t: &mut Translator,
+    changes: Vec<ObjectChange>,
+    rng: &mut Rng,
+) -> TranslateOutput {
+    let expected = changes.len();
+    let mut staged = Staged::default();
+    let mut rest = changes;
+    while !rest.is_empty() {
+        let n = 1 + rng.below(rest.len());
+        let part: Vec<ObjectChange> = rest.drain(..n).collect();
+        t.stage(&mut staged, part, expected);
+    }
+    t.emit(staged)
+}
+
+/// The initial load read while it is translated: every object of the pool staged in
+/// parts (of one object up to all of them) emits what one batch of all of them emits.
+#[test]
+fn a_batch_staged_in_parts_emits_what_one_apply_does() {
+    let pool = pool();
+    for standalone in [true, false] {
+        for variant in 0..3 {
+            let all: Vec<ObjectChange> = pool
+                .iter()
+                .map(|v| ObjectChange::Upsert(v[variant % v.len()].clone()))
+                .collect();
+            let mut whole = Translator::new(options(standalone));
+            let want = whole.apply(all.clone());
+            for seed in 1..=6u64 {
+                let mut t = Translator::new(options(standalone));
+                let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let got = staged_in_parts(&mut t, all.clone(), &mut rng);
+                assert_eq!(
+                    t.resources(),
+                    whole.resources(),
+                    "variant {variant} seed {seed}"
+                );
+                assert_eq!(
+                    t.statuses(),
+                    whole.statuses(),
+                    "variant {variant} seed {seed}"
+                );
+                let mut acc = Accumulator::default();
+                acc.apply(&got);
+                assert_eq!(
+                    acc.resources.values().cloned().collect::<Vec<_>>(),
+                    whole.resources(),
+                    "variant {variant} seed {seed}: the emitted batch"
+                );
+                assert_eq!(got.statuses, want.statuses, "variant {variant} seed {seed}");
+            }
+        }
+    }
 }
 
 #[test]
