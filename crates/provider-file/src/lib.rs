@@ -109,6 +109,15 @@ impl fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
+/// How far a read in parts ([`FileProvider::load_all_in_parts`]) has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Files read so far.
+    pub read: usize,
+    /// Files to read in all.
+    pub files: usize,
+}
+
 /// The object-level difference produced by (re)reading files.
 #[derive(Clone, Debug, Default)]
 pub struct Update {

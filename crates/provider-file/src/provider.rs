@@ -15,7 +15,7 @@ use weir_api::{InvalidObject, Object, ObjectKey};
 use crate::file_key::FileKey;
 use crate::parse::{DocError, ParsedDoc};
 use crate::scan::{self, FileRead, WalkError};
-use crate::{FileError, FileErrorKind, Origin, Update};
+use crate::{FileError, FileErrorKind, Origin, Progress, Update};
 
 /// Name of the symlink Kubernetes swaps atomically when it updates a mounted Secret or
 /// ConfigMap; the visible files are symlinks through it.
@@ -141,6 +141,49 @@ impl FileProvider {
         self.finish(tx)
     }
 
+    /// [`load_all`](Self::load_all) for a first read that is translated while it is read:
+    /// files are read and parsed on other threads, and `each` is called on this thread
+    /// with the difference of every `part` files read so far (in path order), then with
+    /// the rest. Together the updates hold what `load_all` returns; an object defined in
+    /// two files is upserted as the first file's until the second's is read, only if that
+    /// one wins. `each` also learns how far the read is (for estimates of the whole).
+    pub fn load_all_in_parts(&mut self, part: usize, mut each: impl FnMut(Update, Progress)) {
+        let root_is_dir = std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir());
+        if !root_is_dir {
+            let update = self.load_all();
+            each(update, Progress { read: 1, files: 1 });
+            return;
+        }
+        let part = part.max(1);
+        let mut tx = self.begin();
+        let root = self.root.clone();
+        let paths = self.list(std::slice::from_ref(&root), Vec::new(), &mut tx);
+        let known: Vec<Option<u64>> = paths
+            .iter()
+            .map(|p| self.files.get(p).and_then(|f| f.hash))
+            .collect();
+        let files = paths.len();
+        // One reader per core but one: this thread's work (applying, and the caller's
+        // translation) is the longer, and a third thread on two cores would slow it.
+        let threads = if files < scan::PARALLEL_MIN_FILES {
+            0
+        } else {
+            (scan::cores() - 1).clamp(1, scan::MAX_THREADS)
+        };
+        scan::read_files_in_order(&paths, &known, threads, |i, read| {
+            self.apply_read(paths[i].clone(), read, &mut tx);
+            let read = i + 1;
+            if read % part == 0 && read < files {
+                let done = std::mem::take(&mut tx);
+                let update = self.finish(done);
+                tx = self.begin();
+                each(update, Progress { read, files });
+            }
+        });
+        let update = self.finish(tx);
+        each(update, Progress { read: files, files });
+    }
+
     /// Re-reads only `paths`: files created, changed or removed, or directories to rescan
     /// (as [`crate::watch`] reports them), and returns the difference against what they
     /// held before. Paths outside the root, hidden paths and non-manifest files are
@@ -262,6 +305,13 @@ impl FileProvider {
     /// Lists `dirs`, forgets the known files under them that are gone, and reads what is
     /// there together with `extra` files.
     fn rescan(&mut self, dirs: &[PathBuf], extra: Vec<PathBuf>, tx: &mut Tx) {
+        let to_read = self.list(dirs, extra, tx);
+        self.read_and_apply(to_read, tx);
+    }
+
+    /// Lists `dirs` and forgets the known files under them that are gone. Returns the
+    /// files to read: those listed and `extra`, sorted.
+    fn list(&mut self, dirs: &[PathBuf], extra: Vec<PathBuf>, tx: &mut Tx) -> Vec<FileKey> {
         let mut to_read = extra;
         for dir in dirs {
             let start = to_read.len();
@@ -296,7 +346,7 @@ impl FileProvider {
         let mut to_read: Vec<FileKey> = to_read.into_iter().map(FileKey::new).collect();
         to_read.sort();
         to_read.dedup();
-        self.read_and_apply(to_read, tx);
+        to_read
     }
 
     fn files_under<'a>(&'a self, prefix: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {

@@ -1,7 +1,7 @@
 //! Finding manifest files under a directory and reading them (in parallel when there are
 //! many).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::parse::{ParsedDoc, parse_file};
 
 /// Below this many files, reading in parallel costs more than it saves.
-const PARALLEL_MIN_FILES: usize = 64;
+pub(crate) const PARALLEL_MIN_FILES: usize = 64;
 /// More threads than this do not help: reading is bounded by parsing on a few cores.
-const MAX_THREADS: usize = 4;
+pub(crate) const MAX_THREADS: usize = 4;
 
 /// Whether a directory entry name is hidden (`.git`, `..data`, `.foo.yaml.swp`).
 pub(crate) fn is_hidden(name: &OsStr) -> bool {
@@ -137,60 +137,91 @@ where
     P: AsRef<Path> + Sync,
     F: Fn(&P) -> Option<u64> + Sync,
 {
-    if paths.len() < PARALLEL_MIN_FILES {
-        return paths
-            .iter()
-            .map(|p| read_file(p.as_ref(), known(p)))
-            .collect();
+    let known: Vec<Option<u64>> = paths.iter().map(known).collect();
+    // Two threads per core: reading a file also waits on open/read (and on the disk when
+    // the page cache is cold), which the other thread of the core fills with parsing.
+    // (The cores are only counted for a batch large enough to read in parallel.)
+    let threads = if paths.len() < PARALLEL_MIN_FILES {
+        0
+    } else {
+        cores().saturating_mul(2).min(MAX_THREADS)
+    };
+    let mut reads = Vec::with_capacity(paths.len());
+    read_files_in_order(paths, &known, threads, |_, r| reads.push(r));
+    reads
+}
+
+/// The number of cores this process may use. Not cheap on Linux (it reads cgroup
+/// limits): asked only for large batches.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Reads every path (see [`read_file`]; `known[i]` is the last hash of `paths[i]`) on
+/// `threads` threads of its own, and hands each result to `each` on the calling thread,
+/// in the order of `paths`, as soon as it and every one before it are read: the caller
+/// works on the first files (applies them, translates them) while the rest are being
+/// read. Fewer than [`PARALLEL_MIN_FILES`] paths, or no threads, are read on the calling
+/// thread.
+pub(crate) fn read_files_in_order<P>(
+    paths: &[P],
+    known: &[Option<u64>],
+    threads: usize,
+    mut each: impl FnMut(usize, FileRead),
+) where
+    P: AsRef<Path> + Sync,
+{
+    debug_assert_eq!(paths.len(), known.len());
+    if paths.len() < PARALLEL_MIN_FILES || threads == 0 {
+        for (i, p) in paths.iter().enumerate() {
+            each(i, read_file(p.as_ref(), known[i]));
+        }
+        return;
     }
-    // Not cheap on Linux (it reads cgroup limits), hence only for large batches. Two
-    // threads per core: reading a file also waits on open/read (and on the disk when the
-    // page cache is cold), which the other thread of the core fills with parsing.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .saturating_mul(2)
-        .min(MAX_THREADS);
-    if threads < 2 {
-        return paths
-            .iter()
-            .map(|p| read_file(p.as_ref(), known(p)))
-            .collect();
-    }
-    // Work is handed out one file at a time so that a few large files do not leave the
-    // other threads idle.
+    // Work is handed out one file at a time, in order, so that a few large files do not
+    // leave the other threads idle and results arrive nearly in order.
     let next = AtomicUsize::new(0);
-    let mut slots: Vec<Option<FileRead>> =
-        std::iter::repeat_with(|| None).take(paths.len()).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, FileRead)>();
     std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(path) = paths.get(i) else { break };
-                        mine.push((i, read_file(path.as_ref(), known(path))));
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let next = &next;
+            s.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = paths.get(i) else { break };
+                    if tx.send((i, read_file(path.as_ref(), known[i]))).is_err() {
+                        break;
                     }
-                    mine
-                })
-            })
-            .collect();
-        for worker in workers {
-            // A worker that panicked (a bug, not an input error) leaves its files unread;
-            // they are reported as unreadable below.
-            if let Ok(mine) = worker.join() {
-                for (i, r) in mine {
-                    slots[i] = Some(r);
                 }
+            });
+        }
+        drop(tx);
+        // Results that arrived before one they follow (a few: each thread holds one file).
+        let mut early: HashMap<usize, FileRead> = HashMap::new();
+        let mut want = 0;
+        // Ends when every thread has stopped (the senders are gone).
+        for (i, read) in rx.iter() {
+            if i != want {
+                early.insert(i, read);
+                continue;
+            }
+            each(i, read);
+            want += 1;
+            while let Some(read) = early.remove(&want) {
+                each(want, read);
+                want += 1;
             }
         }
+        // A thread that panicked (a bug, not an input error) took its file with it.
+        while want < paths.len() {
+            let read = early
+                .remove(&want)
+                .unwrap_or_else(|| FileRead::Unreadable(io::Error::other("reader thread failed")));
+            each(want, read);
+            want += 1;
+        }
     });
-    slots
-        .into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| FileRead::Unreadable(io::Error::other("reader thread failed")))
-        })
-        .collect()
 }
 
 #[cfg(test)]

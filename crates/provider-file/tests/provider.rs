@@ -425,6 +425,68 @@ fn loads_many_files_in_parallel() {
     );
 }
 
+/// The first read in parts: the parts hold what one `load_all` returns (a key defined
+/// twice once, as the first file's; every error once), each part has up to `part` files,
+/// and the provider ends in the same state (a reload after it sees nothing new).
+#[test]
+fn a_first_read_in_parts_holds_what_load_all_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..300 {
+        write(
+            &dir.path().join(format!("r{i:04}.yaml")),
+            &route(&format!("r{i}"), "PathPrefix"),
+        );
+    }
+    write(&dir.path().join("r0150.yaml"), "bad: [\n");
+    // The same key in a file of the first part and one of the last (that one loses).
+    write(&dir.path().join("a.yaml"), &ns("same", "from-a"));
+    write(&dir.path().join("z.yaml"), &ns("same", "from-z"));
+    let whole = FileProvider::new(dir.path()).load_all();
+    let key_set = |u: &[Arc<Object>]| {
+        let mut v: Vec<(ObjectKey, String)> = u.iter().map(|o| (o.key(), label(o))).collect();
+        v.sort();
+        v
+    };
+    for part in [1, 7, 64, 1000] {
+        let mut p = FileProvider::new(dir.path());
+        let mut upserts = Vec::new();
+        let mut errors = Vec::new();
+        let mut progress = Vec::new();
+        p.load_all_in_parts(part, |u, at| {
+            assert!(u.deletes.is_empty(), "{u:?}");
+            upserts.extend(u.upserts);
+            errors.extend(
+                u.errors
+                    .into_iter()
+                    .map(|e| (format!("{:?}", e.kind), e.file)),
+            );
+            progress.push(at);
+        });
+        assert_eq!(key_set(&upserts), key_set(&whole.upserts), "part {part}");
+        assert_eq!(
+            upserts.len(),
+            whole.upserts.len(),
+            "part {part}: each key once"
+        );
+        let mut want: Vec<_> = whole
+            .errors
+            .iter()
+            .map(|e| (format!("{:?}", e.kind), e.file.clone()))
+            .collect();
+        want.sort();
+        errors.sort();
+        assert_eq!(errors, want, "part {part}");
+        let files: usize = 302;
+        assert_eq!(progress.len(), files.div_ceil(part), "part {part}");
+        assert!(progress.iter().all(|at| at.files == files));
+        assert!(progress.windows(2).all(|w| w[1].read - w[0].read <= part));
+        assert_eq!(progress.last().unwrap().read, files);
+        assert_eq!(label(p.get(&ns_key("same")).unwrap()), "from-a");
+        let again = p.reload(&[dir.path().to_path_buf()]);
+        assert!(!again.has_changes(), "part {part}: {again:?}");
+    }
+}
+
 #[test]
 fn a_directory_replaced_by_a_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,8 +10,9 @@
 //! (BENCHMARKS.md, "Session 24").
 //!
 //! The binary registers what switches its allocator ([`register`]); the startup paths
-//! call [`initial_load`] once they know how many objects the first configuration holds,
-//! before translating it (most of the heap is allocated from there on).
+//! call [`initial_load`] once they know how many objects the first configuration holds
+//! (standalone mode: as it is read, with an estimate from the files read so far), before
+//! translating it (most of the heap is allocated from there on).
 
 use std::sync::OnceLock;
 
@@ -26,8 +27,9 @@ pub fn register(switch: fn()) {
     let _ = SWITCH.set(switch);
 }
 
-/// Called with the size of the first configuration: at [`LARGE_CONFIGURATION`] objects
-/// or more, runs the registered switch (once per process). Returns whether it did.
+/// Called with the size of the first configuration (or an estimate of it; it may be
+/// called again as the estimate grows): at [`LARGE_CONFIGURATION`] objects or more, runs
+/// the registered switch (once per process). Returns whether it did.
 pub fn initial_load(objects: usize) -> bool {
     if objects < LARGE_CONFIGURATION {
         return false;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use weir_api::{ObjectKey, ObjectStatus};
 use weir_proxy::DataPlane;
-use weir_translate::{ObjectChange, TranslateOutput, Translator, TranslatorOptions};
+use weir_translate::{ObjectChange, Staged, TranslateOutput, Translator, TranslatorOptions};
 
 use weir_proxy::status::{Problem, Rejection, Stage};
 
@@ -84,10 +84,53 @@ impl Pipeline {
         parse: Duration,
         origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
     ) -> CycleReport {
-        let board = Arc::clone(self.dataplane.status_board());
+        self.forget_rejections(&changes);
+        let t = Instant::now();
+        let output = tokio::task::block_in_place(|| self.translator.apply(changes));
+        let translate = t.elapsed();
+        self.publish(output, seen, parse, translate, origin).await
+    }
+
+    /// Starts a cycle whose changes come in parts while the rest is read (the first
+    /// configuration): [`Pipeline::stage`] each part, then [`Pipeline::finish_load`].
+    pub fn begin_load(&self) -> Load {
+        Load::default()
+    }
+
+    /// Translates one part of a cycle begun with [`Pipeline::begin_load`] (blocking: call
+    /// it off the async workers, as the reading does). Nothing reaches the data plane
+    /// before [`Pipeline::finish_load`]. `expected`: how many changes the whole cycle
+    /// is expected to hold (tables are sized for it).
+    pub fn stage(&mut self, load: &mut Load, changes: Vec<ObjectChange>, expected: usize) {
+        self.forget_rejections(&changes);
+        let t = Instant::now();
+        self.translator.stage(&mut load.staged, changes, expected);
+        load.translate += t.elapsed();
+    }
+
+    /// Emits and applies what the parts of `load` changed, as one cycle. `seen` is when
+    /// the cycle began; its parse phase is the time since then not spent translating
+    /// (reading ran meanwhile on other threads).
+    pub async fn finish_load(
+        &mut self,
+        load: Load,
+        seen: Instant,
+        origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
+    ) -> CycleReport {
+        let Load { staged, translate } = load;
+        let parse = seen.elapsed().saturating_sub(translate);
+        let t = Instant::now();
+        let output = tokio::task::block_in_place(|| self.translator.emit(staged));
+        let translate = translate + t.elapsed();
+        self.publish(output, seen, parse, translate, origin).await
+    }
+
+    /// Clears the status page's rejections of the objects `changes` replace or delete.
+    fn forget_rejections(&self, changes: &[ObjectChange]) {
+        let board = self.dataplane.status_board();
         let rejections = board.rejections();
         if rejections.any_rejected() {
-            for change in &changes {
+            for change in changes {
                 match change {
                     ObjectChange::Delete(key) => rejections.forget(&key.to_string()),
                     // Read, so it passed validation.
@@ -97,10 +140,20 @@ impl Pipeline {
                 }
             }
         }
-        let t = Instant::now();
-        let TranslateOutput { batch, statuses } =
-            tokio::task::block_in_place(|| self.translator.apply(changes));
-        let translate = t.elapsed();
+    }
+
+    /// Logs the statuses of a translated cycle and applies its deltas.
+    async fn publish(
+        &mut self,
+        output: TranslateOutput,
+        seen: Instant,
+        parse: Duration,
+        translate: Duration,
+        origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
+    ) -> CycleReport {
+        let TranslateOutput { batch, statuses } = output;
+        let board = Arc::clone(self.dataplane.status_board());
+        let rejections = board.rejections();
         for (key, status) in &statuses {
             let found = report::findings(status);
             log_status(key, &found, origin);
@@ -149,6 +202,14 @@ impl Pipeline {
             version: applied.version,
         }
     }
+}
+
+/// A cycle translated in parts (see [`Pipeline::begin_load`]).
+#[derive(Default)]
+pub struct Load {
+    staged: Staged,
+    /// Time spent translating the parts so far.
+    translate: Duration,
 }
 
 /// Records, on the status page, an object a provider could not read (the validation an

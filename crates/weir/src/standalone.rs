@@ -72,6 +72,12 @@ pub struct Standalone {
 
 /// Turns a provider update into translator changes, logging file errors and showing them
 /// on the status page (a kind weir does not read is only logged).
+/// Files per part of the first read (see [`FileProvider::load_all_in_parts`]): large
+/// enough that a part's fixed costs (its difference, its recomputation) are nothing
+/// beside its objects, small enough that translation starts early and the last part,
+/// translated after reading ends, is short.
+const LOAD_PART_FILES: usize = 2048;
+
 fn changes_of(update: Update, dataplane: &DataPlane) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("{e}");
@@ -133,16 +139,26 @@ impl Standalone {
             dataplane.clone(),
             metrics,
         );
+        // The first configuration is translated while it is read: files are parsed on
+        // other threads, and every part read is translated here meanwhile. Nothing is
+        // served from it until all of it is translated (one cycle, one snapshot).
         let seen = Instant::now();
-        let update = tokio::task::block_in_place(|| provider.load_all());
-        let parse = seen.elapsed();
-        let objects = update.upserts.len();
-        crate::heap::initial_load(objects);
-        let changes = changes_of(update, &dataplane);
+        let mut load = pipeline.begin_load();
+        let mut objects = 0;
+        tokio::task::block_in_place(|| {
+            provider.load_all_in_parts(LOAD_PART_FILES, |update, at| {
+                objects += update.upserts.len();
+                // The whole configuration, estimated from the files read so far.
+                let expected = objects.saturating_mul(at.files) / at.read.max(1);
+                crate::heap::initial_load(expected);
+                let changes = changes_of(update, &dataplane);
+                pipeline.stage(&mut load, changes, expected);
+            })
+        });
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
         // Only the count is kept: the report lists every status of the first batch, which
         // nothing reads after this (it was kept for the life of the process).
-        let deltas = pipeline.process(changes, seen, parse, &origin).await.deltas;
+        let deltas = pipeline.finish_load(load, seen, &origin).await.deltas;
         dataplane.set_ready();
         tracing::info!(
             objects,

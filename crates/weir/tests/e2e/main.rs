@@ -31,6 +31,7 @@ mod remote_jwks;
 mod request_limits;
 mod routing;
 mod smuggling;
+mod startup;
 mod status_page;
 mod tls;
 mod traces;
