@@ -6,6 +6,8 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 use crate::parse::{ParsedDoc, parse_file};
 
@@ -13,6 +15,9 @@ use crate::parse::{ParsedDoc, parse_file};
 pub(crate) const PARALLEL_MIN_FILES: usize = 64;
 /// More threads than this do not help: reading is bounded by parsing on a few cores.
 pub(crate) const MAX_THREADS: usize = 4;
+/// A reader's result awaited this long means the readers wait on the disk (a parsed file
+/// takes tens of microseconds): one more reader is started, up to [`MAX_THREADS`].
+const STALL: Duration = Duration::from_millis(1);
 
 /// Whether a directory entry name is hidden (`.git`, `..data`, `.foo.yaml.swp`).
 pub(crate) fn is_hidden(name: &OsStr) -> bool {
@@ -183,10 +188,9 @@ pub(crate) fn read_files_in_order<P>(
     let next = AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, FileRead)>();
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            let tx = tx.clone();
+        let reader = |tx: std::sync::mpsc::Sender<(usize, FileRead)>| {
             let next = &next;
-            s.spawn(move || {
+            move || {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(path) = paths.get(i) else { break };
@@ -194,14 +198,39 @@ pub(crate) fn read_files_in_order<P>(
                         break;
                     }
                 }
-            });
+            }
+        };
+        for _ in 0..threads {
+            s.spawn(reader(tx.clone()));
         }
-        drop(tx);
+        let mut spawned = threads;
+        // Kept while more readers may be started; without it the channel closes once the
+        // readers have stopped.
+        let mut tx = Some(tx);
         // Results that arrived before one they follow (a few: each thread holds one file).
         let mut early: HashMap<usize, FileRead> = HashMap::new();
         let mut want = 0;
-        // Ends when every thread has stopped (the senders are gone).
-        for (i, read) in rx.iter() {
+        while want < paths.len() {
+            let (i, read) = match rx.recv_timeout(STALL) {
+                Ok(r) => r,
+                Err(RecvTimeoutError::Timeout) => {
+                    // Nothing read for a while: the readers wait on the disk (a cold page
+                    // cache). One more reader keeps one more read in flight.
+                    match &tx {
+                        Some(sender)
+                            if spawned < MAX_THREADS
+                                && next.load(Ordering::Relaxed) < paths.len() =>
+                        {
+                            s.spawn(reader(sender.clone()));
+                            spawned += 1;
+                        }
+                        _ => tx = None,
+                    }
+                    continue;
+                }
+                // Every reader has stopped.
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
             if i != want {
                 early.insert(i, read);
                 continue;
@@ -213,6 +242,7 @@ pub(crate) fn read_files_in_order<P>(
                 want += 1;
             }
         }
+        drop(tx);
         // A thread that panicked (a bug, not an input error) took its file with it.
         while want < paths.len() {
             let read = early
@@ -270,5 +300,25 @@ mod tests {
             );
         }
         assert!(matches!(reads.last(), Some(FileRead::Missing)));
+
+        // Handed back in order, from one reader thread or several.
+        let known = vec![None; paths.len()];
+        for threads in [1, 3] {
+            let mut seen = Vec::new();
+            read_files_in_order(&paths, &known, threads, |i, r| {
+                if let FileRead::Parsed { docs, .. } = r {
+                    assert_eq!(
+                        &*docs[0].result.as_ref().unwrap().metadata().name,
+                        format!("n{i}")
+                    );
+                }
+                seen.push(i);
+            });
+            assert_eq!(
+                seen,
+                (0..paths.len()).collect::<Vec<_>>(),
+                "{threads} threads"
+            );
+        }
     }
 }
