@@ -66,18 +66,21 @@ pub struct Standalone {
     /// Where the admin server listens.
     pub admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
+    /// Told once the configuration task has stopped following changes (it then frees
+    /// its tables, while the listeners drain).
+    stopped_following: tokio::sync::oneshot::Receiver<()>,
     config_task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
 }
 
-/// Turns a provider update into translator changes, logging file errors and showing them
-/// on the status page (a kind weir does not read is only logged).
 /// Files per part of the first read (see [`FileProvider::load_all_in_parts`]): large
 /// enough that a part's fixed costs (its difference, its recomputation) are nothing
 /// beside its objects, small enough that translation starts early and the last part,
 /// translated after reading ends, is short.
 const LOAD_PART_FILES: usize = 2048;
 
+/// Turns a provider update into translator changes, logging file errors and showing them
+/// on the status page (a kind weir does not read is only logged).
 fn changes_of(update: Update, dataplane: &DataPlane) -> Vec<ObjectChange> {
     for e in &update.errors {
         tracing::warn!("{e}");
@@ -170,38 +173,47 @@ impl Standalone {
 
         let (stop, mut stopped) = watch::channel(false);
         let loop_dataplane = dataplane.clone();
+        let (followed, stopped_following) = tokio::sync::oneshot::channel();
         let config_task = tokio::spawn(async move {
-            let Some((_watcher, mut rx)) = watching else {
-                let _ = stopped.changed().await;
-                return;
-            };
-            loop {
-                let first = tokio::select! {
-                    paths = rx.recv() => match paths { Some(p) => p, None => return },
-                    _ = stopped.changed() => return,
+            let follow = async {
+                let Some((_watcher, mut rx)) = watching else {
+                    let _ = stopped.changed().await;
+                    return;
                 };
-                // Leading edge: the first change starts work at once; whatever arrived
-                // while the previous cycle ran is drained and coalesced into this one.
-                let seen = Instant::now();
-                let mut paths: BTreeSet<PathBuf> = first.into_iter().collect();
-                while let Ok(more) = rx.try_recv() {
-                    paths.extend(more);
+                loop {
+                    let first = tokio::select! {
+                        paths = rx.recv() => match paths { Some(p) => p, None => return },
+                        _ = stopped.changed() => return,
+                    };
+                    // Leading edge: the first change starts work at once; whatever arrived
+                    // while the previous cycle ran is drained and coalesced into this one.
+                    let seen = Instant::now();
+                    let mut paths: BTreeSet<PathBuf> = first.into_iter().collect();
+                    while let Ok(more) = rx.try_recv() {
+                        paths.extend(more);
+                    }
+                    let paths: Vec<PathBuf> = paths.into_iter().collect();
+                    let update = tokio::task::block_in_place(|| provider.reload(&paths));
+                    if update.is_empty() {
+                        continue;
+                    }
+                    let parse = seen.elapsed();
+                    let changes = changes_of(update, &loop_dataplane);
+                    let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
+                    pipeline.process(changes, seen, parse, &origin).await;
                 }
-                let paths: Vec<PathBuf> = paths.into_iter().collect();
-                let update = tokio::task::block_in_place(|| provider.reload(&paths));
-                if update.is_empty() {
-                    continue;
-                }
-                let parse = seen.elapsed();
-                let changes = changes_of(update, &loop_dataplane);
-                let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
-                pipeline.process(changes, seen, parse, &origin).await;
-            }
+            };
+            follow.await;
+            let _ = followed.send(());
+            // The translator's and provider's tables: seconds to free at 1,000,000 domains,
+            // which the listeners' drain no longer waits for.
+            tokio::task::block_in_place(move || drop((pipeline, provider)));
         });
         Ok(Standalone {
             dataplane,
             admin_addr,
             stop,
+            stopped_following,
             config_task,
             admin_task,
         })
@@ -210,8 +222,12 @@ impl Standalone {
     /// Stops watching, drains in-flight requests and stops the admin server.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        let _ = self.config_task.await;
+        // No change is applied after this (it could bind a listener again), and the
+        // listeners stop accepting at once: the configuration's tables are freed while
+        // they drain, not before (11 s at 1,000,000 domains).
+        let _ = self.stopped_following.await;
         self.dataplane.shutdown().await;
+        let _ = self.config_task.await;
         self.admin_task.abort();
     }
 }
