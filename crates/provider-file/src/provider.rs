@@ -144,9 +144,11 @@ impl FileProvider {
     /// [`load_all`](Self::load_all) for a first read that is translated while it is read:
     /// files are read and parsed on other threads, and `each` is called on this thread
     /// with the difference of every `part` files read so far (in path order), then with
-    /// the rest. Together the updates hold what `load_all` returns; an object defined in
-    /// two files is upserted as the first file's until the second's is read, only if that
-    /// one wins. `each` also learns how far the read is (for estimates of the whole).
+    /// the rest. Together the updates hold what `load_all` returns: an object defined in
+    /// two files is upserted as the first file read defines it, and again only if the
+    /// later definition wins (it does not: the first in path order wins, and the later
+    /// one is reported as a duplicate). `each` also learns how far the read is (for
+    /// estimates of the whole).
     pub fn load_all_in_parts(&mut self, part: usize, mut each: impl FnMut(Update, Progress)) {
         let root_is_dir = std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir());
         if !root_is_dir {
@@ -165,6 +167,7 @@ impl FileProvider {
         let files = paths.len();
         // One reader per core but one: this thread's work (applying, and the caller's
         // translation) is the longer, and a third thread on two cores would slow it.
+        // More readers are started when reads stall on the disk (`read_files_in_order`).
         let threads = if files < scan::PARALLEL_MIN_FILES {
             0
         } else {
