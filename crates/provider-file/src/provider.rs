@@ -145,10 +145,9 @@ impl FileProvider {
     /// files are read and parsed on other threads, and `each` is called on this thread
     /// with the difference of every `part` files read so far (in path order), then with
     /// the rest. Together the updates hold what `load_all` returns: an object defined in
-    /// two files is upserted as the first file read defines it, and again only if the
-    /// later definition wins (it does not: the first in path order wins, and the later
-    /// one is reported as a duplicate). `each` also learns how far the read is (for
-    /// estimates of the whole).
+    /// two files is upserted once, as the first file in path order (the first read)
+    /// defines it, and the other definition is reported as a duplicate in its part.
+    /// `each` also learns how far the read is (for estimates of the whole).
     pub fn load_all_in_parts(&mut self, part: usize, mut each: impl FnMut(Update, Progress)) {
         let root_is_dir = std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir());
         if !root_is_dir {
