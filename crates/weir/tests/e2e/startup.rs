@@ -5,34 +5,6 @@ use std::net::SocketAddr;
 
 use crate::support::*;
 
-fn gateway(port: u16) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: weir
-  addresses: [{{value: 127.0.0.1}}]
-  listeners:
-  - {{name: http, protocol: HTTP, port: {port}}}
-"
-    )
-}
-
-fn route(name: &str, host: &str, backend: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [{host}]
-  rules:
-  - backendRefs: [{{group: weir.dev, kind: Backend, name: {backend}}}]
-"
-    )
-}
-
 /// 5,000 route files (three parts of the first read, 2,048 files each): a route of each
 /// part served, a broken file in the second part refused alone and named on the status
 /// page, and a route defined again in the last file served as the first file has it —
@@ -47,16 +19,19 @@ async fn a_first_configuration_of_several_parts_is_served_whole() {
         .map(|i| {
             (
                 format!("r{i:05}.yaml"),
-                route(&format!("r{i}"), &format!("h{i}.parts.test"), "a"),
+                http_route(&format!("r{i}"), &format!("h{i}.parts.test"), "a"),
             )
         })
         .collect();
     files[2500].1 = "kind: HTTPRoute\nmetadata: [\n".into();
-    files.push(("zz-again.yaml".into(), route("r7", "h7.parts.test", "b")));
+    files.push((
+        "zz-again.yaml".into(),
+        http_route("r7", "h7.parts.test", "b"),
+    ));
     files.push((
         "zzz-gateway.yaml".into(),
         [
-            gateway(port),
+            http_gateway(port),
             backend("default", "a", &[a]),
             backend("default", "b", &[b]),
         ]
