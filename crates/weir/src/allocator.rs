@@ -68,30 +68,6 @@ extern "C" fn configure() {
     }
 }
 
-/// Large-heap settings, for a first configuration of `weir::heap::LARGE_CONFIGURATION`
-/// objects or more (registered with `weir::heap::register`): freed pages kept for
-/// `LARGE_PURGE_DELAY_MS` and transparent huge pages allowed again, for the arenas
-/// mimalloc maps from now on (it advises `MADV_HUGEPAGE` on each new arena when the
-/// option is on). As in `configure`, a variable the user set wins.
-pub(crate) fn large_heap() {
-    if !is_set(c"MIMALLOC_PURGE_DELAY") {
-        // SAFETY: as in `configure`; mimalloc reads the option at each purge decision.
-        unsafe { mi_option_set(PURGE_DELAY, LARGE_PURGE_DELAY_MS) };
-    }
-    if !is_set(c"MIMALLOC_ALLOW_THP") {
-        // SAFETY: as in `configure`; read when mimalloc maps a new arena.
-        unsafe { mi_option_set(ALLOW_THP, 1) };
-        #[cfg(target_os = "linux")]
-        // SAFETY: clears the flag `configure` set; no pointers.
-        unsafe {
-            libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0)
-        };
-    }
-}
-
-/// mimalloc's own default purge delay, used for large heaps.
-const LARGE_PURGE_DELAY_MS: c_long = 1000;
-
 /// Whether the environment has `name`, read without allocating.
 fn is_set(name: &CStr) -> bool {
     // SAFETY: `name` is NUL-terminated; the result is only compared with null. Nothing
@@ -121,9 +97,5 @@ mod tests {
         // SAFETY: reads a flag of this process; no pointers.
         let thp_disabled = || unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(thp_disabled(), 1);
-        // A large first configuration: mimalloc's defaults again, huge pages allowed.
-        large_heap();
-        assert_eq!(get(), [1000, 1]);
-        assert_eq!(thp_disabled(), 0);
     }
 }

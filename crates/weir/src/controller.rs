@@ -275,7 +275,6 @@ impl Controller {
             p.observe(&update.upserts, &update.deletes);
         }
         let objects = update.upserts.len();
-        crate::heap::initial_load(objects);
         let changes = changes_of(update, &dataplane);
         let report = pipeline
             .process(changes, seen, seen.elapsed(), &|_| None)

@@ -4,7 +4,6 @@
 pub mod check;
 pub mod controller;
 pub mod echo;
-pub mod heap;
 pub mod logging;
 pub mod migrate;
 pub mod pipeline;

@@ -604,7 +604,6 @@ struct EchoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    weir::heap::register(allocator::large_heap);
     weir::logging::init(matches!(cli.log_format, LogFormat::Json));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -153,7 +153,6 @@ impl Standalone {
                 objects += update.upserts.len();
                 // The whole configuration, estimated from the files read so far.
                 let expected = objects.saturating_mul(at.files) / at.read.max(1);
-                crate::heap::initial_load(expected);
                 let changes = changes_of(update, &dataplane);
                 pipeline.stage(&mut load, changes, expected);
             })
