@@ -171,6 +171,17 @@ impl Store {
         self.objects.get(key).map(|(o, _)| o)
     }
 
+    /// `key`, or the stored object's own equal key when there is one: a reference its
+    /// referrer holds (a dependency, for as long as the referrer exists) then shares the
+    /// object's key instead of holding a copy of it (at 1,000,000 Ingresses naming their
+    /// Secret and one Backend, 150 MiB of copies).
+    pub(crate) fn shared(&self, key: ObjectKey) -> ObjectKey {
+        match self.objects.get_key_value(&key) {
+            Some((stored, _)) => stored.clone(),
+            None => key,
+        }
+    }
+
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
         self.objects
             .get(&ObjectKey::new(kind, ns, name))
@@ -358,4 +369,40 @@ pub(crate) fn ingress_hosts(i: &Ingress) -> BTreeSet<Arc<str>> {
         .iter()
         .map(|r| Arc::from(r.host.as_deref().unwrap_or("")))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str) -> Arc<Object> {
+        Arc::new(Object::Secret(weir_api::Secret {
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: "ns".into(),
+                ..ObjectMeta::default()
+            },
+            ..weir_api::Secret::default()
+        }))
+    }
+
+    #[test]
+    fn a_reference_to_a_stored_object_shares_its_key() {
+        let mut store = Store::default();
+        let obj = secret("s");
+        let stored = obj.key();
+        store.upsert(&stored, obj).unwrap();
+        let same = |a: &ObjectKey, b: &ObjectKey| std::ptr::eq::<weir_api::KeyParts>(&**a, &**b);
+        let reference = store.shared(ObjectKey::new(Kind::Secret, "ns", "s"));
+        assert!(same(&reference, &stored), "the stored key, not a copy");
+        // Not stored (another name, another kind): the key given.
+        for key in [
+            ObjectKey::new(Kind::Secret, "ns", "t"),
+            ObjectKey::new(Kind::Service, "ns", "s"),
+        ] {
+            let given = key.clone();
+            let got = store.shared(key);
+            assert!(same(&got, &given) && !same(&got, &stored));
+        }
+    }
 }

@@ -211,7 +211,9 @@ fn resolve_ref(
             ));
         }
     };
-    ctx.out.deps.push(Dep::Object(ObjectKey::new(k, ns, name)));
+    ctx.out
+        .deps
+        .push(Dep::Object(ctx.store.shared(ObjectKey::new(k, ns, name))));
     if ns != &**ctx.ns {
         ctx.out.deps.push(Dep::GrantsIn(ns.into()));
         let g = if k == Kind::Service { "" } else { "weir.dev" };

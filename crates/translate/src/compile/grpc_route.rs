@@ -172,11 +172,13 @@ fn compile_rule(
         }
     }
     let action = if let Some((j, name)) = direct {
-        ctx.out.deps.push(Dep::Object(ObjectKey::new(
-            Kind::DirectResponse,
-            ctx.ns,
-            &name,
-        )));
+        ctx.out
+            .deps
+            .push(Dep::Object(ctx.store.shared(ObjectKey::new(
+                Kind::DirectResponse,
+                ctx.ns,
+                &name,
+            ))));
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)

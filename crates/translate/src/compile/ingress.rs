@@ -305,11 +305,12 @@ pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut Compile
             out.problems.push(format!("{field}.secretName: required"));
             continue;
         };
-        out.deps.push(Dep::Object(ObjectKey::in_namespace(
-            Kind::Secret,
-            ns,
-            secret,
-        )));
+        out.deps
+            .push(Dep::Object(store.shared(ObjectKey::in_namespace(
+                Kind::Secret,
+                ns,
+                secret,
+            ))));
         let cert = match store.certificate(ns, secret) {
             None => {
                 out.problems.push(format!("{field}.secretName: Secret {ns}/{secret} not found; its hosts get no certificate"));
@@ -388,11 +389,12 @@ pub(crate) fn default_backend(
         "metadata.annotations[{}default-backend]",
         ingress_nginx::PREFIX
     );
-    out.deps.push(Dep::Object(ObjectKey::in_namespace(
-        Kind::Service,
-        ns,
-        &name,
-    )));
+    out.deps
+        .push(Dep::Object(store.shared(ObjectKey::in_namespace(
+            Kind::Service,
+            ns,
+            &name,
+        ))));
     let port = store
         .service(ns, &name)
         .and_then(|s| s.spec.ports.first())
@@ -534,11 +536,11 @@ fn resolve(
     want: WantProtocol,
 ) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
-        deps.push(Dep::Object(ObjectKey::in_namespace(
+        deps.push(Dep::Object(store.shared(ObjectKey::in_namespace(
             Kind::Service,
             ns,
             &s.name,
-        )));
+        ))));
         let fs = format!("{field}.service");
         let port = match (&s.port.number, &s.port.name) {
             (Some(n), _) => *n,
@@ -578,11 +580,11 @@ fn resolve(
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && &*r.kind == "Backend" {
-            deps.push(Dep::Object(ObjectKey::in_namespace_shared(
+            deps.push(Dep::Object(store.shared(ObjectKey::in_namespace_shared(
                 Kind::Backend,
                 ns,
                 r.name.clone(),
-            )));
+            ))));
             return backend::resolve_backend(
                 store,
                 ns,
