@@ -121,8 +121,9 @@ pub struct Progress {
 /// The object-level difference produced by (re)reading files.
 #[derive(Clone, Debug, Default)]
 pub struct Update {
-    /// Objects that are new or whose content changed, in key order.
-    pub upserts: Vec<Arc<weir_api::Object>>,
+    /// Objects that are new or whose content changed, with their keys (the ones the
+    /// provider holds, for the translator to share), in key order.
+    pub upserts: Vec<(weir_api::ObjectKey, Arc<weir_api::Object>)>,
     /// Keys of objects that no file defines any more, in key order.
     pub deletes: Vec<weir_api::ObjectKey>,
     /// Problems found while reading; they do not stop other objects from applying.

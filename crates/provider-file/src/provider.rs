@@ -569,10 +569,10 @@ impl FileProvider {
             let defs = self.defs.get(&key).map(Vec::as_slice).unwrap_or_default();
             match (&before, defs.first()) {
                 (Some(_), None) => update.deletes.push(key.clone()),
-                (None, Some(now)) => update.upserts.push(now.object.clone()),
+                (None, Some(now)) => update.upserts.push((key.clone(), now.object.clone())),
                 (Some(b), Some(now)) => {
                     if !Arc::ptr_eq(&b.object, &now.object) && *b.object != *now.object {
-                        update.upserts.push(now.object.clone());
+                        update.upserts.push((key.clone(), now.object.clone()));
                     }
                 }
                 (None, None) => {}

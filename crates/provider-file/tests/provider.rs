@@ -26,8 +26,15 @@ fn route_key(name: &str) -> ObjectKey {
     ObjectKey::new(Kind::HttpRoute, "ns", name)
 }
 
+/// The keys upserted, each checked to be its object's.
 fn upserted(u: &Update) -> Vec<ObjectKey> {
-    u.upserts.iter().map(|o| o.key()).collect()
+    u.upserts
+        .iter()
+        .map(|(k, o)| {
+            assert_eq!(*k, o.key(), "an upsert's key is its object's");
+            k.clone()
+        })
+        .collect()
 }
 
 fn label(o: &Object) -> String {
@@ -291,7 +298,7 @@ fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
     let mut p = FileProvider::new(dir.path());
     let u = p.load_all();
     assert_eq!(u.upserts.len(), 1);
-    assert_eq!(label(&u.upserts[0]), "from-a");
+    assert_eq!(label(&u.upserts[0].1), "from-a");
     assert_eq!(u.errors.len(), 1, "{:?}", u.errors);
     let e = &u.errors[0];
     assert_eq!(
@@ -316,14 +323,14 @@ fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
     std::fs::remove_file(&a).unwrap();
     let u = p.reload(std::slice::from_ref(&a));
     assert_eq!(u.upserts.len(), 1);
-    assert_eq!(label(&u.upserts[0]), "from-b2");
+    assert_eq!(label(&u.upserts[0].1), "from-b2");
     assert!(u.deletes.is_empty() && u.errors.is_empty(), "{u:?}");
     assert_eq!(*p.origin(&ns_key("same")).unwrap().file, *b);
 
     // And back.
     write(&a, &ns("same", "from-a"));
     let u = p.reload(std::slice::from_ref(&a));
-    assert_eq!(label(&u.upserts[0]), "from-a");
+    assert_eq!(label(&u.upserts[0].1), "from-a");
     assert_eq!(u.errors.len(), 1);
     assert_eq!(u.errors[0].file, b);
 }
@@ -382,7 +389,7 @@ fn follows_the_kubernetes_data_symlink_swap() {
     std::fs::remove_dir_all(root.join("..2026_01")).unwrap();
     let u = p.reload(&[root.join("..data")]);
     assert_eq!(u.upserts.len(), 1);
-    assert_eq!(label(&u.upserts[0]), "v2");
+    assert_eq!(label(&u.upserts[0].1), "v2");
 }
 
 #[test]
@@ -442,8 +449,14 @@ fn a_first_read_in_parts_holds_what_load_all_returns() {
     write(&dir.path().join("a.yaml"), &ns("same", "from-a"));
     write(&dir.path().join("z.yaml"), &ns("same", "from-z"));
     let whole = FileProvider::new(dir.path()).load_all();
-    let key_set = |u: &[Arc<Object>]| {
-        let mut v: Vec<(ObjectKey, String)> = u.iter().map(|o| (o.key(), label(o))).collect();
+    let key_set = |u: &[(ObjectKey, Arc<Object>)]| {
+        let mut v: Vec<(ObjectKey, String)> = u
+            .iter()
+            .map(|(k, o)| {
+                assert_eq!(*k, o.key());
+                (k.clone(), label(o))
+            })
+            .collect();
         v.sort();
         v
     };

@@ -55,7 +55,7 @@ async fn an_atomic_rename_into_a_watched_directory_is_seen() {
     std::fs::rename(&tmp, &target).unwrap();
     let paths = wait_for(&mut rx, &target).await;
     let u = p.reload(&paths);
-    assert_eq!(u.upserts[0].metadata().labels["team"], "v2");
+    assert_eq!(u.upserts[0].1.metadata().labels["team"], "v2");
 
     // In a new subdirectory.
     let nested = root.join("sub/deeper/b.yaml");
@@ -106,7 +106,7 @@ async fn a_single_file_is_watched_through_its_directory() {
     let paths = wait_for(&mut rx, &file).await;
     assert!(paths.iter().all(|p| p == &file), "{paths:?}");
     let u = p.reload(&paths);
-    assert_eq!(u.upserts[0].metadata().labels["team"], "v2");
+    assert_eq!(u.upserts[0].1.metadata().labels["team"], "v2");
 }
 
 #[test]

@@ -54,8 +54,9 @@ impl LiveCache {
 /// Object changes seen by the watchers since the last [`Update`].
 #[derive(Debug, Default)]
 pub struct Update {
-    /// Objects created or changed (spec, labels, …; not status), latest version only.
-    pub upserts: Vec<Arc<Object>>,
+    /// Objects created or changed (spec, labels, …; not status), latest version only,
+    /// with their keys (the ones the watchers hold, for the translator to share).
+    pub upserts: Vec<(ObjectKey, Arc<Object>)>,
     /// Keys of deleted objects.
     pub deletes: Vec<ObjectKey>,
     /// Objects that could not be read (each names its object and field); the object's
@@ -182,7 +183,7 @@ impl Merge {
             }
         }
         upserts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        u.upserts = upserts.into_iter().map(|(_, o)| o).collect();
+        u.upserts = upserts;
         u.deletes.sort();
         u
     }

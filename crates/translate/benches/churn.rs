@@ -36,7 +36,7 @@ fn timed(n: usize, t: &mut Translator, changes: Vec<Arc<Object>>) {
     let mut deltas = 0;
     let start = Instant::now();
     for c in changes {
-        deltas += t.apply([ObjectChange::Upsert(c)]).batch.deltas.len();
+        deltas += t.apply([ObjectChange::upsert(c)]).batch.deltas.len();
     }
     let per = start.elapsed() / rounds as u32;
     println!(
@@ -59,17 +59,17 @@ fn main() {
     for n in [1_000usize, 10_000, 100_000] {
         let mut t = Translator::new(options.clone());
         let mut changes = vec![
-            ObjectChange::Upsert(object(serde_json::json!({
+            ObjectChange::upsert(object(serde_json::json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
                 "metadata": {"name": "gw", "namespace": "default"},
                 "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
             }))),
-            ObjectChange::Upsert(object(serde_json::json!({
+            ObjectChange::upsert(object(serde_json::json!({
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "svc", "namespace": "default"}, "spec": {"ports": [{"port": 80}]}
             }))),
         ];
-        changes.extend((0..n).map(|i| ObjectChange::Upsert(route(i, "/"))));
+        changes.extend((0..n).map(|i| ObjectChange::upsert(route(i, "/"))));
         let start = Instant::now();
         t.apply(changes);
         let initial = start.elapsed();
@@ -82,7 +82,7 @@ fn main() {
         let mut deltas = 0;
         let start = Instant::now();
         for u in updates {
-            deltas += t.apply([ObjectChange::Upsert(u)]).batch.deltas.len();
+            deltas += t.apply([ObjectChange::upsert(u)]).batch.deltas.len();
         }
         let per = start.elapsed() / rounds as u32;
         println!(
@@ -112,7 +112,7 @@ fn main() {
                 }
             }))
         };
-        t.apply([ObjectChange::Upsert(policy(0))]);
+        t.apply([ObjectChange::upsert(policy(0))]);
         timed(n, &mut t, (1..=ROUNDS).map(policy).collect());
         again.push((n, t));
     }
@@ -137,7 +137,7 @@ fn main() {
                 }
             }))
         };
-        t.apply([ObjectChange::Upsert(policy(0))]);
+        t.apply([ObjectChange::upsert(policy(0))]);
         timed(*n, t, (1..=ROUNDS).map(policy).collect());
     }
 
@@ -157,8 +157,8 @@ fn main() {
     let mut rotated = Vec::new();
     for (n, mut t) in again {
         t.apply([
-            ObjectChange::Upsert(secret(0)),
-            ObjectChange::Upsert(object(serde_json::json!({
+            ObjectChange::upsert(secret(0)),
+            ObjectChange::upsert(object(serde_json::json!({
                 "apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
                 "metadata": {"name": "keys", "namespace": "default"},
                 "spec": {
@@ -192,8 +192,8 @@ fn main() {
     let mut jwt = Vec::new();
     for (n, mut t) in rotated {
         t.apply([
-            ObjectChange::Upsert(jwks(0)),
-            ObjectChange::Upsert(object(serde_json::json!({
+            ObjectChange::upsert(jwks(0)),
+            ObjectChange::upsert(object(serde_json::json!({
                 "apiVersion": "weir.dev/v1alpha1", "kind": "TrafficPolicy",
                 "metadata": {"name": "jwt", "namespace": "default"},
                 "spec": {
@@ -236,7 +236,7 @@ fn main() {
     };
     let mut tls = Vec::new();
     for (n, mut t) in jwt {
-        t.apply([ObjectChange::Upsert(ca(0)), ObjectChange::Upsert(btls(0))]);
+        t.apply([ObjectChange::upsert(ca(0)), ObjectChange::upsert(btls(0))]);
         timed(n, &mut t, (1..=ROUNDS).map(btls).collect());
         tls.push((n, t));
     }

@@ -24,11 +24,11 @@
 //! })).unwrap();
 //! let mut t = Translator::new(TranslatorOptions { standalone: true, ..Default::default() });
 //! let gateway = Arc::new(gateway);
-//! let out = t.apply([ObjectChange::Upsert(gateway.clone())]);
+//! let out = t.apply([ObjectChange::upsert(gateway.clone())]);
 //! assert!(matches!(&out.batch.deltas[..], [Delta::Upsert(Resource::Listener(_))]));
 //! assert_eq!(out.statuses.len(), 1); // the Gateway's status
 //! // Applying the same object again changes nothing.
-//! assert!(t.apply([ObjectChange::Upsert(gateway)]).is_empty());
+//! assert!(t.apply([ObjectChange::upsert(gateway)]).is_empty());
 //! ```
 
 #![warn(missing_docs)]
@@ -114,10 +114,19 @@ impl Default for TranslatorOptions {
 /// One change to the set of objects.
 #[derive(Clone, Debug)]
 pub enum ObjectChange {
-    /// The object was created or replaced.
-    Upsert(Arc<weir_api::Object>),
+    /// The object was created or replaced, with its key (equal to `object.key()`). A
+    /// provider passes the key it holds, which the translator then keeps instead of
+    /// building its own copy (64 bytes per object, 122 MiB at 1,000,000 TLS domains).
+    Upsert(weir_api::ObjectKey, Arc<weir_api::Object>),
     /// The object with this key was deleted.
     Delete(weir_api::ObjectKey),
+}
+
+impl ObjectChange {
+    /// An upsert of `object` under a key built from it.
+    pub fn upsert(object: Arc<weir_api::Object>) -> Self {
+        ObjectChange::Upsert(object.key(), object)
+    }
 }
 
 /// What one [`Translator::apply`] changed.

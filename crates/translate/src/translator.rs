@@ -207,8 +207,7 @@ impl Translator {
         }
         for change in changes {
             match change {
-                ObjectChange::Upsert(obj) => {
-                    let key = obj.key();
+                ObjectChange::Upsert(key, obj) => {
                     if let Ok(old) = self.store.upsert(&key, obj.clone()) {
                         self.on_change(&key, old.as_deref(), Some(&obj), d);
                     }
@@ -261,7 +260,7 @@ impl Translator {
         let (mut ingresses, mut routes, mut other) = (0, 0, 0);
         for c in changes {
             match c {
-                ObjectChange::Upsert(o) => match o.kind() {
+                ObjectChange::Upsert(_, o) => match o.kind() {
                     Kind::Ingress => ingresses += 1,
                     k if RouteKind::of_object(k).is_some() => routes += 1,
                     _ => other += 1,

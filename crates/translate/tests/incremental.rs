@@ -1182,7 +1182,7 @@ fn check_equivalent(
         "step {step}: accumulated deltas != resources()"
     );
     let mut fresh = Translator::new(options(standalone));
-    fresh.apply(current.iter().cloned().map(ObjectChange::Upsert));
+    fresh.apply(current.iter().cloned().map(ObjectChange::upsert));
     let want = fresh.resources();
     if incremental != want {
         let a: Vec<_> = incremental.iter().filter(|r| !want.contains(r)).collect();
@@ -1231,13 +1231,13 @@ fn run(seed: u64, standalone: bool, steps: usize) {
                     Some(p) => current[p] = obj.clone(),
                     None => current.push(obj.clone()),
                 }
-                changes.push(ObjectChange::Upsert(obj));
+                changes.push(ObjectChange::upsert(obj));
             }
         }
         if std::env::var_os("WEIR_TRACE").is_some() {
             for c in &changes {
                 match c {
-                    ObjectChange::Upsert(o) => eprintln!("{step}: upsert {} {o:?}", o.key()),
+                    ObjectChange::Upsert(k, o) => eprintln!("{step}: upsert {k} {o:?}"),
                     ObjectChange::Delete(k) => eprintln!("{step}: delete {k}"),
                 }
             }
@@ -1288,7 +1288,7 @@ fn a_batch_staged_in_parts_emits_what_one_apply_does() {
         for variant in 0..3 {
             let all: Vec<ObjectChange> = pool
                 .iter()
-                .map(|v| ObjectChange::Upsert(v[variant % v.len()].clone()))
+                .map(|v| ObjectChange::upsert(v[variant % v.len()].clone()))
                 .collect();
             let mut whole = Translator::new(options(standalone));
             let want = whole.apply(all.clone());
@@ -1343,7 +1343,7 @@ fn identical_upsert_and_unknown_delete_are_noops() {
     let mut t = Translator::new(options(true));
     let all: Vec<_> = pool
         .iter()
-        .map(|v| ObjectChange::Upsert(v[0].clone()))
+        .map(|v| ObjectChange::upsert(v[0].clone()))
         .collect();
     assert!(!t.apply(all.clone()).is_empty());
     assert!(t.apply(all).is_empty());
@@ -1372,9 +1372,9 @@ spec:
     );
     let mut t = Translator::new(options(true));
     let mut acc = Accumulator::default();
-    acc.apply(&t.apply([ObjectChange::Upsert(objects[0].clone())]));
+    acc.apply(&t.apply([ObjectChange::upsert(objects[0].clone())]));
     assert_eq!(t.resources().len(), 2, "{:?}", t.resources());
-    acc.apply(&t.apply([ObjectChange::Upsert(objects[1].clone())]));
+    acc.apply(&t.apply([ObjectChange::upsert(objects[1].clone())]));
     assert!(t.resources().is_empty(), "{:?}", t.resources());
     acc.apply(&t.apply([ObjectChange::Delete(objects[1].key())]));
     assert_eq!(t.resources().len(), 2);
@@ -1411,14 +1411,14 @@ spec:
     };
     // Only `weir` (the default): neither Ingress is ours.
     let mut t = Translator::new(options(true));
-    t.apply(objects.iter().cloned().map(ObjectChange::Upsert));
+    t.apply(objects.iter().cloned().map(ObjectChange::upsert));
     assert!(hosts(&t).is_empty(), "{:?}", hosts(&t));
     // `--ingress-class weir --ingress-class nginx`: the nginx one is, the traefik one not.
     let mut t = Translator::new(weir_translate::TranslatorOptions {
         more_ingress_classes: vec!["nginx".into()],
         ..options(true)
     });
-    t.apply(objects.iter().cloned().map(ObjectChange::Upsert));
+    t.apply(objects.iter().cloned().map(ObjectChange::upsert));
     let h = hosts(&t);
     assert!(h.iter().any(|k| k.contains("a.test")), "{h:?}");
     assert!(!h.iter().any(|k| k.contains("b.test")), "{h:?}");
@@ -1454,7 +1454,7 @@ fn config_map_changes_reach_only_the_gateways_naming_it() {
         .map(|i| gateway(&format!("plain-{i}"), 9000 + i, None))
         .collect();
     gateways.push(gateway("named", 8999, Some("params")));
-    t.apply(gateways.into_iter().map(ObjectChange::Upsert));
+    t.apply(gateways.into_iter().map(ObjectChange::upsert));
     let accepted = |out: &weir_translate::TranslateOutput| -> Vec<(String, bool)> {
         out.statuses
             .iter()
@@ -1469,18 +1469,18 @@ fn config_map_changes_reach_only_the_gateways_naming_it() {
             })
             .collect()
     };
-    let out = t.apply([ObjectChange::Upsert(config_map("params", "1"))]);
+    let out = t.apply([ObjectChange::upsert(config_map("params", "1"))]);
     assert_eq!(accepted(&out), [("named".to_string(), true)]);
     assert!(
         !out.batch.is_empty(),
         "the accepted Gateway's listener is programmed"
     );
     assert!(
-        t.apply([ObjectChange::Upsert(config_map("params", "2"))])
+        t.apply([ObjectChange::upsert(config_map("params", "2"))])
             .is_empty()
     );
     assert!(
-        t.apply([ObjectChange::Upsert(config_map("other", "1"))])
+        t.apply([ObjectChange::upsert(config_map("other", "1"))])
             .is_empty()
     );
     let out = t.apply([ObjectChange::Delete(ObjectKey::new(

@@ -31,18 +31,18 @@ fn object(v: serde_json::Value) -> Arc<Object> {
 /// Gateway `gw` with an HTTP listener, Service `svc` and [`ROUTES`] routes to it.
 fn gateway_service_and_routes() -> Vec<ObjectChange> {
     let mut changes = vec![
-        ObjectChange::Upsert(object(serde_json::json!({
+        ObjectChange::upsert(object(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
             "metadata": {"name": "gw", "namespace": "default"},
             "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
         }))),
-        ObjectChange::Upsert(object(serde_json::json!({
+        ObjectChange::upsert(object(serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "svc", "namespace": "default"},
             "spec": {"ports": [{"port": 80}]}
         }))),
     ];
-    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    changes.extend((0..ROUTES).map(|i| ObjectChange::upsert(route(i, "/", 1))));
     changes
 }
 
@@ -56,7 +56,7 @@ fn one_route_change_among_many() {
 
     // Change one route: exactly its virtual host changes, and only its status.
     let changed = 12_345;
-    let out = t.apply([ObjectChange::Upsert(route(changed, "/v2", 2))]);
+    let out = t.apply([ObjectChange::upsert(route(changed, "/v2", 2))]);
     assert!(out.batch.deltas.len() <= 3, "{:?}", out.batch.deltas);
     assert_eq!(out.batch.deltas.len(), 1);
     match &out.batch.deltas[0] {
@@ -84,7 +84,7 @@ fn one_route_change_among_many() {
     assert_eq!(keys, vec![Kind::Gateway]);
 
     // An endpoint change touches only the cluster.
-    let out = t.apply([ObjectChange::Upsert(object(serde_json::json!({
+    let out = t.apply([ObjectChange::upsert(object(serde_json::json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "svc-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "svc"}},
         "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["10.0.0.1"]}]
@@ -107,16 +107,16 @@ fn service_change_without_port_change_touches_only_clusters() {
         }))
     };
     let mut changes = vec![
-        ObjectChange::Upsert(object(serde_json::json!({
+        ObjectChange::upsert(object(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
             "metadata": {"name": "gw", "namespace": "default"},
             "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
         }))),
-        ObjectChange::Upsert(svc(None)),
+        ObjectChange::upsert(svc(None)),
     ];
-    changes.extend((0..100).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    changes.extend((0..100).map(|i| ObjectChange::upsert(route(i, "/", 1))));
     t.apply(changes);
-    let out = t.apply([ObjectChange::Upsert(svc(Some("kubernetes.io/h2c")))]);
+    let out = t.apply([ObjectChange::upsert(svc(Some("kubernetes.io/h2c")))]);
     assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
     assert!(
         matches!(&out.batch.deltas[0], Delta::Upsert(r) if matches!(r.key(), ResourceKey::Cluster(_)))
@@ -142,7 +142,7 @@ fn tls_route(i: usize, backend: &str) -> Arc<Object> {
 #[test]
 fn one_passthrough_hostname_among_many() {
     let mut t = Translator::new(options(true));
-    let mut changes = vec![ObjectChange::Upsert(object(serde_json::json!({
+    let mut changes = vec![ObjectChange::upsert(object(serde_json::json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "gw", "namespace": "default"},
         "spec": {"gatewayClassName": "weir", "listeners": [
@@ -150,18 +150,18 @@ fn one_passthrough_hostname_among_many() {
         ]}
     })))];
     for svc in ["svc", "other"] {
-        changes.push(ObjectChange::Upsert(object(serde_json::json!({
+        changes.push(ObjectChange::upsert(object(serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": svc, "namespace": "default"},
             "spec": {"ports": [{"port": 443}]}
         }))));
     }
-    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(tls_route(i, "svc"))));
+    changes.extend((0..ROUTES).map(|i| ObjectChange::upsert(tls_route(i, "svc"))));
     let out = t.apply(changes);
     // Listener + cluster + one L4 route per hostname.
     assert_eq!(out.batch.deltas.len(), ROUTES + 2);
 
-    let out = t.apply([ObjectChange::Upsert(tls_route(ROUTES, "svc"))]);
+    let out = t.apply([ObjectChange::upsert(tls_route(ROUTES, "svc"))]);
     assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
     assert!(matches!(
         &out.batch.deltas[0],
@@ -174,7 +174,7 @@ fn one_passthrough_hostname_among_many() {
     assert_eq!(out.statuses.len(), 2);
 
     // A changed backend: the new cluster and the one L4 route.
-    let out = t.apply([ObjectChange::Upsert(tls_route(7, "other"))]);
+    let out = t.apply([ObjectChange::upsert(tls_route(7, "other"))]);
     let kinds: Vec<_> = out.batch.deltas.iter().map(|d| d.key()).collect();
     assert_eq!(kinds.len(), 2, "{kinds:?}");
     assert!(matches!(kinds[0], ResourceKey::Cluster(_)));
@@ -204,12 +204,12 @@ fn policy(name: &str, target: serde_json::Value, spec: serde_json::Value) -> Arc
 #[test]
 fn one_gateway_policy_over_many_routes() {
     let mut t = Translator::new(options(true));
-    let mut changes = vec![ObjectChange::Upsert(object(serde_json::json!({
+    let mut changes = vec![ObjectChange::upsert(object(serde_json::json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "gw", "namespace": "default"},
         "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
     })))];
-    changes.extend((0..ROUTES).map(|i| ObjectChange::Upsert(route(i, "/", 1))));
+    changes.extend((0..ROUTES).map(|i| ObjectChange::upsert(route(i, "/", 1))));
     t.apply(changes);
     let gw =
         serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"});
@@ -221,14 +221,14 @@ fn one_gateway_policy_over_many_routes() {
     };
     let limit =
         |n: u32| serde_json::json!({"rateLimit": {"local": {"requests": n, "unit": "Second"}}});
-    let out = t.apply([ObjectChange::Upsert(policy("all", gw.clone(), limit(100)))]);
+    let out = t.apply([ObjectChange::upsert(policy("all", gw.clone(), limit(100)))]);
     only_policy(&out);
     assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
-    let out = t.apply([ObjectChange::Upsert(policy("all", gw.clone(), limit(50)))]);
+    let out = t.apply([ObjectChange::upsert(policy("all", gw.clone(), limit(50)))]);
     only_policy(&out);
     // One route's own policy: one delta too.
     let r = serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r7"});
-    let out = t.apply([ObjectChange::Upsert(policy(
+    let out = t.apply([ObjectChange::upsert(policy(
         "r7",
         r,
         serde_json::json!({"timeouts": {"request": "1s"}}),
@@ -269,14 +269,14 @@ fn one_listener_policy_over_many_routes() {
         k.sort();
         k
     };
-    let out = t.apply([ObjectChange::Upsert(policy("l", http.clone(), limit(100)))]);
+    let out = t.apply([ObjectChange::upsert(policy("l", http.clone(), limit(100)))]);
     assert_eq!(
         kinds(&out),
         ["listener", "policy"],
         "{:?}",
         out.batch.deltas
     );
-    let out = t.apply([ObjectChange::Upsert(policy("l", http.clone(), limit(50)))]);
+    let out = t.apply([ObjectChange::upsert(policy("l", http.clone(), limit(50)))]);
     assert_eq!(kinds(&out), ["policy"], "{:?}", out.batch.deltas);
     let out = t.apply([ObjectChange::Delete(ObjectKey::new(
         Kind::TrafficPolicy,
@@ -314,14 +314,14 @@ fn one_service_policy_over_many_routes() {
             "circuitBreaker": {"maxRequests": 1000},
         })
     };
-    let out = t.apply([ObjectChange::Upsert(policy(
+    let out = t.apply([ObjectChange::upsert(policy(
         "svc",
         svc.clone(),
         check("5s"),
     ))]);
     only_policy(&out);
     assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
-    let out = t.apply([ObjectChange::Upsert(policy(
+    let out = t.apply([ObjectChange::upsert(policy(
         "svc",
         svc.clone(),
         check("2s"),
@@ -372,13 +372,13 @@ fn one_backend_tls_policy_over_many_routes() {
         ));
     };
     let out = t.apply([
-        ObjectChange::Upsert(ca(include_str!("../benches/ca-a.pem"))),
-        ObjectChange::Upsert(btls("svc.internal")),
+        ObjectChange::upsert(ca(include_str!("../benches/ca-a.pem"))),
+        ObjectChange::upsert(btls("svc.internal")),
     ]);
     only_service_policy(&out);
     assert!(matches!(&out.batch.deltas[0], Delta::Upsert(_)));
-    only_service_policy(&t.apply([ObjectChange::Upsert(btls("svc2.internal"))]));
-    only_service_policy(&t.apply([ObjectChange::Upsert(ca(include_str!(
+    only_service_policy(&t.apply([ObjectChange::upsert(btls("svc2.internal"))]));
+    only_service_policy(&t.apply([ObjectChange::upsert(ca(include_str!(
         "../benches/ca-b.pem"
     )))]));
     let out = t.apply([ObjectChange::Delete(ObjectKey::new(

@@ -88,7 +88,7 @@ fn world_sets(n: usize, certs: &[(String, String)]) -> World {
         ..TranslatorOptions::default()
     });
     let mut changes = vec![
-        ObjectChange::Upsert(Arc::new(
+        ObjectChange::upsert(Arc::new(
             Object::from_value(serde_json::json!({
                 "apiVersion": "weir.dev/v1alpha1", "kind": "Backend",
                 "metadata": {"name": "echo", "namespace": "bench"},
@@ -96,7 +96,7 @@ fn world_sets(n: usize, certs: &[(String, String)]) -> World {
             }))
             .expect("valid Backend"),
         )),
-        ObjectChange::Upsert(Arc::new(
+        ObjectChange::upsert(Arc::new(
             Object::from_value(serde_json::json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
                 "metadata": {"name": "sets", "namespace": "bench"},
@@ -108,9 +108,9 @@ fn world_sets(n: usize, certs: &[(String, String)]) -> World {
         )),
     ];
     for (i, c) in certs.iter().enumerate().take(n) {
-        changes.push(ObjectChange::Upsert(secret(i, c)));
-        changes.push(ObjectChange::Upsert(listener_set(i)));
-        changes.push(ObjectChange::Upsert(set_route(i)));
+        changes.push(ObjectChange::upsert(secret(i, c)));
+        changes.push(ObjectChange::upsert(listener_set(i)));
+        changes.push(ObjectChange::upsert(set_route(i)));
     }
     let out = translator.apply(changes);
     let (snapshot, rejected) = Snapshot::empty().apply(&out.batch);
@@ -133,7 +133,7 @@ fn world(n: usize, certs: &[(String, String)]) -> World {
         ingress_https: Some("127.0.0.1:8443".parse().expect("addr")),
         ..TranslatorOptions::default()
     });
-    let mut changes = vec![ObjectChange::Upsert(Arc::new(
+    let mut changes = vec![ObjectChange::upsert(Arc::new(
         Object::from_value(serde_json::json!({
             "apiVersion": "weir.dev/v1alpha1", "kind": "Backend",
             "metadata": {"name": "echo", "namespace": "bench"},
@@ -142,8 +142,8 @@ fn world(n: usize, certs: &[(String, String)]) -> World {
         .expect("valid Backend"),
     ))];
     for (i, c) in certs.iter().enumerate().take(n) {
-        changes.push(ObjectChange::Upsert(secret(i, c)));
-        changes.push(ObjectChange::Upsert(ingress(i, "/")));
+        changes.push(ObjectChange::upsert(secret(i, c)));
+        changes.push(ObjectChange::upsert(ingress(i, "/")));
     }
     let out = translator.apply(changes);
     let (snapshot, rejected) = Snapshot::empty().apply(&out.batch);
@@ -175,7 +175,7 @@ fn bench(c: &mut Criterion) {
                 flip ^= 1;
                 let out = w
                     .translator
-                    .apply([ObjectChange::Upsert(versions[flip].clone())]);
+                    .apply([ObjectChange::upsert(versions[flip].clone())]);
                 let (next, _) = w.snapshot.apply(&out.batch);
                 w.snapshot = black_box(next);
             })
@@ -187,8 +187,8 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let (i, s, ing) = &extra;
                 let out = w.translator.apply([
-                    ObjectChange::Upsert(s.clone()),
-                    ObjectChange::Upsert(ing.clone()),
+                    ObjectChange::upsert(s.clone()),
+                    ObjectChange::upsert(ing.clone()),
                 ]);
                 let (next, _) = w.snapshot.apply(&out.batch);
                 let out = w.translator.apply([
@@ -214,7 +214,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     let out = w
                         .translator
-                        .apply(extra.iter().map(|o| ObjectChange::Upsert(o.clone())));
+                        .apply(extra.iter().map(|o| ObjectChange::upsert(o.clone())));
                     let (next, _) = w.snapshot.apply(&out.batch);
                     let out = w
                         .translator

@@ -58,14 +58,13 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
     // Keys are parsed at the first handshake by `weir run` (20,000 at startup would cost
     // seconds); `weir check` parses each TLS Secret's now, so a key that does not belong
     // to its certificate is found before it is served.
-    for obj in &update.upserts {
+    for (key, obj) in &update.upserts {
         if let weir_api::Object::Secret(s) = &**obj
             && s.type_ == "kubernetes.io/tls"
             && let Ok(cert) = weir_translate::certificate_from_secret(s)
             && let Some(why) = weir_proxy::certificate_problem(&cert)
         {
-            let key = obj.key();
-            let origin = provider.origin(&key);
+            let origin = provider.origin(key);
             problems.push(Problem {
                 file: origin.map(|o| o.file.display().to_string()),
                 document: origin.map(|o| o.document),
@@ -81,7 +80,12 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
         &opts.ingress_class,
         &opts.more_ingress_classes,
     ));
-    translator.apply(update.upserts.into_iter().map(ObjectChange::Upsert));
+    translator.apply(
+        update
+            .upserts
+            .into_iter()
+            .map(|(k, o)| ObjectChange::Upsert(k, o)),
+    );
     for (key, status) in translator.statuses() {
         let origin = provider.origin(&key);
         for p in report::problems(&status) {

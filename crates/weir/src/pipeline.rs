@@ -14,9 +14,12 @@ use crate::propagation::{Phase, PropagationMetrics};
 use crate::report;
 
 /// A provider's update as translator changes: deletions first, then upserts.
-pub fn changes(deletes: Vec<ObjectKey>, upserts: Vec<Arc<weir_api::Object>>) -> Vec<ObjectChange> {
+pub fn changes(
+    deletes: Vec<ObjectKey>,
+    upserts: Vec<(ObjectKey, Arc<weir_api::Object>)>,
+) -> Vec<ObjectChange> {
     let mut changes: Vec<ObjectChange> = deletes.into_iter().map(ObjectChange::Delete).collect();
-    changes.extend(upserts.into_iter().map(ObjectChange::Upsert));
+    changes.extend(upserts.into_iter().map(|(k, o)| ObjectChange::Upsert(k, o)));
     changes
 }
 
@@ -134,8 +137,8 @@ impl Pipeline {
                 match change {
                     ObjectChange::Delete(key) => rejections.forget(&key.to_string()),
                     // Read, so it passed validation.
-                    ObjectChange::Upsert(o) => {
-                        rejections.clear(&o.key().to_string(), Stage::Validation)
+                    ObjectChange::Upsert(key, _) => {
+                        rejections.clear(&key.to_string(), Stage::Validation)
                     }
                 }
             }

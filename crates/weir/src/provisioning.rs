@@ -177,12 +177,12 @@ impl Provisioning {
     /// Notes Gateway, GatewayClass and XListenerSet objects among the changes (before
     /// they are translated). A set that changes the ports of an accepted Gateway
     /// provisions it again.
-    pub(crate) fn observe(&mut self, upserts: &[Arc<Object>], deletes: &[ObjectKey]) {
+    pub(crate) fn observe(&mut self, upserts: &[(ObjectKey, Arc<Object>)], deletes: &[ObjectKey]) {
         let mut ports_changed: Vec<ObjectKey> = Vec::new();
-        for o in upserts {
+        for (key, o) in upserts {
             match &**o {
                 Object::Gateway(_) => {
-                    self.gateways.insert(o.key(), o.clone());
+                    self.gateways.insert(key.clone(), o.clone());
                 }
                 Object::GatewayClass(_) => {
                     let mut c = self.classes.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,7 +192,7 @@ impl Provisioning {
                     let Some((meta, set)) = o.as_listener_set() else {
                         continue;
                     };
-                    let key = o.key();
+                    let key = key.clone();
                     let parent = set.parent(&meta.namespace);
                     let new_ports = ports(&set.listeners);
                     match self.sets.insert(key, (parent.clone(), new_ports.clone())) {

@@ -30,7 +30,7 @@ pub(crate) fn load(text: &str) -> Vec<Arc<Object>> {
 
 /// Upserts of all `objects`, in order.
 pub(crate) fn upserts(objects: &[Arc<Object>]) -> Vec<ObjectChange> {
-    objects.iter().cloned().map(ObjectChange::Upsert).collect()
+    objects.iter().cloned().map(ObjectChange::upsert).collect()
 }
 
 /// The IR and statuses as a reviewer reads them, one JSON value with status keys as

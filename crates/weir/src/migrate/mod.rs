@@ -148,7 +148,8 @@ pub fn migrate(opts: &MigrateOptions) -> Migration {
             message: format!("cannot be read: {}", e.message),
         });
     }
-    migrate_objects(opts, &update.upserts, &mut out);
+    let objects: Vec<Arc<Object>> = update.upserts.into_iter().map(|(_, o)| o).collect();
+    migrate_objects(opts, &objects, &mut out);
     out
 }
 

@@ -26,7 +26,7 @@ pub(crate) fn golden_inputs() -> Vec<(String, Vec<Resource>)> {
                 ingress_https: Some("127.0.0.1:8443".parse().unwrap()),
                 ..TranslatorOptions::default()
             });
-            t.apply(objects.into_iter().map(ObjectChange::Upsert));
+            t.apply(objects.into_iter().map(ObjectChange::upsert));
             (name, t.resources())
         })
         .collect()
