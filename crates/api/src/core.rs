@@ -15,7 +15,7 @@ pub struct Namespace {
 }
 
 /// v1 Secret. For TLS, `type: kubernetes.io/tls` with `tls.crt` and `tls.key`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Secret {
     /// Metadata.
@@ -29,6 +29,124 @@ pub struct Secret {
     /// that a certificate built from a value (`tls.crt`, `tls.key`) holds the same bytes
     /// instead of a copy.
     pub string_data: StrMap<Arc<str>>,
+    /// `tls.crt` and `tls.key` packed ([`Secret::pack_tls`]), then in neither map. Read
+    /// them with [`Secret::tls_value`]; serialized back into `stringData`.
+    #[serde(skip)]
+    pub tls: Option<weir_model::PackedTls>,
+}
+
+/// The keys of a TLS Secret.
+const TLS_CRT: &str = "tls.crt";
+const TLS_KEY: &str = "tls.key";
+
+impl Secret {
+    /// Packs `tls.crt` and `tls.key` of a `kubernetes.io/tls` Secret into
+    /// [`Secret::tls`] when the chain is canonical PEM (the usual case: what OpenSSL and
+    /// cert-manager write), taking them out of `stringData` / `data`. Anything else (a
+    /// key in both maps, bad base64, other PEM text) is left as it is. The readers call
+    /// this on every Secret they read.
+    pub fn pack_tls(&mut self) {
+        use base64::Engine as _;
+        if self.tls.is_some() || self.type_ != "kubernetes.io/tls" {
+            return;
+        }
+        let in_both = |k: &str| self.data.contains_key(k) && self.string_data.contains_key(k);
+        if in_both(TLS_CRT) || in_both(TLS_KEY) {
+            return;
+        }
+        let value = |k: &str| -> Option<std::borrow::Cow<'_, [u8]>> {
+            if let Some(v) = self.string_data.get(k) {
+                return Some(std::borrow::Cow::Borrowed(v.as_bytes()));
+            }
+            let v = self.data.get(k)?;
+            let compact: Vec<u8> = v.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .ok()?;
+            Some(std::borrow::Cow::Owned(bytes))
+        };
+        let (Some(crt), Some(key)) = (value(TLS_CRT), value(TLS_KEY)) else {
+            return;
+        };
+        // The key's text stays text (only a PEM reader decodes it); as UTF-8, as
+        // `stringData` would hold it.
+        if std::str::from_utf8(&key).is_err() {
+            return;
+        }
+        let Some(packed) = weir_model::PackedTls::from_pem(&crt, &key) else {
+            return;
+        };
+        for k in [TLS_CRT, TLS_KEY] {
+            self.string_data.remove(k);
+            self.data.remove(k);
+        }
+        self.tls = Some(packed);
+    }
+
+    /// The bytes of `key` (`stringData` over `data`, which is decoded; `tls.crt` and
+    /// `tls.key` from [`Secret::tls`] when packed); `Err(())` for bad base64.
+    pub fn value(&self, key: &str) -> Option<Result<std::borrow::Cow<'_, [u8]>, ()>> {
+        use base64::Engine as _;
+        if let Some(p) = &self.tls {
+            match key {
+                TLS_CRT => return Some(Ok(std::borrow::Cow::Owned(p.chain_pem()))),
+                TLS_KEY => return Some(Ok(std::borrow::Cow::Borrowed(p.key_pem()))),
+                _ => {}
+            }
+        }
+        if let Some(v) = self.string_data.get(key) {
+            return Some(Ok(std::borrow::Cow::Borrowed(v.as_bytes())));
+        }
+        let v = self.data.get(key)?;
+        let compact: Vec<u8> = v.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+        Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .map(std::borrow::Cow::Owned)
+                .map_err(|_| ()),
+        )
+    }
+
+    /// Whether the Secret holds `key` (in either map, or packed).
+    pub fn has(&self, key: &str) -> bool {
+        (self.tls.is_some() && (key == TLS_CRT || key == TLS_KEY))
+            || self.string_data.contains_key(key)
+            || self.data.contains_key(key)
+    }
+
+    /// Every key the Secret holds, in order, each once.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.string_data.keys().chain(self.data.keys()).collect();
+        if self.tls.is_some() {
+            keys.extend([TLS_CRT, TLS_KEY]);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+}
+
+impl Serialize for Secret {
+    /// As derived, with a packed `tls.crt` and `tls.key` written back into `stringData`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut st = s.serialize_struct("Secret", 4)?;
+        st.serialize_field("metadata", &self.metadata)?;
+        st.serialize_field("type", &self.type_)?;
+        st.serialize_field("data", &self.data)?;
+        match &self.tls {
+            None => st.serialize_field("stringData", &self.string_data)?,
+            Some(p) => {
+                let mut all = self.string_data.clone();
+                let crt = String::from_utf8_lossy(&p.chain_pem()).into_owned();
+                let key = String::from_utf8_lossy(p.key_pem()).into_owned();
+                all.insert(TLS_CRT.into(), crt.into());
+                all.insert(TLS_KEY.into(), key.into());
+                st.serialize_field("stringData", &all)?;
+            }
+        }
+        st.end()
+    }
 }
 
 /// v1 ConfigMap.
@@ -130,4 +248,72 @@ pub struct EndpointPort {
     pub protocol: Option<String>,
     /// Application protocol.
     pub app_protocol: Option<String>,
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    const CRT: &str = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n";
+
+    fn tls_secret() -> Secret {
+        let mut s = Secret {
+            type_: "kubernetes.io/tls".into(),
+            ..Secret::default()
+        };
+        s.string_data.insert(TLS_CRT.into(), CRT.into());
+        s.string_data.insert(TLS_KEY.into(), KEY.into());
+        s.string_data.insert("ca.crt".into(), CRT.into());
+        s
+    }
+
+    #[test]
+    fn a_packed_secret_reads_and_writes_as_its_text() {
+        let text = tls_secret();
+        let mut packed = text.clone();
+        packed.pack_tls();
+        assert!(packed.tls.is_some());
+        assert_eq!(packed.string_data.keys().collect::<Vec<_>>(), ["ca.crt"]);
+        assert_eq!(packed.keys(), ["ca.crt", "tls.crt", "tls.key"]);
+        for k in ["tls.crt", "tls.key", "ca.crt"] {
+            assert!(packed.has(k));
+            assert_eq!(packed.value(k), text.value(k), "{k}");
+        }
+        assert!(!packed.has("other") && packed.value("other").is_none());
+        // Written back as the text was.
+        assert_eq!(
+            serde_json::to_value(&packed).unwrap(),
+            serde_json::to_value(&text).unwrap()
+        );
+        // Packing twice, or an equal text packed, gives equal objects.
+        let mut again = packed.clone();
+        again.pack_tls();
+        assert_eq!(again, packed);
+        let mut other = text.clone();
+        other.pack_tls();
+        assert_eq!(other, packed);
+    }
+
+    #[test]
+    fn only_tls_secrets_with_canonical_pem_are_packed() {
+        let mut opaque = tls_secret();
+        opaque.type_ = "Opaque".into();
+        opaque.pack_tls();
+        assert!(opaque.tls.is_none());
+        // A key in both maps: left alone (what `data` holds under it stays).
+        let mut both = tls_secret();
+        both.data.insert(TLS_CRT.into(), "eA==".into());
+        both.pack_tls();
+        assert!(both.tls.is_none());
+        let mut crlf = tls_secret();
+        crlf.string_data
+            .insert(TLS_CRT.into(), CRT.replace('\n', "\r\n").into());
+        crlf.pack_tls();
+        assert!(crlf.tls.is_none());
+        let mut no_key = tls_secret();
+        no_key.string_data.remove(TLS_KEY);
+        no_key.pack_tls();
+        assert!(no_key.tls.is_none());
+    }
 }

@@ -411,7 +411,11 @@ impl Object {
             Kind::ReferenceGrant => Object::ReferenceGrant(reader.read()?),
             Kind::Ingress => Object::Ingress(reader.read()?),
             Kind::IngressClass => Object::IngressClass(reader.read()?),
-            Kind::Secret => Object::Secret(reader.read()?),
+            Kind::Secret => {
+                let mut s: Secret = reader.read()?;
+                s.pack_tls();
+                Object::Secret(s)
+            }
             Kind::Service => Object::Service(reader.read()?),
             Kind::EndpointSlice => Object::EndpointSlice(reader.read()?),
             Kind::Namespace => Object::Namespace(reader.read()?),

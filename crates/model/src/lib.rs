@@ -73,5 +73,5 @@ pub use route::{
     PathRewrite, Pattern, QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef,
     RouteRule, StringMatch, Timeouts, VirtualHost, WeightedBackend,
 };
-pub use tls::{Certificate, SniCert};
+pub use tls::{Certificate, PackedTls, SniCert};
 pub use upstream_tls::{BackendTls, SubjectName, TrustAnchors, UpstreamTls};

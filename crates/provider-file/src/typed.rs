@@ -190,9 +190,12 @@ fn secret(doc: &Node<'_>) -> Option<Secret> {
             string_data: or_default(doc, "stringData", |n| {
                 string_map(n, |v| Arc::<str>::from(v))
             })?,
+            tls: None,
         })
     };
-    read().ok()
+    let mut s = read().ok()?;
+    s.pack_tls();
+    Some(s)
 }
 
 fn ingress(doc: &Node<'_>) -> Option<Ingress> {

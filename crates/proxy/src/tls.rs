@@ -67,7 +67,7 @@ impl CertEntry {
     /// The leaf's names and validity, read from the chain once.
     pub(crate) fn info(&self) -> &Result<crate::status::CertInfo, String> {
         self.info
-            .get_or_init(|| Box::new(crate::status::cert_info::read(&self.cert.chain_pem)))
+            .get_or_init(|| Box::new(crate::status::cert_info::read(&self.cert)))
     }
 
     /// The signing key, parsing it on first use; `None` if the certificate is unusable
@@ -93,15 +93,27 @@ impl CertEntry {
     }
 }
 
-/// PEM chain + key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
+/// The certificates of a chain, leaf first: the DER of a packed certificate as it is,
+/// PEM text decoded.
+pub(crate) fn chain_der(
+    cert: &Certificate,
+) -> Result<Vec<CertificateDer<'static>>, rustls_pki_types::pem::Error> {
+    match cert.as_packed() {
+        Some(p) => Ok(p
+            .chain_der()
+            .map(|d| CertificateDer::from(d.to_vec()))
+            .collect()),
+        None => CertificateDer::pem_slice_iter(&cert.chain_pem()).collect(),
+    }
+}
+
+/// Chain + PEM key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
 pub(crate) fn parse(cert: &Certificate) -> Result<Arc<CertifiedKey>, CertError> {
-    let chain = CertificateDer::pem_slice_iter(&cert.chain_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(CertError::ChainPem)?;
+    let chain = chain_der(cert).map_err(CertError::ChainPem)?;
     if chain.is_empty() {
         return Err(CertError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(&cert.key_pem).map_err(CertError::KeyPem)?;
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem()).map_err(CertError::KeyPem)?;
     let key = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key).map_err(CertError::Key)?;
     let certified = CertifiedKey::new(chain, key);
     match certified.keys_match() {
@@ -267,14 +279,24 @@ pub(crate) mod test_certs {
     pub(crate) fn broken() -> Arc<Certificate> {
         let good = self_signed(&["broken.test"]);
         Arc::new(Certificate::new(
-            good.chain_pem.clone(),
+            Arc::from(&*good.chain_pem()),
             b"not a key".to_vec().into(),
         ))
     }
 
     /// The leaf of `a` with the key of `b`.
     pub(crate) fn mismatched(a: &Certificate, b: &Certificate) -> Arc<Certificate> {
-        Arc::new(Certificate::new(a.chain_pem.clone(), b.key_pem.clone()))
+        Arc::new(Certificate::new(
+            Arc::from(&*a.chain_pem()),
+            Arc::from(b.key_pem()),
+        ))
+    }
+
+    /// `c` packed (its chain as DER), as the translator holds a Secret's certificate.
+    pub(crate) fn packed(c: &Certificate) -> Arc<Certificate> {
+        let p = weir_model::PackedTls::from_pem(&c.chain_pem(), c.key_pem())
+            .expect("rcgen writes canonical PEM");
+        Arc::new(Certificate::packed(p))
     }
 }
 
@@ -294,6 +316,30 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_certificate_serves_what_its_text_does() {
+        let text = self_signed(&["a.test"]);
+        let packed = packed(&text);
+        assert_eq!(packed.hash(), text.hash());
+        let (a, b) = (
+            CertEntry::new(text).certified_key().expect("valid"),
+            CertEntry::new(packed.clone())
+                .certified_key()
+                .expect("valid"),
+        );
+        assert_eq!(a.cert, b.cert);
+        assert_eq!(chain_der(&packed).unwrap(), a.cert);
+        // A packed leaf with another certificate's key is refused as the text is.
+        let other = self_signed(&["b.test"]);
+        let wrong = packed_with_key(&packed, &other);
+        assert!(CertEntry::new(wrong).certified_key().is_none());
+    }
+
+    fn packed_with_key(c: &Certificate, key_of: &Certificate) -> Arc<Certificate> {
+        let p = weir_model::PackedTls::from_pem(&c.chain_pem(), key_of.key_pem()).unwrap();
+        Arc::new(Certificate::packed(p))
+    }
+
+    #[test]
     fn bad_certificates_are_rejected_and_cached() {
         let entry = CertEntry::new(broken());
         assert!(entry.certified_key().is_none());
@@ -307,7 +353,7 @@ mod tests {
 
         let empty = CertEntry::new(Arc::new(Certificate::new(
             b"".to_vec().into(),
-            self_signed(&["x.test"]).key_pem.clone(),
+            Arc::from(self_signed(&["x.test"]).key_pem()),
         )));
         assert!(empty.certified_key().is_none());
         assert_eq!(
@@ -363,7 +409,7 @@ mod tests {
     )> {
         let mut roots = rustls::RootCertStore::empty();
         for c in trusted {
-            for der in CertificateDer::pem_slice_iter(&c.chain_pem) {
+            for der in CertificateDer::pem_slice_iter(&c.chain_pem()) {
                 roots.add(der?)?;
             }
         }
@@ -399,7 +445,7 @@ mod tests {
     }
 
     fn leaf_of(c: &Certificate) -> CertificateDer<'static> {
-        CertificateDer::pem_slice_iter(&c.chain_pem)
+        CertificateDer::pem_slice_iter(&c.chain_pem())
             .next()
             .unwrap()
             .unwrap()

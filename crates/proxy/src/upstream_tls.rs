@@ -102,10 +102,8 @@ impl TlsTarget {
             None => builder.with_no_client_auth(),
             Some(c) => {
                 let chain: Vec<CertificateDer<'static>> =
-                    CertificateDer::pem_slice_iter(&c.chain_pem)
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| format!("client certificate: {e}"))?;
-                let key = PrivateKeyDer::from_pem_slice(&c.key_pem)
+                    crate::tls::chain_der(c).map_err(|e| format!("client certificate: {e}"))?;
+                let key = PrivateKeyDer::from_pem_slice(c.key_pem())
                     .map_err(|e| format!("client certificate key: {e}"))?;
                 builder
                     .with_client_auth_cert(chain, key)

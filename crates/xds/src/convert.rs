@@ -338,8 +338,8 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
             sampling_ppm: t.sampling,
         }),
         client_certificate: p.client_certificate.as_ref().map(|c| wire::Certificate {
-            chain_pem: c.chain_pem.to_vec(),
-            key_pem: c.key_pem.to_vec(),
+            chain_pem: c.chain_pem().into_owned(),
+            key_pem: c.key_pem().to_vec(),
         }),
         cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
             policy: name.to_string(),
@@ -912,8 +912,8 @@ fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
         }),
         hide_sni: t.hide_sni,
         client_certificate: t.client_certificate.as_ref().map(|c| wire::Certificate {
-            chain_pem: c.chain_pem.to_vec(),
-            key_pem: c.key_pem.to_vec(),
+            chain_pem: c.chain_pem().into_owned(),
+            key_pem: c.key_pem().to_vec(),
         }),
         dns_names: t
             .subject_names
@@ -975,12 +975,10 @@ fn upstream_tls_from_wire(t: &wire::UpstreamTls) -> Result<Arc<UpstreamTls>, Inv
     Ok(Arc::new(UpstreamTls {
         sni: Arc::from(t.sni.as_str()),
         hide_sni: t.hide_sni,
-        client_certificate: t.client_certificate.as_ref().map(|c| {
-            Arc::new(Certificate::new(
-                c.chain_pem.as_slice().into(),
-                c.key_pem.as_slice().into(),
-            ))
-        }),
+        client_certificate: t
+            .client_certificate
+            .as_ref()
+            .map(|c| Arc::new(certificate_from_wire(&c.chain_pem, &c.key_pem))),
         trust,
         subject_names,
         policy: Arc::from(t.policy.as_str()),
@@ -1165,12 +1163,11 @@ fn policy_from_wire(p: &wire::Policy) -> Result<Policy, InvalidResource> {
                     .map(backend_tls_from_wire)
                     .transpose()?,
             )
-            .with_client_certificate(p.client_certificate.as_ref().map(|c| {
-                Arc::new(Certificate::new(
-                    Arc::from(&c.chain_pem[..]),
-                    Arc::from(&c.key_pem[..]),
-                ))
-            }))
+            .with_client_certificate(
+                p.client_certificate
+                    .as_ref()
+                    .map(|c| Arc::new(certificate_from_wire(&c.chain_pem, &c.key_pem))),
+            )
             .with_access_log(
                 p.access_log
                     .as_ref()
@@ -1570,8 +1567,8 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             tls: c.tls.as_deref().map(upstream_tls_to_wire),
         }),
         Resource::Certificate(c) => R::Certificate(wire::Certificate {
-            chain_pem: c.chain_pem.to_vec(),
-            key_pem: c.key_pem.to_vec(),
+            chain_pem: c.chain_pem().into_owned(),
+            key_pem: c.key_pem().to_vec(),
         }),
         Resource::Sni(s) => R::Sni(wire::SniCert {
             listener: s.listener.0.to_string(),
@@ -1855,10 +1852,9 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                         .with_tls(tls),
                 ))
             }
-            R::Certificate(c) => Resource::Certificate(Arc::new(Certificate::new(
-                c.chain_pem.as_slice().into(),
-                c.key_pem.as_slice().into(),
-            ))),
+            R::Certificate(c) => {
+                Resource::Certificate(Arc::new(certificate_from_wire(&c.chain_pem, &c.key_pem)))
+            }
             R::Sni(s) => Resource::Sni(Arc::new(SniCert::new(
                 ListenerKey(addr("listener", &s.listener)?),
                 host_from_wire("host", s.host.as_ref())?,
@@ -2277,6 +2273,15 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
     let timeouts = timeouts_from_wire(r.timeouts);
     let retry = r.retry.as_ref().map(retry_from_wire).transpose()?;
     Ok(RouteRule::new(route, matcher, filters, action, timeouts).with_retry(retry))
+}
+
+/// A certificate received as PEM text: packed when its chain is canonical PEM, as the
+/// control plane's was (the same hash either way, so SNI entries find it).
+fn certificate_from_wire(chain_pem: &[u8], key_pem: &[u8]) -> Certificate {
+    match weir_model::PackedTls::from_pem(chain_pem, key_pem) {
+        Some(p) => Certificate::packed(p),
+        None => Certificate::new(Arc::from(chain_pem), Arc::from(key_pem)),
+    }
 }
 
 #[cfg(test)]

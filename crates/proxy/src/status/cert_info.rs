@@ -16,12 +16,15 @@ pub(crate) struct CertInfo {
     pub(crate) not_after: i64,
 }
 
-/// Reads the first certificate of a PEM chain; `Err` says why it could not be read.
-pub(crate) fn read(chain_pem: &[u8]) -> Result<CertInfo, String> {
-    let der = CertificateDer::pem_slice_iter(chain_pem)
-        .next()
-        .ok_or("no certificate in the chain")?
-        .map_err(|e| format!("invalid certificate PEM: {e}"))?;
+/// Reads the first certificate of a chain; `Err` says why it could not be read.
+pub(crate) fn read(cert: &weir_model::Certificate) -> Result<CertInfo, String> {
+    let der = match cert.as_packed() {
+        Some(p) => CertificateDer::from(p.chain_der().next().ok_or("no certificate in the chain")?),
+        None => CertificateDer::pem_slice_iter(&cert.chain_pem())
+            .next()
+            .ok_or("no certificate in the chain")?
+            .map_err(|e| format!("invalid certificate PEM: {e}"))?,
+    };
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
         .map_err(|e| format!("invalid certificate: {e}"))?;
     let mut names = Vec::new();
@@ -92,11 +95,25 @@ mod tests {
         params.not_before = rcgen::date_time_ymd(2026, 1, 2);
         params.not_after = rcgen::date_time_ymd(2027, 3, 4);
         let cert = params.self_signed(&key).unwrap();
-        let info = read(cert.pem().as_bytes()).unwrap();
-        assert_eq!(info.names, ["a.example", "*.b.example"]);
-        assert_eq!(rfc3339(info.not_before), "2026-01-02T00:00:00Z");
-        assert_eq!(rfc3339(info.not_after), "2027-03-04T00:00:00Z");
-        assert!(read(b"not pem").is_err());
-        assert!(read(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").is_err());
+        let chain = |pem: &[u8]| {
+            weir_model::Certificate::new(std::sync::Arc::from(pem), std::sync::Arc::from(&b""[..]))
+        };
+        let text = chain(cert.pem().as_bytes());
+        let packed = weir_model::Certificate::packed(
+            weir_model::PackedTls::from_pem(cert.pem().as_bytes(), b"").unwrap(),
+        );
+        for c in [text, packed] {
+            let info = read(&c).unwrap();
+            assert_eq!(info.names, ["a.example", "*.b.example"]);
+            assert_eq!(rfc3339(info.not_before), "2026-01-02T00:00:00Z");
+            assert_eq!(rfc3339(info.not_after), "2027-03-04T00:00:00Z");
+        }
+        assert!(read(&chain(b"not pem")).is_err());
+        assert!(
+            read(&chain(
+                b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+            ))
+            .is_err()
+        );
     }
 }

@@ -734,6 +734,10 @@ pub(crate) fn secret_entries(s: &Secret) -> Vec<(&str, Option<Vec<u8>>)> {
         .iter()
         .map(|(k, v)| (k, Some(v.as_bytes().to_vec())))
         .collect();
+    if let Some(p) = &s.tls {
+        out.push(("tls.crt", Some(p.chain_pem())));
+        out.push(("tls.key", Some(p.key_pem().to_vec())));
+    }
     for (k, v) in &s.data {
         if s.string_data.contains_key(k) {
             continue;

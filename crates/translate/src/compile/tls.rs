@@ -36,11 +36,7 @@ const KEY: &str = "tls.key";
 
 /// Whether a Secret claims to be a TLS Secret (and so gets a status when it is broken).
 pub(crate) fn looks_like_tls(s: &Secret) -> bool {
-    s.type_ == "kubernetes.io/tls"
-        || s.data.contains_key(CRT)
-        || s.string_data.contains_key(CRT)
-        || s.data.contains_key(KEY)
-        || s.string_data.contains_key(KEY)
+    s.type_ == "kubernetes.io/tls" || s.has(CRT) || s.has(KEY)
 }
 
 /// The bytes of a Secret key as the shared buffer the certificate keeps: a `stringData`
@@ -62,6 +58,15 @@ fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
 fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
     if s.type_ != "kubernetes.io/tls" {
         return Err(InvalidSecret::NotTls);
+    }
+    if let Some(p) = &s.tls {
+        // Packed: the chain was canonical PEM, read already; the key is text.
+        if pem::accepts_key(p.key_pem()) {
+            return Ok(Arc::new(Certificate::packed(p.clone())));
+        }
+        PrivateKeyDer::from_pem_slice(p.key_pem())
+            .map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
+        return Ok(Arc::new(Certificate::packed(p.clone())));
     }
     let chain = value(s, CRT)?;
     let key = value(s, KEY)?;
@@ -202,5 +207,32 @@ mod tests {
             parse(&secret(crt, "nope", false)),
             Err(InvalidSecret::Key(_))
         ));
+        // Packed as the readers pack them: the same certificate, held packed.
+        for data in [false, true] {
+            let mut s = if data {
+                secret(&b64(crt), &b64(key), true)
+            } else {
+                secret(crt, key, false)
+            };
+            s.pack_tls();
+            assert!(s.tls.is_some() && s.string_data.is_empty() && s.data.is_empty());
+            assert!(looks_like_tls(&s));
+            let c = parse(&s).unwrap();
+            assert!(c.as_packed().is_some());
+            assert_eq!(c.hash(), a.hash());
+            assert_eq!(
+                (&*c.chain_pem(), c.key_pem()),
+                (crt.as_bytes(), key.as_bytes())
+            );
+        }
+        let mut bad_key = secret(crt, "nope", false);
+        bad_key.pack_tls();
+        assert!(bad_key.tls.is_some());
+        assert!(matches!(parse(&bad_key), Err(InvalidSecret::Key(_))));
+        // Not canonical (CRLF): left as text, and still served.
+        let mut crlf = secret(&crt.replace('\n', "\r\n"), key, false);
+        crlf.pack_tls();
+        assert!(crlf.tls.is_none());
+        assert!(parse(&crlf).unwrap().as_packed().is_none());
     }
 }
