@@ -8,6 +8,11 @@
 //!   `CertificateDer::pem_slice_iter` reads it) and for the key (`PrivateKeyDer::from_pem_slice`
 //!   finds one): the same answer both ways, so a refusal it adds (a slower path, not a
 //!   wrong one) fails here too.
+//!
+//! The same bytes as a chain to pack (`weir_model::PackedTls::from_pem`, which the Secret
+//! readers run on every TLS Secret): it never panics; a packed chain writes back exactly
+//! the bytes it was packed from, and holds the certificates rustls-pki-types' reader reads
+//! from them, in order.
 
 #![no_main]
 
@@ -27,6 +32,15 @@ fn reader_chain(pem: &[u8]) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
+    if let Some(p) = weir_model::PackedTls::from_pem(data, b"key") {
+        assert_eq!(p.chain_pem(), data, "packed but not one-to-one");
+        assert_eq!(p.key_pem(), b"key");
+        let read: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(data)
+            .map(|c| c.expect("the reader refuses a packed chain").to_vec())
+            .collect();
+        let packed: Vec<Vec<u8>> = p.chain_der().map(<[u8]>::to_vec).collect();
+        assert_eq!(packed, read, "packed certificates differ from the reader's");
+    }
     let (chain, key) = weir_translate::pem_accepts(data);
     let reader_key = PrivateKeyDer::from_pem_slice(data).is_ok();
     assert!(!chain || reader_chain(data), "a chain the reader refuses was accepted");
