@@ -296,6 +296,34 @@ mod secret_tests {
     }
 
     #[test]
+    fn secrets_read_from_the_api_servers_json_are_packed() {
+        let b64 = |t: &str| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(t)
+        };
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"s","namespace":"ns"}},"type":"kubernetes.io/tls","data":{{"tls.crt":"{}","tls.key":"{}"}}}}"#,
+            b64(CRT),
+            b64(KEY)
+        );
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let read = [
+            crate::Object::from_json_quick(crate::Kind::Secret, &json).unwrap(),
+            crate::Object::from_value(value).unwrap(),
+        ];
+        for o in read {
+            let crate::Object::Secret(s) = o else {
+                panic!("not a Secret")
+            };
+            assert!(s.tls.is_some() && s.data.is_empty(), "{s:?}");
+            assert_eq!(
+                s.value("tls.key").unwrap().unwrap().as_ref(),
+                KEY.as_bytes()
+            );
+        }
+    }
+
+    #[test]
     fn only_tls_secrets_with_canonical_pem_are_packed() {
         let mut opaque = tls_secret();
         opaque.type_ = "Opaque".into();
