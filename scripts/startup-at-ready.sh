@@ -11,6 +11,7 @@
 # leaves under target/weir-bench/work. weir is stopped (TERM) once the figures are read.
 # Ports: WEIR_ADMIN (default 127.0.0.1:19901), 127.0.0.1:18080 and :18443 for Ingresses.
 set -euo pipefail
+. "$(dirname "$0")/wait-ready.sh"
 weir=${1:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
 dir=${2:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
 cpu=${3:-1}
@@ -26,16 +27,7 @@ else
 fi
 pid=$!
 start=$(date +%s.%N)
-deadline=$((SECONDS + 3600))
-until curl -sf -o /dev/null "http://$admin/ready"; do
-  if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
-    echo "weir did not become ready; last log lines:" >&2
-    tail -20 "$log" >&2
-    kill "$pid" 2>/dev/null || true
-    exit 1
-  fi
-  sleep 0.02
-done
+wait_ready "$admin" "$pid" "$log" 0.02
 ready=$(date +%s.%N)
 read -r -a stat <"/proc/$pid/stat"
 tck=$(getconf CLK_TCK)

@@ -9,6 +9,7 @@
 # target/weir-bench/work. Ports: WEIR_ADMIN (default 127.0.0.1:19901), 127.0.0.1:18080
 # and :18443 for Ingresses.
 set -euo pipefail
+. "$(dirname "$0")/wait-ready.sh"
 weir=${1:?usage: stop-time.sh WEIR DIR}
 dir=${2:?usage: stop-time.sh WEIR DIR}
 admin=${WEIR_ADMIN:-127.0.0.1:19901}
@@ -17,16 +18,7 @@ trap 'rm -f "$log"' EXIT
 "$weir" run -c "$dir" --admin "$admin" --ingress-http 127.0.0.1:18080 \
   --ingress-https 127.0.0.1:18443 --no-access-log --no-watch >"$log" 2>&1 &
 pid=$!
-deadline=$((SECONDS + 3600))
-until curl -sf -o /dev/null "http://$admin/ready"; do
-  if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
-    echo "weir did not become ready; last log lines:" >&2
-    tail -20 "$log" >&2
-    kill "$pid" 2>/dev/null || true
-    exit 1
-  fi
-  sleep 0.05
-done
+wait_ready "$admin" "$pid" "$log" 0.05
 sleep 1
 t0=$(date +%s.%N)
 kill -TERM "$pid"

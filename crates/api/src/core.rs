@@ -46,7 +46,6 @@ impl Secret {
     /// key in both maps, bad base64, other PEM text) is left as it is. The readers call
     /// this on every Secret they read.
     pub fn pack_tls(&mut self) {
-        use base64::Engine as _;
         if self.tls.is_some() || self.type_ != "kubernetes.io/tls" {
             return;
         }
@@ -54,18 +53,7 @@ impl Secret {
         if in_both(TLS_CRT) || in_both(TLS_KEY) {
             return;
         }
-        let value = |k: &str| -> Option<std::borrow::Cow<'_, [u8]>> {
-            if let Some(v) = self.string_data.get(k) {
-                return Some(std::borrow::Cow::Borrowed(v.as_bytes()));
-            }
-            let v = self.data.get(k)?;
-            let compact: Vec<u8> = v.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(compact)
-                .ok()?;
-            Some(std::borrow::Cow::Owned(bytes))
-        };
-        let (Some(crt), Some(key)) = (value(TLS_CRT), value(TLS_KEY)) else {
+        let (Some(Ok(crt)), Some(Ok(key))) = (self.value(TLS_CRT), self.value(TLS_KEY)) else {
             return;
         };
         // The key's text stays text (only a PEM reader decodes it); as UTF-8, as

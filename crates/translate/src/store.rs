@@ -182,6 +182,12 @@ impl Store {
         }
     }
 
+    /// A dependency on the object with `key`, holding the stored object's own key when
+    /// there is one ([`Store::shared`]).
+    pub(crate) fn dep_on(&self, key: ObjectKey) -> Dep {
+        Dep::Object(self.shared(key))
+    }
+
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
         self.objects
             .get(&ObjectKey::new(kind, ns, name))

@@ -43,11 +43,7 @@ pub(crate) fn compile(
         .as_deref()
         .filter(|n| !n.is_empty())
         .unwrap_or(ns);
-    deps.push(Dep::Object(store.shared(ObjectKey::new(
-        Kind::Secret,
-        rns,
-        &r.name,
-    ))));
+    deps.push(store.dep_on(ObjectKey::new(Kind::Secret, rns, &r.name)));
     if rns != ns {
         deps.push(Dep::GrantsIn(rns.into()));
         if !store.grant_allows(Referrer::Gateway, ns, rns, "", "Secret", &r.name) {

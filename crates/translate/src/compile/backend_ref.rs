@@ -213,7 +213,7 @@ fn resolve_ref(
     };
     ctx.out
         .deps
-        .push(Dep::Object(ctx.store.shared(ObjectKey::new(k, ns, name))));
+        .push(ctx.store.dep_on(ObjectKey::new(k, ns, name)));
     if ns != &**ctx.ns {
         ctx.out.deps.push(Dep::GrantsIn(ns.into()));
         let g = if k == Kind::Service { "" } else { "weir.dev" };

@@ -149,9 +149,7 @@ fn validation(
             .as_deref()
             .filter(|n| !n.is_empty())
             .unwrap_or(ns);
-        deps.push(Dep::Object(
-            store.shared(ObjectKey::new(kind, rns, &r.name)),
-        ));
+        deps.push(store.dep_on(ObjectKey::new(kind, rns, &r.name)));
         if rns != ns {
             deps.push(Dep::GrantsIn(rns.into()));
             if !store.grant_allows(Referrer::Gateway, ns, rns, "", kind.name(), &r.name) {

@@ -31,7 +31,7 @@ use crate::compile::http_route::direct_response;
 use crate::compile::order::{Age, RuleOrder, RuleOrigin};
 use crate::compile::route_kind::{CompiledRoute, RouteKind, RouteObject};
 use crate::compile::rules::{CompiledRule, RouteId, RuleMatch, compile_rules};
-use crate::store::{Dep, Store};
+use crate::store::Store;
 
 impl RouteObject for GrpcRoute {
     const KIND: RouteKind = RouteKind::Grpc;
@@ -172,13 +172,10 @@ fn compile_rule(
         }
     }
     let action = if let Some((j, name)) = direct {
-        ctx.out
-            .deps
-            .push(Dep::Object(ctx.store.shared(ObjectKey::new(
-                Kind::DirectResponse,
-                ctx.ns,
-                &name,
-            ))));
+        ctx.out.deps.push(
+            ctx.store
+                .dep_on(ObjectKey::new(Kind::DirectResponse, ctx.ns, &name)),
+        );
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)

@@ -18,7 +18,7 @@ use crate::compile::fields::{
 use crate::compile::order::Age;
 use crate::compile::route_kind::{CompiledRoute, RouteKind, RouteObject};
 use crate::compile::rules::{CompiledRule, RouteId, compile_rules};
-use crate::store::{Dep, Store};
+use crate::store::Store;
 
 impl RouteObject for HttpRoute {
     const KIND: RouteKind = RouteKind::Http;
@@ -224,13 +224,10 @@ fn compile_rule(
     let action = if let Some(r) = redirect {
         Action::Redirect(r)
     } else if let Some((j, name)) = direct {
-        ctx.out
-            .deps
-            .push(Dep::Object(ctx.store.shared(ObjectKey::new(
-                Kind::DirectResponse,
-                ctx.ns,
-                &name,
-            ))));
+        ctx.out.deps.push(
+            ctx.store
+                .dep_on(ObjectKey::new(Kind::DirectResponse, ctx.ns, &name)),
+        );
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)

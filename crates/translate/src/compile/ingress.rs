@@ -306,11 +306,7 @@ pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut Compile
             continue;
         };
         out.deps
-            .push(Dep::Object(store.shared(ObjectKey::in_namespace(
-                Kind::Secret,
-                ns,
-                secret,
-            ))));
+            .push(store.dep_on(ObjectKey::in_namespace(Kind::Secret, ns, secret)));
         let cert = match store.certificate(ns, secret) {
             None => {
                 out.problems.push(format!("{field}.secretName: Secret {ns}/{secret} not found; its hosts get no certificate"));
@@ -390,11 +386,7 @@ pub(crate) fn default_backend(
         ingress_nginx::PREFIX
     );
     out.deps
-        .push(Dep::Object(store.shared(ObjectKey::in_namespace(
-            Kind::Service,
-            ns,
-            &name,
-        ))));
+        .push(store.dep_on(ObjectKey::in_namespace(Kind::Service, ns, &name)));
     let port = store
         .service(ns, &name)
         .and_then(|s| s.spec.ports.first())
@@ -536,11 +528,7 @@ fn resolve(
     want: WantProtocol,
 ) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
-        deps.push(Dep::Object(store.shared(ObjectKey::in_namespace(
-            Kind::Service,
-            ns,
-            &s.name,
-        ))));
+        deps.push(store.dep_on(ObjectKey::in_namespace(Kind::Service, ns, &s.name)));
         let fs = format!("{field}.service");
         let port = match (&s.port.number, &s.port.name) {
             (Some(n), _) => *n,
@@ -580,11 +568,11 @@ fn resolve(
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && &*r.kind == "Backend" {
-            deps.push(Dep::Object(store.shared(ObjectKey::in_namespace_shared(
+            deps.push(store.dep_on(ObjectKey::in_namespace_shared(
                 Kind::Backend,
                 ns,
                 r.name.clone(),
-            ))));
+            )));
             return backend::resolve_backend(
                 store,
                 ns,

@@ -43,11 +43,8 @@ pub(crate) fn compile(
     let mut flat: u32 = 0;
     let mut main_seen: Option<ObjectKey> = None;
     // A class-less main Ingress is ours while our IngressClass is the default one.
-    out.deps.push(Dep::Object(store.shared(ObjectKey::new(
-        Kind::IngressClass,
-        "",
-        &opts.ingress_class,
-    ))));
+    out.deps
+        .push(store.dep_on(ObjectKey::new(Kind::IngressClass, "", &opts.ingress_class)));
     for (i, rule) in ing.spec.rules.iter().enumerate() {
         let host_name = rule.host.as_deref().unwrap_or("");
         out.deps

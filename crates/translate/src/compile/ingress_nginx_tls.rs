@@ -141,11 +141,7 @@ pub(crate) fn read(
     let mut ca = None;
     let mut client_certificate = None;
     if let Some(name) = secret {
-        deps.push(Dep::Object(store.shared(ObjectKey::new(
-            Kind::Secret,
-            ns,
-            name,
-        ))));
+        deps.push(store.dep_on(ObjectKey::new(Kind::Secret, ns, name)));
         match store.ca_bundle(true, ns, name) {
             None => problems.push(format!(
                 "{}: Secret {ns}/{name} not found",

@@ -176,11 +176,7 @@ pub(crate) fn compile_listeners(
                             .as_deref()
                             .filter(|n| !n.is_empty())
                             .unwrap_or(ns);
-                        deps.push(Dep::Object(store.shared(ObjectKey::new(
-                            Kind::Secret,
-                            sns,
-                            &r.name,
-                        ))));
+                        deps.push(store.dep_on(ObjectKey::new(Kind::Secret, sns, &r.name)));
                         if sns != ns {
                             deps.push(Dep::GrantsIn(sns.into()));
                             if !store.grant_allows(from, ns, sns, "", "Secret", &r.name) {

@@ -728,27 +728,23 @@ pub(crate) fn htpasswd_users(
 
 /// A Secret's entries, decoded (`stringData` over `data`); `None` for bad base64.
 pub(crate) fn secret_entries(s: &Secret) -> Vec<(&str, Option<Vec<u8>>)> {
-    use base64::Engine;
+    let decoded = |k| {
+        s.value(k)
+            .and_then(Result::ok)
+            .map(std::borrow::Cow::into_owned)
+    };
     let mut out: Vec<(&str, Option<Vec<u8>>)> = s
         .string_data
         .iter()
         .map(|(k, v)| (k, Some(v.as_bytes().to_vec())))
         .collect();
-    if let Some(p) = &s.tls {
-        out.push(("tls.crt", Some(p.chain_pem())));
-        out.push(("tls.key", Some(p.key_pem().to_vec())));
+    if s.tls.is_some() {
+        out.extend(["tls.crt", "tls.key"].map(|k| (k, decoded(k))));
     }
-    for (k, v) in &s.data {
-        if s.string_data.contains_key(k) {
-            continue;
+    for (k, _) in &s.data {
+        if !s.string_data.contains_key(k) {
+            out.push((k, decoded(k)));
         }
-        let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-        out.push((
-            k,
-            base64::engine::general_purpose::STANDARD
-                .decode(compact)
-                .ok(),
-        ));
     }
     out
 }

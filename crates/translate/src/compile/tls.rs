@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use weir_api::Secret;
@@ -45,14 +44,11 @@ fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
     if let Some(v) = s.string_data.get(key) {
         return Ok(Arc::<[u8]>::from(v.clone()));
     }
-    let Some(v) = s.data.get(key) else {
-        return Err(InvalidSecret::Missing(key));
-    };
-    let compact: String = v.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(compact)
-        .map(Arc::from)
-        .map_err(|_| InvalidSecret::Base64(key))
+    match s.value(key) {
+        None => Err(InvalidSecret::Missing(key)),
+        Some(Err(())) => Err(InvalidSecret::Base64(key)),
+        Some(Ok(bytes)) => Ok(Arc::from(bytes)),
+    }
 }
 
 fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
@@ -200,7 +196,10 @@ mod tests {
         let crt = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
         let key = "-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n";
         let a = parse(&secret(crt, key, false)).unwrap();
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let b64 = |s: &str| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(s)
+        };
         let b = parse(&secret(&b64(crt), &b64(key), true)).unwrap();
         assert_eq!(a.hash(), b.hash());
         assert!(matches!(
