@@ -103,8 +103,10 @@ pub struct TypedLocalObjectReference {
 #[serde(rename_all = "camelCase", default)]
 pub struct IngressTls {
     /// Hosts the certificate serves.
-    #[serde(deserialize_with = "crate::meta::exact_vec")]
-    pub hosts: Vec<String>,
+    /// Shared: read with [`crate::shared_str`], the host a rule of the same Ingress names
+    /// is the same buffer, and so is everything the translator builds from it.
+    #[serde(deserialize_with = "crate::meta::shared_vec")]
+    pub hosts: Vec<Arc<str>>,
     /// Secret (same namespace) with `tls.crt`/`tls.key`.
     pub secret_name: Option<String>,
 }
@@ -113,8 +115,10 @@ pub struct IngressTls {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IngressRule {
-    /// Host (may be a `*.` wildcard covering one label, per the Ingress spec).
-    pub host: Option<String>,
+    /// Host (may be a `*.` wildcard covering one label, per the Ingress spec). Shared
+    /// like the TLS hosts.
+    #[serde(deserialize_with = "crate::meta::shared_opt")]
+    pub host: Option<Arc<str>>,
     /// Paths.
     pub http: Option<HttpIngressRuleValue>,
 }

@@ -35,7 +35,9 @@ pub use crate::l4route::{
     UdpRouteSpec,
 };
 pub use crate::listenerset::ListenerSet;
-pub use crate::meta::{LabelSelector, LabelSelectorRequirement, ObjectMeta, shared_str};
+pub use crate::meta::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, ServerMeta, shared_str,
+};
 pub use crate::object::{InvalidObject, KeyParts, Kind, Object, ObjectKey};
 pub use crate::status::*;
 pub use crate::str_map::StrMap;

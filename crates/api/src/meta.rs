@@ -4,20 +4,32 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 /// The subset of Kubernetes `metadata` weir uses.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
+///
+/// The fields the API server sets (and files rarely do) are boxed together in
+/// [`ServerMeta`]: an object read from a file holds 8 bytes for them instead of 64, which
+/// took each stored object (`Object`, 232 bytes) into the allocator's next smaller class
+/// (BENCHMARKS.md, "Session 30"). Read them with the accessors; equality treats an empty
+/// box as none.
+#[derive(Clone, Default, Deserialize, Serialize)]
+#[serde(from = "MetaFields", into = "MetaFields")]
 pub struct ObjectMeta {
     /// Object name (required). Shared: every [`crate::ObjectKey`] of the object (the
     /// provider's, the translator's, its status's) holds this buffer instead of a copy.
     pub name: Arc<str>,
     /// Namespace; empty means `default` for namespaced kinds (see [`crate::Object::from_value`]).
     /// Shared like the name; readers of many objects give equal namespaces one buffer.
-    #[serde(deserialize_with = "shared_namespace")]
     pub namespace: Arc<str>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
+    /// Creation time, generation, identity and version, when any is set.
+    pub server: Option<Box<ServerMeta>>,
+}
+
+/// The fields of [`ObjectMeta`] the API server assigns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerMeta {
     /// RFC 3339 creation time; absent in files (then the order objects were first seen
     /// stands in for it).
     pub creation_timestamp: Option<Box<str>>,
@@ -27,6 +39,129 @@ pub struct ObjectMeta {
     pub uid: Option<Box<str>>,
     /// Server-assigned version.
     pub resource_version: Option<Box<str>>,
+}
+
+impl ServerMeta {
+    const NONE: ServerMeta = ServerMeta {
+        creation_timestamp: None,
+        generation: None,
+        uid: None,
+        resource_version: None,
+    };
+
+    /// `self` boxed, or `None` when no field is set.
+    pub fn boxed(self) -> Option<Box<ServerMeta>> {
+        (self != ServerMeta::NONE).then(|| Box::new(self))
+    }
+}
+
+impl ObjectMeta {
+    /// The server-assigned fields (all `None` when there are none).
+    pub fn server(&self) -> &ServerMeta {
+        self.server.as_deref().unwrap_or(&ServerMeta::NONE)
+    }
+
+    /// The server-assigned fields, to change (boxed on first use).
+    pub fn server_mut(&mut self) -> &mut ServerMeta {
+        self.server.get_or_insert_default()
+    }
+
+    /// RFC 3339 creation time.
+    pub fn creation_timestamp(&self) -> Option<&str> {
+        self.server().creation_timestamp.as_deref()
+    }
+
+    /// Spec generation.
+    pub fn generation(&self) -> Option<i64> {
+        self.server().generation
+    }
+
+    /// Server-assigned identity.
+    pub fn uid(&self) -> Option<&str> {
+        self.server().uid.as_deref()
+    }
+
+    /// Server-assigned version.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.server().resource_version.as_deref()
+    }
+}
+
+impl PartialEq for ObjectMeta {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.namespace == other.namespace
+            && self.labels == other.labels
+            && self.annotations == other.annotations
+            && self.server() == other.server()
+    }
+}
+
+impl Eq for ObjectMeta {}
+
+impl std::fmt::Debug for ObjectMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.server();
+        f.debug_struct("ObjectMeta")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("labels", &self.labels)
+            .field("annotations", &self.annotations)
+            .field("creation_timestamp", &s.creation_timestamp)
+            .field("generation", &s.generation)
+            .field("uid", &s.uid)
+            .field("resource_version", &s.resource_version)
+            .finish()
+    }
+}
+
+/// [`ObjectMeta`] as Kubernetes writes it: what serde reads and writes.
+#[derive(Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+struct MetaFields {
+    name: Arc<str>,
+    #[serde(deserialize_with = "shared_namespace")]
+    namespace: Arc<str>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    creation_timestamp: Option<Box<str>>,
+    generation: Option<i64>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+}
+
+impl From<MetaFields> for ObjectMeta {
+    fn from(m: MetaFields) -> Self {
+        ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            labels: m.labels,
+            annotations: m.annotations,
+            server: ServerMeta {
+                creation_timestamp: m.creation_timestamp,
+                generation: m.generation,
+                uid: m.uid,
+                resource_version: m.resource_version,
+            }
+            .boxed(),
+        }
+    }
+}
+
+impl From<ObjectMeta> for MetaFields {
+    fn from(m: ObjectMeta) -> Self {
+        let s = m.server.map(|b| *b).unwrap_or_default();
+        MetaFields {
+            name: m.name,
+            namespace: m.namespace,
+            labels: m.labels,
+            annotations: m.annotations,
+            creation_timestamp: s.creation_timestamp,
+            generation: s.generation,
+            uid: s.uid,
+            resource_version: s.resource_version,
+        }
+    }
 }
 
 /// `s` as an `Arc<str>`, shared with the last equal strings this thread asked for (it
@@ -74,6 +209,14 @@ pub(crate) fn shared_opt<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Option<Arc<str>>, D::Error> {
     let s = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
     Ok(s.map(|s| shared_str(&s)))
+}
+
+/// A list of strings read to exactly its length, each shared ([`shared_str`]).
+pub(crate) fn shared_vec<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<Arc<str>>, D::Error> {
+    let v = Vec::<std::borrow::Cow<'de, str>>::deserialize(d)?;
+    Ok(v.iter().map(|s| shared_str(s)).collect())
 }
 
 /// A list read to exactly its length. Read from JSON text (the Kubernetes provider),
@@ -155,6 +298,35 @@ mod tests {
         let c = shared_str("default");
         assert_eq!(&*c, "default");
         assert!(!Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn server_fields_are_boxed_only_when_set() {
+        let file: ObjectMeta =
+            serde_json::from_value(serde_json::json!({"name": "a", "namespace": "ns"})).unwrap();
+        assert!(file.server.is_none());
+        let json = serde_json::json!({"name": "a", "namespace": "ns",
+            "creationTimestamp": "2026-12-03T00:00:00Z", "generation": 3, "uid": "u-1",
+            "resourceVersion": "42"});
+        let api: ObjectMeta = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(api.creation_timestamp(), Some("2026-12-03T00:00:00Z"));
+        assert_eq!(api.generation(), Some(3));
+        assert_eq!(api.uid(), Some("u-1"));
+        assert_eq!(api.resource_version(), Some("42"));
+        let mut back = serde_json::to_value(&api).unwrap();
+        back.as_object_mut()
+            .unwrap()
+            .retain(|_, v| !v.is_null() && v != &serde_json::json!({}));
+        assert_eq!(back, json);
+        // An emptied box equals none, whichever side holds it.
+        let mut emptied = file.clone();
+        emptied.server_mut().generation = Some(1);
+        assert_ne!(emptied, file);
+        emptied.server_mut().generation = None;
+        assert!(emptied.server.is_some());
+        assert_eq!(emptied, file);
+        assert_eq!(file, emptied);
+        assert_eq!(format!("{emptied:?}"), format!("{file:?}"));
     }
 
     #[test]

@@ -50,9 +50,15 @@ impl<V> StrMap<V> {
         }
     }
 
-    /// Removes `key`; returns its value.
+    /// Removes `key`; returns its value. The last entry removed frees the room: a packed
+    /// TLS Secret's maps lose both their entries and are kept for as long as the Secret.
     pub fn remove(&mut self, key: &str) -> Option<V> {
-        self.find(key).ok().map(|i| self.0.remove(i).1)
+        let i = self.find(key).ok()?;
+        let v = self.0.remove(i).1;
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
+        Some(v)
     }
 
     /// The entries in key order.
@@ -176,5 +182,15 @@ mod tests {
         assert_eq!(m.remove("a"), Some(4));
         assert_eq!(m.insert("b".into(), 9), Some(1));
         assert_eq!(m.keys().collect::<Vec<_>>(), ["", "b", "c"]);
+    }
+
+    #[test]
+    fn emptied_by_removals_it_holds_no_room() {
+        let mut m: StrMap<i32> = [("tls.crt", 1), ("tls.key", 2)].into_iter().collect();
+        m.remove("tls.key");
+        assert!(m.0.capacity() > 0);
+        m.remove("tls.crt");
+        assert_eq!(m.0.capacity(), 0);
+        assert_eq!(m.remove("tls.crt"), None);
     }
 }

@@ -34,6 +34,19 @@ impl HostMatch {
     /// Parses a Gateway API / Ingress hostname (`example.com`, `*.example.com`).
     /// `None` or an empty string means [`HostMatch::Any`]. The result is lower-case.
     pub fn parse(hostname: Option<&str>) -> Result<Self, InvalidHostname> {
+        Self::parse_in(hostname, None)
+    }
+
+    /// [`HostMatch::parse`] of a shared hostname: an exact host already in lower case
+    /// (nearly every one) holds the same buffer instead of a copy.
+    pub fn parse_shared(hostname: Option<&Arc<str>>) -> Result<Self, InvalidHostname> {
+        Self::parse_in(hostname.map(|h| &**h), hostname)
+    }
+
+    fn parse_in(
+        hostname: Option<&str>,
+        shared: Option<&Arc<str>>,
+    ) -> Result<Self, InvalidHostname> {
         let Some(h) = hostname.filter(|h| !h.is_empty()) else {
             return Ok(HostMatch::Any);
         };
@@ -70,6 +83,8 @@ impl HostMatch {
             HostMatch::Wildcard(format!(".{}", rest.to_ascii_lowercase()).into())
         } else if rest.bytes().any(|b| b.is_ascii_uppercase()) {
             HostMatch::Exact(rest.to_ascii_lowercase().into())
+        } else if let Some(shared) = shared {
+            HostMatch::Exact(shared.clone())
         } else {
             // Already lower-case (nearly every host): one allocation, the `Arc`'s.
             HostMatch::Exact(rest.into())
@@ -143,6 +158,27 @@ mod tests {
         assert!(!h("*.example.com").covers(&h("example.com")));
         assert!(!h("a.example.com").covers(&h("*.example.com")));
         assert!(!h("*.example.com").covers(&any));
+    }
+
+    #[test]
+    fn a_shared_lower_case_host_keeps_its_buffer() {
+        let shared: Arc<str> = "a.example.com".into();
+        let HostMatch::Exact(e) = HostMatch::parse_shared(Some(&shared)).unwrap() else {
+            panic!("not exact");
+        };
+        assert!(Arc::ptr_eq(&e, &shared));
+        // Anything normalized is a new buffer, equal to what `parse` gives.
+        for s in ["A.example.com", "*.example.com", ""] {
+            let shared: Arc<str> = s.into();
+            let m = HostMatch::parse_shared(Some(&shared)).unwrap();
+            assert_eq!(m, HostMatch::parse(Some(s)).unwrap());
+            if let HostMatch::Exact(e) | HostMatch::Wildcard(e) = &m {
+                assert!(!Arc::ptr_eq(e, &shared));
+            }
+        }
+        let bad: Arc<str> = "a..b".into();
+        assert!(HostMatch::parse_shared(Some(&bad)).is_err());
+        assert_eq!(HostMatch::parse_shared(None), Ok(HostMatch::Any));
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use weir_api::{
     HttpIngressPath, HttpIngressRuleValue, Ingress, IngressBackend, IngressRule,
-    IngressServiceBackend, IngressSpec, IngressTls, Object, ObjectMeta, Secret, ServiceBackendPort,
-    TypedLocalObjectReference,
+    IngressServiceBackend, IngressSpec, IngressTls, Object, ObjectMeta, Secret, ServerMeta,
+    ServiceBackendPort, TypedLocalObjectReference,
 };
 
 use crate::yaml::Node;
@@ -167,10 +167,13 @@ fn metadata(doc: &Node<'_>) -> Result<ObjectMeta, ()> {
         namespace: or_default(m, "namespace", shared)?,
         labels: or_default(m, "labels", |n| string_map(n, str::to_owned))?,
         annotations: or_default(m, "annotations", |n| string_map(n, str::to_owned))?,
-        creation_timestamp: opt(m, "creationTimestamp", boxed_str)?,
-        generation: opt(m, "generation", i64_of)?,
-        uid: opt(m, "uid", boxed_str)?,
-        resource_version: opt(m, "resourceVersion", boxed_str)?,
+        server: ServerMeta {
+            creation_timestamp: opt(m, "creationTimestamp", boxed_str)?,
+            generation: opt(m, "generation", i64_of)?,
+            uid: opt(m, "uid", boxed_str)?,
+            resource_version: opt(m, "resourceVersion", boxed_str)?,
+        }
+        .boxed(),
     };
     if meta.name.is_empty() {
         return Err(());
@@ -221,7 +224,7 @@ fn ingress_spec(node: &Node<'_>) -> Result<IngressSpec, ()> {
 fn tls(node: &Node<'_>) -> Result<IngressTls, ()> {
     let tls = map(node)?;
     Ok(IngressTls {
-        hosts: or_default(tls, "hosts", |n| list(n, string))?,
+        hosts: or_default(tls, "hosts", |n| list(n, shared))?,
         secret_name: opt(tls, "secretName", string)?,
     })
 }
@@ -229,7 +232,7 @@ fn tls(node: &Node<'_>) -> Result<IngressTls, ()> {
 fn rule(node: &Node<'_>) -> Result<IngressRule, ()> {
     let rule = map(node)?;
     Ok(IngressRule {
-        host: opt(rule, "host", string)?,
+        host: opt(rule, "host", shared)?,
         http: opt(rule, "http", |n| {
             Ok(HttpIngressRuleValue {
                 paths: or_default(map(n)?, "paths", |n| list(n, path))?,

@@ -328,7 +328,9 @@ pub(crate) fn convert(w: &Watched, raw: RawObject) -> (Result<Object, InvalidObj
     // Straight from the text when that reads the object the `Value` would (nearly
     // always); the object types have no `status` or `managedFields`.
     if let Some(mut o) = Object::from_json_quick(w.kind, json) {
-        o.metadata_mut().resource_version = None;
+        if let Some(s) = o.metadata_mut().server.as_mut() {
+            s.resource_version = None;
+        }
         return (Ok(o), live);
     }
     let mut value = match serde_json::from_str::<Value>(json) {
@@ -395,8 +397,8 @@ mod tests {
         let (o, live) = convert(&w, obj);
         let o = o.unwrap();
         assert_eq!(o.kind(), Kind::HttpRoute);
-        assert_eq!(o.metadata().generation, Some(3));
-        assert_eq!(o.metadata().resource_version, None);
+        assert_eq!(o.metadata().generation(), Some(3));
+        assert_eq!(o.metadata().resource_version(), None);
         assert_eq!(live.resource_version, "42");
         assert_eq!(
             live.status["parents"][0]["controllerName"],
@@ -484,7 +486,7 @@ mod tests {
             let quick = quick.unwrap();
             assert_eq!(quick, slow.unwrap(), "{kind}");
             assert_eq!(quick_live, slow_live, "{kind}");
-            assert_eq!(quick.metadata().resource_version, None);
+            assert_eq!(quick.metadata().resource_version(), None);
             assert_eq!(
                 quick_live.resource_version,
                 item["metadata"]["resourceVersion"].as_str().unwrap()

@@ -110,7 +110,7 @@ fn metadata(gw: &Gateway, component: &str) -> Value {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
         "name": gw.metadata.name,
-        "uid": gw.metadata.uid.clone().unwrap_or_default(),
+        "uid": gw.metadata.uid().unwrap_or_default(),
         "controller": true,
         "blockOwnerDeletion": true,
     }]);

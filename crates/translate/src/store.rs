@@ -197,7 +197,7 @@ impl Store {
     /// Precedence age of the object with `key` (creation time, then first-seen order).
     pub(crate) fn age(&self, key: &ObjectKey) -> Age {
         match self.objects.get(key) {
-            Some((o, seq)) => Age::new(o.metadata().creation_timestamp.as_deref(), *seq),
+            Some((o, seq)) => Age::new(o.metadata().creation_timestamp(), *seq),
             None => Age::new(None, u64::MAX),
         }
     }
@@ -373,7 +373,7 @@ pub(crate) fn ingress_hosts(i: &Ingress) -> BTreeSet<Arc<str>> {
     i.spec
         .rules
         .iter()
-        .map(|r| Arc::from(r.host.as_deref().unwrap_or("")))
+        .map(|r| r.host.clone().unwrap_or_else(|| Arc::from("")))
         .collect()
 }
 

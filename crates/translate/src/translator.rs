@@ -552,7 +552,7 @@ impl Translator {
             self.set_status(&gk, st, d);
         }
         for k in std::mem::take(&mut d.policy_status) {
-            let generation = self.store.get(&k).and_then(|o| o.metadata().generation);
+            let generation = self.store.get(&k).and_then(|o| o.metadata().generation());
             let st = self
                 .policies
                 .status(&k, &self.opts.controller_name, generation);

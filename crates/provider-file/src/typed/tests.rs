@@ -89,6 +89,13 @@ fn reads_the_bench_layout() {
     for text in [secret, ingress] {
         assert_eq!(check(text), Ok(true), "{text}");
     }
+    // The TLS host and the rule's host are one buffer.
+    let node = crate::yaml::scan_node(ingress).unwrap();
+    let Some(Object::Ingress(i)) = read(&node) else {
+        panic!("not read");
+    };
+    let rule_host = i.spec.rules[0].host.as_ref().unwrap();
+    assert!(Arc::ptr_eq(&i.spec.tls[0].hosts[0], rule_host));
     // Invalid or unusual ones are left to the usual path.
     for text in [
         &secret.replace("tls.key", "other"),

@@ -37,7 +37,7 @@ impl RouteObject for GrpcRoute {
     const KIND: RouteKind = RouteKind::Grpc;
 
     fn generation(&self) -> Option<i64> {
-        self.metadata.generation
+        self.metadata.generation()
     }
 
     fn parent_refs(&self) -> &[ParentReference] {

@@ -24,7 +24,7 @@ impl RouteObject for HttpRoute {
     const KIND: RouteKind = RouteKind::Http;
 
     fn generation(&self) -> Option<i64> {
-        self.metadata.generation
+        self.metadata.generation()
     }
 
     fn parent_refs(&self) -> &[ParentReference] {

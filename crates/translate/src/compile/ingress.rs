@@ -138,7 +138,7 @@ pub(crate) fn compile(
         ));
     };
     for (i, rule) in ing.spec.rules.iter().enumerate() {
-        let host = match HostMatch::parse(rule.host.as_deref()) {
+        let host = match HostMatch::parse_shared(rule.host.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 out.problems
@@ -320,13 +320,13 @@ pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut Compile
             }
             Some(Ok(c)) => c.clone(),
         };
-        let hosts: Vec<Option<&str>> = if t.hosts.is_empty() {
+        let hosts: Vec<Option<&Arc<str>>> = if t.hosts.is_empty() {
             vec![None]
         } else {
-            t.hosts.iter().map(|h| Some(h.as_str())).collect()
+            t.hosts.iter().map(Some).collect()
         };
         for (j, h) in hosts.into_iter().enumerate() {
-            match HostMatch::parse(h) {
+            match HostMatch::parse_shared(h) {
                 Ok(m) => {
                     if !out.tls.iter().any(|(x, _)| *x == m) {
                         // The rules' equal host, if any, so that the SNI entry's key and

@@ -50,7 +50,7 @@ pub(crate) fn compile(
         out.deps
             .push(Dep::IngressHost((ns.clone(), host_name.into())));
         let Some(http) = &rule.http else { continue };
-        let host = match HostMatch::parse(rule.host.as_deref()) {
+        let host = match HostMatch::parse_shared(rule.host.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 out.problems

@@ -17,7 +17,7 @@ impl RouteObject for TlsRoute {
     const KIND: RouteKind = RouteKind::Tls;
 
     fn generation(&self) -> Option<i64> {
-        self.metadata.generation
+        self.metadata.generation()
     }
 
     fn parent_refs(&self) -> &[ParentReference] {
@@ -39,7 +39,7 @@ macro_rules! hostless_l4_route {
             const KIND: RouteKind = $kind;
 
             fn generation(&self) -> Option<i64> {
-                self.metadata.generation
+                self.metadata.generation()
             }
 
             fn parent_refs(&self) -> &[ParentReference] {

@@ -91,7 +91,7 @@ pub(crate) fn standalone_status(
                     true,
                     Reason::Accepted,
                     "GatewayClass accepted",
-                    c.metadata.generation,
+                    c.metadata.generation(),
                 )],
                 supported_features: supported_features(opts),
             }));

@@ -182,7 +182,7 @@ impl BtlsIndex {
         gateways_of: impl Fn(&NsName) -> Vec<ObjectKey>,
     ) -> Option<ObjectStatus> {
         let e = self.policies.get(key)?;
-        let generation = store.get(key).and_then(|o| o.metadata().generation);
+        let generation = store.get(key).and_then(|o| o.metadata().generation());
         let c = &e.compiled;
         let outcomes: Vec<Outcome> = c
             .targets

@@ -91,8 +91,8 @@ fn main_of<'a>(
         .filter(|m| paths(m, host).any(|mp| same_path(mp, p)))
         .min_by_key(|m| {
             (
-                m.metadata.creation_timestamp.is_none(),
-                m.metadata.creation_timestamp.clone(),
+                m.metadata.creation_timestamp().is_none(),
+                m.metadata.creation_timestamp(),
                 m.metadata.name.clone(),
             )
         })

@@ -95,7 +95,7 @@ impl<'o> GatewayBuilder<'o> {
             let hosts: Vec<Option<&str>> = if t.hosts.is_empty() {
                 vec![None]
             } else {
-                t.hosts.iter().map(|h| Some(h.as_str())).collect()
+                t.hosts.iter().map(|h| Some(&**h)).collect()
             };
             for h in hosts {
                 let h = h.map(str::to_ascii_lowercase);
