@@ -301,6 +301,14 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_object_fits_its_allocator_class() {
+        // With its `Arc` counts, 192 bytes: a class of every allocator weir builds with
+        // (BENCHMARKS.md, "Session 30"); 64 more per object with the server fields inline.
+        assert!(std::mem::size_of::<crate::Object>() <= 176);
+        assert_eq!(std::mem::size_of::<ObjectMeta>(), 88);
+    }
+
+    #[test]
     fn server_fields_are_boxed_only_when_set() {
         let file: ObjectMeta =
             serde_json::from_value(serde_json::json!({"name": "a", "namespace": "ns"})).unwrap();

@@ -361,11 +361,21 @@ impl Store {
 pub(crate) enum Dep {
     /// An object by key (it may not exist yet).
     Object(ObjectKey),
-    /// The ReferenceGrants of a namespace.
-    GrantsIn(Arc<str>),
+    /// The ReferenceGrants of a namespace (boxed like [`Dep::IngressHost`]; see
+    /// [`Dep::grants_in`]).
+    GrantsIn(Box<Arc<str>>),
     /// The Ingresses of a namespace with a rule for a host (`""`: none): what a canary
-    /// Ingress looks for its main Ingress in.
-    IngressHost(NsName),
+    /// Ingress looks for its main Ingress in. Boxed: the other kinds are 16 bytes, and
+    /// every derived object keeps a list of its dependencies and the index an entry per
+    /// dependency (40 bytes each with the pair inline).
+    IngressHost(Box<NsName>),
+}
+
+impl Dep {
+    /// The ReferenceGrants of namespace `ns`.
+    pub(crate) fn grants_in(ns: impl Into<Arc<str>>) -> Dep {
+        Dep::GrantsIn(Box::new(ns.into()))
+    }
 }
 
 /// The hosts of an Ingress's rules (`""` for a rule without one), deduplicated.
@@ -380,6 +390,13 @@ pub(crate) fn ingress_hosts(i: &Ingress) -> BTreeSet<Arc<str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dependency_is_two_words() {
+        // Every derived object lists its dependencies and the index holds one entry per
+        // dependency: a variant with more inline grows all of them (see `Dep`).
+        assert_eq!(std::mem::size_of::<Dep>(), 16);
+    }
 
     fn secret(name: &str) -> Arc<Object> {
         Arc::new(Object::Secret(weir_api::Secret {

@@ -345,11 +345,12 @@ impl Translator {
                     }
                 }
                 for host in hosts {
-                    self.mark_dependents(&Dep::IngressHost((key.namespace.clone(), host)), d);
+                    let dep = Dep::IngressHost(Box::new((key.namespace.clone(), host)));
+                    self.mark_dependents(&dep, d);
                 }
             }
             Kind::IngressClass => self.mark_dependents(&Dep::Object(key.clone()), d),
-            Kind::ReferenceGrant => self.mark_dependents(&Dep::GrantsIn(key.namespace.clone()), d),
+            Kind::ReferenceGrant => self.mark_dependents(&Dep::grants_in(key.namespace.clone()), d),
             Kind::EndpointSlice => {
                 d.plain_status.insert(key.clone());
                 for o in [old, new].into_iter().flatten() {

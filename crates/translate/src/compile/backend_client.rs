@@ -45,7 +45,7 @@ pub(crate) fn compile(
         .unwrap_or(ns);
     deps.push(store.dep_on(ObjectKey::new(Kind::Secret, rns, &r.name)));
     if rns != ns {
-        deps.push(Dep::GrantsIn(rns.into()));
+        deps.push(Dep::grants_in(rns));
         if !store.grant_allows(Referrer::Gateway, ns, rns, "", "Secret", &r.name) {
             return Some(Err((
                 Reason::RefNotPermitted,

@@ -215,7 +215,7 @@ fn resolve_ref(
         .deps
         .push(ctx.store.dep_on(ObjectKey::new(k, ns, name)));
     if ns != &**ctx.ns {
-        ctx.out.deps.push(Dep::GrantsIn(ns.into()));
+        ctx.out.deps.push(Dep::grants_in(ns));
         let g = if k == Kind::Service { "" } else { "weir.dev" };
         if !ctx
             .store

@@ -151,7 +151,7 @@ fn validation(
             .unwrap_or(ns);
         deps.push(store.dep_on(ObjectKey::new(kind, rns, &r.name)));
         if rns != ns {
-            deps.push(Dep::GrantsIn(rns.into()));
+            deps.push(Dep::grants_in(rns));
             if !store.grant_allows(Referrer::Gateway, ns, rns, "", kind.name(), &r.name) {
                 problems.push((
                     Reason::RefNotPermitted,

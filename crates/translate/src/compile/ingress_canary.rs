@@ -46,9 +46,9 @@ pub(crate) fn compile(
     out.deps
         .push(store.dep_on(ObjectKey::new(Kind::IngressClass, "", &opts.ingress_class)));
     for (i, rule) in ing.spec.rules.iter().enumerate() {
-        let host_name = rule.host.as_deref().unwrap_or("");
+        let host_name = rule.host.clone().unwrap_or_else(|| "".into());
         out.deps
-            .push(Dep::IngressHost((ns.clone(), host_name.into())));
+            .push(Dep::IngressHost(Box::new((ns.clone(), host_name.clone()))));
         let Some(http) = &rule.http else { continue };
         let host = match HostMatch::parse_shared(rule.host.as_ref()) {
             Ok(h) => h,
@@ -60,7 +60,7 @@ pub(crate) fn compile(
         };
         for (j, p) in http.paths.iter().enumerate() {
             let field = format!("spec.rules[{i}].http.paths[{j}]");
-            let Some((main_key, main, main_path)) = find_main(store, opts, key, host_name, p)
+            let Some((main_key, main, main_path)) = find_main(store, opts, key, &host_name, p)
             else {
                 out.problems.push(format!(
                     "{field}: no Ingress of namespace {ns} other than a canary serves host {host_name:?} path {:?} ({}); not served",

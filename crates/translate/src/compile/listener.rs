@@ -178,7 +178,7 @@ pub(crate) fn compile_listeners(
                             .unwrap_or(ns);
                         deps.push(store.dep_on(ObjectKey::new(Kind::Secret, sns, &r.name)));
                         if sns != ns {
-                            deps.push(Dep::GrantsIn(sns.into()));
+                            deps.push(Dep::grants_in(sns));
                             if !store.grant_allows(from, ns, sns, "", "Secret", &r.name) {
                                 resolved.push((
                                     Reason::RefNotPermitted,

@@ -66,7 +66,7 @@ mod tests {
     fn replaces_and_forgets() {
         let route = ObjectKey::new(Kind::HttpRoute, "ns", "r");
         let svc = Dep::Object(ObjectKey::new(Kind::Service, "ns", "s"));
-        let grants = Dep::GrantsIn("other".into());
+        let grants = Dep::grants_in("other");
         let mut d = DepIndex::default();
         d.set(&route, vec![svc.clone(), grants.clone(), svc.clone()]);
         assert_eq!(d.dependents(&svc).collect::<Vec<_>>(), [&route]);
