@@ -299,7 +299,7 @@ mod tests {
     };
 
     fn key(port: u16) -> ListenerKey {
-        ListenerKey(([127, 0, 0, 1], port).into())
+        ListenerKey::new(([127, 0, 0, 1], port).into())
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod host;
 mod jwks;
 mod l4;
 mod listener;
+mod listener_addrs;
 mod observability;
 mod policy;
 mod request_limits;

@@ -9,13 +9,69 @@ use crate::host::HostMatch;
 
 /// The address a data-plane listener binds. Gateway listeners that share an address and
 /// port (e.g. several HTTPS hostnames on :443) share one key and one socket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ListenerKey(pub SocketAddr);
+///
+/// Interned: the key is 4 bytes naming the address's slot in the process's table of
+/// listener addresses ([`crate::listener_addrs`]), where a `SocketAddr` is 32. Every
+/// (listener, host) pair (a virtual host, an SNI entry, and the translator's tables of
+/// them, several per TLS domain) holds one. It hashes, orders, prints and serializes as
+/// its address, so content hashes and the order of resources are the address's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ListenerKey(u32);
+
+impl ListenerKey {
+    /// The key of `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        ListenerKey(crate::listener_addrs::intern(addr))
+    }
+
+    /// The address.
+    pub fn addr(self) -> SocketAddr {
+        crate::listener_addrs::get(self.0)
+    }
+}
+
+impl From<SocketAddr> for ListenerKey {
+    fn from(addr: SocketAddr) -> Self {
+        ListenerKey::new(addr)
+    }
+}
+
+impl std::hash::Hash for ListenerKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.addr().hash(state);
+    }
+}
+
+impl Ord for ListenerKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if self.0 == other.0 {
+            return std::cmp::Ordering::Equal;
+        }
+        self.addr().cmp(&other.addr())
+    }
+}
+
+impl PartialOrd for ListenerKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for ListenerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ListenerKey").field(&self.addr()).finish()
+    }
+}
+
+impl Serialize for ListenerKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.addr().serialize(s)
+    }
+}
 
 impl std::fmt::Display for ListenerKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.addr().fmt(f)
     }
 }
 
@@ -444,5 +500,31 @@ mod tests {
             ListenerSettings::default().client_ip(ip("127.0.0.1"), ["203.0.113.9"].into_iter()),
             ip("127.0.0.1")
         );
+    }
+
+    #[test]
+    fn a_listener_key_behaves_as_its_address() {
+        // Interned in the opposite of address order: keys still sort by address.
+        let addrs: Vec<SocketAddr> = ["[::1]:443", "10.0.0.2:80", "10.0.0.1:8080", "10.0.0.1:80"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let mut keys: Vec<ListenerKey> = addrs.iter().map(|a| ListenerKey::new(*a)).collect();
+        keys.sort();
+        let mut sorted = addrs.clone();
+        sorted.sort();
+        assert_eq!(keys.iter().map(|k| k.addr()).collect::<Vec<_>>(), sorted);
+        for a in addrs {
+            let k = ListenerKey::new(a);
+            assert_eq!(k, ListenerKey::from(a));
+            assert_eq!(content_hash(&k), content_hash(&a));
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                serde_json::to_string(&a).unwrap()
+            );
+            assert_eq!(k.to_string(), a.to_string());
+            assert_eq!(format!("{k:?}"), format!("ListenerKey({a:?})"));
+        }
+        assert_eq!(std::mem::size_of::<ListenerKey>(), 4);
     }
 }

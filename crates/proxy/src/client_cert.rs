@@ -206,7 +206,7 @@ mod tests {
                 mode,
             },
             Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
-            ListenerKey(([127, 0, 0, 1], 443).into()),
+            ListenerKey::new(([127, 0, 0, 1], 443).into()),
             rejected.clone(),
         );
         (v, rejected)

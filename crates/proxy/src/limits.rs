@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn backoff_doubles_to_a_second_and_resets() {
         let m = crate::metrics::Metrics::register(&mut Default::default()).listener("g", "l");
-        let key = ListenerKey("127.0.0.1:1".parse().unwrap());
+        let key = ListenerKey::new("127.0.0.1:1".parse().unwrap());
         let emfile = std::io::Error::from_raw_os_error(24);
         let mut b = AcceptBackoff::default();
         let pauses: Vec<_> = (0..12)

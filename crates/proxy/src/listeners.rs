@@ -191,7 +191,7 @@ impl ListenerHandle {
         let key = listener.key;
         // Bound here so that a failure is reported to the caller; the socket then moves
         // to a worker, whose runtime registers it.
-        let tcp = TcpListener::bind(key.0).await?;
+        let tcp = TcpListener::bind(key.addr()).await?;
         let local_addr = tcp.local_addr()?;
         let tcp = tcp.into_std()?;
         let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(shared, listener)));
@@ -232,7 +232,7 @@ impl ListenerHandle {
         listener: Arc<Listener>,
     ) -> std::io::Result<ListenerHandle> {
         let key = listener.key;
-        let socket = UdpSocket::bind(key.0).await?;
+        let socket = UdpSocket::bind(key.addr()).await?;
         let local_addr = socket.local_addr()?;
         let socket = socket.into_std()?;
         let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(shared, listener)));

@@ -928,7 +928,7 @@ mod tests {
         // The socket: the set's listener `a` on a.example.com, the Gateway's own `b` on
         // every other host.
         let l = Listener::new(
-            ListenerKey("127.0.0.1:80".parse().unwrap()),
+            ListenerKey::new("127.0.0.1:80".parse().unwrap()),
             Protocol::Http,
             gw.clone(),
             "b".into(),

@@ -765,7 +765,7 @@ mod tests {
     use crate::tls::test_certs::{broken, self_signed};
 
     fn lk(port: u16) -> ListenerKey {
-        ListenerKey(([0, 0, 0, 0], port).into())
+        ListenerKey::new(([0, 0, 0, 0], port).into())
     }
 
     fn host(h: &str) -> HostMatch {

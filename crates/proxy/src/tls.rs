@@ -455,7 +455,7 @@ mod tests {
     fn handshakes_follow_the_live_snapshot() -> TestResult<()> {
         use weir_model::{Delta, DeltaBatch, HostMatch, Listener, Protocol, Resource, SniCert};
 
-        let key = ListenerKey("127.0.0.1:443".parse()?);
+        let key = ListenerKey::new("127.0.0.1:443".parse()?);
         let a = self_signed(&["a.test"]);
         let wild = self_signed(&["*.wild.test"]);
         let bad = broken();
@@ -516,7 +516,7 @@ mod tests {
     #[test]
     fn server_config_offers_h2_and_http1_only_for_http() {
         let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::empty()));
-        let key = ListenerKey("127.0.0.1:443".parse().unwrap());
+        let key = ListenerKey::new("127.0.0.1:443".parse().unwrap());
         let config = server_config(snapshots.clone(), key, Carries::Http, None);
         assert_eq!(
             config.alpn_protocols,

@@ -781,7 +781,7 @@ fn gateway_cert(gateway: &str, cert: weir_model::Certificate) -> Resource {
 
 /// The second Gateway's listener (another address of 127.0.0.0/8, so another socket).
 fn second_key() -> weir_model::ListenerKey {
-    weir_model::ListenerKey("127.0.0.2:0".parse().unwrap())
+    weir_model::ListenerKey::new("127.0.0.2:0".parse().unwrap())
 }
 
 #[tokio::test]

@@ -460,7 +460,7 @@ async fn bind_failures_are_reported_and_retried() {
     let blocker = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let taken = ListenerKey(blocker.local_addr().expect("addr"));
+    let taken = ListenerKey::new(blocker.local_addr().expect("addr"));
     let mut registry = Registry::default();
     let dp = DataPlane::new(ProxyConfig::default(), &mut registry).expect("workers");
     let l = Listener::new(taken, Protocol::Http, "test/gw".into(), "web".into());
@@ -479,7 +479,7 @@ async fn bind_failures_are_reported_and_retried() {
     drop(blocker);
     let report = dp.apply(&DeltaBatch::default()).await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-    assert_eq!(dp.bound_addr(&taken), Some(taken.0));
+    assert_eq!(dp.bound_addr(&taken), Some(taken.addr()));
     dp.shutdown().await;
     assert_eq!(dp.bound_addr(&taken), None);
 }

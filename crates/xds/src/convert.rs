@@ -86,12 +86,12 @@ fn host_from_wire(field: &str, h: Option<&wire::Host>) -> Result<HostMatch, Inva
 pub fn key_to_wire(k: &ResourceKey) -> wire::ResourceKey {
     use wire::resource_key::Key;
     let hk = |l: &ListenerKey, h: &HostMatch| wire::HostKey {
-        listener: l.0.to_string(),
+        listener: l.addr().to_string(),
         host: Some(host_to_wire(h)),
     };
     wire::ResourceKey {
         key: Some(match k {
-            ResourceKey::Listener(l) => Key::Listener(l.0.to_string()),
+            ResourceKey::Listener(l) => Key::Listener(l.addr().to_string()),
             ResourceKey::VirtualHost(l, h) => Key::VirtualHost(hk(l, h)),
             ResourceKey::Cluster(c) => Key::Cluster(c.0.to_string()),
             ResourceKey::Certificate(h) => Key::Certificate(h.0),
@@ -1473,12 +1473,12 @@ pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResour
     use wire::resource_key::Key;
     let hk = |f: &str, h: &wire::HostKey| -> Result<(ListenerKey, HostMatch), InvalidResource> {
         Ok((
-            ListenerKey(addr(&format!("{f}.listener"), &h.listener)?),
+            ListenerKey::new(addr(&format!("{f}.listener"), &h.listener)?),
             host_from_wire(&format!("{f}.host"), h.host.as_ref())?,
         ))
     };
     Ok(match k.key.as_ref().ok_or_else(|| missing("key"))? {
-        Key::Listener(a) => ResourceKey::Listener(ListenerKey(addr("listener", a)?)),
+        Key::Listener(a) => ResourceKey::Listener(ListenerKey::new(addr("listener", a)?)),
         Key::VirtualHost(h) => {
             let (l, h) = hk("virtual_host", h)?;
             ResourceKey::VirtualHost(l, h)
@@ -1517,7 +1517,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
     use wire::resource::Resource as R;
     let resource = match r {
         Resource::Listener(l) => R::Listener(wire::Listener {
-            address: l.key.0.to_string(),
+            address: l.key.addr().to_string(),
             protocol: match l.protocol {
                 Protocol::Http => wire::ListenerProtocol::Http,
                 Protocol::Https => wire::ListenerProtocol::Https,
@@ -1540,7 +1540,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
                 .collect(),
         }),
         Resource::VirtualHost(v) => R::VirtualHost(wire::VirtualHost {
-            listener: v.listener.0.to_string(),
+            listener: v.listener.addr().to_string(),
             host: Some(host_to_wire(&v.host)),
             rules: v.rules.iter().map(|r| rule_to_wire(r)).collect(),
         }),
@@ -1571,12 +1571,12 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
             key_pem: c.key_pem().to_vec(),
         }),
         Resource::Sni(s) => R::Sni(wire::SniCert {
-            listener: s.listener.0.to_string(),
+            listener: s.listener.addr().to_string(),
             host: Some(host_to_wire(&s.host)),
             certificate: s.cert.0,
         }),
         Resource::L4Route(r) => R::L4Route(wire::L4Route {
-            listener: r.listener.0.to_string(),
+            listener: r.listener.addr().to_string(),
             host: Some(host_to_wire(&r.host)),
             route: Some(route_ref_to_wire(&r.route)),
             backends: r
@@ -1770,7 +1770,7 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
         match r.resource.as_ref().ok_or_else(|| missing("resource"))? {
             R::Listener(l) => Resource::Listener(Arc::new(
                 Listener::with_settings(
-                    ListenerKey(addr("address", &l.address)?),
+                    ListenerKey::new(addr("address", &l.address)?),
                     match wire::ListenerProtocol::try_from(l.protocol) {
                         Ok(wire::ListenerProtocol::Http) => Protocol::Http,
                         Ok(wire::ListenerProtocol::Https) => Protocol::Https,
@@ -1813,7 +1813,7 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Resource::VirtualHost(Arc::new(VirtualHost::new(
-                    ListenerKey(addr("listener", &v.listener)?),
+                    ListenerKey::new(addr("listener", &v.listener)?),
                     host_from_wire("host", v.host.as_ref())?,
                     rules,
                 )))
@@ -1856,12 +1856,12 @@ fn build(r: &wire::Resource) -> Result<Resource, InvalidResource> {
                 Resource::Certificate(Arc::new(certificate_from_wire(&c.chain_pem, &c.key_pem)))
             }
             R::Sni(s) => Resource::Sni(Arc::new(SniCert::new(
-                ListenerKey(addr("listener", &s.listener)?),
+                ListenerKey::new(addr("listener", &s.listener)?),
                 host_from_wire("host", s.host.as_ref())?,
                 ContentHash(s.certificate),
             ))),
             R::L4Route(r) => Resource::L4Route(Arc::new(L4Route::with_mode(
-                ListenerKey(addr("listener", &r.listener)?),
+                ListenerKey::new(addr("listener", &r.listener)?),
                 host_from_wire("host", r.host.as_ref())?,
                 route_ref_from_wire(r.route.as_ref().ok_or_else(|| missing("route"))?)
                     .map_err(within("route"))?,
@@ -2383,7 +2383,7 @@ mod tests {
         let captures = rule(0, PathRewrite::RegexCaptures("/$2".into()));
         let full = rule(1, PathRewrite::Full("/".into()));
         let v = VirtualHost::new(
-            ListenerKey("127.0.0.1:80".parse().unwrap()),
+            ListenerKey::new("127.0.0.1:80".parse().unwrap()),
             HostMatch::Any,
             vec![captures.clone(), full.clone()],
         );
@@ -2670,7 +2670,7 @@ mod tests {
             assert_eq!(key_from_wire(&key_to_wire(&k)).unwrap(), k);
         }
         let plain = Listener::new(
-            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            ListenerKey::new("0.0.0.0:80".parse().unwrap()),
             Protocol::Http,
             "ns/gw".into(),
             "http,a".into(),
@@ -2726,7 +2726,7 @@ mod tests {
         }
         assert!(sent_to_version(&gateway_policy, 5));
         let plain = Listener::new(
-            ListenerKey("0.0.0.0:80".parse().unwrap()),
+            ListenerKey::new("0.0.0.0:80".parse().unwrap()),
             Protocol::Http,
             "ns/gw".into(),
             "http".into(),

@@ -9,7 +9,7 @@ use weir_xds::{Hub, Refused};
 
 fn listener(port: u16, gw: &str) -> Resource {
     Resource::Listener(Arc::new(Listener::new(
-        ListenerKey(([127, 0, 0, 1], port).into()),
+        ListenerKey::new(([127, 0, 0, 1], port).into()),
         Protocol::Http,
         gw.into(),
         "http".into(),
@@ -39,7 +39,7 @@ fn vhost(port: u16, host: &str, cluster: &str) -> Resource {
         Timeouts::default(),
     );
     Resource::VirtualHost(Arc::new(VirtualHost::new(
-        ListenerKey(([127, 0, 0, 1], port).into()),
+        ListenerKey::new(([127, 0, 0, 1], port).into()),
         HostMatch::Exact(host.into()),
         vec![Arc::new(rule)],
     )))
@@ -229,7 +229,7 @@ fn l4_routes_follow_their_listener_and_bring_their_clusters() {
     let u = b.next_update().unwrap();
     b.ack(u.nonce, vec![]);
     let l4 = Resource::L4Route(Arc::new(L4Route::new(
-        ListenerKey(([127, 0, 0, 1], 8001).into()),
+        ListenerKey::new(([127, 0, 0, 1], 8001).into()),
         HostMatch::Exact("pass.test".into()),
         RouteRef {
             kind: RouteKind::TlsRoute,
@@ -343,7 +343,7 @@ fn policies_go_to_their_gateway_and_to_the_holders_of_their_routes() {
 fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     let hub = Arc::new(Hub::default());
     let behind_balancer = Resource::Listener(Arc::new(Listener::with_settings(
-        ListenerKey(([127, 0, 0, 1], 8003).into()),
+        ListenerKey::new(([127, 0, 0, 1], 8003).into()),
         Protocol::Http,
         "ns/a".into(),
         "lb".into(),
@@ -372,7 +372,7 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
     assert!(!up.contains(&behind_balancer.key()));
     assert!(
         !up.iter()
-            .any(|k| k.listener() == Some(ListenerKey(([127, 0, 0, 1], 8003).into())))
+            .any(|k| k.listener() == Some(ListenerKey::new(([127, 0, 0, 1], 8003).into())))
     );
     assert!(!up.contains(&ResourceKey::Cluster(ClusterKey("only-lb".into()))));
     let mut new = hub.subscribe_as("ns/a", "new", HashMap::default(), 3);
@@ -411,7 +411,7 @@ fn a_proxy_protocol_listener_is_withheld_from_version_2() {
 fn a_client_validating_listener_is_withheld_from_version_3() {
     let hub = Arc::new(Hub::default());
     let validating = Resource::Listener(Arc::new(Listener::with_settings(
-        ListenerKey(([127, 0, 0, 1], 8003).into()),
+        ListenerKey::new(([127, 0, 0, 1], 8003).into()),
         Protocol::Https,
         "ns/a".into(),
         "mtls".into(),

@@ -203,7 +203,7 @@ fn listener_settings_round_trip_and_a_zero_head_limit_is_refused() {
     settings.timeouts.body_idle = Duration::ZERO; // disabled
     settings.limits.max_connections_per_client = 7;
     settings.paths.merge_slashes = false;
-    let key = ListenerKey("127.0.0.1:8080".parse().unwrap());
+    let key = ListenerKey::new("127.0.0.1:8080".parse().unwrap());
     let custom = Resource::Listener(Arc::new(Listener::with_settings(
         key,
         Protocol::Http,
@@ -475,7 +475,7 @@ fn proxy_protocol_settings_round_trip() {
         ..ListenerSettings::default()
     };
     let l = Resource::Listener(Arc::new(Listener::with_settings(
-        ListenerKey(([0, 0, 0, 0], 443).into()),
+        ListenerKey::new(([0, 0, 0, 0], 443).into()),
         Protocol::Https,
         "ns/gw".into(),
         "https".into(),
@@ -516,7 +516,7 @@ fn client_validation_settings_round_trip() {
             ..ListenerSettings::default()
         };
         let l = Resource::Listener(Arc::new(Listener::with_settings(
-            ListenerKey(([0, 0, 0, 0], 443).into()),
+            ListenerKey::new(([0, 0, 0, 0], 443).into()),
             Protocol::Https,
             "ns/gw".into(),
             "https".into(),
@@ -534,7 +534,7 @@ fn client_validation_settings_round_trip() {
     // Without validation nothing changes: the hash is the one of a listener built
     // before the field existed, and no version is refused it.
     let plain = Resource::Listener(Arc::new(Listener::new(
-        ListenerKey(([0, 0, 0, 0], 443).into()),
+        ListenerKey::new(([0, 0, 0, 0], 443).into()),
         Protocol::Https,
         "ns/gw".into(),
         "https".into(),
@@ -615,7 +615,7 @@ fn ingress_upstream_tls_and_error_pages_stay_away_from_version_3() {
             Timeouts::default(),
         ))
     };
-    let listener = ListenerKey("127.0.0.1:8080".parse().unwrap());
+    let listener = ListenerKey::new("127.0.0.1:8080".parse().unwrap());
     let host = HostMatch::Exact("shop.test".into());
     let vh = |filters| VirtualHost::new(listener, host.clone(), vec![rule(filters)]);
     let r = Resource::VirtualHost(Arc::new(vh(vec![errors.clone()])));

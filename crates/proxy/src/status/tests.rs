@@ -13,7 +13,7 @@ use super::*;
 use crate::endpoints::Outcome;
 
 fn lk(port: u16) -> ListenerKey {
-    ListenerKey(([127, 0, 0, 1], port).into())
+    ListenerKey::new(([127, 0, 0, 1], port).into())
 }
 
 fn rule(route: &str) -> Arc<RouteRule> {

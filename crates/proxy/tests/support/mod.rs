@@ -439,7 +439,7 @@ impl Ca {
 // ---------------------------------------------------------------- IR builders
 
 pub fn key() -> ListenerKey {
-    ListenerKey("127.0.0.1:0".parse().expect("addr"))
+    ListenerKey::new("127.0.0.1:0".parse().expect("addr"))
 }
 
 pub fn listener(protocol: Protocol) -> Resource {

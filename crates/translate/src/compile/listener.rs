@@ -218,7 +218,7 @@ pub(crate) fn compile_listeners(
             port: l.port,
             key: port
                 .zip(socket_ip)
-                .map(|(p, ip)| ListenerKey(SocketAddr::new(ip, p))),
+                .map(|(p, ip)| ListenerKey::new(SocketAddr::new(ip, p))),
             protocol,
             hostname,
             accepted: acc,

@@ -226,7 +226,7 @@ impl Translator {
             // settings say so (TLS listeners are not concerned: Gateway API applies them
             // to HTTPS only).
             let settings = match protocol {
-                Protocol::Https => match state.frontend.socket_validation(k.0.port()) {
+                Protocol::Https => match state.frontend.socket_validation(k.addr().port()) {
                     Some(v) => ListenerSettings {
                         client_validation: Some(v),
                         ..(*state.settings).clone()

@@ -43,8 +43,8 @@ impl IngressState {
 impl Translator {
     pub(super) fn ingress_keys(&self) -> [Option<ListenerKey>; 2] {
         [
-            self.opts.ingress_http.map(ListenerKey),
-            self.opts.ingress_https.map(ListenerKey),
+            self.opts.ingress_http.map(ListenerKey::new),
+            self.opts.ingress_https.map(ListenerKey::new),
         ]
     }
 
@@ -143,7 +143,7 @@ impl Translator {
                 );
             } else {
                 for k in [http, https].into_iter().flatten() {
-                    let ip = k.0.ip().to_string();
+                    let ip = k.addr().ip().to_string();
                     if !addresses.contains(&ip) {
                         addresses.push(ip);
                     }
@@ -175,7 +175,7 @@ impl Translator {
                                     hostname: None,
                                     path: None,
                                     // The Ingress HTTPS listener's port (none: 443).
-                                    port: https.map(|k| k.0.port()).filter(|p| *p != 443),
+                                    port: https.map(|k| k.addr().port()).filter(|p| *p != 443),
                                     status: 308,
                                 }),
                                 Timeouts::default(),
