@@ -72,7 +72,7 @@ pub use request_limits::RequestLimits;
 pub use route::{
     Action, DirectResponse, Filter, HeaderMatch, HeaderModifier, InterceptErrors, PathMatch,
     PathRewrite, Pattern, QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef,
-    RouteRule, StringMatch, Timeouts, VirtualHost, WeightedBackend,
+    RouteRule, RuleTimeouts, StringMatch, Timeouts, VirtualHost, WeightedBackend,
 };
 pub use tls::{Certificate, PackedTls, SniCert};
 pub use upstream_tls::{BackendTls, SubjectName, TrustAnchors, UpstreamTls};

@@ -156,7 +156,7 @@ impl Applied {
     /// The rule's settings alone (no policy applies).
     pub(crate) fn of_rule(rule: &RouteRule) -> Applied {
         Applied {
-            timeouts: rule.timeouts.clone(),
+            timeouts: (*rule.timeouts).clone(),
             retry: None,
             rate_limit: None,
             api_key_auth: None,
@@ -887,7 +887,7 @@ mod tests {
 
         // No policies: the rule alone.
         let a = resolve(&Snapshot::empty(), &gw, None, &own);
-        assert_eq!(a.timeouts, own.timeouts);
+        assert_eq!(a.timeouts, *own.timeouts);
         assert!(a.retry.is_none() && a.rate_limit.is_none());
     }
 

@@ -1342,7 +1342,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                                 status: 500,
                                 reason: "rewrite with captures needs a data plane of push protocol version 3".into(),
                             },
-                            r.timeouts.clone(),
+                            (*r.timeouts).clone(),
                         )
                         .with_retry(r.retry.as_deref().cloned()),
                     )
@@ -1372,7 +1372,7 @@ pub fn for_version(r: &Resource, version: u32) -> std::borrow::Cow<'_, Resource>
                             r.matcher.clone(),
                             r.filters.iter().filter(keep).cloned().collect(),
                             r.action.clone(),
-                            r.timeouts.clone(),
+                            (*r.timeouts).clone(),
                         )
                         .with_retry(r.retry.as_deref().cloned()),
                     )
