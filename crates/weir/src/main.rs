@@ -629,6 +629,7 @@ fn main() -> ExitCode {
                     traces: a.traces.settings()?,
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
+                    on_loaded: Some(allocator::release_freed),
                 };
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }

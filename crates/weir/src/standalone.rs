@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub watch: bool,
     /// Where global rate limits keep their counts (`--redis`).
     pub redis: Option<weir_proxy::RedisSettings>,
+    /// Called once the first configuration is loaded, before `/ready`: the `weir` binary
+    /// has its allocator return the pages the load freed (`None`: nothing).
+    pub on_loaded: Option<fn()>,
 }
 
 /// The translator options standalone mode uses for these run options.
@@ -161,6 +164,9 @@ impl Standalone {
         // Only the count is kept: the report lists every status of the first batch, which
         // nothing reads after this (it was kept for the life of the process).
         let deltas = pipeline.finish_load(load, seen, &origin).await.deltas;
+        if let Some(f) = opts.on_loaded {
+            f();
+        }
         dataplane.set_ready();
         tracing::info!(
             objects,

@@ -115,6 +115,7 @@ async fn start(files: &[(&str, String)], redis: Option<RedisSettings>) -> Gatewa
         traces: None,
         watch: false,
         redis,
+        on_loaded: None,
     })
     .await
     .unwrap();

@@ -310,6 +310,7 @@ impl Gateway {
             traces: None,
             watch: true,
             redis: None,
+            on_loaded: None,
         };
         edit(&mut opts);
         let gw = Standalone::start(opts).await.unwrap();
