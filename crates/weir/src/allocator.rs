@@ -12,13 +12,20 @@
 //! allows them (`madvise` mode here), which left the RSS at `/ready` 28 MiB above
 //! glibc's: a 2 MiB page per partly used region is RSS that holds nothing. Unless the
 //! user's environment sets them (`MIMALLOC_PURGE_DELAY`, `MIMALLOC_ALLOW_THP` win), weir
-//! purges at once and turns transparent huge pages off for the process
+//! purges freed pages after 10 ms and turns transparent huge pages off for the process
 //! (`PR_SET_THP_DISABLE`, and mimalloc's own option). This runs from the ELF
 //! `.init_array`, before the Rust runtime's first allocation creates mimalloc's first
 //! arena: from `main` they came too late for it (10 MiB more RSS at 20,000 domains with
 //! the options alone, 2 MiB more with the `prctl` too). Proxied
 //! requests make no more system calls with these (4.14 per request,
 //! `scripts/syscalls-per-request.sh`).
+//!
+//! Why 10 ms and not at once (sessions 22–29 purged at once): a first configuration frees
+//! most of what it allocates, and purging each page as it emptied was a system call and
+//! a TLB shootdown on the other CPU each time: at 1,000,000 TLS domains 23–40 s of system
+//! time against 11–13 s, and `/ready` 68–88 s against 53–56 s (BENCHMARKS.md, "Session
+//! 30"). The RSS at `/ready` is the same: [`release_freed`] returns whatever is still
+//! pending once the load is done.
 //!
 //! C code (aws-lc) still allocates with the C library's `malloc`.
 
@@ -39,7 +46,7 @@ const ALLOW_THP: mi_option_t = 43;
 
 /// What weir sets, each with the environment variable that overrides it.
 const OPTIONS: [(mi_option_t, &CStr, c_long); 2] = [
-    (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", 0),
+    (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", 10),
     (ALLOW_THP, c"MIMALLOC_ALLOW_THP", 0),
 ];
 
@@ -91,6 +98,28 @@ mod tests {
     /// (purge delay 1000 ms, transparent huge pages allowed) are what these positions
     /// hold before `configure` runs. A mimalloc whose numbering moved fails here instead
     /// of silently setting other options.
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// What the load frees comes back at once, whatever the purge delay (the test runs
+    /// with mimalloc's default of 1 s: `configure` is not run here).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn release_freed_returns_freed_pages() {
+        let blocks: Vec<Box<[u8]>> = (0..16_384).map(|i| vec![i as u8; 4096].into()).collect();
+        let full = rss_kib();
+        drop(blocks);
+        release_freed();
+        let after = rss_kib();
+        assert!(
+            after + 32 * 1024 < full,
+            "RSS {full} KiB with 64 MiB of blocks, {after} KiB after they were freed"
+        );
+    }
+
     #[test]
     fn option_numbers_are_mimalloc_v3s() {
         if OPTIONS.iter().any(|(_, env, _)| is_set(env)) {
@@ -100,7 +129,7 @@ mod tests {
         let get = || OPTIONS.map(|(option, _, _)| unsafe { mi_option_get(option) });
         assert_eq!(get(), [1000, 1]);
         configure();
-        assert_eq!(get(), [0, 0]);
+        assert_eq!(get(), [10, 0]);
         // SAFETY: reads a flag of this process; no pointers.
         let thp_disabled = || unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(thp_disabled(), 1);
