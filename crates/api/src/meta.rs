@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 /// took each stored object (`Object`, 232 bytes) into the allocator's next smaller class
 /// (BENCHMARKS.md, "Session 30"). Read them with the accessors; equality treats an empty
 /// box as none.
-#[derive(Clone, Default, Deserialize, Serialize)]
-#[serde(from = "MetaFields", into = "MetaFields")]
+#[derive(Clone, Default, Deserialize)]
+#[serde(from = "MetaFields")]
 pub struct ObjectMeta {
     /// Object name (required). Shared: every [`crate::ObjectKey`] of the object (the
     /// provider's, the translator's, its status's) holds this buffer instead of a copy.
@@ -115,8 +115,8 @@ impl std::fmt::Debug for ObjectMeta {
     }
 }
 
-/// [`ObjectMeta`] as Kubernetes writes it: what serde reads and writes.
-#[derive(Default, Deserialize, Serialize)]
+/// [`ObjectMeta`] as Kubernetes writes it: what serde reads.
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct MetaFields {
     name: Arc<str>,
@@ -148,19 +148,33 @@ impl From<MetaFields> for ObjectMeta {
     }
 }
 
-impl From<ObjectMeta> for MetaFields {
-    fn from(m: ObjectMeta) -> Self {
-        let s = m.server.map(|b| *b).unwrap_or_default();
-        MetaFields {
-            name: m.name,
-            namespace: m.namespace,
-            labels: m.labels,
-            annotations: m.annotations,
-            creation_timestamp: s.creation_timestamp,
-            generation: s.generation,
-            uid: s.uid,
-            resource_version: s.resource_version,
+/// [`ObjectMeta`] as Kubernetes writes it, borrowed: what serde writes.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaFieldsRef<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+    creation_timestamp: Option<&'a str>,
+    generation: Option<i64>,
+    uid: Option<&'a str>,
+    resource_version: Option<&'a str>,
+}
+
+impl Serialize for ObjectMeta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        MetaFieldsRef {
+            name: &self.name,
+            namespace: &self.namespace,
+            labels: &self.labels,
+            annotations: &self.annotations,
+            creation_timestamp: self.creation_timestamp(),
+            generation: self.generation(),
+            uid: self.uid(),
+            resource_version: self.resource_version(),
         }
+        .serialize(s)
     }
 }
 
