@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Startup cost of `weir run` on a manifest directory, read the moment /ready answers 200:
-# CPU seconds (user + system, all threads), RSS and peak RSS (VmHWM), wall time.
+# CPU seconds (user + system, all threads, and each), RSS and peak RSS (VmHWM), wall time.
 #
 #   scripts/startup-at-ready.sh WEIR DIR [CPU]      # pinned to CPU (default 1) with taskset
 #   scripts/startup-at-ready.sh WEIR DIR [CPU] --callgrind OUT
@@ -40,4 +40,4 @@ rm -f "$log"
 # are valgrind's own: only the instruction count is meant.
 awk -v u="${stat[13]}" -v s="${stat[14]}" -v t="$tck" -v r="$rss" -v h="$hwm" \
   -v w="$(awk -v a="$start" -v b="$ready" 'BEGIN{printf "%.3f", b - a}')" \
-  'BEGIN{printf "cpu_s=%.2f rss_mib=%s hwm_mib=%s wall_s=%s\n", (u + s) / t, r, h, w}'
+  'BEGIN{printf "cpu_s=%.2f user_s=%.2f sys_s=%.2f rss_mib=%s hwm_mib=%s wall_s=%s\n", (u + s) / t, u / t, s / t, r, h, w}'
