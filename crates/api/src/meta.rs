@@ -61,11 +61,6 @@ impl ObjectMeta {
         self.server.as_deref().unwrap_or(&ServerMeta::NONE)
     }
 
-    /// The server-assigned fields, to change (boxed on first use).
-    pub fn server_mut(&mut self) -> &mut ServerMeta {
-        self.server.get_or_insert_default()
-    }
-
     /// RFC 3339 creation time.
     pub fn creation_timestamp(&self) -> Option<&str> {
         self.server().creation_timestamp.as_deref()
@@ -342,9 +337,9 @@ mod tests {
         assert_eq!(back, json);
         // An emptied box equals none, whichever side holds it.
         let mut emptied = file.clone();
-        emptied.server_mut().generation = Some(1);
+        emptied.server.get_or_insert_default().generation = Some(1);
         assert_ne!(emptied, file);
-        emptied.server_mut().generation = None;
+        emptied.server.get_or_insert_default().generation = None;
         assert!(emptied.server.is_some());
         assert_eq!(emptied, file);
         assert_eq!(file, emptied);

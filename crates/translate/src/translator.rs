@@ -162,6 +162,7 @@ impl Desired for Sources<'_> {
 impl Translator {
     /// A translator with no objects.
     pub fn new(options: TranslatorOptions) -> Self {
+        let ingress = IngressState::new(&options);
         Translator {
             opts: options,
             store: Store::default(),
@@ -173,7 +174,7 @@ impl Translator {
             kind_claims: KindClaims::default(),
             clusters: ClusterRefs::default(),
             routes: DenseMap::default(),
-            ingress: IngressState::default(),
+            ingress,
             policies: PolicyIndex::default(),
             backend_tls: BtlsIndex::default(),
             service_gateways: ServiceGateways::default(),

@@ -31,9 +31,21 @@ pub(super) struct IngressState {
     /// What a class-less Ingress depends on: our IngressClass (built once, shared by
     /// every such Ingress's dependencies).
     class_dep: Option<Dep>,
+    /// The keys of the Ingress HTTP and HTTPS listeners (interned once, not per Ingress).
+    keys: [Option<ListenerKey>; 2],
 }
 
 impl IngressState {
+    pub(super) fn new(opts: &crate::TranslatorOptions) -> Self {
+        IngressState {
+            keys: [
+                opts.ingress_http.map(ListenerKey::new),
+                opts.ingress_https.map(ListenerKey::new),
+            ],
+            ..IngressState::default()
+        }
+    }
+
     /// Makes room for `additional` more Ingresses.
     pub(super) fn reserve(&mut self, additional: usize) {
         self.contributions.reserve(additional);
@@ -42,10 +54,7 @@ impl IngressState {
 
 impl Translator {
     pub(super) fn ingress_keys(&self) -> [Option<ListenerKey>; 2] {
-        [
-            self.opts.ingress_http.map(ListenerKey::new),
-            self.opts.ingress_https.map(ListenerKey::new),
-        ]
+        self.ingress.keys
     }
 
     pub(super) fn check_ingress_blocked(&mut self, d: &mut Dirty) {
