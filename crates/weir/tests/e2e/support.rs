@@ -245,6 +245,7 @@ async fn tls_backend(
 /// bound to port 0 meanwhile (an echo backend, a client connection of a test running in
 /// parallel) can never be given the same port, and never the same port twice in this
 /// process. Each process starts at its own offset, so test binaries do not collide.
+/// The port is free for both TCP and UDP, so a UDP listener may take it too.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;
@@ -258,7 +259,9 @@ pub fn free_port() -> u16 {
     );
     for _ in 0..SPAN {
         let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
             return port;
         }
     }

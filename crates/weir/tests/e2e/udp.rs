@@ -30,15 +30,6 @@ async fn udp_backend(label: &'static str) -> SocketAddr {
     addr
 }
 
-/// A port free for UDP on 127.0.0.1 (the kernel's pick, released for weir to bind).
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A client socket: one socket is one session on weir's side.
 async fn client() -> UdpSocket {
     UdpSocket::bind("127.0.0.1:0").await.unwrap()
@@ -103,7 +94,9 @@ async fn metric(gw: &Gateway, sample: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_routes_relay_with_weights_pinned_sessions_and_live_changes() {
-    let (p1, p2) = (free_udp_port(), free_udp_port());
+    // Below the ephemeral range (`free_port`): a port the kernel picked for a socket bound
+    // to port 0 could be handed to one of the echo backends before weir binds it.
+    let (p1, p2) = (free_port(), free_port());
     let stable: SocketAddr = ([127, 0, 0, 1], p1).into();
     let changing: SocketAddr = ([127, 0, 0, 1], p2).into();
     let (s, u1, u2) = (
