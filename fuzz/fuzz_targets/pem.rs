@@ -9,10 +9,12 @@
 //!   finds one): the same answer both ways, so a refusal it adds (a slower path, not a
 //!   wrong one) fails here too.
 //!
-//! The same bytes as a chain to pack (`weir_model::PackedTls::from_pem`, which the Secret
-//! readers run on every TLS Secret): it never panics; a packed chain writes back exactly
-//! the bytes it was packed from, and holds the certificates rustls-pki-types' reader reads
-//! from them, in order.
+//! The same bytes as a chain, then as a key, to pack (`weir_model::PackedTls::from_pem`,
+//! which the Secret readers run on every TLS Secret): it never panics; a packed chain
+//! writes back exactly the bytes it was packed from and holds the certificates
+//! rustls-pki-types' reader reads from them, in order; a packed key (decoded by weir's
+//! constant-time base64) writes back exactly its bytes and holds the key that reader
+//! reads from them, of the same kind.
 
 #![no_main]
 
@@ -31,10 +33,26 @@ fn reader_chain(pem: &[u8]) -> bool {
     certs > 0
 }
 
+/// A canonical key and chain, to pack the input with.
+const KEY: &[u8] = b"-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n";
+const CHAIN: &[u8] = b"-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+
 fuzz_target!(|data: &[u8]| {
-    if let Some(p) = weir_model::PackedTls::from_pem(data, b"key") {
+    if let Some(p) = weir_model::PackedTls::from_pem(CHAIN, data) {
+        assert_eq!(p.key_pem(), data, "key packed but not one-to-one");
+        let (kind, der) = p.key_der();
+        let read = PrivateKeyDer::from_pem_slice(data).expect("the reader refuses a packed key");
+        let read_kind = match read {
+            PrivateKeyDer::Pkcs8(_) => weir_model::KeyKind::Pkcs8,
+            PrivateKeyDer::Sec1(_) => weir_model::KeyKind::Sec1,
+            PrivateKeyDer::Pkcs1(_) => weir_model::KeyKind::Pkcs1,
+            _ => panic!("a kind of key the reader added"),
+        };
+        assert_eq!((kind, der), (read_kind, read.secret_der()), "packed key differs");
+    }
+    if let Some(p) = weir_model::PackedTls::from_pem(data, KEY) {
         assert_eq!(p.chain_pem(), data, "packed but not one-to-one");
-        assert_eq!(p.key_pem(), b"key");
+        assert_eq!(p.key_pem(), KEY);
         let read: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(data)
             .map(|c| c.expect("the reader refuses a packed chain").to_vec())
             .collect();

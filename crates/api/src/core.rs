@@ -29,10 +29,11 @@ pub struct Secret {
     /// that a certificate built from a value (`tls.crt`, `tls.key`) holds the same bytes
     /// instead of a copy.
     pub string_data: StrMap<Arc<str>>,
-    /// `tls.crt` and `tls.key` packed ([`Secret::pack_tls`]), then in neither map. Read
-    /// them with [`Secret::tls_value`]; serialized back into `stringData`.
+    /// `tls.crt` and `tls.key` packed ([`Secret::pack_tls`]), then in neither map: the
+    /// certificate the translator serves, shared. Read them with [`Secret::value`];
+    /// serialized back into `stringData`.
     #[serde(skip)]
-    pub tls: Option<weir_model::PackedTls>,
+    pub tls: Option<Arc<weir_model::Certificate>>,
 }
 
 /// The keys of a TLS Secret.
@@ -56,19 +57,15 @@ impl Secret {
         let (Some(Ok(crt)), Some(Ok(key))) = (self.value(TLS_CRT), self.value(TLS_KEY)) else {
             return;
         };
-        // The key's text stays text (only a PEM reader decodes it); as UTF-8, as
-        // `stringData` would hold it.
-        if std::str::from_utf8(&key).is_err() {
-            return;
-        }
-        let Some(packed) = weir_model::PackedTls::from_pem(&crt, &key) else {
+        // Packed only when canonical PEM (so ASCII), which reads back as the same text.
+        let Some(packed) = weir_model::Certificate::pack(&crt, &key) else {
             return;
         };
         for k in [TLS_CRT, TLS_KEY] {
             self.string_data.remove(k);
             self.data.remove(k);
         }
-        self.tls = Some(packed);
+        self.tls = Some(Arc::new(packed));
     }
 
     /// The bytes of `key` (`stringData` over `data`, which is decoded; `tls.crt` and
@@ -77,8 +74,8 @@ impl Secret {
         use base64::Engine as _;
         if let Some(p) = &self.tls {
             match key {
-                TLS_CRT => return Some(Ok(std::borrow::Cow::Owned(p.chain_pem()))),
-                TLS_KEY => return Some(Ok(std::borrow::Cow::Borrowed(p.key_pem()))),
+                TLS_CRT => return Some(Ok(std::borrow::Cow::Owned(p.chain_pem().into_owned()))),
+                TLS_KEY => return Some(Ok(std::borrow::Cow::Owned(p.key_pem().into_owned()))),
                 _ => {}
             }
         }
@@ -127,7 +124,7 @@ impl Serialize for Secret {
             Some(p) => {
                 let mut all = self.string_data.clone();
                 let crt = String::from_utf8_lossy(&p.chain_pem()).into_owned();
-                let key = String::from_utf8_lossy(p.key_pem()).into_owned();
+                let key = String::from_utf8_lossy(&p.key_pem()).into_owned();
                 all.insert(TLS_CRT.into(), crt.into());
                 all.insert(TLS_KEY.into(), key.into());
                 st.serialize_field("stringData", &all)?;
@@ -327,6 +324,13 @@ mod secret_tests {
             .insert(TLS_CRT.into(), CRT.replace('\n', "\r\n").into());
         crlf.pack_tls();
         assert!(crlf.tls.is_none());
+        // The key is held as DER only when its text is what writing it back gives.
+        let mut key_crlf = tls_secret();
+        key_crlf
+            .string_data
+            .insert(TLS_KEY.into(), KEY.replace('\n', "\r\n").into());
+        key_crlf.pack_tls();
+        assert!(key_crlf.tls.is_none());
         let mut no_key = tls_secret();
         no_key.string_data.remove(TLS_KEY);
         no_key.pack_tls();

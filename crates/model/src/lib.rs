@@ -27,6 +27,7 @@ mod authz;
 mod backend_policy;
 mod cluster;
 mod cors;
+mod ct_base64;
 mod delta;
 mod ext_auth;
 mod hash;
@@ -74,5 +75,5 @@ pub use route::{
     PathRewrite, Pattern, QueryMatch, Redirect, RequestMatch, Retry, RouteKind, RouteRef,
     RouteRule, RuleTimeouts, StringMatch, Timeouts, VirtualHost, WeightedBackend,
 };
-pub use tls::{Certificate, PackedTls, SniCert};
+pub use tls::{Certificate, KeyKind, PackedTls, SniCert};
 pub use upstream_tls::{BackendTls, SubjectName, TrustAnchors, UpstreamTls};

@@ -10,8 +10,9 @@ use crate::listener::ListenerKey;
 ///
 /// Domains that use the same certificate share one `Certificate` (and the data plane
 /// parses it once). The translator has checked that both PEM blocks are present and
-/// well-formed before building one. Held either as the PEM text or packed (the chain as
-/// DER, see [`PackedTls`]); the hash is the PEM text's either way.
+/// well-formed before building one. Held either as the PEM text or packed (the chain
+/// and the key as DER, see [`PackedTls`]); the hash is the PEM text's either way, so
+/// that both forms of one pair are one certificate wherever they were built.
 #[derive(Clone, Debug, Serialize)]
 pub struct Certificate {
     #[serde(skip)]
@@ -39,13 +40,20 @@ impl Certificate {
         }
     }
 
-    /// A packed pair (sharing its buffer); the same hash as [`Certificate::new`] of its
-    /// text.
-    pub fn packed(tls: PackedTls) -> Self {
-        Certificate {
-            hash: tls.hash(),
+    /// The pair packed ([`PackedTls::from_pem`]), with the hash [`Certificate::new`]
+    /// gives the same text; `None` when the text is not canonical PEM.
+    pub fn pack(chain_pem: &[u8], key_pem: &[u8]) -> Option<Self> {
+        let tls = PackedTls::from_pem(chain_pem, key_pem)?;
+        Some(Certificate {
+            hash: Self::pem_hash(chain_pem, key_pem),
             body: CertBody::Packed(tls),
-        }
+        })
+    }
+
+    /// Packed when the text is canonical PEM, else as text ([`Certificate::new`]).
+    pub fn from_pem(chain_pem: &[u8], key_pem: &[u8]) -> Self {
+        Self::pack(chain_pem, key_pem)
+            .unwrap_or_else(|| Self::new(Arc::from(chain_pem), Arc::from(key_pem)))
     }
 
     fn pem_hash(chain_pem: &[u8], key_pem: &[u8]) -> ContentHash {
@@ -57,7 +65,7 @@ impl Certificate {
         self.hash
     }
 
-    /// The packed form, if the certificate is held packed (its chain is DER already).
+    /// The packed form, if the certificate is held packed (its chain and key are DER).
     pub fn as_packed(&self) -> Option<&PackedTls> {
         match &self.body {
             CertBody::Packed(p) => Some(p),
@@ -73,11 +81,20 @@ impl Certificate {
         }
     }
 
-    /// The private key's PEM text (PKCS#8, SEC1 or PKCS#1).
-    pub fn key_pem(&self) -> &[u8] {
+    /// The private key's PEM text (PKCS#8, SEC1 or PKCS#1; written again, in constant
+    /// time, for a packed certificate).
+    pub fn key_pem(&self) -> std::borrow::Cow<'_, [u8]> {
         match &self.body {
-            CertBody::Pem { key, .. } => key,
-            CertBody::Packed(p) => p.key_pem(),
+            CertBody::Pem { key, .. } => std::borrow::Cow::Borrowed(key),
+            CertBody::Packed(p) => std::borrow::Cow::Owned(p.key_pem()),
+        }
+    }
+
+    /// The bytes held (for memory accounting).
+    pub fn held_bytes(&self) -> usize {
+        match &self.body {
+            CertBody::Pem { chain, key } => chain.len() + key.len(),
+            CertBody::Packed(p) => p.len(),
         }
     }
 }
@@ -114,84 +131,164 @@ impl SniCert {
     }
 }
 
-/// A TLS Secret's `tls.crt` and `tls.key` in one shared buffer: the chain's certificates
-/// as DER, then the key's PEM text unchanged (a private key is only ever decoded by the
-/// data plane's constant-time PEM reader). Packed only from a chain whose PEM text is
-/// exactly what [`PackedTls::chain_pem`] writes back (64-character lines, `\n` endings),
-/// so a packed pair and its text are one-to-one.
+/// A TLS Secret's `tls.crt` and `tls.key` in one shared buffer, both as DER: the chain's
+/// certificates and the private key. Packed only from PEM text that is exactly what
+/// [`PackedTls::chain_pem`] and [`PackedTls::key_pem`] write back (64-character lines,
+/// `\n` endings, nothing around the blocks), so a packed pair and its text are
+/// one-to-one. The key is decoded and written back in constant time (`ct_base64`).
 ///
 /// Why: as two PEM strings, a domain's certificate and key took two heap blocks of 640
-/// and 320 bytes for 755 bytes of text; packed, one block of 640 (at 1,000,000 TLS
-/// domains, ~300 MiB).
+/// and 320 bytes for 755 bytes of text. Packed with the key as text, one block of 640;
+/// with the key as DER too (an ECDSA P-256 PKCS#8 key is 241 bytes of PEM, 138 of DER),
+/// one of 512: at 1,000,000 TLS domains, ~120 MiB less again.
 ///
-/// Layout: the content hash of the PEM pair (8 bytes, little-endian; what
-/// [`Certificate::new`] computes from the same text), the number of certificates (1
-/// byte), their lengths (4 bytes each, little-endian), the certificates, the key.
+/// Layout: the number of certificates (1 byte), the key's kind ([`KeyKind`], 1 byte),
+/// the certificates' lengths (2 bytes each, little-endian), the certificates, the key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PackedTls(Arc<[u8]>);
 
-const PEM_BEGIN: &[u8] = b"-----BEGIN CERTIFICATE-----\n";
-const PEM_END: &[u8] = b"-----END CERTIFICATE-----\n";
+/// Which PEM label a packed private key had (what its DER is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// `PRIVATE KEY`: PKCS#8.
+    Pkcs8,
+    /// `EC PRIVATE KEY`: SEC1.
+    Sec1,
+    /// `RSA PRIVATE KEY`: PKCS#1.
+    Pkcs1,
+}
+
+impl KeyKind {
+    const ALL: [KeyKind; 3] = [KeyKind::Pkcs8, KeyKind::Sec1, KeyKind::Pkcs1];
+
+    fn label(self) -> &'static [u8] {
+        match self {
+            KeyKind::Pkcs8 => b"PRIVATE KEY",
+            KeyKind::Sec1 => b"EC PRIVATE KEY",
+            KeyKind::Pkcs1 => b"RSA PRIVATE KEY",
+        }
+    }
+}
+
 const PEM_LINE: usize = 64;
 
+/// Appends `der` as a PEM block labelled `label` (64-character lines), encoding in
+/// constant time when `secret`.
+fn write_pem(label: &[u8], der: &[u8], secret: bool, out: &mut Vec<u8>) {
+    use base64::Engine as _;
+    out.extend_from_slice(b"-----BEGIN ");
+    out.extend_from_slice(label);
+    out.extend_from_slice(b"-----\n");
+    let mut text = Vec::new();
+    if secret {
+        crate::ct_base64::encode(der, &mut text);
+    } else {
+        text = base64::engine::general_purpose::STANDARD
+            .encode(der)
+            .into_bytes();
+    }
+    for line in text.chunks(PEM_LINE) {
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"-----END ");
+    out.extend_from_slice(label);
+    out.extend_from_slice(b"-----\n");
+}
+
+/// Reads the first PEM block of `text` if it is labelled `label` and laid out as
+/// [`write_pem`] writes it: appends its base64 text (lines joined) to `b64`, returns the
+/// rest of `text`.
+fn read_pem<'a>(text: &'a [u8], label: &[u8], b64: &mut Vec<u8>) -> Option<&'a [u8]> {
+    let rest = text
+        .strip_prefix(&b"-----BEGIN "[..])?
+        .strip_prefix(label)?
+        .strip_prefix(&b"-----\n"[..])?;
+    let mut end = Vec::with_capacity(label.len() + 15);
+    end.extend_from_slice(b"-----END ");
+    end.extend_from_slice(label);
+    end.extend_from_slice(b"-----\n");
+    let at = rest.windows(end.len()).position(|w| w == end)?;
+    // Every line but the last full, each ending in `\n`: checked on the lengths only.
+    let body = &rest[..at];
+    let mut lines = body.split_inclusive(|&b| b == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let text = line.strip_suffix(b"\n")?;
+        let full = text.len() == PEM_LINE;
+        if text.is_empty() || text.len() > PEM_LINE || (!full && lines.peek().is_some()) {
+            return None;
+        }
+        b64.extend_from_slice(text);
+    }
+    Some(&rest[at + end.len()..])
+}
+
 impl PackedTls {
-    /// Packs a PEM chain and key; `None` when the chain is not canonical PEM
-    /// `CERTIFICATE` blocks (anything else around them, other line lengths, `\r`, bad
-    /// base64) or holds more than 255 certificates: such a pair stays text.
+    /// Packs a PEM chain and key; `None` when either is not canonical PEM (text around
+    /// the blocks, other line lengths, `\r`, bad or non-canonical base64), the key is
+    /// not one `PRIVATE KEY`, `EC PRIVATE KEY` or `RSA PRIVATE KEY` block, a certificate
+    /// is 64 KiB or more, or there are more than 255 certificates: such a pair stays
+    /// text.
     pub fn from_pem(chain: &[u8], key: &[u8]) -> Option<PackedTls> {
         use base64::Engine as _;
         let mut ders: Vec<u8> = Vec::with_capacity(chain.len() * 3 / 4);
-        let mut lens: Vec<u32> = Vec::new();
+        let mut lens: Vec<u16> = Vec::new();
         let mut b64: Vec<u8> = Vec::with_capacity(chain.len());
         let mut rest = chain;
         while !rest.is_empty() {
-            rest = rest.strip_prefix(PEM_BEGIN)?;
-            let end = rest.windows(PEM_END.len()).position(|w| w == PEM_END)?;
             b64.clear();
-            b64.extend(rest[..end].iter().filter(|&&b| b != b'\n'));
-            rest = &rest[end + PEM_END.len()..];
+            rest = read_pem(rest, b"CERTIFICATE", &mut b64)?;
             let start = ders.len();
             base64::engine::general_purpose::STANDARD
                 .decode_vec(&b64, &mut ders)
                 .ok()?;
-            lens.push(u32::try_from(ders.len() - start).ok()?);
+            lens.push(u16::try_from(ders.len() - start).ok()?);
         }
         if lens.is_empty() || lens.len() > usize::from(u8::MAX) {
             return None;
         }
-        let hash = Certificate::pem_hash(chain, key);
-        let mut buf = Vec::with_capacity(9 + 4 * lens.len() + ders.len() + key.len());
-        buf.extend_from_slice(&hash.0.to_le_bytes());
+        let (kind, key_der) = Self::key_from_pem(key)?;
+        let mut buf = Vec::with_capacity(2 + 2 * lens.len() + ders.len() + key_der.len());
         buf.push(lens.len() as u8);
+        buf.push(kind as u8);
         for l in &lens {
             buf.extend_from_slice(&l.to_le_bytes());
         }
         buf.extend_from_slice(&ders);
-        buf.extend_from_slice(key);
+        buf.extend_from_slice(&key_der);
         let packed = PackedTls(Arc::from(buf));
         // One-to-one with the text, or not packed at all.
         (packed.chain_pem() == chain).then_some(packed)
     }
 
+    /// The key's kind and DER, when `key` is one canonical PEM private key block and
+    /// nothing else. Decoded in constant time, and written back (in constant time too)
+    /// to check that it reads back as the same text.
+    fn key_from_pem(key: &[u8]) -> Option<(KeyKind, Vec<u8>)> {
+        let mut b64 = Vec::with_capacity(key.len());
+        let kind = KeyKind::ALL.into_iter().find(|k| {
+            b64.clear();
+            read_pem(key, k.label(), &mut b64).is_some_and(<[u8]>::is_empty)
+        })?;
+        let mut der = Vec::with_capacity(b64.len() * 3 / 4);
+        crate::ct_base64::decode(&b64, &mut der).ok()?;
+        let mut again = Vec::with_capacity(key.len());
+        write_pem(kind.label(), &der, true, &mut again);
+        crate::ct_base64::equal(&again, key).then_some((kind, der))
+    }
+
     fn count(&self) -> usize {
-        usize::from(self.0[8])
+        usize::from(self.0[0])
     }
 
     /// Where the certificates start.
     fn ders_at(&self) -> usize {
-        9 + 4 * self.count()
+        2 + 2 * self.count()
     }
 
     fn len_at(&self, i: usize) -> usize {
-        let at = 9 + 4 * i;
-        u32::from_le_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]]) as usize
-    }
-
-    /// The content hash of the PEM pair (see [`Certificate::hash`]).
-    pub fn hash(&self) -> ContentHash {
-        let mut h = [0u8; 8];
-        h.copy_from_slice(&self.0[..8]);
-        ContentHash(u64::from_le_bytes(h))
+        let at = 2 + 2 * i;
+        usize::from(u16::from_le_bytes([self.0[at], self.0[at + 1]]))
     }
 
     /// The chain's certificates (DER), leaf first.
@@ -205,24 +302,27 @@ impl PackedTls {
         })
     }
 
-    /// The key's PEM text.
-    pub fn key_pem(&self) -> &[u8] {
+    /// The private key: its kind and DER.
+    pub fn key_der(&self) -> (KeyKind, &[u8]) {
+        let kind = KeyKind::ALL[usize::from(self.0[1])];
         let end = self.ders_at() + (0..self.count()).map(|i| self.len_at(i)).sum::<usize>();
-        &self.0[end..]
+        (kind, &self.0[end..])
+    }
+
+    /// The key's PEM text (written again, in constant time; exactly the text it was
+    /// packed from).
+    pub fn key_pem(&self) -> Vec<u8> {
+        let (kind, der) = self.key_der();
+        let mut out = Vec::with_capacity(der.len() * 4 / 3 + 64);
+        write_pem(kind.label(), der, true, &mut out);
+        out
     }
 
     /// The chain's PEM text (written again; exactly the text it was packed from).
     pub fn chain_pem(&self) -> Vec<u8> {
-        use base64::Engine as _;
         let mut out = Vec::new();
         for der in self.chain_der() {
-            out.extend_from_slice(PEM_BEGIN);
-            let text = base64::engine::general_purpose::STANDARD.encode(der);
-            for line in text.as_bytes().chunks(PEM_LINE) {
-                out.extend_from_slice(line);
-                out.push(b'\n');
-            }
-            out.extend_from_slice(PEM_END);
+            write_pem(b"CERTIFICATE", der, false, &mut out);
         }
         out
     }
@@ -242,8 +342,8 @@ impl std::fmt::Debug for PackedTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PackedTls")
             .field("certificates", &self.count())
+            .field("key", &self.key_der().0)
             .field("bytes", &self.0.len())
-            .field("hash", &self.hash())
             .finish()
     }
 }
@@ -253,45 +353,65 @@ mod tests {
     use super::*;
     use base64::Engine as _;
 
-    /// PEM text of `der` as OpenSSL writes it.
-    fn pem(der: &[u8]) -> String {
+    /// PEM text of `der` labelled `label`, as OpenSSL writes it.
+    fn pem_of(label: &str, der: &[u8]) -> String {
         let text = base64::engine::general_purpose::STANDARD.encode(der);
-        let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+        let mut out = format!("-----BEGIN {label}-----\n");
         for line in text.as_bytes().chunks(64) {
             out.push_str(std::str::from_utf8(line).unwrap());
             out.push('\n');
         }
-        out + "-----END CERTIFICATE-----\n"
+        out + &format!("-----END {label}-----\n")
     }
 
-    const KEY: &[u8] =
-        b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+    fn pem(der: &[u8]) -> String {
+        pem_of("CERTIFICATE", der)
+    }
+
+    /// A key's bytes (not a real key: packing reads only the PEM framing and base64).
+    fn key_der(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + 3) as u8).collect()
+    }
 
     #[test]
-    fn a_packed_chain_reads_back_as_its_text_and_hashes_as_it() {
+    fn a_packed_pair_reads_back_as_its_text_and_hashes_as_it() {
         let leaf: Vec<u8> = (0..=255u8).cycle().take(339).collect();
         let ca: Vec<u8> = (0..48u8).collect();
         let chain = pem(&leaf) + &pem(&ca);
-        let p = PackedTls::from_pem(chain.as_bytes(), KEY).expect("canonical");
-        assert_eq!(p.chain_der().collect::<Vec<_>>(), [&leaf[..], &ca[..]]);
-        assert_eq!(p.key_pem(), KEY);
-        assert_eq!(p.chain_pem(), chain.as_bytes());
-        let text = Certificate::new(Arc::from(chain.as_bytes()), Arc::from(KEY));
-        let packed = Certificate::packed(p.clone());
-        assert_eq!(packed.hash(), text.hash());
-        assert_eq!(packed, text);
-        assert_eq!(&*packed.chain_pem(), chain.as_bytes());
-        assert_eq!(packed.key_pem(), KEY);
-        assert!(packed.as_packed().is_some() && text.as_packed().is_none());
-        // Smaller than the text: one certificate's DER is three quarters of its base64.
-        assert!(p.len() < chain.len() + KEY.len() - 150, "{}", p.len());
+        for (kind, label, len) in [
+            (KeyKind::Pkcs8, "PRIVATE KEY", 138),
+            (KeyKind::Sec1, "EC PRIVATE KEY", 121),
+            (KeyKind::Pkcs1, "RSA PRIVATE KEY", 1191),
+            (KeyKind::Pkcs8, "PRIVATE KEY", 48),
+        ] {
+            let der = key_der(len);
+            let key = pem_of(label, &der);
+            let p = PackedTls::from_pem(chain.as_bytes(), key.as_bytes()).expect("canonical");
+            assert_eq!(p.chain_der().collect::<Vec<_>>(), [&leaf[..], &ca[..]]);
+            assert_eq!(p.key_der(), (kind, &der[..]));
+            assert_eq!(p.key_pem(), key.as_bytes());
+            assert_eq!(p.chain_pem(), chain.as_bytes());
+            // Two bytes of header, two per certificate, then the DER.
+            assert_eq!(p.len(), 2 + 4 + leaf.len() + ca.len() + der.len());
+            let text = Certificate::new(Arc::from(chain.as_bytes()), Arc::from(key.as_bytes()));
+            let packed = Certificate::pack(chain.as_bytes(), key.as_bytes()).unwrap();
+            assert_eq!(packed.hash(), text.hash());
+            assert_eq!(packed, text);
+            assert_eq!(&*packed.chain_pem(), chain.as_bytes());
+            assert_eq!(&*packed.key_pem(), key.as_bytes());
+            assert!(packed.as_packed().is_some() && text.as_packed().is_none());
+            let from = Certificate::from_pem(chain.as_bytes(), key.as_bytes());
+            assert!(from.as_packed().is_some());
+            assert_eq!(from.hash(), text.hash());
+        }
     }
 
     #[test]
     fn only_canonical_pem_is_packed() {
         let der: Vec<u8> = (0..200u8).collect();
+        let key = pem_of("PRIVATE KEY", &key_der(138));
         let good = pem(&der);
-        assert!(PackedTls::from_pem(good.as_bytes(), KEY).is_some());
+        assert!(PackedTls::from_pem(good.as_bytes(), key.as_bytes()).is_some());
         let not = [
             good.replace('\n', "\r\n"),   // CRLF
             good.trim_end().to_owned(),   // no final newline
@@ -308,13 +428,43 @@ mod tests {
         ];
         for text in &not {
             assert!(
-                PackedTls::from_pem(text.as_bytes(), KEY).is_none(),
+                PackedTls::from_pem(text.as_bytes(), key.as_bytes()).is_none(),
                 "packed: {text:?}"
             );
         }
         // Non-canonical padding bits decode, but would not read back the same.
         let mut odd = pem(&[0xff]);
         odd = odd.replace("/w==", "/x==");
-        assert!(PackedTls::from_pem(odd.as_bytes(), KEY).is_none());
+        assert!(PackedTls::from_pem(odd.as_bytes(), key.as_bytes()).is_none());
+        // The same rules for the key, and the key must be alone and of a known kind.
+        let bad_keys = [
+            key.replace('\n', "\r\n"),
+            key.trim_end().to_owned(),
+            format!("{key}\n"),
+            format!(
+                "-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n{key}"
+            ),
+            key.clone() + &key,
+            key.replacen('\n', "", 2),
+            key.replacen("AwoR", "Aw!R", 1),
+            key.replace("PRIVATE KEY", "ENCRYPTED PRIVATE KEY"),
+            key.replace("PRIVATE KEY", "DSA PRIVATE KEY"),
+            pem_of("PRIVATE KEY", &[0xff]).replace("/w==", "/x=="),
+            String::new(),
+            "nope".into(),
+        ];
+        assert!(
+            key.contains("AwoR"),
+            "the key text has what a case above replaces"
+        );
+        for k in &bad_keys {
+            assert!(
+                PackedTls::from_pem(good.as_bytes(), k.as_bytes()).is_none(),
+                "packed with key {k:?}"
+            );
+            let c = Certificate::from_pem(good.as_bytes(), k.as_bytes());
+            assert!(c.as_packed().is_none());
+            assert_eq!(&*c.key_pem(), k.as_bytes());
+        }
     }
 }

@@ -107,13 +107,28 @@ pub(crate) fn chain_der(
     }
 }
 
-/// Chain + PEM key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
+/// The private key: the DER of a packed certificate as it is, PEM text decoded (by
+/// rustls' constant-time reader).
+pub(crate) fn key_der(
+    cert: &Certificate,
+) -> Result<PrivateKeyDer<'static>, rustls_pki_types::pem::Error> {
+    use rustls_pki_types::{PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
+    use weir_model::KeyKind;
+    match cert.as_packed().map(weir_model::PackedTls::key_der) {
+        Some((KeyKind::Pkcs8, der)) => Ok(PrivatePkcs8KeyDer::from(der.to_vec()).into()),
+        Some((KeyKind::Sec1, der)) => Ok(PrivateSec1KeyDer::from(der.to_vec()).into()),
+        Some((KeyKind::Pkcs1, der)) => Ok(PrivatePkcs1KeyDer::from(der.to_vec()).into()),
+        None => PrivateKeyDer::from_pem_slice(&cert.key_pem()),
+    }
+}
+
+/// Chain + key → rustls signing key (aws-lc-rs), checking the key matches the leaf.
 pub(crate) fn parse(cert: &Certificate) -> Result<Arc<CertifiedKey>, CertError> {
     let chain = chain_der(cert).map_err(CertError::ChainPem)?;
     if chain.is_empty() {
         return Err(CertError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(cert.key_pem()).map_err(CertError::KeyPem)?;
+    let key = key_der(cert).map_err(CertError::KeyPem)?;
     let key = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key).map_err(CertError::Key)?;
     let certified = CertifiedKey::new(chain, key);
     match certified.keys_match() {
@@ -288,15 +303,16 @@ pub(crate) mod test_certs {
     pub(crate) fn mismatched(a: &Certificate, b: &Certificate) -> Arc<Certificate> {
         Arc::new(Certificate::new(
             Arc::from(&*a.chain_pem()),
-            Arc::from(b.key_pem()),
+            Arc::from(&*b.key_pem()),
         ))
     }
 
-    /// `c` packed (its chain as DER), as the translator holds a Secret's certificate.
+    /// `c` packed (its chain and key as DER), as the translator holds a Secret's
+    /// certificate.
     pub(crate) fn packed(c: &Certificate) -> Arc<Certificate> {
-        let p = weir_model::PackedTls::from_pem(&c.chain_pem(), c.key_pem())
-            .expect("rcgen writes canonical PEM");
-        Arc::new(Certificate::packed(p))
+        Arc::new(
+            Certificate::pack(&c.chain_pem(), &c.key_pem()).expect("rcgen writes canonical PEM"),
+        )
     }
 }
 
@@ -335,8 +351,7 @@ mod tests {
     }
 
     fn packed_with_key(c: &Certificate, key_of: &Certificate) -> Arc<Certificate> {
-        let p = weir_model::PackedTls::from_pem(&c.chain_pem(), key_of.key_pem()).unwrap();
-        Arc::new(Certificate::packed(p))
+        Arc::new(Certificate::pack(&c.chain_pem(), &key_of.key_pem()).unwrap())
     }
 
     #[test]

@@ -19,7 +19,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::{verify_server_cert_signed_by_trust_anchor, verify_server_name};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use weir_model::{Certificate, SubjectName, TrustAnchors, UpstreamTls};
@@ -103,8 +103,8 @@ impl TlsTarget {
             Some(c) => {
                 let chain: Vec<CertificateDer<'static>> =
                     crate::tls::chain_der(c).map_err(|e| format!("client certificate: {e}"))?;
-                let key = PrivateKeyDer::from_pem_slice(c.key_pem())
-                    .map_err(|e| format!("client certificate key: {e}"))?;
+                let key =
+                    crate::tls::key_der(c).map_err(|e| format!("client certificate key: {e}"))?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| format!("client certificate: {e}"))?

@@ -339,7 +339,7 @@ fn policy_to_wire(p: &Policy) -> wire::Policy {
         }),
         client_certificate: p.client_certificate.as_ref().map(|c| wire::Certificate {
             chain_pem: c.chain_pem().into_owned(),
-            key_pem: c.key_pem().to_vec(),
+            key_pem: c.key_pem().into_owned(),
         }),
         cors: p.cors.as_ref().map(|(name, c)| wire::PolicyCors {
             policy: name.to_string(),
@@ -913,7 +913,7 @@ fn upstream_tls_to_wire(t: &UpstreamTls) -> wire::UpstreamTls {
         hide_sni: t.hide_sni,
         client_certificate: t.client_certificate.as_ref().map(|c| wire::Certificate {
             chain_pem: c.chain_pem().into_owned(),
-            key_pem: c.key_pem().to_vec(),
+            key_pem: c.key_pem().into_owned(),
         }),
         dns_names: t
             .subject_names
@@ -1568,7 +1568,7 @@ pub fn resource_to_wire(r: &Resource) -> wire::Resource {
         }),
         Resource::Certificate(c) => R::Certificate(wire::Certificate {
             chain_pem: c.chain_pem().into_owned(),
-            key_pem: c.key_pem().to_vec(),
+            key_pem: c.key_pem().into_owned(),
         }),
         Resource::Sni(s) => R::Sni(wire::SniCert {
             listener: s.listener.addr().to_string(),
@@ -2275,13 +2275,10 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
     Ok(RouteRule::new(route, matcher, filters, action, timeouts).with_retry(retry))
 }
 
-/// A certificate received as PEM text: packed when its chain is canonical PEM, as the
-/// control plane's was (the same hash either way, so SNI entries find it).
+/// A certificate received as PEM text: packed when it is canonical PEM, as the control
+/// plane's was (the same hash either way, so SNI entries find it).
 fn certificate_from_wire(chain_pem: &[u8], key_pem: &[u8]) -> Certificate {
-    match weir_model::PackedTls::from_pem(chain_pem, key_pem) {
-        Some(p) => Certificate::packed(p),
-        None => Certificate::new(Arc::from(chain_pem), Arc::from(key_pem)),
-    }
+    Certificate::from_pem(chain_pem, key_pem)
 }
 
 #[cfg(test)]

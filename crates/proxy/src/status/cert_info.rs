@@ -99,9 +99,9 @@ mod tests {
             weir_model::Certificate::new(std::sync::Arc::from(pem), std::sync::Arc::from(&b""[..]))
         };
         let text = chain(cert.pem().as_bytes());
-        let packed = weir_model::Certificate::packed(
-            weir_model::PackedTls::from_pem(cert.pem().as_bytes(), b"").unwrap(),
-        );
+        let packed =
+            weir_model::Certificate::pack(cert.pem().as_bytes(), key.serialize_pem().as_bytes())
+                .unwrap();
         for c in [text, packed] {
             let info = read(&c).unwrap();
             assert_eq!(info.names, ["a.example", "*.b.example"]);

@@ -55,14 +55,10 @@ fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
     if s.type_ != "kubernetes.io/tls" {
         return Err(InvalidSecret::NotTls);
     }
-    if let Some(p) = &s.tls {
-        // Packed: the chain was canonical PEM, read already; the key is text.
-        if pem::accepts_key(p.key_pem()) {
-            return Ok(Arc::new(Certificate::packed(p.clone())));
-        }
-        PrivateKeyDer::from_pem_slice(p.key_pem())
-            .map_err(|e| InvalidSecret::Key(format!("no valid PEM private key ({e})")))?;
-        return Ok(Arc::new(Certificate::packed(p.clone())));
+    if let Some(c) = &s.tls {
+        // Packed: the chain and the key were canonical PEM blocks, read already (what
+        // the checks below accept); the Secret's certificate is shared.
+        return Ok(c.clone());
     }
     let chain = value(s, CRT)?;
     let key = value(s, KEY)?;
@@ -218,15 +214,20 @@ mod tests {
             assert!(looks_like_tls(&s));
             let c = parse(&s).unwrap();
             assert!(c.as_packed().is_some());
+            assert!(
+                Arc::ptr_eq(&c, s.tls.as_ref().unwrap()),
+                "shared, not copied"
+            );
             assert_eq!(c.hash(), a.hash());
             assert_eq!(
-                (&*c.chain_pem(), c.key_pem()),
+                (&*c.chain_pem(), &*c.key_pem()),
                 (crt.as_bytes(), key.as_bytes())
             );
         }
+        // A key that is not a PEM key is not packed, and refused as text.
         let mut bad_key = secret(crt, "nope", false);
         bad_key.pack_tls();
-        assert!(bad_key.tls.is_some());
+        assert!(bad_key.tls.is_none());
         assert!(matches!(parse(&bad_key), Err(InvalidSecret::Key(_))));
         // Not canonical (CRLF): left as text, and still served.
         let mut crlf = secret(&crt.replace('\n', "\r\n"), key, false);
