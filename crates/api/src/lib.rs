@@ -36,7 +36,7 @@ pub use crate::l4route::{
 };
 pub use crate::listenerset::ListenerSet;
 pub use crate::meta::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, ServerMeta, shared_str,
+    LabelSelector, LabelSelectorRequirement, MetaMap, ObjectMeta, ServerMeta, shared_str,
 };
 pub use crate::object::{InvalidObject, KeyParts, Kind, Object, ObjectKey};
 pub use crate::status::*;

@@ -275,7 +275,7 @@ impl Store {
     /// server adds to every namespace (so selectors work without Namespace objects).
     pub(crate) fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
         let mut labels = match self.get_ns(Kind::Namespace, "", ns) {
-            Some(Object::Namespace(n)) => n.metadata.labels.clone(),
+            Some(Object::Namespace(n)) => (*n.metadata.labels).clone(),
             _ => BTreeMap::new(),
         };
         labels.insert("kubernetes.io/metadata.name".into(), ns.into());
