@@ -20,9 +20,11 @@ pub struct Namespace {
 pub struct Secret {
     /// Metadata.
     pub metadata: ObjectMeta,
-    /// Secret type, e.g. `kubernetes.io/tls`.
-    #[serde(rename = "type")]
-    pub type_: String,
+    /// Secret type, e.g. `kubernetes.io/tls`. Shared ([`crate::shared_str`]): nearly
+    /// every Secret of a gateway has that one type (a heap block per Secret, at
+    /// 1,000,000 TLS domains ~30 MiB, otherwise).
+    #[serde(rename = "type", deserialize_with = "crate::meta::shared")]
+    pub type_: Arc<str>,
     /// Base64-encoded values (as stored by Kubernetes).
     pub data: StrMap<String>,
     /// Plain values; take precedence over `data` for the same key. Shared buffers, so
@@ -47,7 +49,7 @@ impl Secret {
     /// key in both maps, bad base64, other PEM text) is left as it is. The readers call
     /// this on every Secret they read.
     pub fn pack_tls(&mut self) {
-        if self.tls.is_some() || self.type_ != "kubernetes.io/tls" {
+        if self.tls.is_some() || *self.type_ != *"kubernetes.io/tls" {
             return;
         }
         let in_both = |k: &str| self.data.contains_key(k) && self.string_data.contains_key(k);
@@ -306,6 +308,15 @@ mod secret_tests {
                 KEY.as_bytes()
             );
         }
+    }
+
+    #[test]
+    fn secret_types_are_one_buffer() {
+        let read =
+            || -> Secret { serde_json::from_str(r#"{"type":"kubernetes.io/tls"}"#).unwrap() };
+        let (a, b) = (read(), read());
+        assert_eq!(&*a.type_, "kubernetes.io/tls");
+        assert!(Arc::ptr_eq(&a.type_, &b.type_));
     }
 
     #[test]

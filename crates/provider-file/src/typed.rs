@@ -188,7 +188,7 @@ fn secret(doc: &Node<'_>) -> Option<Secret> {
     let read = || -> Result<Secret, ()> {
         Ok(Secret {
             metadata: metadata(doc)?,
-            type_: or_default(doc, "type", string)?,
+            type_: or_default(doc, "type", shared)?,
             data: or_default(doc, "data", |n| string_map(n, str::to_owned))?,
             string_data: or_default(doc, "stringData", |n| {
                 string_map(n, |v| Arc::<str>::from(v))

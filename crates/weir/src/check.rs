@@ -60,7 +60,7 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write) -> anyhow::Result<usize> 
     // to its certificate is found before it is served.
     for (key, obj) in &update.upserts {
         if let weir_api::Object::Secret(s) = &**obj
-            && s.type_ == "kubernetes.io/tls"
+            && *s.type_ == *"kubernetes.io/tls"
             && let Ok(cert) = weir_translate::certificate_from_secret(s)
             && let Some(why) = weir_proxy::certificate_problem(&cert)
         {

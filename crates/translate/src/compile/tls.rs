@@ -35,7 +35,7 @@ const KEY: &str = "tls.key";
 
 /// Whether a Secret claims to be a TLS Secret (and so gets a status when it is broken).
 pub(crate) fn looks_like_tls(s: &Secret) -> bool {
-    s.type_ == "kubernetes.io/tls" || s.has(CRT) || s.has(KEY)
+    *s.type_ == *"kubernetes.io/tls" || s.has(CRT) || s.has(KEY)
 }
 
 /// The bytes of a Secret key as the shared buffer the certificate keeps: a `stringData`
@@ -52,7 +52,7 @@ fn value(s: &Secret, key: &'static str) -> Result<Arc<[u8]>, InvalidSecret> {
 }
 
 fn parse(s: &Secret) -> Result<Arc<Certificate>, InvalidSecret> {
-    if s.type_ != "kubernetes.io/tls" {
+    if *s.type_ != *"kubernetes.io/tls" {
         return Err(InvalidSecret::NotTls);
     }
     if let Some(c) = &s.tls {
