@@ -329,7 +329,7 @@ mod tests {
         };
         let v = Resource::VirtualHost(Arc::new(VirtualHost::new(
             key(80),
-            HostMatch::Any,
+            HostMatch::ANY,
             vec![rule("b"), rule("a"), rule("b")],
         )));
         assert_eq!(
@@ -399,7 +399,7 @@ mod tests {
         ));
         let v = Resource::VirtualHost(Arc::new(VirtualHost::new(
             key(80),
-            HostMatch::Any,
+            HostMatch::ANY,
             vec![rule],
         )));
         let clusters: Vec<_> = v
@@ -443,11 +443,11 @@ mod tests {
         let cert = Certificate::new(Arc::from(&b"cert"[..]), Arc::from(&b"key"[..]));
         let sni = Resource::Sni(Arc::new(SniCert::new(
             key(443),
-            HostMatch::Any,
+            HostMatch::ANY,
             cert.hash(),
         )));
         let vhost =
-            Resource::VirtualHost(Arc::new(VirtualHost::new(key(443), HostMatch::Any, vec![])));
+            Resource::VirtualHost(Arc::new(VirtualHost::new(key(443), HostMatch::ANY, vec![])));
         let l4 = Resource::L4Route(Arc::new(L4Route::new(
             key(443),
             HostMatch::parse(Some("*.example.com")).unwrap(),

@@ -42,7 +42,7 @@ impl L4Mode {
 /// The backends connections for one host pattern on one listener are spliced to: a
 /// TLSRoute hostname on a TLS passthrough socket (the pattern is matched against the
 /// ClientHello's SNI, exact before wildcard), or a TCPRoute on a TCP socket or a UDPRoute
-/// on a UDP socket (the pattern is [`HostMatch::Any`]).
+/// on a UDP socket (the pattern is [`HostMatch::ANY`]).
 ///
 /// Each (listener, host) is its own resource, like a [`crate::VirtualHost`], so adding
 /// one passthrough hostname among thousands is one delta.
@@ -50,7 +50,7 @@ impl L4Mode {
 pub struct L4Route {
     /// The listener.
     pub listener: ListenerKey,
-    /// SNI pattern, or [`HostMatch::Any`] (every connection; TLS: also those without SNI).
+    /// SNI pattern, or [`HostMatch::ANY`] (every connection; TLS: also those without SNI).
     pub host: HostMatch,
     /// The route this entry came from (for logs).
     pub route: RouteRef,

@@ -53,7 +53,7 @@ pub use cors::{Cors, CorsNames, CorsOrigin};
 pub use delta::{Delta, DeltaBatch, Reference, Resource, ResourceKey};
 pub use ext_auth::{ExtAuth, ExtAuthCache, ExtAuthUrl};
 pub use hash::{ContentHash, content_hash};
-pub use host::{HostMatch, InvalidHostname};
+pub use host::{HostKind, HostMatch, InvalidHostname};
 pub use jwks::{MAX_JWKS_KEYS, read_jwks};
 pub use l4::{L4Backend, L4Mode, L4Route};
 pub use listener::{

@@ -94,10 +94,10 @@ pub enum Protocol {
     /// of the socket's SNI entries and gets the decrypted bytes, one in
     /// [`crate::L4Mode::Passthrough`] the bytes unchanged. Never carries HTTP.
     TlsTerminate,
-    /// TCP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
+    /// TCP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::ANY`]) gets the
     /// connection's bytes.
     Tcp,
-    /// UDP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::Any`]) gets the
+    /// UDP: the socket's [`crate::L4Route`] (host [`crate::HostMatch::ANY`]) gets the
     /// datagrams; a client address's datagrams form a session pinned to one endpoint.
     /// A UDP socket is keyed like the others, so a UDP listener and a TCP-based one on
     /// the same address and port conflict (Gateway API leaves that combination to the
@@ -132,7 +132,7 @@ pub struct Listener {
 /// ([`crate::PolicyTarget::Listener`], [`crate::PolicyTarget::ListenerSet`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ListenerSection {
-    /// The listener's hostname ([`HostMatch::Any`] without one).
+    /// The listener's hostname ([`HostMatch::ANY`] without one).
     pub hostname: HostMatch,
     /// The ListenerSet (`namespace/name`) the listener comes from; `None`: the Gateway's.
     #[serde(skip_serializing_if = "Option::is_none")]

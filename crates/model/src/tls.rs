@@ -100,7 +100,7 @@ impl Certificate {
 }
 
 /// Which certificate a listener presents for a host pattern (the SNI table entry).
-/// [`HostMatch::Any`] is the listener's default certificate.
+/// [`HostMatch::ANY`] is the listener's default certificate.
 #[derive(Clone, Debug, Serialize)]
 pub struct SniCert {
     /// The TLS listener.

@@ -2,13 +2,13 @@
 //!
 //! Used for both virtual hosts (HTTP `Host`) and SNI entries (TLS server name). Lookup
 //! order is Gateway API's: the exact name, then wildcards from the longest suffix to the
-//! shortest, then [`HostMatch::Any`]. A wildcard `*.example.com` (stored as the suffix
+//! shortest, then [`HostMatch::ANY`]. A wildcard `*.example.com` (stored as the suffix
 //! `.example.com`) matches any number of labels in front of `example.com`, never
 //! `example.com` itself.
 
 use std::sync::Arc;
 
-use weir_model::HostMatch;
+use weir_model::{HostKind, HostMatch};
 
 use crate::sharded::ShardedMap;
 
@@ -44,32 +44,32 @@ impl<V: Clone> HostTable<V> {
 
     /// Inserts or replaces the value of one pattern; returns the previous one.
     pub(crate) fn insert(&mut self, host: &HostMatch, value: V) -> Option<V> {
-        match host {
-            HostMatch::Exact(h) => self.exact.insert(h.clone(), value),
-            HostMatch::Wildcard(s) => self.wildcard.insert(s.clone(), value),
-            HostMatch::Any => self.any.replace(value),
+        match host.kind() {
+            HostKind::Exact(h) => self.exact.insert(h.clone(), value),
+            HostKind::Wildcard(s) => self.wildcard.insert(s.clone(), value),
+            HostKind::Any => self.any.replace(value),
         }
     }
 
     /// Removes one pattern; returns its value.
     pub(crate) fn remove(&mut self, host: &HostMatch) -> Option<V> {
-        match host {
-            HostMatch::Exact(h) => self.exact.remove(&**h),
-            HostMatch::Wildcard(s) => self.wildcard.remove(&**s),
-            HostMatch::Any => self.any.take(),
+        match host.kind() {
+            HostKind::Exact(h) => self.exact.remove(&**h),
+            HostKind::Wildcard(s) => self.wildcard.remove(&**s),
+            HostKind::Any => self.any.take(),
         }
     }
 
     /// The value stored for exactly this pattern (no matching).
     pub(crate) fn get(&self, host: &HostMatch) -> Option<&V> {
-        match host {
-            HostMatch::Exact(h) => self.exact.get(&**h),
-            HostMatch::Wildcard(s) => self.wildcard.get(&**s),
-            HostMatch::Any => self.any.as_ref(),
+        match host.kind() {
+            HostKind::Exact(h) => self.exact.get(&**h),
+            HostKind::Wildcard(s) => self.wildcard.get(&**s),
+            HostKind::Any => self.any.as_ref(),
         }
     }
 
-    /// The catch-all value ([`HostMatch::Any`]).
+    /// The catch-all value ([`HostMatch::ANY`]).
     pub(crate) fn any(&self) -> Option<&V> {
         self.any.as_ref()
     }
@@ -100,12 +100,12 @@ impl<V: Clone> HostTable<V> {
         let exact = self
             .exact
             .iter()
-            .map(|(h, v)| (HostMatch::Exact(h.clone()), v));
+            .map(|(h, v)| (HostMatch::exact(h.clone()), v));
         let wild = self
             .wildcard
             .iter()
-            .map(|(s, v)| (HostMatch::Wildcard(s.clone()), v));
-        let any = self.any.iter().map(|v| (HostMatch::Any, v));
+            .map(|(s, v)| (HostMatch::wildcard(s.clone()), v));
+        let any = self.any.iter().map(|v| (HostMatch::ANY, v));
         exact.chain(wild).chain(any)
     }
 }
@@ -166,7 +166,7 @@ mod tests {
     fn any_is_the_fallback() {
         let mut t = table();
         assert_eq!(t.lookup("example.org"), None);
-        t.insert(&HostMatch::Any, "any");
+        t.insert(&HostMatch::ANY, "any");
         assert_eq!(t.lookup("example.org"), Some(&"any"));
         assert_eq!(t.lookup("a.example.com"), Some(&"exact-a"));
         assert_eq!(t.any(), Some(&"any"));
@@ -181,7 +181,7 @@ mod tests {
         assert_eq!(t.lookup("x.b.example.com"), Some(&"wild-example"));
         assert_eq!(t.remove(&h("a.example.com")), Some("exact-a"));
         assert_eq!(t.lookup("a.example.com"), Some(&"wild-example"));
-        assert_eq!(t.remove(&HostMatch::Any), None);
+        assert_eq!(t.remove(&HostMatch::ANY), None);
         assert_eq!(t.len(), 2);
         let mut patterns: Vec<String> = t.iter().map(|(p, _)| p.to_string()).collect();
         patterns.sort();

@@ -935,12 +935,12 @@ mod tests {
         )
         .with_sections(Arc::from([
             ListenerSection {
-                hostname: HostMatch::Exact("a.example.com".into()),
+                hostname: HostMatch::exact("a.example.com".into()),
                 set: Some("ns/set".into()),
                 name: "a".into(),
             },
             ListenerSection {
-                hostname: HostMatch::Any,
+                hostname: HostMatch::ANY,
                 set: None,
                 name: "b".into(),
             },

@@ -662,7 +662,7 @@ impl ListenerState {
     }
 
     /// Certificate for a TLS ClientHello SNI: exact, then wildcard (longest suffix), then
-    /// the listener default ([`weir_model::HostMatch::Any`], also used without SNI).
+    /// the listener default ([`weir_model::HostMatch::ANY`], also used without SNI).
     /// Parsed once per certificate content and shared by every SNI entry with the same
     /// hash and across snapshots. `None` when no entry matches or the chosen certificate
     /// is unusable (no fallback to a less specific entry).
@@ -676,7 +676,7 @@ impl ListenerState {
 
     /// The L4 route (TLS passed through or terminated) for a ClientHello with server name
     /// `sni`: the best L4 pattern (exact, then the longest wildcard, then
-    /// [`weir_model::HostMatch::Any`]; no SNI: only the catch-all), unless the listener's
+    /// [`weir_model::HostMatch::ANY`]; no SNI: only the catch-all), unless the listener's
     /// SNI table (HTTPS terminated here, on a socket with HTTPS and TLS listeners) has a
     /// more specific pattern for it. On equally specific patterns the L4 route wins: the
     /// terminating side's catch-all is the certificate for clients without a match, not a
@@ -744,10 +744,10 @@ impl ListenerState {
 /// How specific a host pattern is: exact names, then wildcards by suffix length, then the
 /// catch-all.
 fn specificity(h: &weir_model::HostMatch) -> (u8, usize) {
-    match h {
-        weir_model::HostMatch::Exact(n) => (2, n.len()),
-        weir_model::HostMatch::Wildcard(s) => (1, s.len()),
-        weir_model::HostMatch::Any => (0, 0),
+    match h.kind() {
+        weir_model::HostKind::Exact(n) => (2, n.len()),
+        weir_model::HostKind::Wildcard(s) => (1, s.len()),
+        weir_model::HostKind::Any => (0, 0),
     }
 }
 
@@ -850,7 +850,7 @@ mod tests {
             vec![
                 up(listener(443, "https")),
                 up(vhost(443, host("a.test"), "ra")),
-                up(vhost(443, HostMatch::Any, "rany")),
+                up(vhost(443, HostMatch::ANY, "rany")),
                 up(Resource::Cluster(cluster("c1", &[1]))),
                 up(Resource::Certificate(cert.clone())),
                 up(sni(443, host("a.test"), &cert)),
@@ -887,12 +887,12 @@ mod tests {
         let s2 = apply(
             &s,
             vec![
-                Delta::Remove(ResourceKey::VirtualHost(lk(443), HostMatch::Any)),
+                Delta::Remove(ResourceKey::VirtualHost(lk(443), HostMatch::ANY)),
                 Delta::Remove(ResourceKey::Cluster(ClusterKey("c1".into()))),
                 Delta::Remove(ResourceKey::Sni(lk(443), host("a.test"))),
                 Delta::Remove(ResourceKey::Certificate(cert.hash())),
                 // Removing what is absent is a no-op.
-                Delta::Remove(ResourceKey::VirtualHost(lk(9), HostMatch::Any)),
+                Delta::Remove(ResourceKey::VirtualHost(lk(9), HostMatch::ANY)),
                 Delta::Remove(ResourceKey::Cluster(ClusterKey("nope".into()))),
             ],
         );
@@ -1077,7 +1077,7 @@ mod tests {
             vec![
                 up(listener(443, "mixed")),
                 up(Resource::Certificate(cert.clone())),
-                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, HostMatch::ANY, &cert)),
                 up(sni(443, host("web.pass.test"), &cert)),
                 up(sni(443, host("*.deep.pass.test"), &cert)),
                 up(l4(443, host("*.pass.test"), "wild")),
@@ -1101,7 +1101,7 @@ mod tests {
         let s = apply(
             &s,
             vec![
-                up(l4(443, HostMatch::Any, "any")),
+                up(l4(443, HostMatch::ANY, "any")),
                 Delta::Remove(ResourceKey::L4Route(lk(443), host("exact.test"))),
             ],
         );
@@ -1117,7 +1117,7 @@ mod tests {
 
         // An L4 route needs its listener.
         let (_, rejected) = s.apply(&DeltaBatch {
-            deltas: vec![up(l4(444, HostMatch::Any, "orphan"))],
+            deltas: vec![up(l4(444, HostMatch::ANY, "orphan"))],
         });
         assert_eq!(rejected.len(), 1, "{rejected:?}");
     }
@@ -1146,7 +1146,7 @@ mod tests {
             vec![
                 up(listener(443, "mixed")),
                 up(Resource::Certificate(cert.clone())),
-                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, HostMatch::ANY, &cert)),
                 up(sni(443, host("tls.test"), &cert)),
                 up(sni(443, host("web.tls.test"), &cert)),
                 up(terminate(host("tls.test"), "term")),
@@ -1184,7 +1184,7 @@ mod tests {
             vec![
                 up(listener(443, "https")),
                 up(Resource::Certificate(cert.clone())),
-                up(sni(443, HostMatch::Any, &cert)),
+                up(sni(443, HostMatch::ANY, &cert)),
                 up(sni(443, host("second.test"), &cert)),
                 up(sni(443, host("*.wild.test"), &cert)),
             ],
@@ -1213,7 +1213,7 @@ mod tests {
                 up(Resource::Certificate(bad.clone())),
                 up(sni(443, host("a.example.com"), &exact)),
                 up(sni(443, host("*.example.com"), &wild)),
-                up(sni(443, HostMatch::Any, &deflt)),
+                up(sni(443, HostMatch::ANY, &deflt)),
                 up(sni(443, host("bad.example.com"), &bad)),
                 // Same certificate content under two names.
                 up(sni(443, host("b.example.com"), &exact)),

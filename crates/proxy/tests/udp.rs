@@ -34,7 +34,7 @@ async fn udp_echo(label: &'static str) -> SocketAddr {
 fn route(clusters: &[(&str, u32)]) -> Resource {
     Resource::L4Route(Arc::new(L4Route::new(
         key(),
-        HostMatch::Any,
+        HostMatch::ANY,
         RouteRef {
             kind: RouteKind::UdpRoute,
             namespace: "test".into(),
@@ -154,7 +154,7 @@ async fn udp_sessions_relay_are_capped_and_expire() {
         .apply(&weir_model::DeltaBatch {
             deltas: vec![weir_model::Delta::Remove(weir_model::ResourceKey::L4Route(
                 key(),
-                HostMatch::Any,
+                HostMatch::ANY,
             ))],
         })
         .await;

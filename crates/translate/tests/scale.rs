@@ -167,7 +167,7 @@ fn one_passthrough_hostname_among_many() {
         &out.batch.deltas[0],
         Delta::Upsert(r) if r.key() == ResourceKey::L4Route(
             weir_model::ListenerKey::new(([0, 0, 0, 0], 443).into()),
-            weir_model::HostMatch::Exact(format!("pass{ROUTES}.example.com").into()),
+            weir_model::HostMatch::exact(format!("pass{ROUTES}.example.com").into()),
         )
     ));
     // The route's status and the Gateway's attachedRoutes.

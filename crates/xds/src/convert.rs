@@ -11,14 +11,14 @@ use weir_model::{
     ClientValidation, ClientValidationMode, Cluster, ClusterKey, ConnectionLimits,
     ConnectionTimeouts, ContentHash, Cors, CorsNames, CorsOrigin, DirectResponse, Ejection,
     Endpoint, EndpointAddr, ExtAuth, ExtAuthCache, ExtAuthUrl, FailMode, Filter, GeneratedCookie,
-    GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostMatch,
-    IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode, L4Route,
-    Limits, Listener, ListenerKey, ListenerSection, ListenerSettings, LoadBalancer, LocalRateLimit,
-    OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite, Pattern, Policy,
-    PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect, RemoteJwks,
-    RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule, SameSite, SniCert,
-    StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol, UpstreamTls, VirtualHost,
-    WeightedBackend, is_cookie_name, is_cookie_path,
+    GlobalRateLimit, HashOn, HeaderMatch, HeaderModifier, HealthCheck, HealthProbe, HostKind,
+    HostMatch, IpNet, IpRules, JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider, L4Backend, L4Mode,
+    L4Route, Limits, Listener, ListenerKey, ListenerSection, ListenerSettings, LoadBalancer,
+    LocalRateLimit, OutlierDetection, PasswordScheme, PathMatch, PathNormalization, PathRewrite,
+    Pattern, Policy, PolicyTarget, Protocol, ProxyProtocol, QueryMatch, RateLimitKey, Redirect,
+    RemoteJwks, RequestMatch, Resource, ResourceKey, Retry, RouteKind, RouteRef, RouteRule,
+    SameSite, SniCert, StringMatch, SubjectName, Timeouts, TrustAnchors, UpstreamProtocol,
+    UpstreamTls, VirtualHost, WeightedBackend, is_cookie_name, is_cookie_path,
 };
 
 use crate::proto as wire;
@@ -64,10 +64,10 @@ fn addr(field: &str, s: &str) -> Result<SocketAddr, InvalidResource> {
 fn host_to_wire(h: &HostMatch) -> wire::Host {
     use wire::host::Host as H;
     wire::Host {
-        host: Some(match h {
-            HostMatch::Exact(s) => H::Exact(s.to_string()),
-            HostMatch::Wildcard(s) => H::Wildcard(s.to_string()),
-            HostMatch::Any => H::Any(true),
+        host: Some(match h.kind() {
+            HostKind::Exact(s) => H::Exact(s.to_string()),
+            HostKind::Wildcard(s) => H::Wildcard(s.to_string()),
+            HostKind::Any => H::Any(true),
         }),
     }
 }
@@ -75,9 +75,17 @@ fn host_to_wire(h: &HostMatch) -> wire::Host {
 fn host_from_wire(field: &str, h: Option<&wire::Host>) -> Result<HostMatch, InvalidResource> {
     use wire::host::Host as H;
     match h.and_then(|h| h.host.as_ref()) {
-        Some(H::Exact(s)) => Ok(HostMatch::Exact(s.as_str().into())),
-        Some(H::Wildcard(s)) => Ok(HostMatch::Wildcard(s.as_str().into())),
-        Some(H::Any(_)) => Ok(HostMatch::Any),
+        // What a host pattern holds tells its kind (`HostMatch`): an exact host never
+        // starts with a dot, a wildcard's suffix always does.
+        Some(H::Exact(s)) if s.is_empty() || s.starts_with('.') => {
+            Err(invalid(field, format!("{s:?} is not an exact host")))
+        }
+        Some(H::Wildcard(s)) if s.len() < 2 || !s.starts_with('.') => {
+            Err(invalid(field, format!("{s:?} is not a wildcard suffix")))
+        }
+        Some(H::Exact(s)) => Ok(HostMatch::exact(s.as_str().into())),
+        Some(H::Wildcard(s)) => Ok(HostMatch::wildcard(s.as_str().into())),
+        Some(H::Any(_)) => Ok(HostMatch::ANY),
         None => Err(missing(field)),
     }
 }
@@ -2285,6 +2293,28 @@ fn certificate_from_wire(chain_pem: &[u8], key_pem: &[u8]) -> Certificate {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_host_pattern_from_the_wire_is_of_the_kind_it_says() {
+        use wire::host::Host as H;
+        let read = |h: H| host_from_wire("host", Some(&wire::Host { host: Some(h) }));
+        for h in [
+            HostMatch::parse(Some("a.example")).unwrap(),
+            HostMatch::parse(Some("*.example")).unwrap(),
+            HostMatch::ANY,
+        ] {
+            let back = host_from_wire("host", Some(&host_to_wire(&h))).unwrap();
+            assert_eq!(back.kind(), h.kind());
+        }
+        for bad in [
+            H::Exact(String::new()),
+            H::Exact(".example".into()),
+            H::Wildcard("example".into()),
+            H::Wildcard(".".into()),
+        ] {
+            assert!(read(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
     fn ext_auth_policy() -> Policy {
         let target = PolicyTarget::Route {
             kind: RouteKind::HttpRoute,
@@ -2381,7 +2411,7 @@ mod tests {
         let full = rule(1, PathRewrite::Full("/".into()));
         let v = VirtualHost::new(
             ListenerKey::new("127.0.0.1:80".parse().unwrap()),
-            HostMatch::Any,
+            HostMatch::ANY,
             vec![captures.clone(), full.clone()],
         );
         let r = Resource::VirtualHost(Arc::new(v));
@@ -2674,12 +2704,12 @@ mod tests {
         );
         let sectioned = plain.clone().with_sections(Arc::from([
             ListenerSection {
-                hostname: HostMatch::Any,
+                hostname: HostMatch::ANY,
                 set: None,
                 name: "http".into(),
             },
             ListenerSection {
-                hostname: HostMatch::Exact("a.test".into()),
+                hostname: HostMatch::exact("a.test".into()),
                 set: Some("ns/set".into()),
                 name: "a".into(),
             },
@@ -2729,7 +2759,7 @@ mod tests {
             "http".into(),
         );
         let sectioned = plain.clone().with_sections(Arc::from([ListenerSection {
-            hostname: HostMatch::Any,
+            hostname: HostMatch::ANY,
             set: None,
             name: "http".into(),
         }]));

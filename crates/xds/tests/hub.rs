@@ -40,7 +40,7 @@ fn vhost(port: u16, host: &str, cluster: &str) -> Resource {
     );
     Resource::VirtualHost(Arc::new(VirtualHost::new(
         ListenerKey::new(([127, 0, 0, 1], port).into()),
-        HostMatch::Exact(host.into()),
+        HostMatch::exact(host.into()),
         vec![Arc::new(rule)],
     )))
 }
@@ -230,7 +230,7 @@ fn l4_routes_follow_their_listener_and_bring_their_clusters() {
     b.ack(u.nonce, vec![]);
     let l4 = Resource::L4Route(Arc::new(L4Route::new(
         ListenerKey::new(([127, 0, 0, 1], 8001).into()),
-        HostMatch::Exact("pass.test".into()),
+        HostMatch::exact("pass.test".into()),
         RouteRef {
             kind: RouteKind::TlsRoute,
             namespace: "ns".into(),
@@ -475,7 +475,7 @@ fn a_sectioned_listener_and_listener_policies_are_withheld_from_version_5() {
     };
     let sectioned = Resource::Listener(Arc::new((*plain).clone().with_sections(Arc::from([
         ListenerSection {
-            hostname: HostMatch::Any,
+            hostname: HostMatch::ANY,
             set: None,
             name: "http".into(),
         },

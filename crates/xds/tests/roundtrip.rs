@@ -616,7 +616,7 @@ fn ingress_upstream_tls_and_error_pages_stay_away_from_version_3() {
         ))
     };
     let listener = ListenerKey::new("127.0.0.1:8080".parse().unwrap());
-    let host = HostMatch::Exact("shop.test".into());
+    let host = HostMatch::exact("shop.test".into());
     let vh = |filters| VirtualHost::new(listener, host.clone(), vec![rule(filters)]);
     let r = Resource::VirtualHost(Arc::new(vh(vec![errors.clone()])));
     let back = resource_from_wire(&resource_to_wire(&r)).unwrap();

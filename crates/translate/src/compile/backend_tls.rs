@@ -180,7 +180,7 @@ fn settings(
     }
     weir_model::HostMatch::parse(Some(hostname))
         .ok()
-        .filter(|h| matches!(h, weir_model::HostMatch::Exact(_)))
+        .filter(|h| h.as_exact().is_some())
         .ok_or_else(|| {
             format!("spec.validation.hostname: {hostname:?} is not a precise DNS name")
         })?;

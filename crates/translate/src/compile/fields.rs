@@ -146,8 +146,8 @@ pub(crate) fn normalize_prefix(p: &str) -> Arc<str> {
 }
 
 pub(crate) fn exact_host(h: &str, field: &str) -> Result<Arc<str>, String> {
-    match HostMatch::parse(Some(h)) {
-        Ok(HostMatch::Exact(e)) => Ok(e),
+    match HostMatch::parse(Some(h)).as_ref().map(HostMatch::as_exact) {
+        Ok(Some(e)) => Ok(e.clone()),
         _ => Err(format!("{field}: {h:?} is not a valid hostname")),
     }
 }

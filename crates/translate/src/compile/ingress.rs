@@ -164,7 +164,7 @@ pub(crate) fn compile(
                 passthrough(&mut out, &host, &path, &action, key, idx);
             }
             // `server-alias`: the names serve what every named host of the Ingress does.
-            if host != HostMatch::Any {
+            if host != HostMatch::ANY {
                 for alias in &aliases {
                     push(
                         &mut out,
@@ -209,7 +209,7 @@ pub(crate) fn compile(
         // have rules (an exact host hides the catch-all host), so it closes every host
         // of this Ingress as well as the catch-all.
         let mut hosts: Vec<HostMatch> = out.rules.iter().map(|(h, _, _)| h.clone()).collect();
-        hosts.push(HostMatch::Any);
+        hosts.push(HostMatch::ANY);
         hosts.sort();
         hosts.dedup();
         for host in hosts {
@@ -238,7 +238,7 @@ fn passthrough(
     key: &ObjectKey,
     rule: u32,
 ) {
-    if *host == HostMatch::Any {
+    if *host == HostMatch::ANY {
         return;
     }
     let Action::Forward(backends) = action else {

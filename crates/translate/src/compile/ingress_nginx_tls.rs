@@ -110,10 +110,7 @@ pub(crate) fn read(
         Some(n) => {
             let n = n.to_ascii_lowercase();
             let precise = n.parse::<std::net::IpAddr>().is_err()
-                && matches!(
-                    weir_model::HostMatch::parse(Some(&n)),
-                    Ok(weir_model::HostMatch::Exact(_))
-                );
+                && weir_model::HostMatch::parse(Some(&n)).is_ok_and(|h| h.as_exact().is_some());
             if precise {
                 Some(Arc::from(n))
             } else {

@@ -106,7 +106,7 @@ pub(crate) fn compile_listeners(
             Ok(h) => h,
             Err(e) => {
                 acc = Err((Reason::UnsupportedValue, format!("{field}.hostname: {e}")));
-                HostMatch::Any
+                HostMatch::ANY
             }
         };
         let protocol = match l.protocol.as_str() {
@@ -140,7 +140,7 @@ pub(crate) fn compile_listeners(
         };
         // TCP and UDP carry no hostname (Gateway API: ignored for TCP and UDP listeners).
         let hostname = if matches!(protocol, Some(Protocol::Tcp | Protocol::Udp)) {
-            HostMatch::Any
+            HostMatch::ANY
         } else {
             hostname
         };

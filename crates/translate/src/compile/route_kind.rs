@@ -217,7 +217,7 @@ pub(crate) fn route_hostnames(hostnames: &[String], out: &mut CompiledRoute) {
     let mut hosts = Vec::new();
     for (i, h) in hostnames.iter().enumerate() {
         match HostMatch::parse(Some(h)) {
-            Ok(HostMatch::Any) | Err(_) => out.problems.push(format!(
+            Ok(HostMatch::ANY) | Err(_) => out.problems.push(format!(
                 "spec.hostnames[{i}]: {h:?} is not a valid hostname; ignored"
             )),
             Ok(m) => {

@@ -305,12 +305,12 @@ impl Translator {
                 // The certificate for clients that send no SNI comes from the Gateway's
                 // own listeners only: one entry per set would make that entry O(sets).
                 if !shared
-                    && !seen.contains(&HostMatch::Any)
+                    && !seen.contains(&HostMatch::ANY)
                     && let Some(c) = on_key.iter().find_map(|l| l.cert.clone())
                 {
-                    out.sni.push(((k, HostMatch::Any), owner.clone()));
+                    out.sni.push(((k, HostMatch::ANY), owner.clone()));
                     self.hosts
-                        .add_sni((k, HostMatch::Any), owner.clone(), c, &mut d.resources);
+                        .add_sni((k, HostMatch::ANY), owner.clone(), c, &mut d.resources);
                 }
             }
         }

@@ -160,9 +160,9 @@ impl Translator {
                 let covered = |h: &HostMatch| {
                     c.tls.iter().any(|(t, _)| {
                         t == h
-                            || *t == HostMatch::Any
-                            || *h == HostMatch::Any
-                            || matches!(h, HostMatch::Exact(e) if t.matches(e))
+                            || *t == HostMatch::ANY
+                            || *h == HostMatch::ANY
+                            || h.as_exact().is_some_and(|e| t.matches(e))
                     })
                 };
                 for (h, order, rule) in &c.rules {
