@@ -50,8 +50,10 @@ pub struct FileProvider {
 struct FileState {
     /// Content hash of the bytes last parsed (valid or not).
     hash: Option<u64>,
-    /// The keys this file currently defines (each once).
-    keys: Vec<ObjectKey>,
+    /// The keys this file currently defines (each once). A boxed slice: 8 bytes less
+    /// than a `Vec` in every entry of the file table (1,000,000 files at 1,000,000 TLS
+    /// domains, a B-tree node of 640 bytes instead of 768 per 6–11 files).
+    keys: Box<[ObjectKey]>,
 }
 
 #[derive(Debug)]
@@ -565,7 +567,7 @@ impl FileProvider {
         let old_keys = self
             .files
             .get(&file)
-            .map(|f| f.keys.clone())
+            .map(|f| f.keys.to_vec())
             .unwrap_or_default();
         for key in &old_keys {
             self.touch(key, tx);
@@ -590,7 +592,7 @@ impl FileProvider {
             file,
             FileState {
                 hash: Some(hash),
-                keys,
+                keys: keys.into_boxed_slice(),
             },
         );
     }

@@ -12,7 +12,9 @@ use crate::store::Dep;
 #[derive(Default)]
 pub(crate) struct DepIndex {
     dependents: MultiIndex<Dep, ObjectKey>,
-    of: HashMap<ObjectKey, Vec<Dep>>,
+    /// Boxed slices: 8 bytes less per entry than a `Vec` (at 1,000,000 Ingresses a table
+    /// of 2,097,152 slots, 16 MiB).
+    of: HashMap<ObjectKey, Box<[Dep]>>,
 }
 
 impl DepIndex {
@@ -20,7 +22,7 @@ impl DepIndex {
     pub(crate) fn set(&mut self, key: &ObjectKey, mut deps: Vec<Dep>) {
         deps.sort();
         deps.dedup();
-        if self.of.get(key) == Some(&deps) {
+        if self.of.get(key).is_some_and(|old| **old == *deps) {
             return;
         }
         for dep in self.of.remove(key).into_iter().flatten() {
@@ -33,13 +35,12 @@ impl DepIndex {
             self.dependents.insert(dep.clone(), key.clone());
         }
         // Kept for as long as `key` exists: without the spare room it was collected with.
-        deps.shrink_to_fit();
-        self.of.insert(key.clone(), deps);
+        self.of.insert(key.clone(), deps.into_boxed_slice());
     }
 
     /// What `key` was computed from.
     pub(crate) fn of(&self, key: &ObjectKey) -> &[Dep] {
-        self.of.get(key).map_or(&[], Vec::as_slice)
+        self.of.get(key).map_or(&[], |d| &**d)
     }
 
     /// The objects computed from `dep`.
