@@ -340,10 +340,16 @@ async fn a_global_limit_over_a_redis_cluster() {
     let mut nodes = Vec::new();
     for _ in 0..3 {
         let port = free_port();
+        // The cluster bus port, chosen like the client port: Redis's default (the port
+        // plus 10,000) lands in the kernel's ephemeral range, where another test's
+        // connection may hold it.
+        let bus = free_port().to_string();
         let conf = dir.path().join(format!("nodes-{port}.conf"));
         let node_dir = dir.path().display().to_string();
         let conf = conf.display().to_string();
         let extra = [
+            "--cluster-port",
+            bus.as_str(),
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
