@@ -143,21 +143,21 @@ async fn redirect_direct_response_and_fail() {
             vec![
                 rule(
                     "/old",
-                    Action::Redirect(Redirect {
+                    Action::Redirect(Box::new(Redirect {
                         scheme: Some("https".into()),
                         hostname: Some("b.test".into()),
                         path: Some(PathRewrite::Full("/new".into())),
                         port: None,
                         status: 301,
-                    }),
+                    })),
                 ),
                 rule(
                     "/direct",
-                    Action::DirectResponse(DirectResponse {
+                    Action::DirectResponse(Box::new(DirectResponse {
                         status: 418,
                         headers: vec![("x-teapot".into(), "yes".into())],
                         body: "short and stout".into(),
-                    }),
+                    })),
                 ),
                 rule(
                     "/fail",

@@ -2258,7 +2258,7 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
                 })
                 .collect::<Result<Vec<_>, InvalidResource>>()?,
         ),
-        A::Redirect(rd) => Action::Redirect(Redirect {
+        A::Redirect(rd) => Action::Redirect(Box::new(Redirect {
             scheme: rd.scheme.as_deref().map(Into::into),
             hostname: rd.hostname.as_deref().map(Into::into),
             path: rewrite_from_wire("action.redirect.path", rd.path.as_ref())?,
@@ -2267,12 +2267,12 @@ fn rule_from_wire(r: &wire::RouteRule) -> Result<RouteRule, InvalidResource> {
                 .map(|p| u16::try_from(p).map_err(|_| invalid("action.redirect.port", p)))
                 .transpose()?,
             status: status("action.redirect.status", rd.status)?,
-        }),
-        A::DirectResponse(d) => Action::DirectResponse(DirectResponse {
+        })),
+        A::DirectResponse(d) => Action::DirectResponse(Box::new(DirectResponse {
             status: status("action.direct_response.status", d.status)?,
             headers: pairs_from_wire(&d.headers),
             body: d.body.as_str().into(),
-        }),
+        })),
         A::Fail(f) => Action::Fail {
             status: status("action.fail.status", f.status)?,
             reason: f.reason.as_str().into(),

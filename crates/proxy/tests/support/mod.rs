@@ -678,11 +678,11 @@ pub fn ok_rule() -> Resource {
         None,
         vec![rule(
             "/",
-            Action::DirectResponse(weir_model::DirectResponse {
+            Action::DirectResponse(Box::new(weir_model::DirectResponse {
                 status: 200,
                 headers: vec![],
                 body: "ok".into(),
-            }),
+            })),
         )],
     )
 }

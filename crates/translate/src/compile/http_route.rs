@@ -222,7 +222,7 @@ fn compile_rule(
         }
     }
     let action = if let Some(r) = redirect {
-        Action::Redirect(r)
+        Action::Redirect(Box::new(r))
     } else if let Some((j, name)) = direct {
         ctx.out.deps.push(
             ctx.store
@@ -388,7 +388,7 @@ pub(crate) fn direct_response(ctx: &mut RouteCtx<'_>, name: &str, field: &str) -
         };
     };
     match direct_response_of(d) {
-        Ok(d) => Action::DirectResponse(d),
+        Ok(d) => Action::DirectResponse(Box::new(d)),
         Err(_) => {
             ctx.out.ref_errors.push(RefError::new(
                 Reason::UnsupportedValue,

@@ -96,7 +96,7 @@ pub(crate) fn compile(
     let ns = &key.namespace;
     // With `permanent-redirect`/`temporal-redirect` every rule answers with it.
     let action = |b: &IngressBackend, field: &str, out: &mut CompiledIngress| match &redirect {
-        Some(r) => Action::Redirect(r.clone()),
+        Some(r) => Action::Redirect(Box::new(r.clone())),
         None => action(store, ns, b, field, out, &reach),
     };
     let origin = RuleOrigin {
@@ -184,13 +184,13 @@ pub(crate) fn compile(
         let mut hosts: Vec<HostMatch> = out.rules.iter().map(|(h, _, _)| h.clone()).collect();
         hosts.sort();
         hosts.dedup();
-        let to = Action::Redirect(Redirect {
+        let to = Action::Redirect(Box::new(Redirect {
             scheme: None,
             hostname: None,
             path: Some(PathRewrite::Full(root.clone())),
             port: None,
             status: 302,
-        });
+        }));
         for host in hosts {
             push(
                 &mut out,

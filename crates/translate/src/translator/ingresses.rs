@@ -179,14 +179,14 @@ impl Translator {
                                 rule.route.clone(),
                                 rule.matcher.clone(),
                                 Vec::new(),
-                                Action::Redirect(Redirect {
+                                Action::Redirect(Box::new(Redirect {
                                     scheme: Some("https".into()),
                                     hostname: None,
                                     path: None,
                                     // The Ingress HTTPS listener's port (none: 443).
                                     port: https.map(|k| k.addr().port()).filter(|p| *p != 443),
                                     status: 308,
-                                }),
+                                })),
                                 Timeouts::default(),
                             ))
                         } else {
