@@ -56,11 +56,6 @@ impl HostMatch {
         }
     }
 
-    /// Whether this matches every host.
-    pub fn is_any(&self) -> bool {
-        self.0.is_none()
-    }
-
     /// The exact host, if this is one.
     pub fn as_exact(&self) -> Option<&Arc<str>> {
         match self.kind() {

@@ -89,14 +89,6 @@ impl Certificate {
             CertBody::Packed(p) => std::borrow::Cow::Owned(p.key_pem()),
         }
     }
-
-    /// The bytes held (for memory accounting).
-    pub fn held_bytes(&self) -> usize {
-        match &self.body {
-            CertBody::Pem { chain, key } => chain.len() + key.len(),
-            CertBody::Packed(p) => p.len(),
-        }
-    }
 }
 
 /// Which certificate a listener presents for a host pattern (the SNI table entry).
