@@ -27,8 +27,11 @@ pub enum ResourceKey {
     /// An L4 route: a passthrough SNI pattern (or a TCP or UDP socket's one entry) on a
     /// listener.
     L4Route(ListenerKey, HostMatch),
-    /// The policies attached to one target.
-    Policy(PolicyTarget),
+    /// The policies attached to one target. Boxed: a target is up to 56 bytes and every
+    /// other key at most 24, and keys are held by the million (the emitter's table, a
+    /// batch's deltas and its dirty keys at the initial load). Build with
+    /// [`ResourceKey::policy`].
+    Policy(Box<PolicyTarget>),
 }
 
 // ---------------------------------------------------------------- relations
@@ -40,6 +43,11 @@ pub enum ResourceKey {
 // resource kind").
 
 impl ResourceKey {
+    /// The key of the policies attached to `target`.
+    pub fn policy(target: PolicyTarget) -> Self {
+        ResourceKey::Policy(Box::new(target))
+    }
+
     /// The listener this resource belongs to: its own key for a listener, the listener a
     /// virtual host or SNI entry hangs under; `None` for resources shared by every
     /// listener (clusters, certificates). A split data plane receives the resources of
@@ -61,11 +69,12 @@ impl ResourceKey {
     /// everything else (under a listener, or shared and sent while referenced).
     pub fn gateway(&self) -> Option<&Arc<str>> {
         match self {
-            ResourceKey::Policy(
+            ResourceKey::Policy(t) => match &**t {
                 PolicyTarget::Gateway(g)
                 | PolicyTarget::Listener { gateway: g, .. }
-                | PolicyTarget::ListenerSet { gateway: g, .. },
-            ) => Some(g),
+                | PolicyTarget::ListenerSet { gateway: g, .. } => Some(g),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -145,7 +154,7 @@ fn with_backend_policies(keys: &mut Vec<ResourceKey>) {
     let targets: Vec<ResourceKey> = keys
         .iter()
         .filter_map(|k| match k {
-            ResourceKey::Cluster(c) => c.backend_target().map(ResourceKey::Policy),
+            ResourceKey::Cluster(c) => c.backend_target().map(ResourceKey::policy),
             _ => None,
         })
         .collect();
@@ -162,7 +171,7 @@ impl Resource {
             Resource::Certificate(c) => ResourceKey::Certificate(c.hash()),
             Resource::Sni(s) => ResourceKey::Sni(s.listener, s.host.clone()),
             Resource::L4Route(r) => ResourceKey::L4Route(r.listener, r.host.clone()),
-            Resource::Policy(p) => ResourceKey::Policy(p.target.clone()),
+            Resource::Policy(p) => ResourceKey::policy(p.target.clone()),
         }
     }
 
@@ -197,8 +206,8 @@ impl Resource {
                 // The policies a request of each rule looks up (Gateway-wide ones are
                 // sent by ownership, see `ResourceKey::gateway`).
                 for rule in &v.rules {
-                    used.push(ResourceKey::Policy(PolicyTarget::route_of(&rule.route)));
-                    used.push(ResourceKey::Policy(PolicyTarget::Rule(rule.route.clone())));
+                    used.push(ResourceKey::policy(PolicyTarget::route_of(&rule.route)));
+                    used.push(ResourceKey::policy(PolicyTarget::Rule(rule.route.clone())));
                 }
                 // Backends, and the used mirror filters copy requests to (on the rule
                 // or on a backend).
@@ -302,6 +311,20 @@ mod tests {
         ListenerKey::new(([127, 0, 0, 1], port).into())
     }
 
+    /// Keys and deltas are held by the million at the initial load (the emitter's table,
+    /// a batch): a policy target (56 bytes) is boxed so that neither is larger than a
+    /// (listener, host) pair.
+    #[test]
+    fn keys_and_deltas_are_24_bytes() {
+        assert_eq!(size_of::<ResourceKey>(), 24);
+        assert_eq!(size_of::<Delta>(), 24);
+        let t = PolicyTarget::Gateway("ns/gw".into());
+        assert_eq!(
+            ResourceKey::policy(t.clone()),
+            ResourceKey::Policy(Box::new(t))
+        );
+    }
+
     #[test]
     fn virtual_host_references_its_listener_clusters_and_policies_once() {
         let rule = |cluster: &str| {
@@ -345,7 +368,7 @@ mod tests {
                     Reference::Used
                 ),
                 (
-                    ResourceKey::Policy(PolicyTarget::Route {
+                    ResourceKey::policy(PolicyTarget::Route {
                         kind: RouteKind::HttpRoute,
                         namespace: "ns".into(),
                         name: "r".into(),
@@ -353,7 +376,7 @@ mod tests {
                     Reference::Used
                 ),
                 (
-                    ResourceKey::Policy(PolicyTarget::Rule(RouteRef {
+                    ResourceKey::policy(PolicyTarget::Rule(RouteRef {
                         kind: RouteKind::HttpRoute,
                         namespace: "ns".into(),
                         name: "r".into(),

@@ -969,8 +969,8 @@ mod tests {
         // Removing the listener policies turns the lookups off.
         let batch = DeltaBatch {
             deltas: vec![
-                Delta::Remove(weir_model::ResourceKey::Policy(listener)),
-                Delta::Remove(weir_model::ResourceKey::Policy(set)),
+                Delta::Remove(weir_model::ResourceKey::policy(listener)),
+                Delta::Remove(weir_model::ResourceKey::policy(set)),
             ],
         };
         s = s.apply(&batch).0;

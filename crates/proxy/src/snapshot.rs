@@ -1320,7 +1320,7 @@ mod tests {
         // An edit gives new probers (new settings); removing the policy stops them.
         s = apply(&s, vec![up(policy(30_000))]);
         assert!(s.cluster(&http).unwrap().policy().is_some());
-        s = apply(&s, vec![Delta::Remove(ResourceKey::Policy(target.clone()))]);
+        s = apply(&s, vec![Delta::Remove(ResourceKey::policy(target.clone()))]);
         assert_eq!(probers(&s, &http) + probers(&s, &h2c), 0);
         assert!(s.cluster(&http).unwrap().policy().is_none());
         assert_eq!(s.endpoints.probers().len(), 0, "no snapshot holds a prober");

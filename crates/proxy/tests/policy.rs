@@ -79,7 +79,7 @@ async fn a_gateway_rate_limit_answers_429_per_key() {
     // Removing the policy lifts the limit at once; the next apply that brings it back
     // finds the bucket as it was (state lives beside the snapshot, keyed by target).
     let remove = DeltaBatch {
-        deltas: vec![Delta::Remove(weir_model::ResourceKey::Policy(gateway()))],
+        deltas: vec![Delta::Remove(weir_model::ResourceKey::policy(gateway()))],
     };
     p.dp.apply(&remove).await;
     assert_eq!(get(&mut c, "alice").await.status, 200);

@@ -303,7 +303,7 @@ fn one_service_policy_over_many_routes() {
         assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
         assert!(matches!(
             out.batch.deltas[0].key(),
-            ResourceKey::Policy(weir_model::PolicyTarget::Backend { .. })
+            ResourceKey::Policy(t) if matches!(*t, weir_model::PolicyTarget::Backend { .. })
         ));
         let kinds: Vec<Kind> = out.statuses.iter().map(|(k, _)| k.kind).collect();
         assert!(kinds.iter().all(|k| *k == Kind::TrafficPolicy), "{kinds:?}");
@@ -368,7 +368,7 @@ fn one_backend_tls_policy_over_many_routes() {
         assert_eq!(out.batch.deltas.len(), 1, "{:?}", out.batch.deltas);
         assert!(matches!(
             out.batch.deltas[0].key(),
-            ResourceKey::Policy(weir_model::PolicyTarget::Backend { .. })
+            ResourceKey::Policy(t) if matches!(*t, weir_model::PolicyTarget::Backend { .. })
         ));
     };
     let out = t.apply([

@@ -1470,7 +1470,7 @@ pub fn withheld(r: &Resource, version: u32) -> bool {
 /// decode its key and are not sent one (nor the listeners it covers: `withheld`).
 pub fn sent_to_version(k: &ResourceKey, version: u32) -> bool {
     match k {
-        ResourceKey::Policy(PolicyTarget::Backend { .. }) => version >= 2,
+        ResourceKey::Policy(t) if matches!(**t, PolicyTarget::Backend { .. }) => version >= 2,
         ResourceKey::Policy(t) if t.is_listener() => version >= 6,
         _ => true,
     }
@@ -1501,7 +1501,7 @@ pub fn key_from_wire(k: &wire::ResourceKey) -> Result<ResourceKey, InvalidResour
             let (l, h) = hk("l4_route", h)?;
             ResourceKey::L4Route(l, h)
         }
-        Key::Policy(t) => ResourceKey::Policy(target_from_wire(t).map_err(within("policy"))?),
+        Key::Policy(t) => ResourceKey::policy(target_from_wire(t).map_err(within("policy"))?),
     })
 }
 
@@ -2693,7 +2693,7 @@ mod tests {
             let r = Resource::Policy(Arc::new(p));
             let back = resource_from_wire(&resource_to_wire(&r)).unwrap();
             assert_eq!(back, r);
-            let k = ResourceKey::Policy(target);
+            let k = ResourceKey::policy(target);
             assert_eq!(key_from_wire(&key_to_wire(&k)).unwrap(), k);
         }
         let plain = Listener::new(
@@ -2735,16 +2735,16 @@ mod tests {
     /// without sections and other policies reach it as before.
     #[test]
     fn listener_policies_and_their_listeners_are_withheld_from_version_5() {
-        let listener_policy = ResourceKey::Policy(PolicyTarget::Listener {
+        let listener_policy = ResourceKey::policy(PolicyTarget::Listener {
             gateway: "ns/gw".into(),
             set: None,
             section: "http".into(),
         });
-        let set_policy = ResourceKey::Policy(PolicyTarget::ListenerSet {
+        let set_policy = ResourceKey::policy(PolicyTarget::ListenerSet {
             gateway: "ns/gw".into(),
             set: "ns/set".into(),
         });
-        let gateway_policy = ResourceKey::Policy(PolicyTarget::Gateway("ns/gw".into()));
+        let gateway_policy = ResourceKey::policy(PolicyTarget::Gateway("ns/gw".into()));
         for k in [&listener_policy, &set_policy] {
             assert!(sent_to_version(k, crate::PROTOCOL_VERSION));
             assert!(sent_to_version(k, 6));

@@ -293,15 +293,15 @@ fn policies_go_to_their_gateway_and_to_the_holders_of_their_routes() {
     let mut a = hub.subscribe("ns/a", "n", HashMap::default());
     let u = a.next_update().unwrap();
     let (up, _) = keys(&u);
-    assert!(up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))));
-    assert!(!up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/b".into()))));
-    assert!(!up.contains(&ResourceKey::Policy(route("b.test"))));
+    assert!(up.contains(&ResourceKey::policy(PolicyTarget::Gateway("ns/a".into()))));
+    assert!(!up.contains(&ResourceKey::policy(PolicyTarget::Gateway("ns/b".into()))));
+    assert!(!up.contains(&ResourceKey::policy(route("b.test"))));
     a.ack(u.nonce, vec![]);
     let mut b = hub.subscribe("ns/b", "n", HashMap::default());
     let u = b.next_update().unwrap();
     let (up, _) = keys(&u);
-    assert!(up.contains(&ResourceKey::Policy(PolicyTarget::Gateway("ns/b".into()))));
-    assert!(up.contains(&ResourceKey::Policy(route("b.test"))));
+    assert!(up.contains(&ResourceKey::policy(PolicyTarget::Gateway("ns/b".into()))));
+    assert!(up.contains(&ResourceKey::policy(route("b.test"))));
     b.ack(u.nonce, vec![]);
     // Editing ns/a's policy reaches ns/a only; a policy for a.test's route reaches a
     // once it exists, without any virtual host changing.
@@ -319,19 +319,19 @@ fn policies_go_to_their_gateway_and_to_the_holders_of_their_routes() {
     assert_eq!(
         up,
         vec![
-            ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into())),
-            ResourceKey::Policy(route("a.test")),
+            ResourceKey::policy(PolicyTarget::Gateway("ns/a".into())),
+            ResourceKey::policy(route("a.test")),
         ]
     );
     a.ack(u.nonce, vec![]);
     hub.apply(&batch(
         vec![],
-        vec![ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))],
+        vec![ResourceKey::policy(PolicyTarget::Gateway("ns/a".into()))],
     ));
     let u = a.next_update().unwrap();
     assert_eq!(
         keys(&u).1,
-        vec![ResourceKey::Policy(PolicyTarget::Gateway("ns/a".into()))]
+        vec![ResourceKey::policy(PolicyTarget::Gateway("ns/a".into()))]
     );
 }
 

@@ -187,13 +187,13 @@ impl PolicyIndex {
             if self.by_model.get(b) == Some(t) {
                 self.by_model.remove(b);
             }
-            dirty.insert(ResourceKey::Policy(b.clone()));
+            dirty.insert(ResourceKey::policy(b.clone()));
         }
         if let Some(m) = now {
             // Two targetRefs resolving to one target (a route with duplicate rule
             // names): the first keeps it.
             self.by_model.entry(m.clone()).or_insert_with(|| t.clone());
-            dirty.insert(ResourceKey::Policy(m));
+            dirty.insert(ResourceKey::policy(m));
         }
         statuses.extend(self.attached.keys(t).map(|(_, k)| k.clone()));
     }
@@ -241,7 +241,7 @@ impl PolicyIndex {
             None => self.implicit.remove(&target).is_some(),
         };
         if changed {
-            dirty.insert(ResourceKey::Policy(target));
+            dirty.insert(ResourceKey::policy(target));
         }
     }
 
@@ -263,7 +263,7 @@ impl PolicyIndex {
             None => self.backend_tls.remove(&target).is_some(),
         };
         if changed {
-            dirty.insert(ResourceKey::Policy(target));
+            dirty.insert(ResourceKey::policy(target));
         }
     }
 
@@ -283,7 +283,7 @@ impl PolicyIndex {
             None => self.client_certs.remove(&target).is_some(),
         };
         if changed {
-            dirty.insert(ResourceKey::Policy(target));
+            dirty.insert(ResourceKey::policy(target));
         }
     }
 
