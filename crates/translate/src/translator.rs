@@ -239,17 +239,17 @@ impl Translator {
         // Stable: of a key set by several parts, the last status set is last in its run
         // and the one kept.
         statuses.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut last: Vec<(ObjectKey, Arc<ObjectStatus>)> = Vec::with_capacity(statuses.len());
-        for (k, s) in statuses {
-            match last.last_mut() {
-                Some(prev) if prev.0 == k => prev.1 = s,
-                _ => last.push((k, s)),
+        // The last of each run kept, in place (a copy held both vectors at the initial
+        // load: two statuses per TLS domain): `dedup_by` drops the later of two equal
+        // neighbours, so the later status is first swapped into the one kept.
+        statuses.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
             }
-        }
-        TranslateOutput {
-            batch,
-            statuses: last,
-        }
+            same
+        });
+        TranslateOutput { batch, statuses }
     }
 
     /// Sizes the tables a large batch (the initial load) will fill, so that they are
