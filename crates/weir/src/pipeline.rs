@@ -91,7 +91,8 @@ impl Pipeline {
         let t = Instant::now();
         let output = tokio::task::block_in_place(|| self.translator.apply(changes));
         let translate = t.elapsed();
-        self.publish(output, seen, parse, translate, origin).await
+        self.publish(output, seen, parse, translate, origin, true)
+            .await
     }
 
     /// Starts a cycle whose changes come in parts while the rest is read (the first
@@ -113,7 +114,10 @@ impl Pipeline {
 
     /// Emits and applies what the parts of `load` changed, as one cycle. `seen` is when
     /// the cycle began; its parse phase is the time since then not spent translating
-    /// (reading ran meanwhile on other threads).
+    /// (reading ran meanwhile on other threads). The report holds no statuses: they are
+    /// logged, and dropped before the data plane builds its snapshot (the standalone
+    /// mode, which loads in parts, has no status API; at 1,000,000 TLS domains they are
+    /// tens of MiB at the load's peak).
     pub async fn finish_load(
         &mut self,
         load: Load,
@@ -125,7 +129,8 @@ impl Pipeline {
         let t = Instant::now();
         let output = tokio::task::block_in_place(|| self.translator.emit(staged));
         let translate = translate + t.elapsed();
-        self.publish(output, seen, parse, translate, origin).await
+        self.publish(output, seen, parse, translate, origin, false)
+            .await
     }
 
     /// Clears the status page's rejections of the objects `changes` replace or delete.
@@ -145,7 +150,9 @@ impl Pipeline {
         }
     }
 
-    /// Logs the statuses of a translated cycle and applies its deltas.
+    /// Logs the statuses of a translated cycle and applies its deltas. With
+    /// `keep_statuses` false the statuses are dropped once logged, before the deltas are
+    /// applied, and the report has none.
     async fn publish(
         &mut self,
         output: TranslateOutput,
@@ -153,8 +160,12 @@ impl Pipeline {
         parse: Duration,
         translate: Duration,
         origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
+        keep_statuses: bool,
     ) -> CycleReport {
-        let TranslateOutput { batch, statuses } = output;
+        let TranslateOutput {
+            batch,
+            mut statuses,
+        } = output;
         let board = Arc::clone(self.dataplane.status_board());
         let rejections = board.rejections();
         for (key, status) in &statuses {
@@ -170,6 +181,10 @@ impl Pipeline {
             } else if rejections.any_rejected() {
                 rejections.clear(&key.to_string(), Stage::Translation);
             }
+        }
+        let logged = statuses.len();
+        if !keep_statuses {
+            statuses = Vec::new();
         }
         let t = Instant::now();
         if let Some(hub) = &self.hub {
@@ -191,7 +206,7 @@ impl Pipeline {
         self.metrics.count_cycle();
         tracing::debug!(
             deltas = batch.deltas.len(),
-            statuses = statuses.len(),
+            statuses = logged,
             version = applied.version,
             parse_us = parse.as_micros() as u64,
             translate_us = translate.as_micros() as u64,
