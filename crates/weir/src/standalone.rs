@@ -83,7 +83,7 @@ pub struct Standalone {
 const LOAD_PART_FILES: usize = 2048;
 
 /// Parts read ahead of the translation at the first load: a bounded channel, so that
-/// the objects of a slow translation's backlog are not all in flight at once.
+/// when translation is behind the loading thread waits instead of piling up parts.
 const LOAD_PARTS_AHEAD: usize = 4;
 
 /// The first read of `provider`, in parts of [`LOAD_PART_FILES`] files: the provider
@@ -92,7 +92,7 @@ const LOAD_PARTS_AHEAD: usize = 4;
 /// load is expected to hold. Returns how many objects were read.
 ///
 /// The provider's bookkeeping of each file (its definitions, the difference it returns)
-/// was a fifth of this thread's time at 1,000,000 TLS domains, beside a translation
+/// was 7–10 s of this thread's 28–36 s at 1,000,000 TLS domains, beside a translation
 /// that is the longest chain of startup: on a thread of its own it runs beside it,
 /// with the readers, on the other core (BENCHMARKS.md, "Session 32").
 fn load_in_parts(
