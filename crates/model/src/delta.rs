@@ -28,9 +28,8 @@ pub enum ResourceKey {
     /// listener.
     L4Route(ListenerKey, HostMatch),
     /// The policies attached to one target. Boxed: a target is up to 56 bytes and every
-    /// other key at most 24, and keys are held by the million (the emitter's table, a
-    /// batch's deltas and its dirty keys at the initial load). Build with
-    /// [`ResourceKey::policy`].
+    /// other key at most 24, and keys are held by the million (a batch's dirty keys and
+    /// its deltas at the initial load). Build with [`ResourceKey::policy`].
     Policy(Box<PolicyTarget>),
 }
 
@@ -311,8 +310,8 @@ mod tests {
         ListenerKey::new(([127, 0, 0, 1], port).into())
     }
 
-    /// Keys and deltas are held by the million at the initial load (the emitter's table,
-    /// a batch): a policy target (56 bytes) is boxed so that neither is larger than a
+    /// Keys and deltas are held by the million at the initial load (a batch's dirty keys
+    /// and deltas): a policy target (56 bytes) is boxed so that neither is larger than a
     /// (listener, host) pair.
     #[test]
     fn keys_and_deltas_are_24_bytes() {
