@@ -77,6 +77,55 @@ pub struct ApplyReport {
     pub rejected: Vec<(ResourceKey, String)>,
 }
 
+/// The next snapshot, built from batches applied one after the other off the async
+/// workers ([`DataPlane::begin_build`]), not yet serving.
+pub struct SnapshotBuild {
+    /// The version it was begun from.
+    base: u64,
+    next: Snapshot,
+    /// Listeners the batches upserted or removed.
+    touched: BTreeSet<ListenerKey>,
+    rejected: Vec<(ResourceKey, String)>,
+    /// Deltas applied.
+    deltas: usize,
+    /// Time spent applying.
+    took: Duration,
+}
+
+impl SnapshotBuild {
+    /// Applies the next batch (blocking; cost proportional to the batch).
+    pub fn apply(&mut self, batch: &DeltaBatch) {
+        let start = Instant::now();
+        self.next.apply_in_place(batch, &mut self.rejected);
+        self.touched
+            .extend(batch.deltas.iter().filter_map(|d| match d {
+                Delta::Upsert(Resource::Listener(l)) => Some(l.key),
+                Delta::Remove(ResourceKey::Listener(k)) => Some(*k),
+                _ => None,
+            }));
+        self.deltas += batch.deltas.len();
+        self.took += start.elapsed();
+    }
+
+    /// The deltas applied so far.
+    pub fn deltas(&self) -> usize {
+        self.deltas
+    }
+
+    /// The time spent applying so far.
+    pub fn took(&self) -> Duration {
+        self.took
+    }
+}
+
+/// A build that can no longer be published: another batch was applied since it began.
+#[derive(Debug, thiserror::Error)]
+#[error("the snapshot built from version {base} is stale: version {current} is live")]
+pub struct StaleBuild {
+    base: u64,
+    current: u64,
+}
+
 /// State shared by every accept loop and request.
 pub(crate) struct Shared {
     pub(crate) snapshots: Arc<ArcSwap<Snapshot>>,
@@ -202,21 +251,56 @@ impl DataPlane {
     /// on removed ones (their open connections finish). Returns what was rejected.
     pub async fn apply(&self, batch: &DeltaBatch) -> ApplyReport {
         let _serial = self.apply_lock.lock().await;
+        let mut build = self.begin_build();
+        build.apply(batch);
+        self.publish_build(build).await
+    }
+
+    /// Starts the next snapshot, to be built from several batches with
+    /// [`SnapshotBuild::apply`] (on any thread, while the later batches are still being
+    /// made) and published as one with [`DataPlane::finish_build`]: what
+    /// [`DataPlane::apply`] of the batches' concatenation would do. Nothing else may be
+    /// applied in between (`finish_build` refuses the build then).
+    pub fn begin_build(&self) -> SnapshotBuild {
+        let current = self.shared.snapshots.load();
+        SnapshotBuild {
+            base: current.version(),
+            next: current.next(),
+            touched: BTreeSet::new(),
+            rejected: Vec::new(),
+            deltas: 0,
+            took: Duration::ZERO,
+        }
+    }
+
+    /// Publishes a snapshot built since [`DataPlane::begin_build`] (one atomic swap),
+    /// then reconciles the listeners, as [`DataPlane::apply`] does. Fails, publishing
+    /// nothing, when another batch was applied since the build began.
+    pub async fn finish_build(&self, build: SnapshotBuild) -> Result<ApplyReport, StaleBuild> {
+        let _serial = self.apply_lock.lock().await;
+        let current = self.shared.snapshots.load().version();
+        if current != build.base {
+            return Err(StaleBuild {
+                base: build.base,
+                current,
+            });
+        }
+        Ok(self.publish_build(build).await)
+    }
+
+    async fn publish_build(&self, build: SnapshotBuild) -> ApplyReport {
         let start = Instant::now();
-        let current = self.shared.snapshots.load_full();
-        let (next, mut rejected) = current.apply(batch);
+        let SnapshotBuild {
+            next,
+            mut touched,
+            mut rejected,
+            deltas,
+            took,
+            ..
+        } = build;
         let next = Arc::new(next);
         self.shared.snapshots.store(Arc::clone(&next));
 
-        let mut touched: BTreeSet<ListenerKey> = batch
-            .deltas
-            .iter()
-            .filter_map(|d| match d {
-                Delta::Upsert(Resource::Listener(l)) => Some(l.key),
-                Delta::Remove(ResourceKey::Listener(k)) => Some(*k),
-                _ => None,
-            })
-            .collect();
         let retried: BTreeSet<ListenerKey> = lock(&self.unbound).clone();
         touched.extend(retried.iter().copied());
         for key in touched {
@@ -246,7 +330,7 @@ impl DataPlane {
         m.config_version
             .set(i64::try_from(next.version()).unwrap_or(i64::MAX));
         m.record_stats(&next.stats());
-        let took = start.elapsed();
+        let took = took + start.elapsed();
         m.config_apply_duration.observe(took.as_secs_f64());
         self.apply_time
             .get_or_init(|| self.status.histogram("data_plane_apply"))
@@ -256,7 +340,7 @@ impl DataPlane {
         }
         ApplyReport {
             version: next.version(),
-            applied: batch.deltas.len().saturating_sub(rejected.len()),
+            applied: deltas.saturating_sub(rejected.len()),
             rejected,
         }
     }

@@ -63,7 +63,7 @@ pub use access_log::{AccessLogFields, AccessLogOutput, AccessLogSettings};
 pub use admin::serve_admin;
 pub use authority::{InvalidHost, canonical_host};
 pub use basic_auth::{credentials as basic_credentials, verify as verify_htpasswd};
-pub use dataplane::{ApplyReport, DataPlane, ProxyConfig};
+pub use dataplane::{ApplyReport, DataPlane, ProxyConfig, SnapshotBuild, StaleBuild};
 pub use global_ratelimit::RedisSettings;
 pub use jwt::MAX_TOKEN_LEN as MAX_JWT_LEN;
 

@@ -153,9 +153,31 @@ impl Snapshot {
     /// and the deltas it rejected with a reason. A rejected delta changes nothing; the
     /// others apply. Cost is proportional to the batch (times a shard size).
     pub fn apply(&self, batch: &DeltaBatch) -> (Snapshot, Vec<(ResourceKey, String)>) {
+        let mut next = self.next();
+        let mut rejected = Vec::new();
+        next.apply_in_place(batch, &mut rejected);
+        (next, rejected)
+    }
+
+    /// The next version: this one, with version `self.version() + 1`, to apply batches
+    /// to in place ([`Snapshot::apply_in_place`]). Its parts are shared with this one
+    /// until changed.
+    pub(crate) fn next(&self) -> Snapshot {
         let mut next = self.clone();
         next.version = self.version + 1;
-        let mut rejected = Vec::new();
+        next
+    }
+
+    /// Applies a batch in order to this snapshot, adding the deltas it rejected to
+    /// `rejected`; the version is unchanged. Parts shared with other versions are
+    /// copied when first changed, the others changed where they are: batches applied
+    /// one after the other to a version no one else holds copy nothing twice.
+    pub(crate) fn apply_in_place(
+        &mut self,
+        batch: &DeltaBatch,
+        rejected: &mut Vec<(ResourceKey, String)>,
+    ) {
+        let next = self;
         for delta in &batch.deltas {
             let result = match delta {
                 Delta::Upsert(resource) => next.upsert(resource),
@@ -172,7 +194,6 @@ impl Snapshot {
                 rejected.push((key, why.to_string()));
             }
         }
-        (next, rejected)
     }
 
     /// Whether the snapshot holds a resource with this key.

@@ -484,6 +484,61 @@ async fn bind_failures_are_reported_and_retried() {
     assert_eq!(dp.bound_addr(&taken), None);
 }
 
+#[tokio::test]
+async fn a_snapshot_built_from_several_batches_serves_once_finished() {
+    use prometheus_client::registry::Registry;
+    use weir_proxy::{DataPlane, ProxyConfig};
+
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let mut registry = Registry::default();
+    let dp = DataPlane::new(ProxyConfig::default(), &mut registry).expect("workers");
+    // The first load of `weir run`: batches applied one after the other, on another
+    // thread, while the later ones are made; the second refers to the first's listener.
+    let mut build = dp.begin_build();
+    let first = upserts(vec![
+        listener(Protocol::Http),
+        cluster("c1", &[b1.addr], UpstreamProtocol::Http1),
+        vhost(Some("a.test"), vec![rule("/", forward(&[("c1", 1)]))]),
+    ]);
+    build = std::thread::spawn(move || {
+        build.apply(&first);
+        build
+    })
+    .join()
+    .expect("applied");
+    build.apply(&upserts(vec![
+        cluster("c2", &[b2.addr], UpstreamProtocol::Http1),
+        vhost(Some("b.test"), vec![rule("/", forward(&[("c2", 1)]))]),
+    ]));
+    assert_eq!(build.deltas(), 5);
+    assert_eq!(
+        dp.bound_addr(&key()),
+        None,
+        "nothing serves before the build is published"
+    );
+    let report = dp.finish_build(build).await.expect("not stale");
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    assert_eq!((report.version, report.applied), (1, 5));
+    let addr = dp.bound_addr(&key()).expect("listener bound");
+    assert_eq!(get(addr, "a.test", "/").await.backend(), "b1");
+    assert_eq!(get(addr, "b.test", "/").await.backend(), "b2");
+
+    // A build that another apply overtook is refused: publishing it would undo that one.
+    let mut stale = dp.begin_build();
+    stale.apply(&DeltaBatch {
+        deltas: vec![Delta::Remove(ResourceKey::VirtualHost(
+            key(),
+            host(Some("b.test")),
+        ))],
+    });
+    dp.apply(&DeltaBatch::default()).await;
+    let err = dp.finish_build(stale).await.expect_err("stale");
+    assert!(err.to_string().contains("stale"), "{err}");
+    assert_eq!(get(addr, "b.test", "/").await.backend(), "b2");
+    dp.shutdown().await;
+}
+
 /// A backend that accepts one HTTP/1.1 upgrade, answers 101 and then echoes bytes.
 async fn upgrade_echo_backend() -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
