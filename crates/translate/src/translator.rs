@@ -11,7 +11,9 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use weir_api::{Kind, Object, ObjectKey, ObjectStatus};
-use weir_model::{Certificate, ClusterKey, L4Mode, PolicyTarget, Resource, ResourceKey, RouteRule};
+use weir_model::{
+    Certificate, ClusterKey, DeltaBatch, L4Mode, PolicyTarget, Resource, ResourceKey, RouteRule,
+};
 
 use crate::compile::backend::{self, ClusterSource};
 use crate::compile::order::RuleOrder;
@@ -223,9 +225,19 @@ impl Translator {
         self.recompute(d);
     }
 
-    /// Emits what the parts staged in `staged` changed (see [`Translator::stage`]).
-    pub fn emit(&mut self, staged: Staged) -> TranslateOutput {
-        let mut d = staged.d;
+    /// Emits the IR that the parts staged so far changed, and forgets it, keeping their
+    /// statuses for [`Translator::emit`]: the batches of every `emit_part` and the final
+    /// `emit`, applied in order, build what the one batch of `emit` would have (each is
+    /// what an incremental cycle of its parts emits, so none refers to a resource not
+    /// delivered before it). A data plane can build its next snapshot from them while
+    /// the later parts are read and translated, and publish it once, after the last.
+    pub fn emit_part(&mut self, staged: &mut Staged) -> DeltaBatch {
+        let batch = self.emit_resources(&mut staged.d.resources);
+        staged.d.resources.clear();
+        batch
+    }
+
+    fn emit_resources(&mut self, dirty: &mut DirtyResources) -> DeltaBatch {
         let sources = Sources {
             store: &self.store,
             sockets: &self.sockets,
@@ -234,7 +246,14 @@ impl Translator {
             clusters: &self.clusters,
             policies: &self.policies,
         };
-        let batch = self.emitter.emit(&mut d.resources, &sources);
+        self.emitter.emit(dirty, &sources)
+    }
+
+    /// Emits what the parts staged in `staged` changed (see [`Translator::stage`]), after
+    /// the batches [`Translator::emit_part`] returned, with the statuses of every part.
+    pub fn emit(&mut self, staged: Staged) -> TranslateOutput {
+        let mut d = staged.d;
+        let batch = self.emit_resources(&mut d.resources);
         let mut statuses = std::mem::take(&mut d.statuses);
         // Stable: of a key set by several parts, the last status set is last in its run
         // and the one kept.

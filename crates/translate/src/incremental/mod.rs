@@ -50,6 +50,11 @@ impl DirtyResources {
         self.0.push(key);
     }
 
+    /// Forgets every key (keeping the room).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
     /// The dirty keys, sorted, each once.
     pub(crate) fn sorted(&mut self) -> &[weir_model::ResourceKey] {
         self.0.sort_unstable();
