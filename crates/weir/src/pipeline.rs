@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_api::{ObjectKey, ObjectStatus};
-use weir_proxy::DataPlane;
+use weir_model::DeltaBatch;
+use weir_proxy::{DataPlane, SnapshotBuild};
 use weir_translate::{ObjectChange, Staged, TranslateOutput, Translator, TranslatorOptions};
 
 use weir_proxy::status::{Problem, Rejection, Stage};
@@ -91,25 +92,47 @@ impl Pipeline {
         let t = Instant::now();
         let output = tokio::task::block_in_place(|| self.translator.apply(changes));
         let translate = t.elapsed();
-        self.publish(output, seen, parse, translate, origin, true)
+        self.publish(output, None, seen, parse, translate, origin, true)
             .await
     }
 
     /// Starts a cycle whose changes come in parts while the rest is read (the first
     /// configuration): [`Pipeline::stage`] each part, then [`Pipeline::finish_load`].
     pub fn begin_load(&self) -> Load {
-        Load::default()
+        Load {
+            // With a hub, remote data planes are sent the one batch of the cycle.
+            streams: self.hub.is_none() && self.embedded,
+            ..Load::default()
+        }
+    }
+
+    /// The snapshot the parts of `load` are applied to as they are translated, when
+    /// they are emitted part by part (an embedded data plane and no hub): the batches
+    /// [`Pipeline::stage`] returns go to it, in order (on any thread), and it is
+    /// published by [`Pipeline::finish_load`].
+    pub fn begin_build(&self, load: &Load) -> Option<SnapshotBuild> {
+        load.streams.then(|| self.dataplane.begin_build())
     }
 
     /// Translates one part of a cycle begun with [`Pipeline::begin_load`] (blocking: call
-    /// it off the async workers, as the reading does). Nothing reaches the data plane
-    /// before [`Pipeline::finish_load`]. `expected`: how many changes the whole cycle
-    /// is expected to hold (tables are sized for it).
-    pub fn stage(&mut self, load: &mut Load, changes: Vec<ObjectChange>, expected: usize) {
+    /// it off the async workers, as the reading does). Nothing is served from it before
+    /// [`Pipeline::finish_load`]. `expected`: how many changes the whole cycle is
+    /// expected to hold (tables are sized for it). When the load is emitted part by part
+    /// ([`Pipeline::begin_build`]), returns the part's batch for the build.
+    pub fn stage(
+        &mut self,
+        load: &mut Load,
+        changes: Vec<ObjectChange>,
+        expected: usize,
+    ) -> Option<DeltaBatch> {
         self.forget_rejections(&changes);
         let t = Instant::now();
         self.translator.stage(&mut load.staged, changes, expected);
+        let batch = load
+            .streams
+            .then(|| self.translator.emit_part(&mut load.staged));
         load.translate += t.elapsed();
+        batch
     }
 
     /// Emits and applies what the parts of `load` changed, as one cycle. `seen` is when
@@ -118,18 +141,25 @@ impl Pipeline {
     /// logged, and dropped before the data plane builds its snapshot (the standalone
     /// mode, which loads in parts, has no status API; at 1,000,000 TLS domains they are
     /// tens of MiB at the load's peak).
+    ///
+    /// `build`: the snapshot of [`Pipeline::begin_build`], every batch of the parts
+    /// applied; the rest is applied to it and it is published. Its apply time is the
+    /// cycle's apply phase (most of it overlapped the translation).
     pub async fn finish_load(
         &mut self,
         load: Load,
+        build: Option<SnapshotBuild>,
         seen: Instant,
         origin: &(dyn Fn(&ObjectKey) -> Option<String> + Sync),
     ) -> CycleReport {
-        let Load { staged, translate } = load;
+        let Load {
+            staged, translate, ..
+        } = load;
         let parse = seen.elapsed().saturating_sub(translate);
         let t = Instant::now();
         let output = tokio::task::block_in_place(|| self.translator.emit(staged));
         let translate = translate + t.elapsed();
-        self.publish(output, seen, parse, translate, origin, false)
+        self.publish(output, build, seen, parse, translate, origin, false)
             .await
     }
 
@@ -150,12 +180,15 @@ impl Pipeline {
         }
     }
 
-    /// Logs the statuses of a translated cycle and applies its deltas. With
+    /// Logs the statuses of a translated cycle and applies its deltas (to `build`, then
+    /// published, when the cycle's earlier batches were applied to it). With
     /// `keep_statuses` false the statuses are dropped once logged, before the deltas are
     /// applied, and the report has none.
+    #[allow(clippy::too_many_arguments)]
     async fn publish(
         &mut self,
         output: TranslateOutput,
+        build: Option<SnapshotBuild>,
         seen: Instant,
         parse: Duration,
         translate: Duration,
@@ -190,12 +223,25 @@ impl Pipeline {
         if let Some(hub) = &self.hub {
             hub.apply(&batch);
         }
-        let applied = if self.embedded {
-            self.dataplane.apply(&batch).await
-        } else {
-            weir_proxy::ApplyReport::default()
+        let mut deltas = batch.deltas.len();
+        let mut earlier = Duration::ZERO;
+        let applied = match build {
+            Some(mut build) => {
+                earlier = build.took();
+                tokio::task::block_in_place(|| build.apply(&batch));
+                deltas = build.deltas();
+                match self.dataplane.finish_build(build).await {
+                    Ok(applied) => applied,
+                    Err(stale) => {
+                        tracing::error!(%stale, "the configuration was not applied");
+                        weir_proxy::ApplyReport::default()
+                    }
+                }
+            }
+            None if self.embedded => self.dataplane.apply(&batch).await,
+            None => weir_proxy::ApplyReport::default(),
         };
-        let apply = t.elapsed();
+        let apply = earlier + t.elapsed();
         for (key, reason) in &applied.rejected {
             tracing::warn!(resource = ?key, %reason, "data plane rejected a resource; the rest is applied");
         }
@@ -205,7 +251,7 @@ impl Pipeline {
         self.metrics.observe(Phase::EndToEnd, seen.elapsed());
         self.metrics.count_cycle();
         tracing::debug!(
-            deltas = batch.deltas.len(),
+            deltas,
             statuses = logged,
             version = applied.version,
             parse_us = parse.as_micros() as u64,
@@ -214,7 +260,7 @@ impl Pipeline {
             "configuration applied"
         );
         CycleReport {
-            deltas: batch.deltas.len(),
+            deltas,
             statuses,
             rejected: applied.rejected.len(),
             version: applied.version,
@@ -228,6 +274,8 @@ pub struct Load {
     staged: Staged,
     /// Time spent translating the parts so far.
     translate: Duration,
+    /// Whether every part is emitted as it is staged (see [`Pipeline::begin_build`]).
+    streams: bool,
 }
 
 /// Records, on the status page, an object a provider could not read (the validation an

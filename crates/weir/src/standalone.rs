@@ -10,8 +10,9 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use weir_model::DeltaBatch;
 use weir_provider_file::{FileProvider, Update};
-use weir_proxy::{DataPlane, ProxyConfig};
+use weir_proxy::{DataPlane, ProxyConfig, SnapshotBuild};
 use weir_translate::{ObjectChange, TranslatorOptions};
 
 use crate::pipeline::Pipeline;
@@ -86,6 +87,10 @@ const LOAD_PART_FILES: usize = 2048;
 /// when translation is behind the loading thread waits instead of piling up parts.
 const LOAD_PARTS_AHEAD: usize = 4;
 
+/// Batches of the first load emitted and not yet applied to the data plane's snapshot
+/// at most (each a part's deltas).
+const BUILD_BATCHES_AHEAD: usize = 2;
+
 /// The first read of `provider`, in parts of [`LOAD_PART_FILES`] files: the provider
 /// applies what its readers parse on a thread of its own (`weir-load`), and `stage` is
 /// called here with every part's changes, in order, and how many changes the whole
@@ -95,13 +100,36 @@ const LOAD_PARTS_AHEAD: usize = 4;
 /// was 7–10 s of this thread's 28–36 s at 1,000,000 TLS domains, beside a translation
 /// that is the longest chain of startup: on a thread of its own it runs beside it,
 /// with the readers, on the other core (BENCHMARKS.md, "Session 32").
+///
+/// When `build` is given, `stage` returns every part's batch, and a thread of its own
+/// (`weir-build`) applies them to it as they come: the data plane's snapshot is built
+/// beside the translation instead of after it (BENCHMARKS.md, "Session 33"). Returns
+/// the build with every batch applied.
 fn load_in_parts(
     provider: &mut FileProvider,
     dataplane: &Arc<DataPlane>,
-    mut stage: impl FnMut(Vec<ObjectChange>, usize),
-) -> usize {
+    build: Option<SnapshotBuild>,
+    mut stage: impl FnMut(Vec<ObjectChange>, usize) -> Option<DeltaBatch>,
+) -> (usize, Option<SnapshotBuild>) {
     let (parts, received) = std::sync::mpsc::sync_channel(LOAD_PARTS_AHEAD);
     std::thread::scope(|scope| {
+        let (batches, building) = match build {
+            Some(mut build) => {
+                let (batches, received) =
+                    std::sync::mpsc::sync_channel::<DeltaBatch>(BUILD_BATCHES_AHEAD);
+                let building = std::thread::Builder::new()
+                    .name("weir-build".into())
+                    .spawn_scoped(scope, move || {
+                        for batch in received {
+                            build.apply(&batch);
+                        }
+                        build
+                    })
+                    .expect("starting the snapshot's building thread");
+                (Some(batches), Some(building))
+            }
+            None => (None, None),
+        };
         let loading = std::thread::Builder::new()
             .name("weir-load".into())
             .spawn_scoped(scope, move || {
@@ -119,11 +147,20 @@ fn load_in_parts(
             })
             .expect("starting the loading thread");
         for (changes, expected) in received {
-            stage(changes, expected);
+            let batch = stage(changes, expected);
+            if let (Some(batch), Some(batches)) = (batch, &batches)
+                && batches.send(batch).is_err()
+            {
+                // The building thread panicked: it is rethrown below.
+                break;
+            }
         }
-        loading
+        drop(batches);
+        let built = building.map(|b| b.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let objects = loading
             .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (objects, built)
     })
 }
 
@@ -196,15 +233,19 @@ impl Standalone {
         // of it is translated (one cycle, one snapshot).
         let seen = Instant::now();
         let mut load = pipeline.begin_load();
-        let objects = tokio::task::block_in_place(|| {
-            load_in_parts(&mut provider, &dataplane, |changes, expected| {
+        let build = pipeline.begin_build(&load);
+        let (objects, build) = tokio::task::block_in_place(|| {
+            load_in_parts(&mut provider, &dataplane, build, |changes, expected| {
                 pipeline.stage(&mut load, changes, expected)
             })
         });
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
         // Only the count is kept: the report lists every status of the first batch, which
         // nothing reads after this (it was kept for the life of the process).
-        let deltas = pipeline.finish_load(load, seen, &origin).await.deltas;
+        let deltas = pipeline
+            .finish_load(load, build, seen, &origin)
+            .await
+            .deltas;
         if let Some(f) = opts.on_loaded {
             f();
         }
