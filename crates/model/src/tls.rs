@@ -196,23 +196,27 @@ fn read_pem<'a>(text: &'a [u8], label: &[u8], b64: &mut Vec<u8>) -> Option<&'a [
         .strip_prefix(&b"-----BEGIN "[..])?
         .strip_prefix(label)?
         .strip_prefix(&b"-----\n"[..])?;
-    let mut end = Vec::with_capacity(label.len() + 15);
-    end.extend_from_slice(b"-----END ");
-    end.extend_from_slice(label);
-    end.extend_from_slice(b"-----\n");
-    let at = rest.windows(end.len()).position(|w| w == end)?;
-    // Every line but the last full, each ending in `\n`: checked on the lengths only.
-    let body = &rest[..at];
-    let mut lines = body.split_inclusive(|&b| b == b'\n').peekable();
-    while let Some(line) = lines.next() {
-        let text = line.strip_suffix(b"\n")?;
-        let full = text.len() == PEM_LINE;
-        if text.is_empty() || text.len() > PEM_LINE || (!full && lines.peek().is_some()) {
+    // Line by line up to the END line: every line but the last full, each ending in
+    // `\n` (checked on the lengths only; the base64 decoding checks the characters).
+    // Searching the END line at every byte was a `memcmp` per byte of every certificate
+    // read at startup.
+    let mut rest = rest;
+    let mut short = false;
+    loop {
+        if let Some(after) = rest.strip_prefix(&b"-----END "[..]) {
+            return after.strip_prefix(label)?.strip_prefix(&b"-----\n"[..]);
+        }
+        if short {
             return None;
         }
-        b64.extend_from_slice(text);
+        let len = rest.iter().position(|&b| b == b'\n')?;
+        if len == 0 || len > PEM_LINE {
+            return None;
+        }
+        short = len < PEM_LINE;
+        b64.extend_from_slice(&rest[..len]);
+        rest = &rest[len + 1..];
     }
-    Some(&rest[at + end.len()..])
 }
 
 impl PackedTls {
