@@ -132,3 +132,49 @@ async fn reading_the_watched_tree_reports_nothing() {
     let got = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
     assert!(got.is_err(), "reading the tree reported changes: {got:?}");
 }
+
+#[tokio::test]
+async fn a_mounted_volume_swapping_its_data_link_is_seen() {
+    // The layout Kubernetes gives a mounted Secret or ConfigMap: the visible file is a
+    // link through `..data`, itself a link to a timestamped directory, swapped by rename.
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let v1 = root.join("..2026_12_01");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::write(v1.join("app.yaml"), ns("a", "v1")).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01", root.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/app.yaml", root.join("app.yaml")).unwrap();
+    let (_watcher, mut rx) = watch(&root).unwrap();
+    let mut p = FileProvider::new(&root);
+    assert_eq!(p.load_all().upserts.len(), 1);
+
+    let v2 = root.join("..2026_12_02");
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(v2.join("app.yaml"), ns("a", "v2")).unwrap();
+    std::os::unix::fs::symlink("..2026_12_02", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    let paths = wait_for(&mut rx, &root.join("..data")).await;
+    let u = p.reload(&paths);
+    assert_eq!(u.upserts.len(), 1, "{u:?}");
+    assert_eq!(u.upserts[0].1.metadata().labels["team"], "v2");
+}
+
+#[tokio::test]
+async fn a_linked_directory_is_watched_and_dropping_the_watcher_closes_the_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = std::fs::canonicalize(elsewhere.path()).unwrap();
+    std::os::unix::fs::symlink(&target, root.join("linked")).unwrap();
+    let (watcher, mut rx) = watch(&root).unwrap();
+    // Written through the link's target: reported under the watched tree's path.
+    std::fs::write(target.join("c.yaml"), ns("c", "v1")).unwrap();
+    wait_for(&mut rx, &root.join("linked/c.yaml")).await;
+
+    drop(watcher);
+    let end = tokio::time::timeout(WAIT, async { while rx.recv().await.is_some() {} }).await;
+    assert!(
+        end.is_ok(),
+        "the channel stayed open after the watcher was dropped"
+    );
+}

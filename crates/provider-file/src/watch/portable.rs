@@ -1,8 +1,4 @@
-//! Watching the root for changes with notify.
-//!
-//! Directories are watched, never single inodes: editors and Kubernetes replace files by
-//! renaming a new one into place (or swapping the `..data` symlink), which a watch on the
-//! old inode would miss. A single-file root is watched through its parent directory.
+//! Watching the root for changes with notify (platforms other than Linux).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -11,28 +7,8 @@ use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind, R
 use notify::{Event, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
+use super::WatchError;
 use crate::scan;
-
-/// Why watching could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    /// The path to watch does not exist or cannot be inspected.
-    #[error("cannot watch {path}: {source}")]
-    Path {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The platform's file watcher refused.
-    #[error("cannot watch {path}: {source}")]
-    Notify {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        source: notify::Error,
-    },
-}
 
 /// Keeps the watch alive; dropping it stops watching (and closes the receiver).
 pub struct Watcher {
@@ -82,15 +58,15 @@ pub fn watch(path: &Path) -> Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBu
         Err(e) => tracing::warn!(error = %e, "file watcher error"),
     };
     let mut watcher =
-        notify::recommended_watcher(handler).map_err(|source| WatchError::Notify {
+        notify::recommended_watcher(handler).map_err(|source| WatchError::Platform {
             path: target.clone(),
-            source,
+            source: std::io::Error::other(source),
         })?;
     watcher
         .watch(&target, mode)
-        .map_err(|source| WatchError::Notify {
+        .map_err(|source| WatchError::Platform {
             path: target.clone(),
-            source,
+            source: std::io::Error::other(source),
         })?;
     Ok((Watcher { _inner: watcher }, rx))
 }
