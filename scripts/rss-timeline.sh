@@ -15,7 +15,7 @@ out=${3:?usage: rss-timeline.sh WEIR DIR OUT}
 admin=${WEIR_ADMIN:-127.0.0.1:19901}
 log=$(mktemp)
 "$weir" run -c "$dir" --admin "$admin" --ingress-http 127.0.0.1:18080 \
-  --ingress-https 127.0.0.1:18443 --no-access-log --no-watch >"$log" 2>&1 &
+  --ingress-https 127.0.0.1:18443 --no-access-log $([ -n "${WEIR_WATCH:-}" ] || echo --no-watch) >"$log" 2>&1 &
 pid=$!
 start=$(date +%s.%N)
 : >"$out"
