@@ -64,10 +64,35 @@ fn is_clean(p: &[u8]) -> bool {
 /// path that is a prefix of another by components).
 fn cmp_clean(a: &[u8], b: &[u8]) -> Ordering {
     let rank = |x: u8| if x == b'/' { 0 } else { u16::from(x) + 1 };
-    match a.iter().zip(b).position(|(x, y)| x != y) {
+    match mismatch(a, b) {
         Some(i) => rank(a[i]).cmp(&rank(b[i])),
         None => a.len().cmp(&b.len()),
     }
+}
+
+/// The first index where `a` and `b` differ, within the shorter. Eight bytes at a time:
+/// the paths of one directory share a long prefix (the directory's path), which a byte
+/// loop walked at every comparison of the sort and of the file table (1,000,000 files
+/// at 1,000,000 TLS domains).
+fn mismatch(a: &[u8], b: &[u8]) -> Option<usize> {
+    let n = a.len().min(b.len());
+    let (mut ca, mut cb) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    let mut at = 0;
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        let x = u64::from_le_bytes(x.try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(y.try_into().expect("8 bytes"));
+        if x != y {
+            // Little-endian: the lowest set bit of the difference is in the first byte
+            // that differs.
+            return Some(at + (x ^ y).trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    ca.remainder()
+        .iter()
+        .zip(cb.remainder())
+        .position(|(x, y)| x != y)
+        .map(|i| at + i)
 }
 
 impl Ord for FileKey {
@@ -114,6 +139,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mismatch_finds_the_first_differing_byte() {
+        let a = b"0123456789abcdefghij";
+        for len in 0..=a.len() {
+            assert_eq!(mismatch(&a[..len], a), None, "a prefix");
+            for at in 0..len {
+                let mut b = a[..len].to_vec();
+                b[at] ^= 0x20;
+                assert_eq!(mismatch(a, &b), Some(at), "{len} {at}");
+            }
+        }
+    }
+
+    #[test]
     fn orders_as_path() {
         let names = [
             "/",
@@ -145,6 +183,18 @@ mod tests {
             "/a0",
             "/a/b/c/d.yml",
             "/x/./",
+            // Past the first eight bytes, as a configuration directory's files are.
+            "/work/cfg/d1.yaml",
+            "/work/cfg/d10.yaml",
+            "/work/cfg/d1/x.yaml",
+            "/work/cfg/d1-x.yaml",
+            "/work/cfg/d2.yaml",
+            "/work/cfg.d/a.yaml",
+            "/work/cfgd/a.yaml",
+            "/work/cfg/sub/very-long-name-of-a-file.yaml",
+            "/work/cfg/sub/very-long-name-of-a-file.yml",
+            "/work/cfg/sub/very-long-name-of-a-file",
+            "/work/cfg/sub/very-long-name/of-a-file.yaml",
         ];
         for x in names {
             for y in names {
