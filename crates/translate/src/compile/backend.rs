@@ -112,7 +112,7 @@ pub(crate) fn resolve_service(
     name: &str,
     port: Option<i32>,
     want: WantProtocol,
-    field: &str,
+    field: &dyn std::fmt::Display,
 ) -> Result<Resolved, RefError> {
     let Some(port) = port else {
         return Err(RefError::new(
@@ -174,7 +174,7 @@ pub(crate) fn resolve_backend(
     ns: &str,
     name: &str,
     want: WantProtocol,
-    field: &str,
+    field: &dyn std::fmt::Display,
 ) -> Result<Resolved, RefError> {
     // A Backend's endpoints are addresses: the same cluster serves datagrams.
     let want = match want {

@@ -236,9 +236,9 @@ fn resolve_ref(
         _ => WantProtocol::Declared,
     };
     if k == Kind::Service {
-        backend::resolve_service(ctx.store, ns, name, port, want, field)
+        backend::resolve_service(ctx.store, ns, name, port, want, &field)
     } else {
-        backend::resolve_backend(ctx.store, ns, name, want, field)
+        backend::resolve_backend(ctx.store, ns, name, want, &field)
     }
 }
 
