@@ -90,11 +90,15 @@ pub struct SnapshotBuild {
     deltas: usize,
     /// Time spent applying.
     took: Duration,
+    /// The runtime the build was begun on: a batch applied on another thread starts
+    /// the health checks of its clusters there (without a runtime they would not probe).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl SnapshotBuild {
     /// Applies the next batch (blocking; cost proportional to the batch).
     pub fn apply(&mut self, batch: &DeltaBatch) {
+        let _runtime = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
         let start = Instant::now();
         self.next.apply_in_place(batch, &mut self.rejected);
         self.touched
@@ -260,7 +264,9 @@ impl DataPlane {
     /// [`SnapshotBuild::apply`] (on any thread, while the later batches are still being
     /// made) and published as one with [`DataPlane::finish_build`]: what
     /// [`DataPlane::apply`] of the batches' concatenation would do. Nothing else may be
-    /// applied in between (`finish_build` refuses the build then).
+    /// applied in between (`finish_build` refuses the build then). Begun on a tokio
+    /// runtime, as `apply` is called: what a batch starts (a cluster's health checks)
+    /// runs on it whichever thread applies the batch.
     pub fn begin_build(&self) -> SnapshotBuild {
         let current = self.shared.snapshots.load();
         SnapshotBuild {
@@ -270,6 +276,7 @@ impl DataPlane {
             rejected: Vec::new(),
             deltas: 0,
             took: Duration::ZERO,
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 

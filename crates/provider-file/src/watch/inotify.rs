@@ -22,7 +22,7 @@ use std::io::{self, Read as _};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
-use inotify::{EventMask, Inotify, WatchMask, Watches};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::sync::mpsc;
 
 use super::WatchError;
@@ -90,7 +90,7 @@ pub fn watch(path: &Path) -> Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBu
         .add(&target, mask())
         .map_err(platform(&target))?;
     tree.dirs
-        .insert(wd.get_watch_descriptor_id(), target.clone());
+        .insert(wd.get_watch_descriptor_id(), (wd, target.clone()));
     if matches!(root, Root::Dir(_)) {
         tree.add_below(&target);
     }
@@ -115,7 +115,7 @@ enum Root {
 /// The watched directories, by watch descriptor.
 struct Tree {
     watches: Watches,
-    dirs: HashMap<i32, PathBuf>,
+    dirs: HashMap<i32, (WatchDescriptor, PathBuf)>,
 }
 
 impl Tree {
@@ -129,7 +129,7 @@ impl Tree {
                     return;
                 }
                 self.dirs
-                    .insert(wd.get_watch_descriptor_id(), dir.to_path_buf());
+                    .insert(wd.get_watch_descriptor_id(), (wd, dir.to_path_buf()));
             }
             // Gone already (its removal is reported by its parent), or not a directory.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return,
@@ -163,6 +163,25 @@ impl Tree {
         }
         for sub in subdirs {
             self.add(&sub);
+        }
+    }
+}
+
+impl Tree {
+    /// Stops watching `dir` and the directories below it: moved out of the tree, their
+    /// watches would report changes there under paths they no longer have.
+    fn forget_below(&mut self, dir: &Path) {
+        let gone: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter(|(_, (_, p))| p.starts_with(dir))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            if let Some((wd, _)) = self.dirs.remove(&id) {
+                // Already gone with its directory: nothing to undo.
+                let _ = self.watches.remove(wd);
+            }
         }
     }
 }
@@ -315,12 +334,20 @@ fn read_events(
                 continue;
             }
             let id = event.wd.get_watch_descriptor_id();
-            let Some(dir) = tree.dirs.get(&id) else {
+            let Some((_, dir)) = tree.dirs.get(&id) else {
                 continue;
             };
             match meaning(root, dir, event.mask, event.name, |p| p.is_dir()) {
                 Meaning::Nothing => {}
-                Meaning::Changed(p) => changed.push(p),
+                Meaning::Changed(p) => {
+                    if event
+                        .mask
+                        .contains(EventMask::MOVED_FROM | EventMask::ISDIR)
+                    {
+                        tree.forget_below(&p);
+                    }
+                    changed.push(p);
+                }
                 Meaning::NewDir(p) => new_dirs.push(p),
                 Meaning::Forget => {
                     tree.dirs.remove(&id);
