@@ -178,3 +178,26 @@ async fn a_linked_directory_is_watched_and_dropping_the_watcher_closes_the_chann
         "the channel stayed open after the watcher was dropped"
     );
 }
+
+#[tokio::test]
+async fn a_directory_moved_out_of_the_tree_is_no_longer_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("cfg");
+    let outside = root.with_file_name("outside");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let (_watcher, mut rx) = watch(&root).unwrap();
+    std::fs::rename(root.join("sub"), &outside).unwrap();
+    wait_for(&mut rx, &root.join("sub")).await;
+    // Written where it now is: not under the watched tree, so nothing comes.
+    std::fs::write(outside.join("x.yaml"), ns("x", "v1")).unwrap();
+    let got = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+    assert!(
+        got.is_err(),
+        "a change outside the tree was reported: {got:?}"
+    );
+    // Moved back in: reported, and watched again.
+    std::fs::rename(&outside, root.join("back")).unwrap();
+    wait_for(&mut rx, &root.join("back")).await;
+    std::fs::write(root.join("back/y.yaml"), ns("y", "v1")).unwrap();
+    wait_for(&mut rx, &root.join("back/y.yaml")).await;
+}
