@@ -165,9 +165,7 @@ impl Tree {
             self.add(&sub);
         }
     }
-}
 
-impl Tree {
     /// Stops watching `dir` and the directories below it: moved out of the tree, their
     /// watches would report changes there under paths they no longer have.
     fn forget_below(&mut self, dir: &Path) {
