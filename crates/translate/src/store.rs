@@ -1,5 +1,6 @@
 //! The objects the translator was given, with the few indexes lookups need.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -52,12 +53,17 @@ impl Store {
         key: &ObjectKey,
         obj: Arc<Object>,
     ) -> Result<Option<Arc<Object>>, ()> {
-        let old = match self.objects.get_mut(key) {
-            Some((old, _)) if Arc::ptr_eq(old, &obj) || **old == *obj => return Err(()),
-            Some((old, _)) => Some(std::mem::replace(old, obj.clone())),
-            None => {
-                self.objects
-                    .insert(key.clone(), (obj.clone(), self.next_seq));
+        // One probe of the table (a cache miss per object at a large load).
+        let old = match self.objects.entry(key.clone()) {
+            Entry::Occupied(mut o) => {
+                let (old, _) = o.get_mut();
+                if Arc::ptr_eq(old, &obj) || **old == *obj {
+                    return Err(());
+                }
+                Some(std::mem::replace(old, obj.clone()))
+            }
+            Entry::Vacant(v) => {
+                v.insert((obj.clone(), self.next_seq));
                 self.next_seq += 1;
                 None
             }

@@ -1,5 +1,7 @@
 //! Which derived objects were computed from which objects.
 
+use std::collections::hash_map::Entry;
+
 use foldhash::HashMap;
 
 use weir_api::ObjectKey;
@@ -22,20 +24,24 @@ impl DepIndex {
     pub(crate) fn set(&mut self, key: &ObjectKey, mut deps: Vec<Dep>) {
         deps.sort();
         deps.dedup();
-        if self.of.get(key).is_some_and(|old| **old == *deps) {
-            return;
+        // One probe of `of` (a new key's is a cache miss at a large load). Kept for as
+        // long as `key` exists: without the spare room it was collected with.
+        let (old, new): (Option<Box<[Dep]>>, &[Dep]) = match self.of.entry(key.clone()) {
+            Entry::Occupied(o) if **o.get() == *deps => return,
+            Entry::Occupied(o) if deps.is_empty() => (Some(o.remove()), &[]),
+            Entry::Occupied(mut o) => {
+                let old = std::mem::replace(o.get_mut(), deps.into_boxed_slice());
+                (Some(old), &**o.into_mut())
+            }
+            Entry::Vacant(_) if deps.is_empty() => return,
+            Entry::Vacant(v) => (None, &**v.insert(deps.into_boxed_slice())),
+        };
+        for dep in old.iter().flat_map(|o| o.iter()) {
+            self.dependents.remove(dep, key);
         }
-        for dep in self.of.remove(key).into_iter().flatten() {
-            self.dependents.remove(&dep, key);
-        }
-        if deps.is_empty() {
-            return;
-        }
-        for dep in &deps {
+        for dep in new {
             self.dependents.insert(dep.clone(), key.clone());
         }
-        // Kept for as long as `key` exists: without the spare room it was collected with.
-        self.of.insert(key.clone(), deps.into_boxed_slice());
     }
 
     /// What `key` was computed from.
