@@ -13,10 +13,14 @@ use crate::parse::{ParsedDoc, parse_file};
 
 /// Below this many files, reading in parallel costs more than it saves.
 pub(crate) const PARALLEL_MIN_FILES: usize = 64;
-/// More threads than this do not help: reading is bounded by parsing on a few cores.
+/// More threads than this do not help while the files are in the page cache: reading is
+/// bounded by parsing on a few cores.
 pub(crate) const MAX_THREADS: usize = 4;
+/// Readers at most when reads wait on the disk: each keeps one read in flight, and a
+/// cold directory of small files is read at the disk's latency times the reads in flight.
+const MAX_IO_THREADS: usize = 16;
 /// A reader's result awaited this long means the readers wait on the disk (a parsed file
-/// takes tens of microseconds): one more reader is started, up to [`MAX_THREADS`].
+/// takes tens of microseconds): one more reader is started, up to [`MAX_IO_THREADS`].
 const STALL: Duration = Duration::from_millis(1);
 
 /// Whether a directory entry name is hidden (`.git`, `..data`, `.foo.yaml.swp`).
@@ -218,7 +222,7 @@ pub(crate) fn read_files_in_order<P>(
                     // cache). One more reader keeps one more read in flight.
                     match &tx {
                         Some(sender)
-                            if spawned < MAX_THREADS
+                            if spawned < MAX_IO_THREADS
                                 && next.load(Ordering::Relaxed) < paths.len() =>
                         {
                             s.spawn(reader(sender.clone()));
