@@ -1,4 +1,5 @@
-//! TLS: certificates parsed once per content, and the SNI resolver over live snapshots.
+//! TLS: certificates parsed once per content (the keys of those used lately kept), and the
+//! SNI resolver over live snapshots.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -35,16 +36,18 @@ pub(crate) enum CertError {
     Key(rustls::Error),
 }
 
-/// A certificate as held by snapshots: the IR value plus its parsed form, computed at the
-/// first handshake that needs it. The entry is shared (by `Arc`) by every SNI entry naming
-/// the same content hash and by every snapshot version, so a certificate is parsed at most
-/// once per content, and a bad one is reported once.
+/// A certificate as held by snapshots: the IR value, and why it is unusable if a handshake
+/// found it so. The entry is shared (by `Arc`) by every SNI entry naming the same content
+/// hash and by every snapshot version. Its signing key, parsed at the first handshake that
+/// needs it, is kept in [`PARSED_KEYS`] (bounded: about a kilobyte per key, which at a
+/// million domains all served once held 1.1 GB more for good); a bad certificate is
+/// reported once and not parsed again.
 #[derive(Debug)]
 pub(crate) struct CertEntry {
     cert: Arc<Certificate>,
     /// The error boxed: it is 64 bytes and rare, and an entry is held per certificate
-    /// (a million at a million TLS domains): 96 -> 48 bytes.
-    parsed: OnceLock<Result<Arc<CertifiedKey>, Box<CertError>>>,
+    /// (a million at a million TLS domains).
+    failed: OnceLock<Box<CertError>>,
     /// The leaf's names and validity for the status page, read at its first request
     /// (never on the change path, never from the key). Boxed: most certificates are
     /// never shown, and inline it made every entry 152 bytes instead of 96.
@@ -56,7 +59,7 @@ impl CertEntry {
     pub(crate) fn new(cert: Arc<Certificate>) -> Self {
         CertEntry {
             cert,
-            parsed: OnceLock::new(),
+            failed: OnceLock::new(),
             info: OnceLock::new(),
         }
     }
@@ -72,26 +75,118 @@ impl CertEntry {
             .get_or_init(|| Box::new(crate::status::cert_info::read(&self.cert)))
     }
 
-    /// The signing key, parsing it on first use; `None` if the certificate is unusable
-    /// (the error is logged once, with the certificate's hash).
+    /// The signing key, parsed unless [`PARSED_KEYS`] holds it; `None` if the certificate
+    /// is unusable (the error is logged once, with the certificate's hash).
     pub(crate) fn certified_key(&self) -> Option<Arc<CertifiedKey>> {
-        let parsed = self.parsed.get_or_init(|| {
-            let result = parse(&self.cert).map_err(Box::new);
-            if let Err(e) = &result {
-                tracing::warn!(cert = %self.cert.hash(), error = %e, "certificate unusable; handshakes for its names fail");
-            }
-            result
-        });
-        parsed.as_ref().ok().cloned()
+        self.certified_key_in(&PARSED_KEYS)
     }
 
-    /// The parse result, if parsing has happened.
+    fn certified_key_in(&self, keys: &KeyCache) -> Option<Arc<CertifiedKey>> {
+        if self.failed.get().is_some() {
+            return None;
+        }
+        let hash = self.cert.hash();
+        if let Some(key) = keys.get(hash) {
+            return Some(key);
+        }
+        match parse(&self.cert) {
+            Ok(key) => Some(keys.insert(hash, key)),
+            Err(e) => {
+                let message = e.to_string();
+                if self.failed.set(Box::new(e)).is_ok() {
+                    tracing::warn!(cert = %hash, error = %message, "certificate unusable; handshakes for its names fail");
+                }
+                None
+            }
+        }
+    }
+
+    /// Why the certificate is unusable, if a parse found it so.
     #[cfg(test)]
     pub(crate) fn parse_error(&self) -> Option<String> {
-        self.parsed
-            .get()
-            .and_then(|r| r.as_ref().err())
-            .map(|e| e.to_string())
+        self.failed.get().map(|e| e.to_string())
+    }
+}
+
+/// Signing keys at most in [`PARSED_KEYS`]: about 64 MiB of parsed keys. A handshake for
+/// a certificate whose key was dropped parses it again (tens of microseconds for P-256).
+const PARSED_KEYS_MAX: usize = 65_536;
+const KEY_SHARDS: usize = 64;
+
+/// The parsed signing keys of the certificates handshakes used lately, by content hash
+/// (one per content, whichever entries and snapshots share it), for the whole process.
+pub(crate) static PARSED_KEYS: std::sync::LazyLock<KeyCache> =
+    std::sync::LazyLock::new(|| KeyCache::new(KEY_SHARDS, PARSED_KEYS_MAX / KEY_SHARDS));
+
+/// A bounded map of parsed keys: shards under a lock each (held for a lookup or an
+/// insert, never while parsing), each dropping a key handshakes have not used since it
+/// was last passed over when full (the clock algorithm's second chance).
+pub(crate) struct KeyCache {
+    shards: Box<[std::sync::Mutex<KeyShard>]>,
+    per_shard: usize,
+}
+
+#[derive(Default)]
+struct KeyShard {
+    /// The key, and whether it was used since the clock last passed it.
+    keys: std::collections::HashMap<weir_model::ContentHash, (Arc<CertifiedKey>, bool)>,
+    /// The clock: every key of `keys` once, oldest pass first.
+    order: std::collections::VecDeque<weir_model::ContentHash>,
+}
+
+impl KeyCache {
+    fn new(shards: usize, per_shard: usize) -> KeyCache {
+        KeyCache {
+            shards: (0..shards.max(1)).map(|_| Default::default()).collect(),
+            per_shard: per_shard.max(1),
+        }
+    }
+
+    fn shard(&self, hash: weir_model::ContentHash) -> std::sync::MutexGuard<'_, KeyShard> {
+        let shard = &self.shards[(hash.0 % self.shards.len() as u64) as usize];
+        shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, hash: weir_model::ContentHash) -> Option<Arc<CertifiedKey>> {
+        let mut shard = self.shard(hash);
+        let (key, used) = shard.keys.get_mut(&hash)?;
+        *used = true;
+        Some(key.clone())
+    }
+
+    /// Keeps `key` as the parsed key of `hash`, dropping one not used lately if the shard
+    /// is full; returns the key kept (another thread's, if it parsed the same first).
+    fn insert(&self, hash: weir_model::ContentHash, key: Arc<CertifiedKey>) -> Arc<CertifiedKey> {
+        let mut shard = self.shard(hash);
+        if let Some((kept, _)) = shard.keys.get(&hash) {
+            return kept.clone();
+        }
+        // At most two passes: the first clears every flag it meets.
+        while shard.keys.len() >= self.per_shard {
+            let Some(old) = shard.order.pop_front() else {
+                break;
+            };
+            match shard.keys.get_mut(&old) {
+                Some((_, used)) if *used => {
+                    *used = false;
+                    shard.order.push_back(old);
+                }
+                _ => {
+                    shard.keys.remove(&old);
+                }
+            }
+        }
+        shard.keys.insert(hash, (key.clone(), false));
+        shard.order.push_back(hash);
+        key
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys.len())
+            .sum()
     }
 }
 
@@ -323,11 +418,11 @@ mod tests {
     use super::test_certs::*;
     use super::*;
 
-    /// One entry per certificate is held by every snapshot: 48 bytes, so that its `Arc`
-    /// is in the 64-byte class (it was 96 and 112).
+    /// One entry per certificate is held by every snapshot: 40 bytes, so that its `Arc`
+    /// is in the 64-byte class (it was 96 and 112, then 48 with the parsed key in it).
     #[test]
-    fn an_entry_is_48_bytes() {
-        assert_eq!(size_of::<CertEntry>(), 48);
+    fn an_entry_is_40_bytes() {
+        assert_eq!(size_of::<CertEntry>(), 40);
     }
 
     #[test]
@@ -338,6 +433,37 @@ mod tests {
         assert!(Arc::ptr_eq(&k1, &k2));
         assert_eq!(k1.cert.len(), 1);
         assert!(entry.parse_error().is_none());
+    }
+
+    /// Parsed keys are bounded: a full shard drops a key not used since the clock last
+    /// passed it (a key in use stays), and a dropped key is parsed again when asked.
+    #[test]
+    fn parsed_keys_are_bounded_and_the_used_ones_stay() {
+        let keys = KeyCache::new(1, 3);
+        let entries: Vec<CertEntry> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| CertEntry::new(self_signed(&[&format!("{n}.test")])))
+            .collect();
+        let a1 = entries[0].certified_key_in(&keys).expect("valid");
+        entries[1].certified_key_in(&keys).expect("valid");
+        entries[2].certified_key_in(&keys).expect("valid");
+        assert_eq!(keys.len(), 3);
+        // `a` used again: the next key drops `b` (not used since it was parsed) instead.
+        assert!(Arc::ptr_eq(&entries[0].certified_key_in(&keys).unwrap(), &a1));
+        entries[3].certified_key_in(&keys).expect("valid");
+        assert_eq!(keys.len(), 3);
+        assert!(keys.get(entries[1].hash()).is_none(), "b dropped");
+        assert!(keys.get(entries[0].hash()).is_some_and(|k| Arc::ptr_eq(&k, &a1)));
+        // Full again with every flag set: one pass clears them, and a key still goes.
+        for e in &entries[..4] {
+            let _ = keys.get(e.hash());
+        }
+        entries[4].certified_key_in(&keys).expect("valid");
+        assert_eq!(keys.len(), 3);
+        // A dropped key is parsed again, the same certificate.
+        let b = entries[1].certified_key_in(&keys).expect("parsed again");
+        assert_eq!(b.cert, parse(&entries[1].cert).unwrap().cert);
+        assert_eq!(keys.len(), 3);
     }
 
     #[test]
