@@ -144,7 +144,9 @@ impl KeyCache {
 
     fn shard(&self, hash: weir_model::ContentHash) -> std::sync::MutexGuard<'_, KeyShard> {
         let shard = &self.shards[(hash.0 % self.shards.len() as u64) as usize];
-        shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn get(&self, hash: weir_model::ContentHash) -> Option<Arc<CertifiedKey>> {
@@ -185,7 +187,12 @@ impl KeyCache {
     fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys.len())
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .keys
+                    .len()
+            })
             .sum()
     }
 }
@@ -449,11 +456,17 @@ mod tests {
         entries[2].certified_key_in(&keys).expect("valid");
         assert_eq!(keys.len(), 3);
         // `a` used again: the next key drops `b` (not used since it was parsed) instead.
-        assert!(Arc::ptr_eq(&entries[0].certified_key_in(&keys).unwrap(), &a1));
+        assert!(Arc::ptr_eq(
+            &entries[0].certified_key_in(&keys).unwrap(),
+            &a1
+        ));
         entries[3].certified_key_in(&keys).expect("valid");
         assert_eq!(keys.len(), 3);
         assert!(keys.get(entries[1].hash()).is_none(), "b dropped");
-        assert!(keys.get(entries[0].hash()).is_some_and(|k| Arc::ptr_eq(&k, &a1)));
+        assert!(
+            keys.get(entries[0].hash())
+                .is_some_and(|k| Arc::ptr_eq(&k, &a1))
+        );
         // Full again with every flag set: one pass clears them, and a key still goes.
         for e in &entries[..4] {
             let _ = keys.get(e.hash());
