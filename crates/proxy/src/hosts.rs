@@ -31,7 +31,7 @@ impl<V> Default for HostTable<V> {
     }
 }
 
-impl<V: Clone> HostTable<V> {
+impl<V: Clone + crate::sharded::Counted> HostTable<V> {
     /// An empty table.
     pub(crate) fn new() -> Self {
         Self::default()

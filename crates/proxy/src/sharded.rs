@@ -99,6 +99,108 @@ impl<K, V> Slot<K, V> {
     }
 }
 
+impl<K, V> Slot<K, V> {
+    /// The reference count of what the slot points to (read to warm its cache line).
+    fn count(&self) -> usize {
+        match self {
+            Slot::Shard(s) => Arc::strong_count(s),
+            Slot::Split(s) => Arc::strong_count(s),
+        }
+    }
+}
+
+/// What copying a shard clones: a key or value reads the reference counts its clone will
+/// increment (see [`make_mut_warm`]), and returns their sum (to keep the reads).
+pub(crate) trait Counted {
+    /// The sum of the reference counts a clone increments (0 when it increments none).
+    fn counts(&self) -> usize;
+}
+
+impl<T: ?Sized> Counted for Arc<T> {
+    fn counts(&self) -> usize {
+        Arc::strong_count(self)
+    }
+}
+
+impl Counted for weir_model::ClusterKey {
+    fn counts(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+impl Counted for weir_model::ContentHash {
+    fn counts(&self) -> usize {
+        0
+    }
+}
+
+impl Counted for weir_model::PolicyTarget {
+    fn counts(&self) -> usize {
+        // Policies change rarely and their map is small: not read ahead.
+        0
+    }
+}
+
+#[cfg(test)]
+impl Counted for u32 {
+    fn counts(&self) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+impl Counted for &'static str {
+    fn counts(&self) -> usize {
+        0
+    }
+}
+
+impl<K: Counted, V: Counted> Counted for (K, V) {
+    fn counts(&self) -> usize {
+        self.0.counts().wrapping_add(self.1.counts())
+    }
+}
+
+/// Whether copies read the counts first: always, but the timing test compares both.
+#[cfg(test)]
+static WARM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn warming() -> bool {
+    #[cfg(test)]
+    return WARM.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    true
+}
+
+/// [`Arc::make_mut`] of a node of pointers. When the node is shared and has to be copied,
+/// every child's reference count is read first: the copy increments each of them, and
+/// an atomic increment waits for its cache line before the next may start, so at a
+/// large map (counts cold in a heap of gigabytes) the copy of 64 pointers waited for 64
+/// cache misses one after the other. Plain reads of the counts miss in parallel, and
+/// the increments then find their lines in the cache.
+fn make_mut_warm<T: Clone>(node: &mut Arc<[T]>, count: impl Fn(&T) -> usize) -> &mut [T] {
+    if warming() && Arc::get_mut(node).is_none() {
+        let sum = node.iter().map(count).fold(0usize, usize::wrapping_add);
+        std::hint::black_box(sum);
+    }
+    Arc::make_mut(node)
+}
+
+/// [`Arc::make_mut`] of a shard, reading its entries' reference counts first when it has
+/// to be copied (as [`make_mut_warm`] does for a node of pointers).
+fn shard_mut_warm<K: Clone + Counted, V: Clone + Counted>(
+    shard: &mut Arc<Shard<K, V>>,
+) -> &mut Shard<K, V> {
+    if warming() && Arc::get_mut(shard).is_none() {
+        let sum = shard
+            .iter()
+            .map(Counted::counts)
+            .fold(0usize, usize::wrapping_add);
+        std::hint::black_box(sum);
+    }
+    Arc::make_mut(shard)
+}
+
 /// The place of `hash` among a split's shards, for a split at `shift`.
 fn split_index(hash: u64, shift: u32) -> usize {
     (hash >> shift) as usize & (SPLIT_FANOUT - 1)
@@ -214,12 +316,12 @@ impl<K, V> ShardedMap<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
+impl<K: Hash + Eq + Clone + Counted, V: Clone + Counted> ShardedMap<K, V> {
     /// The slot at `(g, s)`, made unique: copies the spine and the group only if they are
     /// shared with another version.
     fn slot_mut(&mut self, (g, s): (usize, usize)) -> &mut Slot<K, V> {
-        let group = &mut Arc::make_mut(&mut self.groups)[g];
-        &mut Arc::make_mut(group)[s]
+        let group = &mut make_mut_warm(&mut self.groups, Arc::strong_count)[g];
+        &mut make_mut_warm(group, Slot::count)[s]
     }
 
     /// Inserts or replaces; returns the previous value.
@@ -246,7 +348,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         let Slot::Shard(shard) = slot else {
             unreachable!("`shard_slot` stops at a shard")
         };
-        let entry = Arc::make_mut(shard)
+        let entry = shard_mut_warm(shard)
             .find_entry(hash, |(k, _)| k.borrow() == key)
             .ok()?;
         let ((_, old), _) = entry.remove();
@@ -257,17 +359,20 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 
 /// The shard slot of `hash` below `slot` (made unique on the way), and the shift a split
 /// of it would use.
-fn shard_slot<K: Clone, V: Clone>(mut slot: &mut Slot<K, V>, hash: u64) -> (&mut Slot<K, V>, u32) {
+fn shard_slot<K: Clone + Counted, V: Clone + Counted>(
+    mut slot: &mut Slot<K, V>,
+    hash: u64,
+) -> (&mut Slot<K, V>, u32) {
     let mut shift = FIRST_SPLIT_SHIFT;
     while let Slot::Split(places) = slot {
-        slot = &mut Arc::make_mut(places)[split_index(hash, shift)];
+        slot = &mut make_mut_warm(places, Slot::count)[split_index(hash, shift)];
         shift += SPLIT_BITS;
     }
     (slot, shift)
 }
 
 /// Inserts below `slot`, splitting the shard that grows past [`SPLIT_AT`].
-fn insert_in<K: Hash + Eq + Clone, V: Clone>(
+fn insert_in<K: Hash + Eq + Clone + Counted, V: Clone + Counted>(
     slot: &mut Slot<K, V>,
     hash: u64,
     key: K,
@@ -277,7 +382,7 @@ fn insert_in<K: Hash + Eq + Clone, V: Clone>(
     let Slot::Shard(shard) = &mut *slot else {
         unreachable!("`shard_slot` stops at a shard")
     };
-    let shard = Arc::make_mut(shard);
+    let shard = shard_mut_warm(shard);
     let old = match shard.entry(hash, |(k, _)| *k == key, |(k, _)| HASHER.hash_one(k)) {
         Entry::Occupied(mut entry) => Some(std::mem::replace(&mut entry.get_mut().1, value)),
         Entry::Vacant(entry) => {
@@ -329,6 +434,48 @@ impl<K, V> ShardedMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Times a removal from a copy of a 1,000,000-entry map with the caches flushed
+    /// first (256 MiB written), with and without the counts read ahead of the copy;
+    /// prints the medians (BENCHMARKS.md, "Session 35"). Not a pass/fail measurement:
+    /// `cargo test --release -p weir-proxy --lib cold_copy -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn cold_copy_timing() {
+        let n = 1_000_000u32;
+        let key = |i: u32| -> Arc<str> { format!("d{i}.bench.example").into() };
+        let mut m: ShardedMap<Arc<str>, Arc<u32>> = ShardedMap::new();
+        for i in 0..n {
+            m.insert(key(i), Arc::new(i));
+        }
+        let mut junk = vec![0u8; 256 << 20];
+        for warm in [false, true, false, true] {
+            WARM.store(warm, std::sync::atomic::Ordering::Relaxed);
+            let mut times = Vec::new();
+            for k in 0..300u32 {
+                for (j, b) in junk.iter_mut().enumerate().step_by(64) {
+                    *b = b.wrapping_add(j as u8);
+                }
+                let i = (k * 7919 + u32::from(warm) * 3) % n;
+                let name = key(i);
+                let mut next = m.clone();
+                let t = std::time::Instant::now();
+                let gone = next.remove(&*name);
+                times.push(t.elapsed().as_nanos());
+                assert_eq!(gone.as_deref(), Some(&i));
+                assert_eq!(m.get(&*key(i)).map(|v| **v), Some(i));
+                next.insert(key(i), Arc::new(i));
+                m = next;
+            }
+            times.sort_unstable();
+            eprintln!(
+                "counts read first: {warm}; removal from a copy: p50 {} ns, p90 {} ns",
+                times[150], times[270]
+            );
+        }
+        assert_eq!(m.len(), n as usize);
+        std::hint::black_box(&junk);
+    }
 
     fn filled(n: u32) -> ShardedMap<Arc<str>, u32> {
         let mut m = ShardedMap::new();

@@ -608,6 +608,12 @@ struct SniEntry {
     cert: Arc<CertEntry>,
 }
 
+impl crate::sharded::Counted for SniEntry {
+    fn counts(&self) -> usize {
+        Arc::strong_count(&self.sni).wrapping_add(Arc::strong_count(&self.cert))
+    }
+}
+
 /// One listener's configuration: the IR listener, its virtual hosts, SNI table and L4
 /// routes.
 #[derive(Clone, Debug)]
