@@ -238,6 +238,16 @@ impl ConfigDir {
             .with_context(|| format!("renaming into {}", self.file(i).display()))
     }
 
+    /// Looks up domain `i`'s file (a `stat`), before a timed step replaces or deletes it.
+    /// The directory block that holds its name and the block of its inode are then in
+    /// memory, as the staging write brings in those a new name needs. Without it, at
+    /// 1,000,000 files the machine's reclaim has evicted them by the time of the changes
+    /// (weir reads no file after startup), and the `unlink` itself took 0.25 ms of disk
+    /// reads against 9 µs (BENCHMARKS.md, "Session 35"), none of it weir's.
+    pub(crate) fn look_up(&self, i: usize) {
+        let _ = std::fs::metadata(self.file(i));
+    }
+
     /// Deletes domain `i`'s file (the timed step of a removal).
     pub(crate) fn remove(&self, i: usize) -> Result<()> {
         std::fs::remove_file(self.file(i))

@@ -139,6 +139,7 @@ impl Changer<'_> {
         self.dir
             .stage(i, &self.layout.domain_file(i, leaf, &path, self.https_port))?;
         let mut probe = self.warmed(i).await;
+        self.dir.look_up(i);
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();
         self.dir.commit(i)?;
@@ -149,6 +150,7 @@ impl Changer<'_> {
     /// Change `change`: removes domain `i`'s file.
     pub(crate) async fn remove(&self, change: usize, i: usize) -> Result<OpResult> {
         let mut probe = self.warmed(i).await;
+        self.dir.look_up(i);
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();
         self.dir.remove(i)?;
