@@ -240,10 +240,11 @@ impl ConfigDir {
 
     /// Looks up domain `i`'s file (a `stat`), before a timed step replaces or deletes it.
     /// The directory block that holds its name and the block of its inode are then in
-    /// memory, as the staging write brings in those a new name needs. Without it, at
-    /// 1,000,000 files the machine's reclaim has evicted them by the time of the changes
-    /// (weir reads no file after startup), and the `unlink` itself took 0.25 ms of disk
-    /// reads against 9 µs (BENCHMARKS.md, "Session 35"), none of it weir's.
+    /// memory, as the staging write brings in those a new name needs. At 1,000,000 files
+    /// the machine's reclaim has evicted them by the time of the changes (weir reads no
+    /// file after startup): an `unlink` took 0.49 ms, 0.20 ms after this lookup (the
+    /// bitmaps it frees into are still read from the disk), against 6 µs in a warm
+    /// directory (BENCHMARKS.md, "Session 35"). None of it is weir's.
     pub(crate) fn look_up(&self, i: usize) {
         let _ = std::fs::metadata(self.file(i));
     }
