@@ -97,7 +97,13 @@ pub(crate) struct Changer<'a> {
 }
 
 impl Changer<'_> {
-    fn finish(&self, change: usize, i: usize, timed: (Option<Duration>, u32, Seen)) -> OpResult {
+    fn finish(
+        &self,
+        change: usize,
+        i: usize,
+        call: Duration,
+        timed: (Option<Duration>, u32, Seen),
+    ) -> OpResult {
         let (latency, polls, seen) = timed;
         self.progress.step(latency);
         if latency.is_none() {
@@ -110,6 +116,7 @@ impl Changer<'_> {
             change,
             domain: domain(i),
             ms: latency.map(|d| d.as_secs_f64() * 1000.0),
+            call_ms: call.as_secs_f64() * 1000.0,
             polls,
             last_seen: seen.to_string(),
         }
@@ -124,13 +131,14 @@ impl Changer<'_> {
         let mut probe = Probe::new(self.tls, domain(i));
         let start = Instant::now();
         self.dir.commit(i)?;
+        let call = start.elapsed();
         if self.layout == Layout::Gateway {
             let j = i / LISTENERS_PER_GATEWAY;
             self.dir
                 .write_gateway(j, &gateway_yaml(j, i + 1, self.https_port))?;
         }
         let timed = wait_for(&mut probe, &Want::Serving, start, self.pacing).await;
-        Ok(self.finish(change, i, timed))
+        Ok(self.finish(change, i, call, timed))
     }
 
     /// Change `change`: moves domain `i`'s route from `/` to `/v2-<change>`.
@@ -143,8 +151,9 @@ impl Changer<'_> {
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();
         self.dir.commit(i)?;
+        let call = start.elapsed();
         let timed = wait_for(&mut probe, &Want::Moved { path }, start, self.pacing).await;
-        Ok(self.finish(change, i, timed))
+        Ok(self.finish(change, i, call, timed))
     }
 
     /// Change `change`: removes domain `i`'s file.
@@ -154,8 +163,9 @@ impl Changer<'_> {
         tokio::time::sleep(self.pacing.settle).await;
         let start = Instant::now();
         self.dir.remove(i)?;
+        let call = start.elapsed();
         let timed = wait_for(&mut probe, &Want::Gone, start, self.pacing).await;
-        Ok(self.finish(change, i, timed))
+        Ok(self.finish(change, i, call, timed))
     }
 
     /// A probe of domain `i` with its connection open and checked (outside the timed
