@@ -19,6 +19,10 @@
 //! in a heap of gigabytes) was half of the CPU of a change (BENCHMARKS.md, "Session
 //! 24"). A split is local (one shard's entries) and never undone: a map that shrinks
 //! keeps its finer shards.
+//!
+//! A copy reads the reference counts of everything it clones before it increments them
+//! ([`make_mut_warm`]): the increments would otherwise wait for one cold cache line
+//! after another.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -90,21 +94,20 @@ impl<K, V> Slot<K, V> {
         }
     }
 
+    /// The reference count of what the slot points to (read before a copy increments it;
+    /// see [`make_mut_warm`]).
+    fn count(&self) -> usize {
+        match self {
+            Slot::Shard(s) => Arc::strong_count(s),
+            Slot::Split(s) => Arc::strong_count(s),
+        }
+    }
+
     /// Every shard below this slot.
     fn for_each_shard<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Shard<K, V>>)) {
         match self {
             Slot::Shard(shard) => f(shard),
             Slot::Split(places) => places.iter().for_each(|p| p.for_each_shard(f)),
-        }
-    }
-}
-
-impl<K, V> Slot<K, V> {
-    /// The reference count of what the slot points to (read to warm its cache line).
-    fn count(&self) -> usize {
-        match self {
-            Slot::Shard(s) => Arc::strong_count(s),
-            Slot::Split(s) => Arc::strong_count(s),
         }
     }
 }
