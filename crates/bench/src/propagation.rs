@@ -327,7 +327,10 @@ pub(crate) async fn run(opts: &Options) -> Result<(Report, Outputs)> {
     if let Some(status) = weir.exited() {
         progress.say(&format!("weir exited during the run ({status})"));
     }
-    let exit = weir.stop(Duration::from_secs(5)).map(|s| s.to_string());
+    // weir frees its tables when it exits: 5.7 s after SIGTERM at 1,000,000 domains
+    // (BENCHMARKS.md, "Session 35"), so the wait grows with the configuration.
+    let grace = Duration::from_secs(5) + Duration::from_secs(15).mul_f64(n as f64 / 1e6);
+    let exit = weir.stop(grace).map(|s| s.to_string());
     echo.stop(Duration::from_secs(2));
     if opts.keep_work {
         progress.say(&format!("kept {}", work.keep().display()));
