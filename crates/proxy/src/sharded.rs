@@ -21,7 +21,7 @@
 //! keeps its finer shards.
 //!
 //! A copy reads the reference counts of everything it clones before it increments them
-//! ([`make_mut_warm`]): the increments would otherwise wait for one cold cache line
+//! ([`read_counts`]): the increments would otherwise wait for one cold cache line
 //! after another.
 
 use std::borrow::Borrow;
@@ -94,15 +94,6 @@ impl<K, V> Slot<K, V> {
         }
     }
 
-    /// The reference count of what the slot points to (read before a copy increments it;
-    /// see [`make_mut_warm`]).
-    fn count(&self) -> usize {
-        match self {
-            Slot::Shard(s) => Arc::strong_count(s),
-            Slot::Split(s) => Arc::strong_count(s),
-        }
-    }
-
     /// Every shard below this slot.
     fn for_each_shard<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Shard<K, V>>)) {
         match self {
@@ -112,8 +103,9 @@ impl<K, V> Slot<K, V> {
     }
 }
 
-/// What copying a shard clones: a key or value reads the reference counts its clone will
-/// increment (see [`make_mut_warm`]), and returns their sum (to keep the reads).
+/// What copying a node clones (a slot, a shard's key or value) reads the reference counts
+/// its clone will increment (see [`read_counts`]), and returns their sum (to keep the
+/// reads).
 pub(crate) trait Counted {
     /// The sum of the reference counts a clone increments (0 when it increments none).
     fn counts(&self) -> usize;
@@ -158,6 +150,15 @@ impl Counted for &'static str {
     }
 }
 
+impl<K, V> Counted for Slot<K, V> {
+    fn counts(&self) -> usize {
+        match self {
+            Slot::Shard(s) => Arc::strong_count(s),
+            Slot::Split(s) => Arc::strong_count(s),
+        }
+    }
+}
+
 impl<K: Counted, V: Counted> Counted for (K, V) {
     fn counts(&self) -> usize {
         self.0.counts().wrapping_add(self.1.counts())
@@ -175,31 +176,32 @@ fn warming() -> bool {
     true
 }
 
-/// [`Arc::make_mut`] of a node of pointers. When the node is shared and has to be copied,
-/// every child's reference count is read first: the copy increments each of them, and
-/// an atomic increment waits for its cache line before the next may start, so at a
-/// large map (counts cold in a heap of gigabytes) the copy of 64 pointers waited for 64
-/// cache misses one after the other. Plain reads of the counts miss in parallel, and
-/// the increments then find their lines in the cache.
-fn make_mut_warm<T: Clone>(node: &mut Arc<[T]>, count: impl Fn(&T) -> usize) -> &mut [T] {
-    if warming() && Arc::get_mut(node).is_none() {
-        let sum = node.iter().map(count).fold(0usize, usize::wrapping_add);
-        std::hint::black_box(sum);
+/// Reads the reference counts of `items`, which a copy of their node is about to
+/// increment: an atomic increment waits for its cache line before the next may start,
+/// so at a large map (counts cold in a heap of gigabytes) the copy of 64 pointers waited
+/// for 64 cache misses one after the other. Plain reads of the counts miss in parallel,
+/// and the increments then find their lines in the cache.
+fn read_counts<'a, T: Counted + 'a>(items: impl Iterator<Item = &'a T>) {
+    if warming() {
+        std::hint::black_box(items.fold(0usize, |sum, i| sum.wrapping_add(i.counts())));
+    }
+}
+
+/// [`Arc::make_mut`] of a node of pointers (the spine, a group, a split), reading its
+/// children's counts first when it is shared and has to be copied.
+fn make_mut_warm<T: Clone + Counted>(node: &mut Arc<[T]>) -> &mut [T] {
+    if Arc::get_mut(node).is_none() {
+        read_counts(node.iter());
     }
     Arc::make_mut(node)
 }
 
-/// [`Arc::make_mut`] of a shard, reading its entries' reference counts first when it has
-/// to be copied (as [`make_mut_warm`] does for a node of pointers).
+/// [`Arc::make_mut`] of a shard, reading its entries' counts first when it is shared.
 fn shard_mut_warm<K: Clone + Counted, V: Clone + Counted>(
     shard: &mut Arc<Shard<K, V>>,
 ) -> &mut Shard<K, V> {
-    if warming() && Arc::get_mut(shard).is_none() {
-        let sum = shard
-            .iter()
-            .map(Counted::counts)
-            .fold(0usize, usize::wrapping_add);
-        std::hint::black_box(sum);
+    if Arc::get_mut(shard).is_none() {
+        read_counts(shard.iter());
     }
     Arc::make_mut(shard)
 }
@@ -323,8 +325,8 @@ impl<K: Hash + Eq + Clone + Counted, V: Clone + Counted> ShardedMap<K, V> {
     /// The slot at `(g, s)`, made unique: copies the spine and the group only if they are
     /// shared with another version.
     fn slot_mut(&mut self, (g, s): (usize, usize)) -> &mut Slot<K, V> {
-        let group = &mut make_mut_warm(&mut self.groups, Arc::strong_count)[g];
-        &mut make_mut_warm(group, Slot::count)[s]
+        let group = &mut make_mut_warm(&mut self.groups)[g];
+        &mut make_mut_warm(group)[s]
     }
 
     /// Inserts or replaces; returns the previous value.
@@ -368,7 +370,7 @@ fn shard_slot<K: Clone + Counted, V: Clone + Counted>(
 ) -> (&mut Slot<K, V>, u32) {
     let mut shift = FIRST_SPLIT_SHIFT;
     while let Slot::Split(places) = slot {
-        slot = &mut make_mut_warm(places, Slot::count)[split_index(hash, shift)];
+        slot = &mut make_mut_warm(places)[split_index(hash, shift)];
         shift += SPLIT_BITS;
     }
     (slot, shift)
