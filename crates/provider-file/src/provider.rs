@@ -244,7 +244,8 @@ impl FileProvider {
         } else {
             (scan::cores() - 1).clamp(1, scan::MAX_THREADS)
         };
-        scan::read_files_in_order(&paths, &known, threads, |i, read| {
+        let nice = scan::FIRST_LOAD_READER_NICE;
+        scan::read_files_in_order(&paths, &known, threads, nice, |i, read| {
             self.apply_read(paths[i].clone(), read, &mut tx);
             let read = i + 1;
             if read % part == 0 && read < files {

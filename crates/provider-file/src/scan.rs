@@ -23,6 +23,28 @@ const MAX_IO_THREADS: usize = 16;
 /// takes tens of microseconds): one more reader is started, up to [`MAX_IO_THREADS`].
 const STALL: Duration = Duration::from_millis(1);
 
+/// How much lower the readers of a first load run than the thread that starts them, in
+/// nice levels: as low as Linux allows. Nothing is served before the first load ends, and
+/// its longest chain is the translation of what was read, not the reading: readers at
+/// the same priority took a core's share from the translation and read ahead of it, and
+/// `/ready` came 3.3 s after half the load's CPU time at 1,000,000 TLS domains; at the
+/// lowest priority they run in what the translation leaves, and 1.9 s after
+/// (BENCHMARKS.md, "Session 36"). Later reads keep the priority of the thread that
+/// starts them: they would otherwise wait behind the traffic.
+pub(crate) const FIRST_LOAD_READER_NICE: i32 = 19;
+
+/// Lowers the calling thread's scheduling priority by `by` nice levels (Linux's nice
+/// value is per thread; the kernel caps it at 19).
+#[allow(unsafe_code)]
+fn lower_priority(by: i32) {
+    if by <= 0 {
+        return;
+    }
+    // SAFETY: `nice` changes a number of the calling thread; no pointer is passed. A
+    // failure (-1 with errno set) only leaves the priority as it was.
+    unsafe { libc::nice(by) };
+}
+
 /// Whether a directory entry name is hidden (`.git`, `..data`, `.foo.yaml.swp`).
 pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.as_encoded_bytes().first() == Some(&b'.')
@@ -156,7 +178,7 @@ where
         cores().saturating_mul(2).min(MAX_THREADS)
     };
     let mut reads = Vec::with_capacity(paths.len());
-    read_files_in_order(paths, &known, threads, |_, r| reads.push(r));
+    read_files_in_order(paths, &known, threads, 0, |_, r| reads.push(r));
     reads
 }
 
@@ -167,7 +189,8 @@ pub(crate) fn cores() -> usize {
 }
 
 /// Reads every path (see [`read_file`]; `known[i]` is the last hash of `paths[i]`) on
-/// `threads` threads of its own, and hands each result to `each` on the calling thread,
+/// `threads` threads of its own, `nice` levels below the calling thread's priority (see
+/// [`FIRST_LOAD_READER_NICE`]), and hands each result to `each` on the calling thread,
 /// in the order of `paths`, as soon as it and every one before it are read: the caller
 /// works on the first files (applies them, translates them) while the rest are being
 /// read. Fewer than [`PARALLEL_MIN_FILES`] paths, or no threads, are read on the calling
@@ -176,6 +199,7 @@ pub(crate) fn read_files_in_order<P>(
     paths: &[P],
     known: &[Option<u64>],
     threads: usize,
+    nice: i32,
     mut each: impl FnMut(usize, FileRead),
 ) where
     P: AsRef<Path> + Sync,
@@ -195,6 +219,7 @@ pub(crate) fn read_files_in_order<P>(
         let reader = |tx: std::sync::mpsc::Sender<(usize, FileRead)>| {
             let next = &next;
             move || {
+                lower_priority(nice);
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(path) = paths.get(i) else { break };
@@ -260,6 +285,37 @@ pub(crate) fn read_files_in_order<P>(
 
 #[cfg(test)]
 mod tests {
+    /// This thread's nice value, from /proc (field 19 of its stat line).
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> i32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        // The command name (field 2) may hold spaces: count from the closing parenthesis.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    /// A reader lowers its own priority only, by the levels asked.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn lower_priority_is_per_thread() {
+        let before = own_nice();
+        let lowered = std::thread::spawn(|| {
+            lower_priority(3);
+            own_nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, (before + 3).min(19));
+        assert_eq!(own_nice(), before, "the calling thread keeps its priority");
+        let kept = std::thread::spawn(|| {
+            lower_priority(0);
+            own_nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(kept, before);
+    }
+
     use super::*;
 
     #[test]
@@ -309,7 +365,7 @@ mod tests {
         let known = vec![None; paths.len()];
         for threads in [1, 3] {
             let mut seen = Vec::new();
-            read_files_in_order(&paths, &known, threads, |i, r| {
+            read_files_in_order(&paths, &known, threads, 0, |i, r| {
                 if let FileRead::Parsed { docs, .. } = r {
                     assert_eq!(
                         &*docs[0].result.as_ref().unwrap().metadata().name,
