@@ -45,6 +45,39 @@ fn lower_priority(by: i32) {
     unsafe { libc::nice(by) };
 }
 
+/// Whether this process read from storage since the last look: the bytes its reads
+/// fetched from the disk (`read_bytes` of `/proc/self/io`) grew. Where that count is
+/// unavailable, every look says yes.
+struct DiskReads {
+    last: Option<u64>,
+}
+
+impl DiskReads {
+    fn start() -> DiskReads {
+        DiskReads { last: storage_read_bytes() }
+    }
+
+    fn waited(&mut self) -> bool {
+        let now = storage_read_bytes();
+        let grew = match (self.last, now) {
+            (Some(before), Some(now)) => now > before,
+            _ => true,
+        };
+        self.last = now;
+        grew
+    }
+}
+
+/// `read_bytes` of `/proc/self/io` (Linux, with I/O accounting).
+fn storage_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Whether a directory entry name is hidden (`.git`, `..data`, `.foo.yaml.swp`).
 pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.as_encoded_bytes().first() == Some(&b'.')
@@ -236,6 +269,7 @@ pub(crate) fn read_files_in_order<P>(
         // Kept while more readers may be started; without it the channel closes once the
         // readers have stopped.
         let mut tx = Some(tx);
+        let mut disk = DiskReads::start();
         // Results that arrived before one they follow (a few: each thread holds one file).
         let mut early: HashMap<usize, FileRead> = HashMap::new();
         let mut want = 0;
@@ -244,14 +278,18 @@ pub(crate) fn read_files_in_order<P>(
                 Ok(r) => r,
                 Err(RecvTimeoutError::Timeout) => {
                     // Nothing read for a while: the readers wait on the disk (a cold page
-                    // cache). One more reader keeps one more read in flight.
+                    // cache), and one more reader keeps one more read in flight; or they
+                    // wait for a core (readers below the caller's priority, behind a
+                    // busy translation), and one more would only wait too.
                     match &tx {
                         Some(sender)
                             if spawned < MAX_IO_THREADS
                                 && next.load(Ordering::Relaxed) < paths.len() =>
                         {
-                            s.spawn(reader(sender.clone()));
-                            spawned += 1;
+                            if disk.waited() {
+                                s.spawn(reader(sender.clone()));
+                                spawned += 1;
+                            }
                         }
                         _ => tx = None,
                     }
@@ -292,6 +330,22 @@ mod tests {
         // The command name (field 2) may hold spaces: count from the closing parenthesis.
         let rest = &stat[stat.rfind(')').unwrap() + 2..];
         rest.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    /// With nothing read from the disk between two looks, readers that wait are not
+    /// waiting on it (and no reader is added).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn no_storage_reads_means_no_disk_wait() {
+        if storage_read_bytes().is_none() {
+            return; // a kernel without I/O accounting: every look says yes
+        }
+        let mut disk = DiskReads::start();
+        // Reads of the page cache or of /proc fetch nothing from storage.
+        let _ = std::fs::read_to_string("/proc/self/status");
+        assert!(!disk.waited());
+        assert!(!disk.waited());
+        assert!(DiskReads { last: None }.waited(), "unknown counts as a wait");
     }
 
     /// A reader lowers its own priority only, by the levels asked.
