@@ -75,38 +75,16 @@ extern "C" fn configure() {
     }
 }
 
-/// The purge delay while `weir run` loads its first configuration, in milliseconds.
+/// Returns every page freed so far to the system now, whatever the purge delay: for the
+/// end of the first configuration's load, which frees most of what it allocated.
 ///
-/// Freed pages reused later are faulted in again after a purge, and a first touch is
-/// what a virtual machine's host makes expensive once the guest reported the page free
-/// (1–7 µs a page on this machine, against 0.2 µs for a page the host still backs). At
-/// 1,000,000 TLS domains the load faulted 1.30 million pages with 10 ms, 1.15 million
-/// with 300 ms, for 14 MiB more at the peak and the same RSS at `/ready`
-/// (BENCHMARKS.md, "Session 36"). [`release_freed`] returns to 10 ms.
-const LOAD_PURGE_DELAY: c_long = 300;
-
-/// Keeps freed pages for [`LOAD_PURGE_DELAY`] until [`release_freed`] (unless the
-/// environment sets the delay).
-pub(crate) fn hold_freed_while_loading() {
-    set_purge_delay(LOAD_PURGE_DELAY);
-}
-
-/// Returns every page freed so far to the system now, whatever the purge delay, and
-/// purges later frees after weir's usual delay again: for the end of the first
-/// configuration's load, which frees most of what it allocated.
+/// Tried and left out (BENCHMARKS.md, "Session 36"): a purge delay of 300 ms while the
+/// first configuration loads. It faulted 1.15 million pages instead of 1.30 million at
+/// 1,000,000 TLS domains, but the peak rose by 20–70 MiB and, on a slow run, the RSS at
+/// `/ready` by 50 MiB.
 pub(crate) fn release_freed() {
-    set_purge_delay(OPTIONS[0].2);
     // SAFETY: `mi_collect` walks mimalloc's own structures; no pointer is passed.
     unsafe { libmimalloc_sys::mi_collect(true) };
-}
-
-/// Sets the purge delay unless the user's environment does.
-fn set_purge_delay(ms: c_long) {
-    let (option, env, _) = OPTIONS[0];
-    if !is_set(env) {
-        // SAFETY: as in `configure`; mimalloc reads the option at each purge it plans.
-        unsafe { mi_option_set(option, ms) };
-    }
 }
 
 /// Whether the environment has `name`, read without allocating.
@@ -133,7 +111,6 @@ mod tests {
     ///   hold before `configure` runs (a mimalloc whose numbering moved fails here
     ///   instead of silently setting other options);
     /// - `configure` sets weir's values;
-    /// - the load's delay is set, and undone by `release_freed`;
     /// - what the load frees comes back at once, whatever the purge delay.
     #[cfg(target_os = "linux")]
     #[test]
@@ -150,14 +127,11 @@ mod tests {
         let thp_disabled = || unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(thp_disabled(), 1);
 
-        hold_freed_while_loading();
-        assert_eq!(get(), [LOAD_PURGE_DELAY, 0]);
         let blocks: Vec<Box<[u8]>> = (0..16_384).map(|i| vec![i as u8; 4096].into()).collect();
         let full = rss_kib();
         drop(blocks);
         release_freed();
         let after = rss_kib();
-        assert_eq!(get(), [10, 0]);
         assert!(
             after + 32 * 1024 < full,
             "RSS {full} KiB with 64 MiB of blocks, {after} KiB after they were freed"

@@ -618,7 +618,6 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(a) => {
-                allocator::hold_freed_while_loading();
                 let opts = weir::standalone::RunOptions {
                     config: a.config,
                     admin: a.admin,
