@@ -54,7 +54,9 @@ struct DiskReads {
 
 impl DiskReads {
     fn start() -> DiskReads {
-        DiskReads { last: storage_read_bytes() }
+        DiskReads {
+            last: storage_read_bytes(),
+        }
     }
 
     fn waited(&mut self) -> bool {
@@ -345,7 +347,10 @@ mod tests {
         let _ = std::fs::read_to_string("/proc/self/status");
         assert!(!disk.waited());
         assert!(!disk.waited());
-        assert!(DiskReads { last: None }.waited(), "unknown counts as a wait");
+        assert!(
+            DiskReads { last: None }.waited(),
+            "unknown counts as a wait"
+        );
     }
 
     /// A reader lowers its own priority only, by the levels asked.
