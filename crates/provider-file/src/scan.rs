@@ -27,9 +27,9 @@ const STALL: Duration = Duration::from_millis(1);
 /// nice levels: as low as Linux allows. Nothing is served before the first load ends, and
 /// its longest chain is the translation of what was read, not the reading: readers at
 /// the same priority took a core's share from the translation and read ahead of it, and
-/// `/ready` came 3.3 s after half the load's CPU time at 1,000,000 TLS domains; at the
-/// lowest priority they run in what the translation leaves, and 1.9 s after
-/// (BENCHMARKS.md, "Session 36"). Later reads keep the priority of the thread that
+/// `/ready` came 3.2–3.8 s after half the load's CPU time at 1,000,000 TLS domains; at
+/// the lowest priority they run in what the translation leaves, and it comes 1.7–2.3 s
+/// after (BENCHMARKS.md, "Session 36"). Later reads keep the priority of the thread that
 /// starts them: they would otherwise wait behind the traffic.
 pub(crate) const FIRST_LOAD_READER_NICE: i32 = 19;
 
@@ -339,14 +339,21 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn no_storage_reads_means_no_disk_wait() {
-        if storage_read_bytes().is_none() {
+        if !Path::new("/proc/self/io").exists() {
             return; // a kernel without I/O accounting: every look says yes
         }
-        let mut disk = DiskReads::start();
-        // Reads of the page cache or of /proc fetch nothing from storage.
-        let _ = std::fs::read_to_string("/proc/self/status");
-        assert!(!disk.waited());
-        assert!(!disk.waited());
+        assert!(
+            storage_read_bytes().is_some(),
+            "read_bytes of /proc/self/io"
+        );
+        // Reads of the page cache or of /proc fetch nothing from storage. Other tests of
+        // this process may read a cold file meanwhile: one quiet pair of looks is enough.
+        let quiet = (0..100).any(|_| {
+            let mut disk = DiskReads::start();
+            let _ = std::fs::read_to_string("/proc/self/status");
+            !disk.waited()
+        });
+        assert!(quiet, "every look saw storage reads");
         assert!(
             DiskReads { last: None }.waited(),
             "unknown counts as a wait"
