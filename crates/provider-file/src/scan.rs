@@ -325,6 +325,8 @@ pub(crate) fn read_files_in_order<P>(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// This thread's nice value, from /proc (field 19 of its stat line).
     #[cfg(target_os = "linux")]
     fn own_nice() -> i32 {
@@ -381,8 +383,6 @@ mod tests {
         .unwrap();
         assert_eq!(kept, before);
     }
-
-    use super::*;
 
     #[test]
     fn manifest_names() {
