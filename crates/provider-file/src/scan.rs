@@ -22,6 +22,10 @@ const MAX_IO_THREADS: usize = 16;
 /// A reader's result awaited this long means the readers wait on the disk (a parsed file
 /// takes tens of microseconds): one more reader is started, up to [`MAX_IO_THREADS`].
 const STALL: Duration = Duration::from_millis(1);
+/// Files a reader takes at a time, and hands over in one message: a message per file
+/// woke the waiting caller per file (2.6 `futex` calls and up to 2.8 context switches a
+/// file at 100,000 files; BENCHMARKS.md, "Session 37").
+const BATCH: usize = 16;
 
 /// How much lower the readers of a first load run than the thread that starts them, in
 /// nice levels: as low as Linux allows. Nothing is served before the first load ends, and
@@ -181,7 +185,7 @@ pub(crate) enum FileRead {
 
 /// Reads and parses `path` unless its content hash equals `known`.
 pub(crate) fn read_file(path: &Path, known: Option<u64>) -> FileRead {
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_whole(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return FileRead::Missing,
         Err(e) => return FileRead::Unreadable(e),
@@ -193,6 +197,44 @@ pub(crate) fn read_file(path: &Path, known: Option<u64>) -> FileRead {
     match parse_file(&bytes) {
         Ok(docs) => FileRead::Parsed { hash, docs },
         Err(message) => FileRead::Syntax { hash, message },
+    }
+}
+
+/// The bytes of the file at `path`: `std::fs::read` without its last `read`. That one
+/// asks for more after the bytes the file's size promised, to see the end; here a read
+/// that came back short of the room it was given, with the size the file had when it was
+/// opened, is taken as the end (a regular file's read is short only at its end). A file
+/// that grew or shrank meanwhile is read until a read returns nothing, as before. Four
+/// system calls a file instead of five (1,000,000 at 1,000,000 TLS domains).
+fn read_whole(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let size = file.metadata().map_or(0, |m| m.len());
+    let size = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let mut bytes = Vec::new();
+    // One byte of room more than the size: a read that fills it means the file grew.
+    bytes.try_reserve_exact(size.saturating_add(1))?;
+    loop {
+        let room = bytes.spare_capacity_mut().len();
+        if room == 0 {
+            bytes.try_reserve(size.max(8 * 1024))?;
+            continue;
+        }
+        let len = bytes.len();
+        // The room is zeroed before the read (a few KiB: no unsafe code for it).
+        bytes.resize(len + room, 0);
+        let n = match file.read(&mut bytes[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                bytes.truncate(len);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        bytes.truncate(len + n);
+        if n == 0 || (n < room && bytes.len() == size) {
+            return Ok(bytes);
+        }
     }
 }
 
@@ -246,19 +288,26 @@ pub(crate) fn read_files_in_order<P>(
         }
         return;
     }
-    // Work is handed out one file at a time, in order, so that a few large files do not
-    // leave the other threads idle and results arrive nearly in order.
+    // Work is handed out [`BATCH`] files at a time, in order, so that a few large files do
+    // not leave the other threads idle and results arrive nearly in order; a batch's
+    // results go to the calling thread in one message.
     let next = AtomicUsize::new(0);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, FileRead)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Vec<FileRead>)>();
     std::thread::scope(|s| {
-        let reader = |tx: std::sync::mpsc::Sender<(usize, FileRead)>| {
+        let reader = |tx: std::sync::mpsc::Sender<(usize, Vec<FileRead>)>| {
             let next = &next;
             move || {
                 lower_priority(nice);
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(path) = paths.get(i) else { break };
-                    if tx.send((i, read_file(path.as_ref(), known[i]))).is_err() {
+                    let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                    if start >= paths.len() {
+                        break;
+                    }
+                    let end = (start + BATCH).min(paths.len());
+                    let reads = (start..end)
+                        .map(|i| read_file(paths[i].as_ref(), known[i]))
+                        .collect();
+                    if tx.send((start, reads)).is_err() {
                         break;
                     }
                 }
@@ -272,11 +321,17 @@ pub(crate) fn read_files_in_order<P>(
         // readers have stopped.
         let mut tx = Some(tx);
         let mut disk = DiskReads::start();
-        // Results that arrived before one they follow (a few: each thread holds one file).
-        let mut early: HashMap<usize, FileRead> = HashMap::new();
+        // Batches that arrived before one they follow (a few: each thread holds one).
+        let mut early: HashMap<usize, Vec<FileRead>> = HashMap::new();
         let mut want = 0;
+        let mut deliver = |start: usize, reads: Vec<FileRead>, want: &mut usize| {
+            for (i, read) in (start..).zip(reads) {
+                each(i, read);
+            }
+            *want = (start + BATCH).min(paths.len());
+        };
         while want < paths.len() {
-            let (i, read) = match rx.recv_timeout(STALL) {
+            let (start, reads) = match rx.recv_timeout(STALL) {
                 Ok(r) => r,
                 Err(RecvTimeoutError::Timeout) => {
                     // Nothing read for a while: the readers wait on the disk (a cold page
@@ -300,25 +355,25 @@ pub(crate) fn read_files_in_order<P>(
                 // Every reader has stopped.
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            if i != want {
-                early.insert(i, read);
+            if start != want {
+                early.insert(start, reads);
                 continue;
             }
-            each(i, read);
-            want += 1;
-            while let Some(read) = early.remove(&want) {
-                each(want, read);
-                want += 1;
+            deliver(start, reads, &mut want);
+            while let Some(reads) = early.remove(&want) {
+                deliver(want, reads, &mut want);
             }
         }
         drop(tx);
-        // A thread that panicked (a bug, not an input error) took its file with it.
+        // A thread that panicked (a bug, not an input error) took its batch with it.
         while want < paths.len() {
-            let read = early
-                .remove(&want)
-                .unwrap_or_else(|| FileRead::Unreadable(io::Error::other("reader thread failed")));
-            each(want, read);
-            want += 1;
+            let reads = early.remove(&want).unwrap_or_else(|| {
+                let end = (want + BATCH).min(paths.len());
+                (want..end)
+                    .map(|_| FileRead::Unreadable(io::Error::other("reader thread failed")))
+                    .collect()
+            });
+            deliver(want, reads, &mut want);
         }
     });
 }
@@ -427,11 +482,13 @@ mod tests {
         }
         assert!(matches!(reads.last(), Some(FileRead::Missing)));
 
-        // Handed back in order, from one reader thread or several.
+        // Handed back in order, from one reader thread or several, whether the last
+        // batch is whole (64 files) or not (129).
         let known = vec![None; paths.len()];
-        for threads in [1, 3] {
+        for (threads, n) in [(1, paths.len()), (3, paths.len()), (3, PARALLEL_MIN_FILES)] {
+            let paths = &paths[..n];
             let mut seen = Vec::new();
-            read_files_in_order(&paths, &known, threads, 0, |i, r| {
+            read_files_in_order(paths, &known[..n], threads, 0, |i, r| {
                 if let FileRead::Parsed { docs, .. } = r {
                     assert_eq!(
                         &*docs[0].result.as_ref().unwrap().metadata().name,
@@ -446,5 +503,22 @@ mod tests {
                 "{threads} threads"
             );
         }
+    }
+
+    #[test]
+    fn read_whole_reads_what_std_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0, 1, 4095, 4096, 4097, 100_000] {
+            let p = dir.path().join(format!("f{len}"));
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&p, &bytes).unwrap();
+            assert_eq!(read_whole(&p).unwrap(), bytes, "{len} bytes");
+        }
+        // A file whose size says 0 but that has bytes (procfs): read until the end.
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
+        assert!(!cmdline.is_empty());
+        assert_eq!(read_whole(Path::new("/proc/self/cmdline")).unwrap(), cmdline);
+        let missing = read_whole(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
 }
