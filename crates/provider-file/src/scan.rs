@@ -19,12 +19,14 @@ pub(crate) const MAX_THREADS: usize = 4;
 /// Readers at most when reads wait on the disk: each keeps one read in flight, and a
 /// cold directory of small files is read at the disk's latency times the reads in flight.
 const MAX_IO_THREADS: usize = 16;
-/// A reader's result awaited this long means the readers wait on the disk (a parsed file
-/// takes tens of microseconds): one more reader is started, up to [`MAX_IO_THREADS`].
+/// No file read for this long means the readers wait on the disk (a parsed file takes
+/// tens of microseconds) or for a core: one more reader is started, up to
+/// [`MAX_IO_THREADS`], when storage was read meanwhile ([`DiskReads`]).
 const STALL: Duration = Duration::from_millis(1);
 /// Files a reader takes at a time, and hands over in one message: a message per file
-/// woke the waiting caller per file (2.6 `futex` calls and up to 2.8 context switches a
-/// file at 100,000 files; BENCHMARKS.md, "Session 37").
+/// woke the waiting caller for many of them (0.14–2.2 `futex` calls and 0.1–1.6 context
+/// switches a file at 100,000 files, 0.03–0.28 of each with batches; BENCHMARKS.md,
+/// "Session 37").
 const BATCH: usize = 16;
 
 /// How much lower the readers of a first load run than the thread that starts them, in
@@ -292,10 +294,14 @@ pub(crate) fn read_files_in_order<P>(
     // not leave the other threads idle and results arrive nearly in order; a batch's
     // results go to the calling thread in one message.
     let next = AtomicUsize::new(0);
+    // Files read so far: a batch takes 16 files' time, so a wait of `STALL` for one is a
+    // stall only if no file was read meanwhile either.
+    let files_read = AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Vec<FileRead>)>();
     std::thread::scope(|s| {
         let reader = |tx: std::sync::mpsc::Sender<(usize, Vec<FileRead>)>| {
             let next = &next;
+            let files_read = &files_read;
             move || {
                 lower_priority(nice);
                 loop {
@@ -305,7 +311,11 @@ pub(crate) fn read_files_in_order<P>(
                     }
                     let end = (start + BATCH).min(paths.len());
                     let reads = (start..end)
-                        .map(|i| read_file(paths[i].as_ref(), known[i]))
+                        .map(|i| {
+                            let read = read_file(paths[i].as_ref(), known[i]);
+                            files_read.fetch_add(1, Ordering::Relaxed);
+                            read
+                        })
                         .collect();
                     if tx.send((start, reads)).is_err() {
                         break;
@@ -321,6 +331,7 @@ pub(crate) fn read_files_in_order<P>(
         // readers have stopped.
         let mut tx = Some(tx);
         let mut disk = DiskReads::start();
+        let mut files_seen = 0;
         // Batches that arrived before one they follow (a few: each thread holds one).
         let mut early: HashMap<usize, Vec<FileRead>> = HashMap::new();
         let mut want = 0;
@@ -334,6 +345,12 @@ pub(crate) fn read_files_in_order<P>(
             let (start, reads) = match rx.recv_timeout(STALL) {
                 Ok(r) => r,
                 Err(RecvTimeoutError::Timeout) => {
+                    let now = files_read.load(Ordering::Relaxed);
+                    if now != files_seen {
+                        // Files were read: a batch is on its way.
+                        files_seen = now;
+                        continue;
+                    }
                     // Nothing read for a while: the readers wait on the disk (a cold page
                     // cache), and one more reader keeps one more read in flight; or they
                     // wait for a core (readers below the caller's priority, behind a
@@ -365,6 +382,7 @@ pub(crate) fn read_files_in_order<P>(
             }
         }
         drop(tx);
+        tracing::debug!(files = paths.len(), readers = spawned, "files read");
         // A thread that panicked (a bug, not an input error) took its batch with it.
         while want < paths.len() {
             let reads = early.remove(&want).unwrap_or_else(|| {
@@ -517,7 +535,10 @@ mod tests {
         // A file whose size says 0 but that has bytes (procfs): read until the end.
         let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
         assert!(!cmdline.is_empty());
-        assert_eq!(read_whole(Path::new("/proc/self/cmdline")).unwrap(), cmdline);
+        assert_eq!(
+            read_whole(Path::new("/proc/self/cmdline")).unwrap(),
+            cmdline
+        );
         let missing = read_whole(&dir.path().join("missing")).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
