@@ -270,10 +270,10 @@ pub(crate) fn cores() -> usize {
 /// Reads every path (see [`read_file`]; `known[i]` is the last hash of `paths[i]`) on
 /// `threads` threads of its own, `nice` levels below the calling thread's priority (see
 /// [`FIRST_LOAD_READER_NICE`]), and hands each result to `each` on the calling thread,
-/// in the order of `paths`, as soon as it and every one before it are read: the caller
-/// works on the first files (applies them, translates them) while the rest are being
-/// read. Fewer than [`PARALLEL_MIN_FILES`] paths, or no threads, are read on the calling
-/// thread.
+/// in the order of `paths`, as soon as its batch of [`BATCH`] files and every one before
+/// it are read: the caller works on the first files (applies them, translates them)
+/// while the rest are being read. Fewer than [`PARALLEL_MIN_FILES`] paths, or no
+/// threads, are read on the calling thread.
 pub(crate) fn read_files_in_order<P>(
     paths: &[P],
     known: &[Option<u64>],
