@@ -294,8 +294,8 @@ pub(crate) fn read_files_in_order<P>(
     // not leave the other threads idle and results arrive nearly in order; a batch's
     // results go to the calling thread in one message.
     let next = AtomicUsize::new(0);
-    // Files read so far: a batch takes 16 files' time, so a wait of `STALL` for one is a
-    // stall only if no file was read meanwhile either.
+    // Files read so far: a batch takes [`BATCH`] files' time, so a wait of `STALL` for one
+    // is a stall only if no file was read meanwhile either.
     let files_read = AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Vec<FileRead>)>();
     std::thread::scope(|s| {
@@ -336,10 +336,10 @@ pub(crate) fn read_files_in_order<P>(
         let mut early: HashMap<usize, Vec<FileRead>> = HashMap::new();
         let mut want = 0;
         let mut deliver = |start: usize, reads: Vec<FileRead>, want: &mut usize| {
+            *want = start + reads.len();
             for (i, read) in (start..).zip(reads) {
                 each(i, read);
             }
-            *want = (start + BATCH).min(paths.len());
         };
         while want < paths.len() {
             let (start, reads) = match rx.recv_timeout(STALL) {
