@@ -33,6 +33,7 @@ site() {
         retry) annotations='{nginx.ingress.kubernetes.io/proxy-next-upstream: "error timeout http_503"}' ;;
         limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
         post) annotations="{}" ;;
+        h2) annotations="{}" ;;
         *) echo "unknown variant $1" >&2; exit 2 ;;
     esac
     dir="$out/$1"
@@ -42,6 +43,25 @@ site() {
     if [ "$1" = post ]; then
         wrk_script="$dir/post.lua"
         printf 'wrk.method = "POST"\nwrk.body = string.rep("x", 1024)\n' >"$wrk_script"
+    fi
+    # `h2`: the plain site over TLS (a self-signed P-256 certificate for site.test),
+    # loaded by h2load (HTTP/2, 16 connections of 32 concurrent streams, as the bench's
+    # `h2-c16-m32`).
+    tls=
+    if [ "$1" = h2 ]; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+            -keyout "$dir/key.pem" -out "$dir/cert.pem" -subj /CN=site.test \
+            -addext subjectAltName=DNS:site.test 2>/dev/null
+        cat >"$dir/manifests/secret.yaml" <<EOF
+apiVersion: v1
+kind: Secret
+metadata: {name: site-tls, namespace: default}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 "$dir/cert.pem")
+  tls.key: $(base64 -w0 "$dir/key.pem")
+EOF
+        tls='  tls: [{hosts: [site.test], secretName: site-tls}]'
     fi
     cat >"$dir/manifests/site.yaml" <<EOF
 apiVersion: weir.dev/v1alpha1
@@ -54,6 +74,7 @@ apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: site, namespace: default, annotations: $annotations}
 spec:
+$tls
   rules:
   - host: site.test
     http:
@@ -84,10 +105,15 @@ serve_pinned() {
     wrk_load taskset -c 1 -- -d2s
 }
 
-# Waits (up to 60 s) for the site to answer 200.
+# Waits (up to 60 s) for the site to answer 200 (over TLS for `h2`).
 wait_served() {
+    local url="http://127.0.0.1:$http/" resolve=()
+    if [ "$variant" = h2 ]; then
+        url="https://site.test:$https/"
+        resolve=(-k --resolve "site.test:$https:127.0.0.1")
+    fi
     for _ in $(seq 1 300); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'host: site.test' "http://127.0.0.1:$http/")" = 200 ] && return
+        [ "$(curl -s "${resolve[@]}" -o /dev/null -w '%{http_code}' -H 'host: site.test' "$url")" = 200 ] && return
         sleep 0.2
     done
 }
@@ -103,6 +129,20 @@ wrk_load() {
     local launcher=()
     while [ "$1" != -- ]; do launcher+=("$1"); shift; done
     shift
+    if [ "$variant" = h2 ]; then
+        # h2load takes the duration as -D SECONDS; the callers give wrk's -dNs.
+        local secs=${1#-d}
+        secs=${secs%s}
+        "${launcher[@]}" h2load -t1 -c16 -m32 -D "$secs" --connect-to="127.0.0.1:$https" \
+            https://site.test/ >"$dir/h2load.txt"
+        if ! grep -q ' 0 failed, 0 errored' "$dir/h2load.txt" ||
+            grep -Eq ' [1-9][0-9]* [345]xx' "$dir/h2load.txt"; then
+            cat "$dir/h2load.txt" >&2
+            echo "$variant: h2load saw failures or answers other than 2xx" >&2
+            exit 1
+        fi
+        return
+    fi
     "${launcher[@]}" wrk -t1 -c16 ${wrk_script:+-s "$wrk_script"} "$@" -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
     if grep -q 'Non-2xx' "$dir/wrk.txt"; then
         cat "$dir/wrk.txt" >&2

@@ -125,6 +125,9 @@ pub(crate) struct ProcStats {
     pub(crate) peak_rss_kib: u64,
     /// utime + stime from /proc/PID/stat, in seconds.
     pub(crate) cpu_seconds: f64,
+    /// stime alone: the part spent in the kernel on the process's behalf (system calls,
+    /// page faults, and on loopback the receiving side's TCP processing too).
+    pub(crate) system_seconds: f64,
 }
 
 /// Reads the stats of process `pid`.
@@ -134,7 +137,8 @@ pub(crate) fn proc_stats(pid: u32) -> Result<ProcStats> {
     Ok(ProcStats {
         rss_kib: parse_status_kib(&status, "VmRSS:")?,
         peak_rss_kib: parse_status_kib(&status, "VmHWM:")?,
-        cpu_seconds: parse_cpu_ticks(&stat)? as f64 / clk_tck(),
+        cpu_seconds: parse_cpu_ticks(&stat)?.total() as f64 / clk_tck(),
+        system_seconds: parse_cpu_ticks(&stat)?.system as f64 / clk_tck(),
     })
 }
 
@@ -151,9 +155,22 @@ fn parse_status_kib(status: &str, field: &str) -> Result<u64> {
     Ok(kib.parse()?)
 }
 
-/// utime + stime in clock ticks. The command name (field 2) may hold spaces and
+/// utime and stime, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CpuTicks {
+    user: u64,
+    system: u64,
+}
+
+impl CpuTicks {
+    fn total(self) -> u64 {
+        self.user + self.system
+    }
+}
+
+/// utime and stime in clock ticks. The command name (field 2) may hold spaces and
 /// parentheses, so fields are counted from the last `)`.
-fn parse_cpu_ticks(stat: &str) -> Result<u64> {
+fn parse_cpu_ticks(stat: &str) -> Result<CpuTicks> {
     let rest = stat
         .rfind(')')
         .map(|at| &stat[at + 1..])
@@ -166,7 +183,10 @@ fn parse_cpu_ticks(stat: &str) -> Result<u64> {
             .ok_or_else(|| anyhow!("short stat"))?
             .parse()?)
     };
-    Ok(get(11)? + get(12)?)
+    Ok(CpuTicks {
+        user: get(11)?,
+        system: get(12)?,
+    })
 }
 
 /// Clock ticks per second, asked of `getconf` once (100 if that fails: the usual value).
@@ -202,7 +222,8 @@ mod tests {
         assert_eq!(parse_status_kib(status, "VmHWM:").unwrap(), 23456);
         assert!(parse_status_kib(status, "VmSwap:").is_err());
         let stat = "42 (we ir) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
-        assert_eq!(parse_cpu_ticks(stat).unwrap(), 300);
+        let ticks = parse_cpu_ticks(stat).unwrap();
+        assert_eq!((ticks.user, ticks.system, ticks.total()), (250, 50, 300));
         assert!(parse_cpu_ticks("garbage").is_err());
     }
 

@@ -89,6 +89,9 @@ pub(crate) struct Measured {
     pub(crate) proxy_cpu_seconds: f64,
     /// Proxy CPU seconds per 100,000 requests (or connections).
     pub(crate) cpu_s_per_100k: Option<f64>,
+    /// The kernel's part of `cpu_s_per_100k` (system time: system calls, and on
+    /// loopback the receiving side's TCP processing too).
+    pub(crate) system_s_per_100k: Option<f64>,
     /// Proxy CPU as % of one core over the measurement.
     pub(crate) proxy_cpu_percent: Option<f64>,
     /// The proxy's processes at the end of the measurement.
@@ -123,6 +126,9 @@ impl Measured {
             scenario: sc.id.clone(),
             proxy,
             cpu_s_per_100k: (ok > 0).then(|| cpu * 100_000.0 / ok as f64),
+            system_s_per_100k: (ok > 0).then(|| {
+                (end.system_seconds - start.system_seconds).max(0.0) * 100_000.0 / ok as f64
+            }),
             proxy_cpu_percent: (wall > 0.0).then(|| cpu * 100.0 / wall),
             load: Some(load),
             proxy_cpu_seconds: cpu,
@@ -149,6 +155,7 @@ impl Measured {
             load: None,
             proxy_cpu_seconds: 0.0,
             cpu_s_per_100k: None,
+            system_s_per_100k: None,
             proxy_cpu_percent: None,
             end: TreeStats::default(),
             proxy_cpu_busy_percent: None,
@@ -224,7 +231,9 @@ const NOTES: &str = "
 \\* the proxy used less than 90 % of its core: the load core (load generator + backend) or the \
 scenario's concurrency limited the figure, not the proxy. Proxy CPU s / 100k req is then the \
 fairer comparison: user + system time of all the proxy's processes (from /proc) over the \
-measurement, per 100,000 successful requests (connections for `tls-new-*`). Memory is PSS summed over the \
+measurement, per 100,000 successful requests (connections for `tls-new-*`); in brackets \
+the kernel's part of it (system time: system calls and, on loopback, the receiving side's \
+TCP processing too). Memory is PSS summed over the \
 proxy's processes (shared pages split between them; the JSON also has the RSS sum). Latency: wrk's percentiles (closed loop), h2load's per-request log, and \
 the bench's own clients: `tls-new-*` time connect + full TLS 1.3 handshake (X25519 only, \
 no resumption, the leaf compared byte for byte, signatures not checked) + one GET with \
@@ -397,7 +406,7 @@ impl TrafficReport {
         let _ = writeln!(s, "{NOTES}");
         let _ = writeln!(
             s,
-            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req | proxy CPU | proxy PSS / RSS | errors | load CPU busy | context switches / req (voluntary + involuntary) |"
+            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req (kernel's part) | proxy CPU | proxy PSS / RSS | errors | load CPU busy | context switches / req (voluntary + involuntary) |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (id, _) in &p.scenarios {
@@ -415,7 +424,11 @@ impl TrafficReport {
                             ms_opt(lat.map(|x| x.p90_ms)),
                             ms_opt(lat.map(|x| x.p99_ms)),
                             ms_opt(lat.and_then(|x| x.p999_ms)),
-                            m.cpu_s_per_100k.map_or("–".into(), |c| format!("{c:.2}")),
+                            match (m.cpu_s_per_100k, m.system_s_per_100k) {
+                                (Some(c), Some(k)) => format!("{c:.2} ({k:.2})"),
+                                (Some(c), None) => format!("{c:.2}"),
+                                _ => "–".into(),
+                            },
                             m.proxy_cpu_percent
                                 .map_or("–".into(), |c| format!("{c:.0} %")),
                             m.end.pss_kib as f64 / 1024.0,
@@ -583,6 +596,7 @@ mod tests {
                 TreeStats {
                     voluntary_switches: 3 * rps as u64,
                     involuntary_switches: 0,
+                    system_seconds: 0.6,
                     ..TreeStats::default()
                 },
                 Some(99.0),
@@ -633,6 +647,8 @@ mod tests {
         let m = r.get("h1-c1", ProxyKind::Weir).unwrap();
         // 1.5 s of CPU for 90,000 requests.
         assert!((m.cpu_s_per_100k.unwrap() - 1.5 * 100_000.0 / 90_000.0).abs() < 1e-9);
+        // 0.6 s of it in the kernel.
+        assert!((m.system_s_per_100k.unwrap() - 0.6 * 100_000.0 / 90_000.0).abs() < 1e-9);
         assert_eq!(m.proxy_cpu_percent, Some(50.0));
     }
 
@@ -644,7 +660,7 @@ mod tests {
         ));
         assert!(md.contains("| 30,000* | 40,000* (2 err) | 0.75 | 1.67 | 1.25 | 1.33 |"));
         assert!(md.contains(
-            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | 1.00 + 0.00 |"
+            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 (0.67) | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | 1.00 + 0.00 |"
         ));
         assert!(md.contains("failed: broken   pipe"));
         assert!(md.contains("| haproxy | 1 | failed |"));

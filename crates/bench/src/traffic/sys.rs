@@ -238,6 +238,8 @@ pub(crate) struct TreeStats {
     /// the tree's real footprint.
     pub(crate) pss_kib: u64,
     pub(crate) cpu_seconds: f64,
+    /// The part of `cpu_seconds` spent in the kernel.
+    pub(crate) system_seconds: f64,
     /// Context switches of every thread of the tree so far: voluntary (a thread
     /// blocked, e.g. waiting in epoll for the next request) and involuntary (a thread
     /// was preempted, e.g. by the backend sharing its core).
@@ -252,6 +254,7 @@ pub(crate) fn tree_stats(root: u32) -> TreeStats {
         if let Ok(s) = proc_stats(pid) {
             sum.rss_kib += s.rss_kib;
             sum.cpu_seconds += s.cpu_seconds;
+            sum.system_seconds += s.system_seconds;
         }
         let (v, i) = thread_switches(pid);
         sum.voluntary_switches += v;
