@@ -524,9 +524,17 @@ where
         })
     };
     let max_headers = settings.limits.max_headers;
+    // hyper's connections (HTTP/2, and HTTP/1.1 handed over) get the request's future
+    // boxed: hyper's HTTP/2 server moves each stream's future several times on its way
+    // into a task of its own, and a pointer is cheaper to move than the whole future.
     let service = |state: Arc<ConnState>, ctx: Arc<ConnContext>| {
         hyper::service::service_fn(move |req: Request<Incoming>| {
-            serve_request(&state, &ctx, max_headers, req.map(ClientBody::from))
+            Box::pin(serve_request(
+                &state,
+                &ctx,
+                max_headers,
+                req.map(ClientBody::from),
+            ))
         })
     };
     let result = match tls {

@@ -177,6 +177,12 @@ pub(crate) fn handle(
 ) -> Handling<impl Future<Output = UpstreamResult> + Send + use<>> {
     let start = Instant::now();
     let shape = ResponseShape::of(req.headers());
+    // Room for the fields added before forwarding (`x-request-id`, `x-forwarded-*`,
+    // `host`, a filter's), made at once: an HTTP/2 request's map comes from h2's decoder
+    // with no room to spare, and growing it field by field rehashed it up to twice
+    // (1,360 instructions of an HTTP/2 request in a profile). A no-op for the maps of
+    // weir's HTTP/1.1 server, made with this room.
+    let _ = req.headers_mut().try_reserve(ADDED_FIELDS);
     ensure_request_id(req.headers_mut());
     // Phase 0, when traces are on: continue or start the trace, and decide (a route's
     // trace policy may revise the decision after routing, so a traced data plane keeps a
@@ -1388,6 +1394,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) 
     }
 }
 
+/// Room kept in a request's header map for the fields the proxy adds before forwarding
+/// it (`x-request-id`, `x-forwarded-for`, `-proto`, `-host`, a filter's), so that adding
+/// them does not grow the map (in a profile, growing it cost 10 % of the instructions
+/// of a plaintext HTTP/1.1 request).
+pub(crate) const ADDED_FIELDS: usize = 8;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");

@@ -77,11 +77,6 @@ const READ_MIN: usize = 8 * 1024;
 /// The largest piece of a request body copied out of the connection's buffer rather
 /// than shared with it.
 const COPIED_BODY: usize = 4 * 1024;
-/// Room kept in a request's header map for the fields the proxy adds before forwarding
-/// it (`x-request-id`, `x-forwarded-for`, `-proto`, `-host`, a filter's), so that adding
-/// them does not grow the map (in a profile, growing it cost 10 % of the instructions
-/// of a plaintext request).
-const ADDED_FIELDS: usize = 8;
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// hyper's connection, once a connection is handed over to it.
@@ -313,7 +308,7 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
 
 /// Builds the request of a `Complete` head, moved out of `buf` (`None`: a target or a
 /// field value the `http` types refuse; the head stays in `buf`).
-/// The header map has room for the fields and [`ADDED_FIELDS`] more.
+/// The header map has room for the fields and [`crate::server::ADDED_FIELDS`] more.
 fn build_request(
     buf: &mut BytesMut,
     fields: &mut Vec<Field>,
@@ -324,7 +319,7 @@ fn build_request(
 ) -> Option<Request<ClientBody>> {
     let head = Bytes::copy_from_slice(&buf[..len]);
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1)).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len() + ADDED_FIELDS);
+    let mut headers = HeaderMap::with_capacity(fields.len() + crate::server::ADDED_FIELDS);
     for (name, start, end) in fields.drain(..) {
         let value = HeaderValue::from_maybe_shared(head.slice(start..end)).ok()?;
         headers.append(name, value);
