@@ -34,10 +34,85 @@
 
 use std::ffi::{CStr, c_long};
 
-use libmimalloc_sys::{mi_option_set, mi_option_t};
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
+
+use libmimalloc_sys::{
+    mi_free, mi_malloc, mi_malloc_aligned, mi_option_set, mi_option_t, mi_realloc,
+    mi_realloc_aligned, mi_zalloc, mi_zalloc_aligned,
+};
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Mimalloc = Mimalloc;
+
+/// The alignment every mimalloc block of at least this size has: its size classes are
+/// multiples of 16 bytes from 16 up (`MI_MAX_ALIGN_SIZE`, v3's `page-queue.c`), and its
+/// pages start at 16-byte boundaries or better.
+const PLAIN_ALIGN: usize = 16;
+
+/// mimalloc as Rust's allocator. The `mimalloc` crate's `GlobalAlloc` asks for every
+/// block with `mi_malloc_aligned`, whatever the alignment; in v3 that takes the fast path
+/// only when the next free block of the size class happens to be aligned, and otherwise
+/// a generic path that over-allocates (size + alignment − 1) unless the size class is a
+/// power of two: 2.7 of the 8 allocations of a proxied plaintext request went that way
+/// (186 instructions each, against ~15 for `mi_malloc`'s fast path), and a 1,536-byte
+/// block came from the 1,792-byte class. Here, what every block is aligned to anyway
+/// (the rule of std's own allocator on `malloc`) gets plain `mi_malloc`; only larger
+/// alignments go the aligned way.
+struct Mimalloc;
+
+/// Whether a plain allocation of `size` bytes is aligned as `layout` needs.
+#[inline]
+fn plain(align: usize, size: usize) -> bool {
+    align <= PLAIN_ALIGN && align <= size
+}
+
+// SAFETY: every block comes from mimalloc, aligned as its layout asks (`plain`, or the
+// aligned calls), and goes back to it with `mi_free`, which takes blocks of either kind.
+unsafe impl GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: mimalloc's allocation functions take any size and alignment.
+        unsafe {
+            if plain(layout.align(), layout.size()) {
+                mi_malloc(layout.size()).cast()
+            } else {
+                mi_malloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        unsafe {
+            if plain(layout.align(), layout.size()) {
+                mi_zalloc(layout.size()).cast()
+            } else {
+                mi_zalloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: `ptr` came from this allocator (the trait's contract).
+        unsafe { mi_free(ptr.cast::<c_void>()) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from this allocator with `layout` (the trait's contract); the
+        // new block has the same alignment, checked for the new size.
+        unsafe {
+            if plain(layout.align(), new_size) {
+                mi_realloc(ptr.cast::<c_void>(), new_size).cast()
+            } else {
+                mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
+            }
+        }
+    }
+}
 
 // Positions in mimalloc v3's `mi_option_e` (mimalloc.h). The bindings' own constants
 // are v2's numbering; the test below checks these against v3's defaults.
@@ -119,6 +194,75 @@ mod tests {
             after + 32 * 1024 < full,
             "RSS {full} KiB with 64 MiB of blocks, {after} KiB after they were freed"
         );
+    }
+
+    /// Blocks are aligned as their layouts ask, through every path: plain sizes from 1
+    /// byte to 1 MiB, alignments from 1 to 4 KiB, zeroed, and grown and shrunk.
+    #[test]
+    fn blocks_are_aligned_as_asked() {
+        let sizes = [
+            1,
+            7,
+            8,
+            15,
+            16,
+            17,
+            24,
+            40,
+            100,
+            1000,
+            1024,
+            1025,
+            1536,
+            4096,
+            70_000,
+            1 << 20,
+        ];
+        for align in [1, 2, 4, 8, 16, 32, 64, 4096] {
+            for size in sizes {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                // SAFETY: non-zero sizes; every block is freed with its layout.
+                unsafe {
+                    let p = ALLOCATOR.alloc(layout);
+                    assert!(
+                        !p.is_null() && (p as usize).is_multiple_of(align),
+                        "{size} B, align {align}"
+                    );
+                    p.write_bytes(0xa5, size);
+                    let z = ALLOCATOR.alloc_zeroed(layout);
+                    assert!(
+                        (z as usize).is_multiple_of(align),
+                        "zeroed {size} B, align {align}"
+                    );
+                    assert!(std::slice::from_raw_parts(z, size).iter().all(|&b| b == 0));
+                    ALLOCATOR.dealloc(z, layout);
+                    // Grown, then shrunk: the bytes kept, the alignment kept.
+                    let grown = ALLOCATOR.realloc(p, layout, size * 3);
+                    assert!(
+                        (grown as usize).is_multiple_of(align),
+                        "{size} B grown, align {align}"
+                    );
+                    assert!(
+                        std::slice::from_raw_parts(grown, size)
+                            .iter()
+                            .all(|&b| b == 0xa5)
+                    );
+                    let big = Layout::from_size_align(size * 3, align).unwrap();
+                    let half = size.div_ceil(2);
+                    let shrunk = ALLOCATOR.realloc(grown, big, half);
+                    assert!(
+                        (shrunk as usize).is_multiple_of(align),
+                        "{size} B shrunk, align {align}"
+                    );
+                    assert!(
+                        std::slice::from_raw_parts(shrunk, half)
+                            .iter()
+                            .all(|&b| b == 0xa5)
+                    );
+                    ALLOCATOR.dealloc(shrunk, Layout::from_size_align(half, align).unwrap());
+                }
+            }
+        }
     }
 
     /// The option numbers name the options meant: mimalloc v3's defaults for them
