@@ -179,9 +179,9 @@ pub(crate) fn handle(
     let shape = ResponseShape::of(req.headers());
     // Room for the fields added before forwarding (`x-request-id`, `x-forwarded-*`,
     // `host`, a filter's), made at once: an HTTP/2 request's map comes from h2's decoder
-    // with no room to spare, and growing it field by field rehashed it up to twice
-    // (1,360 instructions of an HTTP/2 request in a profile). A no-op for the maps of
-    // weir's HTTP/1.1 server, made with this room.
+    // with no room to spare, and now grows once here rather than as the fields are
+    // added (BENCHMARKS.md, "Session 38"). A no-op for the maps of weir's HTTP/1.1
+    // server, made with this room.
     let _ = req.headers_mut().try_reserve(ADDED_FIELDS);
     ensure_request_id(req.headers_mut());
     // Phase 0, when traces are on: continue or start the trace, and decide (a route's

@@ -32,10 +32,8 @@
 // The workspace's one `unsafe`: the allocator and its options are C (see `configure`).
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, c_long};
-
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_void;
+use std::ffi::{CStr, c_long, c_void};
 
 use libmimalloc_sys::{
     mi_free, mi_malloc, mi_malloc_aligned, mi_option_set, mi_option_t, mi_realloc,
@@ -54,14 +52,15 @@ const PLAIN_ALIGN: usize = 16;
 /// block with `mi_malloc_aligned`, whatever the alignment; in v3 that takes the fast path
 /// only when the next free block of the size class happens to be aligned, and otherwise
 /// a generic path that over-allocates (size + alignment − 1) unless the size class is a
-/// power of two: 2.7 of the 8 allocations of a proxied plaintext request went that way
-/// (186 instructions each, against ~15 for `mi_malloc`'s fast path), and a 1,536-byte
-/// block came from the 1,792-byte class. Here, what every block is aligned to anyway
-/// (the rule of std's own allocator on `malloc`) gets plain `mi_malloc`; only larger
-/// alignments go the aligned way.
+/// power of two. 2.7 of the 8 allocations of a proxied plaintext request went that way,
+/// 186 instructions each (callgrind; `mi_malloc` takes 38 on average here), and an
+/// over-allocated block can land in the next size class (1,536 bytes at 8-byte
+/// alignment ask for 1,543: the 1,792-byte class). Here, what every block is aligned to
+/// anyway (the rule of std's own allocator on `malloc`) gets plain `mi_malloc`; only
+/// larger alignments go the aligned way (BENCHMARKS.md, "Session 38").
 struct Mimalloc;
 
-/// Whether a plain allocation of `size` bytes is aligned as `layout` needs.
+/// Whether a plain allocation of `size` bytes is aligned to `align`.
 #[inline]
 fn plain(align: usize, size: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
