@@ -34,6 +34,7 @@ site() {
         limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
         post) annotations="{}" ;;
         h2) annotations="{}" ;;
+        headers) annotations="{}" ;;
         *) echo "unknown variant $1" >&2; exit 2 ;;
     esac
     dir="$out/$1"
@@ -143,7 +144,17 @@ wrk_load() {
         fi
         return
     fi
-    "${launcher[@]}" wrk -t1 -c16 ${wrk_script:+-s "$wrk_script"} "$@" -H 'Host: site.test' "http://127.0.0.1:$http/" >"$dir/wrk.txt"
+    # `headers`: the plain site, each request with the fields a browser sends (11 more).
+    local fields=()
+    if [ "$variant" = headers ]; then
+        fields=(-H 'User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0'
+            -H 'Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8'
+            -H 'Accept-Language: en-US,en;q=0.5' -H 'Accept-Encoding: gzip, deflate, br, zstd'
+            -H 'Cookie: session=4f2a9c; theme=dark' -H 'Upgrade-Insecure-Requests: 1'
+            -H 'Sec-Fetch-Dest: document' -H 'Sec-Fetch-Mode: navigate' -H 'Sec-Fetch-Site: none'
+            -H 'Sec-Fetch-User: ?1' -H 'Priority: u=0, i')
+    fi
+    "${launcher[@]}" wrk -t1 -c16 ${wrk_script:+-s "$wrk_script"} "$@" -H 'Host: site.test' "${fields[@]}" "http://127.0.0.1:$http/" >"$dir/wrk.txt"
     if grep -q 'Non-2xx' "$dir/wrk.txt"; then
         cat "$dir/wrk.txt" >&2
         echo "$variant: wrk saw answers other than 2xx/3xx" >&2
