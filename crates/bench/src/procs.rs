@@ -134,11 +134,12 @@ pub(crate) struct ProcStats {
 pub(crate) fn proc_stats(pid: u32) -> Result<ProcStats> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = parse_cpu_ticks(&stat)?;
     Ok(ProcStats {
         rss_kib: parse_status_kib(&status, "VmRSS:")?,
         peak_rss_kib: parse_status_kib(&status, "VmHWM:")?,
-        cpu_seconds: parse_cpu_ticks(&stat)?.total() as f64 / clk_tck(),
-        system_seconds: parse_cpu_ticks(&stat)?.system as f64 / clk_tck(),
+        cpu_seconds: ticks.total() as f64 / clk_tck(),
+        system_seconds: ticks.system as f64 / clk_tck(),
     })
 }
 
