@@ -1,0 +1,389 @@
+//! The server against the `h2` crate's client, over an in-memory pipe.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body::{Body, Frame as BodyFrame};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+
+use super::{BoxError, Config, Connection, RecvBody};
+
+type TestBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A body of the given frames, handed out one per poll.
+struct Frames(VecDeque<BodyFrame<Bytes>>);
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn boxed<B>(b: B) -> TestBody
+where
+    B: Body<Data = Bytes, Error = BoxError> + Send + 'static,
+{
+    UnsyncBoxBody::new(b)
+}
+
+/// A body of one buffer, its length known (so the response gets `content-length`).
+fn full(s: &'static str) -> TestBody {
+    boxed(http_body_util::Full::new(Bytes::from_static(s.as_bytes())).map_err(|e| match e {}))
+}
+
+/// Serves `service` on one end of a pipe and returns an `h2` client on the other.
+async fn connect<S, F>(cfg: Config, service: S) -> h2::client::SendRequest<Bytes>
+where
+    S: FnMut(Request<RecvBody>) -> F + Unpin + Send + 'static,
+    F: Future<Output = Result<Response<TestBody>, Infallible>> + Send + 'static,
+{
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let conn = Connection::new(server, cfg, service);
+        let _ = conn.await;
+    });
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(65_535)
+        .handshake(client)
+        .await
+        .expect("handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+fn get(path: &str) -> Request<()> {
+    Request::get(format!("https://example.test{path}"))
+        .body(())
+        .unwrap()
+}
+
+async fn read_all(mut body: h2::RecvStream) -> (Vec<u8>, Option<HeaderMap>) {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("data");
+        out.extend_from_slice(&chunk);
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body.trailers().await.expect("trailers");
+    (out, trailers)
+}
+
+#[tokio::test]
+async fn answers_a_get_with_its_head_and_body() {
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        assert_eq!(req.uri().path(), "/hello");
+        assert_eq!(req.uri().host(), Some("example.test"));
+        assert_eq!(req.version(), http::Version::HTTP_2);
+        assert!(req.body().is_end_stream());
+        let resp = Response::builder()
+            .header("x-test", "yes")
+            .header("connection", "close")
+            .body(full("hello"))
+            .unwrap();
+        Ok::<_, Infallible>(resp)
+    })
+    .await;
+    for _ in 0..3 {
+        let (resp, _) = send.send_request(get("/hello"), true).unwrap();
+        let resp = resp.await.expect("response");
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["x-test"], "yes");
+        assert_eq!(resp.headers()["content-length"], "5");
+        assert!(resp.headers().get("connection").is_none());
+        let (body, trailers) = read_all(resp.into_body()).await;
+        assert_eq!(body, b"hello");
+        assert!(trailers.is_none());
+    }
+}
+
+#[tokio::test]
+async fn echoes_large_bodies_within_both_windows() {
+    // Small windows both ways: the server must wait for WINDOW_UPDATEs and send them.
+    let cfg = Config {
+        stream_window: 16 * 1024,
+        conn_window: 32 * 1024,
+        ..Config::default()
+    };
+    let mut send = connect(cfg, |req: Request<RecvBody>| async move {
+        Ok::<_, Infallible>(Response::new(boxed(req.into_body())))
+    })
+    .await;
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (resp, mut stream) = send
+            .send_request(
+                Request::post("https://example.test/echo").body(()).unwrap(),
+                false,
+            )
+            .unwrap();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let sender = tokio::spawn(async move {
+                let mut rest = Bytes::from(payload);
+                while !rest.is_empty() {
+                    stream.reserve_capacity(rest.len().min(20_000));
+                    let cap = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                        .await
+                        .expect("capacity")
+                        .expect("capacity");
+                    let chunk = rest.split_to(cap.min(rest.len()));
+                    stream.send_data(chunk, rest.is_empty()).unwrap();
+                }
+            });
+            let resp = resp.await.expect("response");
+            let (body, _) = read_all(resp.into_body()).await;
+            sender.await.unwrap();
+            body
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), payload);
+    }
+}
+
+#[tokio::test]
+async fn passes_trailers_both_ways() {
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        let collected = req.into_body().collect().await.expect("body");
+        let trailers = collected.trailers().cloned().expect("request trailers");
+        assert_eq!(trailers["grpc-timeout"], "1S");
+        let data = collected.to_bytes();
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", "0".parse().unwrap());
+        let body = Frames(VecDeque::from([
+            BodyFrame::data(data),
+            BodyFrame::trailers(t),
+        ]));
+        Ok::<_, Infallible>(Response::new(boxed(body)))
+    })
+    .await;
+    let (resp, mut stream) = send
+        .send_request(
+            Request::post("https://example.test/svc/Method")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap(),
+            false,
+        )
+        .unwrap();
+    stream.send_data(Bytes::from_static(b"abc"), false).unwrap();
+    let mut t = HeaderMap::new();
+    t.insert("grpc-timeout", "1S".parse().unwrap());
+    stream.send_trailers(t).unwrap();
+    let resp = resp.await.expect("response");
+    let (body, trailers) = read_all(resp.into_body()).await;
+    assert_eq!(body, b"abc");
+    assert_eq!(trailers.expect("trailers")["grpc-status"], "0");
+}
+
+#[tokio::test]
+async fn serves_many_streams_at_once() {
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        // Answers out of order: the later paths sooner.
+        let n: u64 = req.uri().path()[1..].parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(50 - n % 50)).await;
+        let body = Frames(VecDeque::from([BodyFrame::data(Bytes::from(
+            n.to_string(),
+        ))]));
+        Ok::<_, Infallible>(Response::new(boxed(body)))
+    })
+    .await;
+    let mut pending = Vec::new();
+    for n in 0..100u64 {
+        let (resp, _) = send.send_request(get(&format!("/{n}")), true).unwrap();
+        pending.push((n, resp));
+    }
+    for (n, resp) in pending {
+        let (body, _) = read_all(resp.await.expect("response").into_body()).await;
+        assert_eq!(body, n.to_string().as_bytes());
+    }
+}
+
+#[tokio::test]
+async fn a_reset_stream_drops_its_request() {
+    struct Dropped(Arc<AtomicUsize>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let d = Arc::clone(&dropped);
+    let mut send = connect(Config::default(), move |_req: Request<RecvBody>| {
+        let guard = Dropped(Arc::clone(&d));
+        async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok::<_, Infallible>(Response::new(full("never")))
+        }
+    })
+    .await;
+    let (resp, mut stream) = send.send_request(get("/slow"), false).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(resp);
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn refuses_streams_over_the_limit() {
+    let cfg = Config {
+        max_concurrent_streams: 2,
+        ..Config::default()
+    };
+    let mut send = connect(cfg, |_req: Request<RecvBody>| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        Ok::<_, Infallible>(Response::new(full("ok")))
+    })
+    .await;
+    // The client honours the advertised limit: five requests, at most two at once.
+    let mut pending = Vec::new();
+    for _ in 0..5 {
+        send = send.ready().await.unwrap();
+        let (resp, _) = send.send_request(get("/"), true).unwrap();
+        pending.push(resp);
+    }
+    for resp in pending {
+        assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn answers_an_oversized_head_with_431() {
+    let cfg = Config {
+        max_header_list_size: 1024,
+        ..Config::default()
+    };
+    let mut send = connect(cfg, |_req: Request<RecvBody>| async move {
+        Ok::<_, Infallible>(Response::new(full("ok")))
+    })
+    .await;
+    let big = "x".repeat(2000);
+    let req = Request::get("https://example.test/")
+        .header("x-big", big.as_str())
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    match resp.await {
+        Ok(resp) => assert_eq!(resp.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+        // The h2 client checks the advertised limit itself, if it learnt it in time.
+        Err(e) => assert!(e.to_string().contains("header"), "{e}"),
+    }
+    // The connection goes on (the compression state stayed in step).
+    let (resp, _) = send.send_request(get("/"), true).unwrap();
+    assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_what_began() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let srv = tokio::spawn(async move {
+        let service = |_req: Request<RecvBody>| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, Infallible>(Response::new(full("done")))
+        };
+        let mut conn = Box::pin(Connection::new(server, Config::default(), service));
+        let mut rx = rx;
+        tokio::select! {
+            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
+            _ = &mut rx => {}
+        }
+        conn.as_mut().get_mut().graceful_shutdown();
+        conn.await.map_err(|e| e.to_string())
+    });
+    let (mut send, conn) = h2::client::handshake(client).await.unwrap();
+    let client_conn = tokio::spawn(conn);
+    let (resp, _) = send.send_request(get("/"), true).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tx.send(()).unwrap();
+    let resp = resp.await.expect("the request in flight is answered");
+    let (body, _) = read_all(resp.into_body()).await;
+    assert_eq!(body, b"done");
+    assert_eq!(srv.await.unwrap(), Ok(()));
+    let _ = client_conn.await;
+}
+
+#[tokio::test]
+async fn many_uploads_share_a_small_connection_window() {
+    // Each stream takes far less than half its own window, so only the connection's
+    // credit keeps the client going.
+    let cfg = Config {
+        conn_window: 64 * 1024,
+        ..Config::default()
+    };
+    let mut send = connect(cfg, |req: Request<RecvBody>| async move {
+        let n = req
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .len();
+        let body = Frames(VecDeque::from([BodyFrame::data(Bytes::from(
+            n.to_string(),
+        ))]));
+        Ok::<_, Infallible>(Response::new(boxed(body)))
+    })
+    .await;
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (resp, mut stream) = send
+            .send_request(
+                Request::post("https://example.test/up").body(()).unwrap(),
+                false,
+            )
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut left = 200_000usize;
+            while left > 0 {
+                stream.reserve_capacity(left.min(16_384));
+                let cap = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                    .await
+                    .expect("capacity")
+                    .expect("capacity");
+                let n = cap.min(left);
+                left -= n;
+                stream
+                    .send_data(Bytes::from(vec![7u8; n]), left == 0)
+                    .unwrap();
+            }
+            let resp = resp.await.expect("response");
+            read_all(resp.into_body()).await.0
+        }));
+    }
+    let all = async {
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), b"200000");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("every upload finished (no stall on the connection's window)");
+}
