@@ -51,6 +51,8 @@ pub(crate) enum ClientBody {
     Hyper(Incoming),
     Empty,
     Lean(crate::h1::server::LeanBody),
+    /// weir's own HTTP/2 server's ([`crate::h2_server`]).
+    H2(weir_h2::server::RecvBody),
 }
 
 impl From<Incoming> for ClientBody {
@@ -71,6 +73,7 @@ impl Body for ClientBody {
             ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             ClientBody::Empty => Poll::Ready(None),
             ClientBody::Lean(b) => b.poll_frame(cx),
+            ClientBody::H2(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -79,6 +82,7 @@ impl Body for ClientBody {
             ClientBody::Hyper(b) => b.is_end_stream(),
             ClientBody::Empty => true,
             ClientBody::Lean(b) => b.is_end_stream(),
+            ClientBody::H2(b) => b.is_end_stream(),
         }
     }
 
@@ -87,6 +91,7 @@ impl Body for ClientBody {
             ClientBody::Hyper(b) => b.size_hint(),
             ClientBody::Empty => SizeHint::with_exact(0),
             ClientBody::Lean(b) => b.size_hint(),
+            ClientBody::H2(b) => b.size_hint(),
         }
     }
 }

@@ -167,7 +167,10 @@ impl ProxyError {
     pub(crate) fn request_body(err: BoxError) -> ProxyError {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
         while let Some(e) = next {
-            if e.is::<hyper::Error>() || e.is::<crate::h1::server::BodyCut>() {
+            if e.is::<hyper::Error>()
+                || e.is::<crate::h1::server::BodyCut>()
+                || e.is::<weir_h2::server::StreamError>()
+            {
                 return ProxyError::ClientBody(err);
             }
             next = e.source();
@@ -183,7 +186,9 @@ fn client_body_failed(err: &(dyn std::error::Error + 'static)) -> bool {
         if let Some(h) = e.downcast_ref::<hyper::Error>()
             && h.is_user()
             && h.source().is_some_and(|cause| {
-                cause.is::<hyper::Error>() || cause.is::<crate::h1::server::BodyCut>()
+                cause.is::<hyper::Error>()
+                    || cause.is::<crate::h1::server::BodyCut>()
+                    || cause.is::<weir_h2::server::StreamError>()
             })
         {
             return true;

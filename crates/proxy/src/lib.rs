@@ -33,6 +33,7 @@ mod error;
 mod ext_auth;
 mod global_ratelimit;
 mod h1;
+mod h2_server;
 mod h2_tls;
 mod idle;
 mod intercept;

@@ -28,6 +28,7 @@ use crate::dataplane::Shared;
 use crate::drain::{Drain, Ticket};
 use crate::error::{ProxyError, ResponseShape, error_response};
 use crate::h1::{self, server::Fallback};
+use crate::h2_server;
 use crate::idle::{ConnState, Tracked, Watch, Watched};
 use crate::l4::udp::{UdpLoop, UdpMetrics};
 use crate::l4::{self, Hello, L4Conn, L4Metrics, Rewind};
@@ -544,9 +545,15 @@ where
             let io = Watch::new(io, Arc::clone(&state), true);
             let ctx = context(None);
             let svc = service(Arc::clone(&state), Arc::clone(&ctx));
+            let h2 = (Arc::clone(&state), Arc::clone(&ctx));
             let handler = lean_handler(&state, ctx, &settings.limits, true);
             let auto = &servers.auto;
+            let limits = &settings.limits;
             let conn = h1::server::Conn::new(io, handler, move |io| -> Fallback<'_> {
+                // h2c with prior knowledge: weir's own HTTP/2 server, as over TLS.
+                if h2_server::own_http2() && io.replays(h1::server::H2_PREFACE) {
+                    return Box::pin(h2_server::serve(io, h2.0, h2.1, limits));
+                }
                 Box::pin(auto.serve_connection_with_upgrades(TokioIo::new(io), svc))
             });
             let conn = ticket.serve(conn);
@@ -588,7 +595,12 @@ where
                     .map(|n| router::normalize_host(n).into_owned().into_boxed_str()),
             );
             let state = ConnState::new(h2);
-            if h2 {
+            if h2 && h2_server::own_http2() {
+                let io = Watch::new(tls, Arc::clone(&state), false);
+                let conn = h2_server::serve(io, Arc::clone(&state), ctx, &settings.limits);
+                let conn = ticket.serve(conn);
+                Watched::new(conn, state, timeouts, bounds, Instant::now()).await
+            } else if h2 {
                 let io = TokioIo::new(Watch::new(tls, Arc::clone(&state), false));
                 let conn = servers
                     .h2

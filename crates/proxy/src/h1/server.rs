@@ -77,7 +77,7 @@ const READ_MIN: usize = 8 * 1024;
 /// The largest piece of a request body copied out of the connection's buffer rather
 /// than shared with it.
 const COPIED_BODY: usize = 4 * 1024;
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// hyper's connection, once a connection is handed over to it.
 pub(crate) type Fallback<'a> = Pin<Box<dyn Shutdown<Output = Result<(), BoxError>> + Send + 'a>>;
@@ -1107,6 +1107,11 @@ async fn write_out<IO: AsyncRead + AsyncWrite + Unpin>(
         out.poll_write(head, io, cx)
     })
     .await
+}
+
+/// Appends the current time as an IMF-fixdate (the `Date` field's value).
+pub(crate) fn date_text(out: &mut Vec<u8>) {
+    date::extend(out);
 }
 
 /// The `Date` field's value, formatted once per second per thread.

@@ -368,6 +368,11 @@ impl<S> Rewind<S> {
     pub(crate) fn new(prefix: Vec<u8>, io: S) -> Rewind<S> {
         Rewind { prefix, at: 0, io }
     }
+
+    /// Whether the bytes still to be replayed begin with `bytes`.
+    pub(crate) fn replays(&self, bytes: &[u8]) -> bool {
+        self.prefix[self.at..].starts_with(bytes)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
