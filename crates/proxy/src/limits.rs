@@ -31,9 +31,10 @@ const HYPER_MIN_BUF: usize = 8192;
 /// leave the buffer at its ~400 KiB default, but hyper-util's auto builder does not
 /// expose it; a smaller buffer only means body reads of at most that size.)
 ///
-/// HTTP/2: h2 advertises `max_header_bytes` as SETTINGS_MAX_HEADER_LIST_SIZE and answers
-/// a larger header block with 431 and a stream reset; the field count is checked per
-/// request ([`too_many_headers`]), since h2 has no such limit.
+/// HTTP/2 (hyper's server with `WEIR_HTTP2_SERVER=hyper`; weir's own takes the same limit
+/// in `h2_server::config`): `max_header_bytes` is advertised as SETTINGS_MAX_HEADER_LIST_SIZE
+/// and a larger header block is answered 431 (and the stream reset if the client was still
+/// sending); the field count is checked per request ([`too_many_headers`]).
 pub(crate) fn configure(b: &mut auto::Builder<TokioExecutor>, limits: &ConnectionLimits) {
     let mut h1 = b.http1();
     h1.max_buf_size(h1_max_buf(limits));

@@ -1,5 +1,6 @@
 //! h2spec, the HTTP/2 conformance tester, against a plaintext listener (h2c with prior
-//! knowledge) and a TLS listener (ALPN `h2`), each routing to a backend.
+//! knowledge) and a TLS listener (ALPN `h2`), each routing to a backend: weir's own
+//! HTTP/2 server (`weir_h2`) on both.
 //!
 //! The binary is `$WEIR_H2SPEC`, else `h2spec` on `PATH`, else the one `scripts/h2spec`
 //! installs (`${WEIR_H2SPEC_CACHE:-$HOME/.cache/weir/h2spec}/h2spec`). Without one the

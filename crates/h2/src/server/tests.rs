@@ -387,3 +387,48 @@ async fn many_uploads_share_a_small_connection_window() {
         .await
         .expect("every upload finished (no stall on the connection's window)");
 }
+
+#[tokio::test]
+async fn head_gets_no_body_and_a_failed_body_resets_its_stream() {
+    struct Failing(bool);
+    impl Body for Failing {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+            if std::mem::replace(&mut self.0, true) {
+                std::task::Poll::Ready(Some(Err("upstream went away".into())))
+            } else {
+                std::task::Poll::Ready(Some(Ok(BodyFrame::data(Bytes::from_static(b"part")))))
+            }
+        }
+    }
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        let body = if req.uri().path() == "/fail" {
+            boxed(Failing(false))
+        } else {
+            full("hello")
+        };
+        Ok::<_, Infallible>(Response::new(body))
+    })
+    .await;
+    let (resp, _) = send
+        .send_request(
+            Request::head("https://example.test/").body(()).unwrap(),
+            true,
+        )
+        .unwrap();
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.body().is_end_stream());
+    let (resp, _) = send.send_request(get("/fail"), true).unwrap();
+    let mut body = resp.await.expect("response head").into_body();
+    assert_eq!(&body.data().await.unwrap().unwrap()[..], b"part");
+    let err = body.data().await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), Some(h2::Reason::INTERNAL_ERROR));
+    // The connection goes on.
+    let (resp, _) = send.send_request(get("/"), true).unwrap();
+    assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
+}
