@@ -1533,6 +1533,8 @@ struct RequestHead {
     protocol: bool,
     malformed: bool,
     regular_seen: bool,
+    /// `cookie` fields seen (HTTP/2 clients may split the cookies into several).
+    cookies: u32,
 }
 
 impl RequestHead {
@@ -1566,6 +1568,7 @@ impl RequestHead {
                     self.malformed = true;
                     return;
                 }
+                self.cookies += u32::from(n == header::COOKIE);
                 fields.push((n, h.value));
             }
         }
@@ -1615,6 +1618,18 @@ impl RequestHead {
         let uri = Uri::from_parts(parts).map_err(|_| ())?;
         let mut headers = HeaderMap::with_capacity(fields.len() + room);
         let mut length = None;
+        if self.cookies > 1 {
+            // One field for HTTP/1.1 upstreams (RFC 9113 §8.2.3): joined with "; ".
+            let mut joined = Vec::new();
+            for (_, value) in fields.iter().filter(|(n, _)| n == header::COOKIE) {
+                if !joined.is_empty() {
+                    joined.extend_from_slice(b"; ");
+                }
+                joined.extend_from_slice(value);
+            }
+            fields.retain(|(n, _)| n != header::COOKIE);
+            fields.push((header::COOKIE, Bytes::from(joined)));
+        }
         for (name, value) in fields.drain(..) {
             if name == header::CONTENT_LENGTH {
                 let n = std::str::from_utf8(&value)

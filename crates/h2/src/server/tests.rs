@@ -432,3 +432,22 @@ async fn head_gets_no_body_and_a_failed_body_resets_its_stream() {
     let (resp, _) = send.send_request(get("/"), true).unwrap();
     assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn split_cookies_reach_the_service_as_one_field() {
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        let cookies: Vec<_> = req.headers().get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        Ok::<_, Infallible>(Response::new(full("ok")))
+    })
+    .await;
+    let req = Request::get("https://example.test/")
+        .header("cookie", "a=1")
+        .header("x-other", "between")
+        .header("cookie", "b=2")
+        .header("cookie", "c=3")
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
+}
