@@ -50,6 +50,8 @@ const OUT_HIGH: usize = 64 * 1024;
 const RESET_MEMORY: usize = 64;
 /// Frames one header block may take (a flood of empty CONTINUATION frames is refused).
 const MAX_CONTINUATIONS: u32 = 128;
+/// Request body pieces shorter than this are copied out of the read buffer.
+const COPIED_DATA: usize = 4096;
 /// Reads per turn of the connection before the streams are polled again.
 const READS_PER_TURN: usize = 16;
 /// Turns (read, streams, write) per poll before the task yields.
@@ -585,7 +587,10 @@ where
         self.read_more = false;
         for _ in 0..READS_PER_TURN {
             if self.out.pending() >= OUT_HIGH {
-                // Until the client reads what it asked for.
+                // Until the client reads what it asked for. Nothing was registered to
+                // wake the read side, so the turn goes on (it waits for the write, or
+                // comes back here once the output went).
+                self.read_more = true;
                 return Poll::Pending;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
@@ -648,7 +653,9 @@ where
     /// A connection error: GOAWAY, then the end.
     fn fail(&mut self, reason: Reason, why: &'static str) {
         if self.failed.is_none() {
-            frame::write_goaway(&mut self.out.buf, self.last_stream, reason, why.as_bytes());
+            // Never above a GOAWAY already sent (streams after it were not processed).
+            let last = self.going_away.unwrap_or(self.last_stream);
+            frame::write_goaway(&mut self.out.buf, last, reason, why.as_bytes());
             self.failed = Some(Error::Protocol(reason, why));
         }
     }
@@ -791,7 +798,10 @@ where
         };
         // Padding is never taken by the body: credited at once.
         let padding = flow_len - data.len() as u32;
-        let s = self.stream_mut(slot);
+        let s = self.slots[slot as usize]
+            .stream
+            .as_mut()
+            .expect("an open stream's slot");
         if !s.recv_open {
             self.credit_conn(flow_len);
             self.reset(id, Reason::STREAM_CLOSED);
@@ -826,6 +836,13 @@ where
             if st.dropped {
                 discarded += data.len() as u32;
             } else if !data.is_empty() {
+                // A small piece is copied: a slice would hold the whole read buffer it
+                // came in while the body waits (many times the window it took).
+                let data = if data.len() < COPIED_DATA {
+                    Bytes::copy_from_slice(&data)
+                } else {
+                    data
+                };
                 st.chunks.push_back(data);
             }
             st.end |= end_stream;
@@ -838,6 +855,15 @@ where
             discarded += data.len() as u32;
         }
         if discarded > 0 {
+            // Nobody takes these bytes: the stream's window gets them back as well.
+            if !end_stream {
+                s.recv_unacked += discarded;
+                if s.recv_unacked >= self.cfg.stream_window.min(MAX_WINDOW) / 2 {
+                    frame::write_window_update(&mut self.out.buf, id, s.recv_unacked);
+                    s.recv_window += i64::from(s.recv_unacked);
+                    s.recv_unacked = 0;
+                }
+            }
             self.credit_conn(discarded);
         }
         if end_stream {
@@ -873,7 +899,7 @@ where
             return;
         }
         let closed = id <= self.last_stream;
-        let ignored = self.going_away.is_some_and(|last| id > last) || self.peer_gone;
+        let ignored = self.going_away.is_some_and(|last| id > last);
         let mut head = RequestHead::default();
         let max_list = self.cfg.max_header_list_size as usize;
         let fields = &mut self.fields;
@@ -902,6 +928,11 @@ where
         }
         self.last_stream = id;
         if ignored {
+            return;
+        }
+        if self.peer_gone {
+            // The client said it would open no more.
+            self.reset(id, Reason::REFUSED_STREAM);
             return;
         }
         if decoded == Err(hpack::DecodeError::ListTooLarge) {
@@ -1005,7 +1036,8 @@ where
             },
         });
         match decoded {
-            Ok(()) | Err(hpack::DecodeError::ListTooLarge) => {}
+            Ok(()) => {}
+            Err(hpack::DecodeError::ListTooLarge) => bad = true,
             Err(e) => {
                 let reason = if e == hpack::DecodeError::InvalidName {
                     Reason::PROTOCOL_ERROR
@@ -1047,16 +1079,11 @@ where
             }
             return;
         };
-        if !matches!(self.stream_mut(slot).phase, Phase::Done) {
-            self.resets += 1;
-            if self.resets > self.cfg.max_client_resets {
-                self.fail(
-                    Reason::ENHANCE_YOUR_CALM,
-                    "too many streams reset by the client",
-                );
-            }
-        }
+        let early = !matches!(self.stream_mut(slot).phase, Phase::Done);
         self.close(slot, Some(Reason::CANCEL));
+        if early {
+            self.count_reset();
+        }
     }
 
     fn on_settings(&mut self, s: &frame::Settings) {
@@ -1108,14 +1135,22 @@ where
             }
             return;
         };
-        let s = self.stream_mut(slot);
+        let s = self.slots[slot as usize]
+            .stream
+            .as_mut()
+            .expect("an open stream's slot");
         s.send_window += i64::from(increment);
         if s.send_window > i64::from(MAX_WINDOW) {
             self.reset(id, Reason::FLOW_CONTROL_ERROR);
             return;
         }
-        if s.parked {
-            self.unpark_blocked();
+        if s.parked && s.pending.is_some() && self.out.window > 0 {
+            // Only this stream can move; the others wait for their own update.
+            s.parked = false;
+            if let Some(at) = self.blocked.iter().position(|&b| b == slot) {
+                self.blocked.swap_remove(at);
+            }
+            self.ready.push(slot);
         }
     }
 
@@ -1136,7 +1171,28 @@ where
         }
         self.reset_here.push_back(id);
         if let Some(slot) = self.slot_of(id) {
+            // A stream the client's own error ended before its response counts as one
+            // it reset (a client could otherwise start and end requests at any rate by
+            // provoking resets: "MadeYouReset").
+            let provoked = reason != Reason::NO_ERROR
+                && reason != Reason::INTERNAL_ERROR
+                && reason != Reason::REFUSED_STREAM
+                && !matches!(self.stream_mut(slot).phase, Phase::Done);
             self.close(slot, Some(reason));
+            if provoked {
+                self.count_reset();
+            }
+        }
+    }
+
+    /// Counts a stream ended early by the client; past the limit, ENHANCE_YOUR_CALM.
+    fn count_reset(&mut self) {
+        self.resets += 1;
+        if self.resets > self.cfg.max_client_resets {
+            self.fail(
+                Reason::ENHANCE_YOUR_CALM,
+                "too many streams reset by the client",
+            );
         }
     }
 
@@ -1452,7 +1508,13 @@ where
             }
         }
         let result = this.turn(cx);
-        lock(&this.shared.queue).polling = false;
+        let mut q = lock(&this.shared.queue);
+        q.polling = false;
+        // A stream woken after the turn's last look at the queue did not wake the task.
+        if result.is_pending() && !q.ready.is_empty() {
+            cx.waker().wake_by_ref();
+        }
+        drop(q);
         result
     }
 }

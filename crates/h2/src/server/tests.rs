@@ -13,6 +13,7 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 
 use super::{BoxError, Config, Connection, RecvBody};
+use crate::frame::{Head, Reason};
 
 type TestBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -450,4 +451,159 @@ async fn split_cookies_reach_the_service_as_one_field() {
         .unwrap();
     let (resp, _) = send.send_request(req, true).unwrap();
     assert_eq!(resp.await.expect("response").status(), StatusCode::OK);
+}
+
+/// A client of raw frames: the preface and `frames` written at once, then every frame
+/// the server writes until it closes (or 5 s pass).
+async fn raw_exchange<S, F>(cfg: Config, service: S, frames: Vec<u8>) -> Vec<(Head, Bytes)>
+where
+    S: FnMut(Request<RecvBody>) -> F + Unpin + Send + 'static,
+    F: Future<Output = Result<Response<TestBody>, Infallible>> + Send + 'static,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client, server) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        let _ = Connection::new(server, cfg, service).await;
+    });
+    let mut out = crate::frame::PREFACE.to_vec();
+    crate::frame::write_settings(&mut out, &crate::frame::Settings::default());
+    out.extend_from_slice(&frames);
+    client.write_all(&out).await.unwrap();
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    let got = Bytes::from(got);
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while got.len() - at >= crate::frame::HEAD_LEN {
+        let head = Head::parse(got[at..at + crate::frame::HEAD_LEN].try_into().unwrap());
+        let end = at + crate::frame::HEAD_LEN + head.len as usize;
+        if end > got.len() {
+            break;
+        }
+        frames.push((head, got.slice(at + crate::frame::HEAD_LEN..end)));
+        at = end;
+    }
+    frames
+}
+
+/// A GET's header block (HPACK: :method GET, :scheme https, :path /, :authority a.test).
+const GET_BLOCK: &[u8] = b"\x82\x87\x84\x01\x06a.test";
+
+fn goaway_reason(frames: &[(Head, Bytes)]) -> Option<u32> {
+    frames
+        .iter()
+        .find(|(h, _)| h.kind == crate::frame::kind::GOAWAY)
+        .map(|(_, p)| u32::from_be_bytes(p[4..8].try_into().unwrap()))
+}
+
+#[tokio::test]
+async fn resets_the_client_provokes_count_as_its_own() {
+    // Each stream is opened and at once ended by an overflowing WINDOW_UPDATE (a
+    // stream error the server answers with RST_STREAM), before its response.
+    let cfg = Config {
+        max_client_resets: 5,
+        ..Config::default()
+    };
+    let mut frames = Vec::new();
+    for n in 0..20u32 {
+        let id = 1 + 2 * n;
+        crate::frame::write_headers(&mut frames, id, GET_BLOCK, true, 16_384);
+        crate::frame::write_window_update(&mut frames, id, crate::frame::MAX_WINDOW);
+    }
+    let service = |_req: Request<RecvBody>| async move {
+        std::future::pending::<()>().await;
+        Ok::<_, Infallible>(Response::new(full("never")))
+    };
+    let got = raw_exchange(cfg, service, frames).await;
+    assert_eq!(goaway_reason(&got), Some(Reason::ENHANCE_YOUR_CALM.0));
+}
+
+#[tokio::test]
+async fn padding_is_credited_to_the_stream_too() {
+    // 300 frames of 10 data bytes and 200 of padding: 63,300 bytes of window for 3,000
+    // bytes of body, through a 16 KiB stream window.
+    let cfg = Config {
+        stream_window: 16 * 1024,
+        ..Config::default()
+    };
+    let service = |req: Request<RecvBody>| async move {
+        let n = req
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .len();
+        Ok::<_, Infallible>(Response::new(boxed(Frames(VecDeque::from([
+            BodyFrame::data(Bytes::from(n.to_string())),
+        ])))))
+    };
+    let mut frames = Vec::new();
+    crate::frame::write_headers(&mut frames, 1, GET_BLOCK, false, 16_384);
+    let mut window = 65_535i64; // the client's view: our SETTINGS may come later
+    let mut sent = 0;
+    for i in 0..300 {
+        let mut payload = vec![200u8];
+        payload.extend_from_slice(&[b'x'; 10]);
+        payload.extend_from_slice(&[0u8; 200]);
+        let flags = crate::frame::flag::PADDED
+            | if i == 299 {
+                crate::frame::flag::END_STREAM
+            } else {
+                0
+            };
+        crate::frame::write_head(&mut frames, payload.len() as u32, 0, flags, 1);
+        frames.extend_from_slice(&payload);
+        window -= payload.len() as i64;
+        sent += 1;
+        if window < 0 {
+            break;
+        }
+    }
+    // Without credit for padding the server's 16 KiB window would be spent after 77
+    // frames; everything here is sent at once, so look for the stream's updates instead.
+    let got = raw_exchange(cfg, service, frames).await;
+    let updates: u32 = got
+        .iter()
+        .filter(|(h, _)| h.kind == crate::frame::kind::WINDOW_UPDATE && h.stream == 1)
+        .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+        .sum();
+    assert!(sent > 77, "the test sent {sent} frames");
+    assert!(
+        updates >= 8 * 1024,
+        "stream WINDOW_UPDATEs credited {updates} bytes for padding and data"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_reader_of_a_large_download_gets_all_of_it() {
+    let mut send = connect(Config::default(), |_req: Request<RecvBody>| async move {
+        let chunks = (0..64).map(|i| BodyFrame::data(Bytes::from(vec![i as u8; 32 * 1024])));
+        Ok::<_, Infallible>(Response::new(boxed(Frames(chunks.collect()))))
+    })
+    .await;
+    let (resp, _) = send.send_request(get("/big"), true).unwrap();
+    let mut body = resp.await.expect("response").into_body();
+    let mut total = 0;
+    let read = async {
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("data");
+            total += chunk.len();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the download finished");
+    assert_eq!(total, 64 * 32 * 1024);
 }
