@@ -21,6 +21,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -1294,10 +1295,13 @@ where
             return;
         }
         if let Phase::Service(fut) = &mut s.phase {
-            let resp = match fut.as_mut().poll(&mut cx) {
-                Poll::Pending => return,
-                Poll::Ready(Ok(resp)) => resp,
-                Poll::Ready(Err(_)) => {
+            // A panic in one request's future ends that stream only (as a task per
+            // stream would), not the connection's other streams.
+            let polled = catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+            let resp = match polled {
+                Ok(Poll::Pending) => return,
+                Ok(Poll::Ready(Ok(resp))) => resp,
+                Ok(Poll::Ready(Err(_))) | Err(_) => {
                     let id = s.id;
                     self.reset(id, Reason::INTERNAL_ERROR);
                     return;
@@ -1349,7 +1353,13 @@ where
             let Phase::Body(body) = &mut s.phase else {
                 return;
             };
-            match Pin::new(&mut *body).poll_frame(cx) {
+            let polled = catch_unwind(AssertUnwindSafe(|| Pin::new(&mut *body).poll_frame(cx)));
+            let Ok(polled) = polled else {
+                let id = s.id;
+                self.reset(id, Reason::INTERNAL_ERROR);
+                return;
+            };
+            match polled {
                 Poll::Pending => return,
                 Poll::Ready(None) => {
                     frame::write_data_head(&mut self.out.buf, s.id, 0, true);

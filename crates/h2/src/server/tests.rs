@@ -607,3 +607,23 @@ async fn a_slow_reader_of_a_large_download_gets_all_of_it() {
         .expect("the download finished");
     assert_eq!(total, 64 * 32 * 1024);
 }
+
+#[tokio::test]
+async fn a_panicking_request_ends_its_stream_only() {
+    let mut send = connect(Config::default(), |req: Request<RecvBody>| async move {
+        if req.uri().path() == "/panic" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            panic!("a bug in one request");
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        Ok::<_, Infallible>(Response::new(full("fine")))
+    })
+    .await;
+    let (slow, _) = send.send_request(get("/slow"), true).unwrap();
+    let (bad, _) = send.send_request(get("/panic"), true).unwrap();
+    let err = bad.await.expect_err("the panicking stream is reset");
+    assert_eq!(err.reason(), Some(h2::Reason::INTERNAL_ERROR));
+    let resp = slow.await.expect("the other stream is answered");
+    let (body, _) = read_all(resp.into_body()).await;
+    assert_eq!(body, b"fine");
+}
