@@ -53,6 +53,8 @@ const RESET_MEMORY: usize = 64;
 const MAX_CONTINUATIONS: u32 = 128;
 /// Request body pieces shorter than this are copied out of the read buffer.
 const COPIED_DATA: usize = 4096;
+/// The payload of the PING of a graceful shut-down.
+const DRAIN_PING: [u8; 8] = *b"weir-drn";
 /// Reads per turn of the connection before the streams are polled again.
 const READS_PER_TURN: usize = 16;
 /// Turns (read, streams, write) per poll before the task yields.
@@ -494,6 +496,9 @@ pub struct Connection<IO, S, F, B> {
     continuation: Option<Continuation>,
     /// GOAWAY sent (gracefully): streams above this id are ignored.
     going_away: Option<u32>,
+    /// The first GOAWAY of a graceful shut-down was sent; the final one waits for the
+    /// client's answer to [`DRAIN_PING`].
+    draining: bool,
     /// GOAWAY received: no new streams will come.
     peer_gone: bool,
     read_closed: bool,
@@ -568,6 +573,7 @@ where
             last_stream: 0,
             continuation: None,
             going_away: None,
+            draining: false,
             peer_gone: false,
             read_closed: false,
             failed: None,
@@ -758,6 +764,9 @@ where
             Frame::Ping { ack, payload } => {
                 if !ack {
                     frame::write_ping(&mut self.out.buf, true, payload);
+                } else if self.draining && payload == DRAIN_PING && self.going_away.is_none() {
+                    self.going_away = Some(self.last_stream);
+                    frame::write_goaway(&mut self.out.buf, self.last_stream, Reason::NO_ERROR, b"");
                 }
             }
             Frame::GoAway { .. } => self.peer_gone = true,
@@ -1472,12 +1481,16 @@ fn send_data<F, B>(out: &mut Out, s: &mut Stream<F, B>, mut data: Bytes, end: bo
 }
 
 impl<IO, S, F, B> Connection<IO, S, F, B> {
-    /// Sends GOAWAY: streams already begun are served, later ones ignored, and the
-    /// connection ends when none is left.
+    /// Sends GOAWAY: streams the client began before it saw it are served, later ones
+    /// ignored, and the connection ends when none is left.
     pub fn graceful_shutdown(&mut self) {
-        if self.going_away.is_none() && self.failed.is_none() {
-            self.going_away = Some(self.last_stream);
-            frame::write_goaway(&mut self.out.buf, self.last_stream, Reason::NO_ERROR, b"");
+        if self.going_away.is_none() && !self.draining && self.failed.is_none() {
+            // Two steps (RFC 9113 §6.8): a GOAWAY naming no limit, and a PING; the
+            // final GOAWAY once the client answers it, so that the requests it sent
+            // before it read the first one are served rather than dropped.
+            self.draining = true;
+            frame::write_goaway(&mut self.out.buf, frame::MAX_WINDOW, Reason::NO_ERROR, b"");
+            frame::write_ping(&mut self.out.buf, false, DRAIN_PING);
         }
         // The next poll writes it (and ends the connection if nothing is in flight).
         let task = lock(&self.shared.queue).task.clone();

@@ -627,3 +627,57 @@ async fn a_panicking_request_ends_its_stream_only() {
     let (body, _) = read_all(resp.into_body()).await;
     assert_eq!(body, b"fine");
 }
+
+#[tokio::test]
+async fn graceful_shutdown_takes_two_steps() {
+    // A GOAWAY naming no limit and a PING; once the client answers the PING, the final
+    // GOAWAY with the last stream it began; then the connection ends.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client, server) = tokio::io::duplex(1 << 20);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let srv = tokio::spawn(async move {
+        let service =
+            |_req: Request<RecvBody>| async move { Ok::<_, Infallible>(Response::new(full("ok"))) };
+        let mut conn = Box::pin(Connection::new(server, Config::default(), service));
+        let mut rx = rx;
+        tokio::select! {
+            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
+            _ = &mut rx => {}
+        }
+        conn.as_mut().get_mut().graceful_shutdown();
+        conn.await.map_err(|e| e.to_string())
+    });
+    let mut out = crate::frame::PREFACE.to_vec();
+    crate::frame::write_settings(&mut out, &crate::frame::Settings::default());
+    crate::frame::write_headers(&mut out, 1, GET_BLOCK, true, 16_384);
+    client.write_all(&out).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A request the client sent before it read the first GOAWAY is still served.
+    let mut out = Vec::new();
+    crate::frame::write_headers(&mut out, 3, GET_BLOCK, true, 16_384);
+    crate::frame::write_ping(&mut out, true, *b"weir-drn");
+    client.write_all(&out).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got)).await;
+    let got = Bytes::from(got);
+    let mut goaways = Vec::new();
+    let mut answered = Vec::new();
+    let mut at = 0;
+    while got.len() - at >= crate::frame::HEAD_LEN {
+        let head = Head::parse(got[at..at + crate::frame::HEAD_LEN].try_into().unwrap());
+        let payload =
+            got.slice(at + crate::frame::HEAD_LEN..at + crate::frame::HEAD_LEN + head.len as usize);
+        if head.kind == crate::frame::kind::GOAWAY {
+            goaways.push(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+        }
+        if head.kind == crate::frame::kind::HEADERS {
+            answered.push(head.stream);
+        }
+        at += crate::frame::HEAD_LEN + head.len as usize;
+    }
+    assert_eq!(goaways, [crate::frame::MAX_WINDOW, 3]);
+    assert_eq!(answered, [1, 3]);
+    assert_eq!(srv.await.unwrap(), Ok(()));
+}
