@@ -422,31 +422,54 @@ impl Out {
         self.block = block;
     }
 
-    fn trailers(&mut self, id: u32, trailers: &HeaderMap) {
-        self.block.clear();
+    /// Writes a header block that `fill` encodes; `end` ends the stream with it.
+    fn headers(&mut self, id: u32, end: bool, fill: impl FnOnce(&mut Encoder, &mut Vec<u8>)) {
         let mut block = std::mem::take(&mut self.block);
+        block.clear();
         self.encoder.begin(&mut block);
-        for (name, value) in trailers {
-            if !connection_specific(name) {
-                self.encoder.field(name, value, &mut block);
-            }
-        }
-        frame::write_headers(&mut self.buf, id, &block, true, self.max_frame);
+        fill(&mut self.encoder, &mut block);
+        frame::write_headers(&mut self.buf, id, &block, end, self.max_frame);
         self.block = block;
     }
 
+    fn trailers(&mut self, id: u32, trailers: &HeaderMap) {
+        self.headers(id, true, |encoder, block| {
+            for (name, value) in trailers {
+                if !connection_specific(name) {
+                    encoder.field(name, value, block);
+                }
+            }
+        });
+    }
+
+    /// A response without a body (`status` and `content-length: 0`).
     fn simple(&mut self, id: u32, status: StatusCode) {
-        self.block.clear();
-        let mut block = std::mem::take(&mut self.block);
-        self.encoder.begin(&mut block);
-        self.encoder.status(status, &mut block);
-        self.encoder.field(
-            &header::CONTENT_LENGTH,
-            &HeaderValue::from_static("0"),
-            &mut block,
-        );
-        frame::write_headers(&mut self.buf, id, &block, true, self.max_frame);
-        self.block = block;
+        self.headers(id, true, |encoder, block| {
+            encoder.status(status, block);
+            encoder.field(
+                &header::CONTENT_LENGTH,
+                &HeaderValue::from_static("0"),
+                block,
+            );
+        });
+    }
+
+    /// `100 Continue`.
+    fn continue_100(&mut self, id: u32) {
+        self.headers(id, false, |encoder, block| {
+            encoder.status(StatusCode::CONTINUE, block)
+        });
+    }
+}
+
+/// The connection error for a header block that could not be decoded. An invalid field
+/// name stops the decoder before the rest of the block, so the compression state is lost
+/// with it too.
+fn undecodable(e: hpack::DecodeError) -> Reason {
+    if e == hpack::DecodeError::InvalidName {
+        Reason::PROTOCOL_ERROR
+    } else {
+        Reason::COMPRESSION_ERROR
     }
 }
 
@@ -503,7 +526,7 @@ pub struct Connection<IO, S, F, B> {
     peer_gone: bool,
     read_closed: bool,
     /// A connection error: GOAWAY is being written, then the connection ends.
-    failed: Option<Error>,
+    failed: Option<(Reason, &'static str)>,
     resets: u32,
     reset_here: VecDeque<u32>,
     fields: Vec<(HeaderName, Bytes)>,
@@ -586,6 +609,56 @@ where
         }
     }
 
+    fn turn(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        for _ in 0..TURNS_PER_POLL {
+            if self.failed.is_none()
+                && !self.read_closed
+                && let Poll::Ready(Err(e)) = self.poll_read(cx)
+            {
+                return Poll::Ready(Err(e));
+            }
+            if self.failed.is_none() && !self.read_closed {
+                self.run_ready();
+            }
+            let written = self.poll_write(cx);
+            if let Poll::Ready(Err(e)) = written {
+                return Poll::Ready(Err(e));
+            }
+            if let Some((reason, why)) = self.failed {
+                if written.is_pending() {
+                    return Poll::Pending;
+                }
+                return Poll::Ready(Err(Error::Protocol(reason, why)));
+            }
+            if self.read_closed {
+                // The client is gone: what is in flight is cancelled.
+                return Poll::Ready(Ok(()));
+            }
+            let done = (self.going_away.is_some() || self.peer_gone) && self.by_id.is_empty();
+            if done && written.is_ready() {
+                if !self.shut {
+                    match Pin::new(&mut self.io).poll_shutdown(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(_) => self.shut = true,
+                    }
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let q = lock(&self.shared.queue);
+            if q.ready.is_empty() && self.ready.is_empty() && !self.read_more {
+                return Poll::Pending;
+            }
+            drop(q);
+            // Streams were woken meanwhile (or made room): another turn.
+            if written.is_pending() && self.out.pending() >= OUT_HIGH {
+                return Poll::Pending;
+            }
+        }
+        // Other tasks get the thread; this one comes back at once.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
     // -------------------------------------------------------------- reading
 
     /// Reads what the socket has and handles every complete frame. `Ready(())` once the
@@ -663,7 +736,7 @@ where
             // Never above a GOAWAY already sent (streams after it were not processed).
             let last = self.going_away.unwrap_or(self.last_stream);
             frame::write_goaway(&mut self.out.buf, last, reason, why.as_bytes());
-            self.failed = Some(Error::Protocol(reason, why));
+            self.failed = Some((reason, why));
         }
     }
 
@@ -867,12 +940,7 @@ where
         if discarded > 0 {
             // Nobody takes these bytes: the stream's window gets them back as well.
             if !end_stream {
-                s.recv_unacked += discarded;
-                if s.recv_unacked >= self.cfg.stream_window.min(MAX_WINDOW) / 2 {
-                    frame::write_window_update(&mut self.out.buf, id, s.recv_unacked);
-                    s.recv_window += i64::from(s.recv_unacked);
-                    s.recv_unacked = 0;
-                }
+                credit_stream(&mut self.out, &self.cfg, s, discarded);
             }
             self.credit_conn(discarded);
         }
@@ -920,14 +988,7 @@ where
         if let Err(e) = decoded
             && e != hpack::DecodeError::ListTooLarge
         {
-            // An invalid field name stops the decoder before the rest of the block: the
-            // compression state is lost with it, so that too ends the connection.
-            let reason = if e == hpack::DecodeError::InvalidName {
-                Reason::PROTOCOL_ERROR
-            } else {
-                Reason::COMPRESSION_ERROR
-            };
-            self.fail(reason, "header block could not be decoded");
+            self.fail(undecodable(e), "header block could not be decoded");
             return;
         }
         if closed {
@@ -1010,7 +1071,7 @@ where
             (Some(shared), body)
         };
         if continue_100 {
-            self.out.simple_informational(id);
+            self.out.continue_100(id);
         }
         let head_request = req.method() == Method::HEAD;
         let fut = (self.service)(req.map(|()| body));
@@ -1049,12 +1110,7 @@ where
             Ok(()) => {}
             Err(hpack::DecodeError::ListTooLarge) => bad = true,
             Err(e) => {
-                let reason = if e == hpack::DecodeError::InvalidName {
-                    Reason::PROTOCOL_ERROR
-                } else {
-                    Reason::COMPRESSION_ERROR
-                };
-                self.fail(reason, "header block could not be decoded");
+                self.fail(undecodable(e), "header block could not be decoded");
                 return;
             }
         }
@@ -1288,12 +1344,7 @@ where
         if let Some(shared) = &s.recv {
             let taken = std::mem::take(&mut lock(&shared.state).taken);
             if taken > 0 && s.recv_open {
-                s.recv_unacked += taken;
-                if s.recv_unacked >= self.cfg.stream_window.min(MAX_WINDOW) / 2 {
-                    frame::write_window_update(&mut self.out.buf, s.id, s.recv_unacked);
-                    s.recv_window += i64::from(s.recv_unacked);
-                    s.recv_unacked = 0;
-                }
+                credit_stream(&mut self.out, &self.cfg, s, taken);
             }
         }
         let s = self.slots[slot as usize]
@@ -1442,14 +1493,14 @@ where
     }
 }
 
-impl Out {
-    fn simple_informational(&mut self, id: u32) {
-        self.block.clear();
-        let mut block = std::mem::take(&mut self.block);
-        self.encoder.begin(&mut block);
-        self.encoder.status(StatusCode::CONTINUE, &mut block);
-        frame::write_headers(&mut self.buf, id, &block, false, self.max_frame);
-        self.block = block;
+/// Credits a stream's window with `n` bytes the client need not wait for, in a
+/// WINDOW_UPDATE once half the window is owed.
+fn credit_stream<F, B>(out: &mut Out, cfg: &Config, s: &mut Stream<F, B>, n: u32) {
+    s.recv_unacked += n;
+    if s.recv_unacked >= cfg.stream_window.min(MAX_WINDOW) / 2 {
+        frame::write_window_update(&mut out.buf, s.id, s.recv_unacked);
+        s.recv_window += i64::from(s.recv_unacked);
+        s.recv_unacked = 0;
     }
 }
 
@@ -1503,11 +1554,6 @@ impl<IO, S, F, B> Connection<IO, S, F, B> {
     pub fn into_io(self) -> IO {
         self.io
     }
-
-    /// Streams in progress.
-    pub fn active_streams(&self) -> usize {
-        self.by_id.len()
-    }
 }
 
 impl<IO, S, F, B, E> Future for Connection<IO, S, F, B>
@@ -1539,70 +1585,6 @@ where
         }
         drop(q);
         result
-    }
-}
-
-impl<IO, S, F, B, E> Connection<IO, S, F, B>
-where
-    IO: AsyncRead + AsyncWrite + Unpin,
-    S: FnMut(Request<RecvBody>) -> F,
-    F: Future<Output = Result<Response<B>, E>>,
-    E: Into<BoxError>,
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    fn turn(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        for _ in 0..TURNS_PER_POLL {
-            if self.failed.is_none()
-                && !self.read_closed
-                && let Poll::Ready(Err(e)) = self.poll_read(cx)
-            {
-                return Poll::Ready(Err(e));
-            }
-            if self.failed.is_none() && !self.read_closed {
-                self.run_ready();
-            }
-            let written = self.poll_write(cx);
-            if let Poll::Ready(Err(e)) = written {
-                return Poll::Ready(Err(e));
-            }
-            if let Some(e) = &self.failed {
-                if written.is_pending() {
-                    return Poll::Pending;
-                }
-                let e = match e {
-                    Error::Protocol(r, why) => Error::Protocol(*r, why),
-                    Error::Io(e) => Error::Io(io::Error::new(e.kind(), e.to_string())),
-                };
-                return Poll::Ready(Err(e));
-            }
-            if self.read_closed {
-                // The client is gone: what is in flight is cancelled.
-                return Poll::Ready(Ok(()));
-            }
-            let done = (self.going_away.is_some() || self.peer_gone) && self.by_id.is_empty();
-            if done && written.is_ready() {
-                if !self.shut {
-                    match Pin::new(&mut self.io).poll_shutdown(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(_) => self.shut = true,
-                    }
-                }
-                return Poll::Ready(Ok(()));
-            }
-            let q = lock(&self.shared.queue);
-            if q.ready.is_empty() && self.ready.is_empty() && !self.read_more {
-                return Poll::Pending;
-            }
-            drop(q);
-            // Streams were woken meanwhile (or made room): another turn.
-            if written.is_pending() && self.out.pending() >= OUT_HIGH {
-                return Poll::Pending;
-            }
-        }
-        // Other tasks get the thread; this one comes back at once.
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 

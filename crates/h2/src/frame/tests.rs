@@ -37,14 +37,6 @@ fn read_all(bytes: &[u8]) -> Vec<(Head, Result<Frame, Error>)> {
     frames
 }
 
-/// Every frame of `bytes`, which must all decode.
-fn frames_ok(bytes: &[u8]) -> Vec<Frame> {
-    read_all(bytes)
-        .into_iter()
-        .map(|(_, frame)| frame.unwrap())
-        .collect()
-}
-
 const CONN_PROTOCOL: Error = Error::Connection(Reason::PROTOCOL_ERROR);
 const CONN_FRAME_SIZE: Error = Error::Connection(Reason::FRAME_SIZE_ERROR);
 
@@ -907,188 +899,7 @@ fn reasons_print_their_names() {
 // --- The checks of the fuzz target `h2_frames` (fuzz/fuzz_targets/h2_frames.rs), on
 // pseudo-random inputs, so `cargo test` runs them without a fuzzer.
 
-/// The frames a decoded frame must decode to when written back with the encoders, after
-/// writing it to `out`.
-fn write_back(frame: &Frame, out: &mut Vec<u8>) -> Vec<Frame> {
-    match frame {
-        Frame::Data {
-            stream,
-            end_stream,
-            data,
-            ..
-        } => {
-            write_data(out, *stream, data, *end_stream);
-            // Without the padding, flow control counts the data alone.
-            vec![Frame::Data {
-                stream: *stream,
-                end_stream: *end_stream,
-                data: data.clone(),
-                flow_len: data.len() as u32,
-            }]
-        }
-        Frame::Headers {
-            stream,
-            end_stream,
-            priority,
-            block,
-            ..
-        } => {
-            // `write_headers` ends the block and writes no priority: that goes in a
-            // PRIORITY frame after it.
-            write_headers(out, *stream, block, *end_stream, MAX_MAX_FRAME_SIZE);
-            let mut frames = vec![Frame::Headers {
-                stream: *stream,
-                end_stream: *end_stream,
-                end_headers: true,
-                priority: None,
-                block: block.clone(),
-            }];
-            if let Some(priority) = priority {
-                write_priority(out, *stream, *priority);
-                frames.push(Frame::Priority {
-                    stream: *stream,
-                    priority: *priority,
-                });
-            }
-            frames
-        }
-        Frame::Priority { stream, priority } => {
-            write_priority(out, *stream, *priority);
-            vec![frame.clone()]
-        }
-        Frame::RstStream { stream, reason } => {
-            write_rst_stream(out, *stream, *reason);
-            vec![frame.clone()]
-        }
-        Frame::Settings { ack: true, .. } => {
-            write_settings_ack(out);
-            vec![frame.clone()]
-        }
-        Frame::Settings {
-            ack: false,
-            settings,
-        } => {
-            write_settings(out, settings);
-            vec![frame.clone()]
-        }
-        Frame::PushPromise { stream } => {
-            write_head(out, 4, kind::PUSH_PROMISE, flag::END_HEADERS, *stream);
-            out.extend_from_slice(&2u32.to_be_bytes());
-            vec![frame.clone()]
-        }
-        Frame::Ping { ack, payload } => {
-            write_ping(out, *ack, *payload);
-            vec![frame.clone()]
-        }
-        Frame::GoAway {
-            last_stream,
-            reason,
-            debug,
-        } => {
-            write_goaway(out, *last_stream, *reason, debug);
-            let kept = debug.len().min(DEFAULT_MAX_FRAME_SIZE as usize - 8);
-            vec![Frame::GoAway {
-                last_stream: *last_stream,
-                reason: *reason,
-                debug: debug.slice(..kept),
-            }]
-        }
-        Frame::WindowUpdate { stream, increment } => {
-            write_window_update(out, *stream, *increment);
-            vec![frame.clone()]
-        }
-        Frame::Continuation {
-            stream,
-            end_headers,
-            block,
-        } => {
-            let flags = if *end_headers { flag::END_HEADERS } else { 0 };
-            write_head(out, block.len() as u32, kind::CONTINUATION, flags, *stream);
-            out.extend_from_slice(block);
-            vec![frame.clone()]
-        }
-        Frame::Unknown { kind, stream } => {
-            write_head(out, 0, *kind, 0, *stream);
-            vec![frame.clone()]
-        }
-    }
-}
-
-/// The fuzz target's checks on one input.
-fn check_input(input: &[u8]) {
-    let whole = Bytes::copy_from_slice(input);
-    let mut at = 0;
-    while let Some(head) = input.get(at..at + HEAD_LEN) {
-        let head = Head::parse(head.try_into().unwrap());
-        assert!(head.len < 1 << 24 && head.stream < 1 << 31);
-        let start = at + HEAD_LEN;
-        let end = start + head.len as usize;
-        if end > input.len() {
-            break;
-        }
-        at = end;
-        let frame = match decode(head, whole.slice(start..end)) {
-            Ok(frame) => frame,
-            Err(Error::Stream(stream, _)) => {
-                assert!(stream != 0 && stream == head.stream, "{head:?}");
-                continue;
-            }
-            Err(Error::Connection(_)) => continue,
-        };
-        match &frame {
-            Frame::Data { data, flow_len, .. } => {
-                assert!(data.len() <= *flow_len as usize && *flow_len == head.len);
-            }
-            Frame::Headers { block, .. } | Frame::Continuation { block, .. } => {
-                assert!(block.len() <= head.len as usize);
-            }
-            _ => {}
-        }
-        let mut out = Vec::new();
-        let expected = write_back(&frame, &mut out);
-        assert_eq!(frames_ok(&out), expected, "{frame:?} written back");
-        // A field block split at a frame size the input picks joins back whole.
-        if let Frame::Headers {
-            stream,
-            end_stream,
-            block,
-            ..
-        } = &frame
-        {
-            let max = u32::from(head.flags % 16) + 1;
-            out.clear();
-            write_headers(&mut out, *stream, block, *end_stream, max);
-            let frames = frames_ok(&out);
-            assert_eq!(frames.len(), block.len().div_ceil(max as usize).max(1));
-            let mut joined = Vec::new();
-            for (i, frame) in frames.iter().enumerate() {
-                let last = i + 1 == frames.len();
-                match frame {
-                    Frame::Headers {
-                        end_headers,
-                        block,
-                        end_stream: es,
-                        stream: s,
-                        priority: None,
-                    } if i == 0 && es == end_stream && s == stream => {
-                        assert_eq!(*end_headers, last);
-                        joined.extend_from_slice(block);
-                    }
-                    Frame::Continuation {
-                        end_headers,
-                        block,
-                        stream: s,
-                    } if i > 0 && s == stream => {
-                        assert_eq!(*end_headers, last);
-                        joined.extend_from_slice(block);
-                    }
-                    other => panic!("{other:?} at {i}"),
-                }
-            }
-            assert_eq!(joined, block[..]);
-        }
-    }
-}
+include!("fuzz_check.rs");
 
 /// xorshift64*: reproducible pseudo-random numbers without a dependency.
 struct Rng(u64);
@@ -1229,7 +1040,7 @@ fn random_frame_sequences_decode_and_round_trip() {
     let mut decoded = 0;
     for _ in 0..20_000 {
         let input = random_input(&mut rng);
-        check_input(&input);
+        check_frames(&input);
         decoded += read_all(&input).iter().filter(|(_, f)| f.is_ok()).count();
     }
     // The generator reaches past the checks often enough to test the round trips.
@@ -1239,7 +1050,7 @@ fn random_frame_sequences_decode_and_round_trip() {
 #[test]
 fn the_fuzz_seeds_hold() {
     for seed in seeds() {
-        check_input(&seed.1);
+        check_frames(&seed.1);
     }
 }
 

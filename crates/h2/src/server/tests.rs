@@ -480,7 +480,11 @@ where
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
-    let got = Bytes::from(got);
+    frames_of(&Bytes::from(got))
+}
+
+/// The whole frames of `got`, heads and payloads.
+fn frames_of(got: &Bytes) -> Vec<(Head, Bytes)> {
     let mut frames = Vec::new();
     let mut at = 0;
     while got.len() - at >= crate::frame::HEAD_LEN {
@@ -661,21 +665,15 @@ async fn graceful_shutdown_takes_two_steps() {
     client.write_all(&out).await.unwrap();
     let mut got = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got)).await;
-    let got = Bytes::from(got);
     let mut goaways = Vec::new();
     let mut answered = Vec::new();
-    let mut at = 0;
-    while got.len() - at >= crate::frame::HEAD_LEN {
-        let head = Head::parse(got[at..at + crate::frame::HEAD_LEN].try_into().unwrap());
-        let payload =
-            got.slice(at + crate::frame::HEAD_LEN..at + crate::frame::HEAD_LEN + head.len as usize);
+    for (head, payload) in frames_of(&Bytes::from(got)) {
         if head.kind == crate::frame::kind::GOAWAY {
             goaways.push(u32::from_be_bytes(payload[..4].try_into().unwrap()));
         }
         if head.kind == crate::frame::kind::HEADERS {
             answered.push(head.stream);
         }
-        at += crate::frame::HEAD_LEN + head.len as usize;
     }
     assert_eq!(goaways, [crate::frame::MAX_WINDOW, 3]);
     assert_eq!(answered, [1, 3]);
