@@ -8,7 +8,8 @@
 # VARIANT: plain (no policy), post (plain, POSTs of a 1 KiB body), retry (ingress-nginx `proxy-next-upstream: error timeout
 # http_503` — the retry path, no retry made), limit (`limit-rps` far above the load),
 # h2 (plain, over TLS with HTTP/2: h2load, 16 connections × 32 streams; needs h2load
-# and openssl), headers (plain, each request with 11 more fields, as a browser sends).
+# and openssl), https (plain, HTTP/1.1 over TLS: h2load --h1, 16 keep-alive connections),
+# headers (plain, each request with 11 more fields, as a browser sends).
 # Default: all three. For each: weir serves one plaintext Ingress host in front of
 # `weir-bench backend`; wrk warms it up, callgrind's counters are zeroed, wrk sends
 # HTTP/1.1 keep-alive load (16 connections) for 10 s, the counters are dumped, and the

@@ -33,7 +33,7 @@ site() {
         retry) annotations='{nginx.ingress.kubernetes.io/proxy-next-upstream: "error timeout http_503"}' ;;
         limit) annotations='{nginx.ingress.kubernetes.io/limit-rps: "100000000"}' ;;
         post) annotations="{}" ;;
-        h2) annotations="{}" ;;
+        h2 | https) annotations="{}" ;;
         headers) annotations="{}" ;;
         *) echo "unknown variant $1" >&2; exit 2 ;;
     esac
@@ -47,9 +47,10 @@ site() {
     fi
     # `h2`: the plain site over TLS (a self-signed P-256 certificate for site.test),
     # loaded by h2load (HTTP/2, 16 connections of 32 concurrent streams, as the bench's
-    # `h2-c16-m32`).
+    # `h2-c16-m32`). `https`: the same site loaded by h2load over HTTP/1.1 (`--h1`, 16
+    # keep-alive connections, one request at a time on each).
     tls=
-    if [ "$1" = h2 ]; then
+    if [ "$1" = h2 ] || [ "$1" = https ]; then
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
             -keyout "$dir/key.pem" -out "$dir/cert.pem" -subj /CN=site.test \
             -addext subjectAltName=DNS:site.test 2>/dev/null
@@ -106,10 +107,10 @@ serve_pinned() {
     wrk_load taskset -c 1 -- -d2s
 }
 
-# Waits (up to 60 s) for the site to answer 200 (over TLS for `h2`).
+# Waits (up to 60 s) for the site to answer 200 (over TLS for `h2` and `https`).
 wait_served() {
     local url="http://127.0.0.1:$http/" resolve=()
-    if [ "$variant" = h2 ]; then
+    if [ "$variant" = h2 ] || [ "$variant" = https ]; then
         url="https://site.test:$https/"
         resolve=(-k --resolve "site.test:$https:127.0.0.1")
     fi
@@ -130,11 +131,13 @@ wrk_load() {
     local launcher=()
     while [ "$1" != -- ]; do launcher+=("$1"); shift; done
     shift
-    if [ "$variant" = h2 ]; then
+    if [ "$variant" = h2 ] || [ "$variant" = https ]; then
         # h2load takes the duration as -D SECONDS; the callers give wrk's -dNs.
         local secs=${1#-d}
         secs=${secs%s}
-        "${launcher[@]}" h2load -t1 -c16 -m32 -D "$secs" --connect-to="127.0.0.1:$https" \
+        local shape=(-m32)
+        [ "$variant" = https ] && shape=(--h1 -m1)
+        "${launcher[@]}" h2load -t1 -c16 "${shape[@]}" -D "$secs" --connect-to="127.0.0.1:$https" \
             https://site.test/ >"$dir/h2load.txt"
         if ! grep -q ' 0 failed, 0 errored' "$dir/h2load.txt" ||
             grep -Eq ' [1-9][0-9]* [345]xx' "$dir/h2load.txt"; then

@@ -1255,10 +1255,14 @@ pub(crate) fn relay(
     // drop the Content-Length before forwarding: relayed, the stale length would cut the
     // body short and look complete. (Such a response hints at a confused or hostile
     // upstream: the HTTP/1.1 client does not reuse its connection.)
-    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
-        parts.headers.remove(header::CONTENT_LENGTH);
+    // (Transfer-Encoding is hop-by-hop: a head without any such field, the usual case,
+    // is passed without a lookup.)
+    if has_hop_by_hop(&parts.headers) {
+        if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        strip_hop_by_hop(&mut parts.headers, false);
     }
-    strip_hop_by_hop(&mut parts.headers, false);
     if let Some(u) = switched {
         parts
             .headers
@@ -1356,12 +1360,7 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 /// Removes hop-by-hop headers, including any named in `Connection`. `keep_te_trailers`
 /// keeps `te: trailers` (meaningful end to end over HTTP/2, e.g. for gRPC).
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
-    // One pass over the few names present decides whether anything must go: comparing
-    // names is cheap, where each of the eight lookups below hashes its name.
-    if !headers
-        .keys()
-        .any(|n| n == header::TE || HOP_BY_HOP.contains(n))
-    {
+    if !has_hop_by_hop(headers) {
         return;
     }
     if headers.contains_key(header::CONNECTION) {
@@ -1392,6 +1391,14 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) 
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
     }
+}
+
+/// Whether `headers` has a field [`strip_hop_by_hop`] would look at. One pass over the
+/// few names present: comparing names is cheap, where each of its lookups hashes a name.
+fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|n| n == header::TE || HOP_BY_HOP.contains(n))
 }
 
 /// Room kept in a request's header map for the fields the proxy adds before forwarding

@@ -198,32 +198,27 @@ enum Sending {
 /// `Transfer-Encoding`; an existing `Transfer-Encoding` means chunked (with `chunked`
 /// added when it is not the last coding, and `Content-Length` dropped); an existing
 /// `Content-Length` is kept; a body of known size gets one; GET, HEAD and CONNECT of
-/// unknown size are sent without a body; anything else is chunked. Returns the framing
-/// and, for a chunked body, the trailer fields it may send (those its `Trailer` names).
-fn encode_head(
-    parts: &http::request::Parts,
-    body: &RequestBody,
-    out: &mut Vec<u8>,
-) -> (Sending, Option<Box<[HeaderName]>>) {
+/// unknown size are sent without a body; anything else is chunked.
+fn encode_head(parts: &http::request::Parts, body: &RequestBody, out: &mut Vec<u8>) -> Encoded {
     out.clear();
     let headers = &parts.headers;
     let http10 = parts.version == Version::HTTP_10;
-    let te = headers.contains_key(header::TRANSFER_ENCODING);
-    let length = parse::content_length(headers).ok().flatten();
+    // Looked up only for a request with a body (most have none).
+    let length = || parse::content_length(headers).ok().flatten();
     // (framing, drop TE fields, drop CL fields, a line to add)
     let (sending, drop_te, drop_cl, add): (Sending, bool, bool, Option<Added>) =
         if body.is_end_stream() {
             (Sending::Nothing, true, false, None)
         } else if http10 {
-            match (length, body.size_hint().exact()) {
+            match (length(), body.size_hint().exact()) {
                 (Some(n), _) => (Sending::Length(n), true, false, None),
                 (None, Some(n)) => (Sending::Length(n), true, true, Some(Added::Length(n))),
                 (None, None) => (Sending::Nothing, true, false, None),
             }
-        } else if te {
+        } else if headers.contains_key(header::TRANSFER_ENCODING) {
             let add = (!parse::ends_in_chunked(headers)).then_some(Added::Chunked);
             (Sending::Chunked, false, true, add)
-        } else if let Some(n) = length {
+        } else if let Some(n) = length() {
             (Sending::Length(n), false, false, None)
         } else if let Some(n) = body.size_hint().exact() {
             (Sending::Length(n), false, true, Some(Added::Length(n)))
@@ -243,12 +238,14 @@ fn encode_head(
     } else {
         b" HTTP/1.1\r\n"
     });
+    let mut upgrade = false;
     for (name, value) in headers {
         if (drop_te && name == header::TRANSFER_ENCODING)
             || (drop_cl && name == header::CONTENT_LENGTH)
         {
             continue;
         }
+        upgrade |= name == header::UPGRADE;
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -276,7 +273,20 @@ fn encode_head(
             (!names.is_empty()).then(|| names.into_boxed_slice())
         })
         .flatten();
-    (sending, trailers)
+    Encoded {
+        sending,
+        trailers,
+        upgrade,
+    }
+}
+
+/// What [`encode_head`] decided besides the head's bytes.
+struct Encoded {
+    sending: Sending,
+    /// The trailer fields a chunked body may send (those its `Trailer` names).
+    trailers: Option<Box<[HeaderName]>>,
+    /// The request asks for an upgrade (it has an `Upgrade` field).
+    upgrade: bool,
 }
 
 /// A framing line [`encode_head`] adds.
@@ -340,8 +350,11 @@ impl Exchange {
             .as_mut()
             .map(|c| std::mem::take(&mut c.out))
             .unwrap_or_default();
-        let (sending, trailers) = encode_head(&parts, &body, &mut head);
-        let upgrade = parts.headers.contains_key(header::UPGRADE);
+        let Encoded {
+            sending,
+            trailers,
+            upgrade,
+        } = encode_head(&parts, &body, &mut head);
         let resendable = sending == Sending::Nothing
             && matches!(
                 parts.method,

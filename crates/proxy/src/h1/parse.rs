@@ -141,15 +141,18 @@ pub(crate) fn parse_response(
     let head = buf.split_to(len).freeze();
     let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
     let mut headers = HeaderMap::with_capacity(spans.len());
+    // The framing's fields are read as they are added (no lookups after).
+    let mut fields = FramingFields::default();
     for &(name, value) in spans.iter() {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
             .map_err(|_| Invalid::Head("field name"))?;
         let value = HeaderValue::from_maybe_shared(slice(value))
             .map_err(|_| Invalid::Head("field value"))?;
+        fields.note(&name, value.as_bytes());
         headers.append(name, value);
     }
-    let (framing, mut keep_alive) = framing(status, version, head_request, &headers)?;
-    keep_alive &= persistent(version, &headers);
+    let (framing, mut keep_alive) = framing(status, version, head_request, &fields)?;
+    keep_alive &= !fields.close && (version == Version::HTTP_11 || fields.keep_alive);
     Ok(Some(Head {
         status,
         version,
@@ -178,12 +181,58 @@ fn error_text(e: httparse::Error) -> &'static str {
     }
 }
 
+/// What a response head's fields say about its framing and its connection, gathered
+/// field by field as the head is parsed.
+#[derive(Debug, Default)]
+struct FramingFields {
+    /// The `Content-Length` fields' number (see [`FramingFields::length`]).
+    length: Option<u64>,
+    /// A `Content-Length` field was malformed, or two disagreed.
+    length_invalid: bool,
+    /// A `Transfer-Encoding` field was seen.
+    transfer_encoding: bool,
+    /// The last `Transfer-Encoding` field's last coding is `chunked`.
+    ends_in_chunked: bool,
+    /// A `Connection` field lists `close`.
+    close: bool,
+    /// A `Connection` field lists `keep-alive`.
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    fn note(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == header::CONTENT_LENGTH {
+            match content_length_value(value) {
+                Some(n) if self.length.is_none_or(|f| f == n) => self.length = Some(n),
+                _ => self.length_invalid = true,
+            }
+        } else if *name == header::TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+            self.ends_in_chunked = ends_in_chunked_value(value);
+        } else if *name == header::CONNECTION {
+            for token in value.split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+
+    /// The `Content-Length`, as [`content_length`] reads it from the fields.
+    fn length(&self) -> Result<Option<u64>, Invalid> {
+        if self.length_invalid {
+            return Err(Invalid::ContentLength);
+        }
+        Ok(self.length)
+    }
+}
+
 /// The body framing of a response, and whether it leaves the connection usable.
 fn framing(
     status: StatusCode,
     version: Version,
     head_request: bool,
-    headers: &HeaderMap,
+    fields: &FramingFields,
 ) -> Result<(Framing, bool), Invalid> {
     if head_request
         || status.is_informational()
@@ -192,11 +241,11 @@ fn framing(
     {
         return Ok((Framing::Empty, true));
     }
-    let length = content_length(headers)?;
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    let length = fields.length()?;
+    if fields.transfer_encoding {
         // Transfer-Encoding overrides Content-Length, and the two together suggest a
         // confused or hostile upstream: its connection is not reused.
-        let chunked = version == Version::HTTP_11 && ends_in_chunked(headers);
+        let chunked = version == Version::HTTP_11 && fields.ends_in_chunked;
         return Ok(match (chunked, length) {
             (true, None) => (Framing::Chunked, true),
             (true, Some(_)) => (Framing::Chunked, false),
@@ -259,21 +308,6 @@ pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
         return None;
     }
     Some(digits.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
-}
-
-/// Whether the connection persists after this response by its `Connection` fields
-/// (HTTP/1.1: unless `close`; HTTP/1.0: only with `keep-alive`).
-fn persistent(version: Version, headers: &HeaderMap) -> bool {
-    let mut close = false;
-    let mut keep_alive = false;
-    for value in headers.get_all(header::CONNECTION) {
-        for token in value.as_bytes().split(|b| *b == b',') {
-            let token = token.trim_ascii();
-            close |= token.eq_ignore_ascii_case(b"close");
-            keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-        }
-    }
-    !close && (version == Version::HTTP_11 || keep_alive)
 }
 
 /// Where a [`Chunked`] decoder is in its body.

@@ -137,6 +137,21 @@ fn framing_follows_rfc_9112() {
         ),
         (Framing::UntilClose, false)
     );
+    // Of several Transfer-Encoding fields, the last one's last coding decides.
+    assert_eq!(
+        f(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\r\n\r\n",
+            false
+        ),
+        (Framing::UntilClose, false)
+    );
+    assert_eq!(
+        f(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n",
+            false
+        ),
+        (Framing::Chunked, true)
+    );
     // Transfer-Encoding wins over Content-Length, and the connection is not reused.
     assert_eq!(
         f(
@@ -190,6 +205,15 @@ fn content_length_must_be_one_decimal_number() {
             String::from_utf8_lossy(bad)
         );
     }
+    // A response without a body is not refused for its Content-Length.
+    let h = parse_response(
+        &mut BytesMut::from(&b"HTTP/1.1 204 No Content\r\ncontent-length: 3, 4\r\n\r\n"[..]),
+        false,
+        &mut Vec::new(),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(h.framing, Framing::Empty);
     // The same value repeated is one length.
     let h = complete(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 3, 3\r\n\r\n");
     assert_eq!(h.framing, Framing::Length(3));
