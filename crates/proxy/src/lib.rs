@@ -97,7 +97,10 @@ pub fn request_cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'
 
 /// What weir's HTTP/1.1 client reads from an upstream's bytes (untrusted): the response
 /// head and its body, fed in pieces; public for the `h1_response` fuzz target.
-pub use h1::parse::{Read as UpstreamRead, read as read_upstream_response};
+pub use h1::parse::{
+    Read as UpstreamRead, check_head_scan as check_upstream_head_scan,
+    read as read_upstream_response,
+};
 pub use h1::server::{
     Field as RequestField, Parsed as ParsedRequest, RequestFraming, parse_request,
 };

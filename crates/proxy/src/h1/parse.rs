@@ -89,55 +89,24 @@ pub(crate) fn parse_response(
     head_request: bool,
     spans: &mut Vec<FieldSpan>,
 ) -> Result<Option<Head>, Invalid> {
-    let mut fields =
-        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        buf,
-        &mut fields,
-    ) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-            return Err(Invalid::HeadTooLarge);
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(Invalid::HeadTooLarge),
-        Err(e) => return Err(Invalid::Head(error_text(e))),
+    let line = match scan_response(buf, spans)? {
+        Some(line) => line,
+        None if buf.len() >= MAX_HEAD => return Err(Invalid::HeadTooLarge),
+        None => return Ok(None),
     };
+    let len = line.len;
     if len > MAX_HEAD {
         return Err(Invalid::HeadTooLarge);
     }
-    if has_bare_lf(&buf[..len]) {
-        return Err(Invalid::Head("bare LF"));
-    }
-    let (Some(code), Some(minor)) = (resp.code, resp.version) else {
-        return Err(Invalid::Head("status line"));
-    };
-    let status = StatusCode::from_u16(code).map_err(|_| Invalid::Head("status code"))?;
-    let version = if minor == 0 {
+    let status = StatusCode::from_u16(line.code).map_err(|_| Invalid::Head("status code"))?;
+    let version = if line.minor == 0 {
         Version::HTTP_10
     } else {
         Version::HTTP_11
     };
-    // Where each part lies in `buf`, to slice them from the frozen head. An empty part
-    // may be a static empty slice rather than one of `buf` (httparse gives `""` for a
-    // reason phrase that is not UTF-8): it is (0, 0).
-    let base = buf.as_ptr() as usize;
-    let span = |part: &[u8]| match part.len() {
-        0 => (0, 0),
-        n => ((part.as_ptr() as usize).wrapping_sub(base).min(len - n), n),
-    };
-    let reason = resp
-        .reason
-        .filter(|r| !r.is_empty() && status.canonical_reason() != Some(*r))
-        .map(|r| span(r.as_bytes()));
-    spans.clear();
-    spans.extend(
-        resp.headers
-            .iter()
-            .map(|f| (span(f.name.as_bytes()), span(f.value))),
-    );
+    let reason = line.reason.filter(|&(at, n)| {
+        n > 0 && status.canonical_reason().map(str::as_bytes) != Some(&buf[at..at + n])
+    });
     let head = buf.split_to(len).freeze();
     let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
     let mut headers = HeaderMap::with_capacity(spans.len());
@@ -163,21 +132,214 @@ pub(crate) fn parse_response(
     }))
 }
 
-/// Whether a line of `head` ends in a bare LF (one not preceded by CR).
-fn has_bare_lf(head: &[u8]) -> bool {
-    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
+/// A response's status line, as [`scan_response`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatusLine {
+    /// The head's length: status line, fields and the empty line.
+    pub(crate) len: usize,
+    /// The minor version: `HTTP/1.0` or `HTTP/1.1`.
+    pub(crate) minor: u8,
+    /// The three digits of the status code.
+    pub(crate) code: u16,
+    /// Where the reason phrase lies: (offset, length); `None` without one (the status line
+    /// ended after the code). Empty when it has bytes above 0x7f (obs-text).
+    pub(crate) reason: Option<(usize, usize)>,
 }
 
-/// The text of an httparse error (the ones a response can raise).
-fn error_text(e: httparse::Error) -> &'static str {
-    match e {
-        httparse::Error::HeaderName => "field name",
-        httparse::Error::HeaderValue => "field value",
-        httparse::Error::NewLine => "line ending",
-        httparse::Error::Status => "status code",
-        httparse::Error::Token => "token",
-        httparse::Error::TooManyHeaders => "too many fields",
-        httparse::Error::Version => "version",
+/// Whether a byte may be part of a token (a field name): RFC 9110 §5.6.2.
+const TOKEN: [bool; 256] = byte_set(
+    b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    false,
+);
+/// Whether a byte may be part of a field value or a reason phrase: HTAB, SP, VCHAR and
+/// obs-text (RFC 9110 §5.5, RFC 9112 §4).
+const TEXT: [bool; 256] = {
+    let mut set = byte_set(b"\t", true);
+    set[0x7f] = false;
+    set
+};
+
+/// The byte set of `bytes`; with `printable`, every byte from SP up too.
+const fn byte_set(bytes: &[u8], printable: bool) -> [bool; 256] {
+    let mut set = [false; 256];
+    let mut i = 0;
+    while i < bytes.len() {
+        set[bytes[i] as usize] = true;
+        i += 1;
+    }
+    if printable {
+        let mut b = 0x20;
+        while b < 256 {
+            set[b] = true;
+            b += 1;
+        }
+    }
+    set
+}
+
+/// One step of the scan: the byte at `at`, or the end of the bytes so far (`None`: read
+/// more).
+macro_rules! byte {
+    ($buf:expr, $at:expr) => {
+        match $buf.get($at) {
+            Some(&b) => b,
+            None => return Ok(None),
+        }
+    };
+}
+
+/// Scans the response head at the start of `buf` in one pass, as RFC 9112 reads it and
+/// as strictly as weir relays it: the status line (`HTTP/1.0` or `HTTP/1.1`, a space,
+/// three digits, then a space and a reason phrase or the line's end) and the header
+/// fields up to the empty line, their spans in `spans` (cleared first; the name, and the
+/// value without its surrounding spaces and tabs). Every line ends in CRLF (a bare LF is
+/// refused: readers disagree about it); a name is a token followed at once by `:` (a
+/// space before the colon, or a line that starts with one — obs-fold — is refused);
+/// values and the reason phrase hold HTAB, SP, visible bytes and obs-text. Empty lines
+/// (CRLF) before the status line are skipped. More than [`MAX_HEADERS`] fields are
+/// refused. `Ok(None)`: the bytes so far are a valid beginning; read more.
+///
+/// This is what httparse (weir's parser before session 40) accepted, plus the bare-LF
+/// rule weir applied after it, with one pass instead of two (the fuzz target
+/// `h1_response` and the tests compare both on every input).
+pub(crate) fn scan_response(
+    buf: &[u8],
+    spans: &mut Vec<FieldSpan>,
+) -> Result<Option<StatusLine>, Invalid> {
+    spans.clear();
+    let mut at = 0;
+    // Empty lines before the status line.
+    loop {
+        match byte!(buf, at) {
+            b'\r' => {
+                if byte!(buf, at + 1) != b'\n' {
+                    return Err(Invalid::Head("line ending"));
+                }
+                at += 2;
+            }
+            b'\n' => return Err(Invalid::Head("bare LF")),
+            _ => break,
+        }
+    }
+    // The version: all eight bytes, or as many as there are so far.
+    let rest = &buf[at..];
+    if rest.len() < 8 {
+        return if b"HTTP/1."[..rest.len().min(7)] == rest[..rest.len().min(7)] {
+            Ok(None)
+        } else {
+            Err(Invalid::Head("version"))
+        };
+    }
+    let minor = match &rest[..8] {
+        b"HTTP/1.0" => 0,
+        b"HTTP/1.1" => 1,
+        _ => return Err(Invalid::Head("version")),
+    };
+    at += 8;
+    if byte!(buf, at) != b' ' {
+        return Err(Invalid::Head("version"));
+    }
+    at += 1;
+    let mut code = 0u16;
+    for _ in 0..3 {
+        let b = byte!(buf, at);
+        if !b.is_ascii_digit() {
+            return Err(Invalid::Head("status code"));
+        }
+        code = code * 10 + u16::from(b - b'0');
+        at += 1;
+    }
+    let reason = match byte!(buf, at) {
+        b' ' => {
+            at += 1;
+            let start = at;
+            let mut obs_text = false;
+            loop {
+                let b = byte!(buf, at);
+                if b == b'\r' {
+                    break;
+                }
+                if b == b'\n' {
+                    return Err(Invalid::Head("bare LF"));
+                }
+                if !TEXT[usize::from(b)] {
+                    return Err(Invalid::Head("status code"));
+                }
+                obs_text |= b >= 0x80;
+                at += 1;
+            }
+            if byte!(buf, at + 1) != b'\n' {
+                return Err(Invalid::Head("status code"));
+            }
+            let reason = if obs_text {
+                (start, 0)
+            } else {
+                (start, at - start)
+            };
+            at += 2;
+            Some(reason)
+        }
+        b'\r' => {
+            if byte!(buf, at + 1) != b'\n' {
+                return Err(Invalid::Head("status code"));
+            }
+            at += 2;
+            None
+        }
+        b'\n' => return Err(Invalid::Head("bare LF")),
+        _ => return Err(Invalid::Head("status code")),
+    };
+    // The header fields, up to the empty line.
+    loop {
+        match byte!(buf, at) {
+            b'\r' => {
+                if byte!(buf, at + 1) != b'\n' {
+                    return Err(Invalid::Head("line ending"));
+                }
+                return Ok(Some(StatusLine {
+                    len: at + 2,
+                    minor,
+                    code,
+                    reason,
+                }));
+            }
+            b'\n' => return Err(Invalid::Head("bare LF")),
+            _ => {}
+        }
+        let name_start = at;
+        while TOKEN[usize::from(byte!(buf, at))] {
+            at += 1;
+        }
+        if at == name_start || buf[at] != b':' {
+            return Err(Invalid::Head("field name"));
+        }
+        let name = (name_start, at - name_start);
+        at += 1;
+        while matches!(byte!(buf, at), b' ' | b'\t') {
+            at += 1;
+        }
+        let value_start = at;
+        while TEXT[usize::from(byte!(buf, at))] {
+            at += 1;
+        }
+        match buf[at] {
+            b'\r' => {
+                if byte!(buf, at + 1) != b'\n' {
+                    return Err(Invalid::Head("field value"));
+                }
+            }
+            b'\n' => return Err(Invalid::Head("bare LF")),
+            _ => return Err(Invalid::Head("field value")),
+        }
+        let mut value_end = at;
+        while value_end > value_start && matches!(buf[value_end - 1], b' ' | b'\t') {
+            value_end -= 1;
+        }
+        if spans.len() == MAX_HEADERS {
+            return Err(Invalid::HeadTooLarge);
+        }
+        spans.push((name, (value_start, value_end - value_start)));
+        at += 2;
     }
 }
 
@@ -224,6 +386,87 @@ impl FramingFields {
             return Err(Invalid::ContentLength);
         }
         Ok(self.length)
+    }
+}
+
+/// Whether a line of `head` ends in a bare LF (one not preceded by CR).
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
+}
+
+/// The head scan before [`scan_response`]: httparse, then the bare-LF rule. Kept to
+/// check that the two agree on every input (the tests and the fuzz target `h1_response`
+/// through [`check_head_scan`]).
+fn reference_scan(buf: &[u8]) -> Result<Option<(StatusLine, Vec<FieldSpan>)>, Invalid> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut fields);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(Invalid::HeadTooLarge),
+        Err(_) => return Err(Invalid::Head("httparse")),
+    };
+    if has_bare_lf(&buf[..len]) {
+        return Err(Invalid::Head("bare LF"));
+    }
+    let base = buf.as_ptr() as usize;
+    let span = |part: &[u8]| match part.len() {
+        0 => None,
+        n => Some(((part.as_ptr() as usize) - base, n)),
+    };
+    let spans = resp
+        .headers
+        .iter()
+        .map(|f| {
+            let name = span(f.name.as_bytes()).unwrap_or((0, 0));
+            (name, span(f.value).unwrap_or((0, 0)))
+        })
+        .collect();
+    let line = StatusLine {
+        len,
+        minor: resp.version.unwrap_or(9),
+        code: resp.code.unwrap_or(0),
+        reason: resp.reason.and_then(|r| span(r.as_bytes())),
+    };
+    Ok(Some((line, spans)))
+}
+
+/// Panics unless [`scan_response`] and the httparse-based scan before it agree on
+/// `bytes`: the same head (length, version, code, reason, every field's name and value)
+/// or both a refusal, or both asking for more. One allowance: the new scan refuses a
+/// bare LF as soon as it reaches it, where the old one asked for more until the head
+/// was complete.
+#[doc(hidden)]
+pub fn check_head_scan(bytes: &[u8]) {
+    let mut spans = Vec::new();
+    let new = scan_response(bytes, &mut spans);
+    let old = reference_scan(bytes);
+    let text = String::from_utf8_lossy(bytes);
+    match (&new, &old) {
+        (Ok(Some(line)), Ok(Some((old_line, old_spans)))) => {
+            assert_eq!(line.len, old_line.len, "length of {text:?}");
+            assert_eq!(line.minor, old_line.minor, "version of {text:?}");
+            assert_eq!(line.code, old_line.code, "code of {text:?}");
+            // httparse gives a reason with obs-text as "" (not a slice of the head), and
+            // no reason at all as "": compare the bytes.
+            let reason =
+                |r: Option<(usize, usize)>| r.map_or(&b""[..], |(at, n)| &bytes[at..at + n]);
+            assert_eq!(
+                reason(line.reason),
+                reason(old_line.reason),
+                "reason of {text:?}"
+            );
+            assert_eq!(spans.len(), old_spans.len(), "fields of {text:?}");
+            let part = |(at, n): (usize, usize)| &bytes[at..at + n];
+            for (&(name, value), &(old_name, old_value)) in spans.iter().zip(old_spans) {
+                assert_eq!(name, old_name, "a field name of {text:?}");
+                // (An empty value may be a static "" in httparse: bytes are compared.)
+                assert_eq!(part(value), part(old_value), "a field value of {text:?}");
+            }
+        }
+        (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
+        (Err(Invalid::Head("bare LF")), Ok(None)) => {}
+        _ => panic!("scan {new:?} where httparse gave {old:?} for {text:?}"),
     }
 }
 

@@ -335,3 +335,61 @@ fn chunk_extensions_are_bounded() {
         Err(Invalid::Chunk(_))
     ));
 }
+
+/// The one-pass scan agrees with httparse plus the bare-LF rule (weir's scan before it)
+/// on a set of heads, every prefix of each, and every head one byte away from them (a
+/// byte replaced by, or inserted as, one of the bytes the rules turn on, or deleted).
+#[test]
+fn the_head_scan_agrees_with_httparse_and_the_bare_lf_rule() {
+    let heads: &[&[u8]] = &[
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 0\r\ndate: Fri, 04 Dec 2026 23:50:35 GMT\r\n\r\n",
+        b"HTTP/1.0 404 Not Found\r\nconnection: keep-alive\r\ncontent-length: 9\r\n\r\nnot found",
+        b"HTTP/1.1 204\r\n\r\n",
+        b"HTTP/1.1 200 \r\nx:\r\ny: \t \r\nz:a b \t\r\n\r\n",
+        b"\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+        b"HTTP/1.1 200 \xc3\xa9t\xe9\r\nx-obs: caf\xe9 \x80\xff\r\n\r\n",
+        b"HTTP/1.1 301 Moved\r\nlocation: /a?b=c&d=%20\r\nset-cookie: a=b; Path=/\r\nset-cookie: c=d\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\nx: y\n\n",
+        b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nname : value\r\n\r\n",
+        b"HTTP/2.0 200 OK\r\n\r\n",
+        b"HTTP/1.1 99 Low\r\n\r\n",
+        b"HTTP/1.1  200 OK\r\n\r\n",
+    ];
+    let interesting = [
+        b'\r', b'\n', b' ', b'\t', b':', 0, 0x01, 0x7f, 0x80, 0xff, b'a', b'0', b'H', b'"',
+    ];
+    let mut checked = 0;
+    for head in heads {
+        for end in 0..=head.len() {
+            check_head_scan(&head[..end]);
+            checked += 1;
+        }
+        for at in 0..head.len() {
+            let mut deleted = head.to_vec();
+            deleted.remove(at);
+            check_head_scan(&deleted);
+            for &b in &interesting {
+                let mut replaced = head.to_vec();
+                replaced[at] = b;
+                check_head_scan(&replaced);
+                let mut inserted = head.to_vec();
+                inserted.insert(at, b);
+                check_head_scan(&inserted);
+                checked += 2;
+            }
+        }
+    }
+    // Many fields: the limit is the same.
+    for n in [MAX_HEADERS - 1, MAX_HEADERS, MAX_HEADERS + 1] {
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..n {
+            head.extend_from_slice(format!("f{i}: v\r\n").as_bytes());
+        }
+        head.extend_from_slice(b"\r\n");
+        check_head_scan(&head);
+        checked += 1;
+    }
+    assert!(checked > 10_000, "{checked}");
+}
