@@ -1,4 +1,5 @@
-//! weir's own HTTP/1.1 server reads a client's request head (httparse, then the rules
+//! weir's own HTTP/1.1 server reads a client's request head (a one-pass scan, checked
+//! against the httparse-based reading it replaced; then the rules
 //! that decide whether the request is served there or handed to hyper's server). Client
 //! bytes are untrusted. Beyond not panicking: the answer must not depend on how the bytes
 //! arrive (every prefix of a complete head is only partial, so reading in pieces finds
@@ -9,13 +10,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_proxy::{ParsedRequest, RequestFraming, parse_request};
+use weir_proxy::{ParsedRequest, RequestFraming, check_request_scan, parse_request};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&limit, bytes)) = data.split_first() else {
         return;
     };
     let max_headers = usize::from(limit);
+    // The one-pass scan agrees with httparse (weir's reading before it).
+    check_request_scan(bytes, max_headers);
     let mut fields = Vec::new();
     let whole = parse_request(bytes, &mut fields, max_headers);
     if let ParsedRequest::Complete {

@@ -102,7 +102,8 @@ pub use h1::parse::{
     read as read_upstream_response,
 };
 pub use h1::server::{
-    Field as RequestField, Parsed as ParsedRequest, RequestFraming, parse_request,
+    Field as RequestField, Parsed as ParsedRequest, RequestFraming, check_request_scan,
+    parse_request,
 };
 pub use l4::{ClientHello, InvalidClientHello, MAX_HELLO, parse_client_hello};
 pub use normalize::{InvalidPath, normalize_path};

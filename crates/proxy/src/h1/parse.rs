@@ -290,39 +290,58 @@ pub(crate) fn scan_response(
         _ => return Err(Invalid::Head("status code")),
     };
     // The header fields, up to the empty line.
+    let fields = |name, value| {
+        spans.push((name, value));
+        Ok(())
+    };
+    Ok(
+        scan_fields(buf, at, MAX_HEADERS, fields)?.map(|len| StatusLine {
+            len,
+            minor,
+            code,
+            reason,
+        }),
+    )
+}
+
+/// Scans the header fields from `at` up to the empty line (see [`scan_response`]),
+/// handing each field's name and value spans to `field` as it is found (an error it
+/// returns ends the scan), and returns the head's length (through the empty line). More
+/// than `max` fields are refused ([`Invalid::HeadTooLarge`]).
+pub(crate) fn scan_fields(
+    buf: &[u8],
+    mut at: usize,
+    max: usize,
+    mut field: impl FnMut((usize, usize), (usize, usize)) -> Result<(), Invalid>,
+) -> Result<Option<usize>, Invalid> {
+    let mut count = 0;
     loop {
         match byte!(buf, at) {
             b'\r' => {
                 if byte!(buf, at + 1) != b'\n' {
                     return Err(Invalid::Head("line ending"));
                 }
-                return Ok(Some(StatusLine {
-                    len: at + 2,
-                    minor,
-                    code,
-                    reason,
-                }));
+                return Ok(Some(at + 2));
             }
             b'\n' => return Err(Invalid::Head("bare LF")),
             _ => {}
         }
         let name_start = at;
-        while TOKEN[usize::from(byte!(buf, at))] {
-            at += 1;
-        }
-        if at == name_start || buf[at] != b':' {
+        let Some(n) = buf[at..].iter().position(|&b| !TOKEN[usize::from(b)]) else {
+            return Ok(None);
+        };
+        at += n;
+        if n == 0 || buf[at] != b':' {
             return Err(Invalid::Head("field name"));
         }
-        let name = (name_start, at - name_start);
+        let name = (name_start, n);
         at += 1;
         while matches!(byte!(buf, at), b' ' | b'\t') {
             at += 1;
         }
         let value_start = at;
-        while TEXT[usize::from(byte!(buf, at))] {
-            at += 1;
-        }
-        match buf[at] {
+        at += text_run(&buf[at..]);
+        match byte!(buf, at) {
             b'\r' => {
                 if byte!(buf, at + 1) != b'\n' {
                     return Err(Invalid::Head("field value"));
@@ -335,12 +354,148 @@ pub(crate) fn scan_response(
         while value_end > value_start && matches!(buf[value_end - 1], b' ' | b'\t') {
             value_end -= 1;
         }
-        if spans.len() == MAX_HEADERS {
+        if count == max {
             return Err(Invalid::HeadTooLarge);
         }
-        spans.push((name, (value_start, value_end - value_start)));
+        count += 1;
+        field(name, (value_start, value_end - value_start))?;
         at += 2;
     }
+}
+
+/// The length of the run of [`TEXT`] bytes at the start of `bytes`. Eight bytes at a
+/// time while none is a control byte (below 0x20) or DEL (the usual value has neither
+/// but its line end): a word's lowest byte flagged by the two tests below is the first
+/// such byte (a borrow only moves up, from a byte that is flagged itself); a tab there is
+/// part of the run.
+fn text_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    let mut i = 0;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let mut w = [0; 8];
+        w.copy_from_slice(word);
+        let w = u64::from_le_bytes(w);
+        let below_space = w.wrapping_sub(ONES * 0x20) & !w;
+        let del = w ^ (ONES * 0x7f);
+        let del = del.wrapping_sub(ONES) & !del;
+        let flagged = (below_space | del) & HIGH;
+        if flagged == 0 {
+            i += 8;
+            continue;
+        }
+        let first = i + (flagged.trailing_zeros() / 8) as usize;
+        if bytes[first] != b'\t' {
+            return first;
+        }
+        i = first + 1;
+    }
+    i + bytes[i..]
+        .iter()
+        .position(|&b| !TEXT[usize::from(b)])
+        .unwrap_or(bytes.len() - i)
+}
+
+/// A request line, as [`scan_request`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestLine {
+    /// Where the method lies: (offset, length).
+    pub(crate) method: (usize, usize),
+    /// Where the request target lies: (offset, length).
+    pub(crate) target: (usize, usize),
+    /// The minor version: `HTTP/1.0` or `HTTP/1.1`.
+    pub(crate) minor: u8,
+    /// The head's length: request line, fields and the empty line.
+    pub(crate) len: usize,
+}
+
+/// Whether a byte may be part of a request target as httparse reads it: visible ASCII
+/// and bytes above 0x7f (the target must be UTF-8).
+const TARGET: [bool; 256] = {
+    let mut set = byte_set(b"", true);
+    set[b' ' as usize] = false;
+    set[0x7f] = false;
+    set
+};
+
+/// Scans the request head at the start of `buf` in one pass, its fields handed to `field`
+/// as [`scan_fields`] does, with the rules of [`scan_response`] (CRLF line ends, no
+/// obs-fold, at most `max` fields): empty
+/// lines (CRLF) first are skipped; then a method (a token), one space, a target of
+/// visible bytes (UTF-8), one space, `HTTP/1.0` or `HTTP/1.1` and CRLF. `Ok(None)`: the
+/// bytes so far are a valid beginning. Where it refuses what httparse (weir's parser
+/// before session 40) accepted, it is sooner (a version other than 1.1, more than `max`
+/// fields) or a bare LF (hyper's server reads such a request instead).
+pub(crate) fn scan_request(
+    buf: &[u8],
+    max: usize,
+    field: impl FnMut((usize, usize), (usize, usize)) -> Result<(), Invalid>,
+) -> Result<Option<RequestLine>, Invalid> {
+    let mut at = 0;
+    loop {
+        match byte!(buf, at) {
+            b'\r' => {
+                if byte!(buf, at + 1) != b'\n' {
+                    return Err(Invalid::Head("line ending"));
+                }
+                at += 2;
+            }
+            b'\n' => return Err(Invalid::Head("bare LF")),
+            _ => break,
+        }
+    }
+    let method_start = at;
+    while TOKEN[usize::from(byte!(buf, at))] {
+        at += 1;
+    }
+    if at == method_start || buf[at] != b' ' {
+        return Err(Invalid::Head("method"));
+    }
+    let method = (method_start, at - method_start);
+    at += 1;
+    let target_start = at;
+    let mut high = false;
+    loop {
+        let b = byte!(buf, at);
+        if !TARGET[usize::from(b)] {
+            break;
+        }
+        high |= b >= 0x80;
+        at += 1;
+    }
+    if at == target_start || buf[at] != b' ' {
+        return Err(Invalid::Head("target"));
+    }
+    if high && std::str::from_utf8(&buf[target_start..at]).is_err() {
+        return Err(Invalid::Head("target"));
+    }
+    let target = (target_start, at - target_start);
+    at += 1;
+    let rest = &buf[at..];
+    if rest.len() < 8 {
+        return if b"HTTP/1."[..rest.len().min(7)] == rest[..rest.len().min(7)] {
+            Ok(None)
+        } else {
+            Err(Invalid::Head("version"))
+        };
+    }
+    let minor = match &rest[..8] {
+        b"HTTP/1.0" => 0,
+        b"HTTP/1.1" => 1,
+        _ => return Err(Invalid::Head("version")),
+    };
+    at += 8;
+    match byte!(buf, at) {
+        b'\r' if byte!(buf, at + 1) == b'\n' => at += 2,
+        b'\n' => return Err(Invalid::Head("bare LF")),
+        _ => return Err(Invalid::Head("line ending")),
+    }
+    Ok(scan_fields(buf, at, max, field)?.map(|len| RequestLine {
+        method,
+        target,
+        minor,
+        len,
+    }))
 }
 
 /// What a response head's fields say about its framing and its connection, gathered

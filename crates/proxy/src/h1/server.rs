@@ -221,9 +221,82 @@ pub enum RequestFraming {
 /// One header field of a parsed head: its name, and its value's place in the head.
 pub type Field = (HeaderName, usize, usize);
 
-/// Reads the request head at the start of `buf` (`fields` gets its header fields, after
-/// a `Complete`). Pure: the fuzz target `h1_request` checks it.
+/// Reads the request head at the start of `buf` in one pass ([`super::parse::scan_request`];
+/// `fields` gets its header fields, after a `Complete`). Pure: the fuzz target
+/// `h1_request` checks it, against httparse too ([`check_request_scan`]).
 pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) -> Parsed {
+    fields.clear();
+    let mut keep_alive = true;
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    // Each field as the scan finds it: its name parsed, the framing fields checked (a
+    // head weir does not serve stops the scan: `Other`).
+    let not_here = super::parse::Invalid::Head("served by hyper");
+    let field = |(name_at, name_len): (usize, usize), (at, len): (usize, usize)| {
+        let Ok(name) = HeaderName::from_bytes(&buf[name_at..name_at + name_len]) else {
+            return Err(not_here.clone());
+        };
+        let value = &buf[at..at + len];
+        match name {
+            header::TRANSFER_ENCODING => {
+                // One field that is exactly `chunked`; any other coding, a list, or a
+                // second field is hyper's to read or refuse.
+                if chunked || !value.eq_ignore_ascii_case(b"chunked") {
+                    return Err(not_here.clone());
+                }
+                chunked = true;
+            }
+            header::EXPECT | header::UPGRADE | header::TE => return Err(not_here.clone()),
+            header::CONTENT_LENGTH => {
+                // One field of 1–19 decimal digits; anything else (a list, a sign,
+                // spaces, a second field) is hyper's to read or refuse.
+                if length.is_some() {
+                    return Err(not_here.clone());
+                }
+                let Some(n) = super::parse::decimal(value) else {
+                    return Err(not_here.clone());
+                };
+                length = Some(n);
+            }
+            header::CONNECTION if has_token(value, b"close") => keep_alive = false,
+            _ => {}
+        }
+        fields.push((name, at, at + len));
+        Ok(())
+    };
+    let line = match super::parse::scan_request(buf, max_headers.min(FIELDS), field) {
+        Ok(Some(line)) => line,
+        Ok(None) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if line.minor != 1 || line.target.1 > MAX_URI {
+        return Parsed::Other;
+    }
+    let Ok(method) = Method::from_bytes(&buf[line.method.0..line.method.0 + line.method.1]) else {
+        return Parsed::Other;
+    };
+    if method == Method::CONNECT {
+        return Parsed::Other;
+    }
+    let body = match (length, chunked) {
+        // Both framings: hyper's to read (as chunked, closing after the answer).
+        (Some(_), true) => return Parsed::Other,
+        (None, true) => RequestFraming::Chunked,
+        (Some(n), false) => RequestFraming::Length(n),
+        (None, false) => RequestFraming::Length(0),
+    };
+    Parsed::Complete {
+        len: line.len,
+        method,
+        target: (line.target.0, line.target.0 + line.target.1),
+        keep_alive,
+        body,
+    }
+}
+
+/// [`parse_request`] before session 40: httparse, then the same rules. Kept to check
+/// that the two agree ([`check_request_scan`]).
+fn reference_parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) -> Parsed {
     fields.clear();
     let mut table = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; FIELDS];
     let mut req = httparse::Request::new(&mut []);
@@ -296,6 +369,39 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
         target: (start, start + path.len()),
         keep_alive,
         body,
+    }
+}
+
+/// Panics unless [`parse_request`] and the httparse-based reading before it agree on
+/// `bytes`: a head served here is the same head with the same fields either way. The new
+/// scan may give up sooner (`Other` where httparse still asked for more: a version other
+/// than 1.1, too many fields, a framing field it does not serve), and it hands a head
+/// with a bare LF to hyper's server.
+#[doc(hidden)]
+pub fn check_request_scan(bytes: &[u8], max_headers: usize) {
+    let (mut new_fields, mut old_fields) = (Vec::new(), Vec::new());
+    let new = parse_request(bytes, &mut new_fields, max_headers);
+    let old = reference_parse_request(bytes, &mut old_fields, max_headers);
+    let text = String::from_utf8_lossy(bytes);
+    match (&new, &old) {
+        (Parsed::Complete { .. }, _) | (_, Parsed::Complete { .. }) if new == old => {
+            assert_eq!(new_fields, old_fields, "fields of {text:?}");
+        }
+        (Parsed::Other, Parsed::Complete { len, .. }) => {
+            let head = &bytes[..*len];
+            let bare_lf = head
+                .iter()
+                .enumerate()
+                .any(|(i, b)| *b == b'\n' && (i == 0 || head[i - 1] != b'\r'));
+            assert!(
+                bare_lf,
+                "handed over {text:?}, which httparse read as {old:?}"
+            );
+        }
+        (Parsed::Partial, Parsed::Partial)
+        | (Parsed::Other, Parsed::Other)
+        | (Parsed::Other, Parsed::Partial) => {}
+        _ => panic!("{new:?} where httparse gave {old:?} for {text:?}"),
     }
 }
 

@@ -393,3 +393,26 @@ fn the_head_scan_agrees_with_httparse_and_the_bare_lf_rule() {
     }
     assert!(checked > 10_000, "{checked}");
 }
+
+/// The eight-bytes-at-a-time run of value bytes ends where the byte-by-byte one does:
+/// every byte at every place of runs of 0–24 bytes (behind a tab, a space or obs-text).
+#[test]
+fn a_text_run_ends_at_the_first_byte_outside_it() {
+    let scalar = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .position(|&b| !(b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80))
+            .unwrap_or(bytes.len())
+    };
+    for fill in [b'a', b'\t', b' ', 0x80, 0xff] {
+        for len in 0..=24 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut bytes = vec![fill; len];
+                    bytes[at] = b;
+                    assert_eq!(text_run(&bytes), scalar(&bytes), "{bytes:?}");
+                }
+            }
+        }
+    }
+}

@@ -477,3 +477,66 @@ async fn a_body_short_of_its_length_fails_and_extra_data_is_not_sent() {
     assert_eq!(out.0, b"H\r\n\r\nabcd");
     assert_eq!(body.frames.len(), 1, "the body is not read past its length");
 }
+
+/// The one-pass request scan agrees with httparse and the rules after it (weir's reading
+/// before it) on a set of heads, every prefix of each, and every head one byte away from
+/// them (a byte replaced by, or inserted as, one of the bytes the rules turn on, or
+/// deleted), with field limits below, at and above their fields.
+#[test]
+fn the_request_scan_agrees_with_httparse() {
+    let heads: &[&[u8]] = &[
+        b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n",
+        b"GET /a/b?c=d&e=%20 HTTP/1.1\r\nhost: a\r\nuser-agent: x/1\r\naccept: */*\r\nconnection: keep-alive, close\r\n\r\n",
+        b"POST /up HTTP/1.1\r\nhost: a\r\ncontent-length: 12\r\n\r\nhello world!",
+        b"PUT /c HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"\r\n\r\nGET / HTTP/1.1\r\nhost: a\r\nx-empty:\r\nx-ws: \t v \t\r\n\r\n",
+        b"GET /caf\xc3\xa9 HTTP/1.1\r\nhost: a\r\nx-obs: \x80\xff\r\n\r\n",
+        b"GET / HTTP/1.0\r\nhost: a\r\n\r\n",
+        b"OPTIONS * HTTP/1.1\r\nhost: a\r\n\r\n",
+        b"GET http://a.test/x HTTP/1.1\r\nhost: a.test\r\n\r\n",
+        b"GET / HTTP/1.1\nhost: a\n\n",
+        b"GET / HTTP/1.1\r\nhost : a\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\n folded\r\n\r\n",
+        b"CONNECT a:443 HTTP/1.1\r\nhost: a:443\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\nupgrade: websocket\r\nexpect: 100-continue\r\n\r\n",
+    ];
+    let interesting = [
+        b'\r', b'\n', b' ', b'\t', b':', 0, 0x01, 0x7f, 0x80, 0xff, b'a', b'0', b'/', b'"',
+    ];
+    let mut checked = 0;
+    for head in heads {
+        for max in [0, 2, 100, 255] {
+            for end in 0..=head.len() {
+                check_request_scan(&head[..end], max);
+                checked += 1;
+            }
+        }
+        for at in 0..head.len() {
+            let mut deleted = head.to_vec();
+            deleted.remove(at);
+            check_request_scan(&deleted, 100);
+            for &b in &interesting {
+                let mut replaced = head.to_vec();
+                replaced[at] = b;
+                check_request_scan(&replaced, 100);
+                let mut inserted = head.to_vec();
+                inserted.insert(at, b);
+                check_request_scan(&inserted, 100);
+                checked += 2;
+            }
+        }
+    }
+    for n in [99, 100, 101] {
+        let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..n {
+            head.extend_from_slice(format!("f{i}: v\r\n").as_bytes());
+        }
+        head.extend_from_slice(b"\r\n");
+        for max in [50, 100, 255] {
+            check_request_scan(&head, max);
+            checked += 1;
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
+}
