@@ -8,8 +8,8 @@
 //! plaintext keep-alive path that machinery, with its moves of requests and responses, was
 //! the largest part of weir's user-space instructions per request. Here, as pingora does,
 //! the request's own future writes the head (one `writev`, with the body's first frame when
-//! it is already there) and reads the response head with `httparse` into the connection's
-//! reused buffer; the response body reads the same connection and gives it back to the pool
+//! it is already there) and reads the response head in one pass
+//! ([`parse::scan_response`]) from the connection's reused buffer; the response body reads the same connection and gives it back to the pool
 //! when it ends. No task, no channel, no per-message buffer.
 //!
 //! - [`parse`]: the response head and the chunked decoder (untrusted bytes; fuzzed);
