@@ -221,7 +221,7 @@ pub enum RequestFraming {
 /// One header field of a parsed head: its name, and its value's place in the head.
 pub type Field = (HeaderName, usize, usize);
 
-/// Reads the request head at the start of `buf` in one pass ([`super::parse::scan_request`];
+/// Reads the request head at the start of `buf` in one pass (`h1::parse::scan_request`;
 /// `fields` gets its header fields, after a `Complete`). Pure: the fuzz target
 /// `h1_request` checks it, against httparse too ([`check_request_scan`]).
 pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) -> Parsed {
