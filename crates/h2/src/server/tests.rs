@@ -44,6 +44,29 @@ where
 }
 
 /// A body of one buffer, its length known (so the response gets `content-length`).
+/// Serves `io` with `service` until `stop` fires, then shuts the connection down
+/// gracefully and serves what began; its end (an error as text).
+fn serve_until_stopped<S, F>(
+    io: tokio::io::DuplexStream,
+    service: S,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<Result<(), String>>
+where
+    S: FnMut(Request<RecvBody>) -> F + Unpin + Send + 'static,
+    F: Future<Output = Result<Response<TestBody>, Infallible>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut conn = Box::pin(Connection::new(io, Config::default(), service));
+        let mut stop = stop;
+        tokio::select! {
+            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
+            _ = &mut stop => {}
+        }
+        conn.as_mut().get_mut().graceful_shutdown();
+        conn.await.map_err(|e| e.to_string())
+    })
+}
+
 fn full(s: &'static str) -> TestBody {
     boxed(http_body_util::Full::new(Bytes::from_static(s.as_bytes())).map_err(|e| match e {}))
 }
@@ -305,20 +328,11 @@ async fn answers_an_oversized_head_with_431() {
 async fn graceful_shutdown_finishes_what_began() {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let srv = tokio::spawn(async move {
-        let service = |_req: Request<RecvBody>| async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok::<_, Infallible>(Response::new(full("done")))
-        };
-        let mut conn = Box::pin(Connection::new(server, Config::default(), service));
-        let mut rx = rx;
-        tokio::select! {
-            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
-            _ = &mut rx => {}
-        }
-        conn.as_mut().get_mut().graceful_shutdown();
-        conn.await.map_err(|e| e.to_string())
-    });
+    let service = |_req: Request<RecvBody>| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok::<_, Infallible>(Response::new(full("done")))
+    };
+    let srv = serve_until_stopped(server, service, rx);
     let (mut send, conn) = h2::client::handshake(client).await.unwrap();
     let client_conn = tokio::spawn(conn);
     let (resp, _) = send.send_request(get("/"), true).unwrap();
@@ -639,18 +653,9 @@ async fn graceful_shutdown_takes_two_steps() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut client, server) = tokio::io::duplex(1 << 20);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let srv = tokio::spawn(async move {
-        let service =
-            |_req: Request<RecvBody>| async move { Ok::<_, Infallible>(Response::new(full("ok"))) };
-        let mut conn = Box::pin(Connection::new(server, Config::default(), service));
-        let mut rx = rx;
-        tokio::select! {
-            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
-            _ = &mut rx => {}
-        }
-        conn.as_mut().get_mut().graceful_shutdown();
-        conn.await.map_err(|e| e.to_string())
-    });
+    let service =
+        |_req: Request<RecvBody>| async move { Ok::<_, Infallible>(Response::new(full("ok"))) };
+    let srv = serve_until_stopped(server, service, rx);
     let mut out = crate::frame::PREFACE.to_vec();
     crate::frame::write_settings(&mut out, &crate::frame::Settings::default());
     crate::frame::write_headers(&mut out, 1, GET_BLOCK, true, 16_384);

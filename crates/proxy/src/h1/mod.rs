@@ -26,3 +26,26 @@ mod write;
 mod client;
 
 pub(crate) use client::{Conn, Exchange, Io, ResponseBody, Upgraded};
+
+/// Calls `check` on every head one byte away from `head`: each byte deleted, and replaced
+/// by or preceded by each byte of `bytes`. Returns how many replaced or inserted heads it
+/// checked. (The head scanners' tests compare two readings on all of them.)
+#[cfg(test)]
+pub(crate) fn one_byte_away(head: &[u8], bytes: &[u8], mut check: impl FnMut(&[u8])) -> usize {
+    let mut checked = 0;
+    for at in 0..head.len() {
+        let mut deleted = head.to_vec();
+        deleted.remove(at);
+        check(&deleted);
+        for &b in bytes {
+            let mut replaced = head.to_vec();
+            replaced[at] = b;
+            check(&replaced);
+            let mut inserted = head.to_vec();
+            inserted.insert(at, b);
+            check(&inserted);
+            checked += 2;
+        }
+    }
+    checked
+}

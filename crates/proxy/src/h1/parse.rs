@@ -188,6 +188,40 @@ macro_rules! byte {
     };
 }
 
+/// Where a head starts after the empty lines (CRLF) before it, which are skipped.
+fn skip_empty_lines(buf: &[u8]) -> Result<Option<usize>, Invalid> {
+    let mut at = 0;
+    loop {
+        match byte!(buf, at) {
+            b'\r' => {
+                if byte!(buf, at + 1) != b'\n' {
+                    return Err(Invalid::Head("line ending"));
+                }
+                at += 2;
+            }
+            b'\n' => return Err(Invalid::Head("bare LF")),
+            _ => return Ok(Some(at)),
+        }
+    }
+}
+
+/// The minor version of the eight bytes `HTTP/1.0` or `HTTP/1.1` that start `rest`;
+/// `None` while fewer than eight bytes are there and they begin one of them.
+fn version(rest: &[u8]) -> Result<Option<u8>, Invalid> {
+    if rest.len() < 8 {
+        return if b"HTTP/1."[..rest.len().min(7)] == rest[..rest.len().min(7)] {
+            Ok(None)
+        } else {
+            Err(Invalid::Head("version"))
+        };
+    }
+    match &rest[..8] {
+        b"HTTP/1.0" => Ok(Some(0)),
+        b"HTTP/1.1" => Ok(Some(1)),
+        _ => Err(Invalid::Head("version")),
+    }
+}
+
 /// Scans the response head at the start of `buf` in one pass, as RFC 9112 reads it and
 /// as strictly as weir relays it: the status line (`HTTP/1.0` or `HTTP/1.1`, a space,
 /// three digits, then a space and a reason phrase or the line's end) and the header
@@ -207,33 +241,11 @@ pub(crate) fn scan_response(
     spans: &mut Vec<FieldSpan>,
 ) -> Result<Option<StatusLine>, Invalid> {
     spans.clear();
-    let mut at = 0;
-    // Empty lines before the status line.
-    loop {
-        match byte!(buf, at) {
-            b'\r' => {
-                if byte!(buf, at + 1) != b'\n' {
-                    return Err(Invalid::Head("line ending"));
-                }
-                at += 2;
-            }
-            b'\n' => return Err(Invalid::Head("bare LF")),
-            _ => break,
-        }
-    }
-    // The version: all eight bytes, or as many as there are so far.
-    let rest = &buf[at..];
-    if rest.len() < 8 {
-        return if b"HTTP/1."[..rest.len().min(7)] == rest[..rest.len().min(7)] {
-            Ok(None)
-        } else {
-            Err(Invalid::Head("version"))
-        };
-    }
-    let minor = match &rest[..8] {
-        b"HTTP/1.0" => 0,
-        b"HTTP/1.1" => 1,
-        _ => return Err(Invalid::Head("version")),
+    let Some(mut at) = skip_empty_lines(buf)? else {
+        return Ok(None);
+    };
+    let Some(minor) = version(&buf[at..])? else {
+        return Ok(None);
     };
     at += 8;
     if byte!(buf, at) != b' ' {
@@ -431,19 +443,9 @@ pub(crate) fn scan_request(
     max: usize,
     field: impl FnMut((usize, usize), (usize, usize)) -> Result<(), Invalid>,
 ) -> Result<Option<RequestLine>, Invalid> {
-    let mut at = 0;
-    loop {
-        match byte!(buf, at) {
-            b'\r' => {
-                if byte!(buf, at + 1) != b'\n' {
-                    return Err(Invalid::Head("line ending"));
-                }
-                at += 2;
-            }
-            b'\n' => return Err(Invalid::Head("bare LF")),
-            _ => break,
-        }
-    }
+    let Some(mut at) = skip_empty_lines(buf)? else {
+        return Ok(None);
+    };
     let method_start = at;
     while TOKEN[usize::from(byte!(buf, at))] {
         at += 1;
@@ -471,18 +473,8 @@ pub(crate) fn scan_request(
     }
     let target = (target_start, at - target_start);
     at += 1;
-    let rest = &buf[at..];
-    if rest.len() < 8 {
-        return if b"HTTP/1."[..rest.len().min(7)] == rest[..rest.len().min(7)] {
-            Ok(None)
-        } else {
-            Err(Invalid::Head("version"))
-        };
-    }
-    let minor = match &rest[..8] {
-        b"HTTP/1.0" => 0,
-        b"HTTP/1.1" => 1,
-        _ => return Err(Invalid::Head("version")),
+    let Some(minor) = version(&buf[at..])? else {
+        return Ok(None);
     };
     at += 8;
     match byte!(buf, at) {

@@ -512,20 +512,7 @@ fn the_request_scan_agrees_with_httparse() {
                 checked += 1;
             }
         }
-        for at in 0..head.len() {
-            let mut deleted = head.to_vec();
-            deleted.remove(at);
-            check_request_scan(&deleted, 100);
-            for &b in &interesting {
-                let mut replaced = head.to_vec();
-                replaced[at] = b;
-                check_request_scan(&replaced, 100);
-                let mut inserted = head.to_vec();
-                inserted.insert(at, b);
-                check_request_scan(&inserted, 100);
-                checked += 2;
-            }
-        }
+        checked += crate::h1::one_byte_away(head, &interesting, |h| check_request_scan(h, 100));
     }
     for n in [99, 100, 101] {
         let mut head = b"GET / HTTP/1.1\r\n".to_vec();
