@@ -240,6 +240,8 @@ fn median_rounds(raw: Vec<Measured>) -> Vec<Measured> {
 struct Target<'a> {
     site: &'a Site,
     pid: u32,
+    /// The backend's process, whose CPU per request is reported beside the proxy's.
+    backend_pid: u32,
     dir: &'a Path,
     cache: &'a Path,
     taskset: &'a Path,
@@ -427,6 +429,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
                     let target = Target {
                         site: &st.site,
                         pid: st.proxy.pid(),
+                        backend_pid: backend.pid(),
                         dir: &st.dir,
                         cache: &opts.cache,
                         taskset: &bins.taskset,
@@ -518,6 +521,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
         return Measured::error(sc, kind, format!("warm-up: {e:#}"));
     }
     let before = tree_stats(t.pid);
+    let backend_before = tree_stats(t.backend_pid).cpu_seconds;
     let cpus = CpuTimes::now();
     let wall = Instant::now();
     // A cold pass runs until every domain was visited once (bounded by 10 minutes).
@@ -529,6 +533,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
     let result = drive(sc, t, duration, "run").await;
     let wall = wall.elapsed().as_secs_f64();
     let after = tree_stats(t.pid);
+    let backend_cpu = tree_stats(t.backend_pid).cpu_seconds - backend_before;
     let cpus_after = CpuTimes::now();
     match result {
         Ok(r) => {
@@ -550,6 +555,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
                 cpus_after.busy_percent_since(&cpus, PROXY_CPU),
                 cpus_after.busy_percent_since(&cpus, LOAD_CPU),
             )
+            .with_backend_cpu(backend_cpu)
         }
         Err(e) => Measured::error(sc, kind, format!("{e:#}")),
     }

@@ -105,6 +105,9 @@ pub(crate) struct Measured {
     /// Context switches of the proxy's threads per request (or connection) during the
     /// measurement: (voluntary, involuntary).
     pub(crate) switches_per_request: Option<(f64, f64)>,
+    /// The backend's CPU seconds per 100,000 requests (or connections) during the
+    /// measurement: what the proxy's way of talking to it costs on the backend's core.
+    pub(crate) backend_cpu_s_per_100k: Option<f64>,
 }
 
 impl Measured {
@@ -144,7 +147,18 @@ impl Measured {
                     per(end.involuntary_switches, start.involuntary_switches),
                 )
             }),
+            backend_cpu_s_per_100k: None,
         }
+    }
+
+    /// Adds the backend's CPU seconds over the measurement.
+    pub(crate) fn with_backend_cpu(mut self, seconds: f64) -> Measured {
+        let ok = self
+            .load
+            .as_ref()
+            .map_or(0, |l| l.requests.saturating_sub(l.errors));
+        self.backend_cpu_s_per_100k = (ok > 0).then(|| seconds.max(0.0) * 100_000.0 / ok as f64);
+        self
     }
 
     /// A measurement that failed.
@@ -163,6 +177,7 @@ impl Measured {
             error: Some(error),
             rounds: 1,
             switches_per_request: None,
+            backend_cpu_s_per_100k: None,
         }
     }
 
@@ -178,7 +193,7 @@ impl Measured {
     pub(crate) fn one_line(&self) -> String {
         match (&self.load, &self.error) {
             (Some(l), _) => format!(
-                "  {:<14} {:<8} {:>9.0} req/s  p50 {}  p99 {}  errors {}  CPU {:.2} s/100k  load CPU {:.0} %  switches/req {:.2} + {:.2}",
+                "  {:<14} {:<8} {:>9.0} req/s  p50 {}  p99 {}  errors {}  CPU {:.2} s/100k  load CPU {:.0} %  backend CPU {:.2} s/100k  switches/req {:.2} + {:.2}",
                 self.scenario,
                 self.proxy.name(),
                 l.rps,
@@ -187,6 +202,7 @@ impl Measured {
                 l.errors,
                 self.cpu_s_per_100k.unwrap_or(0.0),
                 self.load_cpu_busy_percent.unwrap_or(0.0),
+                self.backend_cpu_s_per_100k.unwrap_or(0.0),
                 self.switches_per_request.map_or(0.0, |s| s.0),
                 self.switches_per_request.map_or(0.0, |s| s.1),
             ),
@@ -233,7 +249,9 @@ scenario's concurrency limited the figure, not the proxy. Proxy CPU s / 100k req
 fairer comparison: user + system time of all the proxy's processes (from /proc) over the \
 measurement, per 100,000 successful requests (connections for `tls-new-*`); in brackets \
 the kernel's part of it (system time: system calls and, on loopback, the receiving side's \
-TCP processing too). Memory is PSS summed over the \
+TCP processing too). Backend CPU s / 100k req is the same for the backend's process: it \
+shares a core with the load generator or with the proxy, so its cost per request bounds \
+what any proxy can reach there. Memory is PSS summed over the \
 proxy's processes (shared pages split between them; the JSON also has the RSS sum). Latency: wrk's percentiles (closed loop), h2load's per-request log, and \
 the bench's own clients: `tls-new-*` time connect + full TLS 1.3 handshake (X25519 only, \
 no resumption, the leaf compared byte for byte, signatures not checked) + one GET with \
@@ -406,9 +424,12 @@ impl TrafficReport {
         let _ = writeln!(s, "{NOTES}");
         let _ = writeln!(
             s,
-            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req (kernel's part) | proxy CPU | proxy PSS / RSS | errors | load CPU busy | context switches / req (voluntary + involuntary) |"
+            "\n| scenario | proxy | req/s | p50 | p90 | p99 | p99.9 | proxy CPU s / 100k req (kernel's part) | proxy CPU | proxy PSS / RSS | errors | load CPU busy | backend CPU s / 100k req | context switches / req (voluntary + involuntary) |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         for (id, _) in &p.scenarios {
             for px in &proxies {
                 let Some(m) = self.get(id, *px) else { continue };
@@ -417,7 +438,7 @@ impl TrafficReport {
                         let lat = m.latency();
                         let _ = writeln!(
                             s,
-                            "| `{id}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {:.1} MiB | {} | {} | {} |",
+                            "| `{id}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} / {:.1} MiB | {} | {} | {} | {} |",
                             px.name(),
                             num(l.rps),
                             ms_opt(lat.map(|x| x.p50_ms)),
@@ -436,6 +457,8 @@ impl TrafficReport {
                             l.errors,
                             m.load_cpu_busy_percent
                                 .map_or("–".into(), |c| format!("{c:.0} %")),
+                            m.backend_cpu_s_per_100k
+                                .map_or("–".into(), |c| format!("{c:.2}")),
                             m.switches_per_request
                                 .map_or("–".into(), |(v, i)| format!("{v:.2} + {i:.2}")),
                         );
@@ -443,7 +466,7 @@ impl TrafficReport {
                     None => {
                         let _ = writeln!(
                             s,
-                            "| `{id}` | {} | failed: {} |  |  |  |  |  |  |  |  |  |  |",
+                            "| `{id}` | {} | failed: {} |  |  |  |  |  |  |  |  |  |  |  |",
                             px.name(),
                             m.error.as_deref().unwrap_or("?").replace(['\n', '|'], " ")
                         );
@@ -650,6 +673,19 @@ mod tests {
         // 0.6 s of it in the kernel.
         assert!((m.system_s_per_100k.unwrap() - 0.6 * 100_000.0 / 90_000.0).abs() < 1e-9);
         assert_eq!(m.proxy_cpu_percent, Some(50.0));
+        // No backend figure until one is added: 0.9 s of the backend's CPU over the same
+        // 90,000 good requests.
+        assert_eq!(m.backend_cpu_s_per_100k, None);
+        let with = m.clone().with_backend_cpu(0.9);
+        let b = with.backend_cpu_s_per_100k.unwrap();
+        assert!((b - 0.9 * 100_000.0 / 90_000.0).abs() < 1e-9);
+        assert!(
+            with.one_line().contains("backend CPU 1.00 s/100k"),
+            "{}",
+            with.one_line()
+        );
+        let failed = r.get("h1-c64", ProxyKind::Nginx).unwrap().clone();
+        assert_eq!(failed.with_backend_cpu(0.9).backend_cpu_s_per_100k, None);
     }
 
     #[test]
@@ -660,7 +696,7 @@ mod tests {
         ));
         assert!(md.contains("| 30,000* | 40,000* (2 err) | 0.75 | 1.67 | 1.25 | 1.33 |"));
         assert!(md.contains(
-            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 (0.67) | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | 1.00 + 0.00 |"
+            "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 (0.67) | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | – | 1.00 + 0.00 |"
         ));
         assert!(md.contains("failed: broken   pipe"));
         assert!(md.contains("| haproxy | 1 | failed |"));
