@@ -100,6 +100,9 @@ impl Site {
 /// nginx.conf: one worker, upstream keep-alive, one server block per domain (plaintext and
 /// TLS + HTTP/2 on the same block), a default server that answers 404 and rejects unknown
 /// SNI names, no TLS session cache or tickets (every new connection is a full handshake).
+/// The forwarded request carries the fields weir adds by default (as ingress-nginx does),
+/// so that each proxy does the same work and the backend reads the same request: the
+/// client's `Host`, `X-Request-ID`, `X-Forwarded-For`, `-Proto` and `-Host`.
 pub(crate) fn nginx_conf(dir: &Path, site: &Site) -> String {
     let d = dir.display();
     let mut s = String::with_capacity(256 * site.domains + 2048);
@@ -130,6 +133,11 @@ http {{
     ssl_session_tickets off;
     proxy_http_version 1.1;
     proxy_set_header Connection \"\";
+    proxy_set_header Host $host;
+    proxy_set_header X-Request-ID $request_id;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header X-Forwarded-Host $host;
     upstream bench {{
         server {backend};
         keepalive 1024;
@@ -172,7 +180,8 @@ http {{
 
 /// haproxy.cfg: one thread, no logging, no TLS session cache or tickets, SNI from a
 /// crt-list (strict: unknown names get no certificate), Host checked against a map (404
-/// when unknown), `http-reuse always` to the backend.
+/// when unknown), `http-reuse always` to the backend, and the fields weir adds by default
+/// (`X-Request-ID`, `X-Forwarded-For`, `-Proto`, `-Host`; see [`nginx_conf`]).
 pub(crate) fn haproxy_cfg(dir: &Path, site: &Site) -> String {
     let d = dir.display();
     format!(
@@ -193,6 +202,12 @@ frontend bench
     bind {http}
     bind {https} ssl crt-list {d}/crt-list.txt strict-sni alpn h2,http/1.1
     http-request return status 404 unless {{ req.hdr(host),field(1,:),lower,map({d}/hosts.map) -m found }}
+    option forwardfor
+    unique-id-format %{{+X}}o%ci%cp%Ts%rt
+    http-request set-header X-Request-ID %[unique-id]
+    http-request set-header X-Forwarded-Proto https if {{ ssl_fc }}
+    http-request set-header X-Forwarded-Proto http unless {{ ssl_fc }}
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
     default_backend bench
 backend bench
     server backend {backend}
@@ -469,6 +484,20 @@ mod tests {
         assert!(conf.contains("ssl_session_cache off;"));
         assert!(conf.contains("server 127.0.0.1:9000;\n        keepalive 1024;"));
         assert!(conf.contains("proxy_http_version 1.1;"));
+        // The fields weir forwards by default, and the client's Host (not the upstream's
+        // name, nginx's default).
+        for field in [
+            "Host $host",
+            "X-Request-ID $request_id",
+            "X-Forwarded-For $proxy_add_x_forwarded_for",
+            "X-Forwarded-Proto $scheme",
+            "X-Forwarded-Host $host",
+        ] {
+            assert!(
+                conf.contains(&format!("proxy_set_header {field};")),
+                "{field}"
+            );
+        }
         assert!(conf.contains("listen 127.0.0.1:9002 ssl http2 default_server;"));
         assert!(conf.contains("ssl_reject_handshake on;"));
         assert_eq!(conf.matches("server_name ").count(), 3);
@@ -493,6 +522,13 @@ mod tests {
         ));
         assert!(cfg.contains("map(/run/h/hosts.map) -m found"));
         assert!(cfg.contains("server backend 127.0.0.1:9000"));
+        assert!(cfg.contains("option forwardfor"));
+        for field in ["X-Request-ID", "X-Forwarded-Proto", "X-Forwarded-Host"] {
+            assert!(
+                cfg.contains(&format!("http-request set-header {field} ")),
+                "{field}"
+            );
+        }
         assert!(!cfg.contains("\n    log "));
         assert_eq!(
             haproxy_crt_list(&s),
