@@ -425,7 +425,11 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
                 if cold && round > 0 {
                     continue;
                 }
-                for st in started.iter_mut().filter(|st| st.alive) {
+                for i in round_order(started.len(), round) {
+                    let st = &mut started[i];
+                    if !st.alive {
+                        continue;
+                    }
                     let target = Target {
                         site: &st.site,
                         pid: st.proxy.pid(),
@@ -509,6 +513,14 @@ fn scenario_ids(opts: &Options) -> String {
         .map(|s| s.id.clone())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The order in which round `round` measures `n` proxies: each round starts with the next
+/// one (weir first in the first round, the first peer in the second, ...), so that no
+/// proxy always runs right after another scenario's load, or always first while the
+/// machine drifts.
+fn round_order(n: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (k + round) % n)
 }
 
 /// Warms up, then measures one scenario with the proxy's CPU and RSS around it.
@@ -699,6 +711,17 @@ async fn wait_port(addr: SocketAddr, child: &mut ChildGuard, log: &Path) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_round_starts_with_the_next_proxy() {
+        let order = |n, round| round_order(n, round).collect::<Vec<_>>();
+        assert_eq!(order(3, 0), [0, 1, 2]);
+        assert_eq!(order(3, 1), [1, 2, 0]);
+        assert_eq!(order(3, 2), [2, 0, 1]);
+        assert_eq!(order(3, 3), [0, 1, 2]);
+        assert_eq!(order(1, 5), [0]);
+        assert!(order(0, 2).is_empty());
+    }
 
     #[test]
     fn median_round_per_scenario_and_proxy() {
