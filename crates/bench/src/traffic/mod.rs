@@ -1,6 +1,7 @@
 //! The data-plane throughput bench: weir, nginx and HAProxy configured alike in front of
 //! one tiny backend, the proxy pinned to CPU 0 and everything else (load generator,
-//! backend, this tool) to CPU 1, measured with wrk, h2load and the bench's own clients.
+//! backend, this tool) to CPU 1 (with `--backend-on proxy`, the backend on CPU 0 too),
+//! measured with wrk, h2load and the bench's own clients.
 
 pub(crate) mod backend;
 pub(crate) mod clients;
