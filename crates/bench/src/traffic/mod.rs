@@ -25,7 +25,7 @@ use crate::traffic::loadgen::{
     wrk_script_rotating,
 };
 use crate::traffic::proxies::{Binaries, ProxyKind, Running, Site};
-use crate::traffic::report::{Measured, Params, ProxyRun, TrafficReport};
+use crate::traffic::report::{Measured, Params, ProxyRun, RoundRatios, TrafficReport};
 use crate::traffic::sys::{CpuTimes, Versions, pin_process, run_bounded, tree_stats, which};
 
 /// The CPU the proxy under test runs on.
@@ -363,6 +363,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
 
     let mut runs = Vec::new();
     let mut results = Vec::new();
+    let mut per_round = Vec::new();
     for is_large in [false, true] {
         let group: Vec<&Scenario> = selected.iter().filter(|s| s.large == is_large).collect();
         if group.is_empty() {
@@ -456,6 +457,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
                 }
             }
         }
+        per_round.extend(RoundRatios::of(&raw));
         results.extend(median_rounds(raw));
         for st in started {
             let end = tree_stats(st.proxy.pid());
@@ -502,6 +504,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
         },
         runs,
         results,
+        per_round,
         total_seconds: t_run.elapsed().as_secs_f64(),
     };
     let files = report::write(&report, &opts.out)?;

@@ -26,7 +26,85 @@ pub(crate) struct TrafficReport {
     /// One per proxy and setup (1 domain, or the large one).
     pub(crate) runs: Vec<ProxyRun>,
     pub(crate) results: Vec<Measured>,
+    /// weir against the peers in every round, not only the median one.
+    pub(crate) per_round: Vec<RoundRatios>,
     pub(crate) total_seconds: f64,
+}
+
+/// weir / the best peer in each round of one scenario: req/s over the highest peer's,
+/// CPU per request over the lowest peer's (`None` where weir or every peer failed).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct RoundRatios {
+    pub(crate) scenario: String,
+    pub(crate) rps: Vec<Option<f64>>,
+    pub(crate) cpu: Vec<Option<f64>>,
+}
+
+/// Issue #17's traffic bar: at least this much of the best peer's req/s...
+const BAR_RPS: f64 = 1.1;
+/// ...at no more than this much of its CPU per request, in every round.
+const BAR_CPU: f64 = 0.9;
+
+impl RoundRatios {
+    /// The ratios of every round of every scenario in `raw` (measurements in run order:
+    /// a proxy's k-th measurement of a scenario is its round k).
+    pub(crate) fn of(raw: &[Measured]) -> Vec<RoundRatios> {
+        let mut scenarios: Vec<&str> = Vec::new();
+        let mut peers: Vec<ProxyKind> = Vec::new();
+        for m in raw {
+            if !scenarios.contains(&m.scenario.as_str()) {
+                scenarios.push(&m.scenario);
+            }
+            if m.proxy.is_peer() && !peers.contains(&m.proxy) {
+                peers.push(m.proxy);
+            }
+        }
+        let rounds_of = |scenario: &str, proxy: ProxyKind| -> Vec<&Measured> {
+            raw.iter()
+                .filter(|m| m.scenario == scenario && m.proxy == proxy)
+                .collect()
+        };
+        let mut out = Vec::new();
+        for sc in scenarios {
+            let weir = rounds_of(sc, ProxyKind::Weir);
+            let peer_rounds: Vec<Vec<&Measured>> = peers
+                .iter()
+                .map(|p| rounds_of(sc, *p))
+                .filter(|r| !r.is_empty())
+                .collect();
+            if weir.is_empty() || peer_rounds.is_empty() {
+                continue;
+            }
+            let (mut rps, mut cpu) = (Vec::new(), Vec::new());
+            for (k, w) in weir.iter().enumerate() {
+                let round: Vec<&Measured> = peer_rounds
+                    .iter()
+                    .filter_map(|r| r.get(k).copied())
+                    .collect();
+                let best_rps = round.iter().filter_map(|m| m.rps()).fold(0.0f64, f64::max);
+                let best_cpu = round
+                    .iter()
+                    .filter_map(|m| m.cpu_s_per_100k)
+                    .filter(|c| *c > 0.0)
+                    .reduce(f64::min);
+                rps.push(w.rps().filter(|_| best_rps > 0.0).map(|r| r / best_rps));
+                cpu.push(w.cpu_s_per_100k.zip(best_cpu).map(|(w, b)| w / b));
+            }
+            out.push(RoundRatios {
+                scenario: sc.to_owned(),
+                rps,
+                cpu,
+            });
+        }
+        out
+    }
+
+    /// Whether every round met the bar (>= 1.1x req/s at <= 0.9x CPU per request).
+    pub(crate) fn bar_met(&self) -> bool {
+        !self.rps.is_empty()
+            && self.rps.iter().all(|r| r.is_some_and(|r| r >= BAR_RPS))
+            && self.cpu.iter().all(|c| c.is_some_and(|c| c <= BAR_CPU))
+    }
 }
 
 /// The run's parameters.
@@ -362,7 +440,7 @@ impl TrafficReport {
         );
         let _ = writeln!(
             s,
-            "\nOrder: the proxies of a setup run side by side (idle ones use no CPU) and each scenario measures them one right after the other, so that load from elsewhere on the machine falls on all alike; {} round(s) per scenario, the round with the median requests/s reported.",
+            "\nOrder: the proxies of a setup run side by side (idle ones use no CPU) and each scenario measures them one right after the other, so that load from elsewhere on the machine falls on all alike, each round starting with the next proxy; {} round(s) per scenario, the round with the median requests/s reported.",
             self.params.rounds
         );
         let proxies = self.proxies();
@@ -420,6 +498,33 @@ impl TrafficReport {
                 " {} |",
                 self.cpu_ratio(id).map_or("–".into(), |r| format!("{r:.2}"))
             );
+        }
+        if !self.per_round.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nweir / best peer in every round (req/s over the highest peer's, CPU per request over the lowest peer's; issue #17's bar: at least {BAR_RPS}x and at most {BAR_CPU}x in every round):\n"
+            );
+            let _ = writeln!(
+                s,
+                "| scenario | rounds (req/s / CPU per request) | bar met in every round |"
+            );
+            let _ = writeln!(s, "|---|---|---|");
+            for r in &self.per_round {
+                let f = |v: &Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}"));
+                let cells: Vec<String> = r
+                    .rps
+                    .iter()
+                    .zip(&r.cpu)
+                    .map(|(q, c)| format!("{}/{}", f(q), f(c)))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "| `{}` | {} | {} |",
+                    r.scenario,
+                    cells.join(", "),
+                    if r.bar_met() { "yes" } else { "no" }
+                );
+            }
         }
         let _ = writeln!(s, "{NOTES}");
         let _ = writeln!(
@@ -654,8 +759,76 @@ mod tests {
                 m(1, ProxyKind::Weir, 50_000.0, 0),
                 Measured::error(&sc[1], ProxyKind::Nginx, "broken | pipe".into()),
             ],
+            per_round: vec![RoundRatios {
+                scenario: "h1-c1".into(),
+                rps: vec![Some(1.2), None],
+                cpu: vec![Some(0.5), Some(0.8)],
+            }],
             total_seconds: 1.0,
         }
+    }
+
+    #[test]
+    fn every_round_against_the_best_peer_of_that_round() {
+        let sc = scenarios(true, 10, 1000);
+        // `cpu` seconds over 3 s of `rps`: CPU per 100k requests = cpu * 100k / (3 * rps).
+        let m = |i: usize, px, rps: f64, cpu: f64| {
+            Measured::new(
+                &sc[i],
+                px,
+                load(rps, 0),
+                cpu,
+                3.0,
+                TreeStats::default(),
+                TreeStats::default(),
+                None,
+                None,
+            )
+        };
+        let per_100k = |cpu: f64, rps: f64| cpu * 100_000.0 / (3.0 * rps);
+        let raw = vec![
+            // Round 1 of scenario 0 (weir-baseline is not a peer, whatever its figures).
+            m(0, ProxyKind::Weir, 120_000.0, 1.0),
+            m(0, ProxyKind::WeirBaseline, 500_000.0, 0.1),
+            m(0, ProxyKind::Nginx, 100_000.0, 2.0),
+            m(0, ProxyKind::Haproxy, 90_000.0, 1.5),
+            // Scenario 1: weir failed its first round; scenario 2: every round met.
+            Measured::error(&sc[1], ProxyKind::Weir, "x".into()),
+            m(1, ProxyKind::Nginx, 100_000.0, 2.0),
+            m(2, ProxyKind::Weir, 130_000.0, 1.0),
+            m(2, ProxyKind::Nginx, 100_000.0, 2.0),
+            // Round 2, in another order.
+            m(0, ProxyKind::Haproxy, 105_000.0, 1.5),
+            m(0, ProxyKind::Nginx, 104_000.0, 2.0),
+            m(0, ProxyKind::Weir, 115_000.0, 1.0),
+            m(0, ProxyKind::WeirBaseline, 500_000.0, 0.1),
+            m(1, ProxyKind::Weir, 120_000.0, 1.0),
+            m(1, ProxyKind::Nginx, 100_000.0, 2.0),
+            m(2, ProxyKind::Nginx, 100_000.0, 2.0),
+            m(2, ProxyKind::Weir, 125_000.0, 1.0),
+        ];
+        let r = RoundRatios::of(&raw);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].scenario, sc[0].id);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        // Round 1: the best req/s is nginx's, the lowest CPU per request HAProxy's.
+        assert!(close(r[0].rps[0], 1.2));
+        assert!(close(
+            r[0].cpu[0],
+            per_100k(1.0, 120_000.0) / per_100k(1.5, 90_000.0)
+        ));
+        // Round 2: HAProxy's 105,000 req/s is the best; 1.095 < 1.1, so not met.
+        assert!(close(r[0].rps[1], 115.0 / 105.0));
+        assert!(!r[0].bar_met());
+        assert_eq!(r[1].rps[0], None);
+        assert_eq!(r[1].cpu[0], None);
+        assert!(close(r[1].rps[1], 1.2));
+        assert!(!r[1].bar_met());
+        assert!(close(r[2].rps[0], 1.3));
+        assert!(close(r[2].rps[1], 1.25));
+        assert!(r[2].bar_met());
+        // No peer measured: no ratios.
+        assert!(RoundRatios::of(&raw[..2]).is_empty());
     }
 
     #[test]
@@ -699,6 +872,7 @@ mod tests {
             "| `h1-c1` | weir | 30,000 | 1.00 ms | 2.00 ms | 3.00 ms | – | 1.67 (0.67) | 50 % | 0.0 / 0.0 MiB | 0 | 60 % | – | 1.00 + 0.00 |"
         ));
         assert!(md.contains("failed: broken   pipe"));
+        assert!(md.contains("| `h1-c1` | 1.20/0.50, –/0.80 | no |"));
         assert!(md.contains("| haproxy | 1 | failed |"));
         assert_eq!(num(1_234_567.4), "1,234,567");
         assert_eq!(num(999.0), "999");
