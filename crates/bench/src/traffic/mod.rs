@@ -527,6 +527,11 @@ fn round_order(n: usize, round: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (k + round) % n)
 }
 
+/// The backend's CPU time so far: one process (no children), so its /proc stat alone.
+fn backend_cpu_seconds(pid: u32) -> f64 {
+    crate::procs::proc_stats(pid).map_or(0.0, |s| s.cpu_seconds)
+}
+
 /// Warms up, then measures one scenario with the proxy's CPU and RSS around it.
 async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options) -> Measured {
     let cold = matches!(sc.load, Load::Handshakes { cold: true, .. });
@@ -537,7 +542,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
         return Measured::error(sc, kind, format!("warm-up: {e:#}"));
     }
     let before = tree_stats(t.pid);
-    let backend_before = tree_stats(t.backend_pid).cpu_seconds;
+    let backend_before = backend_cpu_seconds(t.backend_pid);
     let cpus = CpuTimes::now();
     let wall = Instant::now();
     // A cold pass runs until every domain was visited once (bounded by 10 minutes).
@@ -549,7 +554,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
     let result = drive(sc, t, duration, "run").await;
     let wall = wall.elapsed().as_secs_f64();
     let after = tree_stats(t.pid);
-    let backend_cpu = tree_stats(t.backend_pid).cpu_seconds - backend_before;
+    let backend_cpu = backend_cpu_seconds(t.backend_pid) - backend_before;
     let cpus_after = CpuTimes::now();
     match result {
         Ok(r) => {

@@ -40,6 +40,26 @@ pub(crate) struct RoundRatios {
     pub(crate) cpu: Vec<Option<f64>>,
 }
 
+/// The requests of a load that did not fail.
+fn good_requests(load: &LoadResult) -> u64 {
+    load.requests.saturating_sub(load.errors)
+}
+
+/// The best of the peers' figures: the highest req/s (`None` when none served) and the
+/// lowest CPU per request.
+fn best_of_peers<'a>(peers: impl IntoIterator<Item = &'a Measured>) -> (Option<f64>, Option<f64>) {
+    let (mut rps, mut cpu) = (0.0f64, None::<f64>);
+    for m in peers {
+        if let Some(r) = m.rps() {
+            rps = rps.max(r);
+        }
+        if let Some(c) = m.cpu_s_per_100k.filter(|c| *c > 0.0) {
+            cpu = Some(cpu.map_or(c, |b| b.min(c)));
+        }
+    }
+    ((rps > 0.0).then_some(rps), cpu)
+}
+
 /// Issue #17's traffic bar: at least this much of the best peer's req/s...
 const BAR_RPS: f64 = 1.1;
 /// ...at no more than this much of its CPU per request, in every round.
@@ -77,17 +97,9 @@ impl RoundRatios {
             }
             let (mut rps, mut cpu) = (Vec::new(), Vec::new());
             for (k, w) in weir.iter().enumerate() {
-                let round: Vec<&Measured> = peer_rounds
-                    .iter()
-                    .filter_map(|r| r.get(k).copied())
-                    .collect();
-                let best_rps = round.iter().filter_map(|m| m.rps()).fold(0.0f64, f64::max);
-                let best_cpu = round
-                    .iter()
-                    .filter_map(|m| m.cpu_s_per_100k)
-                    .filter(|c| *c > 0.0)
-                    .reduce(f64::min);
-                rps.push(w.rps().filter(|_| best_rps > 0.0).map(|r| r / best_rps));
+                let (best_rps, best_cpu) =
+                    best_of_peers(peer_rounds.iter().filter_map(|r| r.get(k).copied()));
+                rps.push(w.rps().zip(best_rps).map(|(w, b)| w / b));
                 cpu.push(w.cpu_s_per_100k.zip(best_cpu).map(|(w, b)| w / b));
             }
             out.push(RoundRatios {
@@ -202,7 +214,7 @@ impl Measured {
         proxy_busy: Option<f64>,
         load_busy: Option<f64>,
     ) -> Measured {
-        let ok = load.requests.saturating_sub(load.errors);
+        let ok = good_requests(&load);
         Measured {
             scenario: sc.id.clone(),
             proxy,
@@ -231,10 +243,7 @@ impl Measured {
 
     /// Adds the backend's CPU seconds over the measurement.
     pub(crate) fn with_backend_cpu(mut self, seconds: f64) -> Measured {
-        let ok = self
-            .load
-            .as_ref()
-            .map_or(0, |l| l.requests.saturating_sub(l.errors));
+        let ok = self.load.as_ref().map_or(0, good_requests);
         self.backend_cpu_s_per_100k = (ok > 0).then(|| seconds.max(0.0) * 100_000.0 / ok as f64);
         self
     }
@@ -357,27 +366,23 @@ impl TrafficReport {
     /// weir's throughput divided by the best peer's, per scenario.
     pub(crate) fn ratio(&self, scenario: &str) -> Option<f64> {
         let weir = self.get(scenario, ProxyKind::Weir)?.rps()?;
-        let best = self
-            .results
-            .iter()
-            .filter(|m| m.scenario == scenario && m.proxy.is_peer())
-            .filter_map(Measured::rps)
-            .fold(0.0f64, f64::max);
-        (best > 0.0).then(|| weir / best)
+        Some(weir / self.best_of_peers(scenario).0?)
     }
 
     /// weir's proxy CPU per request divided by the lowest peer's, per scenario (below 1:
     /// weir spends less CPU per request).
     pub(crate) fn cpu_ratio(&self, scenario: &str) -> Option<f64> {
         let weir = self.get(scenario, ProxyKind::Weir)?.cpu_s_per_100k?;
-        let best = self
-            .results
-            .iter()
-            .filter(|m| m.scenario == scenario && m.proxy.is_peer())
-            .filter_map(|m| m.cpu_s_per_100k)
-            .filter(|c| *c > 0.0)
-            .reduce(f64::min)?;
-        Some(weir / best)
+        Some(weir / self.best_of_peers(scenario).1?)
+    }
+
+    /// The peers' best figures in one scenario (see [`best_of_peers`]).
+    fn best_of_peers(&self, scenario: &str) -> (Option<f64>, Option<f64>) {
+        best_of_peers(
+            self.results
+                .iter()
+                .filter(|m| m.scenario == scenario && m.proxy.is_peer()),
+        )
     }
 
     /// Markdown: setup, a throughput summary and the full table.
