@@ -205,22 +205,34 @@ pub(crate) struct Chunk<'a> {
 /// comments, blank lines and directives precede it since the last document); a `...` line
 /// ends one. Text holding no document at all (only comments or blank lines) is dropped.
 pub(crate) fn split_documents(text: &str) -> Vec<Chunk<'_>> {
+    let bytes = text.as_bytes();
     let mut chunks = Vec::new();
     let mut start = 0;
     let mut start_line = 0;
     // Whether the current chunk is a document: it has a start marker or content.
     let mut is_doc = false;
     let mut offset = 0;
-    for (line_no, line) in text.split_inclusive('\n').enumerate() {
-        let end = offset + line.len();
-        let bare = line.trim_end_matches(['\n', '\r']);
+    // Line ends found with `memchr`: `split_inclusive('\n')` searched them a character at
+    // a time, 6 % of a large first load's instructions (certificates are many lines).
+    let unterminated = (!bytes.is_empty() && !bytes.ends_with(b"\n")).then_some(bytes.len());
+    let ends = memchr::memchr_iter(b'\n', bytes)
+        .map(|i| i + 1)
+        .chain(unterminated);
+    for (line_no, end) in ends.enumerate() {
+        let line_start = offset;
+        offset = end;
+        // Inside a document only a marker line matters, and one starts with `-` or `.`.
+        if is_doc && !matches!(bytes[line_start], b'-' | b'.') {
+            continue;
+        }
+        let bare = text[line_start..end].trim_end_matches(['\n', '\r']);
         if marker(bare, "---") {
             if is_doc {
                 chunks.push(Chunk {
-                    text: &text[start..offset],
+                    text: &text[start..line_start],
                     first_line: start_line,
                 });
-                start = offset;
+                start = line_start;
                 start_line = line_no;
             }
             is_doc = true;
@@ -239,7 +251,6 @@ pub(crate) fn split_documents(text: &str) -> Vec<Chunk<'_>> {
             let ignorable = trimmed.is_empty() || trimmed.starts_with('#') || bare.starts_with('%');
             is_doc = !ignorable;
         }
-        offset = end;
     }
     if is_doc {
         chunks.push(Chunk {

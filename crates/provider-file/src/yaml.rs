@@ -164,24 +164,29 @@ fn resolve_plain(s: &str) -> Option<Value> {
     resolve_scalar(s).map(Node::into_value)
 }
 
+/// serde-saphyr's YAML 1.1 booleans (matched case-insensitively).
+const BOOLS: [(&str, bool); 8] = [
+    ("true", true),
+    ("false", false),
+    ("yes", true),
+    ("no", false),
+    ("on", true),
+    ("off", false),
+    ("y", true),
+    ("n", false),
+];
+
 /// [`resolve_plain`] as a [`Node`], borrowing a string's text.
 fn resolve_scalar(s: &str) -> Option<Node<'_>> {
     // serde-saphyr's null spellings, then its YAML 1.1 booleans (case-insensitive).
     if matches!(s, "" | "~" | "null" | "Null" | "NULL") {
         return Some(Node::Null);
     }
-    for (word, b) in [
-        ("true", true),
-        ("false", false),
-        ("yes", true),
-        ("no", false),
-        ("on", true),
-        ("off", false),
-        ("y", true),
-        ("n", false),
-    ] {
+    // Every boolean spelling is 1 to 5 bytes long: most scalars skip the eight
+    // comparisons.
+    for (word, b) in if s.len() > 5 { &[][..] } else { &BOOLS[..] } {
         if s.eq_ignore_ascii_case(word) {
-            return Some(Node::Bool(b));
+            return Some(Node::Bool(*b));
         }
     }
     let bytes = s.as_bytes();

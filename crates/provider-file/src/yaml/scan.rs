@@ -506,7 +506,7 @@ impl<'a> Scanner<'a> {
             if folded && n > indent {
                 return None;
             }
-            let end = line + self.src[line..].iter().position(|&b| b == b'\n')?;
+            let end = line + memchr::memchr(b'\n', &self.src[line..])?;
             if folded && self.src[end - 1] == b' ' {
                 return None;
             }
