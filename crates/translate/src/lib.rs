@@ -35,6 +35,7 @@
 
 mod compile;
 mod incremental;
+mod key_order;
 mod pool;
 mod store;
 mod translator;

@@ -255,19 +255,8 @@ impl Translator {
         let mut d = staged.d;
         let batch = self.emit_resources(&mut d.resources);
         let mut statuses = std::mem::take(&mut d.statuses);
-        // Stable: of a key set by several parts, the last status set is last in its run
-        // and the one kept.
-        statuses.sort_by(|a, b| a.0.cmp(&b.0));
-        // The last of each run kept, in place (a copy held both vectors at the initial
-        // load: two statuses per TLS domain): `dedup_by` drops the later of two equal
-        // neighbours, so the later status is first swapped into the one kept.
-        statuses.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                std::mem::swap(&mut later.1, &mut kept.1);
-            }
-            same
-        });
+        // In key order, the last status set for a key kept (several parts may set one).
+        crate::key_order::sort_keep_last(&mut statuses);
         TranslateOutput { batch, statuses }
     }
 
