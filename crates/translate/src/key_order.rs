@@ -17,7 +17,7 @@ use weir_api::ObjectKey;
 /// Below this many pairs the keys' own order is used directly.
 const DIRECT: usize = 4096;
 
-/// Namespace ranks fit below the kind in [`Entry::high`].
+/// Namespace ranks fit below the kind (and [`KEEP`]) in [`Entry::high`].
 const NAMESPACE_BITS: u32 = 24;
 
 /// Sorts `pairs` by key and keeps, of the pairs with equal keys, only the one that was
@@ -35,7 +35,7 @@ pub(crate) fn sort_keep_last<T>(pairs: &mut Vec<(ObjectKey, T)>) {
     let mut order: Vec<Entry> = (0u32..)
         .zip(pairs.iter())
         .map(|(at, (key, _))| Entry {
-            high: (u32::from(key.kind as u8) << NAMESPACE_BITS) | ranks[&*key.namespace],
+            high: kind_bits(key) | ranks[&*key.namespace],
             name: prefix(&key.name),
             at,
         })
@@ -48,22 +48,33 @@ pub(crate) fn sort_keep_last<T>(pairs: &mut Vec<(ObjectKey, T)>) {
             .then_with(|| full_name(pairs, a, b))
             .then(a.at.cmp(&b.at))
     });
-    // Of a run of equal keys the last is kept.
-    let keep: Vec<bool> = (0..order.len())
-        .map(|i| {
-            !order
-                .get(i + 1)
-                .is_some_and(|n| same_key(pairs, &order[i], n))
-        })
-        .collect();
-    let mut perm: Vec<u32> = order.iter().map(|e| e.at).collect();
-    drop(order);
-    permute(pairs, &mut perm);
-    let mut i = 0;
-    pairs.retain(|_| {
-        i += 1;
-        keep[i - 1]
-    });
+    // Of a run of equal keys the last is kept: marked in its entry, so that the order
+    // itself is the permutation applied below (one 16-byte entry per pair at the peak).
+    for i in 0..order.len() {
+        if !order
+            .get(i + 1)
+            .is_some_and(|n| same_key(pairs, &order[i], n))
+        {
+            order[i].high |= KEEP;
+        }
+    }
+    permute(pairs, &mut order);
+    let mut kept = order.iter().map(|e| e.high & KEEP != 0);
+    pairs.retain(|_| kept.next().unwrap_or(false));
+}
+
+/// The bit of [`Entry::high`] that marks an entry kept (above the kind's bits).
+const KEEP: u32 = 1 << 31;
+
+/// The key's kind in [`Entry::high`]: its place in `Kind`'s order (a field-less enum's
+/// order is its discriminants'), in the 7 bits below [`KEEP`].
+fn kind_bits(key: &ObjectKey) -> u32 {
+    let kind = u32::from(key.kind as u8);
+    assert!(
+        kind < KEEP >> NAMESPACE_BITS,
+        "a kind's discriminant above 127"
+    );
+    kind << NAMESPACE_BITS
 }
 
 /// One pair's sort key and position.
@@ -98,20 +109,20 @@ fn same_key<T>(pairs: &[(ObjectKey, T)], a: &Entry, b: &Entry) -> bool {
         && pairs[a.at as usize].0.name == pairs[b.at as usize].0.name
 }
 
-/// Moves `v[perm[i]]` to position `i` for every `i`, in place (`perm` is a permutation
-/// of `0..v.len()`; it is used up).
-fn permute<T>(v: &mut [T], perm: &mut [u32]) {
+/// Moves `v[order[i].at]` to position `i` for every `i`, in place (the positions are a
+/// permutation of `0..v.len()`; they are used up).
+fn permute<T>(v: &mut [T], order: &mut [Entry]) {
     const DONE: u32 = u32::MAX;
     for start in 0..v.len() {
-        if perm[start] == DONE {
+        if order[start].at == DONE {
             continue;
         }
         // Along the cycle through `start`: `v[start]`'s value moves forward at each swap
         // until the position that wants it.
         let mut at = start;
         loop {
-            let from = perm[at] as usize;
-            perm[at] = DONE;
+            let from = order[at].at as usize;
+            order[at].at = DONE;
             if from == start {
                 break;
             }
@@ -231,7 +242,15 @@ mod tests {
             }
             let want: Vec<u32> = perm.iter().map(|&p| p * 10).collect();
             let mut v: Vec<u32> = (0..len as u32).map(|i| i * 10).collect();
-            permute(&mut v, &mut perm.clone());
+            let mut order: Vec<Entry> = perm
+                .iter()
+                .map(|&at| Entry {
+                    high: 0,
+                    at,
+                    name: 0,
+                })
+                .collect();
+            permute(&mut v, &mut order);
             assert_eq!(v, want, "length {len}");
         }
     }
