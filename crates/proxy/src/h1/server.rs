@@ -233,7 +233,7 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>, max_headers: usize) ->
     // head weir does not serve stops the scan: `Other`).
     let not_here = super::parse::Invalid::Head("served by hyper");
     let field = |(name_at, name_len): (usize, usize), (at, len): (usize, usize)| {
-        let Ok(name) = HeaderName::from_bytes(&buf[name_at..name_at + name_len]) else {
+        let Ok(name) = super::parse::field_name(&buf[name_at..name_at + name_len]) else {
             return Err(not_here.clone());
         };
         let value = &buf[at..at + len];

@@ -403,3 +403,38 @@ fn a_text_run_ends_at_the_first_byte_outside_it() {
         }
     }
 }
+
+/// The names read as bytes first are exactly the ones `HeaderName::from_bytes` gives,
+/// and any other name is left to it.
+#[test]
+fn common_field_names_read_as_from_bytes_reads_them() {
+    for name in [
+        "host",
+        "content-length",
+        "content-type",
+        "date",
+        "server",
+        "connection",
+        "user-agent",
+        "accept",
+        "transfer-encoding",
+    ] {
+        let upper: String = name
+            .split('-')
+            .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+            .collect::<Vec<_>>()
+            .join("-");
+        for n in [name.to_string(), upper, name.to_ascii_uppercase()] {
+            assert_eq!(
+                field_name(n.as_bytes()).unwrap(),
+                HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                "{n}"
+            );
+        }
+    }
+    for bad in [&b""[..], b"bad name", b"x\0", b"host:", b"\xc3\xa9"] {
+        assert!(field_name(bad).is_err(), "{bad:?}");
+        assert!(HeaderName::from_bytes(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(field_name(b"X-Custom").unwrap().as_str(), "x-custom");
+}
