@@ -10,8 +10,8 @@
 #    over TLS and HTTP/2 over TLS (h2load), 4 s each.
 # 2. A first load, changes and TLS handshakes: 3,000 TLS domains in the Ingress layout
 #    (files written by `weir-bench propagation --keep-work`, certificates from its cache),
-#    then 100 files modified, 100 added and 100 removed while weir watches, then 2,000
-#    handshakes.
+#    then 100 files modified, 100 added and 100 removed while weir watches, then 200
+#    handshakes (h2load, 200 connections of 10 requests; the backend is gone: 502s).
 # 3. A first load of Gateways with HTTPS listeners and HTTPRoutes (the `gateway` layout,
 #    600 domains).
 # Needs wrk, h2load, openssl, curl; target/release/weir-bench built. Bounded: about 2 min.
