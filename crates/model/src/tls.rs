@@ -219,6 +219,28 @@ fn read_pem<'a>(text: &'a [u8], label: &[u8], b64: &mut Vec<u8>) -> Option<&'a [
     }
 }
 
+/// The buffers [`PackedTls::from_pem`] decodes into, one set per thread, kept from one
+/// call to the next. With buffers of its own each call allocated six blocks besides the
+/// packed one, and the readers of a large first load, preempted for longer than the
+/// allocator's purge delay, found those blocks' pages given back and faulted them in
+/// again: 7.9 % of the page faults of a 100,000-domain load (BENCHMARKS.md, "Session
+/// 44").
+#[derive(Default)]
+struct Scratch {
+    b64: Vec<u8>,
+    ders: Vec<u8>,
+    lens: Vec<u16>,
+    key: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+/// Room the scratch buffers keep after a call (a chain of a few certificates).
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 impl PackedTls {
     /// Packs a PEM chain and key; `None` when either is not canonical PEM (text around
     /// the blocks, other line lengths, `\r`, bad or non-canonical base64), the key is
@@ -226,33 +248,47 @@ impl PackedTls {
     /// is 64 KiB or more, or there are more than 255 certificates: such a pair stays
     /// text.
     pub fn from_pem(chain: &[u8], key: &[u8]) -> Option<PackedTls> {
+        SCRATCH.with_borrow_mut(|s| {
+            let packed = Self::pack_in(chain, key, s);
+            // The key's text and DER do not outlive the call in the scratch buffers.
+            s.b64.fill(0);
+            s.key.fill(0);
+            s.buf.fill(0);
+            // A long chain's room is not kept for the thread's life.
+            if s.buf.capacity() > SCRATCH_KEPT {
+                *s = Scratch::default();
+            }
+            packed
+        })
+    }
+
+    fn pack_in(chain: &[u8], key: &[u8], s: &mut Scratch) -> Option<PackedTls> {
         use base64::Engine as _;
-        let mut ders: Vec<u8> = Vec::with_capacity(chain.len() * 3 / 4);
-        let mut lens: Vec<u16> = Vec::new();
-        let mut b64: Vec<u8> = Vec::with_capacity(chain.len());
+        s.ders.clear();
+        s.lens.clear();
         let mut rest = chain;
         while !rest.is_empty() {
-            b64.clear();
-            rest = read_pem(rest, b"CERTIFICATE", &mut b64)?;
-            let start = ders.len();
+            s.b64.clear();
+            rest = read_pem(rest, b"CERTIFICATE", &mut s.b64)?;
+            let start = s.ders.len();
             base64::engine::general_purpose::STANDARD
-                .decode_vec(&b64, &mut ders)
+                .decode_vec(&s.b64, &mut s.ders)
                 .ok()?;
-            lens.push(u16::try_from(ders.len() - start).ok()?);
+            s.lens.push(u16::try_from(s.ders.len() - start).ok()?);
         }
-        if lens.is_empty() || lens.len() > usize::from(u8::MAX) {
+        if s.lens.is_empty() || s.lens.len() > usize::from(u8::MAX) {
             return None;
         }
-        let (kind, key_der) = Self::key_from_pem(key)?;
-        let mut buf = Vec::with_capacity(2 + 2 * lens.len() + ders.len() + key_der.len());
-        buf.push(lens.len() as u8);
-        buf.push(kind as u8);
-        for l in &lens {
-            buf.extend_from_slice(&l.to_le_bytes());
+        let kind = Self::key_from_pem(key, &mut s.b64, &mut s.key)?;
+        s.buf.clear();
+        s.buf.push(s.lens.len() as u8);
+        s.buf.push(kind as u8);
+        for l in &s.lens {
+            s.buf.extend_from_slice(&l.to_le_bytes());
         }
-        buf.extend_from_slice(&ders);
-        buf.extend_from_slice(&key_der);
-        let packed = PackedTls(Arc::from(buf));
+        s.buf.extend_from_slice(&s.ders);
+        s.buf.extend_from_slice(&s.key);
+        let packed = PackedTls(Arc::from(&s.buf[..]));
         // One-to-one with the text: `read_pem` took only the layout `write_pem` writes
         // (full lines but the last, nothing around the blocks) and the decoder only
         // canonical base64 (canonical padding, no stray trailing bits), so the text is the
@@ -262,26 +298,25 @@ impl PackedTls {
         Some(packed)
     }
 
-    /// The key's kind and DER, when `key` is one canonical PEM private key block and
-    /// nothing else, decoded in constant time. As for the chain, `read_pem` takes only
-    /// the layout `write_pem` writes and the decoder only canonical base64, so the key
-    /// reads back as the same text; writing it again to compare (in constant time) was
-    /// 3 % of a large first load's instructions. The `pem` fuzz target checks the round
-    /// trip.
-    fn key_from_pem(key: &[u8]) -> Option<(KeyKind, Vec<u8>)> {
-        let mut b64 = Vec::with_capacity(key.len());
+    /// The key's kind, when `key` is one canonical PEM private key block and nothing
+    /// else, with its DER in `der` (its base64 text in `b64`), decoded in constant time.
+    /// As for the chain, `read_pem` takes only the layout `write_pem` writes and the
+    /// decoder only canonical base64, so the key reads back as the same text; writing it
+    /// again to compare (in constant time) was 3 % of a large first load's instructions.
+    /// The `pem` fuzz target checks the round trip.
+    fn key_from_pem(key: &[u8], b64: &mut Vec<u8>, der: &mut Vec<u8>) -> Option<KeyKind> {
         let kind = KeyKind::ALL.into_iter().find(|k| {
             b64.clear();
-            read_pem(key, k.label(), &mut b64).is_some_and(<[u8]>::is_empty)
+            read_pem(key, k.label(), b64).is_some_and(<[u8]>::is_empty)
         })?;
-        let mut der = Vec::with_capacity(b64.len() * 3 / 4);
-        crate::ct_base64::decode(&b64, &mut der).ok()?;
+        der.clear();
+        crate::ct_base64::decode(b64, der).ok()?;
         debug_assert!({
             let mut again = Vec::with_capacity(key.len());
-            write_pem(kind.label(), &der, true, &mut again);
+            write_pem(kind.label(), der, true, &mut again);
             crate::ct_base64::equal(&again, key)
         });
-        Some((kind, der))
+        Some(kind)
     }
 
     fn count(&self) -> usize {
@@ -411,6 +446,38 @@ mod tests {
             assert!(from.as_packed().is_some());
             assert_eq!(from.hash(), text.hash());
         }
+    }
+
+    #[test]
+    fn the_scratch_buffers_keep_no_key_and_no_long_chain() {
+        let key_bytes = key_der(138);
+        let key = pem_of("PRIVATE KEY", &key_bytes);
+        let zeroed = || {
+            SCRATCH.with_borrow(|s| {
+                [&s.b64, &s.key, &s.buf]
+                    .iter()
+                    .all(|v| v.iter().all(|b| *b == 0))
+            })
+        };
+        let p = PackedTls::from_pem(pem(&[1, 2, 3]).as_bytes(), key.as_bytes()).unwrap();
+        assert_eq!(p.key_der().1, &key_bytes[..]);
+        assert!(zeroed());
+        // A key whose base64 is read but does not decode (a bad character on its last
+        // line): its text was in the scratch buffers.
+        let mut lines: Vec<String> = key.lines().map(str::to_owned).collect();
+        lines[3].replace_range(0..1, "!");
+        let bad = lines.join("\n") + "\n";
+        assert!(PackedTls::from_pem(pem(&[1]).as_bytes(), bad.as_bytes()).is_none());
+        assert!(zeroed());
+        // A chain of 100 KiB: packed, then its room is let go.
+        let long: Vec<u8> = (0..=255u8).cycle().take(60_000).collect();
+        let chain = pem(&long) + &pem(&long);
+        let p = PackedTls::from_pem(chain.as_bytes(), key.as_bytes()).unwrap();
+        assert_eq!(p.chain_der().count(), 2);
+        SCRATCH.with_borrow(|s| assert!(s.buf.capacity() <= SCRATCH_KEPT));
+        let p = PackedTls::from_pem(pem(&[9]).as_bytes(), key.as_bytes()).unwrap();
+        assert_eq!(p.chain_der().collect::<Vec<_>>(), [&[9u8][..]]);
+        assert_eq!(p.key_der().1, &key_bytes[..]);
     }
 
     #[test]

@@ -238,6 +238,13 @@ impl FileProvider {
             .map(|p| self.files.get(p).and_then(|f| f.hash))
             .collect();
         let files = paths.len();
+        if self.defs.is_empty() {
+            // A first load: room for two objects a file (a TLS Secret and what uses it),
+            // so that the table of 2,000,000 keys at 1,000,000 TLS domains is not copied
+            // into fresh pages at every doubling. Room never used costs the table's
+            // control bytes (one a slot); its entries' pages are never touched.
+            self.defs.reserve(files.saturating_mul(2));
+        }
         // One reader per core but one: this thread's work (applying, and the caller's
         // translation) is the longer, and a third thread on two cores would slow it.
         // More readers are started when reads stall on the disk (`read_files_in_order`).

@@ -75,10 +75,14 @@ impl Store {
         Ok(old)
     }
 
-    /// Makes room for `additional` more objects (a bulk load), so the table is not rehashed
-    /// step by step while it grows.
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        self.objects.reserve(additional);
+    /// Makes room for `objects` more objects, of which `secrets` Secrets and `ingresses`
+    /// Ingresses (a bulk load), so that the object table and the indexes of TLS Secrets
+    /// and of Ingress hosts are not rehashed step by step while they grow: at 1,000,000
+    /// TLS domains each doubling of those two indexes copied ~64 MiB into fresh pages.
+    pub(crate) fn reserve(&mut self, objects: usize, secrets: usize, ingresses: usize) {
+        self.objects.reserve(objects);
+        self.certs.reserve(secrets);
+        self.ingress_hosts.reserve(ingresses);
     }
 
     /// Removes the object with `key`, returning it.

@@ -266,13 +266,16 @@ impl Translator {
     /// `scale`: the whole batch is about that many times `changes` (a part staged first);
     /// the per-cycle sets of `d` are sized for `changes` alone.
     fn reserve_for(&mut self, changes: &[ObjectChange], scale: usize, d: &mut Dirty) {
-        let (mut ingresses, mut routes, mut other) = (0, 0, 0);
+        let (mut ingresses, mut routes, mut other, mut secrets) = (0, 0, 0, 0);
         for c in changes {
             match c {
                 ObjectChange::Upsert(_, o) => match o.kind() {
                     Kind::Ingress => ingresses += 1,
                     k if RouteKind::of_object(k).is_some() => routes += 1,
-                    _ => other += 1,
+                    k => {
+                        other += 1;
+                        secrets += usize::from(k == Kind::Secret);
+                    }
                 },
                 ObjectChange::Delete(_) => {}
             }
@@ -282,7 +285,8 @@ impl Translator {
         d.plain_status.reserve(other);
         let (ingresses, routes, other) = (ingresses * scale, routes * scale, other * scale);
         let derived = ingresses + routes;
-        self.store.reserve(derived + other);
+        self.store
+            .reserve(derived + other, secrets * scale, ingresses);
         self.ingress.reserve(ingresses);
         self.routes.reserve(routes);
         self.deps.reserve(derived, other);
