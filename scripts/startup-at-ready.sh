@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Startup cost of `weir run` on a manifest directory, read the moment /ready answers 200:
-# CPU seconds (user + system, all threads, and each), RSS and peak RSS (VmHWM), wall time.
+# page faults (minflt), CPU seconds (user + system, all threads, and each), RSS and peak
+# RSS (VmHWM), wall time.
 #
 #   scripts/startup-at-ready.sh WEIR DIR [CPU]      # pinned to CPU (default 1) with taskset
 #   scripts/startup-at-ready.sh WEIR DIR [CPU] --callgrind OUT
@@ -36,8 +37,8 @@ hwm=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$pid/status")
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null || true
 rm -f "$log"
-# Fields 14 and 15 of /proc/PID/stat (user, system), in clock ticks. Under valgrind they
-# are valgrind's own: only the instruction count is meant.
-awk -v u="${stat[13]}" -v s="${stat[14]}" -v t="$tck" -v r="$rss" -v h="$hwm" \
+# Field 10 of /proc/PID/stat (minor page faults); fields 14 and 15 (user, system), in
+# clock ticks. Under valgrind they are valgrind's own: only the instruction count is meant.
+awk -v mf="${stat[9]}" -v u="${stat[13]}" -v s="${stat[14]}" -v t="$tck" -v r="$rss" -v h="$hwm" \
   -v w="$(awk -v a="$start" -v b="$ready" 'BEGIN{printf "%.3f", b - a}')" \
-  'BEGIN{printf "cpu_s=%.2f user_s=%.2f sys_s=%.2f rss_mib=%s hwm_mib=%s wall_s=%s\n", (u + s) / t, u / t, s / t, r, h, w}'
+  'BEGIN{printf "minflt=%d cpu_s=%.2f user_s=%.2f sys_s=%.2f rss_mib=%s hwm_mib=%s wall_s=%s\n", mf, (u + s) / t, u / t, s / t, r, h, w}'

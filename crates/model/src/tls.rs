@@ -221,10 +221,10 @@ fn read_pem<'a>(text: &'a [u8], label: &[u8], b64: &mut Vec<u8>) -> Option<&'a [
 
 /// The buffers [`PackedTls::from_pem`] decodes into, one set per thread, kept from one
 /// call to the next. With buffers of its own each call allocated six blocks besides the
-/// packed one, and the readers of a large first load, preempted for longer than the
-/// allocator's purge delay, found those blocks' pages given back and faulted them in
-/// again: 7.9 % of the page faults of a 100,000-domain load (BENCHMARKS.md, "Session
-/// 44").
+/// packed one, and a page-fault profile of a 100,000-domain first load put 7.9 % of its
+/// sampled faults in them (the readers, preempted for longer than the allocator's purge
+/// delay, find freed pages given back). Fewer faults measured with these buffers: about
+/// 1 % (BENCHMARKS.md, "Session 44").
 #[derive(Default)]
 struct Scratch {
     b64: Vec<u8>,
