@@ -250,10 +250,14 @@ impl PackedTls {
     pub fn from_pem(chain: &[u8], key: &[u8]) -> Option<PackedTls> {
         SCRATCH.with_borrow_mut(|s| {
             let packed = Self::pack_in(chain, key, s);
-            // The key's text and DER do not outlive the call in the scratch buffers.
-            s.b64.fill(0);
-            s.key.fill(0);
-            s.buf.fill(0);
+            // The key's text and DER do not outlive the call in the scratch buffers: all
+            // of their room is zeroed, not only what they hold now (a failed read or
+            // decode leaves bytes past the length).
+            for v in [&mut s.b64, &mut s.key, &mut s.buf] {
+                let room = v.capacity();
+                v.clear();
+                v.resize(room, 0);
+            }
             // A long chain's room is not kept for the thread's life.
             if s.buf.capacity() > SCRATCH_KEPT {
                 *s = Scratch::default();
@@ -452,11 +456,12 @@ mod tests {
     fn the_scratch_buffers_keep_no_key_and_no_long_chain() {
         let key_bytes = key_der(138);
         let key = pem_of("PRIVATE KEY", &key_bytes);
+        // Every byte of the room, past the length too.
         let zeroed = || {
             SCRATCH.with_borrow(|s| {
                 [&s.b64, &s.key, &s.buf]
                     .iter()
-                    .all(|v| v.iter().all(|b| *b == 0))
+                    .all(|v| v.len() == v.capacity() && v.iter().all(|b| *b == 0))
             })
         };
         let p = PackedTls::from_pem(pem(&[1, 2, 3]).as_bytes(), key.as_bytes()).unwrap();
@@ -468,6 +473,10 @@ mod tests {
         lines[3].replace_range(0..1, "!");
         let bad = lines.join("\n") + "\n";
         assert!(PackedTls::from_pem(pem(&[1]).as_bytes(), bad.as_bytes()).is_none());
+        assert!(zeroed());
+        // A key block with text after it: read, then refused for the text.
+        let trailing = format!("{key}# note\n");
+        assert!(PackedTls::from_pem(pem(&[1]).as_bytes(), trailing.as_bytes()).is_none());
         assert!(zeroed());
         // A chain of 100 KiB: packed, then its room is let go.
         let long: Vec<u8> = (0..=255u8).cycle().take(60_000).collect();
