@@ -296,18 +296,23 @@ impl ListenerSettings {
     /// `X-Forwarded-For` headers, in order): the peer itself unless it is a trusted
     /// proxy; then, walking the list from the right, the first address that is not a
     /// trusted proxy (the leftmost when all are; the peer when an entry is not an
-    /// address, since what lies left of it cannot be trusted either).
-    pub fn client_ip<'a>(
+    /// address, since what lies left of it cannot be trusted either). `forwarded_for`
+    /// is called only for a trusted peer: the header's lookup (a hashed custom name) is
+    /// not made on every request of a listener without trusted proxies.
+    pub fn client_ip<'a, I>(
         &self,
         peer: std::net::IpAddr,
-        forwarded_for: impl DoubleEndedIterator<Item = &'a str>,
-    ) -> std::net::IpAddr {
+        forwarded_for: impl FnOnce() -> I,
+    ) -> std::net::IpAddr
+    where
+        I: DoubleEndedIterator<Item = &'a str>,
+    {
         let trusted = |ip: std::net::IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
         if self.trusted_proxies.is_empty() || !trusted(peer) {
             return peer;
         }
         let mut client = peer;
-        for value in forwarded_for.rev() {
+        for value in forwarded_for().rev() {
             for entry in value.rsplit(',') {
                 let Ok(ip) = entry.trim().parse::<std::net::IpAddr>() else {
                     return client;
@@ -475,7 +480,7 @@ mod tests {
             ],
             ..ListenerSettings::default()
         };
-        let client = |peer: &str, xff: &[&str]| s.client_ip(ip(peer), xff.iter().copied());
+        let client = |peer: &str, xff: &[&str]| s.client_ip(ip(peer), || xff.iter().copied());
         // An untrusted peer is the client, whatever it claims.
         assert_eq!(client("192.0.2.1", &["203.0.113.9"]), ip("192.0.2.1"));
         // Through trusted hops, the rightmost untrusted address.
@@ -497,7 +502,7 @@ mod tests {
         assert_eq!(client("127.0.0.1", &["unknown, 10.1.1.1"]), ip("10.1.1.1"));
         // No trusted proxies: the header is never read.
         assert_eq!(
-            ListenerSettings::default().client_ip(ip("127.0.0.1"), ["203.0.113.9"].into_iter()),
+            ListenerSettings::default().client_ip(ip("127.0.0.1"), || ["203.0.113.9"].into_iter()),
             ip("127.0.0.1")
         );
     }

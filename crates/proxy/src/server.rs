@@ -780,20 +780,12 @@ fn route(
     };
     drop(host);
     let applied = policy::resolve(snapshot, &listener.listener.gateway, section, &rule);
-    // Without trusted proxies the client is the peer: `X-Forwarded-For` is not looked up
-    // (a hashed lookup of a custom name, on every request).
-    let settings = &listener.listener.settings;
-    let client = if settings.trusted_proxies.is_empty() {
-        ctx.remote.ip()
-    } else {
-        settings.client_ip(
-            ctx.remote.ip(),
-            req.headers()
-                .get_all(X_FORWARDED_FOR)
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        )
-    };
+    let client = listener.listener.settings.client_ip(ctx.remote.ip(), || {
+        req.headers()
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+    });
     Ok(Matched {
         rule,
         raw_host,
