@@ -39,10 +39,16 @@ fuzz_target!(|data: &[u8]| {
         ..ListenerSettings::default()
     };
     let fields: Vec<&str> = text.split('\n').collect();
-    let got = settings.client_ip(peer, fields.iter().copied());
+    let read = std::cell::Cell::new(false);
+    let got = settings.client_ip(peer, || {
+        read.set(true);
+        fields.iter().copied()
+    });
     let is_trusted = |ip: IpAddr| settings.trusted_proxies.iter().any(|n| n.contains(ip));
     if trusted.is_empty() || !is_trusted(peer) {
         assert_eq!(got, peer);
+        // The header is not even read for a peer that is not trusted.
+        assert!(!read.get());
         return;
     }
     let entries: Vec<&str> = fields.iter().flat_map(|f| f.split(',')).collect();
