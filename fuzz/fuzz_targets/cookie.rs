@@ -72,7 +72,11 @@ fuzz_target!(|data: &[u8]| {
             headers.append(COOKIE, v);
         }
     }
-    let fields: Vec<&[u8]> = headers.get_all(COOKIE).iter().map(|v| v.as_bytes()).collect();
+    let fields: Vec<&[u8]> = headers
+        .get_all(COOKIE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
     let got = weir_proxy::request_cookie(&headers, name);
     if let Some(v) = got {
         assert!(!v.is_empty());
@@ -83,5 +87,9 @@ fuzz_target!(|data: &[u8]| {
         });
         assert!(inside, "the answer is a part of a field");
     }
-    assert_eq!(got, reference(&fields, name.as_bytes()), "{fields:?} {name:?}");
+    assert_eq!(
+        got,
+        reference(&fields, name.as_bytes()),
+        "{fields:?} {name:?}"
+    );
 });

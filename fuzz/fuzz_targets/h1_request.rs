@@ -63,7 +63,10 @@ fuzz_target!(|data: &[u8]| {
                 "a prefix of {n} bytes"
             );
         }
-        assert_eq!(parse_request(&bytes[..*len], &mut again, max_headers), whole);
+        assert_eq!(
+            parse_request(&bytes[..*len], &mut again, max_headers),
+            whole
+        );
         assert_eq!(again, fields);
     }
 });

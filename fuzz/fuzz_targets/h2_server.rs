@@ -113,7 +113,9 @@ fuzz_target!(|data: &[u8]| {
             first = false;
         }
         match f {
-            Frame::Headers { block, end_headers, .. } => {
+            Frame::Headers {
+                block, end_headers, ..
+            } => {
                 // Response blocks fit one frame at the default frame size here.
                 assert!(end_headers);
                 decoder

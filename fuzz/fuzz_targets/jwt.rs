@@ -16,7 +16,9 @@ use weir_model::{JwtAuth, JwtKey, JwtKeyMaterial, JwtProvider};
 use weir_proxy::verify_jwt;
 
 fn bytes(seed: u8, n: usize) -> Arc<[u8]> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn point(seed: u8, n: usize) -> Arc<[u8]> {

@@ -48,7 +48,11 @@ fuzz_target!(|data: &[u8]| {
             PrivateKeyDer::Pkcs1(_) => weir_model::KeyKind::Pkcs1,
             _ => panic!("a kind of key the reader added"),
         };
-        assert_eq!((kind, der), (read_kind, read.secret_der()), "packed key differs");
+        assert_eq!(
+            (kind, der),
+            (read_kind, read.secret_der()),
+            "packed key differs"
+        );
     }
     if let Some(p) = weir_model::PackedTls::from_pem(data, KEY) {
         assert_eq!(p.chain_pem(), data, "packed but not one-to-one");
@@ -61,8 +65,18 @@ fuzz_target!(|data: &[u8]| {
     }
     let (chain, key) = weir_translate::pem_accepts(data);
     let reader_key = PrivateKeyDer::from_pem_slice(data).is_ok();
-    assert!(!chain || reader_chain(data), "a chain the reader refuses was accepted");
-    assert!(!key || reader_key, "a key the reader does not find was accepted");
-    assert_eq!(chain, reader_chain(data), "chain: refused what the reader reads");
+    assert!(
+        !chain || reader_chain(data),
+        "a chain the reader refuses was accepted"
+    );
+    assert!(
+        !key || reader_key,
+        "a key the reader does not find was accepted"
+    );
+    assert_eq!(
+        chain,
+        reader_chain(data),
+        "chain: refused what the reader reads"
+    );
     assert_eq!(key, reader_key, "key: refused what the reader finds");
 });

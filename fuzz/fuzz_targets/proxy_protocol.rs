@@ -28,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(parse_proxy_header(&longer), got);
             for end in [0, len / 2, len.saturating_sub(1)] {
                 if end < len {
-                    assert_eq!(parse_proxy_header(&data[..end]), ProxyHeader::NeedMore, "{end}");
+                    assert_eq!(
+                        parse_proxy_header(&data[..end]),
+                        ProxyHeader::NeedMore,
+                        "{end}"
+                    );
                 }
             }
         }
@@ -101,7 +105,10 @@ fn v2(d: &[u8]) -> Summary {
             let mut o = [0u8; 16];
             o.copy_from_slice(&body[..16]);
             let port = u16::from(body[32]) * 256 + u16::from(body[33]);
-            Summary::Header(len, Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(o)), port)))
+            Summary::Header(
+                len,
+                Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(o)), port)),
+            )
         }
         _ => Summary::Header(len, None),
     }

@@ -13,7 +13,12 @@ use weir_proxy::{TRACEPARENT_LEN, parse_traceparent};
 
 fuzz_target!(|data: &[u8]| {
     let got = parse_traceparent(data);
-    assert_eq!(got.is_some(), reference(data), "{:?}", String::from_utf8_lossy(data));
+    assert_eq!(
+        got.is_some(),
+        reference(data),
+        "{:?}",
+        String::from_utf8_lossy(data)
+    );
     if let Some(p) = got {
         assert_ne!(p.trace_id, [0; 16]);
         assert_ne!(p.parent_id, [0; 8]);
@@ -45,7 +50,10 @@ fn head_ok(head: &[u8]) -> bool {
         return false;
     };
     let parts: Vec<&str> = s.split('-').collect();
-    let lower_hex = |p: &str| p.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+    let lower_hex = |p: &str| {
+        p.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    };
     parts.len() == 4
         && parts[0].len() == 2
         && parts[1].len() == 32
