@@ -7,10 +7,11 @@
 #   scripts/build-pgo.sh            # writes target/pgo/release/weir
 #
 # Steps: an instrumented build (`-Cprofile-generate`, in target/pgo-gen), the training run
-# (scripts/pgo-train.sh, about 2 min), the profiles merged into target/pgo/weir.profdata,
-# the optimized build (`-Cprofile-use`, in target/pgo). Two release builds: about 25 min on
-# 2 cores. Needs llvm-profdata of the LLVM that rustc is built with (`rustc -vV`; Debian:
-# `apt install llvm-22`), or LLVM_PROFDATA=PATH; and what scripts/pgo-train.sh needs.
+# (scripts/pgo-train.sh, about 2 min, with a debug weir-bench), the profiles merged into
+# target/pgo/weir.profdata, the optimized build (`-Cprofile-use`, in target/pgo). Two
+# release builds: about 20 min on 2 cores. Needs llvm-profdata of the LLVM that rustc is
+# built with (`rustc -vV`; Debian: `apt install llvm-22`), or LLVM_PROFDATA=PATH; and
+# what scripts/pgo-train.sh needs.
 # The result behaves as `cargo build --release` (same code, same tests); only its speed
 # differs. Code the training does not reach is optimized for size, not removed.
 set -euo pipefail
@@ -34,10 +35,13 @@ raw="$root/target/pgo-gen/profiles"
 rm -rf "$raw"
 mkdir -p "$raw" target/pgo
 RUSTFLAGS="-Cprofile-generate=$raw" cargo build --release -p weir --target-dir target/pgo-gen
-cargo build --release -p weir-bench
+# The training drives weir with wrk and h2load; weir-bench only writes its manifests and
+# checks the first loads, so its debug build does (the one `make test` leaves; a release
+# build with fat LTO would add about 5 min).
+cargo build -p weir-bench
 # Build scripts compiled with the flag wrote profiles of their own during the build.
 rm -rf "$raw"
-scripts/pgo-train.sh target/pgo-gen/release/weir
+WEIR_BENCH=target/debug/weir-bench scripts/pgo-train.sh target/pgo-gen/release/weir
 "$profdata" merge -o "$root/target/pgo/weir.profdata" "$raw"
 RUSTFLAGS="-Cprofile-use=$root/target/pgo/weir.profdata" \
     cargo build --release -p weir --target-dir target/pgo

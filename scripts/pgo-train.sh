@@ -14,7 +14,8 @@
 #    handshakes (h2load, 200 connections of 10 requests; the backend is gone: 502s).
 # 3. A first load of Gateways with HTTPS listeners and HTTPRoutes (the `gateway` layout,
 #    600 domains).
-# Needs wrk, h2load, openssl, curl; target/release/weir-bench built. Bounded: about 2 min.
+# Needs wrk, h2load, openssl, curl; weir-bench built (WEIR_BENCH, default
+# target/release/weir-bench; scripts/build-pgo.sh passes the debug build). Bounded: about 2 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 weir=$(realpath "${1:?usage: $0 INSTRUMENTED_WEIR}")

@@ -11,6 +11,8 @@
 # DIR: e.g. the directory `weir-bench propagation --domains 20000 --changes 0 --keep-work`
 # leaves under target/weir-bench/work. weir is stopped (TERM) once the figures are read.
 # Ports: WEIR_ADMIN (default 127.0.0.1:19901), 127.0.0.1:18080 and :18443 for Ingresses.
+# WEIR_WATCH=1: weir watches DIR as `weir run` does by default (and as the bench runs it);
+# without it, --no-watch.
 set -euo pipefail
 . "$(dirname "$0")/wait-ready.sh"
 weir=${1:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
@@ -18,7 +20,8 @@ dir=${2:?usage: startup-at-ready.sh WEIR DIR [CPU] [--callgrind OUT]}
 cpu=${3:-1}
 admin=${WEIR_ADMIN:-127.0.0.1:19901}
 args=(run -c "$dir" --admin "$admin" --ingress-http 127.0.0.1:18080
-  --ingress-https 127.0.0.1:18443 --no-access-log --no-watch)
+  --ingress-https 127.0.0.1:18443 --no-access-log)
+[ "${WEIR_WATCH:-0}" = 1 ] || args+=(--no-watch)
 log=$(mktemp)
 if [ "${4:-}" = "--callgrind" ]; then
   out=${5:?--callgrind needs an output file}
