@@ -401,18 +401,27 @@ impl FileProvider {
             let start = to_read.len();
             let mut walk_errors = Vec::new();
             scan::walk(dir, &mut to_read, &mut walk_errors);
-            let found: HashSet<&Path> = to_read[start..].iter().map(PathBuf::as_path).collect();
             // Files under a directory that could not be listed are kept as they were,
             // unless the directory no longer exists.
             let unlisted: Vec<&WalkError> = walk_errors
                 .iter()
                 .filter(|e| e.error.kind() != io::ErrorKind::NotFound)
                 .collect();
-            let gone: Vec<PathBuf> = self
-                .files_under(dir)
-                .filter(|p| !found.contains(p.as_path()))
-                .filter(|p| !unlisted.iter().any(|e| p.starts_with(&e.dir)))
-                .collect();
+            // The files listed are looked up only when files were known there (not at
+            // the first load: a set of 1,000,000 paths, each hashed by its components).
+            let gone: Vec<PathBuf> = {
+                let mut known = self.files_under(dir).peekable();
+                if known.peek().is_none() {
+                    Vec::new()
+                } else {
+                    let found: HashSet<&Path> =
+                        to_read[start..].iter().map(PathBuf::as_path).collect();
+                    known
+                        .filter(|p| !found.contains(p.as_path()))
+                        .filter(|p| !unlisted.iter().any(|e| p.starts_with(&e.dir)))
+                        .collect()
+                }
+            };
             for e in unlisted {
                 tx.errors.push(FileError {
                     file: e.dir.clone(),
@@ -428,8 +437,7 @@ impl FileProvider {
         }
         // Sorted as paths, at the cost of byte comparisons (see `FileKey`).
         let mut to_read: Vec<FileKey> = to_read.into_iter().map(FileKey::new).collect();
-        to_read.sort();
-        to_read.dedup();
+        crate::file_key::sort_and_dedup(&mut to_read);
         to_read
     }
 
