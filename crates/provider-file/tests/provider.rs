@@ -289,6 +289,27 @@ fn added_modified_removed_files() {
 }
 
 #[test]
+fn a_directory_listed_again_forgets_only_the_files_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("a.yaml"), &ns("a", "x"));
+    write(&root.join("b.yaml"), &ns("b", "x"));
+    write(&root.join("sub/c.yaml"), &ns("c", "x"));
+    let mut p = FileProvider::new(root);
+    assert_eq!(
+        upserted(&p.load_all()),
+        vec![ns_key("a"), ns_key("b"), ns_key("c")]
+    );
+    std::fs::remove_file(root.join("b.yaml")).unwrap();
+    write(&root.join("d.yaml"), &ns("d", "x"));
+    let u = p.reload(&[root.to_path_buf()]);
+    assert_eq!(u.deletes, vec![ns_key("b")]);
+    assert_eq!(upserted(&u), vec![ns_key("d")]);
+    // A directory whose files were all known is listed again with none gone.
+    assert!(p.reload(&[root.join("sub")]).is_empty());
+}
+
+#[test]
 fn a_key_defined_twice_goes_to_the_first_file_in_path_order() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.yaml");
