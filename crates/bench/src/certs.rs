@@ -198,13 +198,10 @@ fn load_ca(crt: &Path, key: &Path) -> Option<(CertificateDer<'static>, KeyPair)>
     Some((der, key))
 }
 
-/// Writes `body` to a temporary sibling and renames it into place, so that an interrupted
-/// run never leaves a half-written file in the cache.
 /// Reads a cached leaf and lets the kernel drop it from the page cache: a run reads each
 /// leaf once, and at 1,000,000 domains the cache is 1,000,000 pages (4 GB, a page per
-/// file) that would otherwise stay cached and push the manifest files weir reads, or the
-/// memory weir allocates, into reclaim during weir's startup (the bench's cost, not
-/// weir's).
+/// file) that would otherwise stay cached during weir's startup, beside the manifests
+/// weir reads and the memory it allocates (the bench's cost, not weir's).
 fn read_once(path: &Path) -> Option<String> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path).ok()?;
@@ -215,6 +212,8 @@ fn read_once(path: &Path) -> Option<String> {
     Some(text)
 }
 
+/// Writes `body` to a temporary sibling and renames it into place, so that an interrupted
+/// run never leaves a half-written file in the cache.
 fn write_atomic(path: &Path, body: &str) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
