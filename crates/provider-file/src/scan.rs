@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
@@ -185,58 +186,93 @@ pub(crate) enum FileRead {
     Parsed { hash: u64, docs: Vec<ParsedDoc> },
 }
 
-/// Reads and parses `path` unless its content hash equals `known`.
-pub(crate) fn read_file(path: &Path, known: Option<u64>) -> FileRead {
-    let bytes = match read_whole(path) {
+/// Reads and parses `path` unless its content hash equals `known`, with `reader`'s
+/// directory handle and buffer.
+pub(crate) fn read_file(reader: &mut Reader, path: &Path, known: Option<u64>) -> FileRead {
+    let bytes = match reader.read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return FileRead::Missing,
         Err(e) => return FileRead::Unreadable(e),
     };
-    let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+    let hash = xxhash_rust::xxh3::xxh3_64(bytes);
     if known == Some(hash) {
         return FileRead::Unchanged;
     }
-    match parse_file(&bytes) {
+    match parse_file(bytes) {
         Ok(docs) => FileRead::Parsed { hash, docs },
         Err(message) => FileRead::Syntax { hash, message },
     }
 }
 
-/// The bytes of the file at `path`: `std::fs::read` without its last `read`. That one
-/// asks for more after the bytes the file's size promised, to see the end; here a read
-/// that came back short of the room it was given, with the size the file had when it was
-/// opened, is taken as the end (a regular file's read is short only at its end). A file
-/// that grew or shrank meanwhile is read until a read returns nothing, as before. Four
-/// system calls a file instead of five (1,000,000 at 1,000,000 TLS domains).
-fn read_whole(path: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let size = file.metadata().map_or(0, |m| m.len());
-    let size = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-    let mut bytes = Vec::new();
-    // One byte of room more than the size: a read that fills it means the file grew.
-    bytes.try_reserve_exact(size.saturating_add(1))?;
-    loop {
-        let room = bytes.spare_capacity_mut().len();
-        if room == 0 {
-            bytes.try_reserve(size.max(8 * 1024))?;
-            continue;
-        }
-        let len = bytes.len();
-        // The room is zeroed before the read (a few KiB: no unsafe code for it).
-        bytes.resize(len + room, 0);
-        let n = match file.read(&mut bytes[len..]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                bytes.truncate(len);
-                continue;
+/// What one reading thread keeps from one file to the next.
+///
+/// - A descriptor of the directory of the last file it opened: the next file of that
+///   directory is opened relative to it (`openat`), so the kernel resolves only the
+///   file's own name instead of every component of the directory's path again.
+/// - The buffer files are read into (parsing copies out what it keeps): no allocation
+///   and no zeroing per file, and no `statx` for a size to allocate.
+///
+/// A file is read until a read returns nothing: open, two reads and a close per small
+/// file, against open, `statx`, a read and a close before. At 1,000,000 files in the page
+/// cache, 3.6 µs a file against 4.3 µs on one core (BENCHMARKS.md, "Session 46").
+/// Files are opened non-blocking, so that a FIFO given a manifest's name reads as empty
+/// instead of stopping its reader until something writes to it.
+#[derive(Default)]
+pub(crate) struct Reader {
+    dir: Option<(PathBuf, OwnedFd)>,
+    buf: Vec<u8>,
+}
+
+/// The buffer's first size: the manifests of a TLS domain are 1–4 KiB.
+const READ_BUF: usize = 16 * 1024;
+
+impl Reader {
+    /// The bytes of the file at `path`, valid until the next read.
+    pub(crate) fn read(&mut self, path: &Path) -> io::Result<&[u8]> {
+        use std::io::Read;
+        let mut file = self.open(path)?;
+        let mut filled = 0;
+        loop {
+            if filled == self.buf.len() {
+                let more = self.buf.len().max(READ_BUF);
+                self.buf
+                    .try_reserve(more)
+                    .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+                // Zeroed once, as the buffer grows (a few KiB: no unsafe code for it).
+                self.buf.resize(self.buf.len() + more, 0);
             }
-            Err(e) => return Err(e),
-        };
-        bytes.truncate(len + n);
-        if n == 0 || (n < room && bytes.len() == size) {
-            return Ok(bytes);
+            match file.read(&mut self.buf[filled..]) {
+                Ok(0) => return Ok(&self.buf[..filled]),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
+    }
+
+    fn open(&mut self, path: &Path) -> io::Result<std::fs::File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+            && !dir.as_os_str().is_empty()
+        {
+            let cached = matches!(&self.dir, Some((d, _)) if d.as_os_str() == dir.as_os_str());
+            if !cached {
+                // A directory that cannot be opened: the path is opened whole below, for
+                // its own error (or success, as when searching is allowed but not opening).
+                self.dir = rustix::fs::open(
+                    dir,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .ok()
+                .map(|fd| (dir.to_path_buf(), fd));
+            }
+            if let Some((_, fd)) = &self.dir {
+                return Ok(rustix::fs::openat(fd, name, flags, Mode::empty())?.into());
+            }
+        }
+        Ok(rustix::fs::open(path, flags, Mode::empty())?.into())
     }
 }
 
@@ -285,8 +321,9 @@ pub(crate) fn read_files_in_order<P>(
 {
     debug_assert_eq!(paths.len(), known.len());
     if paths.len() < PARALLEL_MIN_FILES || threads == 0 {
+        let mut reader = Reader::default();
         for (i, p) in paths.iter().enumerate() {
-            each(i, read_file(p.as_ref(), known[i]));
+            each(i, read_file(&mut reader, p.as_ref(), known[i]));
         }
         return;
     }
@@ -304,6 +341,7 @@ pub(crate) fn read_files_in_order<P>(
             let files_read = &files_read;
             move || {
                 lower_priority(nice);
+                let mut reader = Reader::default();
                 loop {
                     let start = next.fetch_add(BATCH, Ordering::Relaxed);
                     if start >= paths.len() {
@@ -312,7 +350,7 @@ pub(crate) fn read_files_in_order<P>(
                     let end = (start + BATCH).min(paths.len());
                     let reads = (start..end)
                         .map(|i| {
-                            let read = read_file(paths[i].as_ref(), known[i]);
+                            let read = read_file(&mut reader, paths[i].as_ref(), known[i]);
                             files_read.fetch_add(1, Ordering::Relaxed);
                             read
                         })
@@ -524,22 +562,76 @@ mod tests {
     }
 
     #[test]
-    fn read_whole_reads_what_std_reads() {
+    fn reader_reads_what_std_reads() {
         let dir = tempfile::tempdir().unwrap();
-        for len in [0, 1, 4095, 4096, 4097, 100_000] {
-            let p = dir.path().join(format!("f{len}"));
-            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            std::fs::write(&p, &bytes).unwrap();
-            assert_eq!(read_whole(&p).unwrap(), bytes, "{len} bytes");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let mut reader = Reader::default();
+        // Sizes around the buffer's, in two directories taken in turn (the directory
+        // handle is replaced each time), the buffer growing and then holding a smaller
+        // file.
+        for len in [
+            0,
+            1,
+            4095,
+            4096,
+            READ_BUF - 1,
+            READ_BUF,
+            READ_BUF + 1,
+            100_000,
+            7,
+        ] {
+            for d in [dir.path(), &sub] {
+                let p = d.join(format!("f{len}"));
+                let bytes: Vec<u8> = (0..len).map(|i| ((i + len) % 251) as u8).collect();
+                std::fs::write(&p, &bytes).unwrap();
+                assert_eq!(reader.read(&p).unwrap(), bytes, "{len} bytes in {d:?}");
+            }
         }
         // A file whose size says 0 but that has bytes (procfs): read until the end.
         let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
         assert!(!cmdline.is_empty());
         assert_eq!(
-            read_whole(Path::new("/proc/self/cmdline")).unwrap(),
+            reader.read(Path::new("/proc/self/cmdline")).unwrap(),
             cmdline
         );
-        let missing = read_whole(&dir.path().join("missing")).unwrap_err();
+        let missing = reader.read(&dir.path().join("missing")).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        let no_dir = reader.read(&dir.path().join("nope/f")).unwrap_err();
+        assert_eq!(no_dir.kind(), io::ErrorKind::NotFound);
+        // A file replaced after its directory's handle was taken: the new one is read.
+        let p = dir.path().join("f7");
+        std::fs::write(dir.path().join("f7.new"), b"new").unwrap();
+        std::fs::rename(dir.path().join("f7.new"), &p).unwrap();
+        assert_eq!(reader.read(&p).unwrap(), b"new");
+        // A relative path, and one with no directory part.
+        let cwd = std::env::current_dir().unwrap();
+        let rel = p.strip_prefix(&cwd).map(Path::to_path_buf);
+        if let Ok(rel) = rel {
+            assert_eq!(reader.read(&rel).unwrap(), b"new");
+        }
+        assert!(reader.read(Path::new("no-such-file-here.yaml")).is_err());
+    }
+
+    /// A FIFO with a manifest's name reads as empty: its reader is not stopped until
+    /// something writes to it.
+    #[test]
+    fn a_fifo_does_not_block_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.yaml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return; // no mkfifo here
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let read = read_file(&mut Reader::default(), &path, None);
+            let _ = tx.send(format!("{read:?}"));
+        });
+        let read = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the read of a FIFO returned");
+        assert!(read.starts_with("Parsed"), "{read}");
     }
 }
