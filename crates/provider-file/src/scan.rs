@@ -258,8 +258,8 @@ impl Reader {
         {
             let cached = matches!(&self.dir, Some((d, _)) if d.as_os_str() == dir.as_os_str());
             if !cached {
-                // A directory that cannot be opened: the path is opened whole below, for
-                // its own error (or success, as when searching is allowed but not opening).
+                // A directory that cannot be opened (gone, not a directory, no descriptor
+                // left): the path is opened whole below, for its own result.
                 self.dir = rustix::fs::open(
                     dir,
                     OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
