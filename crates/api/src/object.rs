@@ -244,6 +244,17 @@ impl fmt::Debug for ObjectKey {
 }
 
 impl ObjectKey {
+    /// The hash a key of these parts has (its [`Hash`] writes this number alone), for
+    /// lookups by borrowed parts that build (allocate) no key.
+    pub fn hash_of(kind: Kind, namespace: &str, name: &str) -> u64 {
+        key_hash(kind, namespace, name)
+    }
+
+    /// Whether this key has these parts.
+    pub fn is(&self, kind: Kind, namespace: &str, name: &str) -> bool {
+        self.kind == kind && *self.name == *name && *self.namespace == *namespace
+    }
+
     /// Builds a key.
     pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
         Self::from_parts(kind, namespace.into(), name.into())

@@ -1,10 +1,10 @@
 //! The objects the translator was given, with the few indexes lookups need.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use foldhash::HashMap;
+use hashbrown::hash_map::Entry;
 
 use weir_api::{
     Backend, DirectResponse, EndpointSlice, Gateway, GatewayClass, Ingress, IngressClass, Kind,
@@ -24,11 +24,43 @@ pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// A namespace and a name.
 pub(crate) type NsName = (Arc<str>, Arc<str>);
 
+/// A namespace and a name, borrowed: looks an [`NsName`] up without allocating its two
+/// strings (derived `Hash` hashes the fields in order, as the tuple does).
+#[derive(Hash)]
+struct NsNameRef<'a>(&'a str, &'a str);
+
+impl indexmap::Equivalent<NsName> for NsNameRef<'_> {
+    fn equivalent(&self, key: &NsName) -> bool {
+        *key.0 == *self.0 && *key.1 == *self.1
+    }
+}
+
+/// An [`ObjectKey`]'s parts, borrowed: looks an object up without building its key
+/// (three allocations, freed right after). Hashes as the key does.
+struct KeyRef<'a> {
+    kind: Kind,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+impl std::hash::Hash for KeyRef<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(ObjectKey::hash_of(self.kind, self.namespace, self.name));
+    }
+}
+
+impl hashbrown::Equivalent<ObjectKey> for KeyRef<'_> {
+    fn equivalent(&self, key: &ObjectKey) -> bool {
+        key.is(self.kind, self.namespace, self.name)
+    }
+}
+
 /// Every stored object, by key, plus first-seen order and derived lookups.
 #[derive(Default)]
 pub(crate) struct Store {
     /// Every object with its first-seen sequence number (one map: one hash per lookup).
-    objects: HashMap<ObjectKey, (Arc<Object>, u64)>,
+    /// (hashbrown's own map, not std's: its lookups take borrowed parts, [`KeyRef`].)
+    objects: hashbrown::HashMap<ObjectKey, (Arc<Object>, u64), foldhash::fast::RandomState>,
     next_seq: u64,
     /// ReferenceGrants by namespace.
     grants: HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<Object>>>,
@@ -181,27 +213,54 @@ impl Store {
         self.objects.get(key).map(|(o, _)| o)
     }
 
-    /// `key`, or the stored object's own equal key when there is one: a reference its
-    /// referrer holds (a dependency, for as long as the referrer exists) then shares the
-    /// object's key instead of holding a copy of it (at 1,000,000 Ingresses naming their
-    /// Secret and one Backend, 150 MiB of copies).
-    pub(crate) fn shared(&self, key: ObjectKey) -> ObjectKey {
-        match self.objects.get_key_value(&key) {
-            Some((stored, _)) => stored.clone(),
-            None => key,
-        }
+    /// A dependency on the object of these parts. When it is stored, the dependency
+    /// holds the object's own key: a reference its referrer holds (for as long as the
+    /// referrer exists) then shares the object's key instead of holding a copy of it (at
+    /// 1,000,000 Ingresses naming their Secret and one Backend, 150 MiB of copies). The
+    /// key is looked up by its borrowed parts ([`KeyRef`]): one is built (three
+    /// allocations) only for a reference to an object that is not there.
+    pub(crate) fn dep_on_ref(&self, kind: Kind, ns: &str, name: &str) -> Dep {
+        let key = self
+            .stored_key(kind, ns, name)
+            .unwrap_or_else(|| ObjectKey::new(kind, ns, name));
+        Dep::Object(key)
     }
 
-    /// A dependency on the object with `key`, holding the stored object's own key when
-    /// there is one ([`Store::shared`]).
-    pub(crate) fn dep_on(&self, key: ObjectKey) -> Dep {
-        Dep::Object(self.shared(key))
+    /// [`Store::dep_on_ref`] for a referrer's own namespace: a reference to an object
+    /// that is not there holds a key sharing the referrer's namespace string (and the
+    /// name's, when `name` is an `Arc`), as [`ObjectKey::in_namespace`] does.
+    pub(crate) fn dep_in(
+        &self,
+        kind: Kind,
+        ns: &Arc<str>,
+        name: impl AsRef<str> + Into<Arc<str>>,
+    ) -> Dep {
+        let key = match self.stored_key(kind, ns, name.as_ref()) {
+            Some(key) => key,
+            None => ObjectKey::in_namespace_shared(kind, ns, name.into()),
+        };
+        Dep::Object(key)
+    }
+
+    /// The stored object's own key for these parts, if there is one.
+    fn stored_key(&self, kind: Kind, ns: &str, name: &str) -> Option<ObjectKey> {
+        let parts = KeyRef {
+            kind,
+            namespace: ns,
+            name,
+        };
+        self.objects
+            .get_key_value(&parts)
+            .map(|(stored, _)| stored.clone())
     }
 
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
-        self.objects
-            .get(&ObjectKey::new(kind, ns, name))
-            .map(|(o, _)| &**o)
+        let parts = KeyRef {
+            kind,
+            namespace: ns,
+            name,
+        };
+        self.objects.get(&parts).map(|(o, _)| &**o)
     }
 
     /// Precedence age of the object with `key` (creation time, then first-seen order).
@@ -240,15 +299,22 @@ impl Store {
 
     /// The Ingresses of namespace `ns` with a rule for `host` (`""`: no host), by name.
     pub(crate) fn ingresses_with_host(&self, ns: &str, host: &str) -> Vec<(ObjectKey, &Ingress)> {
-        let Some(names) = self.ingress_hosts.get(&(Arc::from(ns), Arc::from(host))) else {
+        let Some(names) = self.ingress_hosts.get(&NsNameRef(ns, host)) else {
             return Vec::new();
         };
         names
             .iter()
             .filter_map(|n| {
-                let key = ObjectKey::new(Kind::Ingress, ns, n);
-                let ing = self.ingress(&key)?;
-                Some((key, ing))
+                let parts = KeyRef {
+                    kind: Kind::Ingress,
+                    namespace: ns,
+                    name: n,
+                };
+                let (key, (o, _)) = self.objects.get_key_value(&parts)?;
+                match &**o {
+                    Object::Ingress(i) => Some((key.clone(), i)),
+                    _ => None,
+                }
             })
             .collect()
     }
@@ -330,7 +396,7 @@ impl Store {
         ns: &str,
         name: &str,
     ) -> Option<&Result<Arc<Certificate>, String>> {
-        self.certs.get(&(Arc::from(ns), Arc::from(name)))
+        self.certs.get(&NsNameRef(ns, name))
     }
 
     /// Whether a ReferenceGrant in `to_ns` lets `from` objects of `from_ns` refer to the
@@ -426,16 +492,25 @@ mod tests {
         let stored = obj.key();
         store.upsert(&stored, obj).unwrap();
         let same = |a: &ObjectKey, b: &ObjectKey| std::ptr::eq::<weir_api::KeyParts>(&**a, &**b);
-        let reference = store.shared(ObjectKey::new(Kind::Secret, "ns", "s"));
-        assert!(same(&reference, &stored), "the stored key, not a copy");
-        // Not stored (another name, another kind): the key given.
-        for key in [
-            ObjectKey::new(Kind::Secret, "ns", "t"),
-            ObjectKey::new(Kind::Service, "ns", "s"),
+        let ns: Arc<str> = "ns".into();
+        let key = |d: Dep| match d {
+            Dep::Object(k) => k,
+            other => panic!("{other:?}"),
+        };
+        for reference in [
+            key(store.dep_on_ref(Kind::Secret, "ns", "s")),
+            key(store.dep_in(Kind::Secret, &ns, "s")),
         ] {
-            let given = key.clone();
-            let got = store.shared(key);
-            assert!(same(&got, &given) && !same(&got, &stored));
+            assert!(same(&reference, &stored), "the stored key, not a copy");
+        }
+        // Not stored (another name, another kind): a key of these parts; `dep_in`'s
+        // shares the referrer's namespace string.
+        for (kind, name) in [(Kind::Secret, "t"), (Kind::Service, "s")] {
+            let got = key(store.dep_on_ref(kind, "ns", name));
+            assert!(got.is(kind, "ns", name) && !same(&got, &stored));
+            let got = key(store.dep_in(kind, &ns, name));
+            assert!(got.is(kind, "ns", name) && !same(&got, &stored));
+            assert!(Arc::ptr_eq(&got.namespace, &ns));
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use weir_api::{GatewayTlsSettings, Kind, ObjectKey, Reason};
+use weir_api::{GatewayTlsSettings, Kind, Reason};
 use weir_model::Certificate;
 
 use crate::compile::route_kind::Referrer;
@@ -43,7 +43,7 @@ pub(crate) fn compile(
         .as_deref()
         .filter(|n| !n.is_empty())
         .unwrap_or(ns);
-    deps.push(store.dep_on(ObjectKey::new(Kind::Secret, rns, &r.name)));
+    deps.push(store.dep_on_ref(Kind::Secret, rns, &r.name));
     if rns != ns {
         deps.push(Dep::grants_in(rns));
         if !store.grant_allows(Referrer::Gateway, ns, rns, "", "Secret", &r.name) {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use weir_api::{
-    GrpcBackendRef, HttpBackendRef, HttpRequestMirrorFilter, Kind, L4BackendRef, ObjectKey, Reason,
+    GrpcBackendRef, HttpBackendRef, HttpRequestMirrorFilter, Kind, L4BackendRef, Reason,
 };
 use weir_model::{Action, Filter, L4Backend, WeightedBackend};
 
@@ -211,9 +211,7 @@ fn resolve_ref(
             ));
         }
     };
-    ctx.out
-        .deps
-        .push(ctx.store.dep_on(ObjectKey::new(k, ns, name)));
+    ctx.out.deps.push(ctx.store.dep_on_ref(k, ns, name));
     if ns != &**ctx.ns {
         ctx.out.deps.push(Dep::grants_in(ns));
         let g = if k == Kind::Service { "" } else { "weir.dev" };

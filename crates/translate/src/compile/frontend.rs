@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use weir_api::{FrontendTlsConfig, FrontendTlsValidation, Kind, ObjectKey, Reason};
+use weir_api::{FrontendTlsConfig, FrontendTlsValidation, Kind, Reason};
 use weir_model::{ClientValidation, ClientValidationMode, Protocol};
 
 use crate::compile::listener::ListenerState;
@@ -149,7 +149,7 @@ fn validation(
             .as_deref()
             .filter(|n| !n.is_empty())
             .unwrap_or(ns);
-        deps.push(store.dep_on(ObjectKey::new(kind, rns, &r.name)));
+        deps.push(store.dep_on_ref(kind, rns, &r.name));
         if rns != ns {
             deps.push(Dep::grants_in(rns));
             if !store.grant_allows(Referrer::Gateway, ns, rns, "", kind.name(), &r.name) {

@@ -224,10 +224,9 @@ fn compile_rule(
     let action = if let Some(r) = redirect {
         Action::Redirect(Box::new(r))
     } else if let Some((j, name)) = direct {
-        ctx.out.deps.push(
-            ctx.store
-                .dep_on(ObjectKey::new(Kind::DirectResponse, ctx.ns, &name)),
-        );
+        ctx.out
+            .deps
+            .push(ctx.store.dep_on_ref(Kind::DirectResponse, ctx.ns, &name));
         direct_response(ctx, &name, &format!("{field}.filters[{j}].extensionRef"))
     } else {
         forward(ctx, &rule.backend_refs, backend_filters, field)

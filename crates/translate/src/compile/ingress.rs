@@ -336,8 +336,7 @@ pub(crate) fn tls(store: &Store, ns: &Arc<str>, ing: &Ingress, out: &mut Compile
             out.problems.push(format!("{field}.secretName: required"));
             continue;
         };
-        out.deps
-            .push(store.dep_on(ObjectKey::in_namespace(Kind::Secret, ns, secret)));
+        out.deps.push(store.dep_in(Kind::Secret, ns, secret));
         let cert = match store.certificate(ns, secret) {
             None => {
                 out.problems.push(format!("{field}.secretName: Secret {ns}/{secret} not found; its hosts get no certificate"));
@@ -417,7 +416,7 @@ pub(crate) fn default_backend(
         ingress_nginx::PREFIX
     );
     out.deps
-        .push(store.dep_on(ObjectKey::in_namespace(Kind::Service, ns, &name)));
+        .push(store.dep_in(Kind::Service, ns, name.as_str()));
     let port = store
         .service(ns, &name)
         .and_then(|s| s.spec.ports.first())
@@ -559,7 +558,7 @@ fn resolve(
     want: WantProtocol,
 ) -> Result<Resolved, RefError> {
     if let Some(s) = &b.service {
-        deps.push(store.dep_on(ObjectKey::in_namespace(Kind::Service, ns, &s.name)));
+        deps.push(store.dep_in(Kind::Service, ns, &*s.name));
         let fs = Sub(field, ".service");
         let port = match (&s.port.number, &s.port.name) {
             (Some(n), _) => *n,
@@ -599,11 +598,7 @@ fn resolve(
     }
     if let Some(r) = &b.resource {
         if r.api_group.as_deref() == Some("weir.dev") && &*r.kind == "Backend" {
-            deps.push(store.dep_on(ObjectKey::in_namespace_shared(
-                Kind::Backend,
-                ns,
-                r.name.clone(),
-            )));
+            deps.push(store.dep_in(Kind::Backend, ns, r.name.clone()));
             return backend::resolve_backend(store, ns, &r.name, want, &Sub(field, ".resource"));
         }
         return Err(RefError::new(

@@ -44,7 +44,7 @@ pub(crate) fn compile(
     let mut main_seen: Option<ObjectKey> = None;
     // A class-less main Ingress is ours while our IngressClass is the default one.
     out.deps
-        .push(store.dep_on(ObjectKey::new(Kind::IngressClass, "", &opts.ingress_class)));
+        .push(store.dep_on_ref(Kind::IngressClass, "", &opts.ingress_class));
     for (i, rule) in ing.spec.rules.iter().enumerate() {
         let host_name = rule.host.clone().unwrap_or_else(|| "".into());
         out.deps

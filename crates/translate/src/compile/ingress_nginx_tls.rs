@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use weir_api::{Kind, ObjectKey};
+use weir_api::Kind;
 use weir_model::{TrustAnchors, UpstreamTls};
 
 use crate::compile::ingress_nginx::PREFIX;
@@ -138,7 +138,7 @@ pub(crate) fn read(
     let mut ca = None;
     let mut client_certificate = None;
     if let Some(name) = secret {
-        deps.push(store.dep_on(ObjectKey::new(Kind::Secret, ns, name)));
+        deps.push(store.dep_on_ref(Kind::Secret, ns, name));
         match store.ca_bundle(true, ns, name) {
             None => problems.push(format!(
                 "{}: Secret {ns}/{name} not found",

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use weir_api::{GatewayListener, Kind, LabelSelector, ObjectKey, Reason};
+use weir_api::{GatewayListener, Kind, LabelSelector, Reason};
 use weir_model::{Certificate, HostMatch, L4Mode, ListenerKey, Protocol};
 
 use crate::compile::route_kind::{GATEWAY_GROUP, Referrer, RouteKind, RouteKinds};
@@ -176,7 +176,7 @@ pub(crate) fn compile_listeners(
                             .as_deref()
                             .filter(|n| !n.is_empty())
                             .unwrap_or(ns);
-                        deps.push(store.dep_on(ObjectKey::new(Kind::Secret, sns, &r.name)));
+                        deps.push(store.dep_on_ref(Kind::Secret, sns, &r.name));
                         if sns != ns {
                             deps.push(Dep::grants_in(sns));
                             if !store.grant_allows(from, ns, sns, "", "Secret", &r.name) {
