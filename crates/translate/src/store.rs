@@ -244,23 +244,23 @@ impl Store {
 
     /// The stored object's own key for these parts, if there is one.
     fn stored_key(&self, kind: Kind, ns: &str, name: &str) -> Option<ObjectKey> {
-        let parts = KeyRef {
-            kind,
-            namespace: ns,
-            name,
-        };
-        self.objects
-            .get_key_value(&parts)
+        self.lookup(kind, ns, name)
             .map(|(stored, _)| stored.clone())
     }
 
     fn get_ns(&self, kind: Kind, ns: &str, name: &str) -> Option<&Object> {
+        self.lookup(kind, ns, name).map(|(_, o)| o)
+    }
+
+    /// The stored key and object of these parts, found without building a key.
+    fn lookup(&self, kind: Kind, namespace: &str, name: &str) -> Option<(&ObjectKey, &Object)> {
         let parts = KeyRef {
             kind,
-            namespace: ns,
+            namespace,
             name,
         };
-        self.objects.get(&parts).map(|(o, _)| &**o)
+        let (key, (object, _)) = self.objects.get_key_value(&parts)?;
+        Some((key, object))
     }
 
     /// Precedence age of the object with `key` (creation time, then first-seen order).
@@ -304,17 +304,9 @@ impl Store {
         };
         names
             .iter()
-            .filter_map(|n| {
-                let parts = KeyRef {
-                    kind: Kind::Ingress,
-                    namespace: ns,
-                    name: n,
-                };
-                let (key, (o, _)) = self.objects.get_key_value(&parts)?;
-                match &**o {
-                    Object::Ingress(i) => Some((key.clone(), i)),
-                    _ => None,
-                }
+            .filter_map(|n| match self.lookup(Kind::Ingress, ns, n)? {
+                (key, Object::Ingress(i)) => Some((key.clone(), i)),
+                _ => None,
             })
             .collect()
     }
