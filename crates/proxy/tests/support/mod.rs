@@ -88,8 +88,11 @@ async fn answer(
     name: &'static str,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.uri().path() == "/slow" {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    match req.uri().path() {
+        "/slow" => tokio::time::sleep(Duration::from_secs(1)).await,
+        // A response that comes after the client's next frames on the stream (h2spec).
+        "/after-100ms" => tokio::time::sleep(Duration::from_millis(100)).await,
+        _ => {}
     }
     let (parts, body) = req.into_parts();
     let received = body
