@@ -200,8 +200,11 @@ struct K8sArgs {
     /// protocol (the controller serves none).
     #[arg(long)]
     split: bool,
-    /// Poll interval while waiting for a change to be served, in microseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Poll interval while waiting for a change to be served, in microseconds. Finer
+    /// than the changes it times (a change missed by a poll costs a whole interval; at
+    /// 1 ms the ratios between runs were mostly that rounding: BENCHMARKS.md,
+    /// "Session 43").
+    #[arg(long, default_value_t = 200)]
     poll_interval_us: u64,
     /// Longest wait for one change, in milliseconds (then counted as a timeout).
     #[arg(long, default_value_t = 10_000)]
@@ -379,7 +382,10 @@ struct PropagationArgs {
     #[arg(long)]
     cache: Option<PathBuf>,
     /// Pause between two polls of a change that has not shown yet, in microseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Finer than the changes it times, which are served in 0.4–1.5 ms (a change missed
+    /// by a poll costs a whole pause; at 1 ms the ratios between runs were mostly that
+    /// rounding: BENCHMARKS.md, "Session 43").
+    #[arg(long, default_value_t = 200)]
     poll_interval_us: u64,
     /// Longest wait for one change to show, in milliseconds; longer counts as a failure.
     #[arg(long, default_value_t = 10_000)]
