@@ -222,8 +222,8 @@ pub(crate) fn read_file(reader: &mut Reader, path: &Path, known: Option<u64>) ->
 ///
 /// The parallel readers of a large batch first read each batch of [`BATCH`] files ahead
 /// with io_uring where the kernel allows it ([`Reader::read_ahead`], [`uring`]): the same
-/// four steps per file in one system call for the batch, 2.83–2.87 µs a cached file
-/// against 3.62–4.04 µs, and 1.0 s less system time to `/ready` at 1,000,000 files
+/// four steps per file in one system call for the batch, 3.16 µs a cached file against
+/// 3.60–4.14 µs, and 1.0 s less system time to `/ready` at 1,000,000 files
 /// (BENCHMARKS.md, "Session 48").
 #[derive(Default)]
 pub(crate) struct Reader {

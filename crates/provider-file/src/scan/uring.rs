@@ -11,8 +11,8 @@
 //! again and reports what it finds as before. The reads after the `openat` are hard
 //! links, so the `close` runs whatever happened before it.
 //!
-//! The kernel's CPU per cached file of the 1,000,000-file directory, one thread: 2.83–2.87
-//! µs with io_uring against 3.62–4.04 µs for `openat`, two reads and `close`
+//! The CPU per cached file of the 1,000,000-file directory, one thread: 3.16 µs with
+//! these chains against 3.60–4.14 µs for `openat`, two reads and `close`
 //! (BENCHMARKS.md, "Session 48"). Where io_uring is unavailable (an old kernel, a
 //! container's seccomp profile, `io_uring_disabled`) or `WEIR_IO_URING=0` is set, the
 //! plain path reads every file.
