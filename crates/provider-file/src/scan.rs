@@ -246,8 +246,11 @@ impl Reader {
             self.uring_tried = true;
             self.uring = uring::Uring::new();
         }
-        if self.uring.is_none() || paths.is_empty() || paths.len() > uring::SLOTS {
+        if self.uring.is_none() {
             return;
+        }
+        if paths.is_empty() || paths.len() > uring::SLOTS {
+            return self.skip_ahead();
         }
         let mut batch = [Path::new(""); uring::SLOTS];
         let dir = paths[0].as_ref().parent();
