@@ -17,8 +17,9 @@
 //! container's seccomp profile, `io_uring_disabled`) or `WEIR_IO_URING=0` is set, the
 //! plain path reads every file.
 
-// The ring takes raw pointers to the names and buffers it reads into: they live in
-// `Uring` and in `read_ahead`'s frame until every request of the batch has completed.
+// The ring takes raw pointers to the names it opens and the buffers it reads into: they
+// live in `Uring`, and every request of a batch has completed before `read_ahead`
+// returns (or the `Uring` is leaked).
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -39,7 +40,8 @@ const OPS: usize = 4;
 
 /// A reader's ring, with a buffer per slot.
 pub(crate) struct Uring {
-    // Dropped first: the ring's teardown ends its requests before the buffers go.
+    // Dropped first (no request is in flight by then: each batch is reaped before
+    // `read_ahead` returns).
     ring: IoUring,
     bufs: Vec<Box<[u8]>>,
     /// The byte the second read of each slot reads into (it must read none).
