@@ -31,9 +31,9 @@ use io_uring::{IoUring, opcode, squeue, types};
 /// Files read ahead at a time: the readers' batch ([`super::BATCH`]).
 pub(crate) const SLOTS: usize = super::BATCH;
 
-/// Room for a file's bytes: manifests of a TLS domain are 1–4 KiB; a larger file goes
-/// the plain path.
-const READ_BUF: usize = 16 * 1024;
+// Room for a file's bytes: the plain reader's first buffer size; a larger file goes
+// the plain path.
+use super::READ_BUF;
 
 /// Requests per file: `openat`, read, the read that must find the end, `close`.
 const OPS: usize = 4;
