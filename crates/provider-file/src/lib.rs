@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use crate::provider::FileProvider;
+pub use crate::scan::Listing;
 
 /// One entry of [`read_manifest`]: the document's index in the file and its object, or
 /// why it was refused.

@@ -14,7 +14,7 @@ use weir_api::{InvalidObject, Object, ObjectKey};
 
 use crate::file_key::FileKey;
 use crate::parse::{DocError, ParsedDoc};
-use crate::scan::{self, FileRead, WalkError};
+use crate::scan::{self, FileRead, Listing, WalkError};
 use crate::{FileError, FileErrorKind, Origin, Progress, Update};
 
 /// Name of the symlink Kubernetes swaps atomically when it updates a mounted Secret or
@@ -222,7 +222,12 @@ impl FileProvider {
     /// two files is upserted once, as the first file in path order (the first read)
     /// defines it, and the other definition is reported as a duplicate in its part.
     /// `each` also learns how far the read is (for estimates of the whole).
-    pub fn load_all_in_parts(&mut self, part: usize, mut each: impl FnMut(Update, Progress)) {
+    pub fn load_all_in_parts(
+        &mut self,
+        part: usize,
+        listing: Option<Listing>,
+        mut each: impl FnMut(Update, Progress),
+    ) {
         let root_is_dir = std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir());
         if !root_is_dir {
             let update = self.load_all();
@@ -232,7 +237,10 @@ impl FileProvider {
         let part = part.max(1);
         let mut tx = self.begin();
         let root = self.root.clone();
-        let paths = self.list(std::slice::from_ref(&root), Vec::new(), &mut tx);
+        let paths = match listing.filter(|l| l.root == root) {
+            Some(listing) => self.listed(&root, listing.files, listing.errors, &mut tx),
+            None => self.list(std::slice::from_ref(&root), Vec::new(), &mut tx),
+        };
         let known: Vec<Option<u64>> = paths
             .iter()
             .map(|p| self.files.get(p).and_then(|f| f.hash))
@@ -401,44 +409,60 @@ impl FileProvider {
             let start = to_read.len();
             let mut walk_errors = Vec::new();
             scan::walk(dir, &mut to_read, &mut walk_errors);
-            // Files under a directory that could not be listed are kept as they were,
-            // unless the directory no longer exists.
-            let unlisted: Vec<&WalkError> = walk_errors
-                .iter()
-                .filter(|e| e.error.kind() != io::ErrorKind::NotFound)
-                .collect();
-            // The files listed are looked up only when files were known there (not at
-            // the first load: a set of 1,000,000 paths, each hashed by its components).
-            let gone: Vec<PathBuf> = {
-                let mut known = self.files_under(dir).peekable();
-                if known.peek().is_none() {
-                    Vec::new()
-                } else {
-                    let found: HashSet<&Path> =
-                        to_read[start..].iter().map(PathBuf::as_path).collect();
-                    known
-                        .filter(|p| !found.contains(p.as_path()))
-                        .filter(|p| !unlisted.iter().any(|e| p.starts_with(&e.dir)))
-                        .collect()
-                }
-            };
-            for e in unlisted {
-                tx.errors.push(FileError {
-                    file: e.dir.clone(),
-                    document: None,
-                    kind: FileErrorKind::Unreadable,
-                    object: None,
-                    message: format!("cannot list directory: {}", e.error),
-                });
-            }
-            for p in gone {
-                self.remove_file(&p, tx);
-            }
+            self.walked(dir, &to_read[start..], walk_errors, tx);
         }
-        // Sorted as paths, at the cost of byte comparisons (see `FileKey`).
-        let mut to_read: Vec<FileKey> = to_read.into_iter().map(FileKey::new).collect();
-        crate::file_key::sort_and_dedup(&mut to_read);
-        to_read
+        sorted_keys(to_read)
+    }
+
+    /// [`FileProvider::list`] of `dir` alone, from a listing made already (`files` and
+    /// `walk_errors` as [`scan::walk`] gives them).
+    fn listed(
+        &mut self,
+        dir: &Path,
+        files: Vec<PathBuf>,
+        walk_errors: Vec<WalkError>,
+        tx: &mut Tx,
+    ) -> Vec<FileKey> {
+        self.walked(dir, &files, walk_errors, tx);
+        sorted_keys(files)
+    }
+
+    /// What a listing of `dir` (`listed`, `walk_errors`) means for the files known under
+    /// it: those no longer listed are removed, unless their directory could not be listed
+    /// (an error each).
+    fn walked(&mut self, dir: &Path, listed: &[PathBuf], walk_errors: Vec<WalkError>, tx: &mut Tx) {
+        // Files under a directory that could not be listed are kept as they were,
+        // unless the directory no longer exists.
+        let unlisted: Vec<&WalkError> = walk_errors
+            .iter()
+            .filter(|e| e.error.kind() != io::ErrorKind::NotFound)
+            .collect();
+        // The files listed are looked up only when files were known there (not at
+        // the first load: a set of 1,000,000 paths, each hashed by its components).
+        let gone: Vec<PathBuf> = {
+            let mut known = self.files_under(dir).peekable();
+            if known.peek().is_none() {
+                Vec::new()
+            } else {
+                let found: HashSet<&Path> = listed.iter().map(PathBuf::as_path).collect();
+                known
+                    .filter(|p| !found.contains(p.as_path()))
+                    .filter(|p| !unlisted.iter().any(|e| p.starts_with(&e.dir)))
+                    .collect()
+            }
+        };
+        for e in unlisted {
+            tx.errors.push(FileError {
+                file: e.dir.clone(),
+                document: None,
+                kind: FileErrorKind::Unreadable,
+                object: None,
+                message: format!("cannot list directory: {}", e.error),
+            });
+        }
+        for p in gone {
+            self.remove_file(&p, tx);
+        }
     }
 
     fn files_under<'a>(&'a self, prefix: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {
@@ -709,6 +733,14 @@ impl FileProvider {
         update.errors = errors;
         update
     }
+}
+
+/// `paths` as table keys, sorted as paths at the cost of byte comparisons (see
+/// `FileKey`), without repeats.
+fn sorted_keys(paths: Vec<PathBuf>) -> Vec<FileKey> {
+    let mut keys: Vec<FileKey> = paths.into_iter().map(FileKey::new).collect();
+    crate::file_key::sort_and_dedup(&mut keys);
+    keys
 }
 
 #[cfg(test)]

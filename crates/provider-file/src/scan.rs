@@ -110,11 +110,52 @@ pub(crate) struct WalkError {
     pub(crate) error: io::Error,
 }
 
+/// The manifest files found under a directory (see [`walk`]), and the directories that
+/// could not be listed: what [`crate::Watcher::take_listing`] hands to the first read.
+#[derive(Debug)]
+pub struct Listing {
+    pub(crate) root: PathBuf,
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) errors: Vec<WalkError>,
+}
+
+impl Listing {
+    pub(crate) fn new(root: PathBuf, files: Vec<PathBuf>, errors: Vec<WalkError>) -> Listing {
+        Listing {
+            root,
+            files,
+            errors,
+        }
+    }
+
+    /// The directory listed (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// How many manifest files were found.
+    pub fn files(&self) -> usize {
+        self.files.len()
+    }
+}
+
 /// Appends every manifest file under `dir` (recursively, skipping hidden entries, following
 /// symlinks, each directory once) to `out`, in no particular order.
 pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>, errors: &mut Vec<WalkError>) {
+    walk_with(dir, out, errors, &mut |_| {});
+}
+
+/// [`walk`], calling `before_listing` with each directory just before it is listed (the
+/// watcher watches it there, so that what appears in it while it is listed is either
+/// listed or reported).
+pub(crate) fn walk_with(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    errors: &mut Vec<WalkError>,
+    before_listing: &mut dyn FnMut(&Path),
+) {
     let mut seen = HashSet::new();
-    walk_dir(dir, out, errors, &mut seen);
+    walk_dir(dir, out, errors, &mut seen, before_listing);
 }
 
 fn walk_dir(
@@ -122,6 +163,7 @@ fn walk_dir(
     out: &mut Vec<PathBuf>,
     errors: &mut Vec<WalkError>,
     seen: &mut HashSet<PathBuf>,
+    before_listing: &mut dyn FnMut(&Path),
 ) {
     // Symlinked directories may form loops; visit each real directory once.
     if let Ok(real) = std::fs::canonicalize(dir)
@@ -129,6 +171,7 @@ fn walk_dir(
     {
         return;
     }
+    before_listing(dir);
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(error) => {
@@ -166,7 +209,7 @@ fn walk_dir(
             }
         }
         if file_type.is_dir() {
-            walk_dir(&entry.path(), out, errors, seen);
+            walk_dir(&entry.path(), out, errors, seen, before_listing);
         } else if is_manifest_name(&name) {
             out.push(entry.path());
         }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use weir_api::{Kind, Object, ObjectKey};
-use weir_provider_file::{FileErrorKind, FileProvider, Update};
+use weir_provider_file::{FileErrorKind, FileProvider, Update, watch};
 
 fn ns(name: &str, label: &str) -> String {
     format!(
@@ -469,6 +469,7 @@ fn a_first_read_in_parts_holds_what_load_all_returns() {
     // The same key in a file of the first part and one of the last (that one loses).
     write(&dir.path().join("a.yaml"), &ns("same", "from-a"));
     write(&dir.path().join("z.yaml"), &ns("same", "from-z"));
+    write(&dir.path().join("sub/s.yaml"), &ns("in-sub", "sub"));
     let whole = FileProvider::new(dir.path()).load_all();
     let key_set = |u: &[(ObjectKey, Arc<Object>)]| {
         let mut v: Vec<(ObjectKey, String)> = u
@@ -481,12 +482,18 @@ fn a_first_read_in_parts_holds_what_load_all_returns() {
         v.sort();
         v
     };
-    for part in [1, 7, 64, 1000] {
+    // The first read lists the tree itself, or takes the watcher's listing (made as the
+    // directories were watched): the same either way.
+    for (part, watched) in [(1, false), (7, false), (7, true), (64, true), (1000, false)] {
+        let mut watcher = watched.then(|| watch(dir.path()).unwrap().0);
+        let listing = watcher.as_mut().and_then(|w| w.take_listing());
+        assert_eq!(listing.as_ref().map(|l| l.files()), watched.then_some(303));
+        assert!(watcher.as_mut().is_none_or(|w| w.take_listing().is_none()));
         let mut p = FileProvider::new(dir.path());
         let mut upserts = Vec::new();
         let mut errors = Vec::new();
         let mut progress = Vec::new();
-        p.load_all_in_parts(part, |u, at| {
+        p.load_all_in_parts(part, listing, |u, at| {
             assert!(u.deletes.is_empty(), "{u:?}");
             upserts.extend(u.upserts);
             errors.extend(
@@ -510,7 +517,7 @@ fn a_first_read_in_parts_holds_what_load_all_returns() {
         want.sort();
         errors.sort();
         assert_eq!(errors, want, "part {part}");
-        let files: usize = 302;
+        let files: usize = 303;
         assert_eq!(progress.len(), files.div_ceil(part), "part {part}");
         assert!(progress.iter().all(|at| at.files == files));
         assert!(progress.windows(2).all(|w| w[1].read - w[0].read <= part));

@@ -107,6 +107,7 @@ const BUILD_BATCHES_AHEAD: usize = 2;
 /// the build with every batch applied.
 fn load_in_parts(
     provider: &mut FileProvider,
+    listing: Option<weir_provider_file::Listing>,
     dataplane: &Arc<DataPlane>,
     build: Option<SnapshotBuild>,
     mut stage: impl FnMut(Vec<ObjectChange>, usize) -> Option<DeltaBatch>,
@@ -134,7 +135,7 @@ fn load_in_parts(
             .name("weir-load".into())
             .spawn_scoped(scope, move || {
                 let mut objects = 0;
-                provider.load_all_in_parts(LOAD_PART_FILES, |update, at| {
+                provider.load_all_in_parts(LOAD_PART_FILES, listing, |update, at| {
                     objects += update.upserts.len();
                     // The whole configuration, estimated from the files read so far.
                     let expected = objects.saturating_mul(at.files) / at.read.max(1);
@@ -207,7 +208,7 @@ impl Standalone {
         let (admin_addr, admin_task) = start_admin(opts.admin, &dataplane, registry).await?;
 
         // Watch before the first read, so that nothing written meanwhile is missed.
-        let watching = if opts.watch {
+        let mut watching = if opts.watch {
             Some(
                 weir_provider_file::watch(&opts.config)
                     .with_context(|| format!("watching {}", opts.config.display()))?,
@@ -217,6 +218,8 @@ impl Standalone {
         };
 
         let mut provider = FileProvider::new(opts.config.clone());
+        // The watch listed the tree as it watched it: the first read starts from that.
+        let listing = watching.as_mut().and_then(|(w, _)| w.take_listing());
         let mut pipeline = Pipeline::new(
             translator_options(
                 opts.ingress_http,
@@ -235,9 +238,13 @@ impl Standalone {
         let mut load = pipeline.begin_load();
         let build = pipeline.begin_build(&load);
         let (objects, build) = tokio::task::block_in_place(|| {
-            load_in_parts(&mut provider, &dataplane, build, |changes, expected| {
-                pipeline.stage(&mut load, changes, expected)
-            })
+            load_in_parts(
+                &mut provider,
+                listing,
+                &dataplane,
+                build,
+                |changes, expected| pipeline.stage(&mut load, changes, expected),
+            )
         });
         let origin = |k: &weir_api::ObjectKey| provider.origin(k).map(origin_string);
         // Only the count is kept: the report lists every status of the first batch, which

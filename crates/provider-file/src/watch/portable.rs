@@ -15,6 +15,14 @@ pub struct Watcher {
     _inner: notify::RecommendedWatcher,
 }
 
+impl Watcher {
+    /// Always `None` here: notify lists the tree on its own, so the first read lists it
+    /// again (the inotify watcher hands its listing over).
+    pub fn take_listing(&mut self) -> Option<crate::scan::Listing> {
+        None
+    }
+}
+
 impl std::fmt::Debug for Watcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Watcher")
