@@ -149,14 +149,39 @@ extern "C" fn configure() {
     }
 }
 
-/// Returns every page freed so far to the system now, whatever the purge delay: for the
-/// end of the first configuration's load, which frees most of what it allocated.
+/// The purge delay while the first configuration loads (see [`hold_freed`]).
+const LOAD_PURGE_DELAY: c_long = 1000;
+
+/// Whether [`hold_freed`] raised the purge delay (and [`release_freed`] lowers it again).
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps freed pages for [`LOAD_PURGE_DELAY`] instead of 10 ms until [`release_freed`]:
+/// for the first configuration's load, whose parts allocate and free their working
+/// memory every few tens of milliseconds. Purged after 10 ms, that memory came back as
+/// fresh pages, faulted and zeroed again: at 1,000,000 TLS domains 1.19–1.21 million page
+/// faults to `/ready` against 1.03–1.04 million, 41.3–41.5 s of CPU against 39.7–39.9 s,
+/// for a peak 15–18 MiB higher and the same RSS at `/ready` (BENCHMARKS.md, "Session
+/// 49"). The user's `MIMALLOC_PURGE_DELAY` wins.
 ///
-/// Tried and left out (BENCHMARKS.md, "Session 36"): a purge delay of 300 ms while the
-/// first configuration loads. It faulted 1.15 million pages instead of 1.30 million at
-/// 1,000,000 TLS domains, but the peak rose by 20–70 MiB and, on a slow run, the RSS at
-/// `/ready` by 50 MiB.
+/// Session 36 tried 300 ms and left it out: 1.15 million faults instead of 1.30 million,
+/// but its load had no [`release_freed`] at the end yet, and on a slow run the RSS at
+/// `/ready` was 50 MiB higher.
+pub(crate) fn hold_freed() {
+    if !is_set(c"MIMALLOC_PURGE_DELAY") {
+        HELD.store(true, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: stores a number in mimalloc's option table (v3's numbering, tested).
+        unsafe { mi_option_set(PURGE_DELAY, LOAD_PURGE_DELAY) };
+    }
+}
+
+/// Returns every page freed so far to the system now, whatever the purge delay, and
+/// purges after 10 ms again if [`hold_freed`] had raised the delay: for the end of the
+/// first configuration's load, which frees most of what it allocated.
 pub(crate) fn release_freed() {
+    if HELD.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: as in `hold_freed`.
+        unsafe { mi_option_set(PURGE_DELAY, OPTIONS[0].2) };
+    }
     // SAFETY: `mi_collect` walks mimalloc's own structures; no pointer is passed.
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
@@ -181,9 +206,13 @@ mod tests {
 
     /// What the load frees comes back at once, whatever the purge delay (the test runs
     /// with mimalloc's default of 1 s: `configure` is not run here).
+    /// The tests that change or read mimalloc's options, one at a time.
+    static OPTIONS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[cfg(target_os = "linux")]
     #[test]
     fn release_freed_returns_freed_pages() {
+        let _one = OPTIONS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let blocks: Vec<Box<[u8]>> = (0..16_384).map(|i| vec![i as u8; 4096].into()).collect();
         let full = rss_kib();
         drop(blocks);
@@ -273,10 +302,18 @@ mod tests {
         if OPTIONS.iter().any(|(_, env, _)| is_set(env)) {
             return; // the user's value, not the default, would be read
         }
+        let _one = OPTIONS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: reads of mimalloc's option table.
         let get = || OPTIONS.map(|(option, _, _)| unsafe { mi_option_get(option) });
         assert_eq!(get(), [1000, 1]);
         configure();
+        assert_eq!(get(), [10, 0]);
+        // The first load holds freed pages longer; its end purges after 10 ms again.
+        hold_freed();
+        assert_eq!(get(), [LOAD_PURGE_DELAY, 0]);
+        release_freed();
+        assert_eq!(get(), [10, 0]);
+        release_freed();
         assert_eq!(get(), [10, 0]);
         // SAFETY: reads a flag of this process; no pointers.
         let thp_disabled = || unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };

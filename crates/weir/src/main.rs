@@ -618,6 +618,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(a) => {
+                // Freed pages are kept while the first configuration loads (released
+                // by `on_loaded`).
+                allocator::hold_freed();
                 let opts = weir::standalone::RunOptions {
                     config: a.config,
                     admin: a.admin,
