@@ -295,18 +295,17 @@ impl Reader {
         if paths.is_empty() || paths.len() > uring::SLOTS {
             return self.skip_ahead();
         }
-        let mut batch = [Path::new(""); uring::SLOTS];
-        let dir = paths[0].as_ref().parent();
-        for (slot, p) in batch.iter_mut().zip(paths) {
-            *slot = p.as_ref();
-            if slot.parent() != dir {
-                // Files of several directories (rare: a batch is 16 files in path order).
-                return self.skip_ahead();
-            }
-        }
-        let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+        let Some((dir, _)) = dir_and_name(paths[0].as_ref()) else {
             return self.skip_ahead();
         };
+        let mut batch = [(Path::new(""), OsStr::new("")); uring::SLOTS];
+        for (slot, p) in batch.iter_mut().zip(paths) {
+            match dir_and_name(p.as_ref()) {
+                Some((d, name)) if d.as_os_str() == dir.as_os_str() => *slot = (p.as_ref(), name),
+                // Files of several directories (rare: a batch is 16 files in path order).
+                _ => return self.skip_ahead(),
+            }
+        }
         if self.dir_fd(dir).is_none() {
             return self.skip_ahead();
         }
@@ -361,8 +360,7 @@ impl Reader {
     fn open(&mut self, path: &Path) -> io::Result<std::fs::File> {
         use rustix::fs::{Mode, OFlags};
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-        if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
-            && !dir.as_os_str().is_empty()
+        if let Some((dir, name)) = dir_and_name(path)
             && let Some(fd) = self.dir_fd(dir)
         {
             return Ok(rustix::fs::openat(fd, name, flags, Mode::empty())?.into());
@@ -387,6 +385,23 @@ impl Reader {
         }
         self.dir.as_ref().map(|(_, fd)| fd)
     }
+}
+
+/// A file's directory and name, split at the path's last `/`: its bytes are searched,
+/// not parsed into components (`Path::parent` and `Path::file_name` parse from the end,
+/// a byte at a time, and took 0.45 µs a file at 1,000,000 files; BENCHMARKS.md,
+/// "Session 49"). `None` when the name is not a plain one (empty, `.`, `..`) or the
+/// directory part is empty (a relative path of one component, a file in `/`): such a
+/// path is opened whole.
+pub(crate) fn dir_and_name(path: &Path) -> Option<(&Path, &OsStr)> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    let at = memchr::memrchr(b'/', bytes)?;
+    let (dir, name) = (&bytes[..at], &bytes[at + 1..]);
+    if dir.is_empty() || name.is_empty() || name == b"." || name == b".." {
+        return None;
+    }
+    Some((Path::new(OsStr::from_bytes(dir)), OsStr::from_bytes(name)))
 }
 
 /// Reads every path (see [`read_file`]), on several threads when there are many. The
@@ -551,6 +566,35 @@ pub(crate) fn read_files_in_order<P>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Split at the last `/` as `Path::parent` and `Path::file_name` split a path whose
+    /// last component is a plain name; anything else is opened whole.
+    #[test]
+    fn dir_and_name_splits_as_path_does() {
+        for p in [
+            "/a/b.yaml",
+            "/a/b/c.yml",
+            "a/b",
+            "./a/b.yaml",
+            "/a b/\u{e9}.yaml",
+            "/a/.b",
+        ] {
+            let path = Path::new(p);
+            assert_eq!(
+                dir_and_name(path),
+                Some((path.parent().unwrap(), path.file_name().unwrap())),
+                "{p}"
+            );
+        }
+        for p in ["b.yaml", "/b.yaml", "/a/", "/a/.", "/a/..", "", "/"] {
+            assert_eq!(dir_and_name(Path::new(p)), None, "{p}");
+        }
+        // Not the same bytes as `parent`, the same directory.
+        assert_eq!(
+            dir_and_name(Path::new("/a//b.yaml")),
+            Some((Path::new("/a/"), OsStr::new("b.yaml")))
+        );
+    }
 
     /// This thread's nice value, from /proc (field 19 of its stat line).
     #[cfg(target_os = "linux")]

@@ -22,6 +22,7 @@
 // returns (or the `Uring` is leaked).
 #![allow(unsafe_code)]
 
+use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -85,22 +86,20 @@ impl Uring {
         })
     }
 
-    /// Reads `paths` (at most [`SLOTS`], all in the directory `dir` is a descriptor of)
-    /// ahead; [`Uring::take`] then hands out their bytes in the same order.
-    pub(crate) fn read_ahead(&mut self, dir: &OwnedFd, paths: &[&Path]) -> Ahead {
+    /// Reads `files` (at most [`SLOTS`] paths with their names, all in the directory
+    /// `dir` is a descriptor of) ahead; [`Uring::take`] then hands out their bytes in the
+    /// same order.
+    pub(crate) fn read_ahead(&mut self, dir: &OwnedFd, files: &[(&Path, &OsStr)]) -> Ahead {
         self.ahead.clear();
         self.paths.clear();
         self.names.clear();
         self.next = 0;
-        if paths.len() > SLOTS {
+        if files.len() > SLOTS {
             return Ahead::Skipped;
         }
         // The names, each followed by a NUL, in one buffer kept from batch to batch.
         let mut starts = [0usize; SLOTS];
-        for (slot, path) in paths.iter().enumerate() {
-            let Some(name) = path.file_name() else {
-                return Ahead::Skipped;
-            };
+        for (slot, (_, name)) in files.iter().enumerate() {
             let name = name.as_bytes();
             if name.contains(&0) {
                 return Ahead::Skipped;
@@ -113,7 +112,7 @@ impl Uring {
         let probes = self.probes.as_mut_ptr();
         {
             let mut sq = self.ring.submission();
-            for (slot, &start) in starts[..paths.len()].iter().enumerate() {
+            for (slot, &start) in starts[..files.len()].iter().enumerate() {
                 let name = self.names[start..].as_ptr().cast::<libc::c_char>();
                 let fixed = types::Fixed(slot as u32);
                 let target = types::DestinationSlot::try_from_slot_target(slot as u32)
@@ -150,7 +149,7 @@ impl Uring {
                 }
             }
         }
-        let want = paths.len() * OPS;
+        let want = files.len() * OPS;
         let mut results = [i32::MIN; SLOTS * OPS];
         let mut seen = 0;
         while seen < want {
@@ -175,7 +174,7 @@ impl Uring {
             // read twice.
             return Ahead::Unsupported;
         }
-        for (slot, path) in paths.iter().enumerate() {
+        for (slot, (path, _)) in files.iter().enumerate() {
             let r = &results[slot * OPS..slot * OPS + OPS];
             // Opened, read, and nothing after what was read.
             let read = (r[0] >= 0 && r[1] >= 0 && r[2] == 0).then_some(r[1] as usize);
@@ -286,9 +285,12 @@ mod tests {
             rustix::fs::Mode::empty(),
         )
         .unwrap();
-        let batch: Vec<&Path> = paths[..SLOTS].iter().map(|p| p.as_path()).collect();
+        let batch: Vec<(&Path, &OsStr)> = paths[..SLOTS]
+            .iter()
+            .map(|p| (p.as_path(), p.file_name().unwrap()))
+            .collect();
         assert_eq!(ring.read_ahead(&fd, &batch), Ahead::Read);
-        for (i, p) in batch.iter().enumerate() {
+        for (i, (p, _)) in batch.iter().enumerate() {
             let got = ring.take(p).map(|(slot, n)| ring.bytes(slot, n).to_vec());
             match i {
                 8 | 9 | 13 | 14 => assert_eq!(got, None, "file {i} is left to the plain path"),
@@ -303,7 +305,7 @@ mod tests {
         }
         // A path out of order is not taken from the batch.
         assert_eq!(ring.read_ahead(&fd, &batch[..2]), Ahead::Read);
-        assert_eq!(ring.take(batch[1]), None);
+        assert_eq!(ring.take(batch[1].0), None);
     }
 
     /// Parallel readers (which read ahead with the ring) give what the plain path gives,
