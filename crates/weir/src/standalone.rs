@@ -79,9 +79,12 @@ pub struct Standalone {
 
 /// Files per part of the first read (see [`FileProvider::load_all_in_parts`]): large
 /// enough that a part's fixed costs (its difference, its recomputation) are nothing
-/// beside its objects, small enough that translation starts early and the last part,
-/// translated after reading ends, is short.
-const LOAD_PART_FILES: usize = 2048;
+/// beside its objects, small enough that what the loading thread made of a part is still
+/// in the processor's caches when it is translated, and that translation starts early.
+/// Parts of 2,048 files took 10 % more CPU than parts of 256 at 1,000,000 TLS domains
+/// (four alternated pairs: 33.0–34.6 s against 27.7–31.1 s to `/ready`), and a little
+/// more at 20,000 and 100,000 (BENCHMARKS.md, "Session 49").
+const LOAD_PART_FILES: usize = 256;
 
 /// Parts read ahead of the translation at the first load: a bounded channel, so that
 /// when translation is behind the loading thread waits instead of piling up parts.
