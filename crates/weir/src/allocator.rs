@@ -204,11 +204,11 @@ mod tests {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 
-    /// What the load frees comes back at once, whatever the purge delay (the test runs
-    /// with mimalloc's default of 1 s: `configure` is not run here).
     /// The tests that change or read mimalloc's options, one at a time.
     static OPTIONS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// What the load frees comes back at once, whatever the purge delay (the test runs
+    /// with mimalloc's default of 1 s: `configure` is not run here).
     #[cfg(target_os = "linux")]
     #[test]
     fn release_freed_returns_freed_pages() {
