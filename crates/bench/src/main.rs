@@ -272,6 +272,12 @@ struct TrafficArgs {
     /// median requests/s is reported (the cold handshake pass runs once).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Slices per keep-alive measurement (wrk, h2load): each round measures every proxy
+    /// for duration/slices seconds, slices times over in turn, and adds each proxy's
+    /// slices up, so that a slow moment of a shared machine falls on all of them. The
+    /// warm-up runs before a round's first slice only.
+    #[arg(long, default_value_t = 1)]
+    slices: u32,
     /// Keep the run's directory under <workspace>/target/weir-bench/work (proxy
     /// configurations and logs, load generator outputs).
     #[arg(long)]
@@ -324,6 +330,7 @@ impl TrafficArgs {
             work: bench_dir.join("work"),
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
             rounds: self.rounds.max(1),
+            slices: self.slices.max(1),
             keep_work: self.keep_work,
             backend_on: self.backend_on,
         }
@@ -471,15 +478,13 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Traffic(args) => run_traffic(&runtime, args.options()),
-        Command::Backend(args) => {
-            match runtime.block_on(traffic::backend::serve(args.listen, args.size)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("weir-bench backend: {e:#}");
-                    ExitCode::FAILURE
-                }
+        Command::Backend(args) => match traffic::backend::serve(args.listen, args.size) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weir-bench backend: {e:#}");
+                ExitCode::FAILURE
             }
-        }
+        },
         Command::Ratelimit(a) => {
             let opts = ratelimit::Options {
                 weir: a

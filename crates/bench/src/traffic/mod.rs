@@ -56,6 +56,10 @@ pub(crate) struct Options {
     pub(crate) startup_timeout: Duration,
     /// Measurements per scenario and proxy (interleaved); the median one is reported.
     pub(crate) rounds: usize,
+    /// Slices of each keep-alive measurement: a round measures every proxy for
+    /// `duration / slices`, `slices` times over, and adds each proxy's slices up, so
+    /// that a slow moment of the machine falls on every proxy of the round.
+    pub(crate) slices: u32,
     /// Keep the run's directory (configurations, logs, load generator outputs).
     pub(crate) keep_work: bool,
     /// The CPU the backend is pinned to.
@@ -98,6 +102,14 @@ pub(crate) enum Load {
     Handshakes { concurrency: usize, cold: bool },
     /// The bench's open-loop client at a fixed rate.
     Rate { rate: u64, connections: usize },
+}
+
+impl Load {
+    /// Whether a round may measure it in slices (`--slices`): the closed-loop keep-alive
+    /// loads, whose figures add up over slices. Handshake and fixed-rate runs stay whole.
+    fn sliceable(&self) -> bool {
+        matches!(self, Load::Wrk { .. } | Load::H2 { .. })
+    }
 }
 
 /// One measured situation.
@@ -427,33 +439,57 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
                 if cold && round > 0 {
                     continue;
                 }
+                let slices = if sc.load.sliceable() {
+                    opts.slices.max(1)
+                } else {
+                    1
+                };
+                let mut parts: Vec<Vec<Measured>> = vec![Vec::new(); started.len()];
+                // A proxy whose slice failed skips the round's other slices: they would
+                // only repeat the failure.
+                let mut failed = vec![false; started.len()];
+                for slice in 0..slices {
+                    for i in round_order(started.len(), round) {
+                        let st = &mut started[i];
+                        if !st.alive || failed[i] {
+                            continue;
+                        }
+                        let target = Target {
+                            site: &st.site,
+                            pid: st.proxy.pid(),
+                            backend_pid: backend.pid(),
+                            dir: &st.dir,
+                            cache: &opts.cache,
+                            taskset: &bins.taskset,
+                            wrk: &wrk,
+                            h2load: &h2load,
+                            me: &me,
+                        };
+                        let span = Span {
+                            warm_up: slice == 0,
+                            duration: opts.duration / slices,
+                        };
+                        let m = measure(sc, st.kind, &target, opts, span).await;
+                        failed[i] = m.error.is_some();
+                        parts[i].push(m);
+                        if let Some(status) = st.proxy.exited() {
+                            say(&format!(
+                                "{} exited ({status}); log:\n{}",
+                                st.kind.name(),
+                                log_tail(&st.proxy.log, 20)
+                            ));
+                            st.alive = false;
+                        }
+                    }
+                }
                 for i in round_order(started.len(), round) {
-                    let st = &mut started[i];
-                    if !st.alive {
+                    let measured = std::mem::take(&mut parts[i]);
+                    if measured.is_empty() {
                         continue;
                     }
-                    let target = Target {
-                        site: &st.site,
-                        pid: st.proxy.pid(),
-                        backend_pid: backend.pid(),
-                        dir: &st.dir,
-                        cache: &opts.cache,
-                        taskset: &bins.taskset,
-                        wrk: &wrk,
-                        h2load: &h2load,
-                        me: &me,
-                    };
-                    let m = measure(sc, st.kind, &target, opts).await;
+                    let m = Measured::combine(measured);
                     say(&m.one_line());
                     raw.push(m);
-                    if let Some(status) = st.proxy.exited() {
-                        say(&format!(
-                            "{} exited ({status}); log:\n{}",
-                            st.kind.name(),
-                            log_tail(&st.proxy.log, 20)
-                        ));
-                        st.alive = false;
-                    }
                 }
             }
         }
@@ -497,6 +533,7 @@ pub(crate) async fn run(opts: &Options) -> Result<(TrafficReport, Vec<PathBuf>)>
             rate: opts.rate,
             weir: opts.weir.display().to_string(),
             rounds: opts.rounds.max(1),
+            slices: opts.slices.max(1),
             scenarios: selected
                 .iter()
                 .map(|s| (s.id.clone(), s.label.clone()))
@@ -532,10 +569,23 @@ fn backend_cpu_seconds(pid: u32) -> f64 {
     crate::procs::proc_stats(pid).map_or(0.0, |s| s.cpu_seconds)
 }
 
+/// One measurement's span: whether to warm up first (a round's first slice) and how long.
+struct Span {
+    warm_up: bool,
+    duration: Duration,
+}
+
 /// Warms up, then measures one scenario with the proxy's CPU and RSS around it.
-async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options) -> Measured {
+async fn measure(
+    sc: &Scenario,
+    kind: ProxyKind,
+    t: &Target<'_>,
+    opts: &Options,
+    span: Span,
+) -> Measured {
     let cold = matches!(sc.load, Load::Handshakes { cold: true, .. });
     if !cold
+        && span.warm_up
         && !opts.warmup.is_zero()
         && let Err(e) = drive(sc, t, opts.warmup, "warmup").await
     {
@@ -549,7 +599,7 @@ async fn measure(sc: &Scenario, kind: ProxyKind, t: &Target<'_>, opts: &Options)
     let duration = if cold {
         Duration::from_secs(600)
     } else {
-        opts.duration
+        span.duration
     };
     let result = drive(sc, t, duration, "run").await;
     let wall = wall.elapsed().as_secs_f64();

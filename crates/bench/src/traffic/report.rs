@@ -130,6 +130,9 @@ pub(crate) struct Params {
     pub(crate) weir: String,
     /// Rounds per scenario and proxy (the median round is reported).
     pub(crate) rounds: usize,
+    /// Slices per keep-alive measurement (each proxy's slices of a round alternate with
+    /// the other proxies' and are added up).
+    pub(crate) slices: u32,
     /// (id, description) in run order.
     pub(crate) scenarios: Vec<(String, String)>,
 }
@@ -265,6 +268,121 @@ impl Measured {
             rounds: 1,
             switches_per_request: None,
             backend_cpu_s_per_100k: None,
+        }
+    }
+
+    /// One measurement from the slices of a round (`--slices`): counts and times summed,
+    /// per-request figures weighted by each slice's successful requests, busy percentages
+    /// by its seconds, latency percentiles the request-weighted means of the slices' (wrk
+    /// reports percentiles, not samples), the maximum the largest. The first failed slice
+    /// makes the whole a failure.
+    pub(crate) fn combine(parts: Vec<Measured>) -> Measured {
+        let mut parts = parts.into_iter();
+        let Some(first) = parts.next() else {
+            panic!("Measured::combine needs at least one measurement");
+        };
+        let rest: Vec<Measured> = parts.collect();
+        if rest.is_empty() || first.error.is_some() {
+            return first;
+        }
+        if let Some(failed) = rest.iter().find(|m| m.error.is_some()) {
+            return failed.clone();
+        }
+        let all: Vec<&Measured> = std::iter::once(&first).chain(rest.iter()).collect();
+        let loads: Vec<&LoadResult> = all.iter().filter_map(|m| m.load.as_ref()).collect();
+        let ok: Vec<f64> = all
+            .iter()
+            .map(|m| m.load.as_ref().map_or(0, good_requests) as f64)
+            .collect();
+        let secs: Vec<f64> = loads.iter().map(|l| l.seconds).collect();
+        let total_ok: f64 = ok.iter().sum();
+        let total_secs: f64 = secs.iter().sum();
+        // Weighted mean of an optional figure; None when any part lacks it.
+        let mean = |vals: Vec<Option<f64>>, w: &[f64], total: f64| -> Option<f64> {
+            if total <= 0.0 {
+                return None;
+            }
+            let mut sum = 0.0;
+            for (v, w) in vals.into_iter().zip(w) {
+                sum += v? * w;
+            }
+            Some(sum / total)
+        };
+        let requests: u64 = loads.iter().map(|l| l.requests).sum();
+        let errors: u64 = loads.iter().map(|l| l.errors).sum();
+        let latency = (|| {
+            let lats: Vec<Latency> = loads.iter().map(|l| l.latency).collect::<Option<_>>()?;
+            let pick = |f: &dyn Fn(&Latency) -> f64| {
+                mean(lats.iter().map(|l| Some(f(l))).collect(), &ok, total_ok)
+            };
+            Some(Latency {
+                p50_ms: pick(&|l| l.p50_ms)?,
+                p90_ms: pick(&|l| l.p90_ms)?,
+                p99_ms: pick(&|l| l.p99_ms)?,
+                p999_ms: mean(lats.iter().map(|l| l.p999_ms).collect(), &ok, total_ok),
+                max_ms: lats
+                    .iter()
+                    .map(|l| l.max_ms)
+                    .collect::<Option<Vec<f64>>>()
+                    .map(|v| v.into_iter().fold(0.0, f64::max)),
+            })
+        })();
+        let cpu: f64 = all.iter().map(|m| m.proxy_cpu_seconds).sum();
+        let switches = |pick: fn((f64, f64)) -> f64| {
+            mean(
+                all.iter()
+                    .map(|m| m.switches_per_request.map(pick))
+                    .collect(),
+                &ok,
+                total_ok,
+            )
+        };
+        let last = all[all.len() - 1];
+        Measured {
+            scenario: first.scenario.clone(),
+            proxy: first.proxy,
+            load: Some(LoadResult {
+                requests,
+                seconds: total_secs,
+                rps: if total_secs > 0.0 {
+                    requests as f64 / total_secs
+                } else {
+                    0.0
+                },
+                errors,
+                latency,
+            }),
+            proxy_cpu_seconds: cpu,
+            cpu_s_per_100k: mean(
+                all.iter().map(|m| m.cpu_s_per_100k).collect(),
+                &ok,
+                total_ok,
+            ),
+            system_s_per_100k: mean(
+                all.iter().map(|m| m.system_s_per_100k).collect(),
+                &ok,
+                total_ok,
+            ),
+            proxy_cpu_percent: (total_secs > 0.0).then(|| cpu * 100.0 / total_secs),
+            end: last.end.clone(),
+            proxy_cpu_busy_percent: mean(
+                all.iter().map(|m| m.proxy_cpu_busy_percent).collect(),
+                &secs,
+                total_secs,
+            ),
+            load_cpu_busy_percent: mean(
+                all.iter().map(|m| m.load_cpu_busy_percent).collect(),
+                &secs,
+                total_secs,
+            ),
+            error: None,
+            rounds: 1,
+            switches_per_request: switches(|s| s.0).zip(switches(|s| s.1)),
+            backend_cpu_s_per_100k: mean(
+                all.iter().map(|m| m.backend_cpu_s_per_100k).collect(),
+                &ok,
+                total_ok,
+            ),
         }
     }
 
@@ -445,8 +563,17 @@ impl TrafficReport {
         );
         let _ = writeln!(
             s,
-            "\nOrder: the proxies of a setup run side by side (idle ones use no CPU) and each scenario measures them one right after the other, so that load from elsewhere on the machine falls on all alike, each round starting with the next proxy; {} round(s) per scenario, the round with the median requests/s reported.",
-            self.params.rounds
+            "\nOrder: the proxies of a setup run side by side (idle ones use no CPU) and each scenario measures them one right after the other, so that load from elsewhere on the machine falls on all alike, each round starting with the next proxy; {} round(s) per scenario, the round with the median requests/s reported.{}",
+            self.params.rounds,
+            if self.params.slices > 1 {
+                format!(
+                    " Each keep-alive measurement was taken in {} slices of {:.2} s: every proxy's first slice, then every proxy's second, and so on, each proxy's slices of a round added up (percentiles: the request-weighted means of the slices').",
+                    self.params.slices,
+                    self.params.duration_s / f64::from(self.params.slices)
+                )
+            } else {
+                String::new()
+            }
         );
         let proxies = self.proxies();
         let _ = write!(s, "\n| scenario |");
@@ -755,6 +882,7 @@ mod tests {
                 rate: 1000,
                 weir: "w".into(),
                 rounds: 1,
+                slices: 1,
                 scenarios: sc.iter().map(|s| (s.id.clone(), s.label.clone())).collect(),
             },
             runs: vec![ProxyRun::failed(ProxyKind::Haproxy, 1, "boom".into())],
@@ -771,6 +899,69 @@ mod tests {
             }],
             total_seconds: 1.0,
         }
+    }
+
+    #[test]
+    fn slices_add_up_to_one_measurement() {
+        let sc = scenarios(true, 10, 1000);
+        // A slice of `reqs` requests in `secs` seconds costing `cpu` proxy seconds, the
+        // backend `bcpu`, with p99 `p99` ms.
+        let slice = |reqs: u64, secs: f64, cpu: f64, bcpu: f64, p99: f64, busy: f64| {
+            Measured::new(
+                &sc[0],
+                ProxyKind::Weir,
+                LoadResult {
+                    requests: reqs,
+                    seconds: secs,
+                    rps: reqs as f64 / secs,
+                    errors: 0,
+                    latency: Some(Latency {
+                        p50_ms: p99 / 4.0,
+                        p90_ms: p99 / 2.0,
+                        p99_ms: p99,
+                        p999_ms: None,
+                        max_ms: Some(p99 * 2.0),
+                    }),
+                },
+                cpu,
+                secs,
+                TreeStats::default(),
+                TreeStats {
+                    voluntary_switches: reqs / 10,
+                    system_seconds: cpu / 2.0,
+                    ..TreeStats::default()
+                },
+                Some(busy),
+                Some(busy),
+            )
+            .with_backend_cpu(bcpu)
+        };
+        let m = Measured::combine(vec![
+            slice(100_000, 1.0, 1.0, 0.5, 1.0, 100.0),
+            slice(300_000, 3.0, 6.0, 1.5, 3.0, 50.0),
+        ]);
+        let l = m.load.as_ref().unwrap();
+        assert_eq!(l.requests, 400_000);
+        assert_eq!(l.seconds, 4.0);
+        assert_eq!(l.rps, 100_000.0);
+        // 7 CPU seconds over 400,000 requests; the kernel's half of it.
+        assert!((m.cpu_s_per_100k.unwrap() - 1.75).abs() < 1e-9);
+        assert!((m.system_s_per_100k.unwrap() - 0.875).abs() < 1e-9);
+        assert!((m.backend_cpu_s_per_100k.unwrap() - 0.5).abs() < 1e-9);
+        assert!((m.proxy_cpu_percent.unwrap() - 175.0).abs() < 1e-9);
+        // Busy percentages by seconds, percentiles by requests, the largest maximum.
+        assert!((m.load_cpu_busy_percent.unwrap() - 62.5).abs() < 1e-9);
+        let lat = l.latency.unwrap();
+        assert!((lat.p99_ms - 2.5).abs() < 1e-9);
+        assert_eq!(lat.max_ms, Some(6.0));
+        assert!((m.switches_per_request.unwrap().0 - 0.1).abs() < 1e-9);
+        // One failed slice fails the whole.
+        let failed = Measured::combine(vec![
+            slice(100_000, 1.0, 1.0, 0.5, 1.0, 100.0),
+            Measured::error(&sc[0], ProxyKind::Weir, "gone".into()),
+        ]);
+        assert_eq!(failed.error.as_deref(), Some("gone"));
+        assert!(failed.load.is_none());
     }
 
     #[test]
