@@ -364,7 +364,7 @@ impl Measured {
                 total_ok,
             ),
             proxy_cpu_percent: (total_secs > 0.0).then(|| cpu * 100.0 / total_secs),
-            end: last.end.clone(),
+            end: last.end,
             proxy_cpu_busy_percent: mean(
                 all.iter().map(|m| m.proxy_cpu_busy_percent).collect(),
                 &secs,
