@@ -328,14 +328,12 @@ impl Measured {
             })
         })();
         let cpu: f64 = all.iter().map(|m| m.proxy_cpu_seconds).sum();
-        let switches = |pick: fn((f64, f64)) -> f64| {
-            mean(
-                all.iter()
-                    .map(|m| m.switches_per_request.map(pick))
-                    .collect(),
-                &ok,
-                total_ok,
-            )
+        // A per-request figure over all slices, and a per-second one.
+        let by_requests = |f: &dyn Fn(&Measured) -> Option<f64>| {
+            mean(all.iter().map(|m| f(m)).collect(), &ok, total_ok)
+        };
+        let by_seconds = |f: &dyn Fn(&Measured) -> Option<f64>| {
+            mean(all.iter().map(|m| f(m)).collect(), &secs, total_secs)
         };
         let last = all[all.len() - 1];
         Measured {
@@ -353,36 +351,17 @@ impl Measured {
                 latency,
             }),
             proxy_cpu_seconds: cpu,
-            cpu_s_per_100k: mean(
-                all.iter().map(|m| m.cpu_s_per_100k).collect(),
-                &ok,
-                total_ok,
-            ),
-            system_s_per_100k: mean(
-                all.iter().map(|m| m.system_s_per_100k).collect(),
-                &ok,
-                total_ok,
-            ),
+            cpu_s_per_100k: by_requests(&|m| m.cpu_s_per_100k),
+            system_s_per_100k: by_requests(&|m| m.system_s_per_100k),
             proxy_cpu_percent: (total_secs > 0.0).then(|| cpu * 100.0 / total_secs),
             end: last.end,
-            proxy_cpu_busy_percent: mean(
-                all.iter().map(|m| m.proxy_cpu_busy_percent).collect(),
-                &secs,
-                total_secs,
-            ),
-            load_cpu_busy_percent: mean(
-                all.iter().map(|m| m.load_cpu_busy_percent).collect(),
-                &secs,
-                total_secs,
-            ),
+            proxy_cpu_busy_percent: by_seconds(&|m| m.proxy_cpu_busy_percent),
+            load_cpu_busy_percent: by_seconds(&|m| m.load_cpu_busy_percent),
             error: None,
             rounds: 1,
-            switches_per_request: switches(|s| s.0).zip(switches(|s| s.1)),
-            backend_cpu_s_per_100k: mean(
-                all.iter().map(|m| m.backend_cpu_s_per_100k).collect(),
-                &ok,
-                total_ok,
-            ),
+            switches_per_request: by_requests(&|m| m.switches_per_request.map(|s| s.0))
+                .zip(by_requests(&|m| m.switches_per_request.map(|s| s.1))),
+            backend_cpu_s_per_100k: by_requests(&|m| m.backend_cpu_s_per_100k),
         }
     }
 
