@@ -123,3 +123,89 @@ pub(crate) fn encode_trailers(trailers: &HeaderMap, allowed: Option<&[HeaderName
     }
     Bytes::from(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    /// A writer taking at most `step` bytes a call.
+    struct Recorder {
+        got: Vec<u8>,
+        step: usize,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.step);
+            self.got.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let mut left = self.step;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.got.extend_from_slice(&b[..n]);
+                left -= n;
+            }
+            Poll::Ready(Ok(self.step - left))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write_all(out: &mut Outgoing, head: &[u8], step: usize) -> Vec<u8> {
+        let mut w = Recorder {
+            got: Vec::new(),
+            step,
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(
+            out.poll_write(head, &mut w, &mut cx),
+            Poll::Ready(Ok(()))
+        ));
+        w.got
+    }
+
+    #[test]
+    fn head_and_staged_parts_go_out_in_order_across_short_writes() {
+        let head = b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n";
+        let mut line = [0u8; 24];
+        let len = hex_line(11, &mut line);
+        let mut want = head.to_vec();
+        want.extend_from_slice(b"b\r\nhello world\r\n");
+        for step in [1, 3, 5, 16, 64, 1000] {
+            let mut out = Outgoing::default();
+            assert!(!out.is_empty(head));
+            out.stage(&line[..len], Bytes::from_static(b"hello world"), b"\r\n");
+            assert_eq!(write_all(&mut out, head, step), want, "step {step}");
+            assert!(out.is_empty(head));
+            // A head alone.
+            let mut out = Outgoing::default();
+            assert_eq!(write_all(&mut out, head, step), head, "step {step}");
+            // A body part alone, the head written before.
+            let mut out = Outgoing::default();
+            out.stage(b"", Bytes::from_static(b"abc"), b"\r\n");
+            assert_eq!(write_all(&mut out, b"", step), b"abc\r\n", "step {step}");
+        }
+    }
+}
