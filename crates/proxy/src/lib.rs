@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod balance;
+mod batch;
 mod breaker;
 mod endpoints;
 mod filters;

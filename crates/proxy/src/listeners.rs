@@ -428,7 +428,9 @@ async fn serve_connection(mut stream: TcpStream, mut c: Conn) {
         bounds: &rt.metrics.bounds,
     };
     match &rt.handler {
-        ConnectionHandler::Http(servers) => serve_http(stream, c, servers, None).await,
+        ConnectionHandler::Http(servers) => {
+            serve_http(crate::batch::Batched::new(stream), c, servers, None).await
+        }
         ConnectionHandler::Https(acceptor, servers, l4h) => {
             let mixed = c
                 .shared
@@ -437,6 +439,7 @@ async fn serve_connection(mut stream: TcpStream, mut c: Conn) {
                 .listener(&c.key)
                 .is_some_and(|l| l.has_l4_routes());
             if !mixed {
+                let stream = crate::batch::Batched::new(stream);
                 return serve_http(stream, c, servers, Some(acceptor)).await;
             }
             let mut stream = stream;

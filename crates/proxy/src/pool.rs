@@ -130,7 +130,7 @@ impl Http1Pool {
                 self.connect_errors.inc();
             })?;
         let io = match tls {
-            None => Io::Plain(stream),
+            None => Io::Plain(crate::batch::Batched::new(stream)),
             Some(tls) => {
                 let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
                 let handshake = connector.connect(tls.server_name.clone(), stream);

@@ -49,7 +49,12 @@ impl Workers {
                 .name(format!("weir-worker-{i}"))
                 .spawn(move || {
                     CURRENT.with(|c| c.set(Some(i)));
-                    let _ = rt.block_on(stopped);
+                    let _ = rt.block_on(async {
+                        if crate::batch::install() {
+                            tokio::spawn(crate::batch::run_flusher());
+                        }
+                        stopped.await
+                    });
                 })?;
         }
         Ok(Workers {
