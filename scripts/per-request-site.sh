@@ -15,10 +15,11 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # start_backend [LAUNCHER ...]: the backend on a free port (in `backend_port`), run
-# through LAUNCHER (e.g. `taskset -c 1`) when given.
+# through LAUNCHER (e.g. `taskset -c 1`) when given; answers of BACKEND_SIZE bytes
+# (default 0).
 start_backend() {
     backend_port=$(port)
-    "$@" "$bench" backend --listen "127.0.0.1:$backend_port" >"$out/backend.log" 2>&1 &
+    "$@" "$bench" backend --listen "127.0.0.1:$backend_port" --size "${BACKEND_SIZE:-0}" >"$out/backend.log" 2>&1 &
     pids+=($!)
 }
 
