@@ -133,6 +133,7 @@ impl Http1Pool {
             None => Io::Plain(crate::batch::Batched::new(stream)),
             Some(tls) => {
                 let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let stream = crate::batch::Batched::new(stream);
                 let handshake = connector.connect(tls.server_name.clone(), stream);
                 match tokio::time::timeout(self.connect_timeout, handshake).await {
                     Ok(Ok(s)) => Io::Tls(Box::new(s)),

@@ -31,14 +31,14 @@ const READ_MAX: usize = 64 * 1024;
 /// An upstream connection's transport.
 pub(crate) enum Io {
     Plain(crate::batch::Batched),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<crate::batch::Batched>>),
 }
 
 impl Io {
     fn tcp(&self) -> &TcpStream {
         match self {
             Io::Plain(s) => s.get_ref(),
-            Io::Tls(s) => s.get_ref().0,
+            Io::Tls(s) => s.get_ref().0.get_ref(),
         }
     }
 }
