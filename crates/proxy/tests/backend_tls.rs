@@ -471,7 +471,9 @@ fn service_policy(tls: Option<UpstreamTls>, health: Option<HealthProbe>) -> Reso
         Arc::new(HealthCheck {
             probe,
             interval: Duration::from_millis(100),
-            timeout: Duration::from_millis(100),
+            // Longer than the interval: a stalled test runtime is not a failed probe
+            // (failing probes fail fast: refused, bad certificate).
+            timeout: Duration::from_secs(2),
             jitter: Duration::ZERO,
             healthy_threshold: 1,
             unhealthy_threshold: 2,

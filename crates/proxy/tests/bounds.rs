@@ -344,7 +344,7 @@ async fn assert_refused_past(p: &Proxy, open: usize, reason: &str) {
 async fn idle_keep_alive_connections_are_closed() {
     let b = Backend::start("b1").await;
     let p = Proxy::start(vec![
-        listener_with(Protocol::Http, settings(|s| s.timeouts.idle = ms(300))),
+        listener_with(Protocol::Http, settings(|s| s.timeouts.idle = ms(600))),
         vhost(None, vec![rule("/", forward(&[("c1", 1)]))]),
         cluster("c1", &[b.addr], UpstreamProtocol::Http1),
     ])

@@ -41,7 +41,7 @@ fn health_policy(probe: HealthProbe, interval_ms: u64) -> Resource {
     let check = HealthCheck {
         probe,
         interval: Duration::from_millis(interval_ms),
-        timeout: Duration::from_millis(interval_ms),
+        timeout: Duration::from_secs(2).max(Duration::from_millis(interval_ms)),
         jitter: Duration::ZERO,
         healthy_threshold: 1,
         unhealthy_threshold: 2,

@@ -106,7 +106,7 @@ spec:
     url: http://{auth}/verify
     headersToSend: [authorization]
     responseHeaders: [x-user]
-    timeout: 300ms
+    timeout: 2s
     cache: {{ttl: 1h, maxEntries: 100}}
 ---
 {}",
@@ -163,7 +163,7 @@ async fn external_authorization_allows_refuses_times_out_and_caches() {
     }
     assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
 
-    // A service that does not answer in time: 503 (the call is abandoned at 300ms).
+    // A service that does not answer in time: 503 (the call is abandoned at 2 s).
     let r = call(addr, "app.test", Some("slow")).await;
     assert_eq!(r.status, 503, "{}", r.body);
 

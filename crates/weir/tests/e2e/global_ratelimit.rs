@@ -95,7 +95,33 @@ impl Drop for Redis {
 }
 
 fn settings(redis: &Redis) -> RedisSettings {
-    RedisSettings::new(vec![redis.url()])
+    let mut s = RedisSettings::new(vec![redis.url()]);
+    // A slow round trip on a loaded machine is not an outage (the default is 100 ms).
+    s.timeout = Duration::from_secs(1);
+    s
+}
+
+/// Waits until `gw`'s sync task has finished three more Redis round trips than it had
+/// when called: the reply of one that began after this call has then been applied to the
+/// gateway's local views (a round trip is counted just before its reply is applied).
+async fn synced_since_now(gw: &Gateway) {
+    let syncs = || async {
+        gw.admin_get("/metrics")
+            .await
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix("weir_global_ratelimit_sync_duration_seconds_count "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let now = syncs().await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            syncs().await >= now + 3
+        })
+        .await,
+        "the gateway's Redis syncs stalled"
+    );
 }
 
 /// A gateway from manifests with `--redis`.
@@ -230,12 +256,12 @@ async fn two_data_planes_share_one_global_limit() {
         "B's count reaches Redis: {}",
         redis.total()
     );
-    // One more sync period so that B has applied the reply it got.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // B has applied a reply that carries the total.
+    synced_since_now(&b).await;
     assert_eq!(admitted(pb, "app.test", "x", 10).await, 4);
     // A's view follows B's counts too: nothing left.
     assert!(settled(20).await);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    synced_since_now(&a).await;
     assert_eq!(admitted(pa, "app.test", "x", 5).await, 0);
     let r = {
         let req = get("app.test", "/")

@@ -133,7 +133,21 @@ spec:
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.echo_name(), Some("a"));
     assert_eq!(r.json()["path"], "/secret");
-    assert_eq!(send(Some("ann:secret")).await.status, 429);
+    // Past the burst of one: 429 (looked for among the next few, as the bucket refills
+    // one a second and a stalled machine can take that long between two handshakes).
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let status = send(Some("ann:secret")).await.status;
+        statuses.push(status);
+        if status != 200 {
+            break;
+        }
+    }
+    assert_eq!(
+        statuses.last().map(|s| s.as_u16()),
+        Some(429),
+        "{statuses:?}"
+    );
 
     // Refused address and an unreachable auth service: the redirect still comes first.
     let r = http1(http_addr, "office.test", "/x").await.unwrap();

@@ -151,6 +151,23 @@ pub async fn rolling_update_loses_no_request(ctx: Arc<Ctx>) {
         tokio::time::sleep(grace / 3).await;
     }
     tokio::time::sleep(grace).await;
+    // Old pods are stopped only once the data plane sends to the new ones alone (ready
+    // endpoints are preferred over terminating ones): kubelet's grace period stands for
+    // the time that takes to propagate, which on a loaded machine can outlast the sleeps.
+    let admin = ctx.controller.admin_addr;
+    let quoted = |b: &NetnsBackend| format!("\"{}:8080\"", b.addr);
+    assert!(
+        support::eventually(Duration::from_secs(20), || async {
+            let config = support::http1(admin, "localhost", "/config")
+                .await
+                .map(|r| r.body)
+                .unwrap_or_default();
+            new.iter().all(|b| config.contains(&quoted(b)))
+                && !old.iter().any(|b| config.contains(&quoted(b)))
+        })
+        .await,
+        "the data plane does not send to the new pods alone"
+    );
     let mut old = old;
     for _ in 0..3 {
         eps.remove(0);

@@ -573,7 +573,9 @@ pub async fn lease_election_among_three_candidates(ctx: Arc<Ctx>) {
     cluster::apply(c, &[build::namespace(ns, json!({}))]).await;
     let opts = |id: &str| {
         let mut o = LeaseOptions::new(ns.into(), "race".into(), id.into());
-        o.lease_duration = Duration::from_secs(2);
+        // A leader gives up after 1.5 s without a renewal, others wait 4 s: a leader's
+        // task stalled on a loaded machine cannot overlap a successor.
+        o.lease_duration = Duration::from_secs(4);
         o.renew_deadline = Duration::from_millis(1500);
         o.retry_period = Duration::from_millis(200);
         o
@@ -607,8 +609,8 @@ pub async fn lease_election_among_three_candidates(ctx: Arc<Ctx>) {
         }
     }
     let first = one_leader(&candidates, &leaders, Duration::from_secs(20)).await;
-    // Steady state for 3 s (well past a lease duration): the same single leader.
-    for _ in 0..150 {
+    // Steady state for 6 s (past a lease duration): the same single leader.
+    for _ in 0..300 {
         assert_eq!(
             leaders(&candidates),
             vec![first.clone()],

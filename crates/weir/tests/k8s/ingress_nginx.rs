@@ -583,14 +583,18 @@ pub async fn ingress_nginx_access_limits_and_errors(ctx: Arc<Ctx>) {
     assert_eq!(r.echo_name(), Some("echo-a"));
 
     until_http(addr, "cookie.t7f.test", "/", Ok("echo-a")).await;
-    let r = send(
-        addr,
-        support::get("cookie.t7f.test", "/").header("cookie", "canary=always"),
-    )
-    .await;
-    assert_eq!(
-        r.echo_name(),
-        Some("echo-b"),
+    // The canary Ingress was applied after the main one: wait for its own effect.
+    assert!(
+        support::eventually(Duration::from_secs(20), || async {
+            send(
+                addr,
+                support::get("cookie.t7f.test", "/").header("cookie", "canary=always"),
+            )
+            .await
+            .echo_name()
+                == Some("echo-b")
+        })
+        .await,
         "canary=always goes to the canary"
     );
     let r = send(
