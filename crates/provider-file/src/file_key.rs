@@ -365,4 +365,102 @@ mod tests {
         assert_eq!(got, want);
         assert!(want.len() > 500, "{}", want.len());
     }
+
+    /// A search of a table of files by `FileKey` finds what a search by `&Path` finds, at
+    /// and past the key, for names that are prefixes of others and paths below others.
+    #[test]
+    fn a_table_searched_by_key_or_by_path_agrees() {
+        use std::collections::BTreeMap;
+        use std::ops::Bound;
+        let names = [
+            "/c/d1.yaml",
+            "/c/d10.yaml",
+            "/c/d1",
+            "/c/d1/x.yaml",
+            "/c/d1-x.yaml",
+            "/c/e.yaml",
+            "/c/d",
+            "/c/d1.yaml/y.yaml",
+        ];
+        let table: BTreeMap<FileKey, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (FileKey::new(n.into()), i))
+            .collect();
+        for probe in names
+            .iter()
+            .chain(&["/c", "/c/d0", "/c/d2.yaml", "/b", "/d"])
+        {
+            let by_path: Vec<usize> = table
+                .range::<Path, _>((Bound::Included(Path::new(probe)), Bound::Unbounded))
+                .map(|(_, i)| *i)
+                .collect();
+            let by_key: Vec<usize> = table
+                .range((
+                    Bound::Included(FileKey::new(probe.into())),
+                    Bound::Unbounded,
+                ))
+                .map(|(_, i)| *i)
+                .collect();
+            assert_eq!(by_key, by_path, "{probe}");
+            assert_eq!(
+                table.get(&FileKey::new(probe.into())),
+                table.get(Path::new(probe)),
+                "{probe}"
+            );
+        }
+    }
+
+    /// The provider's file table at 1,000,000 files: a search by `&Path` against one by a
+    /// `FileKey` made for it (its allocation included). A timing run by hand:
+    /// `cargo test --release -p weir-provider-file --lib lookups_at_a_million -- --ignored
+    /// --nocapture`; it checks that both find every file.
+    #[test]
+    #[ignore]
+    fn lookups_at_a_million_files() {
+        use std::collections::BTreeMap;
+        use std::ops::Bound;
+        use std::time::Instant;
+        let dir = "/root/weir/target/weir-bench/work/propagation-Xq3kPz";
+        let n = 1_000_000u64;
+        let table: BTreeMap<FileKey, u64> = (0..n)
+            .map(|i| (FileKey::new(format!("{dir}/d{i}.yaml").into()), i))
+            .collect();
+        let probes: Vec<PathBuf> = (0..200_000u64)
+            .map(|j| {
+                let i = j.wrapping_mul(2_654_435_761) % n;
+                PathBuf::from(format!("{dir}/d{i}.yaml"))
+            })
+            .collect();
+        for round in 0..3 {
+            let t = Instant::now();
+            let mut found = 0u64;
+            for p in &probes {
+                let hit = table
+                    .range::<Path, _>((Bound::Included(p.as_path()), Bound::Unbounded))
+                    .next();
+                found += u64::from(hit.is_some_and(|(k, _)| k.path() == p));
+            }
+            let by_path = t.elapsed();
+            assert_eq!(found, probes.len() as u64);
+            let t = Instant::now();
+            let mut found = 0u64;
+            for p in &probes {
+                let from = FileKey::new(p.clone());
+                let hit = table
+                    .range((Bound::Included(from), Bound::Unbounded))
+                    .next();
+                found += u64::from(hit.is_some_and(|(k, _)| k.path() == p));
+            }
+            let by_key = t.elapsed();
+            assert_eq!(found, probes.len() as u64);
+            let per = |d: std::time::Duration| d.as_nanos() as f64 / probes.len() as f64;
+            println!(
+                "round {round}: by &Path {:.0} ns, by FileKey {:.0} ns per search ({} files)",
+                per(by_path),
+                per(by_key),
+                n
+            );
+        }
+    }
 }
