@@ -81,7 +81,20 @@ pub(crate) async fn wait_for(
         if now >= deadline || polls >= max_polls {
             return (None, polls, seen);
         }
-        tokio::time::sleep(pacing.poll_interval).await;
+        pause(pacing.poll_interval).await;
+    }
+}
+
+/// Sleeps for `d`, also below a millisecond. tokio's timer counts whole milliseconds and
+/// rounds a sleep up to the next tick, so `tokio::time::sleep(200 µs)` pauses 1–2 ms: a
+/// change a poll just missed would be reported a millisecond late, more often the slower
+/// the change, which inflates the ratios between two sizes. Short pauses therefore sleep on
+/// a blocking thread (`nanosleep`, accurate to tens of µs) instead.
+pub(crate) async fn pause(d: Duration) {
+    if d >= Duration::from_millis(5) {
+        tokio::time::sleep(d).await;
+    } else if !d.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
     }
 }
 
@@ -180,5 +193,35 @@ impl Changer<'_> {
             ));
         }
         probe
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Not a check (no timing thresholds in tests): prints the median length of a 200 µs
+    /// pause through `tokio::time::sleep` and through `pause`, the figures BENCHMARKS.md
+    /// quotes. `cargo test --release -p weir-bench --bin weir-bench pause_lengths -- --ignored --nocapture`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement; run by hand"]
+    async fn pause_lengths() {
+        let d = Duration::from_micros(200);
+        let mut tokio_sleep = Vec::new();
+        let mut ours = Vec::new();
+        for _ in 0..500 {
+            let t = Instant::now();
+            tokio::time::sleep(d).await;
+            tokio_sleep.push(t.elapsed());
+            let t = Instant::now();
+            pause(d).await;
+            ours.push(t.elapsed());
+        }
+        tokio_sleep.sort();
+        ours.sort();
+        println!(
+            "200 µs pause, median / p90 over 500: tokio::time::sleep {:?} / {:?}, pause {:?} / {:?}",
+            tokio_sleep[250], tokio_sleep[450], ours[250], ours[450]
+        );
     }
 }
