@@ -186,6 +186,159 @@ pub(crate) fn release_freed() {
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
+/// Below this resident set at the end of the first load, the heap is left on 4 KiB pages
+/// (see [`collapse_heap`]).
+const COLLAPSE_FROM_RSS: u64 = 1 << 30;
+
+/// A transparent huge page on x86-64 and arm64 (4 KiB base pages).
+const HUGE_PAGE: usize = 2 << 20;
+const BASE_PAGE: usize = 4096;
+
+/// `MADV_COLLAPSE` (Linux 6.1, `asm-generic/mman-common.h`); the `libc` crate lacks it.
+#[cfg(target_os = "linux")]
+const MADV_COLLAPSE: libc::c_int = 25;
+
+/// What [`collapse_heap`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Collapsed {
+    /// 2 MiB ranges of the heap whose every page was resident.
+    pub(crate) dense: usize,
+    /// Of those, how many are now one huge page each.
+    pub(crate) collapsed: usize,
+}
+
+/// After a large first load (a resident set of [`COLLAPSE_FROM_RSS`] or more), backs the
+/// heap's fully resident 2 MiB ranges with transparent huge pages, on a background
+/// thread. Unless the environment sets `WEIR_HUGE_PAGES=off` (or `MIMALLOC_ALLOW_THP`,
+/// which already gives mimalloc's arenas huge pages from the start).
+///
+/// Why: at 1,000,000 TLS domains a change touches a few hundred cold cache lines spread
+/// over gigabytes (the file table, the translator's indexes, the snapshot's shards); with
+/// 4 KiB pages nearly each is also a TLB miss and a page walk, which in a virtual machine
+/// walks the host's tables too. Huge pages took the change path at 1,000,000 domains
+/// back to its 1,000-domain time (BENCHMARKS.md, "Session 55"). They are not used from
+/// the start because a small configuration would pay a 2 MiB page per partly used range
+/// (the RSS bar at 20,000 domains, see the module's note), and a 1,000,000-domain load
+/// with them reached `/ready` later. Only ranges whose 512 pages are all resident are
+/// collapsed, so the resident set does not grow; the process goes back to refusing huge
+/// pages once done, so later allocations stay on 4 KiB pages.
+pub(crate) fn collapse_heap_after_load() {
+    if is_set(c"MIMALLOC_ALLOW_THP") || std::env::var("WEIR_HUGE_PAGES").is_ok_and(|v| v == "off") {
+        return;
+    }
+    let Some(rss) = rss_bytes() else { return };
+    if rss < COLLAPSE_FROM_RSS {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("weir-hugepages".into())
+        .spawn(move || {
+            let t = std::time::Instant::now();
+            let done = collapse_heap();
+            tracing::info!(
+                rss_mib = rss >> 20,
+                dense_ranges = done.dense,
+                collapsed = done.collapsed,
+                ms = t.elapsed().as_millis() as u64,
+                "heap backed by huge pages where fully resident"
+            );
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread to back the heap by huge pages");
+    }
+}
+
+/// The process's resident set, from `/proc/self/status`.
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// The private, writable, anonymous mappings of `/proc/self/maps` (the heaps; thread
+/// stacks too, whose ranges are rarely all resident), as `(start, end)`.
+fn anonymous_mappings(maps: &str) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?;
+            let (_offset, _dev, inode) = (f.next()?, f.next()?, f.next()?);
+            let path = f.next();
+            let anonymous = inode == "0" && matches!(path, None | Some("[heap]"));
+            if !(anonymous && perms.starts_with("rw") && perms.ends_with('p')) {
+                return None;
+            }
+            let (a, b) = range.split_once('-')?;
+            Some((
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The 2 MiB-aligned ranges wholly inside `(start, end)`.
+fn huge_ranges((start, end): (usize, usize)) -> impl Iterator<Item = usize> {
+    let first = start.next_multiple_of(HUGE_PAGE);
+    (first..end.saturating_sub(HUGE_PAGE - 1))
+        .step_by(HUGE_PAGE)
+        .filter(move |at| at + HUGE_PAGE <= end)
+}
+
+/// Collapses every fully resident 2 MiB range of the anonymous mappings into one huge
+/// page (`MADV_COLLAPSE`). Stops at the first refusal that means the kernel cannot
+/// (no `MADV_COLLAPSE` before Linux 6.1, huge pages `never`); skips ranges it could not
+/// get a huge page for.
+#[cfg(target_os = "linux")]
+fn collapse_heap() -> Collapsed {
+    let mut done = Collapsed::default();
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return done;
+    };
+    // SAFETY: a prctl that clears a flag of this process's memory map; no pointers.
+    // `MADV_COLLAPSE` refuses while it is set (`configure`).
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
+    let mut resident = [0u8; HUGE_PAGE / BASE_PAGE];
+    'all: for mapping in anonymous_mappings(&maps) {
+        for at in huge_ranges(mapping) {
+            // SAFETY: `at..at + HUGE_PAGE` lies inside a mapping listed just now (one
+            // unmapped since fails with ENOMEM, which is skipped); `resident` has one
+            // byte per page of it. mincore only reads the page tables.
+            let r =
+                unsafe { libc::mincore(at as *mut libc::c_void, HUGE_PAGE, resident.as_mut_ptr()) };
+            if r != 0 || resident.iter().any(|b| b & 1 == 0) {
+                continue;
+            }
+            done.dense += 1;
+            // SAFETY: MADV_COLLAPSE moves the range's contents into one huge page and
+            // maps it at the same addresses: what the process reads there is unchanged.
+            let r = unsafe { libc::madvise(at as *mut libc::c_void, HUGE_PAGE, MADV_COLLAPSE) };
+            if r == 0 {
+                done.collapsed += 1;
+            } else if matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EINVAL | libc::EPERM)
+            ) {
+                break 'all;
+            }
+            // Other threads fault and map too: one range at a time.
+            std::thread::yield_now();
+        }
+    }
+    if !is_set(c"MIMALLOC_ALLOW_THP") {
+        // SAFETY: as above; sets the flag back, as `configure` did.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    }
+    done
+}
+
+#[cfg(not(target_os = "linux"))]
+fn collapse_heap() -> Collapsed {
+    Collapsed::default()
+}
+
 /// Whether the environment has `name`, read without allocating.
 fn is_set(name: &CStr) -> bool {
     // SAFETY: `name` is NUL-terminated; the result is only compared with null. Nothing
@@ -222,6 +375,110 @@ mod tests {
             after + 32 * 1024 < full,
             "RSS {full} KiB with 64 MiB of blocks, {after} KiB after they were freed"
         );
+    }
+
+    /// `AnonHugePages` of the mapping of `/proc/self/smaps` that starts at `at`, in KiB.
+    fn huge_kib_at(at: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{at:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
+        let line = lines
+            .find(|l| l.starts_with("AnonHugePages:"))
+            .expect("the mapping is listed");
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// A resident range on 4 KiB pages becomes huge pages, and the process refuses huge
+    /// pages again afterwards; a range with a page never touched is left alone.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn collapse_heap_backs_resident_ranges_by_huge_pages() {
+        let _one = OPTIONS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if thp.as_deref().map_or(true, |m| m.contains("[never]")) {
+            eprintln!("no transparent huge pages on this kernel: nothing to check");
+            return;
+        }
+        // SAFETY: flags of this process; no pointers.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        let len = 8 * HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let at = base as usize;
+        // Every page of the first half touched; the second half has a hole in each range.
+        // SAFETY: inside the mapping above, which nothing else uses.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(base.cast::<u8>(), len) };
+        for (i, page) in bytes.chunks_mut(BASE_PAGE).enumerate() {
+            let in_second_half = i * BASE_PAGE >= len / 2;
+            if !(in_second_half && i % 512 == 7) {
+                page[0] = i as u8;
+            }
+        }
+        assert_eq!(huge_kib_at(at), 0, "4 KiB pages before");
+        let done = collapse_heap();
+        let huge = huge_kib_at(at);
+        // SAFETY: reads a flag of this process; no pointers.
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) },
+            1
+        );
+        // The contents did not change.
+        for (i, page) in bytes.chunks(BASE_PAGE).enumerate() {
+            let in_second_half = i * BASE_PAGE >= len / 2;
+            let want = if in_second_half && i % 512 == 7 {
+                0
+            } else {
+                i as u8
+            };
+            assert_eq!(page[0], want, "page {i}");
+        }
+        let ranges_first_half = huge_ranges((at, at + len / 2)).count() as u64;
+        // SAFETY: the mapping made above; `bytes` is not used after this.
+        unsafe { libc::munmap(base, len) };
+        if done.collapsed == 0 {
+            eprintln!("the kernel collapsed nothing ({done:?}): MADV_COLLAPSE unsupported?");
+            return;
+        }
+        assert_eq!(
+            huge,
+            ranges_first_half * (HUGE_PAGE as u64 >> 10),
+            "the fully resident ranges, and only they, are huge pages ({done:?})"
+        );
+    }
+
+    #[test]
+    fn anonymous_mappings_and_their_huge_ranges() {
+        let maps = "\
+55d0c0000000-55d0c0400000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0000a00000 rw-p 00000000 00:00 0 
+7f0000a00000-7f0000c00000 r--p 00000000 08:01 1234                       /usr/lib/libc.so.6
+7f0000c00000-7f0000e00000 rw-s 00000000 00:05 99                         /dev/zero (deleted)
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
+";
+        let m = anonymous_mappings(maps);
+        assert_eq!(
+            m,
+            vec![
+                (0x55d0c0000000, 0x55d0c0400000),
+                (0x7f0000000000, 0x7f0000a00000)
+            ]
+        );
+        assert_eq!(huge_ranges(m[0]).count(), 2);
+        assert_eq!(huge_ranges(m[1]).count(), 5);
+        // Unaligned ends: only the whole 2 MiB ranges inside.
+        let r: Vec<usize> = huge_ranges((0x1000, 0x600000 + 0x1000)).collect();
+        assert_eq!(r, vec![0x200000, 0x400000]);
+        assert_eq!(huge_ranges((0x1000, 0x200fff)).count(), 0);
     }
 
     /// Blocks are aligned as their layouts ask, through every path: plain sizes from 1

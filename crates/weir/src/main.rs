@@ -632,7 +632,10 @@ fn main() -> ExitCode {
                     traces: a.traces.settings()?,
                     watch: !a.no_watch,
                     redis: a.redis.settings()?,
-                    on_loaded: Some(allocator::release_freed),
+                    on_loaded: Some(|| {
+                        allocator::release_freed();
+                        allocator::collapse_heap_after_load();
+                    }),
                 };
                 weir::standalone::run_until_signal(opts).await.map(|()| ExitCode::SUCCESS)
             }
