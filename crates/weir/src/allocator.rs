@@ -18,7 +18,9 @@
 //! arena: from `main` they came too late for it (10 MiB more RSS at 20,000 domains with
 //! the options alone, 2 MiB more with the `prctl` too). Proxied
 //! requests make no more system calls with these (4.14 per request,
-//! `scripts/syscalls-per-request.sh`).
+//! `scripts/syscalls-per-request.sh`). The one exception: after a first load that leaves
+//! 1 GiB or more resident, the ranges already full are moved onto huge pages
+//! ([`collapse_heap_after_load`]), which adds no RSS.
 //!
 //! Why 10 ms and not at once (sessions 22–29 purged at once): a first configuration frees
 //! most of what it allocates, and purging each page as it emptied was a system call and
