@@ -285,9 +285,9 @@ fn anonymous_mappings(maps: &str) -> Vec<(usize, usize)> {
 /// The 2 MiB-aligned ranges wholly inside `(start, end)`.
 fn huge_ranges((start, end): (usize, usize)) -> impl Iterator<Item = usize> {
     let first = start.next_multiple_of(HUGE_PAGE);
-    (first..end.saturating_sub(HUGE_PAGE - 1))
+    (first..)
         .step_by(HUGE_PAGE)
-        .filter(move |at| at + HUGE_PAGE <= end)
+        .take_while(move |at| at + HUGE_PAGE <= end)
 }
 
 /// Collapses every fully resident 2 MiB range of the anonymous mappings into one huge
@@ -358,9 +358,7 @@ mod tests {
     use libmimalloc_sys::mi_option_get;
 
     fn rss_kib() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        rss_bytes().expect("VmRSS in /proc/self/status") >> 10
     }
 
     /// The tests that change or read mimalloc's options, one at a time.
