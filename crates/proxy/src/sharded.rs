@@ -3,22 +3,24 @@
 //! Snapshots hold tables of up to millions of entries (virtual hosts, SNI names,
 //! clusters, certificates). A new snapshot version must not copy them: cloning a
 //! [`ShardedMap`] copies one `Arc`, and changing one key copies only the path to it — the
-//! top spine (64 slots), one group (64 slots) and the one shard that holds the key
-//! (about 25 entries at 100,000). Every other group and shard stays shared, by pointer,
-//! with the previous version.
+//! top spine ([`FANOUT`] slots), one group ([`FANOUT`] slots), the splits below it and
+//! the one shard that holds the key. Every other group and shard stays shared, by
+//! pointer, with the previous version.
 //!
-//! Why two levels: with one level of 256 shards a change copied a shard of ~400 entries
-//! at 100,000 hosts, and the change path grew 3× from 1,000 to 100,000 domains
-//! (BENCHMARKS.md). A flat spine of 4,096 would make every first write of a batch copy
-//! 4,096 pointers. Two levels of 64 keep both copies small up to a few hundred thousand.
+//! A shard that grows beyond [`SPLIT_AT`] entries is split into [`SPLIT_FANOUT`] shards
+//! chosen by four more bits of the hash (up to four times), so a write copies a few
+//! dozen entries at any size. A split is local (one shard's entries) and never undone:
+//! a map that shrinks keeps its finer shards.
 //!
-//! Past that, a shard that grows beyond [`SPLIT_AT`] entries is split into
-//! [`SPLIT_FANOUT`] shards chosen by four more bits of the hash (up to three times), so a
-//! write still copies a few dozen entries: at 1,000,000 domains the shards would hold
-//! ~244 entries each, and copying them (two reference counts per entry, each a cache miss
-//! in a heap of gigabytes) was half of the CPU of a change (BENCHMARKS.md, "Session
-//! 24"). A split is local (one shard's entries) and never undone: a map that shrinks
-//! keeps its finer shards.
+//! What a write costs is the reference counts of everything it copies: each is read and
+//! incremented, and at a large map each is a cache miss in a heap of gigabytes
+//! (BENCHMARKS.md, "Session 24": half of the CPU of a change at 1,000,000 domains once).
+//! A path copies `FANOUT + FANOUT + SPLIT_FANOUT × splits` pointers and the shard's
+//! entries. With a spine of 64 × 64 (sessions 24–55) that was ~130 counts at 1,000
+//! entries and ~177 at 1,000,000 (64 + 64 + 16 + a shard of ~15 entries, two counts
+//! each); with 16 × 16 it is ~42 and ~97 (a simulation of the splits; BENCHMARKS.md,
+//! "Session 56"), for one more indexed load per lookup at 1,000,000 (five instead of
+//! four). A flat spine would make every first write of a batch copy all of it.
 //!
 //! A copy reads the reference counts of everything it clones before it increments them
 //! ([`read_counts`]): the increments would otherwise wait for one cold cache line
@@ -32,7 +34,7 @@ use foldhash::quality::FixedState;
 use hashbrown::hash_table::{Entry, HashTable};
 
 /// Fan-out of each spine level (a power of two).
-const FANOUT: usize = 64;
+const FANOUT: usize = 16;
 const FANOUT_BITS: u32 = FANOUT.trailing_zeros();
 
 /// A shard holding more entries than this after an insert is split.
@@ -254,7 +256,7 @@ impl<K, V> std::fmt::Debug for ShardedMap<K, V> {
 
 /// The (group, slot) of a key's hash. The shards' own tables (hashbrown) use the low
 /// bits of the same hash for the bucket and the top seven bits as a tag, so the position
-/// is taken from bits 32..44 (and a split's from the bits after), which neither uses:
+/// is taken from bits 32..40 (and a split's from the bits after), which neither uses:
 /// keys of one shard still spread over buckets and tags.
 fn position(hash: u64) -> (usize, usize) {
     let bits = (hash >> SPINE_SHIFT) as usize;
@@ -525,13 +527,13 @@ mod tests {
         let max = m.shards().iter().map(|s| s.len()).max().unwrap_or(0);
         assert!(
             max <= SPLIT_AT,
-            "largest shard holds {max} of 100,000 keys (mean 24)"
+            "largest shard holds {max} of 100,000 keys"
         );
     }
 
     #[test]
     fn large_maps_split_their_shards_and_a_write_still_copies_one() {
-        // ~73 keys per spine slot on average: most shards pass `SPLIT_AT` and split.
+        // ~1,170 keys per spine slot on average: every slot's shard splits, most twice.
         let n = 300_000;
         let original = filled(n);
         assert_eq!(original.len(), n as usize);
@@ -592,23 +594,60 @@ mod tests {
     #[test]
     fn clone_then_write_shares_untouched_shards() {
         let original = filled(10_000);
+        let total = original.shard_count();
         let mut copy = original.clone();
-        assert_eq!(copy.shared_shards(&original), SHARDS);
+        assert_eq!(copy.shared_shards(&original), total);
 
         copy.insert("new.example.com".into(), 1);
-        assert_eq!(copy.shared_shards(&original), SHARDS - 1);
+        assert!(copy.shard_count() >= total);
+        // One shard copied (or, when the insert split it, replaced by its split).
+        assert_eq!(copy.shared_shards(&original), total - 1);
         assert_eq!(original.get("new.example.com"), None);
         assert_eq!(original.len(), 10_000);
         assert_eq!(copy.len(), 10_001);
 
         copy.remove("host-1.example.com");
         assert_eq!(original.get("host-1.example.com"), Some(&1));
-        assert!(copy.shared_shards(&original) >= SHARDS - 2);
+        assert!(copy.shared_shards(&original) >= total - 2);
 
         // Removing an absent key copies nothing.
         let before = copy.clone();
         copy.remove("absent.example.com");
-        assert_eq!(copy.shared_shards(&before), SHARDS);
+        assert_eq!(copy.shared_shards(&before), copy.shard_count());
+    }
+
+    /// The pointers a write of `key` copies (and whose counts it reads): the spine, the
+    /// group, every split on the way and the shard's entries (`per_entry` counts each).
+    fn path_copy(m: &ShardedMap<Arc<str>, u32>, key: &str, per_entry: usize) -> usize {
+        let hash = HASHER.hash_one(key);
+        let (g, s) = position(hash);
+        let mut copied = m.groups.len() + m.groups[g].len();
+        let mut slot = &m.groups[g][s];
+        let mut shift = FIRST_SPLIT_SHIFT;
+        while let Slot::Split(places) = slot {
+            copied += places.len();
+            slot = &places[split_index(hash, shift)];
+            shift += SPLIT_BITS;
+        }
+        copied + slot.shard(hash).len() * per_entry
+    }
+
+    #[test]
+    fn a_write_copies_few_pointers_at_any_size() {
+        // Two counts per entry, as a host table's `Arc<str>` key and `Arc` value. The
+        // bound is what makes a change at 1,000,000 domains cheap (module note); a
+        // 64 × 64 spine copied ~130 at 1,000 keys and ~170 at 300,000.
+        for n in [1_000u32, 20_000, 300_000] {
+            let m = filled(n);
+            let keys = (0..n).step_by(101).map(|i| format!("host-{i}.example.com"));
+            let (mut sum, mut count) = (0, 0);
+            for k in keys {
+                sum += path_copy(&m, &k, 2);
+                count += 1;
+            }
+            let mean = sum / count;
+            assert!(mean <= 100, "{n} keys: a write copies {mean} pointers on average");
+        }
     }
 
     #[test]
