@@ -524,10 +524,7 @@ mod tests {
             .count();
         assert_eq!(slots_used, SHARDS, "100,000 keys should touch every slot");
         let max = m.shards().iter().map(|s| s.len()).max().unwrap_or(0);
-        assert!(
-            max <= SPLIT_AT,
-            "largest shard holds {max} of 100,000 keys"
-        );
+        assert!(max <= SPLIT_AT, "largest shard holds {max} of 100,000 keys");
     }
 
     #[test]
@@ -646,7 +643,10 @@ mod tests {
             }
             let mean = sum / count;
             eprintln!("{n} keys: a write copies {mean} pointers on average");
-            assert!(mean <= 100, "{n} keys: a write copies {mean} pointers on average");
+            assert!(
+                mean <= 100,
+                "{n} keys: a write copies {mean} pointers on average"
+            );
         }
     }
 
