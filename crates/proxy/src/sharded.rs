@@ -19,7 +19,8 @@
 //! entries. With a spine of 64 × 64 (sessions 24–55) that was ~130 counts at 1,000
 //! entries and ~177 at 1,000,000 (64 + 64 + 16 + a shard of ~15 entries, two counts
 //! each); with 16 × 16 it is ~42 and ~97 (BENCHMARKS.md, "Session 56"), for one more
-//! indexed load per lookup past ~16,000 entries (five instead of four at 1,000,000). A flat spine would make every first write of a batch copy all of it.
+//! indexed load per lookup past ~16,000 entries (five instead of four at 1,000,000). A
+//! flat spine would make every first write of a batch copy all of it.
 //!
 //! A copy reads the reference counts of everything it clones before it increments them
 //! ([`read_counts`]): the increments would otherwise wait for one cold cache line
