@@ -19,7 +19,7 @@ use weir_model::{
 
 use crate::balance::ClusterState;
 use crate::endpoints::EndpointRegistry;
-use crate::hosts::HostTable;
+use crate::hosts::{HostKeyed, HostTable};
 use crate::router::{self, RequestView, RouteOutcome};
 use crate::sharded::ShardedMap;
 use crate::tls::CertEntry;
@@ -263,9 +263,7 @@ impl Snapshot {
                     .and_then(|st| st.hosts.get(&vh.host))
                     .is_some_and(|old| old == vh);
                 if !unchanged {
-                    self.listener_mut(&vh.listener)?
-                        .hosts
-                        .insert(&vh.host, vh.clone());
+                    self.listener_mut(&vh.listener)?.hosts.insert(vh.clone());
                 }
             }
             Resource::Cluster(c) => {
@@ -306,7 +304,7 @@ impl Snapshot {
                         sni: s.clone(),
                         cert: cert.clone(),
                     };
-                    self.listener_mut(&s.listener)?.sni.insert(&s.host, entry);
+                    self.listener_mut(&s.listener)?.sni.insert(entry);
                 }
             }
             Resource::L4Route(r) => {
@@ -315,9 +313,7 @@ impl Snapshot {
                     .and_then(|st| st.l4.get(&r.host))
                     .is_some_and(|old| old == r);
                 if !unchanged {
-                    self.listener_mut(&r.listener)?
-                        .l4
-                        .insert(&r.host, r.clone());
+                    self.listener_mut(&r.listener)?.l4.insert(r.clone());
                 }
             }
             Resource::Policy(p) => {
@@ -618,6 +614,30 @@ impl crate::sharded::Counted for SniEntry {
     }
 }
 
+impl HostKeyed for SniEntry {
+    fn host(&self) -> &HostMatch {
+        &self.sni.host
+    }
+}
+
+impl HostKeyed for Arc<VirtualHost> {
+    fn host(&self) -> &HostMatch {
+        &self.host
+    }
+}
+
+impl HostKeyed for Arc<L4Route> {
+    fn host(&self) -> &HostMatch {
+        &self.host
+    }
+}
+
+impl HostKeyed for Arc<SectionKeys> {
+    fn host(&self) -> &HostMatch {
+        &self.host
+    }
+}
+
 /// One listener's configuration: the IR listener, its virtual hosts, SNI table and L4
 /// routes.
 #[derive(Clone, Debug)]
@@ -636,6 +656,8 @@ pub struct ListenerState {
 /// and its ListenerSet's when it comes from one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SectionKeys {
+    /// The listener's hostname (what the section table finds it by).
+    pub(crate) host: HostMatch,
     /// [`PolicyTarget::Listener`].
     pub(crate) listener: PolicyTarget,
     /// [`PolicyTarget::ListenerSet`], for a listener of a ListenerSet.
@@ -653,6 +675,7 @@ fn sections_of(l: &Listener) -> Sections {
     let mut table = HostTable::new();
     for s in l.sections.iter() {
         let keys = SectionKeys {
+            host: s.hostname.clone(),
             listener: PolicyTarget::Listener {
                 gateway: l.gateway.clone(),
                 set: s.set.clone(),
@@ -665,7 +688,7 @@ fn sections_of(l: &Listener) -> Sections {
         };
         // Hostnames are unique on a socket; should two come, the first serves.
         if table.get(&s.hostname).is_none() {
-            table.insert(&s.hostname, Arc::new(keys));
+            table.insert(Arc::new(keys));
         }
     }
     Some(Arc::new(table))
