@@ -27,6 +27,9 @@ pub(crate) struct ByHost<V>(V);
 
 impl<V: HostKeyed> Keyed for ByHost<V> {
     type Key = str;
+    /// Virtual hosts, SNI entries, L4 routes and sections: a late drop frees memory only
+    /// (clusters, whose states run health checks, are found by key).
+    const PATCHED: bool = true;
     fn key(&self) -> &str {
         match self.0.host().kind() {
             HostKind::Exact(s) | HostKind::Wildcard(s) => s,

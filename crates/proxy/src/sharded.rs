@@ -31,6 +31,13 @@
 //! A copy reads the reference counts of everything it clones before it increments them
 //! ([`read_counts`]): the increments would otherwise wait for one cold cache line
 //! after another.
+//!
+//! Tables whose entries may be dropped late ([`Keyed::PATCHED`]: the host tables) do not
+//! copy a shared shard's entries at all: the write lays a [`Patch`] over the shard (the
+//! shard by pointer, the entries it adds, the addresses of the entries it hides), and
+//! only the [`PATCH_MAX`]-th change to that patch folds it into a shard of its own. At
+//! 1,000,000 domains a shard's entries are each a cold page (BENCHMARKS.md, "Session
+//! 58"); a patch touches one count instead of a shard's ~15.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -72,6 +79,11 @@ pub(crate) trait Keyed {
     type Key: ?Sized + Hash + Eq;
     /// The entry's key; it must not change while the entry is in a table.
     fn key(&self) -> &Self::Key;
+    /// Whether a write to a shard shared with another version may lay a [`Patch`] over
+    /// it instead of copying its entries. A patch keeps the entries it hides (replaced or
+    /// removed) alive until it is folded (at most [`PATCH_MAX`] more writes to that shard),
+    /// so only tables whose entries' drop frees memory and nothing else set it.
+    const PATCHED: bool = false;
 }
 
 impl<K: Hash + Eq, V> Keyed for (K, V) {
@@ -86,9 +98,11 @@ impl<K: Hash + Eq, V> Keyed for (K, V) {
 type Shard<E> = HashTable<E>;
 type Group<E> = Arc<[Slot<E>]>;
 
-/// A place under the spine: one shard, or a split shard's [`SPLIT_FANOUT`] places.
+/// A place under the spine: one shard, a shard shared with other versions and a few
+/// changes over it, or a split shard's [`SPLIT_FANOUT`] places. The first two are leaves.
 enum Slot<E> {
     Shard(Arc<Shard<E>>),
+    Patched(Arc<Patch<E>>),
     Split(Arc<[Slot<E>]>),
 }
 
@@ -96,32 +110,151 @@ impl<E> Clone for Slot<E> {
     fn clone(&self) -> Self {
         match self {
             Slot::Shard(s) => Slot::Shard(s.clone()),
+            Slot::Patched(p) => Slot::Patched(p.clone()),
             Slot::Split(s) => Slot::Split(s.clone()),
         }
     }
 }
 
+/// Changes (entries added or replaced, entries hidden) a [`Patch`] holds before a write
+/// folds it into a shard of its own.
+const PATCH_MAX: usize = 8;
+
+/// A shard shared with other versions, seen with a few changes: entries added (or
+/// replacing one of the base's) and entries of the base hidden (replaced or removed).
+///
+/// Copying a shard for a write clones each of its entries, and at a large table each
+/// clone's reference count is a cache miss on a page of its own (BENCHMARKS.md,
+/// "Session 57": most of a change's table time at 1,000,000 domains). A patch clones one
+/// pointer (the base) and the few entries it added; the base's entries are not touched
+/// until [`PATCH_MAX`] changes have piled up, and then once for all of them.
+struct Patch<E> {
+    /// Never changed while a patch holds it: the hidden entries are known by address.
+    base: Arc<Shard<E>>,
+    /// Entries that are not in the base, or replace a hidden one, with their hashes.
+    added: Vec<(u64, E)>,
+    /// Addresses of the base's entries that are no longer in the table.
+    hidden: Vec<usize>,
+}
+
+impl<E: Clone> Clone for Patch<E> {
+    fn clone(&self) -> Self {
+        Patch {
+            base: self.base.clone(),
+            added: self.added.clone(),
+            hidden: self.hidden.clone(),
+        }
+    }
+}
+
+/// An entry's identity in a base that does not change.
+fn addr<E>(e: &E) -> usize {
+    std::ptr::from_ref(e) as usize
+}
+
+impl<E> Patch<E> {
+    /// The entry of hash `hash` for which `eq` holds.
+    fn find(&self, hash: u64, mut eq: impl FnMut(&E) -> bool) -> Option<&E> {
+        if let Some((_, e)) = self.added.iter().find(|(h, e)| *h == hash && eq(e)) {
+            return Some(e);
+        }
+        let e = self.base.find(hash, eq)?;
+        (self.hidden.is_empty() || !self.hidden.contains(&addr(e))).then_some(e)
+    }
+
+    /// Number of entries.
+    fn len(&self) -> usize {
+        self.base.len() - self.hidden.len() + self.added.len()
+    }
+
+    /// Changes held.
+    fn changes(&self) -> usize {
+        self.added.len() + self.hidden.len()
+    }
+
+    /// Every entry: the base's that are not hidden, then the added.
+    fn iter(&self) -> impl Iterator<Item = &E> {
+        self.base
+            .iter()
+            .filter(|e| !self.hidden.contains(&addr(*e)))
+            .chain(self.added.iter().map(|(_, e)| e))
+    }
+}
+
+impl<E: Clone> Patch<E> {
+    /// Removes the entry of hash `hash` for which `eq` holds and returns it (a clone,
+    /// when it is the base's).
+    fn remove(&mut self, hash: u64, mut eq: impl FnMut(&E) -> bool) -> Option<E> {
+        if let Some(i) = self.added.iter().position(|(h, e)| *h == hash && eq(e)) {
+            return Some(self.added.swap_remove(i).1);
+        }
+        let e = self.base.find(hash, eq)?;
+        if self.hidden.contains(&addr(e)) {
+            return None;
+        }
+        self.hidden.push(addr(e));
+        Some(e.clone())
+    }
+}
+
+impl<E: Keyed + Clone> Patch<E> {
+    /// Adds `entry`, or replaces the one with its key; returns the replaced entry.
+    fn insert(&mut self, hash: u64, entry: E) -> Option<E> {
+        let old = self.remove(hash, |e| e.key() == entry.key());
+        self.added.push((hash, entry));
+        old
+    }
+}
+
 impl<E> Slot<E> {
-    /// The shard that holds (or would hold) `hash`, below this slot.
-    fn shard(&self, hash: u64) -> &Shard<E> {
+    /// The leaf that holds (or would hold) `hash`, below this slot.
+    fn leaf(&self, hash: u64) -> &Slot<E> {
         let mut slot = self;
         let mut shift = FIRST_SPLIT_SHIFT;
-        loop {
-            match slot {
-                Slot::Shard(shard) => return shard,
-                Slot::Split(places) => {
-                    slot = &places[split_index(hash, shift)];
-                    shift += SPLIT_BITS;
-                }
-            }
+        while let Slot::Split(places) = slot {
+            slot = &places[split_index(hash, shift)];
+            shift += SPLIT_BITS;
+        }
+        slot
+    }
+
+    /// The entry of hash `hash` for which `eq` holds, below this slot.
+    fn find(&self, hash: u64, eq: impl FnMut(&E) -> bool) -> Option<&E> {
+        match self.leaf(hash) {
+            Slot::Shard(shard) => shard.find(hash, eq),
+            Slot::Patched(patch) => patch.find(hash, eq),
+            Slot::Split(_) => unreachable!("`leaf` stops at a leaf"),
         }
     }
 
-    /// Every shard below this slot.
-    fn for_each_shard<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Shard<E>>)) {
+    /// Number of entries of a leaf (0 for a split).
+    #[cfg(test)]
+    fn leaf_len(&self) -> usize {
         match self {
-            Slot::Shard(shard) => f(shard),
-            Slot::Split(places) => places.iter().for_each(|p| p.for_each_shard(f)),
+            Slot::Shard(shard) => shard.len(),
+            Slot::Patched(patch) => patch.len(),
+            Slot::Split(_) => 0,
+        }
+    }
+
+    /// The entries of a leaf (none for a split).
+    fn leaf_iter(&self) -> impl Iterator<Item = &E> {
+        let (shard, patch) = match self {
+            Slot::Shard(shard) => (Some(&**shard), None),
+            Slot::Patched(patch) => (None, Some(&**patch)),
+            Slot::Split(_) => (None, None),
+        };
+        shard
+            .into_iter()
+            .flat_map(|s| s.iter())
+            .chain(patch.into_iter().flat_map(|p| p.iter()))
+    }
+
+    /// Every leaf below this slot.
+    fn for_each_leaf<'a>(&'a self, f: &mut impl FnMut(&'a Slot<E>)) {
+        match self {
+            Slot::Split(places) => places.iter().for_each(|p| p.for_each_leaf(f)),
+            leaf => f(leaf),
         }
     }
 }
@@ -177,6 +310,7 @@ impl<E> Counted for Slot<E> {
     fn counts(&self) -> usize {
         match self {
             Slot::Shard(s) => Arc::strong_count(s),
+            Slot::Patched(p) => Arc::strong_count(p),
             Slot::Split(s) => Arc::strong_count(s),
         }
     }
@@ -301,9 +435,7 @@ impl<E: Keyed> ShardedTable<E> {
     {
         let hash = HASHER.hash_one(key);
         let (g, s) = position(hash);
-        self.groups[g][s]
-            .shard(hash)
-            .find(hash, |e| e.key().borrow() == key)
+        self.groups[g][s].find(hash, |e| e.key().borrow() == key)
     }
 
     /// Whether an entry has the key `key`.
@@ -317,20 +449,20 @@ impl<E: Keyed> ShardedTable<E> {
 
     /// All entries, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &E> {
-        self.shards().into_iter().flat_map(|s| s.iter())
+        self.leaves().into_iter().flat_map(|s| s.leaf_iter())
     }
 }
 
 impl<E> ShardedTable<E> {
-    /// Every shard, split ones' included.
-    fn shards(&self) -> Vec<&Arc<Shard<E>>> {
-        let mut shards = Vec::new();
+    /// Every leaf (shard or patched shard), split ones' included.
+    fn leaves(&self) -> Vec<&Slot<E>> {
+        let mut leaves = Vec::new();
         for group in self.groups.iter() {
             for slot in group.iter() {
-                slot.for_each_shard(&mut |s| shards.push(s));
+                slot.for_each_leaf(&mut |s| leaves.push(s));
             }
         }
-        shards
+        leaves
     }
 }
 
@@ -363,15 +495,68 @@ impl<E: Keyed + Clone + Counted> ShardedTable<E> {
         }
         let hash = HASHER.hash_one(key);
         let (slot, _) = shard_slot(self.slot_mut(position(hash)), hash);
-        let Slot::Shard(shard) = slot else {
-            unreachable!("`shard_slot` stops at a shard")
+        let eq = |e: &E| e.key().borrow() == key;
+        let old = match slot {
+            Slot::Shard(shard) if E::PATCHED && Arc::strong_count(shard) > 1 => {
+                let mut patch = Patch {
+                    base: shard.clone(),
+                    added: Vec::new(),
+                    hidden: Vec::new(),
+                };
+                let old = patch.remove(hash, eq);
+                *slot = Slot::Patched(Arc::new(patch));
+                old
+            }
+            Slot::Shard(shard) => {
+                let entry = shard_mut_warm(shard).find_entry(hash, eq).ok()?;
+                Some(entry.remove().0)
+            }
+            Slot::Patched(patch) => {
+                let patch = patch_mut_warm(patch);
+                let old = patch.remove(hash, eq);
+                if patch.changes() == 0 {
+                    *slot = Slot::Shard(patch.base.clone());
+                } else if patch.changes() > PATCH_MAX {
+                    *slot = fold(patch, FIRST_SPLIT_SHIFT, false);
+                }
+                old
+            }
+            Slot::Split(_) => unreachable!("`shard_slot` stops at a leaf"),
         };
-        let entry = shard_mut_warm(shard)
-            .find_entry(hash, |e| e.key().borrow() == key)
-            .ok()?;
-        let (old, _) = entry.remove();
-        self.len -= 1;
-        Some(old)
+        debug_assert!(old.is_some(), "the key was found above");
+        self.len -= usize::from(old.is_some());
+        old
+    }
+}
+
+/// [`Arc::make_mut`] of a patch, reading the counts of what a copy clones first.
+fn patch_mut_warm<E: Clone + Counted>(patch: &mut Arc<Patch<E>>) -> &mut Patch<E> {
+    if Arc::get_mut(patch).is_none() {
+        read_counts(patch.added.iter().map(|(_, e)| e));
+    }
+    Arc::make_mut(patch)
+}
+
+/// A patch's entries in a shard of their own, split in [`SPLIT_FANOUT`] when `may_split`,
+/// there are more than [`SPLIT_AT`] and `shift` allows. Leaves `patch` empty.
+fn fold<E: Keyed + Clone + Counted>(patch: &mut Patch<E>, shift: u32, may_split: bool) -> Slot<E> {
+    read_counts(patch.base.iter());
+    let mut shard: Shard<E> = HashTable::with_capacity(patch.len());
+    for e in patch.base.iter() {
+        if !patch.hidden.contains(&addr(e)) {
+            shard.insert_unique(HASHER.hash_one(e.key()), e.clone(), |e| {
+                HASHER.hash_one(e.key())
+            });
+        }
+    }
+    for (hash, e) in patch.added.drain(..) {
+        shard.insert_unique(hash, e, |e| HASHER.hash_one(e.key()));
+    }
+    patch.hidden.clear();
+    if may_split && shard.len() > SPLIT_AT && shift <= LAST_SPLIT_SHIFT {
+        split(shard, shift)
+    } else {
+        Slot::Shard(Arc::new(shard))
     }
 }
 
@@ -389,10 +574,28 @@ fn shard_slot<E: Clone + Counted>(mut slot: &mut Slot<E>, hash: u64) -> (&mut Sl
 /// Inserts below `slot`, splitting the shard that grows past [`SPLIT_AT`].
 fn insert_in<E: Keyed + Clone + Counted>(slot: &mut Slot<E>, hash: u64, entry: E) -> Option<E> {
     let (slot, shift) = shard_slot(slot, hash);
-    let Slot::Shard(shard) = &mut *slot else {
-        unreachable!("`shard_slot` stops at a shard")
+    let shard = match slot {
+        Slot::Shard(shard) if E::PATCHED && Arc::strong_count(shard) > 1 => {
+            let mut patch = Patch {
+                base: shard.clone(),
+                added: Vec::new(),
+                hidden: Vec::new(),
+            };
+            let old = patch.insert(hash, entry);
+            *slot = Slot::Patched(Arc::new(patch));
+            return old;
+        }
+        Slot::Shard(shard) => shard_mut_warm(shard),
+        Slot::Patched(patch) => {
+            let patch = patch_mut_warm(patch);
+            let old = patch.insert(hash, entry);
+            if patch.changes() > PATCH_MAX || patch.len() > SPLIT_AT {
+                *slot = fold(patch, shift, true);
+            }
+            return old;
+        }
+        Slot::Split(_) => unreachable!("`shard_slot` stops at a leaf"),
     };
-    let shard = shard_mut_warm(shard);
     let old = match shard.entry(
         hash,
         |e| e.key() == entry.key(),
@@ -429,19 +632,29 @@ fn split<E: Keyed>(entries: Shard<E>, shift: u32) -> Slot<E> {
 
 #[cfg(test)]
 impl<E> ShardedTable<E> {
-    /// Number of shards of `self` that are also (the same allocation) in `other`.
+    /// Number of leaves of `self` that are also (the same allocation) in `other`.
     pub(crate) fn shared_shards(&self, other: &Self) -> usize {
-        let theirs: std::collections::HashSet<*const Shard<E>> =
-            other.shards().into_iter().map(Arc::as_ptr).collect();
-        self.shards()
+        let theirs: std::collections::HashSet<usize> =
+            other.leaves().into_iter().map(leaf_id).collect();
+        self.leaves()
             .into_iter()
-            .filter(|s| theirs.contains(&Arc::as_ptr(s)))
+            .filter(|s| theirs.contains(&leaf_id(s)))
             .count()
     }
 
-    /// Total number of shards.
+    /// Total number of leaves.
     pub(crate) fn shard_count(&self) -> usize {
-        self.shards().len()
+        self.leaves().len()
+    }
+}
+
+/// A leaf's allocation.
+#[cfg(test)]
+fn leaf_id<E>(leaf: &Slot<E>) -> usize {
+    match leaf {
+        Slot::Shard(s) => Arc::as_ptr(s) as usize,
+        Slot::Patched(p) => Arc::as_ptr(p) as usize,
+        Slot::Split(s) => Arc::as_ptr(s).cast::<u8>() as usize,
     }
 }
 
@@ -625,12 +838,18 @@ mod tests {
             .flat_map(|g| g.iter())
             .filter(|slot| {
                 let mut n = 0;
-                slot.for_each_shard(&mut |s| n += s.len());
+                slot.for_each_leaf(&mut |s| n += s.leaf_len());
                 n > 0
             })
             .count();
         assert_eq!(slots_used, SHARDS, "100,000 keys should touch every slot");
-        let max = m.table.shards().iter().map(|s| s.len()).max().unwrap_or(0);
+        let max = m
+            .table
+            .leaves()
+            .iter()
+            .map(|s| s.leaf_len())
+            .max()
+            .unwrap_or(0);
         assert!(max <= SPLIT_AT, "largest shard holds {max} of 100,000 keys");
     }
 
@@ -641,9 +860,9 @@ mod tests {
         let original = filled(n);
         assert_eq!(original.len(), n as usize);
         assert_eq!(original.iter().count(), n as usize);
-        let shards = original.table.shards();
+        let shards = original.table.leaves();
         assert!(shards.len() > 2 * SHARDS, "{} shards", shards.len());
-        let max = shards.iter().map(|s| s.len()).max().unwrap_or(0);
+        let max = shards.iter().map(|s| s.leaf_len()).max().unwrap_or(0);
         assert!(max <= SPLIT_AT, "largest shard {max}");
         for i in (0..n).step_by(997) {
             assert_eq!(
@@ -733,7 +952,7 @@ mod tests {
             slot = &places[split_index(hash, shift)];
             shift += SPLIT_BITS;
         }
-        copied + slot.shard(hash).len() * per_entry
+        copied + slot.leaf_len() * per_entry
     }
 
     #[test]
@@ -763,12 +982,209 @@ mod tests {
         }
     }
 
+    /// An entry that holds its key, patched over shared shards when `P`.
+    #[derive(Clone, Debug)]
+    struct Item<const P: bool>(Arc<(String, u32)>);
+
+    impl<const P: bool> Keyed for Item<P> {
+        type Key = str;
+        fn key(&self) -> &str {
+            &self.0.0
+        }
+        const PATCHED: bool = P;
+    }
+
+    impl<const P: bool> Counted for Item<P> {
+        fn counts(&self) -> usize {
+            Arc::strong_count(&self.0)
+        }
+    }
+
+    fn item<const P: bool>(i: u32, v: u32) -> Item<P> {
+        Item(Arc::new((format!("host-{i}.example.com"), v)))
+    }
+
+    /// Whether `t` holds exactly `model`, by lookups, iteration, length and per leaf.
+    fn same<const P: bool>(
+        t: &ShardedTable<Item<P>>,
+        model: &std::collections::HashMap<u32, u32>,
+        keys: u32,
+    ) {
+        assert_eq!(t.len(), model.len());
+        assert_eq!(t.iter().count(), model.len());
+        for leaf in t.leaves() {
+            assert_eq!(leaf.leaf_iter().count(), leaf.leaf_len());
+        }
+        let mut seen: Vec<(String, u32)> = t.iter().map(|e| (e.0.0.clone(), e.0.1)).collect();
+        seen.sort_unstable();
+        let mut want: Vec<(String, u32)> = model
+            .iter()
+            .map(|(k, v)| (format!("host-{k}.example.com"), *v))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+        for k in 0..keys {
+            let got = t
+                .get(format!("host-{k}.example.com").as_str())
+                .map(|e| e.0.1);
+            assert_eq!(got, model.get(&k).copied(), "key {k}");
+        }
+    }
+
+    /// Random inserts, replacements and removals over versions cloned from one another
+    /// (most writes land on shards shared with an older version), checked against a
+    /// `HashMap` for the newest version and, at the end, for every kept older one.
+    fn versions_match_a_model<const P: bool>(initial: u32, keys: u32, ops: u32) {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut table: ShardedTable<Item<P>> = ShardedTable::default();
+        let mut model = std::collections::HashMap::new();
+        for i in 0..initial {
+            table.insert(item(i, i));
+            model.insert(i, i);
+        }
+        // Versions kept to the end, and the previous one (as a published snapshot is
+        // while the next is built), dropped at the next clone.
+        let mut kept = Vec::new();
+        let mut prev = None;
+        for op in 0..ops {
+            if op % 7 == 0 {
+                let version = (table.clone(), model.clone());
+                if op % 301 == 0 {
+                    kept.push(version.clone());
+                }
+                prev = Some(version);
+            }
+            let k = (next() % u64::from(keys)) as u32;
+            let name = format!("host-{k}.example.com");
+            if next() % 3 == 0 {
+                let gone = table.remove(name.as_str()).map(|e| e.0.1);
+                assert_eq!(gone, model.remove(&k), "removing {k} at op {op}");
+            } else {
+                let v = op + 1_000_000;
+                let old = table.insert(item(k, v)).map(|e| e.0.1);
+                assert_eq!(old, model.insert(k, v), "inserting {k} at op {op}");
+            }
+            if op % 997 == 0 {
+                same(&table, &model, keys);
+            }
+        }
+        same(&table, &model, keys);
+        for (t, m) in kept.iter().chain(&prev) {
+            same(t, m, keys);
+        }
+    }
+
+    #[test]
+    fn patched_tables_match_a_model_across_versions() {
+        // ~8 keys a slot (shards patched and folded), then enough to split most slots.
+        versions_match_a_model::<true>(2_000, 3_000, 30_000);
+        versions_match_a_model::<true>(20_000, 40_000, 30_000);
+        versions_match_a_model::<false>(2_000, 3_000, 10_000);
+    }
+
+    /// Entries of `t` whose reference count another version (or a patch's hidden entry)
+    /// also holds, that is, entries a write to a copy cloned.
+    fn cloned_entries<const P: bool>(t: &ShardedTable<Item<P>>) -> usize {
+        t.iter().filter(|e| Arc::strong_count(&e.0) > 1).count()
+    }
+
+    #[test]
+    fn a_patched_write_clones_no_entry_of_the_shard() {
+        fn writes<const P: bool>() -> (usize, usize) {
+            let mut t: ShardedTable<Item<P>> = ShardedTable::default();
+            for i in 0..20_000 {
+                t.insert(item(i, i));
+            }
+            assert_eq!(cloned_entries(&t), 0);
+            let mut copy = t.clone();
+            copy.insert(item(20_000, 0));
+            let added = cloned_entries(&t);
+            let mut copy = copy.clone();
+            drop(copy.remove("host-7.example.com"));
+            drop(copy.insert(item(8, 80)));
+            let after = cloned_entries(&t);
+            assert_eq!(t.get("host-7.example.com").map(|e| e.0.1), Some(7));
+            assert_eq!(copy.get("host-7.example.com").map(|e| e.0.1), None);
+            assert_eq!(copy.get("host-8.example.com").map(|e| e.0.1), Some(80));
+            assert_eq!(t.get("host-8.example.com").map(|e| e.0.1), Some(8));
+            (added, after)
+        }
+        // Copying a shard clones each of its entries (~78 keys a slot: shards of ~5).
+        let (added, after) = writes::<false>();
+        assert!(added > 0 && after > added, "{added} {after}");
+        // A patch clones none of them.
+        assert_eq!(writes::<true>(), (0, 0));
+    }
+
+    #[test]
+    fn a_patch_folds_after_its_changes() {
+        // Writes to one shard of a shared table: the patch grows to PATCH_MAX changes,
+        // then the next write folds it into a shard of its own.
+        let mut t: ShardedTable<Item<true>> = ShardedTable::default();
+        for i in 0..2_000 {
+            t.insert(item(i, i));
+        }
+        let first = HASHER.hash_one("host-0.example.com");
+        let same_leaf: Vec<u32> = (1..2_000)
+            .filter(|i| {
+                let h = HASHER.hash_one(format!("host-{i}.example.com").as_str());
+                position(h) == position(first)
+            })
+            .collect();
+        assert!(
+            same_leaf.len() > PATCH_MAX,
+            "{} keys share the leaf",
+            same_leaf.len()
+        );
+        let original = t.clone();
+        let leaf = |t: &ShardedTable<Item<true>>| {
+            let (g, s) = position(first);
+            match t.groups[g][s].leaf(first) {
+                Slot::Shard(_) => None,
+                Slot::Patched(p) => Some(p.changes()),
+                Slot::Split(_) => unreachable!(),
+            }
+        };
+        // A replacement adds one entry and hides one: two changes each.
+        let writes = PATCH_MAX / 2;
+        for (n, i) in same_leaf.iter().take(writes).enumerate() {
+            t.insert(item(*i, 0));
+            assert_eq!(leaf(&t), Some(2 * (n + 1)));
+        }
+        t.insert(item(same_leaf[writes], 0));
+        assert_eq!(leaf(&t), None, "folded");
+        for i in &same_leaf[..=writes] {
+            assert_eq!(
+                t.get(format!("host-{i}.example.com").as_str())
+                    .map(|e| e.0.1),
+                Some(0)
+            );
+        }
+        // The fold cloned the base's entries still in the table, once (the leaf holds key
+        // 0 and `same_leaf`; `writes + 1` of them were replaced).
+        assert_eq!(cloned_entries(&original), same_leaf.len() - writes);
+        for i in &same_leaf {
+            assert_eq!(
+                original
+                    .get(format!("host-{i}.example.com").as_str())
+                    .map(|e| e.0.1),
+                Some(*i)
+            );
+        }
+    }
+
     #[test]
     fn empty_map_shares_one_shard() {
         let m: ShardedMap<Arc<str>, u32> = ShardedMap::new();
         assert!(m.is_empty());
         assert_eq!(m.shard_count(), SHARDS);
-        let shards = m.table.shards();
-        assert!(shards.iter().all(|s| Arc::ptr_eq(s, shards[0])));
+        let shards = m.table.leaves();
+        assert!(shards.iter().all(|s| leaf_id(s) == leaf_id(shards[0])));
     }
 }
