@@ -65,6 +65,11 @@ impl Certificate {
         self.hash
     }
 
+    /// The content hash, borrowed (what tables of certificates are keyed by).
+    pub fn hash_ref(&self) -> &ContentHash {
+        &self.hash
+    }
+
     /// The packed form, if the certificate is held packed (its chain and key are DER).
     pub fn as_packed(&self) -> Option<&PackedTls> {
         match &self.body {

@@ -21,7 +21,7 @@ use crate::balance::ClusterState;
 use crate::endpoints::EndpointRegistry;
 use crate::hosts::{HostKeyed, HostTable};
 use crate::router::{self, RequestView, RouteOutcome};
-use crate::sharded::ShardedMap;
+use crate::sharded::{ShardedMap, ShardedTable};
 use crate::tls::CertEntry;
 
 /// Why a delta was rejected (the rest of its batch still applies).
@@ -110,7 +110,8 @@ pub struct Snapshot {
     /// instructions).
     listeners: Arc<HashMap<ListenerKey, Arc<ListenerState>, foldhash::fast::FixedState>>,
     clusters: ShardedMap<ClusterKey, Arc<ClusterState>>,
-    certificates: ShardedMap<ContentHash, Arc<CertEntry>>,
+    /// By content hash (the entry holds it).
+    certificates: ShardedTable<Arc<CertEntry>>,
     /// Policies by target, looked up per request (see [`crate::policy`]).
     policies: ShardedMap<PolicyTarget, Arc<Policy>>,
     /// How many of them target each kind of object: a request looks up only the kinds
@@ -145,7 +146,7 @@ impl Snapshot {
             version: 0,
             listeners: Arc::default(),
             clusters: ShardedMap::new(),
-            certificates: ShardedMap::new(),
+            certificates: ShardedTable::default(),
             policies: ShardedMap::new(),
             policy_kinds: PolicyKinds::default(),
             backend_clusters: ShardedMap::new(),
@@ -287,7 +288,7 @@ impl Snapshot {
                 // Same hash means same content: keep the entry and its parsed key.
                 if !self.certificates.contains_key(&c.hash()) {
                     self.certificates
-                        .insert(c.hash(), Arc::new(CertEntry::new(c.clone())));
+                        .insert(Arc::new(CertEntry::new(c.clone())));
                 }
             }
             Resource::Sni(s) => {
@@ -466,7 +467,7 @@ impl Snapshot {
 
     /// Every certificate, in no particular order (the status page).
     pub(crate) fn certificates(&self) -> impl Iterator<Item = &Arc<CertEntry>> {
-        self.certificates.iter().map(|(_, c)| c)
+        self.certificates.iter()
     }
 
     /// Whether any policy is attached to anything (requests skip the lookups when not).
@@ -575,7 +576,7 @@ impl Snapshot {
         let mut certificates: Vec<String> = self
             .certificates
             .iter()
-            .map(|(h, _)| h.to_string())
+            .map(|c| c.hash().to_string())
             .collect();
         certificates.sort();
         let mut policies: Vec<(String, Value)> = self

@@ -68,7 +68,19 @@ impl CertEntry {
     pub(crate) fn hash(&self) -> weir_model::ContentHash {
         self.cert.hash()
     }
+}
 
+/// The snapshot's certificates table stores the entries alone, found by their hash; an
+/// entry dropped late frees memory only, so writes patch shared shards.
+impl crate::sharded::Keyed for Arc<CertEntry> {
+    type Key = weir_model::ContentHash;
+    fn key(&self) -> &weir_model::ContentHash {
+        self.cert.hash_ref()
+    }
+    const PATCHED: bool = true;
+}
+
+impl CertEntry {
     /// The leaf's names and validity, read from the chain once.
     pub(crate) fn info(&self) -> &Result<crate::status::CertInfo, String> {
         self.info
