@@ -147,8 +147,15 @@ impl<E: Clone> Clone for Patch<E> {
     }
 }
 
-/// An entry's identity in a base that does not change.
+/// An entry's identity in a base that does not change (entries have a size, so two
+/// entries of one base never share an address).
 fn addr<E>(e: &E) -> usize {
+    const {
+        assert!(
+            size_of::<E>() > 0,
+            "patched entries are told apart by address"
+        )
+    };
     std::ptr::from_ref(e) as usize
 }
 
