@@ -32,12 +32,13 @@
 //! ([`read_counts`]): the increments would otherwise wait for one cold cache line
 //! after another.
 //!
-//! Tables whose entries may be dropped late ([`Keyed::PATCHED`]: the host tables) do not
-//! copy a shared shard's entries at all: the write lays a [`Patch`] over the shard (the
-//! shard by pointer, the entries it adds, the addresses of the entries it hides), and
-//! only the [`PATCH_MAX`]-th change to that patch folds it into a shard of its own. At
-//! 1,000,000 domains a shard's entries are each a cold page (BENCHMARKS.md, "Session
-//! 58"); a patch touches one count instead of a shard's ~15.
+//! Tables whose entries may be dropped late ([`Keyed::PATCHED`]: the host tables and the
+//! certificate table) do not copy a shared shard's entries at all: the write lays a
+//! [`Patch`] over the shard (the shard by pointer, the entries it adds, the addresses of
+//! the entries it hides), and the write that takes the patch past [`PATCH_MAX`] changes
+//! folds it into a shard of its own. At 1,000,000 domains a shard's entries are each a
+//! cold page (BENCHMARKS.md, "Session 58"); a patch touches one count instead of a
+//! shard's ~15.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
