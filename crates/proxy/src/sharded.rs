@@ -161,6 +161,15 @@ fn addr<E>(e: &E) -> usize {
 }
 
 impl<E> Patch<E> {
+    /// A patch without changes over `base`.
+    fn over(base: &Arc<Shard<E>>) -> Self {
+        Patch {
+            base: base.clone(),
+            added: Vec::new(),
+            hidden: Vec::new(),
+        }
+    }
+
     /// The entry of hash `hash` for which `eq` holds.
     fn find(&self, hash: u64, mut eq: impl FnMut(&E) -> bool) -> Option<&E> {
         if let Some((_, e)) = self.added.iter().find(|(h, e)| *h == hash && eq(e)) {
@@ -506,11 +515,7 @@ impl<E: Keyed + Clone + Counted> ShardedTable<E> {
         let eq = |e: &E| e.key().borrow() == key;
         let old = match slot {
             Slot::Shard(shard) if E::PATCHED && Arc::strong_count(shard) > 1 => {
-                let mut patch = Patch {
-                    base: shard.clone(),
-                    added: Vec::new(),
-                    hidden: Vec::new(),
-                };
+                let mut patch = Patch::over(shard);
                 let old = patch.remove(hash, eq);
                 *slot = Slot::Patched(Arc::new(patch));
                 old
@@ -584,11 +589,7 @@ fn insert_in<E: Keyed + Clone + Counted>(slot: &mut Slot<E>, hash: u64, entry: E
     let (slot, shift) = shard_slot(slot, hash);
     let shard = match slot {
         Slot::Shard(shard) if E::PATCHED && Arc::strong_count(shard) > 1 => {
-            let mut patch = Patch {
-                base: shard.clone(),
-                added: Vec::new(),
-                hidden: Vec::new(),
-            };
+            let mut patch = Patch::over(shard);
             let old = patch.insert(hash, entry);
             *slot = Slot::Patched(Arc::new(patch));
             return old;
