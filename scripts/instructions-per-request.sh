@@ -36,6 +36,11 @@ perf stat -x, -e instructions:u,instructions:k -p "$pid" -o "$out/stat" -- sleep
 r1=$(requests)
 wait "$bench_pid" || true
 n=$((r1 - r0))
+# Without hardware counters (many VMs) perf writes "<not supported>" instead of a count.
+if grep -q "not supported\|not counted" "$out/stat"; then
+    echo "perf stat has no instruction counters on this machine; use scripts/instructions-callgrind.sh" >&2
+    exit 1
+fi
 [ "$n" -gt 0 ] || { echo "no requests counted" >&2; exit 1; }
 awk -F, -v n="$n" -v sc="$scenario" '
     /instructions:u/ {u = $1} /instructions:k/ {k = $1}
