@@ -17,6 +17,12 @@ scenario=${2:-h1-c64}
 bench=${3:-target/release/weir-bench}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Without hardware counters (many VMs) perf writes "<not supported>" instead of a count:
+# find out before the 12 s run.
+if perf stat -x, -e instructions:u -- true 2>&1 >/dev/null | grep -q "not supported\|not counted"; then
+    echo "perf stat has no instruction counters on this machine; use scripts/instructions-callgrind.sh" >&2
+    exit 1
+fi
 
 "$bench" traffic --weir "$weir" --proxies "${WEIR_PROXY:-weir}" --scenarios "$scenario" \
     --duration 12 --warmup 1 --out "$out/results" >"$out/bench.log" 2>&1 &
@@ -36,11 +42,6 @@ perf stat -x, -e instructions:u,instructions:k -p "$pid" -o "$out/stat" -- sleep
 r1=$(requests)
 wait "$bench_pid" || true
 n=$((r1 - r0))
-# Without hardware counters (many VMs) perf writes "<not supported>" instead of a count.
-if grep -q "not supported\|not counted" "$out/stat"; then
-    echo "perf stat has no instruction counters on this machine; use scripts/instructions-callgrind.sh" >&2
-    exit 1
-fi
 [ "$n" -gt 0 ] || { echo "no requests counted" >&2; exit 1; }
 awk -F, -v n="$n" -v sc="$scenario" '
     /instructions:u/ {u = $1} /instructions:k/ {k = $1}
